@@ -1,0 +1,50 @@
+//! kmem-core: the Linux kernel's memory-allocation stack for `no_std`.
+//!
+//! This crate is the allocator itself, without an operating system: a platform
+//! ([`Platform`]) supplies address space, time and a log, and everything the
+//! allocator keeps — memmaps, per-CPU areas, later slab metadata — comes from the
+//! memory it manages. No `alloc`, no `std`.
+//!
+//! Layers, bottom up (each module's doc says what it owns and its locking):
+//! - [`sync`]: the spin lock and atomics.
+//! - [`platform`]: the interface to the world below.
+//! - [`page`], [`mmzone`]: page descriptors, sections, zones.
+//! - [`percpu`]: CPU areas (per-CPU memory) and their pool.
+//! - [`page_alloc`]: the buddy allocator with per-CPU page lists, bulk allocation,
+//!   watermarks, memory hotplug, OOM handling.
+//! - [`page_reporting`]: giving free memory back to the platform.
+//! - [`vmstat`], [`show_mem`]: counters and the kernel's report formats.
+//!
+//! ## Linux names, kmem names
+//! | Linux (mm/)                         | kmem                                       |
+//! |-------------------------------------|--------------------------------------------|
+//! | `struct page`                       | [`page::Page`]                             |
+//! | `struct mem_section`                | [`mmzone::MemSection`]                     |
+//! | `struct zone`, `free_area[]`        | [`mmzone::Zone`], [`mmzone::FreeArea`]     |
+//! | `struct per_cpu_pages`              | [`page_alloc::ZonePcp`]                    |
+//! | this CPU's percpu area              | [`percpu::CpuArea`] / [`percpu::CpuRef`]   |
+//! | `alloc_pages_node`, `__free_pages`  | [`PageAllocator::alloc_pages_node`], [`PageAllocator::free_pages`] |
+//! | `alloc_pages_bulk_array`            | [`PageAllocator::alloc_pages_bulk`]        |
+//! | `drain_local_pages`, `drain_all_pages` | same names on [`PageAllocator`]         |
+//! | `add_memory` / `offline_pages`      | `grow_node` / `try_offline_section`        |
+//! | `page_reporting_process`            | [`PageAllocator::report_free_pages`]       |
+//! | `show_free_areas`, `/proc/buddyinfo`, `/proc/zoneinfo`, `/proc/vmstat` | [`show_mem`] |
+
+#![no_std]
+
+pub mod gfp;
+pub mod mmzone;
+pub mod page;
+pub mod page_alloc;
+pub mod page_reporting;
+pub mod percpu;
+pub mod platform;
+pub mod show_mem;
+pub mod sync;
+pub mod vmstat;
+
+pub use gfp::Gfp;
+pub use page::{Page, PageFlags, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE};
+pub use page_alloc::{Config, InitError, PageAllocator, Shrinker};
+pub use percpu::{CpuArea, CpuRef};
+pub use platform::Platform;

@@ -1,0 +1,260 @@
+//! The page descriptor (`struct page`) and the intrusive page lists.
+//!
+//! Every 4 KiB page of every online section has one [`Page`] in its section's memmap.
+//! A descriptor is 64 bytes, as the kernel's: the first half belongs to the page
+//! allocator, the second half to whichever layer owns the allocated page (the slab
+//! layer keeps its freelist, counters and cache there).
+//!
+//! ## Who may touch what
+//! | state of the page                      | fields             | who                     |
+//! |----------------------------------------|--------------------|-------------------------|
+//! | free in the buddy (`PG_BUDDY` on head)  | flags, order, lru, private | holder of the zone lock |
+//! | on a per-CPU list (`PG_PCP` on head)    | flags, order, lru  | owner of that CPU area  |
+//! | allocated                               | owner words        | whoever holds the page  |
+//! | reserved (memmap)                       | nothing            | nobody                  |
+//!
+//! Fields are atomics used with `Relaxed` loads and stores (plain moves on every
+//! target), so a racy read by a debugging or reporting path is never undefined
+//! behaviour; the ordering comes from the lock or the ownership in the table.
+
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use core::ptr;
+
+/// log2 of the page size.
+pub const PAGE_SHIFT: usize = 12;
+/// The page size: 4 KiB.
+pub const PAGE_SIZE: usize = 1 << PAGE_SHIFT;
+/// The largest buddy order (`MAX_ORDER` in the kernel's newer naming, `MAX_PAGE_ORDER`):
+/// blocks of 2^10 pages = 4 MiB.
+pub const MAX_ORDER: usize = 10;
+/// Number of buddy orders, 0..=MAX_ORDER.
+pub const NR_ORDERS: usize = MAX_ORDER + 1;
+
+bitflags::bitflags! {
+    /// Page flags (`PG_*`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct PageFlags: u32 {
+        /// Head of a free buddy block of `order` pages (`PageBuddy`).
+        const BUDDY = 1 << 0;
+        /// Head of a block sitting on a per-CPU page list.
+        const PCP = 1 << 1;
+        /// Free and reported to the platform: its contents are discarded (`PageReported`).
+        const REPORTED = 1 << 2;
+        /// Belongs to the slab allocator (`PageSlab`).
+        const SLAB = 1 << 4;
+        /// Head of a compound allocation (`PageHead`).
+        const HEAD = 1 << 5;
+    }
+}
+
+/// The descriptor of one 4 KiB page (`struct page`).
+///
+/// Invariants (kept by the page allocator):
+/// - `BUDDY` is set only on the first page of a free block of `2^order` pages that sits
+///   on `free_area[order]` of its zone; the block is aligned to its size in pfn space.
+/// - `PCP` is set only on the first page of a block on a per-CPU list of one CPU area.
+/// - A page that is part of a free block but not its head has no flags; its other
+///   fields are meaningless.
+#[repr(C, align(64))]
+pub struct Page {
+    flags: AtomicU32,
+    order: AtomicU8,
+    _pad: [u8; 3],
+    /// Next page on whatever list the page is on (`lru.next`).
+    pub(crate) next: AtomicPtr<Page>,
+    /// Previous page on that list (`lru.prev`).
+    pub(crate) prev: AtomicPtr<Page>,
+    /// Page allocator private word: for a free buddy block, when it was freed (ns).
+    pub(crate) private: AtomicUsize,
+    /// Words owned by the holder of an allocated page (the slab layer's freelist,
+    /// counters, cache pointer and list link). Zero while the page is free.
+    pub owner: [AtomicUsize; 4],
+}
+
+const _: () = assert!(core::mem::size_of::<Page>() == 64);
+
+impl Page {
+    /// The page's flags.
+    #[inline]
+    pub fn flags(&self) -> PageFlags {
+        PageFlags::from_bits_retain(self.flags.load(Relaxed))
+    }
+    #[inline]
+    pub(crate) fn set_flags(&self, f: PageFlags) {
+        self.flags.store(f.bits(), Relaxed);
+    }
+    /// Whether this page heads a free buddy block.
+    #[inline]
+    pub fn is_buddy(&self) -> bool {
+        self.flags().contains(PageFlags::BUDDY)
+    }
+    /// The order recorded for this block (meaningful for free blocks and PCP pages).
+    #[inline]
+    pub fn order(&self) -> usize {
+        self.order.load(Relaxed) as usize
+    }
+    #[inline]
+    pub(crate) fn set_order(&self, order: usize) {
+        self.order.store(order as u8, Relaxed);
+    }
+    /// Resets a descriptor to the state of a page inside a free or allocated block.
+    #[inline]
+    pub(crate) fn reset(&self) {
+        self.flags.store(0, Relaxed);
+        self.order.store(0, Relaxed);
+        self.next.store(ptr::null_mut(), Relaxed);
+        self.prev.store(ptr::null_mut(), Relaxed);
+        self.private.store(0, Relaxed);
+    }
+}
+
+/// An intrusive, null-terminated doubly linked list of pages (the kernel's `list_head`
+/// of `page->lru`), with head and tail so that the all-zero value is the empty list.
+///
+/// Invariant: the pages on the list are linked through `next`/`prev`, `head.prev` and
+/// `tail.next` are null, `len` counts them, and each page is on no other list. Callers
+/// of the `unsafe` methods guarantee exclusive access to the list and its pages (the
+/// zone lock or CPU-area ownership).
+#[derive(Debug)]
+pub struct PageList {
+    head: *mut Page,
+    tail: *mut Page,
+    len: usize,
+}
+
+// SAFETY: a `PageList` is only pointers into memmaps that live as long as the allocator;
+// moving the list to another thread is sound because every access to it and its pages
+// happens under the zone lock or by the CPU area's single owner (type invariant).
+unsafe impl Send for PageList {}
+
+impl Default for PageList {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl PageList {
+    /// An empty list.
+    pub const fn new() -> Self {
+        Self {
+            head: ptr::null_mut(),
+            tail: ptr::null_mut(),
+            len: 0,
+        }
+    }
+    /// Number of blocks on the list.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// Whether the list is empty.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.head.is_null()
+    }
+    /// The first block, if any.
+    #[inline]
+    pub fn first(&self) -> *mut Page {
+        self.head
+    }
+    /// The last block, if any.
+    #[inline]
+    pub fn last(&self) -> *mut Page {
+        self.tail
+    }
+
+    /// Adds `page` at the head.
+    ///
+    /// # Safety
+    /// `page` is a valid descriptor on no list, and the caller has exclusive access to
+    /// this list and its pages.
+    #[inline]
+    pub unsafe fn push_head(&mut self, page: *mut Page) {
+        // SAFETY: the caller guarantees `page` and the current head are valid and ours.
+        unsafe {
+            (*page).prev.store(ptr::null_mut(), Relaxed);
+            (*page).next.store(self.head, Relaxed);
+            if self.head.is_null() {
+                self.tail = page;
+            } else {
+                (*self.head).prev.store(page, Relaxed);
+            }
+        }
+        self.head = page;
+        self.len += 1;
+    }
+
+    /// Adds `page` at the tail.
+    ///
+    /// # Safety
+    /// As [`PageList::push_head`].
+    #[inline]
+    pub unsafe fn push_tail(&mut self, page: *mut Page) {
+        // SAFETY: the caller guarantees `page` and the current tail are valid and ours.
+        unsafe {
+            (*page).next.store(ptr::null_mut(), Relaxed);
+            (*page).prev.store(self.tail, Relaxed);
+            if self.tail.is_null() {
+                self.head = page;
+            } else {
+                (*self.tail).next.store(page, Relaxed);
+            }
+        }
+        self.tail = page;
+        self.len += 1;
+    }
+
+    /// Removes `page` from anywhere in the list.
+    ///
+    /// # Safety
+    /// `page` is on this list, and the caller has exclusive access to it.
+    #[inline]
+    pub unsafe fn remove(&mut self, page: *mut Page) {
+        // SAFETY: `page` is on this list, so its neighbours are valid pages on it too.
+        unsafe {
+            let next = (*page).next.load(Relaxed);
+            let prev = (*page).prev.load(Relaxed);
+            if prev.is_null() {
+                self.head = next;
+            } else {
+                (*prev).next.store(next, Relaxed);
+            }
+            if next.is_null() {
+                self.tail = prev;
+            } else {
+                (*next).prev.store(prev, Relaxed);
+            }
+            (*page).next.store(ptr::null_mut(), Relaxed);
+            (*page).prev.store(ptr::null_mut(), Relaxed);
+        }
+        self.len -= 1;
+    }
+
+    /// Removes and returns the first block, or null.
+    ///
+    /// # Safety
+    /// The caller has exclusive access to the list and its pages.
+    #[inline]
+    pub unsafe fn pop_head(&mut self) -> *mut Page {
+        let page = self.head;
+        if !page.is_null() {
+            // SAFETY: `page` is the head of this list.
+            unsafe { self.remove(page) };
+        }
+        page
+    }
+
+    /// Removes and returns the last block, or null.
+    ///
+    /// # Safety
+    /// As [`PageList::pop_head`].
+    #[inline]
+    pub unsafe fn pop_tail(&mut self) -> *mut Page {
+        let page = self.tail;
+        if !page.is_null() {
+            // SAFETY: `page` is the tail of this list.
+            unsafe { self.remove(page) };
+        }
+        page
+    }
+}

@@ -1,0 +1,282 @@
+//! CPU areas: the per-CPU memory of the allocator, and the pool that recycles them.
+//!
+//! A [`CpuArea`] is one 32 KiB block from the allocator's own buddy lists. Its header
+//! says who owns it; the rest holds per-CPU structures at offsets fixed when their
+//! owner is created (each zone's [`crate::page_alloc::ZonePcp`] at a fixed slot, later
+//! layers through [`PerCpuOffsets`]), as the kernel's percpu allocator places
+//! `this_cpu_ptr(s->cpu_slab)`.
+//!
+//! ## Owned areas
+//! An area in use has exactly one owner: one thread (std's per-thread mode) or one CPU
+//! with its local lock held (a kernel). Only the owner touches the per-CPU lists and
+//! counters in it, so they need no atomic read-modify-write. Others may *read* the
+//! counters (for statistics) and may *ask* the owner to drain by setting a bit in
+//! `drain_request`; the owner acts on it at its next page-allocator call. Nobody but
+//! the owner ever changes an owned area's lists.
+//!
+//! ## The pool
+//! Areas are created on demand, registered forever in a fixed table (statistics read
+//! them all), and when their owner goes away (thread exit, CPU offline) they are
+//! flushed and pushed on a free stack from which the next new owner takes one. So the
+//! number of areas is bounded by the peak number of simultaneous owners, never by the
+//! number of threads ever started.
+
+use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering, SpinLock};
+use core::marker::PhantomData;
+use core::ptr::{self, NonNull};
+
+/// Buddy order of one CPU area (32 KiB).
+pub const CPU_AREA_ORDER: usize = 3;
+/// Size of one CPU area in bytes.
+pub const CPU_AREA_SIZE: usize = crate::page::PAGE_SIZE << CPU_AREA_ORDER;
+/// The most CPU areas that can exist at once; owners past this run without one (their
+/// allocations take the zone path, still correct).
+pub const MAX_CPU_AREAS: usize = 4096;
+
+/// `drain_request` bit: drain the per-CPU page lists.
+pub const DRAIN_PAGES: u32 = 1 << 0;
+/// `drain_request` bit: flush layer-specific per-CPU caches (the slab layer's).
+pub const DRAIN_CACHES: u32 = 1 << 1;
+
+/// Area state: on the free stack, empty.
+const AREA_FREE: u32 = 0;
+/// Area state: owned.
+const AREA_OWNED: u32 = 1;
+
+/// The header of a CPU area; per-CPU data follows it in the same block.
+///
+/// Invariants: `id` is the area's index in the pool's table; while `state` is
+/// `AREA_FREE` the area's per-CPU lists are empty.
+#[repr(C, align(64))]
+pub struct CpuArea {
+    id: u32,
+    state: AtomicU32,
+    /// Node the owner runs on (for NUMA-local allocation and `numa_local`).
+    node: AtomicU32,
+    /// Work other contexts ask the owner to do (`DRAIN_*` bits).
+    pub(crate) drain_request: AtomicU32,
+    /// Link on the pool's free stack (pool lock).
+    next_free: AtomicPtr<CpuArea>,
+}
+
+/// Offset of per-CPU data from the start of an area.
+pub const CPU_AREA_DATA: usize = core::mem::size_of::<CpuArea>();
+
+impl CpuArea {
+    /// The area's id (the "CPU number" in reports).
+    #[inline]
+    pub fn id(&self) -> usize {
+        self.id as usize
+    }
+    /// The node the owner runs on.
+    #[inline]
+    pub fn node(&self) -> usize {
+        self.node.load(Ordering::Relaxed) as usize
+    }
+    /// Tells the area which node its owner runs on now.
+    pub fn set_node(&self, nid: usize) {
+        self.node.store(nid as u32, Ordering::Relaxed);
+    }
+    /// Whether the area is owned now.
+    pub fn is_owned(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == AREA_OWNED
+    }
+    /// A pointer to the per-CPU object at `offset` (from [`PerCpuOffsets`] or a fixed
+    /// slot).
+    #[inline]
+    pub fn ptr<T>(&self, offset: usize) -> *mut T {
+        debug_assert!(offset + core::mem::size_of::<T>() <= CPU_AREA_SIZE);
+        (self as *const CpuArea as *mut u8).wrapping_add(offset) as *mut T
+    }
+}
+
+/// The owner's handle on a CPU area: proof that the holder is the one context allowed
+/// to change the area's per-CPU lists. It is neither `Send` nor `Sync`.
+#[derive(Clone, Copy)]
+pub struct CpuRef<'a> {
+    area: &'a CpuArea,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl<'a> CpuRef<'a> {
+    /// # Safety
+    /// The caller owns `area` (it got it from [`crate::PageAllocator::cpu_area_get`] and
+    /// has not put it back), and no other `CpuRef` to it is used while this one lives.
+    #[inline]
+    pub unsafe fn new(area: &'a CpuArea) -> Self {
+        Self {
+            area,
+            _not_send: PhantomData,
+        }
+    }
+    /// The area.
+    #[inline]
+    pub fn area(&self) -> &'a CpuArea {
+        self.area
+    }
+}
+
+/// The percpu offset allocator: hands out offsets within every CPU area.
+pub struct PerCpuOffsets {
+    next: AtomicUsize,
+}
+
+impl PerCpuOffsets {
+    pub(crate) const fn new(start: usize) -> Self {
+        Self {
+            next: AtomicUsize::new(start),
+        }
+    }
+    /// Reserves `size` bytes aligned to `align` in every CPU area (`alloc_percpu`).
+    /// The memory is zero in a new area and must be left in a valid state by the owner
+    /// when the area is flushed. Returns `None` when the areas are full. Offsets are
+    /// never given back (the kernel's percpu chunks are also rarely freed).
+    pub fn alloc(&self, size: usize, align: usize) -> Option<usize> {
+        let mut cur = self.next.load(Ordering::Relaxed);
+        loop {
+            let start = (cur + align - 1) & !(align - 1);
+            let end = start.checked_add(size)?;
+            if end > CPU_AREA_SIZE {
+                return None;
+            }
+            match self
+                .next
+                .compare_exchange(cur, end, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return Some(start),
+                Err(v) => cur = v,
+            }
+        }
+    }
+}
+
+/// The table of all CPU areas and the stack of free ones.
+pub struct CpuAreaPool {
+    table: [AtomicPtr<CpuArea>; MAX_CPU_AREAS],
+    /// Areas ever created (table entries in use).
+    nr_areas: AtomicUsize,
+    /// Areas owned now.
+    nr_owned: AtomicUsize,
+    free: SpinLock<FreeStack>,
+}
+
+struct FreeStack {
+    head: *mut CpuArea,
+}
+// SAFETY: the stack holds pointers to areas that live as long as the allocator; it is
+// only touched under the pool lock.
+unsafe impl Send for FreeStack {}
+
+impl CpuAreaPool {
+    pub(crate) const fn new() -> Self {
+        Self {
+            table: [const { AtomicPtr::new(ptr::null_mut()) }; MAX_CPU_AREAS],
+            nr_areas: AtomicUsize::new(0),
+            nr_owned: AtomicUsize::new(0),
+            free: SpinLock::new(FreeStack {
+                head: ptr::null_mut(),
+            }),
+        }
+    }
+
+    /// Number of areas owned now.
+    pub fn nr_owned(&self) -> usize {
+        self.nr_owned.load(Ordering::Relaxed)
+    }
+
+    /// Number of areas ever created.
+    pub fn nr_areas(&self) -> usize {
+        self.nr_areas.load(Ordering::Acquire)
+    }
+
+    /// Every area ever created, owned or free.
+    pub fn iter(&self) -> impl Iterator<Item = &CpuArea> + '_ {
+        (0..self.nr_areas()).filter_map(move |i| {
+            let p = self.table[i].load(Ordering::Acquire);
+            // SAFETY: table entries are null or point to initialised areas that are
+            // never freed while the allocator lives.
+            unsafe { p.as_ref() }
+        })
+    }
+
+    /// Takes a free area off the stack and marks it owned.
+    pub(crate) fn pop_free(&self) -> Option<&CpuArea> {
+        let mut stack = self.free.lock();
+        let head = stack.head;
+        // SAFETY: stack entries are live areas (see `FreeStack`).
+        let area = unsafe { head.as_ref() }?;
+        stack.head = area.next_free.load(Ordering::Relaxed);
+        drop(stack);
+        area.state.store(AREA_OWNED, Ordering::Relaxed);
+        self.nr_owned.fetch_add(1, Ordering::Relaxed);
+        Some(area)
+    }
+
+    /// Registers a newly made area (its memory is `CPU_AREA_SIZE` zeroed bytes at
+    /// `mem`), owned by the caller. Returns `None` if the table is full.
+    ///
+    /// # Safety
+    /// `mem` is valid for `CPU_AREA_SIZE` bytes, zeroed, aligned to 64, and lives as long
+    /// as the allocator.
+    pub(crate) unsafe fn register(&self, mem: NonNull<u8>, nid: usize) -> Option<&CpuArea> {
+        let id = self.nr_areas.load(Ordering::Relaxed);
+        let _guard = self.free.lock();
+        let id = id.max(self.nr_areas.load(Ordering::Relaxed));
+        if id >= MAX_CPU_AREAS {
+            return None;
+        }
+        let area = mem.as_ptr() as *mut CpuArea;
+        // SAFETY: the caller hands us exclusive, suitably sized and aligned memory.
+        unsafe {
+            area.write(CpuArea {
+                id: id as u32,
+                state: AtomicU32::new(AREA_OWNED),
+                node: AtomicU32::new(nid as u32),
+                drain_request: AtomicU32::new(0),
+                next_free: AtomicPtr::new(ptr::null_mut()),
+            });
+        }
+        self.table[id].store(area, Ordering::Release);
+        self.nr_areas.store(id + 1, Ordering::Release);
+        self.nr_owned.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: initialised just above; lives as long as the allocator.
+        Some(unsafe { &*area })
+    }
+
+    /// Returns a flushed area to the free stack.
+    pub(crate) fn push_free(&self, area: &CpuArea) {
+        area.state.store(AREA_FREE, Ordering::Relaxed);
+        area.drain_request.store(0, Ordering::Relaxed);
+        let mut stack = self.free.lock();
+        area.next_free.store(stack.head, Ordering::Relaxed);
+        stack.head = area as *const CpuArea as *mut CpuArea;
+        drop(stack);
+        self.nr_owned.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Asks the owner of every owned area to do `work` at its next call.
+    pub(crate) fn request_all(&self, work: u32) {
+        for area in self.iter() {
+            if area.is_owned() {
+                area.drain_request.fetch_or(work, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percpu_offsets_are_aligned_and_bounded() {
+        let o = PerCpuOffsets::new(100);
+        let a = o.alloc(10, 64).unwrap();
+        assert_eq!(a, 128);
+        let b = o.alloc(8, 8).unwrap();
+        assert_eq!(b, 144);
+        assert!(o.alloc(CPU_AREA_SIZE, 8).is_none());
+        let c = o.alloc(1, 1).unwrap();
+        assert_eq!(c, 152);
+    }
+}

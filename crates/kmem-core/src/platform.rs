@@ -1,0 +1,37 @@
+//! The platform interface: what the core needs from the world below it.
+//!
+//! The core never names an operating system. A platform supplies address space for
+//! memory sections, gives memory back when free page reporting asks, tells the time
+//! for decay, and writes report text somewhere a person can read it. The Linux
+//! implementation lives in the `kmem` crate; a kernel implements it over its firmware
+//! memory map and console.
+
+/// What a platform provides to a [`crate::PageAllocator`].
+///
+/// All methods may be called concurrently from any context that uses the allocator,
+/// and none of them may allocate through the allocator that calls them.
+pub trait Platform: Sync {
+    /// Brings the memory of one section online: `len` bytes at `addr` (inside the span
+    /// given to [`crate::PageAllocator::init`], aligned to the section size) must become
+    /// readable and writable, preferably backed by memory of node `nid`. Memory that the
+    /// platform brings online reads as zero. Returns false if it cannot.
+    fn section_online(&self, addr: *mut u8, len: usize, nid: usize) -> bool;
+
+    /// Free page reporting: the `len` bytes at `addr` are free and the allocator will
+    /// not touch them until it hands them out again. The platform gives the memory
+    /// behind them back (Linux: `madvise(MADV_DONTNEED)`); afterwards they must read as
+    /// zero (a platform that cannot give memory back zeroes them instead).
+    fn report_free(&self, addr: *mut u8, len: usize);
+
+    /// A monotonic clock in nanoseconds; coarse is fine (it drives decay intervals).
+    fn now_ns(&self) -> u64;
+
+    /// Writes report text (OOM reports, bad-page reports). Must not allocate.
+    fn log(&self, text: &str);
+
+    /// The node of the CPU the caller runs on, for NUMA statistics of contexts that
+    /// have no CPU area.
+    fn numa_node_id(&self) -> usize {
+        0
+    }
+}

@@ -1,0 +1,199 @@
+//! Synchronisation primitives of the core: the spin lock and the atomics every other
+//! module uses.
+//!
+//! All atomics and locks of kmem-core come from this module so that a loom build can
+//! replace them in one place. The lock is a test-and-test-and-set spin lock: the core
+//! runs where no scheduler may exist (a kernel, firmware), so it cannot sleep. A
+//! platform that has a scheduler installs a yield hook ([`set_relax_hook`]) that a
+//! waiter calls after spinning for a while, so that on an oversubscribed machine the
+//! holder gets the CPU back.
+
+use core::cell::UnsafeCell;
+use core::ops::{Deref, DerefMut};
+
+pub use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicU8, AtomicUsize,
+    Ordering,
+};
+
+/// Called by a spinning waiter after [`SPINS_BEFORE_RELAX`] failed polls.
+static RELAX_HOOK: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// How many polls a waiter spins before it calls the relax hook.
+pub const SPINS_BEFORE_RELAX: u32 = 128;
+
+/// Installs the function a spinning waiter calls to give up its CPU (for example
+/// `sched_yield`). A kernel leaves it unset and spins.
+pub fn set_relax_hook(hook: fn()) {
+    RELAX_HOOK.store(hook as *mut (), Ordering::Release);
+}
+
+#[cold]
+fn relax() {
+    let hook = RELAX_HOOK.load(Ordering::Acquire);
+    if hook.is_null() {
+        core::hint::spin_loop();
+    } else {
+        // SAFETY: RELAX_HOOK only ever holds null or a value stored by `set_relax_hook`,
+        // which came from a `fn()`; function pointers and data pointers have the same
+        // size on every target the core supports.
+        let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(hook) };
+        f();
+    }
+}
+
+/// A spin lock that owns the data it protects.
+///
+/// Invariant: `data` is only reached through a [`SpinLockGuard`], and at most one guard
+/// exists at a time (`locked` is true exactly while it exists).
+pub struct SpinLock<T> {
+    locked: AtomicBool,
+    data: UnsafeCell<T>,
+}
+
+// SAFETY: the lock hands out access to `T` to one thread at a time, so sharing the lock
+// is sound whenever `T` may be sent between threads.
+unsafe impl<T: Send> Sync for SpinLock<T> {}
+// SAFETY: moving the lock moves the `T` it owns.
+unsafe impl<T: Send> Send for SpinLock<T> {}
+
+impl<T> SpinLock<T> {
+    /// A new, unlocked lock.
+    pub const fn new(data: T) -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            data: UnsafeCell::new(data),
+        }
+    }
+
+    /// Takes the lock, spinning until it is free.
+    #[inline]
+    pub fn lock(&self) -> SpinLockGuard<'_, T> {
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            self.lock_contended();
+        }
+        SpinLockGuard { lock: self }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let mut spins = 0u32;
+        loop {
+            while self.locked.load(Ordering::Relaxed) {
+                spins += 1;
+                if spins >= SPINS_BEFORE_RELAX {
+                    spins = 0;
+                    relax();
+                } else {
+                    core::hint::spin_loop();
+                }
+            }
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+
+    /// Takes the lock if it is free.
+    #[inline]
+    pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
+        self.locked
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| SpinLockGuard { lock: self })
+    }
+
+    /// Whether some context holds the lock now (a hint for assertions and reports).
+    pub fn is_locked(&self) -> bool {
+        self.locked.load(Ordering::Relaxed)
+    }
+
+    /// Releases a lock whose guard was forgotten with `core::mem::forget`.
+    ///
+    /// # Safety
+    /// The caller took the lock, forgot its guard and holds no reference into the data.
+    /// This serves the fork handlers, which take every lock in one function and release
+    /// it in another.
+    pub unsafe fn force_unlock(&self) {
+        self.locked.store(false, Ordering::Release);
+    }
+}
+
+/// Access to the data of a held [`SpinLock`]; dropping it releases the lock.
+pub struct SpinLockGuard<'a, T> {
+    lock: &'a SpinLock<T>,
+}
+
+impl<T> Deref for SpinLockGuard<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        // SAFETY: the guard exists only while the lock is held, so no other reference to
+        // the data exists (the invariant of `SpinLock`).
+        unsafe { &*self.lock.data.get() }
+    }
+}
+
+impl<T> DerefMut for SpinLockGuard<'_, T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: as in `deref`; `&mut self` makes this the only access through the guard.
+        unsafe { &mut *self.lock.data.get() }
+    }
+}
+
+impl<T> Drop for SpinLockGuard<'_, T> {
+    #[inline]
+    fn drop(&mut self) {
+        self.lock.locked.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn lock_excludes_other_threads() {
+        let lock = Arc::new(SpinLock::new(0u64));
+        let threads: std::vec::Vec<_> = (0..4)
+            .map(|_| {
+                let lock = lock.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..10_000 {
+                        let mut g = lock.lock();
+                        // A non-atomic read-modify-write: lost updates show up as a
+                        // wrong total if the lock let two threads in.
+                        let v = *g;
+                        *g = v + 1;
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(*lock.lock(), 40_000);
+    }
+
+    #[test]
+    fn try_lock_fails_while_held() {
+        let lock = SpinLock::new(());
+        let g = lock.lock();
+        assert!(lock.try_lock().is_none());
+        assert!(lock.is_locked());
+        drop(g);
+        assert!(lock.try_lock().is_some());
+    }
+}

@@ -1,0 +1,94 @@
+//! A platform for tests: a private mmap'd span, a clock the test moves by hand, and a
+//! log captured in memory.
+#![allow(dead_code)]
+
+use kmem_core::mmzone::SECTION_SIZE;
+use kmem_core::{Config, PageAllocator, Platform};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+pub struct TestPlatform {
+    pub clock: AtomicU64,
+    pub reported_bytes: AtomicUsize,
+    pub onlined: AtomicUsize,
+    pub log: Mutex<String>,
+    pub echo: bool,
+}
+
+impl TestPlatform {
+    pub fn new() -> Self {
+        Self {
+            clock: AtomicU64::new(1_000_000_000),
+            reported_bytes: AtomicUsize::new(0),
+            onlined: AtomicUsize::new(0),
+            log: Mutex::new(String::new()),
+            echo: std::env::var_os("KMEM_TEST_ECHO").is_some(),
+        }
+    }
+    pub fn advance(&self, ns: u64) {
+        self.clock.fetch_add(ns, Ordering::Relaxed);
+    }
+    pub fn take_log(&self) -> String {
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+}
+
+impl Platform for TestPlatform {
+    fn section_online(&self, _addr: *mut u8, _len: usize, _nid: usize) -> bool {
+        self.onlined.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+    fn report_free(&self, addr: *mut u8, len: usize) {
+        // SAFETY: the allocator reports ranges of its own span, which we mapped.
+        let rc = unsafe { libc::madvise(addr.cast(), len, libc::MADV_DONTNEED) };
+        assert_eq!(rc, 0);
+        self.reported_bytes.fetch_add(len, Ordering::Relaxed);
+    }
+    fn now_ns(&self) -> u64 {
+        self.clock.load(Ordering::Relaxed)
+    }
+    fn log(&self, text: &str) {
+        if self.echo {
+            eprint!("{text}");
+        }
+        self.log.lock().unwrap().push_str(text);
+    }
+}
+
+/// A fresh allocator over a private span of `sections` sections (leaked: tests hand
+/// out `'static` references, as real users do).
+pub fn allocator(sections: usize, config: Config) -> &'static PageAllocator<TestPlatform> {
+    let len = sections * SECTION_SIZE;
+    // Reserve len + SECTION_SIZE and align the base up to a section boundary.
+    // SAFETY: an anonymous private mapping with no address hint.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len + SECTION_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(raw, libc::MAP_FAILED);
+    let base = ((raw as usize + SECTION_SIZE - 1) & !(SECTION_SIZE - 1)) as *mut u8;
+    let pa: &'static PageAllocator<TestPlatform> =
+        Box::leak(Box::new(PageAllocator::new(TestPlatform::new())));
+    // SAFETY: the span is ours alone and nobody else uses the allocator yet.
+    unsafe { pa.init(base, len, config) }.unwrap();
+    pa
+}
+
+pub fn config(nodes: usize, max_pages: usize) -> Config {
+    Config {
+        nr_nodes: nodes,
+        max_pages,
+        ..Config::default()
+    }
+}
+
+/// A pattern that depends on the address, for detecting overlap and corruption.
+pub fn pattern(addr: usize) -> u64 {
+    (addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xA5A5_A5A5_A5A5_A5A5
+}
