@@ -545,6 +545,13 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// `__free_one_page`: puts a block back, merging it with its free buddies.
+    /// Returns whether it listed an unreported block of reporting order (one that free
+    /// page reporting will look at).
+    ///
+    /// A block of reporting order is as old as its oldest part of reporting order: a
+    /// few pages freed now into a long-free 4 MiB block do not restart its decay. A
+    /// `cold` free (a drain of per-CPU lists: their owner went idle or away) counts as
+    /// old when nothing older is known, so a drain does not pin the memory it returns.
     pub(crate) fn free_one_page_locked(
         &self,
         fa: &mut FreeArea,
@@ -552,34 +559,43 @@ impl<P: Platform> PageAllocator<P> {
         mut pfn: usize,
         mut order: usize,
         mut reported: bool,
-    ) {
+        cold: bool,
+    ) -> bool {
+        let report_order = self.report_order.load(Ordering::Relaxed);
+        let mut freed_at: Option<usize> = None;
         while order < MAX_ORDER {
             let buddy_pfn = pfn ^ (1 << order);
             let buddy = self.pfn_to_page_raw(buddy_pfn);
             // SAFETY: blocks are aligned to their size and never cross a section (4 MiB
             // < 128 MiB, both powers of two), so the buddy's descriptor is in the same,
             // online memmap. Pages outside the managed range never carry BUDDY.
-            let free = unsafe { (*buddy).is_buddy() && (*buddy).order() == order };
-            if !free {
+            let b = unsafe { &*buddy };
+            if !(b.is_buddy() && b.order() == order) {
                 break;
+            }
+            if order >= report_order && !b.flags().contains(PageFlags::REPORTED) {
+                let t = b.private.load(Ordering::Relaxed);
+                freed_at = Some(freed_at.map_or(t, |f| f.min(t)));
             }
             reported &= self.del_from_free_list(fa, zone, buddy_pfn, order);
             pfn &= buddy_pfn;
             order += 1;
         }
-        // Clear the descriptor of the merged block's head, then list it.
         // SAFETY: as above.
-        unsafe { (*self.pfn_to_page_raw(pfn)).reset() };
-        if !reported && order >= self.report_order.load(Ordering::Relaxed) {
-            // SAFETY: as above.
-            unsafe {
-                (*self.pfn_to_page_raw(pfn))
-                    .private
-                    .store(self.platform.now_ns() as usize, Ordering::Relaxed)
+        let head = unsafe { &*self.pfn_to_page_raw(pfn) };
+        head.reset();
+        let unreported_high = !reported && order >= report_order;
+        if unreported_high {
+            let t = match freed_at {
+                Some(t) => t,
+                None if cold => 0,
+                None => self.platform.now_ns() as usize,
             };
+            head.private.store(t, Ordering::Relaxed);
             zone.report_pending.store(1, Ordering::Relaxed);
         }
         self.add_to_free_list(fa, zone, pfn, order, reported);
+        unreported_high
     }
 
     /// `expand`: a block of order `high` at `pfn` was taken for an order-`low`
@@ -649,7 +665,7 @@ impl<P: Platform> PageAllocator<P> {
 
     /// `free_pcppages_bulk`: gives `to_free` pages (at least) from an area's lists of
     /// `zone` back to the buddy lists, coldest first, under one zone lock.
-    fn free_pcppages_bulk(&self, cpu: CpuRef<'_>, zone: &Zone, pcp: &ZonePcp, to_free: usize) {
+    fn free_pcppages_bulk(&self, cpu: CpuRef<'_>, zone: &Zone, pcp: &ZonePcp, to_free: usize, cold: bool) {
         let nid = zone.nid();
         // SAFETY: `cpu` proves we own the area `pcp` belongs to.
         let lists = unsafe { pcp.lists() };
@@ -670,7 +686,7 @@ impl<P: Platform> PageAllocator<P> {
             let page = unsafe { lists[order].pop_tail() };
             let page = NonNull::new(page).expect("non-empty list");
             let pfn = self.page_to_pfn(page);
-            self.free_one_page_locked(&mut fa, zone, pfn, order, false);
+            self.free_one_page_locked(&mut fa, zone, pfn, order, false, cold);
             freed += 1 << order;
             order = (order + 1) % PCP_ORDERS;
         }
@@ -913,14 +929,14 @@ impl<P: Platform> PageAllocator<P> {
         }
         let batch = zone.pcp_batch.load(Ordering::Relaxed) as usize;
         let excess = pcp.count() - high as usize;
-        self.free_pcppages_bulk(c, zone, pcp, excess + batch.min(high as usize / 2));
+        self.free_pcppages_bulk(c, zone, pcp, excess + batch.min(high as usize / 2), false);
     }
 
     /// Frees a block straight to the zone.
     fn free_one_page(&self, cpu: Option<CpuRef<'_>>, zone: &Zone, page: NonNull<Page>, order: usize) {
         let pfn = self.page_to_pfn(page);
         let mut fa = zone.lock.lock();
-        self.free_one_page_locked(&mut fa, zone, pfn, order, false);
+        self.free_one_page_locked(&mut fa, zone, pfn, order, false, false);
         drop(fa);
         let nid = zone.nid();
         self.mod_zone_state(cpu, nid, ZoneStat::NrFreePages, 1 << order);
@@ -1114,7 +1130,7 @@ impl<P: Platform> PageAllocator<P> {
                             continue;
                         }
                         let pfn = self.page_to_pfn(page);
-                        self.free_one_page_locked(&mut fa, zone, pfn, 0, false);
+                        self.free_one_page_locked(&mut fa, zone, pfn, 0, false, false);
                         n += 1;
                     }
                     drop(fa);
@@ -1202,7 +1218,7 @@ impl<P: Platform> PageAllocator<P> {
         for nid in 0..self.nr_nodes() {
             let pcp = self.zone_pcp(cpu, nid);
             if pcp.count() > 0 {
-                self.free_pcppages_bulk(cpu, &self.zones[nid], pcp, pcp.count());
+                self.free_pcppages_bulk(cpu, &self.zones[nid], pcp, pcp.count(), true);
                 self.count_event(Some(cpu), nid, VmEvent::PcpDrain, 1);
             }
         }

@@ -18,7 +18,10 @@
 //! works; the hotplug lock (outside any zone lock) to take a section offline.
 
 use crate::mmzone::Zone;
-use crate::page::{PageFlags, MAX_ORDER, PAGE_SIZE};
+use crate::page::{Page, PageFlags, MAX_ORDER, PAGE_SIZE};
+
+/// Bytes of memmap that stay resident for a reported block: the page holding its head.
+const MEMMAP_PAGE: usize = PAGE_SIZE;
 use crate::page_alloc::PageAllocator;
 use crate::platform::Platform;
 use crate::sync::Ordering::Relaxed;
@@ -105,16 +108,20 @@ impl<P: Platform> PageAllocator<P> {
                 let page = NonNull::new(self.pfn_to_page_unchecked(pfn)).expect("memmap");
                 let addr = self.page_address(page);
                 self.platform.report_free(addr.as_ptr(), PAGE_SIZE << order);
+                self.discard_tail_memmap(page, order);
             }
             let mut fa = zone.lock.lock();
+            let mut merged_unreported = false;
             for &(pfn, order) in &batch[..n] {
-                self.free_one_page_locked(&mut fa, zone, pfn, order, true);
+                merged_unreported |= self.free_one_page_locked(&mut fa, zone, pfn, order, true, false);
             }
             drop(fa);
             zone.vm_stat[ZoneStat::NrFreePages as usize].fetch_add(isolated as isize, Relaxed);
             zone.events[VmEvent::PgReported as usize].fetch_add(isolated as u64, Relaxed);
             total += isolated;
-            if n < REPORT_BATCH {
+            // A put-back block that merged with an unreported buddy is now an
+            // unreported block of its own: go round again for it.
+            if n < REPORT_BATCH && !merged_unreported {
                 break;
             }
         }
@@ -123,6 +130,18 @@ impl<P: Platform> PageAllocator<P> {
         }
         let _ = nid;
         total
+    }
+
+    /// Discards the memmap pages that describe only tail pages of an isolated free
+    /// block: a free block's tail descriptors carry no state (they read as zero when
+    /// faulted back), so a reported 4 MiB block keeps one resident memmap page of 16.
+    fn discard_tail_memmap(&self, head: NonNull<Page>, order: usize) {
+        let first = head.as_ptr() as usize + MEMMAP_PAGE;
+        let end = head.as_ptr() as usize + (core::mem::size_of::<Page>() << order);
+        let first = (first + PAGE_SIZE - 1) & !(PAGE_SIZE - 1);
+        if end > first {
+            self.platform.report_free(first as *mut u8, end - first);
+        }
     }
 
     fn offline_reported_sections(&self, nid: usize) {

@@ -1,1 +1,25 @@
-//! placeholder
+//! kmem for Rust programs on Linux: the platform layer under kmem-core and the
+//! process heap.
+//!
+//! ```no_run
+//! use kmem::{heap, Gfp};
+//! let h = heap();
+//! let page = h.alloc_pages(Gfp::KERNEL, 0).expect("a page");
+//! let addr = h.page_address(page);
+//! unsafe {
+//!     addr.as_ptr().write_bytes(0xab, 4096);
+//!     h.free_pages(page, 0);
+//! }
+//! print!("{}", h.buddyinfo());
+//! ```
+//!
+//! Modules: [`platform`] (Linux: mmap, madvise, getcpu, sysfs), [`config`] (the
+//! environment, read without allocating), [`heap`] (the global heap and thread areas).
+
+pub mod config;
+pub mod heap;
+pub mod platform;
+
+pub use heap::{heap, Heap};
+pub use kmem_core::{Gfp, Page, PageFlags, MAX_ORDER, PAGE_SIZE};
+pub use platform::linux::rss_bytes;

@@ -1,0 +1,297 @@
+//! The process heap: one page allocator over one reserved span, with one CPU area per
+//! thread.
+//!
+//! ## Initialisation
+//! Lazy, on the first call, thread-safe and recursion-free: the first caller moves
+//! `state` from `UNINIT` to `INITIALIZING`, reads the environment (without
+//! allocating), reserves the span, initialises the core and creates the thread-exit
+//! key; others wait for `READY`. Nothing in it allocates through the heap.
+//!
+//! ## Thread = CPU
+//! Each thread owns one [`CpuArea`] (std's "owned" mode): the first page allocation of
+//! a thread takes one from the pool (or makes one) and registers a pthread key whose
+//! destructor is the thread's "CPU offline": it drains the area's lists and returns it
+//! to the pool, so a program that starts and joins many threads reuses a handful of
+//! areas. The thread-local slot is a const-initialised `Cell<usize>` with no
+//! destructor, so reading it never allocates or registers anything; its values are
+//! `0` (no area yet), `ATTACHING` (getting one: nested calls, e.g. from a `calloc`
+//! inside `pthread_setspecific`, use the zone path), `EXITED` (the key destructor ran:
+//! later allocations by other destructors use the zone path), or the area's address.
+
+use crate::config::{self, EnvConfig};
+use crate::platform::LinuxPlatform;
+use kmem_core::mmzone::SECTION_SIZE;
+use kmem_core::page::PAGE_SHIFT;
+use kmem_core::{Config, CpuArea, CpuRef, Gfp, Page, PageAllocator, Platform};
+use std::cell::Cell;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+const UNINIT: u8 = 0;
+const INITIALIZING: u8 = 1;
+const READY: u8 = 2;
+const FAILED: u8 = 3;
+
+const ATTACHING: usize = 1;
+const EXITED: usize = 2;
+
+thread_local! {
+    static THIS_AREA: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The process heap. Get it with [`heap`].
+pub struct Heap {
+    pa: PageAllocator<LinuxPlatform>,
+    state: AtomicU8,
+    exit_key: AtomicU32,
+}
+
+static HEAP: Heap = Heap {
+    pa: PageAllocator::new(LinuxPlatform::new()),
+    state: AtomicU8::new(UNINIT),
+    exit_key: AtomicU32::new(0),
+};
+
+/// The process heap, initialised on first use. If initialisation failed (no address
+/// space could be reserved), every allocation returns `None`.
+#[inline]
+pub fn heap() -> &'static Heap {
+    if HEAP.state.load(Ordering::Acquire) != READY {
+        HEAP.init_slow();
+    }
+    &HEAP
+}
+
+impl Heap {
+    #[cold]
+    #[inline(never)]
+    fn init_slow(&self) {
+        match self
+            .state
+            .compare_exchange(UNINIT, INITIALIZING, Ordering::Acquire, Ordering::Acquire)
+        {
+            Ok(_) => {
+                let ok = self.do_init(config::from_env());
+                self.state
+                    .store(if ok { READY } else { FAILED }, Ordering::Release);
+            }
+            Err(_) => {
+                while self.state.load(Ordering::Acquire) == INITIALIZING {
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
+    fn do_init(&self, env: EnvConfig) -> bool {
+        kmem_core::sync::set_relax_hook(|| {
+            // SAFETY: sched_yield has no preconditions.
+            unsafe { libc::sched_yield() };
+        });
+        let nodes = self.pa.platform().setup(env.numa_fake);
+        let max_pages = env.max_bytes >> PAGE_SHIFT;
+        // With a bound, the span needs the bound plus room for partly used sections
+        // of every node; without one, the whole reach of the section table.
+        let want = if max_pages > 0 {
+            env.max_bytes + (nodes + 2) * SECTION_SIZE
+        } else {
+            usize::MAX
+        };
+        let Some((base, len)) = self.pa.platform().reserve_span(want) else {
+            return false;
+        };
+        let config = Config {
+            nr_nodes: nodes,
+            max_pages,
+            report_delay_ns: env.decay_ms.saturating_mul(1_000_000),
+            ..Config::default()
+        };
+        // SAFETY: the span was just reserved for the heap alone, and no other thread
+        // uses the allocator before `state` becomes READY.
+        if unsafe { self.pa.init(base, len, config) }.is_err() {
+            return false;
+        }
+        let mut key: libc::pthread_key_t = 0;
+        // SAFETY: creating a key with a destructor of the right signature.
+        if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } != 0 {
+            return false;
+        }
+        self.exit_key.store(key, Ordering::Relaxed);
+        true
+    }
+
+    /// The core page allocator (for calls with an explicit context, such as `None`
+    /// for the zone path that bypasses per-CPU lists).
+    pub fn page_allocator(&self) -> &PageAllocator<LinuxPlatform> {
+        &self.pa
+    }
+
+    /// The calling thread's CPU area, attaching one on first use; `None` where per-CPU
+    /// lists must not be used (heap not ready, thread exiting, no area to be had).
+    #[inline]
+    pub(crate) fn this_cpu(&self) -> Option<CpuRef<'static>> {
+        let v = THIS_AREA.with(Cell::get);
+        if v > EXITED {
+            // SAFETY: the slot holds an area this thread owns until its exit
+            // destructor, which clears the slot first; areas live forever.
+            return Some(unsafe { CpuRef::new(&*(v as *const CpuArea)) });
+        }
+        if v == 0 {
+            return self.attach_cold();
+        }
+        None
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn attach_cold(&self) -> Option<CpuRef<'static>> {
+        if self.state.load(Ordering::Acquire) != READY {
+            return None;
+        }
+        THIS_AREA.with(|a| a.set(ATTACHING));
+        let nid = self.pa.platform().numa_node_id();
+        let Some(area) = HEAP.pa.cpu_area_get(nid) else {
+            THIS_AREA.with(|a| a.set(0));
+            return None;
+        };
+        let ptr = area as *const CpuArea as *mut libc::c_void;
+        // SAFETY: the key was created at initialisation; a non-null value makes the
+        // destructor run at thread exit. (glibc may allocate here for high keys: that
+        // nested allocation sees ATTACHING and takes the zone path.)
+        unsafe { libc::pthread_setspecific(self.exit_key.load(Ordering::Relaxed), ptr) };
+        THIS_AREA.with(|a| a.set(ptr as usize));
+        // SAFETY: we own the area now.
+        Some(unsafe { CpuRef::new(area) })
+    }
+
+    /// Flushes the calling thread's CPU area and returns it to the pool now, as thread
+    /// exit does; the thread's later allocations take the zone path.
+    pub fn detach_thread(&self) {
+        let v = THIS_AREA.with(Cell::get);
+        THIS_AREA.with(|a| a.set(EXITED));
+        if v > EXITED {
+            // SAFETY: the key exists; clearing the value stops the destructor from
+            // running for an area we give back here.
+            unsafe { libc::pthread_setspecific(self.exit_key.load(Ordering::Relaxed), std::ptr::null()) };
+            // SAFETY: this thread owned the area and the slot no longer names it.
+            unsafe { self.pa.cpu_area_put(&*(v as *const CpuArea)) };
+        }
+    }
+
+    // -------------------------------------------------------------------------
+    // Pages.
+
+    /// Allocates 2^`order` pages on the local node through this thread's per-CPU lists.
+    #[inline]
+    pub fn alloc_pages(&self, gfp: Gfp, order: usize) -> Option<NonNull<Page>> {
+        self.pa.alloc_pages(self.this_cpu(), gfp, order)
+    }
+
+    /// Allocates 2^`order` pages on node `nid` (see [`PageAllocator::alloc_pages_node`]).
+    pub fn alloc_pages_node(&self, gfp: Gfp, order: usize, nid: usize) -> Option<NonNull<Page>> {
+        self.pa.alloc_pages_node(self.this_cpu(), gfp, order, Some(nid))
+    }
+
+    /// Frees pages from [`Heap::alloc_pages`].
+    ///
+    /// # Safety
+    /// `page` came from this heap with this `order`, and the caller stops using it.
+    #[inline]
+    pub unsafe fn free_pages(&self, page: NonNull<Page>, order: usize) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.pa.free_pages(self.this_cpu(), page, order) }
+    }
+
+    /// Fills the `None` slots of `pages` with order-0 pages (see
+    /// [`PageAllocator::alloc_pages_bulk`]); returns the filled count.
+    pub fn alloc_pages_bulk(&self, gfp: Gfp, pages: &mut [Option<NonNull<Page>>]) -> usize {
+        self.pa.alloc_pages_bulk(self.this_cpu(), gfp, None, pages)
+    }
+
+    /// Frees order-0 pages in bulk; the slots become `None`.
+    ///
+    /// # Safety
+    /// Every `Some` page came from this heap as an order-0 page and is no longer used.
+    pub unsafe fn free_pages_bulk(&self, pages: &mut [Option<NonNull<Page>>]) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.pa.free_pages_bulk(self.this_cpu(), pages) }
+    }
+
+    /// The memory a page descriptor stands for.
+    #[inline]
+    pub fn page_address(&self, page: NonNull<Page>) -> NonNull<u8> {
+        self.pa.page_address(page)
+    }
+
+    /// The descriptor of the heap page holding `addr`, if the heap manages it.
+    #[inline]
+    pub fn virt_to_page(&self, addr: *const u8) -> Option<NonNull<Page>> {
+        self.pa.virt_to_page(addr)
+    }
+
+    /// Drains this thread's per-CPU lists.
+    pub fn drain_local(&self) {
+        if let Some(c) = self.this_cpu() {
+            self.pa.drain_local_pages(c);
+        }
+    }
+
+    /// Asks every thread to drain its per-CPU lists at its next call, and drains ours.
+    pub fn drain_all(&self) {
+        self.pa.drain_all_pages(self.this_cpu());
+    }
+
+    /// Gives every free 2 MiB block back to the OS now and takes free sections offline
+    /// (`malloc_trim`); returns the pages given back.
+    pub fn trim(&self) -> usize {
+        self.drain_local();
+        self.pa.report_free_pages()
+    }
+
+    // -------------------------------------------------------------------------
+    // Reports.
+
+    /// `/proc/buddyinfo` for the heap.
+    pub fn buddyinfo(&self) -> String {
+        let mut s = String::new();
+        let _ = kmem_core::show_mem::buddyinfo(&self.pa, &mut s);
+        s
+    }
+
+    /// `/proc/zoneinfo` for the heap.
+    pub fn zoneinfo(&self) -> String {
+        let mut s = String::new();
+        let _ = kmem_core::show_mem::zoneinfo(&self.pa, &mut s);
+        s
+    }
+
+    /// `/proc/vmstat` for the heap.
+    pub fn vmstat(&self) -> String {
+        let mut s = String::new();
+        let _ = kmem_core::show_mem::vmstat(&self.pa, &mut s);
+        s
+    }
+
+    /// The OOM report's `Mem-Info:` block for the heap (`show_free_areas`).
+    pub fn show_free_areas(&self) -> String {
+        let mut s = String::new();
+        let _ = kmem_core::show_mem::show_free_areas(&self.pa, &mut s);
+        s
+    }
+
+    /// Bounds the heap at `bytes` (0 = no bound). Memory already online stays.
+    pub fn set_max_bytes(&self, bytes: usize) {
+        self.pa.set_max_pages(bytes >> PAGE_SHIFT);
+    }
+}
+
+/// The pthread key destructor: the thread's CPU goes offline.
+extern "C" fn thread_exit(value: *mut libc::c_void) {
+    THIS_AREA.with(|a| a.set(EXITED));
+    if value.is_null() {
+        return;
+    }
+    // SAFETY: the value is the area this (exiting) thread owned; nothing else on the
+    // thread uses it after the slot says EXITED.
+    unsafe { HEAP.pa.cpu_area_put(&*(value as *const CpuArea)) };
+}

@@ -1,0 +1,278 @@
+//! The Linux platform: address space from `mmap`, memory given back with `madvise`,
+//! nodes from sysfs, the current CPU and node from `getcpu`, reports to stderr with
+//! `write(2)`.
+//!
+//! Nothing here allocates through the heap: kmem may be the process's malloc.
+
+use kmem_core::mmzone::{MAX_NUMNODES, MAX_SECTIONS, SECTION_SIZE};
+use kmem_core::Platform;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The Linux implementation of [`Platform`].
+pub struct LinuxPlatform {
+    /// Real NUMA nodes (from /sys/devices/system/node/online).
+    real_nodes: AtomicUsize,
+    /// Nodes the allocator sees (real, or more with fake NUMA).
+    nr_nodes: AtomicUsize,
+}
+
+impl Default for LinuxPlatform {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl LinuxPlatform {
+    /// A platform; [`LinuxPlatform::setup`] fills in the node counts.
+    pub const fn new() -> Self {
+        Self {
+            real_nodes: AtomicUsize::new(1),
+            nr_nodes: AtomicUsize::new(1),
+        }
+    }
+
+    /// Reads the real node count and sets the node count the allocator uses
+    /// (`fake_nodes` > 0 splits the machine into that many fake nodes).
+    pub fn setup(&self, fake_nodes: usize) -> usize {
+        let real = online_nodes().clamp(1, MAX_NUMNODES);
+        self.real_nodes.store(real, Ordering::Relaxed);
+        let n = if fake_nodes > 0 {
+            fake_nodes.min(MAX_NUMNODES)
+        } else {
+            real
+        };
+        self.nr_nodes.store(n, Ordering::Relaxed);
+        n
+    }
+
+    /// Reserves a span of address space for the heap: at most `want` bytes (rounded to
+    /// whole sections, at most the section table's reach), aligned to the section size,
+    /// readable and writable but not committed (`MAP_NORESERVE`; pages are committed
+    /// when touched). Falls back to smaller spans if the address space is limited.
+    pub fn reserve_span(&self, want: usize) -> Option<(*mut u8, usize)> {
+        let mut len = want
+            .div_ceil(SECTION_SIZE)
+            .clamp(1, MAX_SECTIONS)
+            .saturating_mul(SECTION_SIZE);
+        loop {
+            // SAFETY: an anonymous private mapping with no address hint affects no
+            // existing memory.
+            let raw = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len + SECTION_SIZE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if raw != libc::MAP_FAILED {
+                let start = raw as usize;
+                let base = (start + SECTION_SIZE - 1) & !(SECTION_SIZE - 1);
+                let end = start + len + SECTION_SIZE;
+                // SAFETY: both ranges are the unaligned slop of the mapping made above,
+                // which nobody else knows about.
+                unsafe {
+                    if base > start {
+                        libc::munmap(raw, base - start);
+                    }
+                    if end > base + len {
+                        libc::munmap((base + len) as *mut libc::c_void, end - (base + len));
+                    }
+                }
+                return Some((base as *mut u8, len));
+            }
+            if len <= SECTION_SIZE {
+                return None;
+            }
+            len /= 2;
+        }
+    }
+}
+
+impl Platform for LinuxPlatform {
+    fn section_online(&self, addr: *mut u8, len: usize, nid: usize) -> bool {
+        let real = self.real_nodes.load(Ordering::Relaxed);
+        if real > 1 {
+            // Prefer memory of the real node behind this (possibly fake) node.
+            let mask: libc::c_ulong = 1 << (nid % real);
+            const MPOL_PREFERRED: libc::c_int = 1;
+            // SAFETY: mbind on a range of our own mapping only sets its policy; a
+            // failure leaves the default policy, which is still correct.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_mbind,
+                    addr,
+                    len,
+                    MPOL_PREFERRED,
+                    &mask as *const libc::c_ulong,
+                    (8 * std::mem::size_of::<libc::c_ulong>()) as libc::c_ulong,
+                    0,
+                );
+            }
+        }
+        true
+    }
+
+    fn report_free(&self, addr: *mut u8, len: usize) {
+        // SAFETY: the allocator reports whole free pages of its own span; discarding
+        // them makes them read as zero, which the contract asks for.
+        let rc = unsafe { libc::madvise(addr.cast(), len, libc::MADV_DONTNEED) };
+        if rc != 0 {
+            // Could not discard: keep the promise by zeroing.
+            // SAFETY: as above; the range is ours and free.
+            unsafe { std::ptr::write_bytes(addr, 0, len) };
+        }
+    }
+
+    fn now_ns(&self) -> u64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes the timespec we pass.
+        unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+        ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+    }
+
+    fn log(&self, text: &str) {
+        write_stderr(text.as_bytes());
+    }
+
+    fn numa_node_id(&self) -> usize {
+        current_node(self.nr_nodes.load(Ordering::Relaxed), self.real_nodes.load(Ordering::Relaxed))
+    }
+}
+
+/// Writes to fd 2 with `write(2)`, retrying short writes; never allocates.
+pub fn write_stderr(mut bytes: &[u8]) {
+    while !bytes.is_empty() {
+        // SAFETY: writing our own buffer to fd 2.
+        let n = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+        if n <= 0 {
+            return;
+        }
+        bytes = &bytes[n as usize..];
+    }
+}
+
+/// The CPU and node the caller runs on, from the `getcpu` system call.
+pub fn getcpu() -> (usize, usize) {
+    let mut cpu: libc::c_uint = 0;
+    let mut node: libc::c_uint = 0;
+    // SAFETY: getcpu writes the two integers we pass; the third argument is unused.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_getcpu,
+            &mut cpu as *mut libc::c_uint,
+            &mut node as *mut libc::c_uint,
+            std::ptr::null_mut::<libc::c_void>(),
+        )
+    };
+    if rc != 0 {
+        return (0, 0);
+    }
+    (cpu as usize, node as usize)
+}
+
+/// The node for the current CPU: the real node, or with fake NUMA the CPU's share.
+pub fn current_node(nr_nodes: usize, real_nodes: usize) -> usize {
+    let (cpu, node) = getcpu();
+    if nr_nodes > real_nodes {
+        cpu % nr_nodes
+    } else {
+        node.min(nr_nodes.saturating_sub(1))
+    }
+}
+
+/// Number of online nodes: the highest node in /sys/devices/system/node/online plus
+/// one (the file is a range list like `0-3` or `0,2`). 1 if it cannot be read.
+pub fn online_nodes() -> usize {
+    let mut buf = [0u8; 256];
+    let path = c"/sys/devices/system/node/online";
+    // SAFETY: open/read/close on a path we own, into a stack buffer.
+    let n = unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 1;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    if n <= 0 {
+        return 1;
+    }
+    let mut max = 0usize;
+    let mut cur = 0usize;
+    for &b in &buf[..n as usize] {
+        if b.is_ascii_digit() {
+            cur = cur * 10 + (b - b'0') as usize;
+        } else {
+            max = max.max(cur);
+            cur = 0;
+        }
+    }
+    max.max(cur) + 1
+}
+
+/// Resident memory of this process in bytes (from /proc/self/statm), read without
+/// allocating.
+pub fn rss_bytes() -> usize {
+    let mut buf = [0u8; 128];
+    let path = c"/proc/self/statm";
+    // SAFETY: open/read/close into a stack buffer.
+    let n = unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 0;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    if n <= 0 {
+        return 0;
+    }
+    // Second field: resident pages.
+    let mut fields = buf[..n as usize].split(|&b| b == b' ');
+    fields.next();
+    let resident = fields
+        .next()
+        .map(|f| f.iter().take_while(|b| b.is_ascii_digit()).fold(0usize, |a, &b| a * 10 + (b - b'0') as usize))
+        .unwrap_or(0);
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+    resident * page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_and_cpus_are_sane() {
+        assert!(online_nodes() >= 1);
+        let (cpu, _node) = getcpu();
+        // SAFETY: sysconf has no preconditions.
+        let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) } as usize;
+        assert!(cpu < ncpu.max(1));
+        assert!(rss_bytes() > 0);
+    }
+
+    #[test]
+    fn span_is_aligned_and_usable() {
+        let p = LinuxPlatform::new();
+        let (base, len) = p.reserve_span(3 * SECTION_SIZE).unwrap();
+        assert_eq!(base as usize % SECTION_SIZE, 0);
+        assert_eq!(len, 3 * SECTION_SIZE);
+        // SAFETY: the span is ours: touch a page, then report it and see it read zero.
+        unsafe {
+            *base = 7;
+            p.report_free(base, 4096);
+            assert_eq!(*base, 0);
+            libc::munmap(base.cast(), len);
+        }
+    }
+}

@@ -1,0 +1,6 @@
+//! Platform implementations. Only this module names an operating system.
+
+#[cfg(target_os = "linux")]
+pub mod linux;
+#[cfg(target_os = "linux")]
+pub use linux::LinuxPlatform;

@@ -1,0 +1,20 @@
+//! KMEM_NUMA_FAKE splits the machine into fake nodes, each with its own memory.
+
+use kmem::{heap, Gfp};
+use kmem_core::vmstat::VmEvent;
+
+#[test]
+fn fake_nodes_have_their_own_memory() {
+    std::env::set_var("KMEM_NUMA_FAKE", "3");
+    let h = heap();
+    let pa = h.page_allocator();
+    assert_eq!(pa.nr_nodes(), 3);
+    for nid in 0..3 {
+        let p = h.alloc_pages_node(Gfp::THISNODE, 0, nid).expect("page on node");
+        assert_eq!(pa.page_to_nid(p), nid);
+        // SAFETY: allocated above.
+        unsafe { h.free_pages(p, 0) };
+    }
+    assert!(pa.event(VmEvent::NumaHit) >= 3);
+    assert_eq!(h.buddyinfo().lines().count(), 3);
+}
