@@ -1,1 +1,67 @@
-fn main() {}
+//! `kmem`: benchmarks kmem against peer allocators in one process and one run.
+//!
+//! `kmem bench [SUITE…] [--quick] [--json] [--plot DIR]` — with no suite, every suite
+//! in quick form. Output contract: ARCHITECTURE.md ("Benchmark output contract").
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "kmem",
+    version,
+    about = "The kernel's memory-allocation stack, in Rust: benchmarks and tools"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run benchmark suites (all of them, quick, when none is named).
+    Bench {
+        /// Suites to run: page.
+        suites: Vec<String>,
+        /// Shorten every suite to a few seconds.
+        #[arg(long)]
+        quick: bool,
+        /// Print one JSON document on stdout instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Write one SVG chart per suite into this directory.
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let command = cli.command.unwrap_or(Command::Bench {
+        suites: Vec::new(),
+        quick: true,
+        json: false,
+        plot: None,
+    });
+    match command {
+        Command::Bench {
+            suites,
+            quick,
+            json,
+            plot,
+        } => {
+            // No suite named: everything, in quick form.
+            let quick = quick || suites.is_empty();
+            match bench::run(&suites, quick, json, plot.as_deref()) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("kmem bench: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
+    }
+}

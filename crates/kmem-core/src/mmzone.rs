@@ -230,7 +230,8 @@ mod tests {
             z.watermark(Watermark::High),
         );
         assert!(min > 0 && min < low && low < high);
-        z.managed.store(SECTION_MANAGED_PAGES * 64, Ordering::Relaxed);
+        z.managed
+            .store(SECTION_MANAGED_PAGES * 64, Ordering::Relaxed);
         z.setup_watermarks();
         assert!(z.watermark(Watermark::Min) > min);
     }

@@ -53,6 +53,9 @@ pub const PCP_BATCH: u32 = 31;
 pub const PCP_HIGH_MAX: u32 = 6 * PCP_BATCH;
 /// Below this `high`, per-CPU lists are off.
 pub const PCP_MIN_HIGH: u32 = 8;
+/// Every this many pages freed to a per-CPU list, the owner checks whether free page
+/// reporting is due (a power of two).
+pub const REPORT_CHECK_INTERVAL: u64 = 1024;
 /// Most shrinkers that can be registered.
 pub const MAX_SHRINKERS: usize = 16;
 
@@ -384,7 +387,9 @@ impl<P: Platform> PageAllocator<P> {
     #[inline]
     fn count_event(&self, cpu: Option<CpuRef<'_>>, nid: usize, ev: VmEvent, n: u64) {
         match cpu {
-            Some(c) => self.zone_pcp(c, nid).stat.count(ev, n),
+            Some(c) => {
+                self.zone_pcp(c, nid).stat.count(ev, n);
+            }
             None => {
                 self.zones[nid].events[ev as usize].fetch_add(n, Ordering::Relaxed);
             }
@@ -450,13 +455,18 @@ impl<P: Platform> PageAllocator<P> {
 
     /// An event count summed over all zones.
     pub fn event(&self, ev: VmEvent) -> u64 {
-        (0..self.nr_nodes()).map(|nid| self.zone_event(nid, ev)).sum()
+        (0..self.nr_nodes())
+            .map(|nid| self.zone_event(nid, ev))
+            .sum()
     }
 
     /// Free pages in the buddy lists of every zone (exact).
     pub fn nr_free_pages(&self) -> usize {
         (0..self.nr_nodes())
-            .map(|nid| self.zone_page_state_snapshot(nid, ZoneStat::NrFreePages).max(0) as usize)
+            .map(|nid| {
+                self.zone_page_state_snapshot(nid, ZoneStat::NrFreePages)
+                    .max(0) as usize
+            })
             .sum()
     }
 
@@ -480,7 +490,8 @@ impl<P: Platform> PageAllocator<P> {
     pub fn nr_allocated_pages(&self) -> usize {
         let held: usize = (0..self.nr_nodes())
             .map(|nid| {
-                self.zone_page_state_snapshot(nid, ZoneStat::NrFreePages).max(0) as usize
+                self.zone_page_state_snapshot(nid, ZoneStat::NrFreePages)
+                    .max(0) as usize
                     + self.nr_pcp_pages(nid)
             })
             .sum();
@@ -497,7 +508,14 @@ impl<P: Platform> PageAllocator<P> {
     // The buddy allocator proper. Functions taking `&mut FreeArea` run under the zone
     // lock of `zone`.
 
-    fn add_to_free_list(&self, fa: &mut FreeArea, zone: &Zone, pfn: usize, order: usize, reported: bool) {
+    fn add_to_free_list(
+        &self,
+        fa: &mut FreeArea,
+        zone: &Zone,
+        pfn: usize,
+        order: usize,
+        reported: bool,
+    ) {
         let page = self.pfn_to_page_raw(pfn);
         // SAFETY: `pfn` is a managed page of an online section of this zone (callers),
         // and the zone lock is held, which owns free blocks and their lists.
@@ -517,7 +535,13 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// Removes a free block from its list; returns whether it was reported.
-    pub(crate) fn del_from_free_list(&self, fa: &mut FreeArea, zone: &Zone, pfn: usize, order: usize) -> bool {
+    pub(crate) fn del_from_free_list(
+        &self,
+        fa: &mut FreeArea,
+        zone: &Zone,
+        pfn: usize,
+        order: usize,
+    ) -> bool {
         let page = self.pfn_to_page_raw(pfn);
         // SAFETY: as in `add_to_free_list`; the block is on `lists[order]`.
         let reported = unsafe {
@@ -545,13 +569,12 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// `__free_one_page`: puts a block back, merging it with its free buddies.
-    /// Returns whether it listed an unreported block of reporting order (one that free
-    /// page reporting will look at).
     ///
-    /// A block of reporting order is as old as its oldest part of reporting order: a
-    /// few pages freed now into a long-free 4 MiB block do not restart its decay. A
-    /// `cold` free (a drain of per-CPU lists: their owner went idle or away) counts as
-    /// old when nothing older is known, so a drain does not pin the memory it returns.
+    /// `freed_at` is when the caller's pages were freed (the platform clock, read once
+    /// per lock round trip), or 0 for a *cold* free — a drain of per-CPU lists whose
+    /// owner went idle or away — which does not make the merged block look recently
+    /// used. A merged block is as young as its youngest part, so free page reporting
+    /// never discards memory that was freed (and may be reused) a moment ago.
     pub(crate) fn free_one_page_locked(
         &self,
         fa: &mut FreeArea,
@@ -559,10 +582,9 @@ impl<P: Platform> PageAllocator<P> {
         mut pfn: usize,
         mut order: usize,
         mut reported: bool,
-        cold: bool,
-    ) -> bool {
-        let report_order = self.report_order.load(Ordering::Relaxed);
-        let mut freed_at: Option<usize> = None;
+        freed_at: u64,
+    ) {
+        let mut youngest = freed_at as usize;
         while order < MAX_ORDER {
             let buddy_pfn = pfn ^ (1 << order);
             let buddy = self.pfn_to_page_raw(buddy_pfn);
@@ -573,9 +595,8 @@ impl<P: Platform> PageAllocator<P> {
             if !(b.is_buddy() && b.order() == order) {
                 break;
             }
-            if order >= report_order && !b.flags().contains(PageFlags::REPORTED) {
-                let t = b.private.load(Ordering::Relaxed);
-                freed_at = Some(freed_at.map_or(t, |f| f.min(t)));
+            if !b.flags().contains(PageFlags::REPORTED) {
+                youngest = youngest.max(b.private.load(Ordering::Relaxed));
             }
             reported &= self.del_from_free_list(fa, zone, buddy_pfn, order);
             pfn &= buddy_pfn;
@@ -584,23 +605,24 @@ impl<P: Platform> PageAllocator<P> {
         // SAFETY: as above.
         let head = unsafe { &*self.pfn_to_page_raw(pfn) };
         head.reset();
-        let unreported_high = !reported && order >= report_order;
-        if unreported_high {
-            let t = match freed_at {
-                Some(t) => t,
-                None if cold => 0,
-                None => self.platform.now_ns() as usize,
-            };
-            head.private.store(t, Ordering::Relaxed);
+        if !reported {
+            head.private.store(youngest, Ordering::Relaxed);
             zone.report_pending.store(1, Ordering::Relaxed);
         }
         self.add_to_free_list(fa, zone, pfn, order, reported);
-        unreported_high
     }
 
     /// `expand`: a block of order `high` at `pfn` was taken for an order-`low`
     /// allocation; list the upper halves.
-    fn expand(&self, fa: &mut FreeArea, zone: &Zone, pfn: usize, low: usize, mut high: usize, reported: bool) {
+    fn expand(
+        &self,
+        fa: &mut FreeArea,
+        zone: &Zone,
+        pfn: usize,
+        low: usize,
+        mut high: usize,
+        reported: bool,
+    ) {
         while high > low {
             high -= 1;
             self.add_to_free_list(fa, zone, pfn + (1 << high), high, reported);
@@ -609,7 +631,12 @@ impl<P: Platform> PageAllocator<P> {
 
     /// `__rmqueue_smallest`: the smallest free block of at least `order`, split down.
     /// Returns its pfn and whether its contents were discarded (read as zero).
-    fn rmqueue_smallest(&self, fa: &mut FreeArea, zone: &Zone, order: usize) -> Option<(usize, bool)> {
+    fn rmqueue_smallest(
+        &self,
+        fa: &mut FreeArea,
+        zone: &Zone,
+        order: usize,
+    ) -> Option<(usize, bool)> {
         for o in order..=MAX_ORDER {
             let head = fa.lists[o].first();
             if let Some(page) = NonNull::new(head) {
@@ -623,10 +650,16 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// Takes one block straight from the zone (no per-CPU list).
-    fn rmqueue_buddy(&self, cpu: Option<CpuRef<'_>>, zone: &Zone, order: usize) -> Option<(NonNull<Page>, bool)> {
+    fn rmqueue_buddy(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        zone: &Zone,
+        order: usize,
+    ) -> Option<(NonNull<Page>, bool)> {
         let mut fa = zone.lock.lock();
         let got = self.rmqueue_smallest(&mut fa, zone, order);
         drop(fa);
+        self.maybe_report(None, zone);
         let (pfn, reported) = got?;
         self.mod_zone_state(cpu, zone.nid(), ZoneStat::NrFreePages, -(1 << order));
         Some((NonNull::new(self.pfn_to_page_raw(pfn))?, reported))
@@ -634,7 +667,14 @@ impl<P: Platform> PageAllocator<P> {
 
     /// `rmqueue_bulk`: moves up to `count` blocks of `order` to a per-CPU list under one
     /// zone lock. Returns how many it moved.
-    fn rmqueue_bulk(&self, cpu: CpuRef<'_>, zone: &Zone, order: usize, count: usize, list: &mut PageList) -> usize {
+    fn rmqueue_bulk(
+        &self,
+        cpu: CpuRef<'_>,
+        zone: &Zone,
+        order: usize,
+        count: usize,
+        list: &mut PageList,
+    ) -> usize {
         let mut fa = zone.lock.lock();
         let mut n = 0;
         while n < count {
@@ -658,14 +698,30 @@ impl<P: Platform> PageAllocator<P> {
         }
         drop(fa);
         let nid = zone.nid();
-        self.mod_zone_state(Some(cpu), nid, ZoneStat::NrFreePages, -((n << order) as isize));
+        self.mod_zone_state(
+            Some(cpu),
+            nid,
+            ZoneStat::NrFreePages,
+            -((n << order) as isize),
+        );
         self.count_event(Some(cpu), nid, VmEvent::PcpRefill, 1);
+        // Allocation activity also drives free page reporting, so memory freed in a
+        // burst is given back once the program goes on allocating.
+        self.maybe_report(None, zone);
         n
     }
 
     /// `free_pcppages_bulk`: gives `to_free` pages (at least) from an area's lists of
     /// `zone` back to the buddy lists, coldest first, under one zone lock.
-    fn free_pcppages_bulk(&self, cpu: CpuRef<'_>, zone: &Zone, pcp: &ZonePcp, to_free: usize, cold: bool) {
+    fn free_pcppages_bulk(
+        &self,
+        cpu: CpuRef<'_>,
+        zone: &Zone,
+        pcp: &ZonePcp,
+        to_free: usize,
+        cold: bool,
+    ) {
+        let freed_at = if cold { 0 } else { self.platform.now_ns() };
         let nid = zone.nid();
         // SAFETY: `cpu` proves we own the area `pcp` belongs to.
         let lists = unsafe { pcp.lists() };
@@ -686,7 +742,7 @@ impl<P: Platform> PageAllocator<P> {
             let page = unsafe { lists[order].pop_tail() };
             let page = NonNull::new(page).expect("non-empty list");
             let pfn = self.page_to_pfn(page);
-            self.free_one_page_locked(&mut fa, zone, pfn, order, false, cold);
+            self.free_one_page_locked(&mut fa, zone, pfn, order, false, freed_at);
             freed += 1 << order;
             order = (order + 1) % PCP_ORDERS;
         }
@@ -694,7 +750,7 @@ impl<P: Platform> PageAllocator<P> {
         pcp.add_count(-(freed as i32));
         self.mod_zone_state(Some(cpu), nid, ZoneStat::NrFreePages, freed as isize);
         self.count_event(Some(cpu), nid, VmEvent::PcpSpill, 1);
-        self.maybe_report(zone);
+        self.maybe_report(Some(cpu), zone);
     }
 
     // ---------------------------------------------------------------------------
@@ -702,7 +758,12 @@ impl<P: Platform> PageAllocator<P> {
 
     /// Allocates 2^`order` contiguous pages, preferring the local node.
     #[inline]
-    pub fn alloc_pages(&self, cpu: Option<CpuRef<'_>>, gfp: Gfp, order: usize) -> Option<NonNull<Page>> {
+    pub fn alloc_pages(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        gfp: Gfp,
+        order: usize,
+    ) -> Option<NonNull<Page>> {
         self.alloc_pages_node(cpu, gfp, order, None)
     }
 
@@ -738,7 +799,12 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// Allocates with the interleave policy: nodes in turn (`numa_interleave`).
-    pub fn alloc_pages_interleave(&self, cpu: Option<CpuRef<'_>>, gfp: Gfp, order: usize) -> Option<NonNull<Page>> {
+    pub fn alloc_pages_interleave(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        gfp: Gfp,
+        order: usize,
+    ) -> Option<NonNull<Page>> {
         let target = self.interleave_next.fetch_add(1, Ordering::Relaxed) % self.nr_nodes();
         let page = self.alloc_pages_node(cpu, gfp, order, Some(target))?;
         if self.page_to_nid(page) == target {
@@ -776,7 +842,12 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// `rmqueue`: one block from `zone`, through the per-CPU list when allowed.
-    fn rmqueue(&self, cpu: Option<CpuRef<'_>>, zone: &Zone, order: usize) -> Option<(NonNull<Page>, bool)> {
+    fn rmqueue(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        zone: &Zone,
+        order: usize,
+    ) -> Option<(NonNull<Page>, bool)> {
         let high = zone.pcp_high.load(Ordering::Relaxed);
         match cpu {
             Some(c) if order <= PCP_MAX_ORDER && high != 0 => {
@@ -785,14 +856,22 @@ impl<P: Platform> PageAllocator<P> {
                 let lists = unsafe { pcp.lists() };
                 if lists[order].is_empty() {
                     let batch = zone.pcp_batch.load(Ordering::Relaxed) as usize;
-                    let n = self.rmqueue_bulk(c, zone, order, (batch >> order).max(1), &mut lists[order]);
+                    let n = self.rmqueue_bulk(
+                        c,
+                        zone,
+                        order,
+                        (batch >> order).max(1),
+                        &mut lists[order],
+                    );
                     pcp.add_count((n << order) as i32);
                 }
                 // SAFETY: we own the list.
                 let page = NonNull::new(unsafe { lists[order].pop_head() })?;
                 pcp.add_count(-(1 << order));
                 // SAFETY: the page came off our own list.
-                let reported = unsafe { page.as_ref() }.flags().contains(PageFlags::REPORTED);
+                let reported = unsafe { page.as_ref() }
+                    .flags()
+                    .contains(PageFlags::REPORTED);
                 Some((page, reported))
             }
             _ => self.rmqueue_buddy(cpu, zone, order),
@@ -809,7 +888,11 @@ impl<P: Platform> PageAllocator<P> {
         preferred: usize,
         wmark: Watermark,
     ) -> Option<NonNull<Page>> {
-        let nr_nodes = if gfp.contains(Gfp::THISNODE) { 1 } else { self.nr_nodes() };
+        let nr_nodes = if gfp.contains(Gfp::THISNODE) {
+            1
+        } else {
+            self.nr_nodes()
+        };
         let exact = wmark == Watermark::Min;
         for i in 0..nr_nodes {
             let nid = (preferred + i) % self.nr_nodes();
@@ -908,11 +991,16 @@ impl<P: Platform> PageAllocator<P> {
                 // SAFETY: `c` proves ownership of the area; the block is ours to list.
                 unsafe { pcp.lists()[order].push_head(page.as_ptr()) };
                 pcp.add_count(1 << order);
-                pcp.stat.count(VmEvent::PgFree, 1 << order);
+                let freed = pcp.stat.count(VmEvent::PgFree, 1 << order);
                 if pcp.count() > high as usize
                     || c.area().drain_request.load(Ordering::Relaxed) != 0
                 {
                     self.free_pcp_slow(c, zone, pcp, high);
+                } else if freed & (REPORT_CHECK_INTERVAL - 1) < (1 << order) {
+                    // Now and then a free that stays on the per-CPU list looks whether
+                    // free page reporting is due, so a program that has settled into
+                    // a steady state still gives back what it freed earlier.
+                    self.maybe_report(Some(c), zone);
                 }
                 return;
             }
@@ -933,15 +1021,22 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// Frees a block straight to the zone.
-    fn free_one_page(&self, cpu: Option<CpuRef<'_>>, zone: &Zone, page: NonNull<Page>, order: usize) {
+    fn free_one_page(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        zone: &Zone,
+        page: NonNull<Page>,
+        order: usize,
+    ) {
         let pfn = self.page_to_pfn(page);
+        let now = self.platform.now_ns();
         let mut fa = zone.lock.lock();
-        self.free_one_page_locked(&mut fa, zone, pfn, order, false, false);
+        self.free_one_page_locked(&mut fa, zone, pfn, order, false, now);
         drop(fa);
         let nid = zone.nid();
         self.mod_zone_state(cpu, nid, ZoneStat::NrFreePages, 1 << order);
         self.count_event(cpu, nid, VmEvent::PgFree, 1 << order);
-        self.maybe_report(zone);
+        self.maybe_report(None, zone);
     }
 
     /// Reports a page in a state it should not be in (`bad_page`): the page is left
@@ -978,7 +1073,8 @@ impl<P: Platform> PageAllocator<P> {
         let mut filled = 0usize;
         let high = zone.pcp_high.load(Ordering::Relaxed);
         let use_pcp = matches!(cpu, Some(c) if high != 0 && c.area().drain_request.load(Ordering::Relaxed) == 0);
-        if want > 0 && self.zone_watermark_ok(zone, 0, zone.watermark(Watermark::Low) + want, false) {
+        if want > 0 && self.zone_watermark_ok(zone, 0, zone.watermark(Watermark::Low) + want, false)
+        {
             match cpu {
                 Some(c) if use_pcp => {
                     let pcp = self.zone_pcp(c, preferred);
@@ -1060,7 +1156,11 @@ impl<P: Platform> PageAllocator<P> {
     /// # Safety
     /// Every `Some` page came from this allocator as an order-0 page, and the caller
     /// gives up every use of them.
-    pub unsafe fn free_pages_bulk(&self, cpu: Option<CpuRef<'_>>, pages: &mut [Option<NonNull<Page>>]) {
+    pub unsafe fn free_pages_bulk(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        pages: &mut [Option<NonNull<Page>>],
+    ) {
         match cpu {
             Some(c) => {
                 let mut touched = 0u32; // bit per node
@@ -1107,6 +1207,7 @@ impl<P: Platform> PageAllocator<P> {
                     };
                     let nid = self.page_to_nid(first);
                     let zone = &self.zones[nid];
+                    let now = self.platform.now_ns();
                     let mut fa = zone.lock.lock();
                     let mut n = 0usize;
                     while i < pages.len() {
@@ -1130,13 +1231,13 @@ impl<P: Platform> PageAllocator<P> {
                             continue;
                         }
                         let pfn = self.page_to_pfn(page);
-                        self.free_one_page_locked(&mut fa, zone, pfn, 0, false, false);
+                        self.free_one_page_locked(&mut fa, zone, pfn, 0, false, now);
                         n += 1;
                     }
                     drop(fa);
                     self.mod_zone_state(None, nid, ZoneStat::NrFreePages, n as isize);
                     self.count_event(None, nid, VmEvent::PgFree, n as u64);
-                    self.maybe_report(zone);
+                    self.maybe_report(None, zone);
                 }
             }
         }
@@ -1156,7 +1257,12 @@ impl<P: Platform> PageAllocator<P> {
         let area = match self.areas.pop_free() {
             Some(a) => a,
             None => {
-                let page = self.alloc_pages_node(None, Gfp::ZERO | Gfp::NOWARN, CPU_AREA_ORDER, Some(nid))?;
+                let page = self.alloc_pages_node(
+                    None,
+                    Gfp::ZERO | Gfp::NOWARN,
+                    CPU_AREA_ORDER,
+                    Some(nid),
+                )?;
                 let mem = self.page_address(page);
                 // SAFETY: the block is ours for good (areas are never freed), zeroed,
                 // page aligned, and CPU_AREA_SIZE long.
@@ -1214,13 +1320,21 @@ impl<P: Platform> PageAllocator<P> {
 
     /// Drains the caller's own per-CPU lists of every zone (`drain_local_pages`).
     pub fn drain_local_pages(&self, cpu: CpuRef<'_>) {
-        cpu.area().drain_request.fetch_and(!DRAIN_PAGES, Ordering::Relaxed);
+        cpu.area()
+            .drain_request
+            .fetch_and(!DRAIN_PAGES, Ordering::Relaxed);
         for nid in 0..self.nr_nodes() {
-            let pcp = self.zone_pcp(cpu, nid);
-            if pcp.count() > 0 {
-                self.free_pcppages_bulk(cpu, &self.zones[nid], pcp, pcp.count(), true);
-                self.count_event(Some(cpu), nid, VmEvent::PcpDrain, 1);
-            }
+            self.drain_zone_pages(cpu, &self.zones[nid]);
+        }
+    }
+
+    /// Drains the caller's own per-CPU lists of one zone (`drain_pages_zone`); the
+    /// pages go back cold.
+    pub(crate) fn drain_zone_pages(&self, cpu: CpuRef<'_>, zone: &Zone) {
+        let pcp = self.zone_pcp(cpu, zone.nid());
+        if pcp.count() > 0 {
+            self.free_pcppages_bulk(cpu, zone, pcp, pcp.count(), true);
+            self.count_event(Some(cpu), zone.nid(), VmEvent::PcpDrain, 1);
         }
     }
 
@@ -1260,11 +1374,7 @@ impl<P: Platform> PageAllocator<P> {
     /// Runs every shrinker; returns the pages they freed.
     pub fn shrink_caches(&self, nid: usize) -> usize {
         let table = *self.shrinkers.lock();
-        table
-            .iter()
-            .flatten()
-            .map(|s| (s.scan)(s.data, nid))
-            .sum()
+        table.iter().flatten().map(|s| (s.scan)(s.data, nid)).sum()
     }
 
     // ---------------------------------------------------------------------------
@@ -1275,7 +1385,11 @@ impl<P: Platform> PageAllocator<P> {
     pub(crate) fn grow_node(&self, nid: usize) -> bool {
         let mut hp = self.hotplug.lock();
         let max = self.max_pages();
-        let room = if max == 0 { usize::MAX } else { max.saturating_sub(hp.online_pages) };
+        let room = if max == 0 {
+            usize::MAX
+        } else {
+            max.saturating_sub(hp.online_pages)
+        };
         if room == 0 {
             return false;
         }
@@ -1294,7 +1408,9 @@ impl<P: Platform> PageAllocator<P> {
                 }
                 let s = hp.next_section;
                 let addr = (self.base.load(Ordering::Relaxed) + (s << SECTION_SHIFT)) as *mut u8;
-                if !self.platform.section_online(addr, SECTION_SIZE, nid) {
+                // SAFETY: section `s` lies in our span (checked against its length) and
+                // was never used: nobody else touches it.
+                if !unsafe { self.platform.section_online(addr, SECTION_SIZE, nid) } {
                     return false;
                 }
                 hp.next_section += 1;
@@ -1323,7 +1439,8 @@ impl<P: Platform> PageAllocator<P> {
         sec.nr_reported.store(0, Ordering::Relaxed);
         let zone = &self.zones[nid];
         let mut fa = zone.lock.lock();
-        sec.state.store(crate::mmzone::SECTION_ONLINE, Ordering::Release);
+        sec.state
+            .store(crate::mmzone::SECTION_ONLINE, Ordering::Release);
         // Hand the pages over as the largest aligned blocks that fit. They were never
         // touched (or were discarded): list them as reported, behind resident blocks.
         let start = (nr << PFN_SECTION_SHIFT) + MEMMAP_PAGES;
@@ -1373,13 +1490,19 @@ impl<P: Platform> PageAllocator<P> {
             self.del_from_free_list(&mut fa, zone, pfn, order);
             pfn += 1 << order;
         }
-        sec.state.store(crate::mmzone::SECTION_OFFLINE, Ordering::Release);
+        sec.state
+            .store(crate::mmzone::SECTION_OFFLINE, Ordering::Release);
         zone.vm_stat[ZoneStat::NrFreePages as usize].fetch_sub(managed as isize, Ordering::Relaxed);
         zone.managed.fetch_sub(managed as usize, Ordering::Relaxed);
         zone.nr_sections.fetch_sub(1, Ordering::Relaxed);
         drop(fa);
         let memmap = self.pfn_to_page_raw(nr << PFN_SECTION_SHIFT) as *mut u8;
-        self.platform.report_free(memmap, MEMMAP_PAGES << PAGE_SHIFT);
+        // SAFETY: the section is offline (its pages are off the free lists, the hotplug
+        // lock keeps it from coming back online meanwhile), so nothing reads its memmap.
+        unsafe {
+            self.platform
+                .report_free(memmap, MEMMAP_PAGES << PAGE_SHIFT)
+        };
         sec.memmap_zero.store(1, Ordering::Relaxed);
         hp.online_pages -= managed as usize;
         drop(hp);

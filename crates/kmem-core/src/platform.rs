@@ -15,13 +15,21 @@ pub trait Platform: Sync {
     /// given to [`crate::PageAllocator::init`], aligned to the section size) must become
     /// readable and writable, preferably backed by memory of node `nid`. Memory that the
     /// platform brings online reads as zero. Returns false if it cannot.
-    fn section_online(&self, addr: *mut u8, len: usize, nid: usize) -> bool;
+    ///
+    /// # Safety
+    /// `addr..addr + len` is a section of the span the allocator was given, and no one
+    /// uses it yet.
+    unsafe fn section_online(&self, addr: *mut u8, len: usize, nid: usize) -> bool;
 
     /// Free page reporting: the `len` bytes at `addr` are free and the allocator will
     /// not touch them until it hands them out again. The platform gives the memory
     /// behind them back (Linux: `madvise(MADV_DONTNEED)`); afterwards they must read as
     /// zero (a platform that cannot give memory back zeroes them instead).
-    fn report_free(&self, addr: *mut u8, len: usize);
+    ///
+    /// # Safety
+    /// `addr..addr + len` lies in the allocator's span, is mapped, and nobody uses it
+    /// while the call runs or afterwards until the allocator hands it out again.
+    unsafe fn report_free(&self, addr: *mut u8, len: usize);
 
     /// A monotonic clock in nanoseconds; coarse is fine (it drives decay intervals).
     fn now_ns(&self) -> u64;

@@ -100,7 +100,11 @@ pub fn show_free_areas<P: Platform>(pa: &PageAllocator<P>, w: &mut dyn Write) ->
         let batch = zone.pcp_batch.load(crate::sync::Ordering::Relaxed);
         for area in pa.cpu_areas().iter().filter(|a| a.is_owned()) {
             let usd = pa.zone_pcp_of(area, nid).count();
-            writeln!(w, "CPU {:4}: hi: {high:5}, btch: {batch:3} usd: {usd:3}", area.id())?;
+            writeln!(
+                w,
+                "CPU {:4}: hi: {high:5}, btch: {batch:3} usd: {usd:3}",
+                area.id()
+            )?;
         }
     }
     let free: usize = pa.nr_free_pages();
@@ -115,8 +119,12 @@ pub fn show_free_areas<P: Platform>(pa: &PageAllocator<P>, w: &mut dyn Write) ->
     )?;
     for nid in 0..pa.nr_nodes() {
         let zone = pa.zone(nid);
-        let zfree = pa.zone_page_state_snapshot(nid, ZoneStat::NrFreePages).max(0) as usize;
-        let zrep = pa.zone_page_state_snapshot(nid, ZoneStat::NrFreeReported).max(0) as usize;
+        let zfree = pa
+            .zone_page_state_snapshot(nid, ZoneStat::NrFreePages)
+            .max(0) as usize;
+        let zrep = pa
+            .zone_page_state_snapshot(nid, ZoneStat::NrFreeReported)
+            .max(0) as usize;
         writeln!(
             w,
             "Node {nid} {} free:{}kB min:{}kB low:{}kB high:{}kB reported:{}kB present:{}kB managed:{}kB free_pcp:{}kB",
@@ -175,7 +183,12 @@ pub fn zoneinfo<P: Platform>(pa: &PageAllocator<P>, w: &mut dyn Write) -> fmt::R
         writeln!(w, "        managed  {}", zone.managed_pages())?;
         writeln!(w, "        sections {}", zone.nr_sections.load(Relaxed))?;
         for item in ZoneStat::ALL {
-            writeln!(w, "      {} {}", item.name(), pa.zone_page_state_snapshot(nid, item))?;
+            writeln!(
+                w,
+                "      {} {}",
+                item.name(),
+                pa.zone_page_state_snapshot(nid, item)
+            )?;
         }
         for ev in VmEvent::ALL {
             writeln!(w, "      {} {}", ev.name(), pa.zone_event(nid, ev))?;
@@ -185,7 +198,11 @@ pub fn zoneinfo<P: Platform>(pa: &PageAllocator<P>, w: &mut dyn Write) -> fmt::R
         let batch = zone.pcp_batch.load(Relaxed);
         for area in pa.cpu_areas().iter().filter(|a| a.is_owned()) {
             writeln!(w, "    cpu: {}", area.id())?;
-            writeln!(w, "              count: {}", pa.zone_pcp_of(area, nid).count())?;
+            writeln!(
+                w,
+                "              count: {}",
+                pa.zone_pcp_of(area, nid).count()
+            )?;
             writeln!(w, "              high:  {high}")?;
             writeln!(w, "              batch: {batch}")?;
         }
@@ -208,7 +225,11 @@ pub fn vmstat<P: Platform>(pa: &PageAllocator<P>, w: &mut dyn Write) -> fmt::Res
 }
 
 /// The bad page report (`bad_page` in mm/page_alloc.c).
-pub(crate) fn report_bad_page<P: Platform>(pa: &PageAllocator<P>, page: NonNull<Page>, reason: &str) {
+pub(crate) fn report_bad_page<P: Platform>(
+    pa: &PageAllocator<P>,
+    page: NonNull<Page>,
+    reason: &str,
+) {
     let mut w = LogWriter::new(pa.platform());
     let pfn = pa.page_to_pfn(page);
     // SAFETY: callers pass descriptors of online sections.

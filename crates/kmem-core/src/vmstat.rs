@@ -14,7 +14,6 @@
 
 use crate::sync::{AtomicI32, AtomicU64, Ordering::Relaxed};
 
-
 /// A per-CPU delta folds into the zone counter once its magnitude passes this.
 pub const STAT_THRESHOLD: i32 = 64;
 
@@ -145,11 +144,14 @@ pub struct ZoneStatPcp {
 }
 
 impl ZoneStatPcp {
-    /// Counts `n` events (owner only: a load and a store, no atomic read-modify-write).
+    /// Counts `n` events (owner only: a load and a store, no atomic read-modify-write);
+    /// returns the new count.
     #[inline]
-    pub(crate) fn count(&self, ev: VmEvent, n: u64) {
+    pub(crate) fn count(&self, ev: VmEvent, n: u64) -> u64 {
         let c = &self.events[ev as usize];
-        c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
+        let v = c.load(Relaxed).wrapping_add(n);
+        c.store(v, Relaxed);
+        v
     }
     /// Adds `delta` to the per-CPU delta of `item`; returns the amount to fold into
     /// the zone counter (zero while the delta stays under the threshold).
@@ -157,7 +159,7 @@ impl ZoneStatPcp {
     pub(crate) fn mod_state(&self, item: ZoneStat, delta: i32) -> i32 {
         let d = &self.diff[item as usize];
         let v = d.load(Relaxed) + delta;
-        if v > STAT_THRESHOLD || v < -STAT_THRESHOLD {
+        if !(-STAT_THRESHOLD..=STAT_THRESHOLD).contains(&v) {
             d.store(0, Relaxed);
             v
         } else {

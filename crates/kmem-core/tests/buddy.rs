@@ -17,7 +17,7 @@ fn fresh_section_blocks(pages: usize) -> [usize; 11] {
     let end = MEMMAP_PAGES + pages;
     while pfn < end {
         let mut order = MAX_ORDER;
-        while order > 0 && (pfn % (1 << order) != 0 || pfn + (1 << order) > end) {
+        while order > 0 && (!pfn.is_multiple_of(1 << order) || pfn + (1 << order) > end) {
             order -= 1;
         }
         counts[order] += 1;
@@ -49,7 +49,11 @@ fn split_then_merge_restores_the_free_lists() {
     assert_eq!(pa.nr_free_pages(), SECTION_MANAGED_PAGES - 1);
     // SAFETY: allocated above with order 0.
     unsafe { pa.free_pages(None, page, 0) };
-    assert_eq!(pa.free_area_counts(0), fresh, "free merges back to the original blocks");
+    assert_eq!(
+        pa.free_area_counts(0),
+        fresh,
+        "free merges back to the original blocks"
+    );
     assert_eq!(pa.nr_free_pages(), SECTION_MANAGED_PAGES);
 }
 
@@ -61,9 +65,17 @@ fn blocks_are_aligned_distinct_and_writable() {
         for _ in 0..3 {
             let page = pa.alloc_pages(None, Gfp::KERNEL, order).expect("page");
             let addr = pa.page_address(page).as_ptr() as usize;
-            assert_eq!(pa.page_to_pfn(page) % (1 << order), 0, "order-{order} alignment");
+            assert_eq!(
+                pa.page_to_pfn(page) % (1 << order),
+                0,
+                "order-{order} alignment"
+            );
             assert_eq!(pa.virt_to_page(addr as *const u8), Some(page));
-            assert_eq!(pa.virt_to_page((addr + (PAGE_SIZE << order) - 1) as *const u8).map(|p| pa.page_to_pfn(p)), Some(pa.page_to_pfn(page) + (1 << order) - 1));
+            assert_eq!(
+                pa.virt_to_page((addr + (PAGE_SIZE << order) - 1) as *const u8)
+                    .map(|p| pa.page_to_pfn(p)),
+                Some(pa.page_to_pfn(page) + (1 << order) - 1)
+            );
             // SAFETY: the block is ours: write the first and last word.
             unsafe {
                 *(addr as *mut u64) = pattern(addr);
@@ -80,7 +92,10 @@ fn blocks_are_aligned_distinct_and_writable() {
         // SAFETY: still ours.
         unsafe {
             assert_eq!(*(addr as *const u64), pattern(addr));
-            assert_eq!(*((addr + (PAGE_SIZE << order) - 8) as *const u64), pattern(addr));
+            assert_eq!(
+                *((addr + (PAGE_SIZE << order) - 8) as *const u64),
+                pattern(addr)
+            );
             pa.free_pages(None, page, order);
         }
     }
@@ -147,7 +162,10 @@ fn pcp_serves_and_drain_returns_everything() {
         pa.nr_managed_pages()
     };
     let pcp = pa.zone_pcp_of(area, 0);
-    assert!(pcp.count() > 0, "a refill leaves a batch on the per-CPU list");
+    assert!(
+        pcp.count() > 0,
+        "a refill leaves a batch on the per-CPU list"
+    );
     let refills = pa.event(VmEvent::PcpRefill);
     // Allocation and free now stay on the list: no more refills.
     for _ in 0..1000 {
@@ -188,7 +206,9 @@ fn pcp_spills_above_high() {
     let area = pa.cpu_area_get(0).unwrap();
     // SAFETY: owned by this thread.
     let cpu = unsafe { CpuRef::new(area) };
-    let pages: Vec<_> = (0..1000).map(|_| pa.alloc_pages(Some(cpu), Gfp::KERNEL, 0).unwrap()).collect();
+    let pages: Vec<_> = (0..1000)
+        .map(|_| pa.alloc_pages(Some(cpu), Gfp::KERNEL, 0).unwrap())
+        .collect();
     for p in pages {
         // SAFETY: allocated above.
         unsafe { pa.free_pages(Some(cpu), p, 0) };
@@ -217,13 +237,19 @@ fn many_owners_share_a_bounded_budget() {
     for area in &areas {
         // SAFETY: this thread owns all these areas and uses one at a time.
         let cpu = unsafe { CpuRef::new(area) };
-        let ps: Vec<_> = (0..8).map(|_| pa.alloc_pages(Some(cpu), Gfp::KERNEL, 0).unwrap()).collect();
+        let ps: Vec<_> = (0..8)
+            .map(|_| pa.alloc_pages(Some(cpu), Gfp::KERNEL, 0).unwrap())
+            .collect();
         for q in ps {
             // SAFETY: allocated above.
             unsafe { pa.free_pages(Some(cpu), q, 0) };
         }
     }
-    assert!(pa.nr_pcp_pages(0) <= budget, "{} > {budget}", pa.nr_pcp_pages(0));
+    assert!(
+        pa.nr_pcp_pages(0) <= budget,
+        "{} > {budget}",
+        pa.nr_pcp_pages(0)
+    );
     for area in areas {
         // SAFETY: owned and no longer used.
         unsafe { pa.cpu_area_put(area) };
@@ -241,7 +267,10 @@ fn many_owners_share_a_bounded_budget() {
     // SAFETY: allocated above.
     unsafe { pa.free_pages(None, p, 0) };
     // Area memory stays allocated (areas live forever); everything else is back.
-    assert_eq!(pa.nr_allocated_pages(), made << kmem_core::percpu::CPU_AREA_ORDER);
+    assert_eq!(
+        pa.nr_allocated_pages(),
+        made << kmem_core::percpu::CPU_AREA_ORDER
+    );
 }
 
 #[test]
@@ -257,7 +286,10 @@ fn bulk_alloc_fills_empty_slots_and_bulk_free_returns_them() {
         let n = pa.alloc_pages_bulk(cpu, Gfp::ZERO, None, &mut pages);
         assert_eq!(n, 200);
         assert_eq!(pages[5], Some(keep), "filled slots are left alone");
-        let mut addrs: Vec<usize> = pages.iter().map(|p| pa.page_address(p.unwrap()).as_ptr() as usize).collect();
+        let mut addrs: Vec<usize> = pages
+            .iter()
+            .map(|p| pa.page_address(p.unwrap()).as_ptr() as usize)
+            .collect();
         for &a in &addrs {
             // SAFETY: our pages; zeroed by __GFP_ZERO (except `keep`, which we skip).
             unsafe {
@@ -291,17 +323,26 @@ fn bounded_heap_fails_with_none_reports_and_recovers() {
         held.push(p);
         assert!(held.len() <= max);
     }
-    assert!(held.len() > max - 200, "only the reserve below min is kept back: {}", held.len());
+    assert!(
+        held.len() > max - 200,
+        "only the reserve below min is kept back: {}",
+        held.len()
+    );
     assert!(pa.nr_managed_pages() <= max);
     let log = pa.platform().take_log();
-    assert!(log.contains("kmem: page allocation failure: order:0, mode:0x0(GFP_KERNEL)"), "{log}");
+    assert!(
+        log.contains("kmem: page allocation failure: order:0, mode:0x0(GFP_KERNEL)"),
+        "{log}"
+    );
     assert!(log.contains("Mem-Info:"));
     assert!(log.contains("Node 0 Normal: "), "{log}");
     assert!(log.contains("kB = "));
     assert!(pa.event(VmEvent::AllocStall) >= 1);
     assert!(pa.event(VmEvent::AllocFail) >= 1);
     // __GFP_HIGH may dip below min; __GFP_NOWARN fails quietly.
-    let high = pa.alloc_pages(None, Gfp::HIGH, 0).expect("reserve for __GFP_HIGH");
+    let high = pa
+        .alloc_pages(None, Gfp::HIGH, 0)
+        .expect("reserve for __GFP_HIGH");
     held.push(high);
     while let Some(p) = pa.alloc_pages(None, Gfp::HIGH | Gfp::NOWARN, 0) {
         held.push(p);
@@ -325,7 +366,10 @@ fn shrinkers_run_before_failure() {
         0
     }
     let pa = allocator(2, config(1, 1024));
-    assert!(pa.register_shrinker(kmem_core::Shrinker { scan, data: std::ptr::null() }));
+    assert!(pa.register_shrinker(kmem_core::Shrinker {
+        scan,
+        data: std::ptr::null()
+    }));
     let mut held = Vec::new();
     while let Some(p) = pa.alloc_pages(None, Gfp::NOWARN, 0) {
         held.push(p);
@@ -349,7 +393,11 @@ fn double_free_is_reported_and_ignored() {
         pa.free_pages(None, q, 2);
     }
     let log = pa.platform().take_log();
-    assert_eq!(log.matches("BUG: Bad page state in process").count(), 2, "{log}");
+    assert_eq!(
+        log.matches("BUG: Bad page state in process").count(),
+        2,
+        "{log}"
+    );
     assert!(log.contains("page dumped because: freeing a free page"));
     assert_eq!(pa.event(VmEvent::BadPage), 2);
     pa.drain_local_pages(cpu);
@@ -371,11 +419,15 @@ fn fake_numa_fallback_and_numa_events() {
     assert_eq!(pa.page_to_nid(local), 0);
     assert!(pa.zone_event(0, VmEvent::NumaHit) >= 1);
     assert!(pa.zone_event(0, VmEvent::NumaLocal) >= 1);
-    let remote = pa.alloc_pages_node(Some(cpu), Gfp::KERNEL, 0, Some(1)).unwrap();
+    let remote = pa
+        .alloc_pages_node(Some(cpu), Gfp::KERNEL, 0, Some(1))
+        .unwrap();
     assert_eq!(pa.page_to_nid(remote), 0, "fell back to node 0");
     assert_eq!(pa.zone_event(0, VmEvent::NumaMiss), 1);
     assert_eq!(pa.zone_event(1, VmEvent::NumaForeign), 1);
-    assert!(pa.alloc_pages_node(Some(cpu), Gfp::THISNODE | Gfp::NOWARN, 0, Some(1)).is_none());
+    assert!(pa
+        .alloc_pages_node(Some(cpu), Gfp::THISNODE | Gfp::NOWARN, 0, Some(1))
+        .is_none());
     // SAFETY: allocated above.
     unsafe {
         pa.free_pages(Some(cpu), local, 0);
@@ -391,13 +443,23 @@ fn fake_numa_nodes_grow_their_own_memory() {
     let area = pa.cpu_area_get(0).unwrap();
     // SAFETY: owned by this thread.
     let cpu = unsafe { CpuRef::new(area) };
-    let on1 = pa.alloc_pages_node(Some(cpu), Gfp::KERNEL, 0, Some(1)).unwrap();
+    let on1 = pa
+        .alloc_pages_node(Some(cpu), Gfp::KERNEL, 0, Some(1))
+        .unwrap();
     assert_eq!(pa.page_to_nid(on1), 1);
     assert_eq!(pa.zone_event(1, VmEvent::NumaHit), 1);
-    assert_eq!(pa.zone_event(1, VmEvent::NumaOther), 1, "remote to a CPU on node 0");
+    assert_eq!(
+        pa.zone_event(1, VmEvent::NumaOther),
+        1,
+        "remote to a CPU on node 0"
+    );
     // Interleave alternates nodes.
-    let a = pa.alloc_pages_interleave(Some(cpu), Gfp::KERNEL, 0).unwrap();
-    let b = pa.alloc_pages_interleave(Some(cpu), Gfp::KERNEL, 0).unwrap();
+    let a = pa
+        .alloc_pages_interleave(Some(cpu), Gfp::KERNEL, 0)
+        .unwrap();
+    let b = pa
+        .alloc_pages_interleave(Some(cpu), Gfp::KERNEL, 0)
+        .unwrap();
     assert_ne!(pa.page_to_nid(a), pa.page_to_nid(b));
     assert_eq!(pa.event(VmEvent::NumaInterleave), 2);
     let mut text = String::new();
@@ -434,14 +496,21 @@ fn reporting_waits_for_the_decay_then_offlines_free_sections() {
         // SAFETY: allocated above.
         unsafe { pa.free_pages(Some(cpu), p, MAX_ORDER) };
     }
-    assert_eq!(pa.event(VmEvent::PgReported), 0, "nothing is reported before the decay");
+    assert_eq!(
+        pa.event(VmEvent::PgReported),
+        0,
+        "nothing is reported before the decay"
+    );
     pa.platform().advance(2_000_000_000);
     // The next slow-path entry runs the pass.
     let p = pa.alloc_pages(Some(cpu), Gfp::KERNEL, 5).unwrap();
     // SAFETY: allocated above.
     unsafe { pa.free_pages(Some(cpu), p, 5) };
     assert!(pa.event(VmEvent::PgReported) > 0);
-    assert!(pa.nr_online_sections() < online, "wholly free sections went offline");
+    assert!(
+        pa.nr_online_sections() < online,
+        "wholly free sections went offline"
+    );
     assert!(pa.event(VmEvent::SectionOffline) >= 1);
     // What is still allocated: `keep` and the CPU area.
     assert_eq!(pa.nr_allocated_pages(), 1 + area_pages(pa));
@@ -454,7 +523,13 @@ fn reporting_waits_for_the_decay_then_offlines_free_sections() {
         again.push(p);
     }
     assert!(pa.event(VmEvent::SectionOnline) as usize > online);
-    assert!(pa.platform().onlined.load(std::sync::atomic::Ordering::Relaxed) <= online + 1, "offline sections are reused");
+    assert!(
+        pa.platform()
+            .onlined
+            .load(std::sync::atomic::Ordering::Relaxed)
+            <= online + 1,
+        "offline sections are reused"
+    );
     for p in again {
         // SAFETY: allocated above.
         unsafe { pa.free_pages(Some(cpu), p, MAX_ORDER) };
@@ -479,9 +554,15 @@ fn reports_have_the_kernel_formats() {
     let p = pa.alloc_pages(Some(cpu), Gfp::KERNEL, 0).unwrap();
     let mut zi = String::new();
     kmem_core::show_mem::zoneinfo(pa, &mut zi).unwrap();
-    assert!(zi.starts_with("Node 0, zone   Normal\n  pages free     "), "{zi}");
+    assert!(
+        zi.starts_with("Node 0, zone   Normal\n  pages free     "),
+        "{zi}"
+    );
     assert!(zi.contains("        min      "));
-    assert!(zi.contains("  pagesets\n    cpu: 0\n              count: 30\n"), "{zi}");
+    assert!(
+        zi.contains("  pagesets\n    cpu: 0\n              count: 30\n"),
+        "{zi}"
+    );
     let mut vm = String::new();
     kmem_core::show_mem::vmstat(pa, &mut vm).unwrap();
     let free_line = format!("nr_free_pages {}\n", pa.nr_free_pages());
@@ -491,7 +572,10 @@ fn reports_have_the_kernel_formats() {
     assert!(vm.contains("numa_hit 9\n"));
     let mut mi = String::new();
     kmem_core::show_mem::show_free_areas(pa, &mut mi).unwrap();
-    assert!(mi.contains("Node 0 Normal per-cpu:\nCPU    0: hi:   186, btch:  31 usd:  30\n"), "{mi}");
+    assert!(
+        mi.contains("Node 0 Normal per-cpu:\nCPU    0: hi:   186, btch:  31 usd:  30\n"),
+        "{mi}"
+    );
     // SAFETY: allocated above; owned area.
     unsafe {
         pa.free_pages(Some(cpu), p, 0);
@@ -503,74 +587,87 @@ fn reports_have_the_kernel_formats() {
 fn threads_with_cross_thread_frees_lose_nothing() {
     use std::sync::mpsc;
     let pa = allocator(8, config(1, 0));
-    let secs: u64 = std::env::var("KMEM_STRESS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(if secs > 0 { secs * 1000 } else { 700 });
+    let secs: u64 = std::env::var("KMEM_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let deadline = std::time::Instant::now()
+        + std::time::Duration::from_millis(if secs > 0 { secs * 1000 } else { 700 });
     let nthreads = 4;
-    let (txs, rxs): (Vec<_>, Vec<_>) = (0..nthreads).map(|_| mpsc::channel::<(usize, usize)>()).unzip();
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..nthreads)
+        .map(|_| mpsc::channel::<(usize, usize)>())
+        .unzip();
     let txs: Vec<_> = txs;
     let leftovers: Vec<mpsc::Receiver<(usize, usize)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = rxs.into_iter().enumerate().map(|(t, rx)| {
-            let txs = txs.clone();
-            s.spawn(move || {
-                let area = pa.cpu_area_get(0).unwrap();
-                // SAFETY: this thread owns the area until it puts it back.
-                let cpu = unsafe { CpuRef::new(area) };
-                let mut rng = 0x9E37_79B9u64 + t as u64;
-                let mut held: Vec<(usize, usize)> = Vec::new();
-                let check_free = |addr: usize, order: usize| {
-                    // SAFETY: the block was ours and carries our pattern.
-                    unsafe {
-                        assert_eq!(*(addr as *const u64), pattern(addr), "corrupted block");
-                        assert_eq!(*((addr + (PAGE_SIZE << order) - 8) as *const u64), pattern(addr));
-                    }
-                    let page = pa.virt_to_page(addr as *const u8).unwrap();
-                    // SAFETY: allocated with this order, and we give it up.
-                    unsafe { pa.free_pages(Some(cpu), page, order) };
-                };
-                while std::time::Instant::now() < deadline {
-                    rng ^= rng << 13;
-                    rng ^= rng >> 7;
-                    rng ^= rng << 17;
-                    let order = [0, 0, 0, 1, 2, 3, 4, 9][(rng % 8) as usize];
-                    if let Some(p) = pa.alloc_pages(Some(cpu), Gfp::NOWARN, order) {
-                        let addr = pa.page_address(p).as_ptr() as usize;
-                        // SAFETY: ours now.
+        let handles: Vec<_> = rxs
+            .into_iter()
+            .enumerate()
+            .map(|(t, rx)| {
+                let txs = txs.clone();
+                s.spawn(move || {
+                    let area = pa.cpu_area_get(0).unwrap();
+                    // SAFETY: this thread owns the area until it puts it back.
+                    let cpu = unsafe { CpuRef::new(area) };
+                    let mut rng = 0x9E37_79B9u64 + t as u64;
+                    let mut held: Vec<(usize, usize)> = Vec::new();
+                    let check_free = |addr: usize, order: usize| {
+                        // SAFETY: the block was ours and carries our pattern.
                         unsafe {
-                            *(addr as *mut u64) = pattern(addr);
-                            *((addr + (PAGE_SIZE << order) - 8) as *mut u64) = pattern(addr);
+                            assert_eq!(*(addr as *const u64), pattern(addr), "corrupted block");
+                            assert_eq!(
+                                *((addr + (PAGE_SIZE << order) - 8) as *const u64),
+                                pattern(addr)
+                            );
                         }
-                        held.push((addr, order));
-                    }
-                    if held.len() > 64 {
-                        let (addr, order) = held.swap_remove((rng >> 20) as usize % held.len());
-                        if rng & 1 == 0 {
-                            // Half of the frees happen on another thread.
-                            if let Err(e) = txs[(t + 1) % nthreads].send((addr, order)) {
-                                check_free(e.0 .0, e.0 .1);
+                        let page = pa.virt_to_page(addr as *const u8).unwrap();
+                        // SAFETY: allocated with this order, and we give it up.
+                        unsafe { pa.free_pages(Some(cpu), page, order) };
+                    };
+                    while std::time::Instant::now() < deadline {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        let order = [0, 0, 0, 1, 2, 3, 4, 9][(rng % 8) as usize];
+                        if let Some(p) = pa.alloc_pages(Some(cpu), Gfp::NOWARN, order) {
+                            let addr = pa.page_address(p).as_ptr() as usize;
+                            // SAFETY: ours now.
+                            unsafe {
+                                *(addr as *mut u64) = pattern(addr);
+                                *((addr + (PAGE_SIZE << order) - 8) as *mut u64) = pattern(addr);
                             }
-                        } else {
+                            held.push((addr, order));
+                        }
+                        if held.len() > 64 {
+                            let (addr, order) = held.swap_remove((rng >> 20) as usize % held.len());
+                            if rng & 1 == 0 {
+                                // Half of the frees happen on another thread.
+                                if let Err(e) = txs[(t + 1) % nthreads].send((addr, order)) {
+                                    check_free(e.0 .0, e.0 .1);
+                                }
+                            } else {
+                                check_free(addr, order);
+                            }
+                        }
+                        while let Ok((addr, order)) = rx.try_recv() {
                             check_free(addr, order);
                         }
                     }
+                    drop(txs);
+                    for (addr, order) in held {
+                        check_free(addr, order);
+                    }
+                    // Blocks sent to us after we stop are freed by whoever outlives us;
+                    // drain what has arrived, then hand the area back.
+                    std::thread::sleep(std::time::Duration::from_millis(50));
                     while let Ok((addr, order)) = rx.try_recv() {
                         check_free(addr, order);
                     }
-                }
-                drop(txs);
-                for (addr, order) in held {
-                    check_free(addr, order);
-                }
-                // Blocks sent to us after we stop are freed by whoever outlives us;
-                // drain what has arrived, then hand the area back.
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                while let Ok((addr, order)) = rx.try_recv() {
-                    check_free(addr, order);
-                }
-                // SAFETY: owned; not used afterwards.
-                unsafe { pa.cpu_area_put(area) };
-                rx
+                    // SAFETY: owned; not used afterwards.
+                    unsafe { pa.cpu_area_put(area) };
+                    rx
+                })
             })
-        }).collect();
+            .collect();
         drop(txs);
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });

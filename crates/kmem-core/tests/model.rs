@@ -16,11 +16,26 @@ use std::ptr::NonNull;
 
 #[derive(Clone, Debug)]
 enum Op {
-    Alloc { order: usize, node: Option<usize>, cpu: Option<usize> },
-    Free { idx: usize, cpu: Option<usize> },
-    BulkAlloc { n: usize, cpu: Option<usize> },
-    BulkFree { n: usize, cpu: Option<usize> },
-    Drain { cpu: usize },
+    Alloc {
+        order: usize,
+        node: Option<usize>,
+        cpu: Option<usize>,
+    },
+    Free {
+        idx: usize,
+        cpu: Option<usize>,
+    },
+    BulkAlloc {
+        n: usize,
+        cpu: Option<usize>,
+    },
+    BulkFree {
+        n: usize,
+        cpu: Option<usize>,
+    },
+    Drain {
+        cpu: usize,
+    },
     Report,
 }
 
@@ -45,28 +60,39 @@ fn run(ops: Vec<Op>, max_pages: usize) {
     let cpu_of = |c: Option<usize>| c.map(|i| cpus[i]);
     // Live blocks: address -> (order, page).
     let mut live: BTreeMap<usize, (usize, NonNull<Page>)> = BTreeMap::new();
-    let add = |live: &mut BTreeMap<usize, (usize, NonNull<Page>)>, page: NonNull<Page>, order: usize| {
-        let addr = pa.page_address(page).as_ptr() as usize;
-        let len = PAGE_SIZE << order;
-        assert_eq!(pa.page_to_pfn(page) % (1 << order), 0, "misaligned order-{order} block");
-        if let Some((&prev, &(po, _))) = live.range(..=addr).next_back() {
-            assert!(prev + (PAGE_SIZE << po) <= addr, "overlaps the block at {prev:#x}");
-        }
-        if let Some((&next, _)) = live.range(addr..).next() {
-            assert!(addr + len <= next, "overlaps the block at {next:#x}");
-        }
-        // SAFETY: the block is ours.
-        unsafe {
-            *(addr as *mut u64) = pattern(addr);
-            *((addr + len - 8) as *mut u64) = pattern(addr + 1);
-        }
-        live.insert(addr, (order, page));
-    };
+    let add =
+        |live: &mut BTreeMap<usize, (usize, NonNull<Page>)>, page: NonNull<Page>, order: usize| {
+            let addr = pa.page_address(page).as_ptr() as usize;
+            let len = PAGE_SIZE << order;
+            assert_eq!(
+                pa.page_to_pfn(page) % (1 << order),
+                0,
+                "misaligned order-{order} block"
+            );
+            if let Some((&prev, &(po, _))) = live.range(..=addr).next_back() {
+                assert!(
+                    prev + (PAGE_SIZE << po) <= addr,
+                    "overlaps the block at {prev:#x}"
+                );
+            }
+            if let Some((&next, _)) = live.range(addr..).next() {
+                assert!(addr + len <= next, "overlaps the block at {next:#x}");
+            }
+            // SAFETY: the block is ours.
+            unsafe {
+                *(addr as *mut u64) = pattern(addr);
+                *((addr + len - 8) as *mut u64) = pattern(addr + 1);
+            }
+            live.insert(addr, (order, page));
+        };
     let check = |addr: usize, order: usize| {
         // SAFETY: a live block of ours.
         unsafe {
             assert_eq!(*(addr as *const u64), pattern(addr));
-            assert_eq!(*((addr + (PAGE_SIZE << order) - 8) as *const u64), pattern(addr + 1));
+            assert_eq!(
+                *((addr + (PAGE_SIZE << order) - 8) as *const u64),
+                pattern(addr + 1)
+            );
         }
     };
     for op in ops {
@@ -133,9 +159,19 @@ fn run(ops: Vec<Op>, max_pages: usize) {
     assert_eq!(pa.nr_allocated_pages(), area_pages, "pages lost");
     assert_eq!(pa.nr_free_pages() + area_pages, pa.nr_managed_pages());
     let blocks: usize = (0..2)
-        .map(|nid| pa.free_area_counts(nid).iter().enumerate().map(|(o, n)| n << o).sum::<usize>())
+        .map(|nid| {
+            pa.free_area_counts(nid)
+                .iter()
+                .enumerate()
+                .map(|(o, n)| n << o)
+                .sum::<usize>()
+        })
         .sum();
-    assert_eq!(blocks, pa.nr_free_pages(), "free lists and NR_FREE_PAGES disagree");
+    assert_eq!(
+        blocks,
+        pa.nr_free_pages(),
+        "free lists and NR_FREE_PAGES disagree"
+    );
 }
 
 proptest! {

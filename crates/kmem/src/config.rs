@@ -55,7 +55,12 @@ pub fn from_lookup<'a>(get: impl Fn(&std::ffi::CStr) -> Option<&'a [u8]>) -> Env
     if let Some(v) = get(c"KMEM_MAX") {
         match parse_size(v) {
             Some(n) => cfg.max_bytes = n,
-            None => warn(b"KMEM_MAX", v, b"a size such as 512M, 2G or 65536", b"no limit"),
+            None => warn(
+                b"KMEM_MAX",
+                v,
+                b"a size such as 512M, 2G or 65536",
+                b"no limit",
+            ),
         }
     }
     if let Some(v) = get(c"KMEM_NUMA_FAKE") {
@@ -63,7 +68,12 @@ pub fn from_lookup<'a>(get: impl Fn(&std::ffi::CStr) -> Option<&'a [u8]>) -> Env
             Some(n) if (1..=kmem_core::mmzone::MAX_NUMNODES as u64).contains(&n) => {
                 cfg.numa_fake = n as usize
             }
-            _ => warn(b"KMEM_NUMA_FAKE", v, b"a node count from 1 to 16", b"the real nodes"),
+            _ => warn(
+                b"KMEM_NUMA_FAKE",
+                v,
+                b"a node count from 1 to 16",
+                b"the real nodes",
+            ),
         }
     }
     if let Some(v) = get(c"KMEM_DECAY_MS") {

@@ -66,10 +66,12 @@ impl Heap {
     #[cold]
     #[inline(never)]
     fn init_slow(&self) {
-        match self
-            .state
-            .compare_exchange(UNINIT, INITIALIZING, Ordering::Acquire, Ordering::Acquire)
-        {
+        match self.state.compare_exchange(
+            UNINIT,
+            INITIALIZING,
+            Ordering::Acquire,
+            Ordering::Acquire,
+        ) {
             Ok(_) => {
                 let ok = self.do_init(config::from_env());
                 self.state
@@ -172,7 +174,9 @@ impl Heap {
         if v > EXITED {
             // SAFETY: the key exists; clearing the value stops the destructor from
             // running for an area we give back here.
-            unsafe { libc::pthread_setspecific(self.exit_key.load(Ordering::Relaxed), std::ptr::null()) };
+            unsafe {
+                libc::pthread_setspecific(self.exit_key.load(Ordering::Relaxed), std::ptr::null())
+            };
             // SAFETY: this thread owned the area and the slot no longer names it.
             unsafe { self.pa.cpu_area_put(&*(v as *const CpuArea)) };
         }
@@ -189,7 +193,8 @@ impl Heap {
 
     /// Allocates 2^`order` pages on node `nid` (see [`PageAllocator::alloc_pages_node`]).
     pub fn alloc_pages_node(&self, gfp: Gfp, order: usize, nid: usize) -> Option<NonNull<Page>> {
-        self.pa.alloc_pages_node(self.this_cpu(), gfp, order, Some(nid))
+        self.pa
+            .alloc_pages_node(self.this_cpu(), gfp, order, Some(nid))
     }
 
     /// Frees pages from [`Heap::alloc_pages`].

@@ -13,7 +13,11 @@ fn kmem_max_bounds_the_heap() {
         held.push(p);
         assert!(held.len() <= max_pages);
     }
-    assert!(held.len() > max_pages * 9 / 10, "only {} of {max_pages}", held.len());
+    assert!(
+        held.len() > max_pages * 9 / 10,
+        "only {} of {max_pages}",
+        held.len()
+    );
     assert!(h.page_allocator().nr_managed_pages() <= max_pages);
     assert!(h.alloc_pages(Gfp::NOWARN, 5).is_none());
     for p in held.drain(..) {
@@ -21,7 +25,9 @@ fn kmem_max_bounds_the_heap() {
         unsafe { h.free_pages(p, 0) };
     }
     h.drain_all();
-    let big = h.alloc_pages(Gfp::KERNEL, 9).expect("memory is back after frees");
+    let big = h
+        .alloc_pages(Gfp::KERNEL, 9)
+        .expect("memory is back after frees");
     // SAFETY: allocated above.
     unsafe { h.free_pages(big, 9) };
 }

@@ -9,7 +9,11 @@ fn pages_round_trip_through_the_heap() {
     for order in 0..=kmem::MAX_ORDER {
         let page = h.alloc_pages(Gfp::ZERO, order).expect("pages");
         let addr = h.page_address(page);
-        assert_eq!(addr.as_ptr() as usize % (PAGE_SIZE << order), 0, "naturally aligned");
+        assert_eq!(
+            addr.as_ptr() as usize % (PAGE_SIZE << order),
+            0,
+            "naturally aligned"
+        );
         // SAFETY: the block is ours.
         unsafe {
             let bytes = std::slice::from_raw_parts_mut(addr.as_ptr(), PAGE_SIZE << order);
@@ -27,7 +31,10 @@ fn bulk_through_the_heap() {
     let h = heap();
     let mut pages: Vec<Option<NonNull<kmem::Page>>> = vec![None; 128];
     assert_eq!(h.alloc_pages_bulk(Gfp::KERNEL, &mut pages), 128);
-    let mut addrs: Vec<usize> = pages.iter().map(|p| h.page_address(p.unwrap()).as_ptr() as usize).collect();
+    let mut addrs: Vec<usize> = pages
+        .iter()
+        .map(|p| h.page_address(p.unwrap()).as_ptr() as usize)
+        .collect();
     addrs.sort();
     addrs.dedup();
     assert_eq!(addrs.len(), 128);
@@ -44,7 +51,9 @@ fn thread_areas_are_recycled() {
     for round in 0..300 {
         std::thread::spawn(move || {
             let h = heap();
-            let pages: Vec<_> = (0..20).map(|_| h.alloc_pages(Gfp::KERNEL, 0).unwrap()).collect();
+            let pages: Vec<_> = (0..20)
+                .map(|_| h.alloc_pages(Gfp::KERNEL, 0).unwrap())
+                .collect();
             for p in pages {
                 // SAFETY: allocated above.
                 unsafe { h.free_pages(p, 0) };
@@ -57,7 +66,11 @@ fn thread_areas_are_recycled() {
             assert!(pa.cpu_areas().nr_areas() < 64);
         }
     }
-    assert!(pa.cpu_areas().nr_areas() < 64, "300 threads made {} areas", pa.cpu_areas().nr_areas());
+    assert!(
+        pa.cpu_areas().nr_areas() < 64,
+        "300 threads made {} areas",
+        pa.cpu_areas().nr_areas()
+    );
 }
 
 #[test]

@@ -10,7 +10,9 @@ fn fake_nodes_have_their_own_memory() {
     let pa = h.page_allocator();
     assert_eq!(pa.nr_nodes(), 3);
     for nid in 0..3 {
-        let p = h.alloc_pages_node(Gfp::THISNODE, 0, nid).expect("page on node");
+        let p = h
+            .alloc_pages_node(Gfp::THISNODE, 0, nid)
+            .expect("page on node");
         assert_eq!(pa.page_to_nid(p), nid);
         // SAFETY: allocated above.
         unsafe { h.free_pages(p, 0) };

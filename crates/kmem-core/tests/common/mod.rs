@@ -34,11 +34,11 @@ impl TestPlatform {
 }
 
 impl Platform for TestPlatform {
-    fn section_online(&self, _addr: *mut u8, _len: usize, _nid: usize) -> bool {
+    unsafe fn section_online(&self, _addr: *mut u8, _len: usize, _nid: usize) -> bool {
         self.onlined.fetch_add(1, Ordering::Relaxed);
         true
     }
-    fn report_free(&self, addr: *mut u8, len: usize) {
+    unsafe fn report_free(&self, addr: *mut u8, len: usize) {
         // SAFETY: the allocator reports ranges of its own span, which we mapped.
         let rc = unsafe { libc::madvise(addr.cast(), len, libc::MADV_DONTNEED) };
         assert_eq!(rc, 0);

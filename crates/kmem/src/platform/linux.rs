@@ -92,7 +92,7 @@ impl LinuxPlatform {
 }
 
 impl Platform for LinuxPlatform {
-    fn section_online(&self, addr: *mut u8, len: usize, nid: usize) -> bool {
+    unsafe fn section_online(&self, addr: *mut u8, len: usize, nid: usize) -> bool {
         let real = self.real_nodes.load(Ordering::Relaxed);
         if real > 1 {
             // Prefer memory of the real node behind this (possibly fake) node.
@@ -115,7 +115,7 @@ impl Platform for LinuxPlatform {
         true
     }
 
-    fn report_free(&self, addr: *mut u8, len: usize) {
+    unsafe fn report_free(&self, addr: *mut u8, len: usize) {
         // SAFETY: the allocator reports whole free pages of its own span; discarding
         // them makes them read as zero, which the contract asks for.
         let rc = unsafe { libc::madvise(addr.cast(), len, libc::MADV_DONTNEED) };
@@ -141,7 +141,10 @@ impl Platform for LinuxPlatform {
     }
 
     fn numa_node_id(&self) -> usize {
-        current_node(self.nr_nodes.load(Ordering::Relaxed), self.real_nodes.load(Ordering::Relaxed))
+        current_node(
+            self.nr_nodes.load(Ordering::Relaxed),
+            self.real_nodes.load(Ordering::Relaxed),
+        )
     }
 }
 
@@ -177,13 +180,19 @@ pub fn getcpu() -> (usize, usize) {
 }
 
 /// The node for the current CPU: the real node, or with fake NUMA the CPU's share.
+/// On a one-node machine without fake NUMA it is 0 without asking the kernel.
 pub fn current_node(nr_nodes: usize, real_nodes: usize) -> usize {
-    let (cpu, node) = getcpu();
-    if nr_nodes > real_nodes {
-        cpu % nr_nodes
-    } else {
-        node.min(nr_nodes.saturating_sub(1))
+    if nr_nodes <= 1 {
+        return 0;
     }
+    if nr_nodes > real_nodes {
+        // SAFETY: sched_getcpu has no preconditions (glibc answers from rseq or the
+        // vDSO, without a system call).
+        let cpu = unsafe { libc::sched_getcpu() };
+        return cpu.max(0) as usize % nr_nodes;
+    }
+    let (_cpu, node) = getcpu();
+    node.min(nr_nodes - 1)
 }
 
 /// Number of online nodes: the highest node in /sys/devices/system/node/online plus
@@ -240,7 +249,11 @@ pub fn rss_bytes() -> usize {
     fields.next();
     let resident = fields
         .next()
-        .map(|f| f.iter().take_while(|b| b.is_ascii_digit()).fold(0usize, |a, &b| a * 10 + (b - b'0') as usize))
+        .map(|f| {
+            f.iter()
+                .take_while(|b| b.is_ascii_digit())
+                .fold(0usize, |a, &b| a * 10 + (b - b'0') as usize)
+        })
         .unwrap_or(0);
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
