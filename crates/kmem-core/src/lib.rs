@@ -26,7 +26,7 @@
 //! | `alloc_pages_node`, `__free_pages`  | [`PageAllocator::alloc_pages_node`], [`PageAllocator::free_pages`] |
 //! | `alloc_pages_bulk_array`            | [`PageAllocator::alloc_pages_bulk`]        |
 //! | `drain_local_pages`, `drain_all_pages` | same names on [`PageAllocator`]         |
-//! | `add_memory` / `offline_pages`      | `grow_node` / `try_offline_section`        |
+//! | `add_memory` / `offline_pages`      | [`PageAllocator::add_memory`] / `try_offline_section` |
 //! | `page_reporting_process`            | [`PageAllocator::report_free_pages`]       |
 //! | `show_free_areas`, `/proc/buddyinfo`, `/proc/zoneinfo`, `/proc/vmstat` | [`show_mem`] |
 

@@ -913,7 +913,7 @@ impl<P: Platform> PageAllocator<P> {
                         return Some(self.prep_new_page(page, order, gfp));
                     }
                 }
-                if !self.grow_node(nid) {
+                if !self.add_memory(nid) {
                     break;
                 }
             }
@@ -1382,7 +1382,7 @@ impl<P: Platform> PageAllocator<P> {
 
     /// Brings more memory online for node `nid`: an offline section of that node, else
     /// a never-used section. Returns false at the heap bound or the end of the span.
-    pub(crate) fn grow_node(&self, nid: usize) -> bool {
+    pub fn add_memory(&self, nid: usize) -> bool {
         let mut hp = self.hotplug.lock();
         let max = self.max_pages();
         let room = if max == 0 {

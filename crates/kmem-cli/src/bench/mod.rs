@@ -449,8 +449,13 @@ pub fn plot_suite(path: &Path, suite: &str, results: &[BenchResult]) -> Result<(
             .y_desc(ylabel)
             .draw()
             .map_err(|e| e.to_string())?;
-        for (i, (name, pts)) in series.into_iter().enumerate() {
-            let color = Palette99::pick(i).to_rgba();
+        for (name, pts) in series.into_iter() {
+            // The same colour for an allocator in every panel.
+            let slot = ["kmem", "system", "mimalloc", "jemalloc"]
+                .iter()
+                .position(|a| name.starts_with(a))
+                .unwrap_or(4 + name.len() % 8);
+            let color = Palette99::pick(slot).to_rgba();
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
                 .map_err(|e| e.to_string())?
@@ -471,4 +476,95 @@ pub fn plot_suite(path: &Path, suite: &str, results: &[BenchResult]) -> Result<(
     }
     root.present().map_err(|e| e.to_string())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<BenchResult> {
+        let t = Timing {
+            ns: 12.25,
+            cycles: Some(31.0),
+            ops: 10_000,
+        };
+        vec![
+            BenchResult::time("page_pcp", "kmem", 0, "pair", t),
+            BenchResult::time("page_pcp", "system", 0, "pair", Timing { ns: 40.0, ..t }),
+            BenchResult::time("page_pcp", "kmem", 1, "pair", t),
+            BenchResult::bytes("page_rss", "kmem", 1024, "before", 8 << 20),
+            BenchResult::bytes("page_rss", "kmem", 1024, "after", 9 << 20),
+        ]
+    }
+
+    #[test]
+    fn json_follows_the_output_contract() {
+        let results = sample();
+        let doc = Document {
+            suite: "page",
+            machine: Machine {
+                cpus: 2,
+                tsc_ghz: 2.6,
+            },
+            results: &results,
+        };
+        let v: serde_json::Value = serde_json::to_value(&doc).unwrap();
+        assert_eq!(v["suite"], "page");
+        assert_eq!(v["machine"]["cpus"], 2);
+        let r0 = &v["results"][0];
+        assert_eq!(r0["bench"], "page_pcp");
+        assert_eq!(r0["allocator"], "kmem");
+        assert_eq!(r0["param"], 0);
+        assert_eq!(r0["op"], "pair");
+        assert_eq!(r0["ns"], 12.25);
+        assert_eq!(r0["cycles"], 31.0);
+        assert_eq!(r0["ops"], 10_000);
+        // Absent figures are left out, not null.
+        assert!(r0.get("bytes").is_none() && r0.get("mode").is_none() && r0.get("suite").is_none());
+        let rss = &v["results"][3];
+        assert_eq!(rss["bytes"], 8 << 20);
+        assert!(rss.get("ns").is_none());
+    }
+
+    #[test]
+    fn table_has_a_row_per_param_and_a_column_per_allocator() {
+        let t = table("page", &sample());
+        assert!(t.contains("page_pcp (ns per pair)"), "{t}");
+        let header = t.lines().find(|l| l.contains("param/op")).unwrap();
+        assert!(header.contains("kmem") && header.contains("system"));
+        let row0 = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("0 "))
+            .unwrap();
+        assert!(
+            row0.contains("12.2 ns 31 cyc") && row0.contains("40.0 ns"),
+            "{row0}"
+        );
+        // A param without a system figure shows a dash.
+        let row1 = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("1 "))
+            .unwrap();
+        assert!(row1.contains('-'), "{row1}");
+        assert!(t.contains("page_rss (MiB)"));
+        assert!(t.contains("1024 before") && t.contains("8.0"));
+    }
+
+    #[test]
+    fn plot_writes_an_svg_panel_per_bench() {
+        let dir = std::env::temp_dir().join(format!("kmem-plot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("page.svg");
+        plot_suite(&path, "page", &sample()).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.starts_with("<svg"));
+        assert!(svg.contains("page: page_pcp") && svg.contains("page: page_rss"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
 }
