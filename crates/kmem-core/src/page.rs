@@ -42,7 +42,9 @@ bitflags::bitflags! {
         const REPORTED = 1 << 2;
         /// Belongs to the slab allocator (`PageSlab`).
         const SLAB = 1 << 4;
-        /// Head of a compound allocation (`PageHead`).
+        /// Head of an allocated block: set when the page allocator hands a block out,
+        /// cleared when it takes it back; a free must find it (and the order it was
+        /// allocated with), so a double free or a free of a tail page is caught.
         const HEAD = 1 << 5;
     }
 }
@@ -53,8 +55,10 @@ bitflags::bitflags! {
 /// - `BUDDY` is set only on the first page of a free block of `2^order` pages that sits
 ///   on `free_area[order]` of its zone; the block is aligned to its size in pfn space.
 /// - `PCP` is set only on the first page of a block on a per-CPU list of one CPU area.
-/// - A page that is part of a free block but not its head has no flags; its other
-///   fields are meaningless.
+/// - `HEAD` is set exactly on the first page of each allocated block, whose `order` is
+///   the order it was allocated with.
+/// - A page that is part of a block but not its head has no flags; its other fields
+///   are meaningless.
 #[repr(C, align(64))]
 pub struct Page {
     flags: AtomicU32,
@@ -67,7 +71,8 @@ pub struct Page {
     /// Page allocator private word: for a free buddy block, when it was freed (ns).
     pub(crate) private: AtomicUsize,
     /// Words owned by the holder of an allocated page (the slab layer's freelist,
-    /// counters, cache pointer and list link). Zero while the page is free.
+    /// counters, cache pointer and list link). Zero when a block is handed out (on its
+    /// head page).
     pub owner: [AtomicUsize; 4],
 }
 

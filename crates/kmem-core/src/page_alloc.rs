@@ -109,6 +109,24 @@ pub struct ZonePcp {
     pub(crate) stat: ZoneStatPcp,
 }
 
+/// `free_page_is_bad`: why a block may not be freed as an order-`order` allocation, or
+/// `None` if it may.
+#[inline]
+fn free_page_is_bad(p: &Page, order: usize) -> Option<&'static str> {
+    let flags = p.flags();
+    if flags.intersects(PageFlags::BUDDY | PageFlags::PCP) {
+        Some("freeing a free page")
+    } else if !flags.contains(PageFlags::HEAD) {
+        Some("not the head of an allocated block")
+    } else if flags.contains(PageFlags::SLAB) {
+        Some("freeing a slab page as pages")
+    } else if p.order() != order {
+        Some("freed with another order than it was allocated with")
+    } else {
+        None
+    }
+}
+
 /// Offset of zone `nid`'s [`ZonePcp`] in every CPU area.
 const fn zone_pcp_offset(nid: usize) -> usize {
     CPU_AREA_DATA + nid * core::mem::size_of::<ZonePcp>()
@@ -585,6 +603,11 @@ impl<P: Platform> PageAllocator<P> {
         freed_at: u64,
     ) {
         let mut youngest = freed_at as usize;
+        // The block stops being whatever it was (allocated head, per-CPU block): only
+        // the head of the merged block carries flags when we are done.
+        // SAFETY: `pfn` heads a block of an online section that the caller hands back
+        // under the zone lock.
+        unsafe { (*self.pfn_to_page_raw(pfn)).set_flags(PageFlags::empty()) };
         while order < MAX_ORDER {
             let buddy_pfn = pfn ^ (1 << order);
             let buddy = self.pfn_to_page_raw(buddy_pfn);
@@ -739,8 +762,9 @@ impl<P: Platform> PageAllocator<P> {
                 break;
             }
             // SAFETY: we own the list; the page on it is a PCP block of this zone.
-            let page = unsafe { lists[order].pop_tail() };
-            let page = NonNull::new(page).expect("non-empty list");
+            let Some(page) = NonNull::new(unsafe { lists[order].pop_tail() }) else {
+                break;
+            };
             let pfn = self.page_to_pfn(page);
             self.free_one_page_locked(&mut fa, zone, pfn, order, false, freed_at);
             freed += 1 << order;
@@ -820,8 +844,11 @@ impl<P: Platform> PageAllocator<P> {
         // SAFETY: the block was just taken off a free or per-CPU list: we own it.
         let p = unsafe { page.as_ref() };
         let known_zero = p.flags().contains(PageFlags::REPORTED);
-        p.set_flags(PageFlags::empty());
+        p.set_flags(PageFlags::HEAD);
         p.set_order(order);
+        for w in &p.owner {
+            w.store(0, Ordering::Relaxed);
+        }
         if gfp.contains(Gfp::ZERO) && !known_zero {
             let addr = self.page_address(page);
             // SAFETY: the block's 2^order pages are ours and mapped (online section).
@@ -893,7 +920,6 @@ impl<P: Platform> PageAllocator<P> {
         } else {
             self.nr_nodes()
         };
-        let exact = wmark == Watermark::Min;
         for i in 0..nr_nodes {
             let nid = (preferred + i) % self.nr_nodes();
             let zone = &self.zones[nid];
@@ -902,7 +928,11 @@ impl<P: Platform> PageAllocator<P> {
                 if wmark == Watermark::Min && gfp.contains(Gfp::HIGH) {
                     mark -= mark / 2;
                 }
-                if self.zone_watermark_ok(zone, order, mark, exact) {
+                // The cheap reading may be off by the per-CPU deltas; look at the exact
+                // one before deciding the zone is low (`percpu_drift_mark`).
+                if self.zone_watermark_ok(zone, order, mark, false)
+                    || self.zone_watermark_ok(zone, order, mark, true)
+                {
                     if let Some((page, reported)) = self.rmqueue(cpu, zone, order) {
                         self.zone_statistics(cpu, preferred, nid, 1 << order);
                         // Keep the "reads as zero" mark for prep_new_page.
@@ -976,8 +1006,8 @@ impl<P: Platform> PageAllocator<P> {
     pub unsafe fn free_pages(&self, cpu: Option<CpuRef<'_>>, page: NonNull<Page>, order: usize) {
         // SAFETY: the caller passes a descriptor from this allocator.
         let p = unsafe { page.as_ref() };
-        if p.flags().intersects(PageFlags::BUDDY | PageFlags::PCP) || order > MAX_ORDER {
-            self.bad_page(page, "freeing a free page");
+        if let Some(reason) = free_page_is_bad(p, order) {
+            self.bad_page(page, reason);
             return;
         }
         let nid = self.page_to_nid(page);
@@ -1168,8 +1198,8 @@ impl<P: Platform> PageAllocator<P> {
                     let Some(page) = slot.take() else { continue };
                     // SAFETY: the caller passes descriptors from this allocator.
                     let p = unsafe { page.as_ref() };
-                    if p.flags().intersects(PageFlags::BUDDY | PageFlags::PCP) {
-                        self.bad_page(page, "freeing a free page");
+                    if let Some(reason) = free_page_is_bad(p, 0) {
+                        self.bad_page(page, reason);
                         continue;
                     }
                     let nid = self.page_to_nid(page);
@@ -1221,12 +1251,9 @@ impl<P: Platform> PageAllocator<P> {
                         pages[i] = None;
                         i += 1;
                         // SAFETY: the caller passes descriptors from this allocator.
-                        if unsafe { page.as_ref() }
-                            .flags()
-                            .intersects(PageFlags::BUDDY | PageFlags::PCP)
-                        {
+                        if let Some(reason) = free_page_is_bad(unsafe { page.as_ref() }, 0) {
                             drop(fa);
-                            self.bad_page(page, "freeing a free page");
+                            self.bad_page(page, reason);
                             fa = zone.lock.lock();
                             continue;
                         }

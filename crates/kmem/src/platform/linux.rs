@@ -47,8 +47,10 @@ impl LinuxPlatform {
 
     /// Reserves a span of address space for the heap: at most `want` bytes (rounded to
     /// whole sections, at most the section table's reach), aligned to the section size,
-    /// readable and writable but not committed (`MAP_NORESERVE`; pages are committed
-    /// when touched). Falls back to smaller spans if the address space is limited.
+    /// inaccessible (`PROT_NONE`: it costs no commit charge, whatever the overcommit
+    /// policy) until [`Platform::section_online`] opens a section; pages are then
+    /// committed when touched. Falls back to smaller spans if the address space is
+    /// limited.
     pub fn reserve_span(&self, want: usize) -> Option<(*mut u8, usize)> {
         let mut len = want
             .div_ceil(SECTION_SIZE)
@@ -61,7 +63,7 @@ impl LinuxPlatform {
                 libc::mmap(
                     std::ptr::null_mut(),
                     len + SECTION_SIZE,
-                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::PROT_NONE,
                     libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
                     -1,
                     0,
@@ -93,6 +95,10 @@ impl LinuxPlatform {
 
 impl Platform for LinuxPlatform {
     unsafe fn section_online(&self, addr: *mut u8, len: usize, nid: usize) -> bool {
+        // SAFETY: the section is part of the span we reserved and nobody uses it yet.
+        if unsafe { libc::mprotect(addr.cast(), len, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
+            return false;
+        }
         let real = self.real_nodes.load(Ordering::Relaxed);
         if real > 1 {
             // Prefer memory of the real node behind this (possibly fake) node.
@@ -280,8 +286,10 @@ mod tests {
         let (base, len) = p.reserve_span(3 * SECTION_SIZE).unwrap();
         assert_eq!(base as usize % SECTION_SIZE, 0);
         assert_eq!(len, 3 * SECTION_SIZE);
-        // SAFETY: the span is ours: touch a page, then report it and see it read zero.
+        // SAFETY: the span is ours: open a section, touch a page, then report it and see
+        // it read zero.
         unsafe {
+            assert!(p.section_online(base, SECTION_SIZE, 0));
             *base = 7;
             p.report_free(base, 4096);
             assert_eq!(*base, 0);
