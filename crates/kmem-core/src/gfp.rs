@@ -18,6 +18,9 @@ bitflags::bitflags! {
         /// `__GFP_ACCOUNT`: charge the allocation to the current memory cgroup (reserved
         /// for the accounting layer; the page allocator passes it through).
         const ACCOUNT = 1 << 4;
+        /// `__GFP_RECLAIMABLE`: the memory can be reclaimed (kmalloc uses the
+        /// kmalloc-rcl caches).
+        const RECLAIMABLE = 1 << 5;
     }
 }
 

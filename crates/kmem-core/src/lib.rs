@@ -33,6 +33,7 @@
 #![no_std]
 
 pub mod gfp;
+pub mod kmalloc;
 pub mod mmzone;
 pub mod page;
 pub mod page_alloc;
@@ -40,6 +41,8 @@ pub mod page_reporting;
 pub mod percpu;
 pub mod platform;
 pub mod show_mem;
+pub mod slab_common;
+pub mod slub;
 pub mod sync;
 pub mod vmstat;
 
@@ -48,3 +51,5 @@ pub use page::{Page, PageFlags, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE};
 pub use page_alloc::{Config, InitError, PageAllocator, Shrinker};
 pub use percpu::{CpuArea, CpuRef};
 pub use platform::Platform;
+pub use slab_common::Kmem;
+pub use slub::{KmemCache, SlabFlags};

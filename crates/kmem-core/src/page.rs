@@ -46,6 +46,9 @@ bitflags::bitflags! {
         /// cleared when it takes it back; a free must find it (and the order it was
         /// allocated with), so a double free or a free of a tail page is caught.
         const HEAD = 1 << 5;
+        /// A tail page of a multi-page slab; `owner[0]` points at the head page's
+        /// descriptor (`compound_head`).
+        const TAIL = 1 << 6;
     }
 }
 

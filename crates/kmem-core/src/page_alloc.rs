@@ -172,6 +172,23 @@ pub struct Shrinker {
 // thread (documented on `register_shrinker`).
 unsafe impl Send for Shrinker {}
 
+/// A CPU-offline callback (`cpuhp` teardown): run by [`PageAllocator::cpu_area_put`]
+/// with the departing owner's area, before its per-CPU page lists are drained, so
+/// layers above (the slab allocator) can flush their per-CPU state into it.
+#[derive(Clone, Copy)]
+pub struct CpuDeadHook {
+    /// Flushes the layer's per-CPU state of `cpu`.
+    pub flush: fn(data: *const (), cpu: CpuRef<'_>),
+    /// Passed back to `flush`.
+    pub data: *const (),
+}
+// SAFETY: registering a hook promises that `flush` may be called with `data` from any
+// thread that owns a CPU area (documented on `register_cpu_dead`).
+unsafe impl Send for CpuDeadHook {}
+
+/// Most CPU-offline callbacks.
+pub const MAX_CPU_DEAD_HOOKS: usize = 4;
+
 struct Hotplug {
     /// Sections `0..next_section` have been used at least once.
     next_section: usize,
@@ -199,6 +216,7 @@ pub struct PageAllocator<P: Platform> {
     pub(crate) areas: CpuAreaPool,
     percpu: PerCpuOffsets,
     shrinkers: SpinLock<[Option<Shrinker>; MAX_SHRINKERS]>,
+    cpu_dead: SpinLock<[Option<CpuDeadHook>; MAX_CPU_DEAD_HOOKS]>,
     interleave_next: AtomicUsize,
 }
 
@@ -227,6 +245,7 @@ impl<P: Platform> PageAllocator<P> {
             areas: CpuAreaPool::new(),
             percpu: PerCpuOffsets::new(PERCPU_DYNAMIC_START),
             shrinkers: SpinLock::new([None; MAX_SHRINKERS]),
+            cpu_dead: SpinLock::new([None; MAX_CPU_DEAD_HOOKS]),
             interleave_next: AtomicUsize::new(0),
         }
     }
@@ -1318,6 +1337,10 @@ impl<P: Platform> PageAllocator<P> {
     pub unsafe fn cpu_area_put(&self, area: &CpuArea) {
         // SAFETY: the caller owns the area.
         let cpu = unsafe { CpuRef::new(area) };
+        let hooks = *self.cpu_dead.lock();
+        for hook in hooks.iter().flatten() {
+            (hook.flush)(hook.data, cpu);
+        }
         self.drain_local_pages(cpu);
         for nid in 0..self.nr_nodes() {
             let diffs = self.zone_pcp(cpu, nid).stat.take_diffs();
@@ -1392,6 +1415,19 @@ impl<P: Platform> PageAllocator<P> {
         match table.iter_mut().find(|s| s.is_none()) {
             Some(slot) => {
                 *slot = Some(shrinker);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Registers a CPU-offline callback (see [`CpuDeadHook`]); `flush` may be called
+    /// from any thread, with `data`. Returns false when the table is full.
+    pub fn register_cpu_dead(&self, hook: CpuDeadHook) -> bool {
+        let mut table = self.cpu_dead.lock();
+        match table.iter_mut().find(|s| s.is_none()) {
+            Some(slot) => {
+                *slot = Some(hook);
                 true
             }
             None => false,

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use kmem_core::mmzone::SECTION_SIZE;
-use kmem_core::{Config, PageAllocator, Platform};
+use kmem_core::{Config, Kmem, PageAllocator, Platform};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -78,6 +78,28 @@ pub fn allocator(sections: usize, config: Config) -> &'static PageAllocator<Test
     // SAFETY: the span is ours alone and nobody else uses the allocator yet.
     unsafe { pa.init(base, len, config) }.unwrap();
     pa
+}
+
+/// A fresh whole allocator (pages + slab) over a private span.
+pub fn kmem(sections: usize, config: Config) -> &'static Kmem<TestPlatform> {
+    let len = sections * SECTION_SIZE;
+    // SAFETY: an anonymous private mapping with no address hint.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len + SECTION_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(raw, libc::MAP_FAILED);
+    let base = ((raw as usize + SECTION_SIZE - 1) & !(SECTION_SIZE - 1)) as *mut u8;
+    let k: &'static Kmem<TestPlatform> = Box::leak(Box::new(Kmem::new(TestPlatform::new())));
+    // SAFETY: the span is ours alone and nobody else uses the allocator yet.
+    unsafe { k.init(base, len, config, 2) }.unwrap();
+    k
 }
 
 pub fn config(nodes: usize, max_pages: usize) -> Config {

@@ -1,0 +1,284 @@
+//! kmalloc: general-purpose allocation by size (include/linux/slab.h, mm/slab_common.c).
+//!
+//! Sizes up to [`KMALLOC_MAX_CACHE_SIZE`] (8 KiB) come from the kmalloc caches —
+//! powers of two from 8 plus 96 and 192, the kernel's classes (`kmalloc_index`) —
+//! in three sets: plain, `kmalloc-cg-*` for `__GFP_ACCOUNT` callers and
+//! `kmalloc-rcl-*` for `__GFP_RECLAIMABLE` ones. Larger sizes come straight from the
+//! page allocator (`kmalloc_large`) as blocks of up to 4 MiB. Each cache's objects are
+//! aligned to the largest power of two dividing its size (kmalloc-96: 32), so an
+//! object of kmalloc-N for a power of two N is naturally aligned.
+//!
+//! `kfree` finds what it frees from the pointer alone (`virt_to_page`): a slab object
+//! (its cache is in the slab's head page) or the head of a large block. Anything else
+//! — not ours, not the start of an object — is reported and left alone.
+
+use crate::gfp::Gfp;
+use crate::page::{PageFlags, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE};
+use crate::percpu::CpuRef;
+use crate::platform::Platform;
+use crate::slab_common::Kmem;
+use crate::slub::{KmemCache, ObjectLookup};
+use core::ptr::{self, NonNull};
+
+/// The kmalloc size classes, in cache order.
+pub const KMALLOC_SIZES: [usize; NR_KMALLOC] = [
+    8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192,
+];
+/// Number of kmalloc caches per set.
+pub const NR_KMALLOC: usize = 13;
+/// Sets of kmalloc caches: plain, cg (accounted), rcl (reclaimable).
+pub const NR_KMALLOC_TYPES: usize = 3;
+/// Largest size served by a kmalloc cache.
+pub const KMALLOC_MAX_CACHE_SIZE: usize = 8192;
+/// Largest size kmalloc serves at all (the largest buddy block).
+pub const KMALLOC_MAX_SIZE: usize = PAGE_SIZE << MAX_ORDER;
+
+/// `size_index`: cache index for sizes 1..=192 by `(size - 1) / 8`.
+const SIZE_INDEX: [u8; 24] = [
+    0, 1, 2, 2, 3, 3, 3, 3, // 8, 16, 24-32, 40-64
+    4, 4, 4, 4, // 72-96
+    5, 5, 5, 5, // 104-128
+    6, 6, 6, 6, 6, 6, 6, 6, // 136-192
+];
+
+/// `kmalloc_index`: the cache for `size` bytes (index into [`KMALLOC_SIZES`]), or
+/// `None` above [`KMALLOC_MAX_CACHE_SIZE`]. Size 0 gets the smallest cache.
+#[inline]
+pub fn kmalloc_index(size: usize) -> Option<usize> {
+    if size <= 192 {
+        return Some(SIZE_INDEX[size.saturating_sub(1) / 8] as usize);
+    }
+    if size > KMALLOC_MAX_CACHE_SIZE {
+        return None;
+    }
+    // 256 -> 7, 512 -> 8, ... 8192 -> 12.
+    let log = usize::BITS - (size - 1).leading_zeros();
+    Some(log as usize - 1)
+}
+
+/// Which set of kmalloc caches serves `gfp`.
+#[inline]
+fn kmalloc_type(gfp: Gfp) -> usize {
+    if gfp.contains(Gfp::ACCOUNT) {
+        1
+    } else if gfp.contains(Gfp::RECLAIMABLE) {
+        2
+    } else {
+        0
+    }
+}
+
+impl<P: Platform> Kmem<P> {
+    /// The kmalloc cache serving `size` bytes for `gfp`.
+    #[inline]
+    pub fn kmalloc_cache(&self, size: usize, gfp: Gfp) -> Option<&KmemCache> {
+        Some(&self.kmalloc[kmalloc_type(gfp)][kmalloc_index(size)?])
+    }
+
+    /// The plain kmalloc caches, smallest first.
+    pub fn kmalloc_caches(&self) -> &[KmemCache] {
+        &self.kmalloc[0]
+    }
+
+    /// `kmalloc`: `size` bytes aligned to at least 8 (a kmalloc-N object for a power of
+    /// two N is aligned to N), or `None`.
+    #[inline]
+    pub fn kmalloc(&self, cpu: Option<CpuRef<'_>>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmalloc_node(cpu, size, gfp, None)
+    }
+
+    /// `kmalloc_node`: as [`Kmem::kmalloc`], on node `nid` if given.
+    #[inline]
+    pub fn kmalloc_node(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        size: usize,
+        gfp: Gfp,
+        nid: Option<usize>,
+    ) -> Option<NonNull<u8>> {
+        match kmalloc_index(size) {
+            Some(i) => self
+                .slub()
+                .alloc_node(cpu, &self.kmalloc[kmalloc_type(gfp)][i], gfp, nid),
+            None => self.kmalloc_large(cpu, size, gfp, nid),
+        }
+    }
+
+    /// `kzalloc`: zeroed `kmalloc`.
+    #[inline]
+    pub fn kzalloc(&self, cpu: Option<CpuRef<'_>>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmalloc(cpu, size, gfp | Gfp::ZERO)
+    }
+
+    /// `kcalloc`: `n * size` zeroed bytes; `None` if the product overflows.
+    pub fn kcalloc(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        n: usize,
+        size: usize,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        self.kmalloc(cpu, n.checked_mul(size)?, gfp | Gfp::ZERO)
+    }
+
+    /// `kmalloc_large`: whole pages from the buddy allocator (a block of 2^order
+    /// pages, its head marked by the page allocator).
+    #[cold]
+    #[inline(never)]
+    fn kmalloc_large(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        size: usize,
+        gfp: Gfp,
+        nid: Option<usize>,
+    ) -> Option<NonNull<u8>> {
+        if size > KMALLOC_MAX_SIZE {
+            return None;
+        }
+        let pages = size.div_ceil(PAGE_SIZE);
+        let order = (usize::BITS - (pages - 1).leading_zeros()) as usize;
+        let order = if pages == 1 { 0 } else { order };
+        let page = self.pages.alloc_pages_node(cpu, gfp, order, nid)?;
+        Some(self.pages.page_address(page))
+    }
+
+    /// `ksize`: how many bytes the allocation at `p` really has (its class size, or
+    /// its pages). 0 for a pointer kmalloc did not hand out.
+    pub fn ksize(&self, p: *const u8) -> usize {
+        match self.slub().lookup(p) {
+            ObjectLookup::Slab(s, _) => s.config().object_size,
+            ObjectLookup::Large(head) => {
+                // SAFETY: the head of a live large block.
+                PAGE_SIZE << unsafe { head.as_ref() }.order()
+            }
+            ObjectLookup::Bad(_) => 0,
+        }
+    }
+
+    /// `kfree`: frees what kmalloc (or `kmem_cache_alloc`) handed out. Null is a
+    /// no-op; a pointer that is not ours or not the start of an object is reported
+    /// (`BUG kmalloc-64 (Not tainted): Invalid object pointer 0x…`) and nothing is
+    /// freed.
+    ///
+    /// # Safety
+    /// If `p` is one of ours, the caller owns it and stops using it.
+    #[inline]
+    pub unsafe fn kfree(&self, cpu: Option<CpuRef<'_>>, p: *mut u8) {
+        if p.is_null() {
+            return;
+        }
+        let slub = self.slub();
+        match slub.lookup(p) {
+            // SAFETY: a checked object, given up by the caller.
+            ObjectLookup::Slab(s, slab) => unsafe { slub.free_object(cpu, s, slab, p as usize) },
+            ObjectLookup::Large(head) => {
+                // SAFETY: the head of a large block from kmalloc_large, given up by the
+                // caller; its order is on the head page.
+                let order = unsafe { head.as_ref() }.order();
+                // SAFETY: as above.
+                unsafe { self.pages.free_pages(cpu, head, order) };
+            }
+            ObjectLookup::Bad(why) => {
+                let slab = self
+                    .pages
+                    .virt_to_head_page(p)
+                    // SAFETY: descriptors of online sections are valid.
+                    .filter(|h| unsafe { h.as_ref() }.flags().contains(PageFlags::SLAB));
+                match slab {
+                    Some(h) => {
+                        // SAFETY: a slab head names its cache.
+                        let s = unsafe {
+                            &*(h.as_ref().owner[2].load(crate::sync::Ordering::Relaxed)
+                                as *const KmemCache)
+                        };
+                        slub.report(s, Some(h), why, p as usize);
+                    }
+                    None => slub.report_named("kmalloc", None, why, p as usize),
+                }
+            }
+        }
+    }
+
+    /// `krealloc`: resizes the allocation at `p` to `new_size`, in place when it still
+    /// fits its class (or pages), else by moving it. Null `p` allocates; on failure
+    /// `None` is returned and `p` is left as it was.
+    ///
+    /// # Safety
+    /// `p` is null or an allocation of ours that the caller owns.
+    pub unsafe fn krealloc(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        p: *mut u8,
+        new_size: usize,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        if p.is_null() {
+            return self.kmalloc(cpu, new_size, gfp);
+        }
+        let old = self.ksize(p);
+        if old == 0 {
+            // SAFETY: reports the bad pointer; frees nothing.
+            unsafe { self.kfree(cpu, p) };
+            return None;
+        }
+        if new_size <= old {
+            if gfp.contains(Gfp::ZERO) && new_size < old {
+                // SAFETY: the tail of our own allocation.
+                unsafe { ptr::write_bytes(p.add(new_size), 0, old - new_size) };
+            }
+            // SAFETY: non-null checked above.
+            return Some(unsafe { NonNull::new_unchecked(p) });
+        }
+        let q = self.kmalloc(cpu, new_size, gfp)?;
+        // SAFETY: both are ours; `old` bytes of `p` are valid, `q` has more room.
+        unsafe {
+            ptr::copy_nonoverlapping(p, q.as_ptr(), old);
+            self.kfree(cpu, p);
+        }
+        Some(q)
+    }
+
+    /// Bytes of pages a large allocation of `size` takes (for reports).
+    pub fn kmalloc_large_bytes(size: usize) -> usize {
+        (size.div_ceil(PAGE_SIZE).next_power_of_two()) << PAGE_SHIFT
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kmalloc_index_matches_the_kernel() {
+        let cases = [
+            (0, 8),
+            (1, 8),
+            (8, 8),
+            (9, 16),
+            (16, 16),
+            (17, 32),
+            (32, 32),
+            (33, 64),
+            (64, 64),
+            (65, 96),
+            (96, 96),
+            (97, 128),
+            (128, 128),
+            (129, 192),
+            (192, 192),
+            (193, 256),
+            (256, 256),
+            (257, 512),
+            (1000, 1024),
+            (1025, 2048),
+            (4096, 4096),
+            (4097, 8192),
+            (8192, 8192),
+        ];
+        for (size, class) in cases {
+            let i = kmalloc_index(size).unwrap();
+            assert_eq!(KMALLOC_SIZES[i], class, "size {size}");
+        }
+        assert_eq!(kmalloc_index(8193), None);
+    }
+}

@@ -1,0 +1,1584 @@
+//! SLUB: the unqueued slab allocator (mm/slub.c), on the page allocator.
+//!
+//! ## Types
+//! - [`KmemCache`] (`struct kmem_cache`): one object size and its slabs. Its layout is
+//!   fixed at creation ([`CacheConfig`]); per node it has a [`KmemCacheNode`] (the
+//!   partial list under `list_lock`); per CPU area a [`KmemCacheCpu`] at `cpu_offset`.
+//! - A *slab* is a block of 2^order pages. Its metadata lives in the head page's
+//!   descriptor (`Page::owner`), never inside the slab:
+//!   `owner[0]` = [`SlabState`] (freelist offset, inuse, frozen — one word, so a single
+//!   compare-and-swap updates all three), `owner[1]` = objects, `owner[2]` = the cache.
+//!   Tail pages carry `PG_TAIL` and a pointer to the head (`compound_head`).
+//! - Freelists are chains through a free pointer inside each free object (at
+//!   `offset`), ended by an *end token* `slab base | 1`, never null: a freelist value
+//!   always tells its slab (seed 000, patch 5/7).
+//!
+//! ## Slab states (who may take objects from a slab)
+//! | state        | frozen | on a list            | objects go out through      |
+//! |--------------|--------|----------------------|-----------------------------|
+//! | CPU slab     | 1      | none                 | the CPU's `c.freelist`      |
+//! | CPU partial  | 1      | one CPU's `partial`  | nobody, until it is CPU slab|
+//! | node partial | 0      | node `partial` list  | `get_partial_node`, no-CPU allocations |
+//! | full         | 0      | none                 | nobody                      |
+//! Anybody may free into any slab: a CAS on its state pushes onto `slab.freelist`.
+//!
+//! ## Rules
+//! 1. Lock order: `slab_caches` lock → `list_lock` (one node at a time) → zone locks of
+//!    the page allocator. No `list_lock` is held across a page allocation.
+//! 2. Every change of list membership, and every freeze or unfreeze of a slab that is
+//!    or will be on a node list, happens under that node's `list_lock`; the state CAS
+//!    that goes with it is done while holding the lock. Freezing a full slab (a free
+//!    into it that puts it on the freer's CPU partial list) needs no lock: it is on no
+//!    list. Hence: an unfrozen slab is on the node partial list exactly when it has a
+//!    free object.
+//! 3. Only the owner of a CPU area touches its `KmemCacheCpu` (the std default: one
+//!    area per thread). The fast paths are plain loads and stores: allocation pops
+//!    `c.freelist`, a free pushes when the object is in the CPU slab. `freelist` and
+//!    `tid` sit together, 16-byte aligned, and `tid` advances on each operation, so a
+//!    lockless per-CPU mode (a double-word CAS on the pair) fits this layout.
+//! 4. A context with no CPU area (thread exit, early start) allocates under
+//!    `list_lock` from a node partial slab and frees through `__slab_free`.
+
+use crate::gfp::Gfp;
+use crate::mmzone::MAX_NUMNODES;
+use crate::page::{Page, PageFlags, PageList, PAGE_SIZE};
+use crate::page_alloc::PageAllocator;
+use crate::percpu::CpuRef;
+use crate::platform::Platform;
+use crate::show_mem::LogWriter;
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock};
+use core::cell::UnsafeCell;
+use core::fmt::Write as _;
+use core::ptr::{self, NonNull};
+
+/// Longest cache name kept (longer names are cut).
+pub const CACHE_NAME_LEN: usize = 32;
+/// Largest slab order (`slub_max_order` = `PAGE_ALLOC_COSTLY_ORDER`).
+pub const SLUB_MAX_ORDER: usize = 3;
+/// Largest object a cache may hold (half of the largest slab).
+pub const MAX_OBJECT_SIZE: usize = PAGE_SIZE << (SLUB_MAX_ORDER - 1);
+/// `tid` steps by this much per operation (room for a CPU number below it).
+pub const TID_STEP: usize = 1 << 12;
+
+bitflags::bitflags! {
+    /// Cache creation flags (`SLAB_*`).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+    pub struct SlabFlags: u32 {
+        /// `SLAB_HWCACHE_ALIGN`: align objects to a cache line.
+        const HWCACHE_ALIGN = 1 << 0;
+        /// `SLAB_RECLAIM_ACCOUNT`: objects are reclaimable (the kmalloc-rcl set).
+        const RECLAIM_ACCOUNT = 1 << 1;
+        /// `SLAB_ACCOUNT`: objects are charged to a memory cgroup (the kmalloc-cg set).
+        const ACCOUNT = 1 << 2;
+    }
+}
+
+/// SLUB statistics (`enum stat_item`), counted per CPU area per cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(usize)]
+pub enum SlubStat {
+    AllocFastpath = 0,
+    AllocSlowpath,
+    FreeFastpath,
+    FreeSlowpath,
+    FreeFrozen,
+    FreeAddPartial,
+    FreeRemovePartial,
+    AllocFromPartial,
+    AllocSlab,
+    AllocRefill,
+    AllocNodeMismatch,
+    FreeSlab,
+    CpuslabFlush,
+    DeactivateFull,
+    DeactivateEmpty,
+    DeactivateToHead,
+    DeactivateToTail,
+    DeactivateRemoteFrees,
+    CpuPartialAlloc,
+    CpuPartialFree,
+    CpuPartialNode,
+    CpuPartialDrain,
+}
+
+/// Number of [`SlubStat`] items.
+pub const NR_SLUB_STAT: usize = 22;
+
+impl SlubStat {
+    /// Every item, in order.
+    pub const ALL: [SlubStat; NR_SLUB_STAT] = [
+        SlubStat::AllocFastpath,
+        SlubStat::AllocSlowpath,
+        SlubStat::FreeFastpath,
+        SlubStat::FreeSlowpath,
+        SlubStat::FreeFrozen,
+        SlubStat::FreeAddPartial,
+        SlubStat::FreeRemovePartial,
+        SlubStat::AllocFromPartial,
+        SlubStat::AllocSlab,
+        SlubStat::AllocRefill,
+        SlubStat::AllocNodeMismatch,
+        SlubStat::FreeSlab,
+        SlubStat::CpuslabFlush,
+        SlubStat::DeactivateFull,
+        SlubStat::DeactivateEmpty,
+        SlubStat::DeactivateToHead,
+        SlubStat::DeactivateToTail,
+        SlubStat::DeactivateRemoteFrees,
+        SlubStat::CpuPartialAlloc,
+        SlubStat::CpuPartialFree,
+        SlubStat::CpuPartialNode,
+        SlubStat::CpuPartialDrain,
+    ];
+    /// The name in /sys/kernel/slab/<cache>/.
+    pub fn name(self) -> &'static str {
+        match self {
+            SlubStat::AllocFastpath => "alloc_fastpath",
+            SlubStat::AllocSlowpath => "alloc_slowpath",
+            SlubStat::FreeFastpath => "free_fastpath",
+            SlubStat::FreeSlowpath => "free_slowpath",
+            SlubStat::FreeFrozen => "free_frozen",
+            SlubStat::FreeAddPartial => "free_add_partial",
+            SlubStat::FreeRemovePartial => "free_remove_partial",
+            SlubStat::AllocFromPartial => "alloc_from_partial",
+            SlubStat::AllocSlab => "alloc_slab",
+            SlubStat::AllocRefill => "alloc_refill",
+            SlubStat::AllocNodeMismatch => "alloc_node_mismatch",
+            SlubStat::FreeSlab => "free_slab",
+            SlubStat::CpuslabFlush => "cpuslab_flush",
+            SlubStat::DeactivateFull => "deactivate_full",
+            SlubStat::DeactivateEmpty => "deactivate_empty",
+            SlubStat::DeactivateToHead => "deactivate_to_head",
+            SlubStat::DeactivateToTail => "deactivate_to_tail",
+            SlubStat::DeactivateRemoteFrees => "deactivate_remote_frees",
+            SlubStat::CpuPartialAlloc => "cpu_partial_alloc",
+            SlubStat::CpuPartialFree => "cpu_partial_free",
+            SlubStat::CpuPartialNode => "cpu_partial_node",
+            SlubStat::CpuPartialDrain => "cpu_partial_drain",
+        }
+    }
+}
+
+/// The slab's one-word state in `owner[0]` of its head page:
+/// bits 0..32 freelist offset from the slab base (1 = the end token), bits 32..48
+/// `inuse`, bit 63 `frozen`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SlabState(u64);
+
+const END_OFFSET: u64 = 1;
+const FROZEN: u64 = 1 << 63;
+
+impl SlabState {
+    #[inline]
+    fn new(off: u64, inuse: u64, frozen: bool) -> Self {
+        Self(off | (inuse << 32) | if frozen { FROZEN } else { 0 })
+    }
+    /// Freelist offset (1 = empty).
+    #[inline]
+    pub fn offset(self) -> u64 {
+        self.0 & 0xffff_ffff
+    }
+    /// Whether the slab's own freelist is empty.
+    #[inline]
+    pub fn list_empty(self) -> bool {
+        self.offset() == END_OFFSET
+    }
+    /// Objects handed out (or held by a CPU freelist).
+    #[inline]
+    pub fn inuse(self) -> u64 {
+        (self.0 >> 32) & 0xffff
+    }
+    /// Whether a CPU owns the slab.
+    #[inline]
+    pub fn frozen(self) -> bool {
+        self.0 & FROZEN != 0
+    }
+}
+
+/// What a cache is, fixed when it is created.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheConfig {
+    name: [u8; CACHE_NAME_LEN],
+    name_len: usize,
+    /// The size the user asked for (`object_size`).
+    pub object_size: usize,
+    /// Bytes per object in the slab, free pointer and alignment included (`size`).
+    pub size: usize,
+    /// Object alignment.
+    pub align: usize,
+    /// Offset of the free pointer in a free object.
+    pub offset: usize,
+    /// Slab order (`oo_order`).
+    pub order: usize,
+    /// Objects per slab (`oo_objects`).
+    pub objects: usize,
+    /// Node partial slabs kept even when empty (`min_partial`).
+    pub min_partial: usize,
+    /// Most slabs on a CPU's partial list (`cpu_partial_slabs`).
+    pub cpu_partial_slabs: usize,
+    /// Creation flags.
+    pub flags: SlabFlags,
+    /// Runs once on every object when its slab is made.
+    pub ctor: Option<fn(*mut u8)>,
+    /// Offset of the [`KmemCacheCpu`] in every CPU area.
+    pub cpu_offset: usize,
+    /// `2^32 / size`, rounded up: `off * reciprocal >> 32` is the object index.
+    reciprocal: u64,
+}
+
+impl CacheConfig {
+    const EMPTY: CacheConfig = CacheConfig {
+        name: [0; CACHE_NAME_LEN],
+        name_len: 0,
+        object_size: 0,
+        size: 0,
+        align: 0,
+        offset: 0,
+        order: 0,
+        objects: 0,
+        min_partial: 0,
+        cpu_partial_slabs: 0,
+        flags: SlabFlags::empty(),
+        ctor: None,
+        cpu_offset: 0,
+        reciprocal: 0,
+    };
+
+    /// The cache's name.
+    pub fn name(&self) -> &str {
+        core::str::from_utf8(&self.name[..self.name_len]).unwrap_or("?")
+    }
+
+    /// Bytes a slab spans.
+    pub fn slab_bytes(&self) -> usize {
+        PAGE_SIZE << self.order
+    }
+
+    /// `calculate_sizes` + `calculate_order`: the layout for `object_size` bytes
+    /// aligned to `align`. `None` if the object is too large or the alignment is not a
+    /// power of two up to a page.
+    pub fn calculate(
+        name: &str,
+        object_size: usize,
+        align: usize,
+        flags: SlabFlags,
+        ctor: Option<fn(*mut u8)>,
+        nr_cpus: usize,
+    ) -> Option<CacheConfig> {
+        if object_size == 0 || object_size > MAX_OBJECT_SIZE {
+            return None;
+        }
+        if align != 0 && (!align.is_power_of_two() || align > PAGE_SIZE) {
+            return None;
+        }
+        let word = core::mem::size_of::<usize>();
+        let mut align = align.max(word);
+        if flags.contains(SlabFlags::HWCACHE_ALIGN) {
+            // Cache-line alignment, unless the object is small enough to share lines
+            // (the kernel's calculate_alignment halves it for small objects).
+            let mut ralign = 64;
+            while object_size <= ralign / 2 && ralign > word {
+                ralign /= 2;
+            }
+            align = align.max(ralign);
+        }
+        let mut size = object_size.next_multiple_of(word);
+        // The free pointer: in the middle of the object (a use-after-free write at
+        // the start does not hit it), or after the object when a constructor's
+        // contents must survive while the object is free.
+        let offset = if ctor.is_some() {
+            let off = size;
+            size += word;
+            off
+        } else {
+            (object_size / 2) & !(word - 1)
+        };
+        size = size.next_multiple_of(align);
+        let (order, objects) = calculate_order(size, nr_cpus)?;
+        let mut cfg = CacheConfig {
+            object_size,
+            size,
+            align,
+            offset,
+            order,
+            objects,
+            min_partial: ((usize::BITS - 1 - size.leading_zeros()) as usize / 2).clamp(5, 10),
+            cpu_partial_slabs: 0,
+            flags,
+            ctor,
+            reciprocal: (1u64 << 32).div_ceil(size as u64),
+            ..CacheConfig::EMPTY
+        };
+        // set_cpu_partial: objects a CPU keeps on partial slabs, as slabs.
+        let cpu_partial_objs: usize = if size >= PAGE_SIZE {
+            2
+        } else if size >= 1024 {
+            6
+        } else if size >= 256 {
+            13
+        } else {
+            30
+        };
+        cfg.cpu_partial_slabs = (cpu_partial_objs * 2).div_ceil(objects);
+        let n = name.len().min(CACHE_NAME_LEN);
+        let mut cut = n;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        cfg.name[..cut].copy_from_slice(&name.as_bytes()[..cut]);
+        cfg.name_len = cut;
+        Some(cfg)
+    }
+}
+
+/// `calculate_order`: the smallest slab order whose tail waste is at most 1/16 of the
+/// slab (then 1/8, then 1/4) holding at least `slub_min_objects` objects (fewer if the
+/// largest order cannot), as `calc_slab_order` does. Returns (order, objects).
+pub fn calculate_order(size: usize, nr_cpus: usize) -> Option<(usize, usize)> {
+    let fls = (usize::BITS - nr_cpus.max(1).leading_zeros()) as usize;
+    let max_objects = (PAGE_SIZE << SLUB_MAX_ORDER) / size;
+    let mut min_objects = (4 * (fls + 1)).min(max_objects).max(1);
+    while min_objects >= 1 {
+        for fraction in [16, 8, 4] {
+            for order in 0..=SLUB_MAX_ORDER {
+                let slab = PAGE_SIZE << order;
+                if slab / size < min_objects {
+                    continue;
+                }
+                if slab % size <= slab / fraction {
+                    return Some((order, (slab / size).min(u16::MAX as usize)));
+                }
+            }
+        }
+        min_objects /= 2;
+        if min_objects == 0 {
+            break;
+        }
+    }
+    // Anything that fits in the largest slab, waste or not.
+    (size <= PAGE_SIZE << SLUB_MAX_ORDER).then(|| {
+        let order = (0..=SLUB_MAX_ORDER)
+            .find(|&o| PAGE_SIZE << o >= size)
+            .unwrap_or(SLUB_MAX_ORDER);
+        (order, (PAGE_SIZE << order) / size)
+    })
+}
+
+/// A cache's per-CPU state (`struct kmem_cache_cpu`), in every CPU area at
+/// `cpu_offset`. All-zero is valid (no CPU slab, empty partial list).
+///
+/// Invariants (owner only): `freelist` is 0 (no CPU slab), or an object of the CPU
+/// slab, or that slab's end token; the CPU slab is the slab its value lies in.
+/// `partial` heads a list of frozen slabs linked through `Page::next`, `nr_partial`
+/// long.
+#[repr(C, align(16))]
+pub struct KmemCacheCpu {
+    freelist: AtomicUsize,
+    tid: AtomicUsize,
+    partial: AtomicPtr<Page>,
+    nr_partial: AtomicUsize,
+    stat: [AtomicU64; NR_SLUB_STAT],
+}
+
+impl KmemCacheCpu {
+    #[inline]
+    fn count(&self, item: SlubStat) {
+        let c = &self.stat[item as usize];
+        c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+    }
+    #[inline]
+    fn next_tid(&self) {
+        self.tid
+            .store(self.tid.load(Relaxed).wrapping_add(TID_STEP), Relaxed);
+    }
+    /// The transaction id (for the per-CPU mode and tests).
+    pub fn tid(&self) -> usize {
+        self.tid.load(Relaxed)
+    }
+}
+
+/// A cache's per-node state (`struct kmem_cache_node`).
+pub struct KmemCacheNode {
+    list_lock: SpinLock<PageList>,
+    nr_slabs: AtomicUsize,
+}
+
+impl KmemCacheNode {
+    const fn new() -> Self {
+        Self {
+            list_lock: SpinLock::new(PageList::new()),
+            nr_slabs: AtomicUsize::new(0),
+        }
+    }
+}
+
+/// A slab cache (`struct kmem_cache`).
+///
+/// Invariant: `config` is written only while the cache is being created, before
+/// `active` is set and before anybody else can see the cache; afterwards it is
+/// read-only.
+pub struct KmemCache {
+    config: UnsafeCell<CacheConfig>,
+    active: AtomicUsize,
+    pub(crate) node: [KmemCacheNode; MAX_NUMNODES],
+    /// Statistics of contexts without a CPU area.
+    stat: [AtomicU64; NR_SLUB_STAT],
+    /// Next cache on the allocator's list of caches.
+    pub(crate) next: AtomicPtr<KmemCache>,
+}
+
+// SAFETY: `config` is immutable once the cache is shared (type invariant); everything
+// else is atomics and locks.
+unsafe impl Sync for KmemCache {}
+// SAFETY: as above; the raw pointers inside point to memory that outlives the cache.
+unsafe impl Send for KmemCache {}
+
+impl KmemCache {
+    pub(crate) const fn new() -> Self {
+        Self {
+            config: UnsafeCell::new(CacheConfig::EMPTY),
+            active: AtomicUsize::new(0),
+            node: [const { KmemCacheNode::new() }; MAX_NUMNODES],
+            stat: [const { AtomicU64::new(0) }; NR_SLUB_STAT],
+            next: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// The cache's layout and settings.
+    #[inline]
+    pub fn config(&self) -> &CacheConfig {
+        // SAFETY: read-only once the cache is published (type invariant).
+        unsafe { &*self.config.get() }
+    }
+
+    /// # Safety
+    /// The cache is not yet visible to any other context.
+    pub(crate) unsafe fn set_config(&self, cfg: CacheConfig) {
+        // SAFETY: nobody else can see the cache yet (caller).
+        unsafe { *self.config.get() = cfg };
+        self.active.store(1, crate::sync::Ordering::Release);
+    }
+
+    /// The cache's name.
+    pub fn name(&self) -> &str {
+        self.config().name()
+    }
+
+    /// Whether the cache is set up and not destroyed.
+    pub fn is_active(&self) -> bool {
+        self.active.load(crate::sync::Ordering::Acquire) == 1
+    }
+
+    pub(crate) fn deactivate(&self) {
+        self.active.store(0, crate::sync::Ordering::Release);
+    }
+
+    #[inline]
+    fn cpu<'a>(&self, cpu: CpuRef<'a>) -> &'a KmemCacheCpu {
+        // SAFETY: every CPU area reserves `cpu_offset` for this cache (made by the
+        // percpu allocator when the cache was created; zero is the valid empty state).
+        unsafe { &*cpu.area().ptr::<KmemCacheCpu>(self.config().cpu_offset) }
+    }
+
+    /// This cache's per-CPU state in `area` (for statistics).
+    pub fn cpu_of<'a>(&self, area: &'a crate::percpu::CpuArea) -> &'a KmemCacheCpu {
+        // SAFETY: as in `cpu`; shared access reads atomics only.
+        unsafe { &*area.ptr::<KmemCacheCpu>(self.config().cpu_offset) }
+    }
+
+    #[inline]
+    fn stat(&self, cpu: Option<CpuRef<'_>>, item: SlubStat) {
+        match cpu {
+            Some(c) => self.cpu(c).count(item),
+            None => {
+                self.stat[item as usize].fetch_add(1, Relaxed);
+            }
+        }
+    }
+
+    /// Slabs of this cache on node `nid`.
+    pub fn nr_slabs(&self, nid: usize) -> usize {
+        self.node[nid].nr_slabs.load(Relaxed)
+    }
+
+    /// Slabs on node `nid`'s partial list.
+    pub fn nr_partial(&self, nid: usize) -> usize {
+        self.node[nid].list_lock.lock().len()
+    }
+
+    /// Objects free in the slabs of node `nid`'s partial list (`count_partial`).
+    pub fn count_partial_free(&self, nid: usize) -> usize {
+        let list = self.node[nid].list_lock.lock();
+        let objects = self.config().objects;
+        let mut free = 0;
+        let mut p = list.first();
+        while let Some(page) = NonNull::new(p) {
+            // SAFETY: slabs on the list are live slab pages; we hold the list lock.
+            let pr = unsafe { page.as_ref() };
+            free += objects - slab_state(pr).inuse() as usize;
+            p = pr.next.load(Relaxed);
+        }
+        free
+    }
+
+    /// A statistic summed over the no-CPU counter and the given CPU areas.
+    pub fn stat_sum<'a>(
+        &self,
+        areas: impl Iterator<Item = &'a crate::percpu::CpuArea>,
+        item: SlubStat,
+    ) -> u64 {
+        let mut v = self.stat[item as usize].load(Relaxed);
+        for a in areas {
+            v += self.cpu_of(a).stat[item as usize].load(Relaxed);
+        }
+        v
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Slab page helpers.
+
+#[inline]
+fn slab_state(slab: &Page) -> SlabState {
+    SlabState(slab.owner[0].load(Relaxed) as u64)
+}
+
+#[inline]
+fn cas_state(slab: &Page, old: SlabState, new: SlabState) -> bool {
+    // AcqRel: a successful free publishes the free pointer written into the object
+    // before it; a successful take of the freelist sees those writes.
+    slab.owner[0]
+        .compare_exchange(
+            old.0 as usize,
+            new.0 as usize,
+            crate::sync::Ordering::AcqRel,
+            crate::sync::Ordering::Acquire,
+        )
+        .is_ok()
+}
+
+/// Reads the free pointer of the free object at `obj`.
+///
+/// # Safety
+/// `obj` is a free object of a slab of `s` (its free pointer word is initialised).
+#[inline]
+unsafe fn get_freepointer(s: &CacheConfig, obj: usize) -> usize {
+    // SAFETY: caller: a free object, whose word at `offset` holds its successor.
+    unsafe { ptr::read((obj + s.offset) as *const usize) }
+}
+
+/// # Safety
+/// `obj` is an object of a slab of `s` that the caller owns (being freed).
+#[inline]
+unsafe fn set_freepointer(s: &CacheConfig, obj: usize, next: usize) {
+    // SAFETY: caller: the object is ours to write.
+    unsafe { ptr::write((obj + s.offset) as *mut usize, next) };
+}
+
+impl<P: Platform> PageAllocator<P> {
+    /// The head page of the slab (or block) holding `addr` (`virt_to_slab`), or `None`
+    /// if `addr` is not in a page the allocator manages.
+    #[inline]
+    pub fn virt_to_head_page(&self, addr: *const u8) -> Option<NonNull<Page>> {
+        let page = self.virt_to_page(addr)?;
+        // SAFETY: descriptors of online sections are valid.
+        let p = unsafe { page.as_ref() };
+        if p.flags().contains(PageFlags::TAIL) {
+            NonNull::new(p.owner[0].load(Relaxed) as *mut Page)
+        } else {
+            Some(page)
+        }
+    }
+}
+
+/// The slab allocator's operations, bound to its page allocator and list of caches.
+pub struct Slub<'a, P: Platform> {
+    pub(crate) pages: &'a PageAllocator<P>,
+    pub(crate) caches: &'a crate::slab_common::CacheList,
+}
+
+impl<P: Platform> Clone for Slub<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<P: Platform> Copy for Slub<'_, P> {}
+
+/// What `kfree`-like entry points found at a pointer.
+pub enum ObjectLookup<'a> {
+    /// An object of this slab (head page) of this cache, at index `idx`.
+    Slab(&'a KmemCache, NonNull<Page>),
+    /// The head of a large (page-allocator) allocation.
+    Large(NonNull<Page>),
+    /// Not something that can be freed; the reason.
+    Bad(&'static str),
+}
+
+impl<'a, P: Platform> Slub<'a, P> {
+    /// The slab layer over `pages`, with the list of caches a CPU flush walks.
+    pub fn new(pages: &'a PageAllocator<P>, caches: &'a crate::slab_common::CacheList) -> Self {
+        Self { pages, caches }
+    }
+
+    #[inline]
+    fn slab_base(&self, slab: NonNull<Page>) -> usize {
+        self.pages.page_address(slab).as_ptr() as usize
+    }
+
+    /// Finds what `ptr` is: an object at the start of a slab object, a large block, or
+    /// neither (with the reason). Never touches the memory at `ptr`.
+    #[inline]
+    pub fn lookup(&self, ptr: *const u8) -> ObjectLookup<'a> {
+        let Some(head) = self.pages.virt_to_head_page(ptr) else {
+            return ObjectLookup::Bad("not allocated by kmem");
+        };
+        // SAFETY: descriptors of online sections are valid.
+        let h = unsafe { head.as_ref() };
+        let flags = h.flags();
+        if flags.contains(PageFlags::SLAB) {
+            // SAFETY: a slab's head page names its cache, which outlives its slabs.
+            let s = unsafe { &*(h.owner[2].load(Relaxed) as *const KmemCache) };
+            let cfg = s.config();
+            let off = ptr as usize - self.slab_base(head);
+            let idx = ((off as u64 * cfg.reciprocal) >> 32) as usize;
+            if idx * cfg.size != off || idx >= cfg.objects {
+                return ObjectLookup::Bad("Invalid object pointer");
+            }
+            ObjectLookup::Slab(s, head)
+        } else if flags.contains(PageFlags::HEAD) {
+            if self.pages.page_address(head).as_ptr() as usize != ptr as usize {
+                return ObjectLookup::Bad("Invalid object pointer");
+            }
+            ObjectLookup::Large(head)
+        } else {
+            ObjectLookup::Bad("not allocated by kmem")
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // Slab creation and destruction.
+
+    /// `allocate_slab`: pages for a new slab of `s` on `nid`, every object on the
+    /// slab's freelist (and through the constructor). The slab comes back with its
+    /// state `state(inuse, frozen)` and the freelist either kept in the slab or
+    /// returned to the caller (`take`).
+    fn allocate_slab(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+        nid: Option<usize>,
+    ) -> Option<NonNull<Page>> {
+        let cfg = s.config();
+        let gfp = gfp - Gfp::ZERO;
+        let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
+        let base = self.slab_base(slab);
+        // SAFETY: the block was just allocated: its descriptors are ours.
+        let head = unsafe { slab.as_ref() };
+        head.set_flags(PageFlags::HEAD | PageFlags::SLAB);
+        for i in 1..(1usize << cfg.order) {
+            // SAFETY: the block's pages are consecutive descriptors in one memmap.
+            let tail = unsafe { &*slab.as_ptr().add(i) };
+            tail.set_flags(PageFlags::TAIL);
+            tail.owner[0].store(slab.as_ptr() as usize, Relaxed);
+        }
+        // Chain every object, first to last, ending in the end token.
+        for i in 0..cfg.objects {
+            let obj = base + i * cfg.size;
+            if let Some(ctor) = cfg.ctor {
+                ctor(obj as *mut u8);
+            }
+            let next = if i + 1 < cfg.objects {
+                obj + cfg.size
+            } else {
+                base | 1
+            };
+            // SAFETY: the object lies in our new slab.
+            unsafe { set_freepointer(cfg, obj, next) };
+        }
+        head.owner[0].store(SlabState::new(0, 0, false).0 as usize, Relaxed);
+        head.owner[1].store(cfg.objects, Relaxed);
+        head.owner[2].store(s as *const KmemCache as usize, Relaxed);
+        let nid = self.pages.page_to_nid(slab);
+        s.node[nid].nr_slabs.fetch_add(1, Relaxed);
+        s.stat(cpu, SlubStat::AllocSlab);
+        Some(slab)
+    }
+
+    /// `discard_slab`: gives an empty slab's pages back.
+    fn discard_slab(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: NonNull<Page>) {
+        let cfg = s.config();
+        let nid = self.pages.page_to_nid(slab);
+        s.node[nid].nr_slabs.fetch_sub(1, Relaxed);
+        // SAFETY: the slab is empty and on no list: its descriptors are ours.
+        let head = unsafe { slab.as_ref() };
+        for i in 1..(1usize << cfg.order) {
+            // SAFETY: consecutive descriptors of the same block.
+            let tail = unsafe { &*slab.as_ptr().add(i) };
+            tail.set_flags(PageFlags::empty());
+            tail.owner[0].store(0, Relaxed);
+        }
+        head.set_flags(PageFlags::HEAD);
+        for w in &head.owner {
+            w.store(0, Relaxed);
+        }
+        s.stat(cpu, SlubStat::FreeSlab);
+        // SAFETY: allocated by `allocate_slab` with this order; nothing refers to it.
+        unsafe { self.pages.free_pages(cpu, slab, cfg.order) };
+    }
+
+    // -----------------------------------------------------------------------
+    // Node partial lists.
+
+    /// `add_partial` (list lock held).
+    fn add_partial(&self, list: &mut PageList, slab: NonNull<Page>, tail: bool) {
+        // SAFETY: the slab is unfrozen and on no list (rule 2); we hold the lock.
+        unsafe {
+            if tail {
+                list.push_tail(slab.as_ptr());
+            } else {
+                list.push_head(slab.as_ptr());
+            }
+        }
+    }
+
+    /// `remove_partial` (list lock held).
+    fn remove_partial(&self, list: &mut PageList, slab: NonNull<Page>) {
+        // SAFETY: the slab is on this node's partial list (rule 2); we hold the lock.
+        unsafe { list.remove(slab.as_ptr()) };
+    }
+
+    // -----------------------------------------------------------------------
+    // Allocation.
+
+    /// `kmem_cache_alloc`: an object of `s`, or `None` when memory runs out.
+    #[inline]
+    pub fn alloc(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.alloc_node(cpu, s, gfp, None)
+    }
+
+    /// `kmem_cache_alloc_node`: an object on node `nid` if given.
+    #[inline]
+    pub fn alloc_node(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+        nid: Option<usize>,
+    ) -> Option<NonNull<u8>> {
+        let obj = match cpu {
+            Some(c) if nid.is_none() => {
+                let cfg = s.config();
+                let cc = s.cpu(c);
+                let obj = cc.freelist.load(Relaxed);
+                if obj & 1 == 0 && obj != 0 {
+                    // SAFETY: `obj` heads this CPU's private freelist of free objects.
+                    let next = unsafe { get_freepointer(cfg, obj) };
+                    cc.freelist.store(next, Relaxed);
+                    cc.next_tid();
+                    cc.count(SlubStat::AllocFastpath);
+                    obj
+                } else {
+                    self.slab_alloc_slow(c, s, gfp, nid)?
+                }
+            }
+            Some(c) => self.slab_alloc_slow(c, s, gfp, nid)?,
+            None => self.alloc_nocpu(s, gfp, nid)?,
+        };
+        let obj = obj as *mut u8;
+        if gfp.contains(Gfp::ZERO) {
+            // SAFETY: the object is ours now, `object_size` bytes long.
+            unsafe { ptr::write_bytes(obj, 0, s.config().object_size) };
+        }
+        NonNull::new(obj)
+    }
+
+    /// `___slab_alloc`: refill the CPU freelist and take one object.
+    #[cold]
+    #[inline(never)]
+    fn slab_alloc_slow(
+        &self,
+        c: CpuRef<'_>,
+        s: &KmemCache,
+        gfp: Gfp,
+        nid: Option<usize>,
+    ) -> Option<usize> {
+        let cfg = s.config();
+        let cc = s.cpu(c);
+        cc.count(SlubStat::AllocSlowpath);
+        self.check_drain_request(c);
+        let cur = cc.freelist.load(Relaxed);
+        if cur != 0 {
+            let slab = self.freelist_slab(cur);
+            if let Some(n) = nid {
+                if self.pages.page_to_nid(slab) != n {
+                    cc.count(SlubStat::AllocNodeMismatch);
+                    self.deactivate_slab(c, s, slab, cur);
+                    cc.freelist.store(0, Relaxed);
+                    return self.new_slab_objects(c, s, gfp, nid);
+                }
+                if cur & 1 == 0 {
+                    // The CPU slab is on the right node and has objects: pop one.
+                    // SAFETY: `cur` heads the CPU's freelist.
+                    let next = unsafe { get_freepointer(cfg, cur) };
+                    cc.freelist.store(next, Relaxed);
+                    cc.next_tid();
+                    return Some(cur);
+                }
+            }
+            // The CPU freelist ran out: take what others freed into the slab.
+            // SAFETY: the CPU slab is a live slab of `s`.
+            let got = self.get_freelist(unsafe { slab.as_ref() }, slab);
+            if got & 1 == 0 {
+                cc.count(SlubStat::AllocRefill);
+                return Some(self.take_first(cc, cfg, got));
+            }
+            // Full: it leaves the CPU (unfrozen, on no list).
+            cc.count(SlubStat::DeactivateFull);
+            self.unfreeze_full(slab);
+            cc.freelist.store(0, Relaxed);
+        }
+        self.new_slab_objects(c, s, gfp, nid)
+    }
+
+    /// Pops the first object of `list` and makes the rest the CPU freelist.
+    #[inline]
+    fn take_first(&self, cc: &KmemCacheCpu, cfg: &CacheConfig, list: usize) -> usize {
+        // SAFETY: `list` heads a freelist this CPU now owns.
+        let next = unsafe { get_freepointer(cfg, list) };
+        cc.freelist.store(next, Relaxed);
+        cc.next_tid();
+        list
+    }
+
+    /// The slab a CPU freelist value (object or end token) lies in.
+    #[inline]
+    fn freelist_slab(&self, v: usize) -> NonNull<Page> {
+        self.pages
+            .virt_to_head_page((v & !1) as *const u8)
+            .expect("a CPU freelist value lies in a slab")
+    }
+
+    /// `get_freelist`: takes a frozen slab's whole freelist for the CPU (its state
+    /// becomes empty, all objects in use). Returns the list or the end token.
+    fn get_freelist(&self, slab_ref: &Page, slab: NonNull<Page>) -> usize {
+        let base = self.slab_base(slab);
+        let objects = slab_ref.owner[1].load(Relaxed) as u64;
+        loop {
+            let old = slab_state(slab_ref);
+            let new = SlabState::new(END_OFFSET, objects, true);
+            if cas_state(slab_ref, old, new) {
+                return base + old.offset() as usize;
+            }
+        }
+    }
+
+    /// A full CPU slab leaves its CPU: unfrozen, on no list (rule 2: no lock needed,
+    /// but a concurrent free may have made it partial meanwhile — then it goes to the
+    /// node list under the lock).
+    fn unfreeze_full(&self, slab: NonNull<Page>) {
+        // SAFETY: the slab is a live slab; we own its frozen state.
+        let sr = unsafe { slab.as_ref() };
+        // SAFETY: the head page names its cache.
+        let s = unsafe { &*(sr.owner[2].load(Relaxed) as *const KmemCache) };
+        let nid = self.pages.page_to_nid(slab);
+        let mut list = s.node[nid].list_lock.lock();
+        loop {
+            let old = slab_state(sr);
+            let new = SlabState::new(old.offset(), old.inuse(), false);
+            if cas_state(sr, old, new) {
+                if !new.list_empty() {
+                    self.add_partial(&mut list, slab, true);
+                }
+                break;
+            }
+        }
+    }
+
+    /// `new_slab_objects`: a CPU partial slab, else a node partial slab, else a new
+    /// slab becomes the CPU slab; returns its first object.
+    fn new_slab_objects(
+        &self,
+        c: CpuRef<'_>,
+        s: &KmemCache,
+        gfp: Gfp,
+        nid: Option<usize>,
+    ) -> Option<usize> {
+        let cfg = s.config();
+        let cc = s.cpu(c);
+        // CPU partial list (only when any node will do or it is the right node).
+        while let Some(slab) = NonNull::new(cc.partial.load(Relaxed)) {
+            // SAFETY: slabs on our CPU partial list are frozen slabs we own.
+            let sr = unsafe { slab.as_ref() };
+            cc.partial.store(sr.next.load(Relaxed), Relaxed);
+            cc.nr_partial
+                .store(cc.nr_partial.load(Relaxed) - 1, Relaxed);
+            if nid.is_some_and(|n| self.pages.page_to_nid(slab) != n) {
+                self.unfreeze_one(Some(c), s, slab);
+                continue;
+            }
+            let got = self.get_freelist(sr, slab);
+            if got & 1 == 0 {
+                cc.count(SlubStat::CpuPartialAlloc);
+                return Some(self.take_first(cc, cfg, got));
+            }
+            // Cannot happen (a CPU partial slab keeps its free objects), but a full
+            // slab must not be lost: let it go.
+            self.unfreeze_full(slab);
+        }
+        // Node partial lists: the wanted node, then the others.
+        let local = self.pages_local_node(c);
+        let first = nid.unwrap_or(local);
+        let nodes = if nid.is_some() && gfp.contains(Gfp::THISNODE) {
+            1
+        } else {
+            self.pages.nr_nodes()
+        };
+        for i in 0..nodes {
+            let n = (first + i) % self.pages.nr_nodes();
+            if let Some(got) = self.get_partial_node(c, s, n) {
+                cc.count(SlubStat::AllocFromPartial);
+                return Some(self.take_first(cc, cfg, got));
+            }
+            if nid.is_some() {
+                // kmem_cache_alloc_node: a new slab on the wanted node comes before
+                // other nodes' partial slabs.
+                break;
+            }
+        }
+        // A new slab, frozen for this CPU with all its objects.
+        let slab = self.allocate_slab(Some(c), s, gfp, nid.or(Some(local)))?;
+        // SAFETY: our new slab.
+        let sr = unsafe { slab.as_ref() };
+        sr.owner[0].store(
+            SlabState::new(END_OFFSET, cfg.objects as u64, true).0 as usize,
+            Relaxed,
+        );
+        Some(self.take_first(cc, cfg, self.slab_base(slab)))
+    }
+
+    fn pages_local_node(&self, c: CpuRef<'_>) -> usize {
+        let n = c.area().node();
+        if n < self.pages.nr_nodes() {
+            n
+        } else {
+            0
+        }
+    }
+
+    /// `get_partial_node`: takes the first slab of node `nid`'s partial list as the
+    /// CPU slab (frozen, its whole freelist returned), and moves a few more to the CPU
+    /// partial list.
+    fn get_partial_node(&self, c: CpuRef<'_>, s: &KmemCache, nid: usize) -> Option<usize> {
+        let cfg = s.config();
+        let cc = s.cpu(c);
+        let mut list = s.node[nid].list_lock.lock();
+        let slab = NonNull::new(list.first())?;
+        self.remove_partial(&mut list, slab);
+        // SAFETY: a slab from the node list: live, unfrozen, ours under the lock.
+        let sr = unsafe { slab.as_ref() };
+        let got = loop {
+            let old = slab_state(sr);
+            let new = SlabState::new(END_OFFSET, cfg.objects as u64, true);
+            if cas_state(sr, old, new) {
+                break self.slab_base(slab) + old.offset() as usize;
+            }
+        };
+        // Stock the CPU partial list with up to half its capacity.
+        while cc.nr_partial.load(Relaxed) < cfg.cpu_partial_slabs / 2 {
+            let Some(more) = NonNull::new(list.first()) else {
+                break;
+            };
+            self.remove_partial(&mut list, more);
+            // SAFETY: as above.
+            let mr = unsafe { more.as_ref() };
+            loop {
+                let old = slab_state(mr);
+                let new = SlabState::new(old.offset(), old.inuse(), true);
+                if cas_state(mr, old, new) {
+                    break;
+                }
+            }
+            mr.next.store(cc.partial.load(Relaxed), Relaxed);
+            cc.partial.store(more.as_ptr(), Relaxed);
+            cc.nr_partial
+                .store(cc.nr_partial.load(Relaxed) + 1, Relaxed);
+            cc.count(SlubStat::CpuPartialNode);
+        }
+        drop(list);
+        Some(got)
+    }
+
+    /// Allocation without a CPU area: one object from a node partial slab under the
+    /// list lock, or from a new slab that goes on the partial list.
+    #[cold]
+    #[inline(never)]
+    fn alloc_nocpu(&self, s: &KmemCache, gfp: Gfp, nid: Option<usize>) -> Option<usize> {
+        let cfg = s.config();
+        s.stat(None, SlubStat::AllocSlowpath);
+        let first =
+            nid.unwrap_or_else(|| self.pages.platform().numa_node_id() % self.pages.nr_nodes());
+        for attempt in 0..2 {
+            for i in 0..self.pages.nr_nodes() {
+                let n = (first + i) % self.pages.nr_nodes();
+                if nid.is_some() && n != first && gfp.contains(Gfp::THISNODE) {
+                    continue;
+                }
+                let mut list = s.node[n].list_lock.lock();
+                if let Some(slab) = NonNull::new(list.first()) {
+                    // SAFETY: a node-list slab: live and unfrozen; we hold the lock.
+                    let sr = unsafe { slab.as_ref() };
+                    let base = self.slab_base(slab);
+                    loop {
+                        let old = slab_state(sr);
+                        let obj = base + old.offset() as usize;
+                        // SAFETY: `obj` heads the slab's freelist (unfrozen partial
+                        // slabs always have one, rule 2); frees only push in front of
+                        // it, and a changed head makes the CAS below fail.
+                        let next = unsafe { get_freepointer(cfg, obj) };
+                        let new = SlabState::new((next - base) as u64, old.inuse() + 1, false);
+                        if cas_state(sr, old, new) {
+                            if new.list_empty() {
+                                self.remove_partial(&mut list, slab);
+                            }
+                            s.stat(None, SlubStat::AllocFromPartial);
+                            return Some(obj);
+                        }
+                    }
+                }
+                drop(list);
+                if attempt == 1 {
+                    // Second round: a new slab on this node.
+                    let slab = self.allocate_slab(None, s, gfp, Some(n))?;
+                    let nn = self.pages.page_to_nid(slab);
+                    let mut list = s.node[nn].list_lock.lock();
+                    self.add_partial(&mut list, slab, false);
+                    drop(list);
+                    return self.alloc_nocpu(s, gfp, Some(nn));
+                }
+            }
+        }
+        None
+    }
+
+    // -----------------------------------------------------------------------
+    // Free.
+
+    /// `kmem_cache_free`: gives `obj` back to `s`. A pointer that is not an object of
+    /// `s` is reported (`slab_err`) and left alone.
+    ///
+    /// # Safety
+    /// If `obj` is an object of `s`, the caller owns it and stops using it.
+    #[inline]
+    pub unsafe fn free(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, obj: NonNull<u8>) {
+        match self.lookup(obj.as_ptr()) {
+            ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
+                // SAFETY: a valid object of `s`, given up by the caller.
+                unsafe { self.free_object(cpu, s, slab, obj.as_ptr() as usize) }
+            }
+            ObjectLookup::Slab(found, slab) => {
+                self.report(found, Some(slab), "Wrong slab cache", obj.as_ptr() as usize);
+            }
+            ObjectLookup::Large(_) | ObjectLookup::Bad(_) => {
+                self.report(s, None, "Invalid object pointer", obj.as_ptr() as usize);
+            }
+        }
+    }
+
+    /// Frees a checked object of slab `slab` of `s`.
+    ///
+    /// # Safety
+    /// `obj` is the start of an object of `slab`, owned by the caller.
+    #[inline]
+    pub(crate) unsafe fn free_object(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        obj: usize,
+    ) {
+        if let Some(c) = cpu {
+            let cc = s.cpu(c);
+            let cur = cc.freelist.load(Relaxed);
+            let base = self.slab_base(slab);
+            // The object is in this CPU's slab: push on the CPU freelist.
+            if cur != 0 && cur.wrapping_sub(base) < s.config().slab_bytes() {
+                // SAFETY: the object is ours (caller).
+                unsafe { set_freepointer(s.config(), obj, cur) };
+                cc.freelist.store(obj, Relaxed);
+                cc.next_tid();
+                cc.count(SlubStat::FreeFastpath);
+                return;
+            }
+        }
+        // SAFETY: forwarded.
+        unsafe { self.slab_free(cpu, s, slab, obj, obj, 1) };
+    }
+
+    /// `__slab_free`: gives `cnt` objects, chained `head`..`tail` through their free
+    /// pointers, back to `slab` with a CAS on its state, doing what the slab's new
+    /// state asks for (rule 2).
+    ///
+    /// # Safety
+    /// The objects are objects of `slab`, owned by the caller; `tail`'s free pointer
+    /// will be overwritten.
+    #[cold]
+    #[inline(never)]
+    unsafe fn slab_free(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        head: usize,
+        tail: usize,
+        cnt: u64,
+    ) {
+        let cfg = s.config();
+        s.stat(cpu, SlubStat::FreeSlowpath);
+        // SAFETY: a live slab of `s`.
+        let sr = unsafe { slab.as_ref() };
+        let base = self.slab_base(slab);
+        let nid = self.pages.page_to_nid(slab);
+        let node = &s.node[nid];
+        let mut lock = None;
+        let (old, new) = loop {
+            let old = slab_state(sr);
+            let prior = base + old.offset() as usize;
+            // SAFETY: our objects (caller).
+            unsafe { set_freepointer(cfg, tail, prior) };
+            let inuse = old.inuse() - cnt;
+            let mut frozen = old.frozen();
+            if !old.frozen() && (inuse == 0 || old.list_empty()) {
+                if old.list_empty() && cpu.is_some() && cfg.cpu_partial_slabs > 0 {
+                    // A full slab gets a free: it goes to our CPU partial list.
+                    frozen = true;
+                } else if lock.is_none() {
+                    lock = Some(node.list_lock.lock());
+                    continue;
+                }
+            }
+            let new = SlabState::new((head - base) as u64, inuse, frozen);
+            if cas_state(sr, old, new) {
+                break (old, new);
+            }
+        };
+        if old.frozen() {
+            drop(lock);
+            s.stat(cpu, SlubStat::FreeFrozen);
+            return;
+        }
+        if new.frozen() {
+            drop(lock);
+            let c = cpu.expect("only a CPU context freezes");
+            s.stat(cpu, SlubStat::CpuPartialFree);
+            self.put_cpu_partial(c, s, slab);
+            return;
+        }
+        let Some(mut list) = lock else {
+            return;
+        };
+        if new.inuse() == 0 && list.len() >= cfg.min_partial {
+            if !old.list_empty() {
+                self.remove_partial(&mut list, slab);
+                s.stat(cpu, SlubStat::FreeRemovePartial);
+            }
+            drop(list);
+            self.discard_slab(cpu, s, slab);
+            return;
+        }
+        if old.list_empty() {
+            self.add_partial(&mut list, slab, true);
+            s.stat(cpu, SlubStat::FreeAddPartial);
+        }
+    }
+
+    /// `put_cpu_partial`: a frozen slab joins the CPU partial list; over the cap, the
+    /// list is unfrozen to the node lists first.
+    fn put_cpu_partial(&self, c: CpuRef<'_>, s: &KmemCache, slab: NonNull<Page>) {
+        let cc = s.cpu(c);
+        if cc.nr_partial.load(Relaxed) >= s.config().cpu_partial_slabs {
+            self.unfreeze_partials(c, s);
+            cc.count(SlubStat::CpuPartialDrain);
+        }
+        // SAFETY: the slab is frozen for us now.
+        unsafe { slab.as_ref() }
+            .next
+            .store(cc.partial.load(Relaxed), Relaxed);
+        cc.partial.store(slab.as_ptr(), Relaxed);
+        cc.nr_partial
+            .store(cc.nr_partial.load(Relaxed) + 1, Relaxed);
+    }
+
+    /// `__unfreeze_partials`: every slab of the CPU partial list goes back to its node.
+    fn unfreeze_partials(&self, c: CpuRef<'_>, s: &KmemCache) {
+        let cc = s.cpu(c);
+        let mut p = cc.partial.swap(ptr::null_mut(), Relaxed);
+        cc.nr_partial.store(0, Relaxed);
+        while let Some(slab) = NonNull::new(p) {
+            // SAFETY: a frozen slab of our CPU partial list.
+            p = unsafe { slab.as_ref() }.next.load(Relaxed);
+            self.unfreeze_one(Some(c), s, slab);
+        }
+    }
+
+    /// Unfreezes one CPU partial slab (it holds no CPU freelist) to its node.
+    fn unfreeze_one(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: NonNull<Page>) {
+        // SAFETY: a frozen slab we own.
+        let sr = unsafe { slab.as_ref() };
+        let nid = self.pages.page_to_nid(slab);
+        let mut list = s.node[nid].list_lock.lock();
+        let new = loop {
+            let old = slab_state(sr);
+            let new = SlabState::new(old.offset(), old.inuse(), false);
+            if cas_state(sr, old, new) {
+                break new;
+            }
+        };
+        if new.inuse() == 0 && list.len() >= s.config().min_partial {
+            drop(list);
+            self.discard_slab(cpu, s, slab);
+        } else if !new.list_empty() {
+            self.add_partial(&mut list, slab, true);
+        }
+    }
+
+    /// `deactivate_slab`: the CPU slab leaves the CPU; the CPU freelist `cur` (objects
+    /// or end token) merges back into the slab.
+    fn deactivate_slab(&self, c: CpuRef<'_>, s: &KmemCache, slab: NonNull<Page>, cur: usize) {
+        let cfg = s.config();
+        let cc = s.cpu(c);
+        // Count the CPU freelist and find its tail.
+        let mut count = 0u64;
+        let mut tail = 0usize;
+        let mut p = cur;
+        while p & 1 == 0 {
+            count += 1;
+            tail = p;
+            // SAFETY: objects on the CPU freelist are free objects of the slab.
+            p = unsafe { get_freepointer(cfg, p) };
+        }
+        // SAFETY: a live slab, frozen for us.
+        let sr = unsafe { slab.as_ref() };
+        let base = self.slab_base(slab);
+        let nid = self.pages.page_to_nid(slab);
+        let mut list = s.node[nid].list_lock.lock();
+        let (old, new) = loop {
+            let old = slab_state(sr);
+            let head = if count > 0 {
+                // SAFETY: `tail` is the last object of our CPU freelist.
+                unsafe { set_freepointer(cfg, tail, base + old.offset() as usize) };
+                (cur - base) as u64
+            } else {
+                old.offset()
+            };
+            let new = SlabState::new(head, old.inuse() - count, false);
+            if cas_state(sr, old, new) {
+                break (old, new);
+            }
+        };
+        if !old.list_empty() {
+            cc.count(SlubStat::DeactivateRemoteFrees);
+        }
+        if new.inuse() == 0 && list.len() >= cfg.min_partial {
+            drop(list);
+            cc.count(SlubStat::DeactivateEmpty);
+            self.discard_slab(Some(c), s, slab);
+        } else if !new.list_empty() {
+            let to_tail = new.inuse() == 0;
+            self.add_partial(&mut list, slab, to_tail);
+            cc.count(if to_tail {
+                SlubStat::DeactivateToTail
+            } else {
+                SlubStat::DeactivateToHead
+            });
+        } else {
+            cc.count(SlubStat::DeactivateFull);
+        }
+    }
+
+    /// `flush_slab` + `unfreeze_partials`: all of this CPU's state of `s` goes back
+    /// to the nodes (CPU going offline, shrink).
+    pub fn flush_cpu_cache(&self, c: CpuRef<'_>, s: &KmemCache) {
+        let cc = s.cpu(c);
+        let cur = cc.freelist.load(Relaxed);
+        if cur != 0 {
+            let slab = self.freelist_slab(cur);
+            cc.freelist.store(0, Relaxed);
+            cc.next_tid();
+            self.deactivate_slab(c, s, slab, cur);
+            cc.count(SlubStat::CpuslabFlush);
+        }
+        self.unfreeze_partials(c, s);
+    }
+
+    /// Does what others asked of this area's owner (`DRAIN_CACHES`).
+    #[inline]
+    fn check_drain_request(&self, c: CpuRef<'_>) {
+        if c.area().drain_request.load(Relaxed) & crate::percpu::DRAIN_CACHES != 0 {
+            self.flush_request(c);
+        }
+    }
+
+    #[cold]
+    fn flush_request(&self, c: CpuRef<'_>) {
+        c.area()
+            .drain_request
+            .fetch_and(!crate::percpu::DRAIN_CACHES, Relaxed);
+        self.caches.for_each(|s| self.flush_cpu_cache(c, s));
+    }
+
+    /// `__kmem_cache_shrink`: flushes this CPU's state of `s`, asks other owners to
+    /// flush theirs, and frees the empty slabs on the node partial lists. Returns the
+    /// slabs freed.
+    pub fn shrink(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
+        if let Some(c) = cpu {
+            self.flush_cpu_cache(c, s);
+        }
+        let mut freed = 0;
+        for nid in 0..self.pages.nr_nodes() {
+            loop {
+                let mut list = s.node[nid].list_lock.lock();
+                let mut p = list.first();
+                let mut empty = None;
+                while let Some(slab) = NonNull::new(p) {
+                    // SAFETY: node-list slabs are live; we hold the lock.
+                    let sr = unsafe { slab.as_ref() };
+                    p = sr.next.load(Relaxed);
+                    if slab_state(sr).inuse() == 0 {
+                        empty = Some(slab);
+                        break;
+                    }
+                }
+                let Some(slab) = empty else { break };
+                self.remove_partial(&mut list, slab);
+                drop(list);
+                self.discard_slab(cpu, s, slab);
+                freed += 1;
+            }
+        }
+        freed
+    }
+
+    // -----------------------------------------------------------------------
+    // Bulk.
+
+    /// `kmem_cache_alloc_bulk`: fills `out` with objects; returns how many (all, or 0
+    /// when memory ran out — then none are kept, as the kernel's all-or-nothing).
+    pub fn alloc_bulk(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+        out: &mut [*mut u8],
+    ) -> usize {
+        for i in 0..out.len() {
+            match self.alloc(cpu, s, gfp) {
+                Some(p) => out[i] = p.as_ptr(),
+                None => {
+                    // SAFETY: the objects we just allocated, given back.
+                    unsafe { self.free_bulk(cpu, s, &mut out[..i]) };
+                    return 0;
+                }
+            }
+        }
+        out.len()
+    }
+
+    /// `kmem_cache_free_bulk`: frees the objects of `objs` (nulls are skipped and the
+    /// slots set to null), one detached freelist per slab: consecutive objects of the
+    /// same slab are chained and given back with one CAS (`build_detached_freelist`).
+    ///
+    /// # Safety
+    /// As [`Slub::free`] for every non-null pointer.
+    pub unsafe fn free_bulk(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, objs: &mut [*mut u8]) {
+        let cfg = s.config();
+        let mut i = 0;
+        while i < objs.len() {
+            let obj = objs[i];
+            objs[i] = ptr::null_mut();
+            i += 1;
+            if obj.is_null() {
+                continue;
+            }
+            let slab = match self.lookup(obj) {
+                ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => slab,
+                ObjectLookup::Slab(found, slab) => {
+                    self.report(found, Some(slab), "Wrong slab cache", obj as usize);
+                    continue;
+                }
+                _ => {
+                    self.report(s, None, "Invalid object pointer", obj as usize);
+                    continue;
+                }
+            };
+            // Gather the following objects of the same slab into one list.
+            let head = obj as usize;
+            let mut tail = head;
+            let mut cnt = 1u64;
+            let base = self.slab_base(slab);
+            while i < objs.len() {
+                let next = objs[i] as usize;
+                if next == 0 || next.wrapping_sub(base) >= cfg.slab_bytes() {
+                    break;
+                }
+                if !matches!(self.lookup(next as *const u8), ObjectLookup::Slab(f, _) if ptr::eq(f, s))
+                {
+                    break;
+                }
+                // SAFETY: both are our objects of this slab.
+                unsafe { set_freepointer(cfg, tail, next) };
+                tail = next;
+                cnt += 1;
+                objs[i] = ptr::null_mut();
+                i += 1;
+            }
+            if let Some(c) = cpu {
+                let cc = s.cpu(c);
+                let cur = cc.freelist.load(Relaxed);
+                if cur != 0 && cur.wrapping_sub(base) < cfg.slab_bytes() {
+                    // SAFETY: our objects, chained above.
+                    unsafe { set_freepointer(cfg, tail, cur) };
+                    cc.freelist.store(head, Relaxed);
+                    cc.next_tid();
+                    cc.count(SlubStat::FreeFastpath);
+                    continue;
+                }
+            }
+            // SAFETY: a chain of our objects of this slab.
+            unsafe { self.slab_free(cpu, s, slab, head, tail, cnt) };
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // Reports.
+
+    /// `slab_err`: a report in the kernel's format; the object is left alone.
+    #[cold]
+    #[inline(never)]
+    pub fn report(&self, s: &KmemCache, slab: Option<NonNull<Page>>, msg: &str, addr: usize) {
+        self.report_named(s.name(), slab, msg, addr);
+    }
+
+    /// `slab_err` with a cache name of the caller's choosing (`kmalloc` for pointers
+    /// that belong to no cache).
+    #[cold]
+    #[inline(never)]
+    pub fn report_named(&self, name: &str, slab: Option<NonNull<Page>>, msg: &str, addr: usize) {
+        let mut w = LogWriter::new(self.pages.platform());
+        let _ = writeln!(
+            w,
+            "============================================================================="
+        );
+        let _ = writeln!(w, "BUG {} (Not tainted): {} 0x{:016x}", name, msg, addr);
+        let _ = writeln!(
+            w,
+            "-----------------------------------------------------------------------------"
+        );
+        let _ = writeln!(w);
+        if let Some(slab) = slab {
+            // SAFETY: a live slab page.
+            let sr = unsafe { slab.as_ref() };
+            let st = slab_state(sr);
+            let _ = writeln!(
+                w,
+                "Slab 0x{:016x} objects={} used={} fp=0x{:016x} flags=0x{:x}",
+                slab.as_ptr() as usize,
+                sr.owner[1].load(Relaxed),
+                st.inuse(),
+                self.slab_base(slab) + st.offset() as usize,
+                sr.flags().bits()
+            );
+        }
+        let _ = writeln!(w, "FIX {}: Object at 0x{:016x} not freed", name, addr);
+        self.pages.count_bad_object();
+    }
+}
+
+impl<P: Platform> PageAllocator<P> {
+    /// Counts a refused object free (reported by the slab layer).
+    pub(crate) fn count_bad_object(&self) {
+        self.zones[0].events[crate::vmstat::VmEvent::BadPage as usize].fetch_add(1, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kmalloc_32_packs_128_objects_per_page() {
+        let cfg =
+            CacheConfig::calculate("kmalloc-32", 32, 32, SlabFlags::empty(), None, 2).unwrap();
+        assert_eq!((cfg.order, cfg.objects, cfg.size), (0, 128, 32));
+        let cfg =
+            CacheConfig::calculate("kmalloc-8k", 8192, 4096, SlabFlags::empty(), None, 2).unwrap();
+        assert_eq!((cfg.order, cfg.objects), (3, 4));
+        let cfg =
+            CacheConfig::calculate("kmalloc-96", 96, 32, SlabFlags::empty(), None, 2).unwrap();
+        assert_eq!(cfg.size, 96);
+        assert!(cfg.slab_bytes() % 96 <= cfg.slab_bytes() / 16);
+    }
+
+    #[test]
+    fn layout_rules() {
+        // A constructor moves the free pointer behind the object.
+        fn ctor(_: *mut u8) {}
+        let cfg = CacheConfig::calculate("c", 24, 8, SlabFlags::empty(), Some(ctor), 2).unwrap();
+        assert_eq!((cfg.offset, cfg.size), (24, 32));
+        // Without one it sits in the middle, word aligned.
+        let cfg = CacheConfig::calculate("c", 24, 8, SlabFlags::empty(), None, 2).unwrap();
+        assert_eq!((cfg.offset, cfg.size), (8, 24));
+        // Cache-line alignment for objects that span lines.
+        let cfg = CacheConfig::calculate("c", 100, 0, SlabFlags::HWCACHE_ALIGN, None, 2).unwrap();
+        assert_eq!(cfg.size % 64, 0);
+        assert!(CacheConfig::calculate("c", 0, 8, SlabFlags::empty(), None, 2).is_none());
+        assert!(CacheConfig::calculate("c", 8, 3, SlabFlags::empty(), None, 2).is_none());
+        assert!(
+            CacheConfig::calculate("c", MAX_OBJECT_SIZE + 1, 8, SlabFlags::empty(), None, 2)
+                .is_none()
+        );
+        let long = CacheConfig::calculate(
+            "a-very-long-cache-name-that-goes-on-and-on",
+            8,
+            8,
+            SlabFlags::empty(),
+            None,
+            2,
+        )
+        .unwrap();
+        assert_eq!(long.name().len(), CACHE_NAME_LEN);
+    }
+
+    #[test]
+    fn tail_waste_stays_within_a_sixteenth() {
+        for size in (8..=MAX_OBJECT_SIZE).step_by(8) {
+            let (order, objects) = calculate_order(size, 2).unwrap();
+            let slab = PAGE_SIZE << order;
+            assert_eq!(objects, slab / size);
+            assert!(objects >= 1);
+            if size <= 512 {
+                assert!(
+                    slab % size <= slab / 16,
+                    "size {size}: order {order} wastes {}",
+                    slab % size
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn reciprocal_finds_object_indices() {
+        for size in [8usize, 24, 96, 192, 1000, 4096, 8192] {
+            let cfg = CacheConfig::calculate("c", size, 8, SlabFlags::empty(), None, 2).unwrap();
+            for idx in 0..cfg.objects {
+                let off = idx * cfg.size;
+                assert_eq!(((off as u64 * cfg.reciprocal) >> 32) as usize, idx);
+                if off + 8 < cfg.slab_bytes() && cfg.size > 8 {
+                    let inner = off + 8;
+                    let i2 = ((inner as u64 * cfg.reciprocal) >> 32) as usize;
+                    assert!(i2 * cfg.size != inner);
+                }
+            }
+        }
+    }
+}
