@@ -827,7 +827,9 @@ impl<P: Platform> PageAllocator<P> {
             None => self.local_node(cpu),
         };
         if let Some(c) = cpu {
-            if order <= PCP_MAX_ORDER && c.area().drain_request.load(Ordering::Relaxed) == 0 {
+            if order <= PCP_MAX_ORDER
+                && c.area().drain_request.load(Ordering::Relaxed) & DRAIN_PAGES == 0
+            {
                 let pcp = self.zone_pcp(c, preferred);
                 // SAFETY: `c` proves ownership of the area.
                 let page = unsafe { pcp.lists()[order].pop_head() };
@@ -1042,7 +1044,7 @@ impl<P: Platform> PageAllocator<P> {
                 pcp.add_count(1 << order);
                 let freed = pcp.stat.count(VmEvent::PgFree, 1 << order);
                 if pcp.count() > high as usize
-                    || c.area().drain_request.load(Ordering::Relaxed) != 0
+                    || c.area().drain_request.load(Ordering::Relaxed) & DRAIN_PAGES != 0
                 {
                     self.free_pcp_slow(c, zone, pcp, high);
                 } else if freed & (REPORT_CHECK_INTERVAL - 1) < (1 << order) {
@@ -1060,7 +1062,7 @@ impl<P: Platform> PageAllocator<P> {
     #[cold]
     #[inline(never)]
     fn free_pcp_slow(&self, c: CpuRef<'_>, zone: &Zone, pcp: &ZonePcp, high: u32) {
-        if c.area().drain_request.load(Ordering::Relaxed) != 0 {
+        if c.area().drain_request.load(Ordering::Relaxed) & DRAIN_PAGES != 0 {
             self.check_drain_request(c);
             return;
         }
@@ -1121,7 +1123,7 @@ impl<P: Platform> PageAllocator<P> {
         let want = pages.iter().filter(|p| p.is_none()).count();
         let mut filled = 0usize;
         let high = zone.pcp_high.load(Ordering::Relaxed);
-        let use_pcp = matches!(cpu, Some(c) if high != 0 && c.area().drain_request.load(Ordering::Relaxed) == 0);
+        let use_pcp = matches!(cpu, Some(c) if high != 0 && c.area().drain_request.load(Ordering::Relaxed) & DRAIN_PAGES == 0);
         if want > 0 && self.zone_watermark_ok(zone, 0, zone.watermark(Watermark::Low) + want, false)
         {
             match cpu {
