@@ -21,6 +21,9 @@ bitflags::bitflags! {
         /// `__GFP_RECLAIMABLE`: the memory can be reclaimed (kmalloc uses the
         /// kmalloc-rcl caches).
         const RECLAIMABLE = 1 << 5;
+        /// `__GFP_COMP`: a compound block: every tail page points at the head
+        /// (`PG_TAIL`), so any address inside it finds the block.
+        const COMP = 1 << 6;
     }
 }
 

@@ -121,8 +121,8 @@ impl<P: Platform> Kmem<P> {
         self.kmalloc(cpu, n.checked_mul(size)?, gfp | Gfp::ZERO)
     }
 
-    /// `kmalloc_large`: whole pages from the buddy allocator (a block of 2^order
-    /// pages, its head marked by the page allocator).
+    /// `kmalloc_large`: a compound block of 2^order pages from the buddy allocator
+    /// (every tail page points at the head, so an interior pointer is recognised).
     #[cold]
     #[inline(never)]
     fn kmalloc_large(
@@ -138,7 +138,9 @@ impl<P: Platform> Kmem<P> {
         let pages = size.div_ceil(PAGE_SIZE);
         let order = (usize::BITS - (pages - 1).leading_zeros()) as usize;
         let order = if pages == 1 { 0 } else { order };
-        let page = self.pages.alloc_pages_node(cpu, gfp, order, nid)?;
+        let page = self
+            .pages
+            .alloc_pages_node(cpu, gfp | Gfp::COMP, order, nid)?;
         Some(self.pages.page_address(page))
     }
 

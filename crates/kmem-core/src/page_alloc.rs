@@ -116,7 +116,7 @@ fn free_page_is_bad(p: &Page, order: usize) -> Option<&'static str> {
     let flags = p.flags();
     if flags.intersects(PageFlags::BUDDY | PageFlags::PCP) {
         Some("freeing a free page")
-    } else if !flags.contains(PageFlags::HEAD) {
+    } else if !flags.contains(PageFlags::HEAD) || flags.contains(PageFlags::TAIL) {
         Some("not the head of an allocated block")
     } else if flags.contains(PageFlags::SLAB) {
         Some("freeing a slab page as pages")
@@ -875,7 +875,42 @@ impl<P: Platform> PageAllocator<P> {
             // SAFETY: the block's 2^order pages are ours and mapped (online section).
             unsafe { ptr::write_bytes(addr.as_ptr(), 0, PAGE_SIZE << order) };
         }
+        if gfp.contains(Gfp::COMP) && order > 0 {
+            self.prep_compound_page(page, order);
+        }
         page
+    }
+
+    /// `prep_compound_page`: every tail page of the block points at its head.
+    #[cold]
+    fn prep_compound_page(&self, head: NonNull<Page>, order: usize) {
+        for i in 1..(1usize << order) {
+            // SAFETY: the block's descriptors are consecutive in one memmap (a block
+            // never crosses a section) and ours.
+            let tail = unsafe { &*head.as_ptr().add(i) };
+            tail.set_flags(PageFlags::TAIL);
+            tail.owner[0].store(head.as_ptr() as usize, Ordering::Relaxed);
+        }
+    }
+
+    /// Undoes `prep_compound_page` before a block goes back (its tails must carry no
+    /// flags on the free lists).
+    #[inline]
+    fn destroy_compound_page(&self, head: NonNull<Page>, order: usize) {
+        if order == 0 {
+            return;
+        }
+        // SAFETY: the block's second descriptor is in the same memmap.
+        let second = unsafe { &*head.as_ptr().add(1) };
+        if !second.flags().contains(PageFlags::TAIL) {
+            return;
+        }
+        for i in 1..(1usize << order) {
+            // SAFETY: as in `prep_compound_page`.
+            let tail = unsafe { &*head.as_ptr().add(i) };
+            tail.set_flags(PageFlags::empty());
+            tail.owner[0].store(0, Ordering::Relaxed);
+        }
     }
 
     /// Whether `zone` may give 2^order pages without going under `mark`.
@@ -1031,6 +1066,7 @@ impl<P: Platform> PageAllocator<P> {
             self.bad_page(page, reason);
             return;
         }
+        self.destroy_compound_page(page, order);
         let nid = self.page_to_nid(page);
         let zone = &self.zones[nid];
         if let Some(c) = cpu {

@@ -384,7 +384,7 @@ impl<P: Platform> Kmem<P> {
             }
         });
         let rows = &mut rows[..n];
-        rows.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        rows.sort_unstable_by_key(|e| core::cmp::Reverse(e.0));
         let pct = |a: usize, b: usize| {
             if b == 0 {
                 0.0

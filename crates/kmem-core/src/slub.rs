@@ -646,7 +646,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
             ObjectLookup::Slab(s, head)
         } else if flags.contains(PageFlags::HEAD) {
-            if self.pages.page_address(head).as_ptr() as usize != ptr as usize {
+            if !ptr::eq(self.pages.page_address(head).as_ptr(), ptr) {
                 return ObjectLookup::Bad("Invalid object pointer");
             }
             ObjectLookup::Large(head)
@@ -670,18 +670,12 @@ impl<'a, P: Platform> Slub<'a, P> {
         nid: Option<usize>,
     ) -> Option<NonNull<Page>> {
         let cfg = s.config();
-        let gfp = gfp - Gfp::ZERO;
+        let gfp = (gfp - Gfp::ZERO) | Gfp::COMP;
         let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
         let base = self.slab_base(slab);
         // SAFETY: the block was just allocated: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
         head.set_flags(PageFlags::HEAD | PageFlags::SLAB);
-        for i in 1..(1usize << cfg.order) {
-            // SAFETY: the block's pages are consecutive descriptors in one memmap.
-            let tail = unsafe { &*slab.as_ptr().add(i) };
-            tail.set_flags(PageFlags::TAIL);
-            tail.owner[0].store(slab.as_ptr() as usize, Relaxed);
-        }
         // Chain every object, first to last, ending in the end token.
         for i in 0..cfg.objects {
             let obj = base + i * cfg.size;
@@ -712,12 +706,6 @@ impl<'a, P: Platform> Slub<'a, P> {
         s.node[nid].nr_slabs.fetch_sub(1, Relaxed);
         // SAFETY: the slab is empty and on no list: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
-        for i in 1..(1usize << cfg.order) {
-            // SAFETY: consecutive descriptors of the same block.
-            let tail = unsafe { &*slab.as_ptr().add(i) };
-            tail.set_flags(PageFlags::empty());
-            tail.owner[0].store(0, Relaxed);
-        }
         head.set_flags(PageFlags::HEAD);
         for w in &head.owner {
             w.store(0, Relaxed);

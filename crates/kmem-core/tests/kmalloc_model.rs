@@ -94,11 +94,8 @@ fn check_moved(p: usize, len: usize, orig: usize) {
         }
     } else if len >= 8 {
         // SAFETY: ours, stamped.
-        assert_eq!(
-            unsafe { (p as *const u64).read_unaligned() },
-            pattern(orig),
-            "start of {p:#x} corrupted"
-        );
+        let v = unsafe { (p as *const u64).read_unaligned() };
+        assert_eq!(v, pattern(orig), "start of {p:#x} corrupted");
     } else if len > 0 {
         // SAFETY: ours.
         assert_eq!(unsafe { (p as *const u8).read() }, pattern(orig) as u8);

@@ -22,7 +22,10 @@ use crate::config::{self, EnvConfig};
 use crate::platform::LinuxPlatform;
 use kmem_core::mmzone::SECTION_SIZE;
 use kmem_core::page::PAGE_SHIFT;
-use kmem_core::{Config, CpuArea, CpuRef, Gfp, Page, PageAllocator, Platform};
+use kmem_core::slab_common::DestroyError;
+use kmem_core::{
+    Config, CpuArea, CpuRef, Gfp, Kmem, KmemCache, Page, PageAllocator, Platform, SlabFlags,
+};
 use std::cell::Cell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
@@ -41,13 +44,13 @@ thread_local! {
 
 /// The process heap. Get it with [`heap`].
 pub struct Heap {
-    pa: PageAllocator<LinuxPlatform>,
+    kmem: Kmem<LinuxPlatform>,
     state: AtomicU8,
     exit_key: AtomicU32,
 }
 
 static HEAP: Heap = Heap {
-    pa: PageAllocator::new(LinuxPlatform::new()),
+    kmem: Kmem::new(LinuxPlatform::new()),
     state: AtomicU8::new(UNINIT),
     exit_key: AtomicU32::new(0),
 };
@@ -90,7 +93,7 @@ impl Heap {
             // SAFETY: sched_yield has no preconditions.
             unsafe { libc::sched_yield() };
         });
-        let nodes = self.pa.platform().setup(env.numa_fake);
+        let nodes = self.kmem.pages.platform().setup(env.numa_fake);
         let max_pages = env.max_bytes >> PAGE_SHIFT;
         // With a bound, the span needs the bound plus room for partly used sections
         // of every node; without one, the whole reach of the section table.
@@ -99,7 +102,7 @@ impl Heap {
         } else {
             usize::MAX
         };
-        let Some((base, len)) = self.pa.platform().reserve_span(want) else {
+        let Some((base, len)) = self.kmem.pages.platform().reserve_span(want) else {
             return false;
         };
         let config = Config {
@@ -108,9 +111,11 @@ impl Heap {
             report_delay_ns: env.decay_ms.saturating_mul(1_000_000),
             ..Config::default()
         };
+        // SAFETY: sysconf has no preconditions.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
         // SAFETY: the span was just reserved for the heap alone, and no other thread
-        // uses the allocator before `state` becomes READY.
-        if unsafe { self.pa.init(base, len, config) }.is_err() {
+        // uses the allocator before `state` becomes READY. HEAP is a static.
+        if unsafe { HEAP.kmem.init(base, len, config, cpus) }.is_err() {
             return false;
         }
         let mut key: libc::pthread_key_t = 0;
@@ -125,7 +130,12 @@ impl Heap {
     /// The core page allocator (for calls with an explicit context, such as `None`
     /// for the zone path that bypasses per-CPU lists).
     pub fn page_allocator(&self) -> &PageAllocator<LinuxPlatform> {
-        &self.pa
+        &self.kmem.pages
+    }
+
+    /// The whole core allocator (pages and slab caches).
+    pub fn kmem(&self) -> &Kmem<LinuxPlatform> {
+        &self.kmem
     }
 
     /// The calling thread's CPU area, attaching one on first use; `None` where per-CPU
@@ -151,8 +161,8 @@ impl Heap {
             return None;
         }
         THIS_AREA.with(|a| a.set(ATTACHING));
-        let nid = self.pa.platform().numa_node_id();
-        let Some(area) = HEAP.pa.cpu_area_get(nid) else {
+        let nid = self.kmem.pages.platform().numa_node_id();
+        let Some(area) = HEAP.kmem.pages.cpu_area_get(nid) else {
             THIS_AREA.with(|a| a.set(0));
             return None;
         };
@@ -178,7 +188,7 @@ impl Heap {
                 libc::pthread_setspecific(self.exit_key.load(Ordering::Relaxed), std::ptr::null())
             };
             // SAFETY: this thread owned the area and the slot no longer names it.
-            unsafe { self.pa.cpu_area_put(&*(v as *const CpuArea)) };
+            unsafe { self.kmem.pages.cpu_area_put(&*(v as *const CpuArea)) };
         }
     }
 
@@ -188,12 +198,13 @@ impl Heap {
     /// Allocates 2^`order` pages on the local node through this thread's per-CPU lists.
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: usize) -> Option<NonNull<Page>> {
-        self.pa.alloc_pages(self.this_cpu(), gfp, order)
+        self.kmem.pages.alloc_pages(self.this_cpu(), gfp, order)
     }
 
     /// Allocates 2^`order` pages on node `nid` (see [`PageAllocator::alloc_pages_node`]).
     pub fn alloc_pages_node(&self, gfp: Gfp, order: usize, nid: usize) -> Option<NonNull<Page>> {
-        self.pa
+        self.kmem
+            .pages
             .alloc_pages_node(self.this_cpu(), gfp, order, Some(nid))
     }
 
@@ -204,13 +215,15 @@ impl Heap {
     #[inline]
     pub unsafe fn free_pages(&self, page: NonNull<Page>, order: usize) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.pa.free_pages(self.this_cpu(), page, order) }
+        unsafe { self.kmem.pages.free_pages(self.this_cpu(), page, order) }
     }
 
     /// Fills the `None` slots of `pages` with order-0 pages (see
     /// [`PageAllocator::alloc_pages_bulk`]); returns the filled count.
     pub fn alloc_pages_bulk(&self, gfp: Gfp, pages: &mut [Option<NonNull<Page>>]) -> usize {
-        self.pa.alloc_pages_bulk(self.this_cpu(), gfp, None, pages)
+        self.kmem
+            .pages
+            .alloc_pages_bulk(self.this_cpu(), gfp, None, pages)
     }
 
     /// Frees order-0 pages in bulk; the slots become `None`.
@@ -219,74 +232,204 @@ impl Heap {
     /// Every `Some` page came from this heap as an order-0 page and is no longer used.
     pub unsafe fn free_pages_bulk(&self, pages: &mut [Option<NonNull<Page>>]) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.pa.free_pages_bulk(self.this_cpu(), pages) }
+        unsafe { self.kmem.pages.free_pages_bulk(self.this_cpu(), pages) }
     }
 
     /// The memory a page descriptor stands for.
     #[inline]
     pub fn page_address(&self, page: NonNull<Page>) -> NonNull<u8> {
-        self.pa.page_address(page)
+        self.kmem.pages.page_address(page)
     }
 
     /// The descriptor of the heap page holding `addr`, if the heap manages it.
     #[inline]
     pub fn virt_to_page(&self, addr: *const u8) -> Option<NonNull<Page>> {
-        self.pa.virt_to_page(addr)
+        self.kmem.pages.virt_to_page(addr)
     }
 
     /// Drains this thread's per-CPU lists.
     pub fn drain_local(&self) {
         if let Some(c) = self.this_cpu() {
-            self.pa.drain_local_pages(c);
+            self.kmem.pages.drain_local_pages(c);
         }
     }
 
     /// Asks every thread to drain its per-CPU lists at its next call, and drains ours.
     pub fn drain_all(&self) {
-        self.pa.drain_all_pages(self.this_cpu());
+        self.kmem.pages.drain_all_pages(self.this_cpu());
     }
 
     /// Gives every free 2 MiB block back to the OS now and takes free sections offline
     /// (`malloc_trim`); returns the pages given back.
     pub fn trim(&self) -> usize {
         self.drain_local();
-        self.pa.report_free_pages()
+        self.kmem.pages.report_free_pages()
+    }
+
+    // -------------------------------------------------------------------------
+    // kmalloc.
+
+    /// `kmalloc`: `size` bytes (naturally aligned for power-of-two sizes up to a
+    /// page), or `None` when memory runs out.
+    #[inline]
+    pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmem.kmalloc(self.this_cpu(), size, gfp)
+    }
+
+    /// `kmalloc_node`: as [`Heap::kmalloc`], on node `nid`.
+    pub fn kmalloc_node(&self, size: usize, gfp: Gfp, nid: usize) -> Option<NonNull<u8>> {
+        self.kmem
+            .kmalloc_node(self.this_cpu(), size, gfp, Some(nid))
+    }
+
+    /// `kzalloc`: zeroed [`Heap::kmalloc`].
+    pub fn kzalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmem.kzalloc(self.this_cpu(), size, gfp)
+    }
+
+    /// `kcalloc`: `n * size` zeroed bytes; `None` on overflow.
+    pub fn kcalloc(&self, n: usize, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmem.kcalloc(self.this_cpu(), n, size, gfp)
+    }
+
+    /// `krealloc`: see [`Kmem::krealloc`].
+    ///
+    /// # Safety
+    /// `p` is null or an allocation of this heap that the caller owns.
+    pub unsafe fn krealloc(&self, p: *mut u8, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmem.krealloc(self.this_cpu(), p, size, gfp) }
+    }
+
+    /// `ksize`: the usable size of the allocation at `p` (0 if it is not one).
+    pub fn ksize(&self, p: *const u8) -> usize {
+        self.kmem.ksize(p)
+    }
+
+    /// `kfree`: frees `p` (null: nothing). A pointer that is not the start of one of
+    /// this heap's allocations is reported on stderr and not freed.
+    ///
+    /// # Safety
+    /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
+    #[inline]
+    pub unsafe fn kfree(&self, p: *mut u8) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmem.kfree(self.this_cpu(), p) }
+    }
+
+    // -------------------------------------------------------------------------
+    // Object caches.
+
+    /// `kmem_cache_create`: see [`Kmem::kmem_cache_create`].
+    pub fn kmem_cache_create(
+        &self,
+        name: &str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        ctor: Option<fn(*mut u8)>,
+    ) -> Option<&'static KmemCache> {
+        HEAP.kmem
+            .kmem_cache_create(self.this_cpu(), name, size, align, flags, ctor)
+    }
+
+    /// `kmem_cache_destroy`: refused (with the kernel's report) while objects remain.
+    ///
+    /// # Safety
+    /// No other thread uses `s` meanwhile, and nobody uses it after a success.
+    pub unsafe fn kmem_cache_destroy(&self, s: &'static KmemCache) -> Result<(), DestroyError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { HEAP.kmem.kmem_cache_destroy(self.this_cpu(), s) }
+    }
+
+    /// `kmem_cache_alloc`.
+    #[inline]
+    pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmem.slub().alloc(self.this_cpu(), s, gfp)
+    }
+
+    /// `kmem_cache_free`: a pointer that is not an object of `s` is reported.
+    ///
+    /// # Safety
+    /// If `p` is an object of `s`, the caller owns it and stops using it.
+    #[inline]
+    pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmem.slub().free(self.this_cpu(), s, p) }
+    }
+
+    /// `kmem_cache_alloc_bulk`: all of `out` filled (returns its length) or none (0).
+    pub fn kmem_cache_alloc_bulk(&self, s: &KmemCache, gfp: Gfp, out: &mut [*mut u8]) -> usize {
+        self.kmem.slub().alloc_bulk(self.this_cpu(), s, gfp, out)
+    }
+
+    /// `kmem_cache_free_bulk`: frees every non-null entry and nulls it.
+    ///
+    /// # Safety
+    /// As [`Heap::kmem_cache_free`] for every non-null entry.
+    pub unsafe fn kmem_cache_free_bulk(&self, s: &KmemCache, objs: &mut [*mut u8]) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmem.slub().free_bulk(self.this_cpu(), s, objs) }
+    }
+
+    /// `kmem_cache_shrink` for one cache: returns the slabs freed.
+    pub fn kmem_cache_shrink(&self, s: &KmemCache) -> usize {
+        self.kmem.slub().shrink(self.this_cpu(), s)
+    }
+
+    /// Shrinks every cache; returns the pages freed.
+    pub fn shrink_all(&self) -> usize {
+        self.kmem.shrink_all(self.this_cpu())
     }
 
     // -------------------------------------------------------------------------
     // Reports.
 
+    /// `/proc/slabinfo` for the heap.
+    pub fn slabinfo(&self) -> String {
+        let mut s = String::new();
+        let _ = self.kmem.slabinfo(&mut s);
+        s
+    }
+
+    /// A slabtop-style summary, the `limit` largest caches.
+    pub fn slabtop(&self, limit: usize) -> String {
+        let mut s = String::new();
+        let _ = self.kmem.slabtop(&mut s, limit);
+        s
+    }
+
     /// `/proc/buddyinfo` for the heap.
     pub fn buddyinfo(&self) -> String {
         let mut s = String::new();
-        let _ = kmem_core::show_mem::buddyinfo(&self.pa, &mut s);
+        let _ = kmem_core::show_mem::buddyinfo(&self.kmem.pages, &mut s);
         s
     }
 
     /// `/proc/zoneinfo` for the heap.
     pub fn zoneinfo(&self) -> String {
         let mut s = String::new();
-        let _ = kmem_core::show_mem::zoneinfo(&self.pa, &mut s);
+        let _ = kmem_core::show_mem::zoneinfo(&self.kmem.pages, &mut s);
         s
     }
 
     /// `/proc/vmstat` for the heap.
     pub fn vmstat(&self) -> String {
         let mut s = String::new();
-        let _ = kmem_core::show_mem::vmstat(&self.pa, &mut s);
+        let _ = kmem_core::show_mem::vmstat(&self.kmem.pages, &mut s);
         s
     }
 
     /// The OOM report's `Mem-Info:` block for the heap (`show_free_areas`).
     pub fn show_free_areas(&self) -> String {
         let mut s = String::new();
-        let _ = kmem_core::show_mem::show_free_areas(&self.pa, &mut s);
+        let _ = kmem_core::show_mem::show_free_areas(&self.kmem.pages, &mut s);
         s
     }
 
     /// Bounds the heap at `bytes` (0 = no bound). Memory already online stays.
     pub fn set_max_bytes(&self, bytes: usize) {
-        self.pa.set_max_pages(bytes >> PAGE_SHIFT);
+        self.kmem.pages.set_max_pages(bytes >> PAGE_SHIFT);
     }
 }
 
@@ -298,5 +441,5 @@ extern "C" fn thread_exit(value: *mut libc::c_void) {
     }
     // SAFETY: the value is the area this (exiting) thread owned; nothing else on the
     // thread uses it after the slot says EXITED.
-    unsafe { HEAP.pa.cpu_area_put(&*(value as *const CpuArea)) };
+    unsafe { HEAP.kmem.pages.cpu_area_put(&*(value as *const CpuArea)) };
 }

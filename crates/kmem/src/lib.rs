@@ -21,5 +21,5 @@ pub mod heap;
 pub mod platform;
 
 pub use heap::{heap, Heap};
-pub use kmem_core::{Gfp, Page, PageFlags, MAX_ORDER, PAGE_SIZE};
+pub use kmem_core::{Gfp, KmemCache, Page, PageFlags, SlabFlags, MAX_ORDER, PAGE_SIZE};
 pub use platform::linux::rss_bytes;

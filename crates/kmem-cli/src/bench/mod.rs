@@ -2,8 +2,11 @@
 //! TSC cycles), the result records of the output contract, tables, one JSON document,
 //! SVG charts, and a progress bar on stderr.
 
+pub mod cache;
 pub mod page;
 pub mod peers;
+pub mod slab;
+pub mod slabinfo;
 
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
@@ -59,6 +62,12 @@ impl BenchResult {
             value: None,
         }
     }
+    /// The same figure without `bytes` (for plain counts carried in `value`).
+    pub fn without_bytes(mut self) -> Self {
+        self.bytes = None;
+        self
+    }
+
     /// A memory figure.
     pub fn bytes(
         bench: &'static str,
@@ -149,6 +158,58 @@ impl Ctx {
     }
 }
 
+impl Ctx {
+    /// Like [`Ctx::measure`] for a run of two phases (say, allocate everything, then
+    /// free everything): `f(ops)` returns the time of each phase; the medians per
+    /// operation of each phase come back.
+    pub fn measure_phases(&self, ops: u64, mut f: impl FnMut(u64) -> [Phase; 2]) -> [Timing; 2] {
+        f(ops);
+        let mut ns = [Vec::new(), Vec::new()];
+        let mut cyc = [Vec::new(), Vec::new()];
+        for _ in 0..self.reps {
+            let phases = f(ops);
+            for i in 0..2 {
+                ns[i].push(phases[i].ns / ops as f64);
+                if let Some(c) = phases[i].cycles {
+                    cyc[i].push(c / ops as f64);
+                }
+            }
+        }
+        self.tick();
+        let mut out = [Timing {
+            ns: 0.0,
+            cycles: None,
+            ops,
+        }; 2];
+        for i in 0..2 {
+            out[i].ns = median(&mut ns[i]);
+            out[i].cycles = (!cyc[i].is_empty()).then(|| median(&mut cyc[i]));
+        }
+        out
+    }
+}
+
+/// The time one phase of a run took.
+#[derive(Clone, Copy, Debug)]
+pub struct Phase {
+    pub ns: f64,
+    pub cycles: Option<f64>,
+}
+
+/// Times `f` as one [`Phase`].
+#[inline]
+pub fn phase(f: impl FnOnce()) -> Phase {
+    let c0 = rdtsc();
+    let t0 = Instant::now();
+    f();
+    let ns = t0.elapsed().as_nanos() as f64;
+    let c1 = rdtsc();
+    Phase {
+        ns,
+        cycles: c0.zip(c1).map(|(a, b)| b.wrapping_sub(a) as f64),
+    }
+}
+
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
@@ -198,7 +259,7 @@ pub struct Suite {
     pub seed_lines: fn(&[BenchResult]) -> String,
 }
 
-pub const SUITES: &[Suite] = &[page::SUITE];
+pub const SUITES: &[Suite] = &[page::SUITE, slab::SUITE, cache::SUITE, slabinfo::SUITE];
 
 /// Runs the named suites (all when none is named).
 pub fn run(names: &[String], quick: bool, json: bool, plot: Option<&Path>) -> Result<(), String> {
@@ -321,10 +382,16 @@ pub fn table(suite: &str, results: &[BenchResult]) -> String {
                 cols.push(c);
             }
         }
-        let unit = if rows[0].bytes.is_some() {
+        let is_mib = rows.iter().any(|r| r.bytes.is_some_and(|b| b >= 1 << 20));
+        let timed = rows[0].ns.is_some();
+        let unit = if timed && rows.iter().any(|r| r.op != rows[0].op) {
+            "ns per op".to_string()
+        } else if timed {
+            format!("ns per {}", rows[0].op)
+        } else if is_mib {
             "MiB".to_string()
         } else {
-            format!("ns per {}", rows[0].op)
+            "count / bytes".to_string()
         };
         let _ = writeln!(out, "\n{bench} ({unit})");
         let _ = write!(out, "{:>12}", "param/op");
@@ -339,20 +406,25 @@ pub fn table(suite: &str, results: &[BenchResult]) -> String {
             }
         }
         for (param, op) in keys {
-            let label = if rows[0].bytes.is_some() {
-                format!("{param} {op}")
-            } else {
+            let several_ops = rows.iter().any(|r| r.op != rows[0].op);
+            let label = if timed && !several_ops {
                 param.to_string()
+            } else {
+                format!("{param} {op}")
             };
             let _ = write!(out, "{label:>12}");
             for c in &cols {
                 let cell = rows
                     .iter()
                     .find(|r| r.param == param && r.op == op && &column(r) == c)
-                    .map(|r| match (r.ns, r.cycles, r.bytes) {
-                        (Some(ns), Some(cy), _) => format!("{ns:.1} ns {cy:.0} cyc"),
-                        (Some(ns), None, _) => format!("{ns:.1} ns"),
-                        (_, _, Some(b)) => format!("{:.1}", b as f64 / (1 << 20) as f64),
+                    .map(|r| match (r.ns, r.cycles, r.bytes, r.value) {
+                        (Some(ns), Some(cy), _, _) => format!("{ns:.1} ns {cy:.0} cyc"),
+                        (Some(ns), None, _, _) => format!("{ns:.1} ns"),
+                        (_, _, _, Some(v)) => format!("{v}"),
+                        (_, _, Some(b), _) if is_mib => {
+                            format!("{:.1}", b as f64 / (1 << 20) as f64)
+                        }
+                        (_, _, Some(b), _) => format!("{b} B"),
                         _ => "-".into(),
                     })
                     .unwrap_or_else(|| "-".into());
@@ -395,12 +467,14 @@ pub fn plot_suite(path: &Path, suite: &str, results: &[BenchResult]) -> Result<(
                 keys.push((r.param, r.op));
             }
         }
-        let is_bytes = rows[0].bytes.is_some();
+        let is_bytes = rows[0].ns.is_none();
         let y_of = |r: &BenchResult| -> f64 {
-            if is_bytes {
-                r.bytes.unwrap_or(0) as f64 / (1 << 20) as f64
-            } else {
-                r.ns.unwrap_or(0.0)
+            match (r.ns, r.value, r.bytes) {
+                (Some(ns), _, _) => ns,
+                (_, Some(v), _) => v,
+                (_, _, Some(b)) if b >= 1 << 20 => b as f64 / (1 << 20) as f64,
+                (_, _, Some(b)) => b as f64,
+                _ => 0.0,
             }
         };
         let ymax = rows
@@ -414,10 +488,12 @@ pub fn plot_suite(path: &Path, suite: &str, results: &[BenchResult]) -> Result<(
             let x = keys.iter().position(|k| *k == (r.param, r.op)).unwrap_or(0) as f64;
             series.entry(column(r)).or_default().push((x, y_of(r)));
         }
-        let ylabel = if is_bytes {
+        let ylabel = if !is_bytes {
+            format!("ns per {}", rows[0].op)
+        } else if rows.iter().any(|r| r.bytes.is_some_and(|b| b >= 1 << 20)) {
             "MiB".to_string()
         } else {
-            format!("ns per {}", rows[0].op)
+            "count / bytes".to_string()
         };
         let mut chart = ChartBuilder::on(panel)
             .caption(format!("{suite}: {bench}"), ("sans-serif", 18))

@@ -1,0 +1,236 @@
+//! Suite `cache`: Jesper Dangaard Brouer's time_bench_kmem_cache1 (seed 000).
+//!
+//! - `fastpath_reuse`: alloc+free of one 256-byte object from a kmem_cache, in a
+//!   loop (op `pair`).
+//! - `n_pattern`: 256 allocations, then 256 frees (op `elem`: per alloc+free).
+//! - `fastpath_reuse_2t`: `fastpath_reuse` on 2 threads at once (param 2; ns per pair
+//!   per thread).
+//! - `cross_thread_free`: one thread allocates 64-byte objects, another frees them
+//!   (op `elem`: wall time per object).
+//!
+//! Peers run the same loops with the same sizes through GlobalAlloc.
+
+use super::peers::Peer;
+use super::{BenchResult, Ctx, Suite};
+use kmem::{heap, Gfp, KmemCache, SlabFlags};
+use std::alloc::Layout;
+use std::sync::{Barrier, OnceLock};
+
+pub const SUITE: Suite = Suite {
+    name: "cache",
+    steps,
+    run,
+    seed_lines,
+};
+
+const OBJ: usize = 256;
+const N: usize = 256;
+
+fn steps(_quick: bool) -> u64 {
+    4 * 4
+}
+
+/// The allocator of one run: kmem's cache or a peer.
+#[derive(Clone, Copy)]
+enum Who {
+    Kmem(&'static KmemCache),
+    Peer(Peer),
+}
+
+impl Who {
+    fn name(self) -> &'static str {
+        match self {
+            Who::Kmem(_) => "kmem",
+            Who::Peer(p) => p.name(),
+        }
+    }
+    #[inline]
+    fn alloc(self, layout: Layout) -> *mut u8 {
+        match self {
+            Who::Kmem(s) => heap()
+                .kmem_cache_alloc(s, Gfp::KERNEL)
+                .expect("memory")
+                .as_ptr(),
+            // SAFETY: non-zero size.
+            Who::Peer(p) => unsafe { p.alloc(layout) },
+        }
+    }
+    /// # Safety
+    /// `ptr` came from `alloc` of this allocator with `layout`.
+    #[inline]
+    unsafe fn free(self, ptr: *mut u8, layout: Layout) {
+        match self {
+            // SAFETY: an object of `s` (caller).
+            Who::Kmem(s) => unsafe {
+                heap().kmem_cache_free(s, std::ptr::NonNull::new_unchecked(ptr))
+            },
+            // SAFETY: forwarded from the caller.
+            Who::Peer(p) => unsafe { p.dealloc(ptr, layout) },
+        }
+    }
+}
+
+fn cache(size: usize) -> &'static KmemCache {
+    static C256: OnceLock<usize> = OnceLock::new();
+    static C64: OnceLock<usize> = OnceLock::new();
+    let slot = if size == 256 { &C256 } else { &C64 };
+    let p = *slot.get_or_init(|| {
+        let name = format!("bench-{size}");
+        heap()
+            .kmem_cache_create(&name, size, 8, SlabFlags::empty(), None)
+            .expect("cache") as *const KmemCache as usize
+    });
+    // SAFETY: the cache lives for the whole process (never destroyed).
+    unsafe { &*(p as *const KmemCache) }
+}
+
+fn run(ctx: &Ctx) -> Vec<BenchResult> {
+    let mut out = Vec::new();
+    let loops: u64 = if ctx.quick { 200_000 } else { 2_000_000 };
+    let who: Vec<Who> = std::iter::once(Who::Kmem(cache(OBJ)))
+        .chain(Peer::ALL.iter().map(|&p| Who::Peer(p)))
+        .collect();
+    let layout = Layout::from_size_align(OBJ, 8).unwrap();
+    for &w in &who {
+        ctx.status(format!("cache {}", w.name()));
+        let t = ctx.measure(loops, |n| {
+            for _ in 0..n {
+                let p = w.alloc(layout);
+                // SAFETY: allocated just above.
+                unsafe { w.free(std::hint::black_box(p), layout) };
+            }
+        });
+        out.push(BenchResult::time(
+            "fastpath_reuse",
+            w.name(),
+            OBJ as u64,
+            "pair",
+            t,
+        ));
+
+        let mut ptrs = [std::ptr::null_mut::<u8>(); N];
+        let rounds = (loops / N as u64).max(1);
+        let t = ctx.measure(rounds * N as u64, |n| {
+            for _ in 0..n / N as u64 {
+                for p in ptrs.iter_mut() {
+                    *p = w.alloc(layout);
+                }
+                for &p in ptrs.iter() {
+                    // SAFETY: allocated just above.
+                    unsafe { w.free(std::hint::black_box(p), layout) };
+                }
+            }
+        });
+        out.push(BenchResult::time(
+            "n_pattern",
+            w.name(),
+            N as u64,
+            "elem",
+            t,
+        ));
+
+        let t = ctx.measure(loops, |n| {
+            let barrier = Barrier::new(2);
+            std::thread::scope(|s| {
+                for _ in 0..2 {
+                    s.spawn(|| {
+                        barrier.wait();
+                        for _ in 0..n {
+                            let p = w.alloc(layout);
+                            // SAFETY: allocated just above.
+                            unsafe { w.free(std::hint::black_box(p), layout) };
+                        }
+                    });
+                }
+            });
+        });
+        out.push(BenchResult::time(
+            "fastpath_reuse_2t",
+            w.name(),
+            2,
+            "pair",
+            t,
+        ));
+
+        let w64 = match w {
+            Who::Kmem(_) => Who::Kmem(cache(64)),
+            p => p,
+        };
+        let l64 = Layout::from_size_align(64, 8).unwrap();
+        let t = ctx.measure(loops, |n| cross_thread(w64, l64, n));
+        out.push(BenchResult::time(
+            "cross_thread_free",
+            w.name(),
+            64,
+            "elem",
+            t,
+        ));
+    }
+    out
+}
+
+/// One thread allocates `n` objects in batches and hands them over; another frees.
+fn cross_thread(w: Who, layout: Layout, n: u64) {
+    const BATCH: usize = 256;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<usize>>(16);
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut left = n as usize;
+            while left > 0 {
+                let k = left.min(BATCH);
+                let batch: Vec<usize> = (0..k).map(|_| w.alloc(layout) as usize).collect();
+                left -= k;
+                tx.send(batch).expect("consumer alive");
+            }
+        });
+        s.spawn(move || {
+            while let Ok(batch) = rx.recv() {
+                for p in batch {
+                    // SAFETY: allocated by the producer with this layout, handed to us.
+                    unsafe { w.free(p as *mut u8, layout) };
+                }
+            }
+        });
+    });
+}
+
+/// time_bench's lines for each allocator.
+fn seed_lines(results: &[BenchResult]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("\n");
+    let label = |b: &str| match b {
+        "fastpath_reuse" => "fastpath reuse",
+        "n_pattern" => "alloc+free N-pattern",
+        "fastpath_reuse_2t" => "fastpath reuse 2 threads",
+        _ => "cross-thread free",
+    };
+    for r in results {
+        let _ = writeln!(
+            out,
+            "Type:{} {} Per elem: {:.0} cycles(tsc) {:.3} ns",
+            r.allocator,
+            label(r.bench),
+            r.cycles.unwrap_or(0.0),
+            r.ns.unwrap_or(0.0)
+        );
+    }
+    let ns = |b: &str, a: &str| {
+        results
+            .iter()
+            .find(|r| r.bench == b && r.allocator == a)
+            .and_then(|r| r.ns)
+    };
+    if let (Some(k), Some(s), Some(m)) = (
+        ns("fastpath_reuse", "kmem"),
+        ns("fastpath_reuse", "system"),
+        ns("fastpath_reuse", "mimalloc"),
+    ) {
+        let _ = writeln!(
+            out,
+            "\nfastpath_reuse: kmem {k:.2} ns, system {s:.2} ns ({:.2}x), mimalloc {m:.2} ns (kmem/mimalloc {:.2})",
+            s / k,
+            k / m
+        );
+    }
+    out
+}
