@@ -342,6 +342,20 @@ impl<P: Platform> Kmem<P> {
         result
     }
 
+    /// A cache's SLUB statistics, one `name value` line each (the files of
+    /// /sys/kernel/slab/<cache>/), summed over every CPU area.
+    pub fn slub_stats(&self, s: &KmemCache, w: &mut dyn fmt::Write) -> fmt::Result {
+        for item in crate::slub::SlubStat::ALL {
+            writeln!(
+                w,
+                "{} {}",
+                item.name(),
+                s.stat_sum(self.pages.cpu_areas().iter(), item)
+            )?;
+        }
+        Ok(())
+    }
+
     /// A slabtop-style summary: totals, then caches sorted by memory, largest first.
     pub fn slabtop(&self, w: &mut dyn fmt::Write, limit: usize) -> fmt::Result {
         let mut rows: [(usize, *const KmemCache, SlabRow); 64] =

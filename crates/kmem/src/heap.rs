@@ -392,6 +392,13 @@ impl Heap {
         s
     }
 
+    /// A cache's SLUB statistics (`alloc_fastpath 123` lines).
+    pub fn slub_stats(&self, s: &KmemCache) -> String {
+        let mut out = String::new();
+        let _ = self.kmem.slub_stats(s, &mut out);
+        out
+    }
+
     /// A slabtop-style summary, the `limit` largest caches.
     pub fn slabtop(&self, limit: usize) -> String {
         let mut s = String::new();

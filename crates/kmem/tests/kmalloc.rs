@@ -1,0 +1,151 @@
+//! kmalloc and object caches through the process heap.
+
+use kmem::{heap, Gfp, SlabFlags};
+
+#[test]
+fn kmalloc_round_trips() {
+    let h = heap();
+    for size in [
+        1usize,
+        8,
+        24,
+        96,
+        100,
+        192,
+        1000,
+        4096,
+        8192,
+        9000,
+        100_000,
+        4 << 20,
+    ] {
+        let p = h.kmalloc(size, Gfp::KERNEL).expect("memory");
+        assert!(h.ksize(p.as_ptr()) >= size);
+        if size.is_power_of_two() && size <= 4096 {
+            assert_eq!(
+                p.as_ptr() as usize % size,
+                0,
+                "kmalloc({size}) is naturally aligned"
+            );
+        }
+        // SAFETY: ours, `size` bytes.
+        unsafe { std::ptr::write_bytes(p.as_ptr(), 0x77, size) };
+        // SAFETY: ours; grows (up to kmalloc's limit) and keeps the contents.
+        let q = unsafe { h.krealloc(p.as_ptr(), (size * 2).min(4 << 20), Gfp::KERNEL) }
+            .expect("memory");
+        // SAFETY: the first `size` bytes were copied.
+        assert!(unsafe { std::slice::from_raw_parts(q.as_ptr(), size) }
+            .iter()
+            .all(|&b| b == 0x77));
+        // SAFETY: ours.
+        unsafe { h.kfree(q.as_ptr()) };
+    }
+    assert!(
+        h.kmalloc((4 << 20) + 1, Gfp::NOWARN).is_none(),
+        "above kmalloc's limit"
+    );
+    let z = h.kcalloc(100, 3, Gfp::KERNEL).unwrap();
+    // SAFETY: ours, 300 bytes.
+    assert!(unsafe { std::slice::from_raw_parts(z.as_ptr(), 300) }
+        .iter()
+        .all(|&b| b == 0));
+    // SAFETY: ours; null is a no-op.
+    unsafe {
+        h.kfree(z.as_ptr());
+        h.kfree(std::ptr::null_mut());
+    }
+}
+
+#[test]
+fn thread_exit_flushes_the_threads_slabs() {
+    let h = heap();
+    let s = h
+        .kmem_cache_create("exit-flush-72", 72, 8, SlabFlags::empty(), None)
+        .expect("cache");
+    std::thread::spawn(move || {
+        let h = heap();
+        let objs: Vec<_> = (0..1000)
+            .map(|_| h.kmem_cache_alloc(s, Gfp::KERNEL).unwrap())
+            .collect();
+        for o in objs {
+            // SAFETY: ours.
+            unsafe { h.kmem_cache_free(s, o) };
+        }
+        // The thread exits holding a CPU slab and CPU partial slabs of `s`.
+    })
+    .join()
+    .unwrap();
+    let stats = h.slub_stats(s);
+    assert!(stats.starts_with("alloc_fastpath "), "{stats}");
+    let get = |name: &str| -> u64 {
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap()
+    };
+    assert!(get("alloc_fastpath ") + get("alloc_slowpath ") >= 1000);
+    assert!(get("alloc_slab ") >= 1);
+    assert!(
+        get("cpuslab_flush ") >= 1,
+        "the exiting thread flushed its CPU slab"
+    );
+    // Its exit gave them back to the node: shrinking from here frees them all.
+    h.kmem_cache_shrink(s);
+    assert_eq!(s.nr_slabs(0), 0, "slabs left behind by an exited thread");
+    // SAFETY: nobody else uses `s`.
+    assert_eq!(unsafe { h.kmem_cache_destroy(s) }, Ok(()));
+}
+
+#[test]
+fn objects_freed_on_another_thread() {
+    let h = heap();
+    let s = h
+        .kmem_cache_create("cross-48", 48, 8, SlabFlags::empty(), None)
+        .expect("cache");
+    let addrs: Vec<usize> = std::thread::spawn(move || {
+        (0..5000)
+            .map(|i| {
+                let p = heap().kmem_cache_alloc(s, Gfp::KERNEL).unwrap();
+                // SAFETY: ours.
+                unsafe { (p.as_ptr() as *mut u64).write(i) };
+                p.as_ptr() as usize
+            })
+            .collect()
+    })
+    .join()
+    .unwrap();
+    let mut sorted = addrs.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(sorted.len(), addrs.len(), "no object handed out twice");
+    for (i, a) in addrs.into_iter().enumerate() {
+        // SAFETY: allocated by the other thread, handed over; freed once.
+        unsafe {
+            assert_eq!((a as *const u64).read(), i as u64);
+            h.kmem_cache_free(s, std::ptr::NonNull::new(a as *mut u8).unwrap());
+        }
+    }
+    // Flush this thread's view too, then everything is reclaimable.
+    h.kmem_cache_shrink(s);
+    // SAFETY: nobody else uses `s`.
+    assert_eq!(unsafe { h.kmem_cache_destroy(s) }, Ok(()));
+}
+
+#[test]
+fn slabinfo_lists_the_kmalloc_caches() {
+    let h = heap();
+    let p = h.kmalloc(32, Gfp::KERNEL).unwrap();
+    let info = h.slabinfo();
+    assert!(info.starts_with("slabinfo - version: 2.1\n"));
+    let row = info
+        .lines()
+        .find(|l| l.starts_with("kmalloc-32 "))
+        .expect("kmalloc-32 row");
+    assert!(
+        row.contains("    32  128    1 : tunables    0    0    0 : slabdata"),
+        "{row}"
+    );
+    assert!(h.slabtop(10).contains("OBJS ACTIVE  USE OBJ SIZE"));
+    // SAFETY: ours.
+    unsafe { h.kfree(p.as_ptr()) };
+}
