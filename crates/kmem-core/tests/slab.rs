@@ -527,3 +527,79 @@ fn slabinfo_and_slabtop_formats() {
         unsafe { k.kfree(None, o.as_ptr()) };
     }
 }
+
+#[test]
+fn thread_churn_with_remote_frees() {
+    let k = kmem(8, config(1, 0));
+    let (tx, rx) = std::sync::mpsc::channel::<Vec<usize>>();
+    let rounds: usize = match std::env::var("KMEM_STRESS_SECS") {
+        Ok(_) => 2000,
+        Err(_) => 60,
+    };
+    std::thread::scope(|sc| {
+        // One long-lived thread frees what short-lived threads hand it.
+        sc.spawn(move || {
+            let area = k.pages.cpu_area_get(0).unwrap();
+            // SAFETY: owned by this thread.
+            let cpu = Some(unsafe { CpuRef::new(area) });
+            while let Ok(batch) = rx.recv() {
+                for p in batch {
+                    // SAFETY: allocated by a worker, handed over; freed once.
+                    unsafe {
+                        assert_eq!((p as *const u64).read(), pattern(p));
+                        k.kfree(cpu, p as *mut u8);
+                    }
+                }
+            }
+            // SAFETY: owned; not used afterwards.
+            unsafe { k.pages.cpu_area_put(area) };
+        });
+        for r in 0..rounds {
+            let tx = tx.clone();
+            // Short-lived workers, two at a time: each leaves CPU slabs behind that
+            // its exit (cpu_area_put) must flush while remote frees hit them.
+            let workers: Vec<_> = (0..2)
+                .map(|w| {
+                    let tx = tx.clone();
+                    sc.spawn(move || {
+                        let area = k.pages.cpu_area_get(0).unwrap();
+                        // SAFETY: owned by this thread.
+                        let cpu = Some(unsafe { CpuRef::new(area) });
+                        let mut mine = Vec::new();
+                        let mut theirs = Vec::new();
+                        for i in 0..400usize {
+                            let size = [8, 16, 48, 64, 200, 700][(i + r + w) % 6];
+                            let p = k.kmalloc(cpu, size, Gfp::KERNEL).unwrap().as_ptr() as usize;
+                            // SAFETY: ours, at least 8 bytes.
+                            unsafe { (p as *mut u64).write(pattern(p)) };
+                            if i % 2 == 0 {
+                                mine.push(p)
+                            } else {
+                                theirs.push(p)
+                            }
+                        }
+                        tx.send(theirs).unwrap();
+                        for p in mine.into_iter().rev() {
+                            // SAFETY: ours; freed once.
+                            unsafe {
+                                assert_eq!((p as *const u64).read(), pattern(p));
+                                k.kfree(if p % 3 == 0 { None } else { cpu }, p as *mut u8);
+                            }
+                        }
+                        // SAFETY: owned; not used afterwards.
+                        unsafe { k.pages.cpu_area_put(area) };
+                    })
+                })
+                .collect();
+            for h in workers {
+                h.join().unwrap();
+            }
+            drop(tx);
+        }
+        drop(tx);
+    });
+    k.shrink_all(None);
+    for c in k.kmalloc_caches() {
+        assert_eq!(c.nr_slabs(0), 0, "{} keeps slabs: objects lost", c.name());
+    }
+}
