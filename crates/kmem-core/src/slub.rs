@@ -543,6 +543,18 @@ fn slab_state(slab: &Page) -> SlabState {
     SlabState(slab.owner[0].load(Relaxed) as u64)
 }
 
+/// Freezes or unfreezes a slab, keeping its freelist and `inuse`; returns the new
+/// state. The caller holds what rule 2 asks for.
+fn set_frozen(slab: &Page, frozen: bool) -> SlabState {
+    loop {
+        let old = slab_state(slab);
+        let new = SlabState::new(old.offset(), old.inuse(), frozen);
+        if cas_state(slab, old, new) {
+            return new;
+        }
+    }
+}
+
 #[inline]
 fn cas_state(slab: &Page, old: SlabState, new: SlabState) -> bool {
     // AcqRel: a successful free publishes the free pointer written into the object
@@ -871,15 +883,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         let s = unsafe { &*(sr.owner[2].load(Relaxed) as *const KmemCache) };
         let nid = self.pages.page_to_nid(slab);
         let mut list = s.node[nid].list_lock.lock();
-        loop {
-            let old = slab_state(sr);
-            let new = SlabState::new(old.offset(), old.inuse(), false);
-            if cas_state(sr, old, new) {
-                if !new.list_empty() {
-                    self.add_partial(&mut list, slab, true);
-                }
-                break;
-            }
+        if !set_frozen(sr, false).list_empty() {
+            self.add_partial(&mut list, slab, true);
         }
     }
 
@@ -980,13 +985,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             self.remove_partial(&mut list, more);
             // SAFETY: as above.
             let mr = unsafe { more.as_ref() };
-            loop {
-                let old = slab_state(mr);
-                let new = SlabState::new(old.offset(), old.inuse(), true);
-                if cas_state(mr, old, new) {
-                    break;
-                }
-            }
+            set_frozen(mr, true);
             mr.next.store(cc.partial.load(Relaxed), Relaxed);
             cc.partial.store(more.as_ptr(), Relaxed);
             cc.nr_partial
@@ -1215,13 +1214,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let sr = unsafe { slab.as_ref() };
         let nid = self.pages.page_to_nid(slab);
         let mut list = s.node[nid].list_lock.lock();
-        let new = loop {
-            let old = slab_state(sr);
-            let new = SlabState::new(old.offset(), old.inuse(), false);
-            if cas_state(sr, old, new) {
-                break new;
-            }
-        };
+        let new = set_frozen(sr, false);
         if new.inuse() == 0 && list.len() >= s.config().min_partial {
             drop(list);
             self.discard_slab(cpu, s, slab);

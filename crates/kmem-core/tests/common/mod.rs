@@ -58,6 +58,16 @@ impl Platform for TestPlatform {
 /// A fresh allocator over a private span of `sections` sections (leaked: tests hand
 /// out `'static` references, as real users do).
 pub fn allocator(sections: usize, config: Config) -> &'static PageAllocator<TestPlatform> {
+    let (base, len) = span(sections);
+    let pa: &'static PageAllocator<TestPlatform> =
+        Box::leak(Box::new(PageAllocator::new(TestPlatform::new())));
+    // SAFETY: the span is ours alone and nobody else uses the allocator yet.
+    unsafe { pa.init(base, len, config) }.unwrap();
+    pa
+}
+
+/// A private span of `sections` sections, aligned to the section size.
+fn span(sections: usize) -> (*mut u8, usize) {
     let len = sections * SECTION_SIZE;
     // Reserve len + SECTION_SIZE and align the base up to a section boundary.
     // SAFETY: an anonymous private mapping with no address hint.
@@ -73,29 +83,12 @@ pub fn allocator(sections: usize, config: Config) -> &'static PageAllocator<Test
     };
     assert_ne!(raw, libc::MAP_FAILED);
     let base = ((raw as usize + SECTION_SIZE - 1) & !(SECTION_SIZE - 1)) as *mut u8;
-    let pa: &'static PageAllocator<TestPlatform> =
-        Box::leak(Box::new(PageAllocator::new(TestPlatform::new())));
-    // SAFETY: the span is ours alone and nobody else uses the allocator yet.
-    unsafe { pa.init(base, len, config) }.unwrap();
-    pa
+    (base, len)
 }
 
 /// A fresh whole allocator (pages + slab) over a private span.
 pub fn kmem(sections: usize, config: Config) -> &'static Kmem<TestPlatform> {
-    let len = sections * SECTION_SIZE;
-    // SAFETY: an anonymous private mapping with no address hint.
-    let raw = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len + SECTION_SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    assert_ne!(raw, libc::MAP_FAILED);
-    let base = ((raw as usize + SECTION_SIZE - 1) & !(SECTION_SIZE - 1)) as *mut u8;
+    let (base, len) = span(sections);
     let k: &'static Kmem<TestPlatform> = Box::leak(Box::new(Kmem::new(TestPlatform::new())));
     // SAFETY: the span is ours alone and nobody else uses the allocator yet.
     unsafe { k.init(base, len, config, 2) }.unwrap();

@@ -205,23 +205,12 @@ pub fn current_node(nr_nodes: usize, real_nodes: usize) -> usize {
 /// one (the file is a range list like `0-3` or `0,2`). 1 if it cannot be read.
 pub fn online_nodes() -> usize {
     let mut buf = [0u8; 256];
-    let path = c"/sys/devices/system/node/online";
-    // SAFETY: open/read/close on a path we own, into a stack buffer.
-    let n = unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return 1;
-        }
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        n
-    };
-    if n <= 0 {
+    let Some(text) = read_small_file(c"/sys/devices/system/node/online", &mut buf) else {
         return 1;
-    }
+    };
     let mut max = 0usize;
     let mut cur = 0usize;
-    for &b in &buf[..n as usize] {
+    for &b in text {
         if b.is_ascii_digit() {
             cur = cur * 10 + (b - b'0') as usize;
         } else {
@@ -232,26 +221,31 @@ pub fn online_nodes() -> usize {
     max.max(cur) + 1
 }
 
-/// Resident memory of this process in bytes (from /proc/self/statm), read without
-/// allocating.
-pub fn rss_bytes() -> usize {
-    let mut buf = [0u8; 128];
-    let path = c"/proc/self/statm";
-    // SAFETY: open/read/close into a stack buffer.
+/// Reads a small file into `buf` with open/read/close (no allocation); `None` if it
+/// cannot be read or is empty.
+fn read_small_file<'a>(path: &std::ffi::CStr, buf: &'a mut [u8]) -> Option<&'a [u8]> {
+    // SAFETY: open/read/close on a NUL-terminated path, into a buffer we own.
     let n = unsafe {
         let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
-            return 0;
+            return None;
         }
         let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
         libc::close(fd);
         n
     };
-    if n <= 0 {
+    (n > 0).then(|| &buf[..n as usize])
+}
+
+/// Resident memory of this process in bytes (from /proc/self/statm), read without
+/// allocating.
+pub fn rss_bytes() -> usize {
+    let mut buf = [0u8; 128];
+    let Some(text) = read_small_file(c"/proc/self/statm", &mut buf) else {
         return 0;
-    }
+    };
     // Second field: resident pages.
-    let mut fields = buf[..n as usize].split(|&b| b == b' ');
+    let mut fields = text.split(|&b| b == b' ');
     fields.next();
     let resident = fields
         .next()
