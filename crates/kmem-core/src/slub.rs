@@ -977,6 +977,13 @@ impl<'a, P: Platform> Slub<'a, P> {
                 break self.slab_base(slab) + old.offset() as usize;
             }
         };
+        if got & 1 != 0 {
+            // Rule 2 says a node-list slab has a free object; should it not, the
+            // slab is full: let it go (unfrozen, on no list) rather than hand out
+            // the end token.
+            set_frozen(sr, false);
+            return None;
+        }
         // Stock the CPU partial list with up to half its capacity.
         while cc.nr_partial.load(Relaxed) < cfg.cpu_partial_slabs / 2 {
             let Some(more) = NonNull::new(list.first()) else {
@@ -1018,6 +1025,11 @@ impl<'a, P: Platform> Slub<'a, P> {
                     let base = self.slab_base(slab);
                     loop {
                         let old = slab_state(sr);
+                        if old.list_empty() {
+                            // Cannot happen (rule 2); a full slab leaves the list.
+                            self.remove_partial(&mut list, slab);
+                            break;
+                        }
                         let obj = base + old.offset() as usize;
                         // SAFETY: `obj` heads the slab's freelist (unfrozen partial
                         // slabs always have one, rule 2); frees only push in front of
@@ -1128,7 +1140,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         let nid = self.pages.page_to_nid(slab);
         let node = &s.node[nid];
         let mut lock = None;
+        let mut freezer = None;
         let (old, new) = loop {
+            freezer = None;
             let old = slab_state(sr);
             let prior = base + old.offset() as usize;
             // SAFETY: our objects (caller).
@@ -1136,9 +1150,10 @@ impl<'a, P: Platform> Slub<'a, P> {
             let inuse = old.inuse() - cnt;
             let mut frozen = old.frozen();
             if !old.frozen() && (inuse == 0 || old.list_empty()) {
-                if old.list_empty() && cpu.is_some() && cfg.cpu_partial_slabs > 0 {
+                if let (true, Some(c), true) = (old.list_empty(), cpu, cfg.cpu_partial_slabs > 0) {
                     // A full slab gets a free: it goes to our CPU partial list.
                     frozen = true;
+                    freezer = Some(c);
                 } else if lock.is_none() {
                     lock = Some(node.list_lock.lock());
                     continue;
@@ -1154,9 +1169,8 @@ impl<'a, P: Platform> Slub<'a, P> {
             s.stat(cpu, SlubStat::FreeFrozen);
             return;
         }
-        if new.frozen() {
+        if let (true, Some(c)) = (new.frozen(), freezer) {
             drop(lock);
-            let c = cpu.expect("only a CPU context freezes");
             s.stat(cpu, SlubStat::CpuPartialFree);
             self.put_cpu_partial(c, s, slab);
             return;
