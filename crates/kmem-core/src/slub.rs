@@ -1140,7 +1140,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let nid = self.pages.page_to_nid(slab);
         let node = &s.node[nid];
         let mut lock = None;
-        let mut freezer = None;
+        let mut freezer: Option<CpuRef<'_>>;
         let (old, new) = loop {
             freezer = None;
             let old = slab_state(sr);
