@@ -1137,6 +1137,116 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     // ---------------------------------------------------------------------------
+    // Resizing a block in place.
+
+    /// Grows the allocated block of 2^`old` pages at `page` to 2^`new` pages where it
+    /// stands, taking the following buddy blocks if they are all free (realloc of a
+    /// page run). On success the block is of order `new` (compound again if it was),
+    /// its new part zeroed if `gfp` asks; on failure nothing changed.
+    pub fn grow_in_place(&self, page: NonNull<Page>, old: usize, new: usize, gfp: Gfp) -> bool {
+        if new <= old {
+            return new == old;
+        }
+        let pfn = self.page_to_pfn(page);
+        if new > MAX_ORDER || pfn & ((1 << new) - 1) != 0 {
+            return false;
+        }
+        // SAFETY: the caller's block.
+        let p = unsafe { page.as_ref() };
+        if free_page_is_bad(p, old).is_some() {
+            return false;
+        }
+        let compound = old > 0 && {
+            // SAFETY: the block's second descriptor, same memmap.
+            unsafe { &*page.as_ptr().add(1) }
+                .flags()
+                .contains(PageFlags::TAIL)
+        };
+        let nid = self.page_to_nid(page);
+        let zone = &self.zones[nid];
+        let mut fa = zone.lock.lock();
+        for o in old..new {
+            // SAFETY: pfn is aligned to 2^new, so each buddy lies in the same section.
+            let b = unsafe { &*self.pfn_to_page_raw(pfn + (1 << o)) };
+            if !(b.is_buddy() && b.order() == o) {
+                return false;
+            }
+        }
+        let mut reported = [false; MAX_ORDER + 1];
+        for o in old..new {
+            reported[o] = self.del_from_free_list(&mut fa, zone, pfn + (1 << o), o);
+        }
+        drop(fa);
+        self.mod_zone_state(
+            None,
+            nid,
+            ZoneStat::NrFreePages,
+            -(((1 << new) - (1 << old)) as isize),
+        );
+        self.count_event(
+            None,
+            nid,
+            VmEvent::PgAlloc,
+            ((1 << new) - (1 << old)) as u64,
+        );
+        p.set_order(new);
+        if compound || gfp.contains(Gfp::COMP) {
+            self.prep_compound_page(page, new);
+        }
+        if gfp.contains(Gfp::ZERO) {
+            let base = self.page_address(page).as_ptr();
+            for o in old..new {
+                if !reported[o] {
+                    // SAFETY: the taken block is ours now and mapped.
+                    unsafe { ptr::write_bytes(base.add(PAGE_SIZE << o), 0, PAGE_SIZE << o) };
+                }
+            }
+        }
+        true
+    }
+
+    /// Shrinks the allocated block of 2^`old` pages at `page` to 2^`new` pages where it
+    /// stands, freeing the upper halves (realloc of a page run to a smaller size).
+    ///
+    /// # Safety
+    /// `page` heads a block of this allocator of order `old`, and the caller gives up
+    /// the pages past 2^`new`.
+    pub unsafe fn shrink_in_place(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        page: NonNull<Page>,
+        old: usize,
+        new: usize,
+    ) {
+        if new >= old {
+            return;
+        }
+        // SAFETY: the caller's block.
+        let p = unsafe { page.as_ref() };
+        let compound = {
+            // SAFETY: the block's second descriptor, same memmap.
+            unsafe { &*page.as_ptr().add(1) }
+                .flags()
+                .contains(PageFlags::TAIL)
+        };
+        self.destroy_compound_page(page, old);
+        p.set_order(new);
+        if compound && new > 0 {
+            self.prep_compound_page(page, new);
+        }
+        for o in new..old {
+            // SAFETY: the upper part is a block of order `o` inside ours, aligned to its
+            // size; make it look allocated with that order, then free it.
+            unsafe {
+                let part = NonNull::new_unchecked(page.as_ptr().add(1 << o));
+                part.as_ref().set_flags(PageFlags::HEAD);
+                part.as_ref().set_order(o);
+                self.free_pages(cpu, part, o);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------------------
     // Bulk.
 
     /// `alloc_pages_bulk`: fills the `None` slots of `pages` with order-0 pages of node

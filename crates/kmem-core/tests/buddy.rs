@@ -683,3 +683,58 @@ fn threads_with_cross_thread_frees_lose_nothing() {
     // Everything is back: managed = free (areas excepted).
     assert_eq!(pa.nr_allocated_pages(), pa.cpu_areas().nr_areas() << 3);
 }
+
+#[test]
+fn blocks_grow_and_shrink_in_place() {
+    let pa = allocator(2, config(1, 0));
+    // A fresh section: an order-4 block from a split leaves its buddies free.
+    let p = pa.alloc_pages(None, Gfp::COMP, 4).unwrap();
+    let addr = pa.page_address(p).as_ptr();
+    // SAFETY: ours.
+    unsafe { addr.write_bytes(9, PAGE_SIZE << 4) };
+    assert!(
+        pa.grow_in_place(p, 4, 6, Gfp::COMP | Gfp::ZERO),
+        "the buddies above are free"
+    );
+    // SAFETY: the block is now 2^6 pages; the old part kept its bytes, the new is zero.
+    unsafe {
+        assert_eq!(*addr, 9);
+        assert_eq!(*addr.add((PAGE_SIZE << 4) - 1), 9);
+        assert_eq!(*addr.add(PAGE_SIZE << 4), 0);
+        assert_eq!(*addr.add((PAGE_SIZE << 6) - 1), 0);
+    }
+    // Every page of the grown block finds its head.
+    let last = pa.pfn_to_page(pa.page_to_pfn(p) + 63).unwrap();
+    // SAFETY: a tail descriptor of our block.
+    assert!(unsafe { last.as_ref() }
+        .flags()
+        .contains(kmem_core::PageFlags::TAIL));
+    assert_eq!(
+        pa.virt_to_head_page(pa.page_address(last).as_ptr()),
+        Some(p)
+    );
+    // A neighbour in the way stops a grow, and nothing changes.
+    let q = pa.alloc_pages(None, Gfp::KERNEL, 6).unwrap();
+    if pa.page_to_pfn(q) == pa.page_to_pfn(p) + 64 {
+        assert!(!pa.grow_in_place(p, 6, 7, Gfp::COMP));
+        // SAFETY: ours, still order 6.
+        assert_eq!(unsafe { p.as_ref() }.order(), 6);
+    }
+    // Shrink back down: the upper halves are free again.
+    let free_before = pa.nr_free_pages();
+    // SAFETY: our order-6 block; we give up everything past the first 2 pages.
+    unsafe { pa.shrink_in_place(None, p, 6, 1) };
+    assert_eq!(pa.nr_free_pages(), free_before + 62);
+    // SAFETY: the first page kept its bytes.
+    assert_eq!(unsafe { *addr }, 9);
+    // SAFETY: ours, order 1 now.
+    unsafe {
+        pa.free_pages(None, p, 1);
+        pa.free_pages(None, q, 6);
+    }
+    assert_eq!(pa.nr_free_pages(), pa.nr_managed_pages());
+    assert_eq!(
+        pa.free_area_counts(0),
+        fresh_section_blocks(SECTION_MANAGED_PAGES)
+    );
+}

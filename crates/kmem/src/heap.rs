@@ -45,12 +45,14 @@ thread_local! {
 /// The process heap. Get it with [`heap`].
 pub struct Heap {
     kmem: Kmem<LinuxPlatform>,
+    huge: crate::huge::HugeList,
     state: AtomicU8,
     exit_key: AtomicU32,
 }
 
 static HEAP: Heap = Heap {
     kmem: Kmem::new(LinuxPlatform::new()),
+    huge: crate::huge::HugeList::new(),
     state: AtomicU8::new(UNINIT),
     exit_key: AtomicU32::new(0),
 };
@@ -131,6 +133,16 @@ impl Heap {
     /// for the zone path that bypasses per-CPU lists).
     pub fn page_allocator(&self) -> &PageAllocator<LinuxPlatform> {
         &self.kmem.pages
+    }
+
+    /// The huge (directly mapped) allocations.
+    pub(crate) fn huge(&self) -> &crate::huge::HugeList {
+        &self.huge
+    }
+
+    /// Live huge allocations and their mapped bytes.
+    pub fn huge_totals(&self) -> (usize, usize) {
+        self.huge.totals()
     }
 
     /// The whole core allocator (pages and slab caches).

@@ -17,9 +17,12 @@
 //! environment, read without allocating), [`heap`] (the global heap and thread areas).
 
 pub mod config;
+pub mod global;
 pub mod heap;
+mod huge;
 pub mod platform;
 
+pub use global::KmemAlloc;
 pub use heap::{heap, Heap};
 pub use kmem_core::{Gfp, KmemCache, Page, PageFlags, SlabFlags, MAX_ORDER, PAGE_SIZE};
 pub use platform::linux::rss_bytes;

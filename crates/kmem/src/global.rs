@@ -1,0 +1,338 @@
+//! kmem as Rust's allocator: [`KmemAlloc`] for `#[global_allocator]` and for
+//! `allocator_api2` collections.
+//!
+//! How a [`Layout`] is served:
+//! | size / alignment                         | from                                   |
+//! |------------------------------------------|----------------------------------------|
+//! | ≤ 8 KiB, alignment ≤ 4 KiB               | a kmalloc cache: size rounded up to the alignment, so the class's natural alignment covers it (kmalloc-N for a power of two N is N-aligned; 96 is 32-, 192 is 64-aligned) |
+//! | ≤ 4 MiB, alignment ≤ 4 MiB               | a compound page block of the buddy allocator, naturally aligned to its size |
+//! | larger, or aligned beyond 4 MiB          | a direct mapping ([`crate::huge`])      |
+//!
+//! `realloc` stays in place while the object's class or the page block still holds
+//! the new size; a page block grows into the buddy blocks after it when they are free
+//! and shrinks by freeing its upper halves; a huge mapping moves with `mremap`.
+//! `alloc_zeroed` skips clearing page blocks whose memory is fresh from the OS (their
+//! pages were never touched or were given back: they read as zero).
+
+use crate::heap::{heap, Heap};
+use allocator_api2::alloc::{AllocError, Allocator};
+use kmem_core::kmalloc::{KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE};
+use kmem_core::slub::ObjectLookup;
+use kmem_core::{Gfp, MAX_ORDER, PAGE_SIZE};
+use std::alloc::{GlobalAlloc, Layout};
+use std::ptr::{self, NonNull};
+
+/// kmem as a Rust allocator: `#[global_allocator] static A: kmem::KmemAlloc = kmem::KmemAlloc;`
+/// It is a handle to the process heap ([`heap`]); every value is the same allocator.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KmemAlloc;
+
+/// The buddy order of a block of at least `bytes` bytes.
+#[inline]
+fn order_for(bytes: usize) -> usize {
+    let pages = bytes.div_ceil(PAGE_SIZE).max(1);
+    (usize::BITS - (pages - 1).leading_zeros()) as usize
+}
+
+impl Heap {
+    /// Allocates for `layout` (see the module table); null when memory runs out.
+    #[inline]
+    pub fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.alloc_gfp(layout, Gfp::KERNEL)
+    }
+
+    /// As [`Heap::alloc`], zeroed.
+    #[inline]
+    pub fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.alloc_gfp(layout, Gfp::ZERO)
+    }
+
+    #[inline]
+    fn alloc_gfp(&self, layout: Layout, gfp: Gfp) -> *mut u8 {
+        let size = layout.size();
+        if layout.align() <= 8 && size <= KMALLOC_MAX_CACHE_SIZE {
+            return match self.kmalloc(size, gfp) {
+                Some(p) => p.as_ptr(),
+                None => ptr::null_mut(),
+            };
+        }
+        self.alloc_aligned(size, layout.align(), gfp)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_aligned(&self, size: usize, align: usize, gfp: Gfp) -> *mut u8 {
+        let p = if align <= PAGE_SIZE {
+            // Round up to the alignment: the class then has it naturally.
+            let Some(sz) = size.max(align).checked_next_multiple_of(align) else {
+                return ptr::null_mut();
+            };
+            if sz <= KMALLOC_MAX_SIZE {
+                self.kmalloc(sz, gfp).map(|p| p.as_ptr())
+            } else {
+                None
+            }
+        } else {
+            let order = order_for(size).max(order_for(align));
+            if order <= MAX_ORDER {
+                self.alloc_pages(gfp | Gfp::COMP, order)
+                    .map(|page| self.page_address(page).as_ptr())
+            } else {
+                None
+            }
+        };
+        match p {
+            Some(p) => p,
+            None if size > KMALLOC_MAX_SIZE || align > PAGE_SIZE << MAX_ORDER => {
+                self.huge_alloc(size, align)
+            }
+            None => ptr::null_mut(),
+        }
+    }
+
+    fn huge_alloc(&self, size: usize, align: usize) -> *mut u8 {
+        self.huge().alloc(size, align, || {
+            self.kmalloc(crate::huge::DESC_SIZE, crate::huge::DESC_GFP)
+        })
+    }
+
+    /// Frees what [`Heap::alloc`] (or kmalloc) handed out. A pointer that is none of
+    /// this heap's allocations is reported on stderr and left alone.
+    ///
+    /// # Safety
+    /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
+    #[inline]
+    pub unsafe fn dealloc(&self, p: *mut u8) {
+        if self.page_allocator().in_span(p) || p.is_null() {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.kfree(p) };
+        } else {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.dealloc_outside(p) };
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    unsafe fn dealloc_outside(&self, p: *mut u8) {
+        // SAFETY: forwarded from the caller.
+        match unsafe { self.huge().free(p) } {
+            // SAFETY: the descriptor was kmalloc'd by `huge_alloc`.
+            Some(desc) => unsafe { self.kfree(desc.as_ptr()) },
+            // Not ours at all: kfree reports it and frees nothing.
+            // SAFETY: kfree of a foreign pointer only reports.
+            None => unsafe { self.kfree(p) },
+        }
+    }
+
+    /// How many bytes the allocation at `p` really has (`malloc_usable_size`): its
+    /// class size, its pages, or its mapping; 0 if it is not one of ours.
+    pub fn usable_size(&self, p: *const u8) -> usize {
+        if self.page_allocator().in_span(p) {
+            self.ksize(p)
+        } else {
+            self.huge().size_of(p).unwrap_or(0)
+        }
+    }
+
+    /// Resizes the allocation at `p` (made for `layout`) to `new_size` bytes, keeping
+    /// the alignment; in place when it can (see the module doc). Null on failure, with
+    /// the old allocation intact.
+    ///
+    /// # Safety
+    /// `p` is an allocation of this heap for `layout`, owned by the caller; `new_size`
+    /// rounded up to the alignment does not overflow `isize`.
+    pub unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let align = layout.align();
+        let pa = self.page_allocator();
+        if pa.in_span(p) {
+            match self.kmem().slub().lookup(p) {
+                ObjectLookup::Slab(s, _) => {
+                    // Same class or smaller: stays (no copy; a kmalloc object wastes at
+                    // most its class).
+                    if new_size <= s.config().object_size {
+                        return p;
+                    }
+                }
+                ObjectLookup::Large(head) => {
+                    // SAFETY: the head of a live block of ours.
+                    let old = unsafe { head.as_ref() }.order();
+                    let new = order_for(new_size);
+                    if new <= old {
+                        // Shrink: give back the upper halves; the head stays, and with
+                        // it the address and its alignment.
+                        if new < old {
+                            // SAFETY: our block; the caller gives up the bytes past
+                            // `new_size`, which fit in the kept 2^new pages.
+                            unsafe { pa.shrink_in_place(self.this_cpu(), head, old, new) };
+                        }
+                        return p;
+                    }
+                    if new <= MAX_ORDER && pa.grow_in_place(head, old, new, Gfp::COMP) {
+                        return p;
+                    }
+                }
+                ObjectLookup::Bad(_) => {}
+            }
+        } else if align <= PAGE_SIZE && new_size > KMALLOC_MAX_SIZE {
+            // SAFETY: forwarded from the caller.
+            if let Some(q) = unsafe { self.huge().remap(p, new_size) } {
+                return q;
+            }
+        }
+        // Move: allocate, copy what both hold, free.
+        let Ok(new_layout) = Layout::from_size_align(new_size, align) else {
+            return ptr::null_mut();
+        };
+        let q = self.alloc(new_layout);
+        if !q.is_null() {
+            let old_size = self.usable_size(p).min(layout.size()).min(new_size);
+            // SAFETY: both allocations are ours and hold `old_size` bytes; distinct.
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, old_size);
+                self.dealloc(p);
+            }
+        }
+        q
+    }
+}
+
+// SAFETY: every method forwards to the process heap, which returns memory of at least
+// the layout's size and alignment (module table), never hands out a block twice, and
+// frees only what it handed out (anything else is reported and left alone).
+unsafe impl GlobalAlloc for KmemAlloc {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        heap().alloc(layout)
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
+        // SAFETY: the GlobalAlloc contract: `ptr` came from this allocator.
+        unsafe { heap().dealloc(ptr) }
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        heap().alloc_zeroed(layout)
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the GlobalAlloc contract.
+        unsafe { heap().realloc(ptr, layout, new_size) }
+    }
+}
+
+/// A zero-sized allocation: a dangling, aligned pointer that is never freed.
+fn dangling(layout: Layout) -> NonNull<[u8]> {
+    // An address equal to the alignment is non-null and aligned.
+    let p = ptr::without_provenance_mut::<u8>(layout.align());
+    // SAFETY: `align` is never zero.
+    NonNull::slice_from_raw_parts(unsafe { NonNull::new_unchecked(p) }, 0)
+}
+
+// SAFETY: as for GlobalAlloc; zero-sized requests get dangling pointers that
+// `deallocate` ignores, and `grow`/`shrink` keep the contents up to the smaller size.
+unsafe impl Allocator for KmemAlloc {
+    fn allocate(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        if layout.size() == 0 {
+            return Ok(dangling(layout));
+        }
+        let p = NonNull::new(heap().alloc(layout)).ok_or(AllocError)?;
+        Ok(NonNull::slice_from_raw_parts(p, layout.size()))
+    }
+
+    fn allocate_zeroed(&self, layout: Layout) -> Result<NonNull<[u8]>, AllocError> {
+        if layout.size() == 0 {
+            return Ok(dangling(layout));
+        }
+        let p = NonNull::new(heap().alloc_zeroed(layout)).ok_or(AllocError)?;
+        Ok(NonNull::slice_from_raw_parts(p, layout.size()))
+    }
+
+    unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
+        if layout.size() != 0 {
+            // SAFETY: the Allocator contract: `ptr` came from this allocator.
+            unsafe { heap().dealloc(ptr.as_ptr()) }
+        }
+    }
+
+    unsafe fn grow(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.resize(ptr, old, new, false) }
+    }
+
+    unsafe fn grow_zeroed(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.resize(ptr, old, new, true) }
+    }
+
+    unsafe fn shrink(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.resize(ptr, old, new, false) }
+    }
+}
+
+impl KmemAlloc {
+    /// grow/shrink for the Allocator API: realloc when the alignment is unchanged,
+    /// else allocate + copy + free.
+    ///
+    /// # Safety
+    /// The Allocator contract for grow/shrink.
+    unsafe fn resize(
+        &self,
+        ptr: NonNull<u8>,
+        old: Layout,
+        new: Layout,
+        zero: bool,
+    ) -> Result<NonNull<[u8]>, AllocError> {
+        if old.size() == 0 {
+            return if zero {
+                self.allocate_zeroed(new)
+            } else {
+                self.allocate(new)
+            };
+        }
+        if new.size() == 0 {
+            // SAFETY: ours, given up.
+            unsafe { self.deallocate(ptr, old) };
+            return Ok(dangling(new));
+        }
+        let q = if new.align() == old.align() {
+            // SAFETY: forwarded from the caller.
+            unsafe { heap().realloc(ptr.as_ptr(), old, new.size()) }
+        } else {
+            let q = heap().alloc(new);
+            if !q.is_null() {
+                // SAFETY: both ours; copy what both hold, then free the old one.
+                unsafe {
+                    ptr::copy_nonoverlapping(ptr.as_ptr(), q, old.size().min(new.size()));
+                    heap().dealloc(ptr.as_ptr());
+                }
+            }
+            q
+        };
+        let q = NonNull::new(q).ok_or(AllocError)?;
+        if zero && new.size() > old.size() {
+            // SAFETY: the grown tail is ours.
+            unsafe { ptr::write_bytes(q.as_ptr().add(old.size()), 0, new.size() - old.size()) };
+        }
+        Ok(NonNull::slice_from_raw_parts(q, new.size()))
+    }
+}

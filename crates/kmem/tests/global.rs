@@ -1,0 +1,203 @@
+//! kmem as the global allocator of this test binary: std collections, threads, every
+//! alignment, zero-sized types, zeroed memory, large and huge reallocs.
+
+use kmem::KmemAlloc;
+use std::alloc::{alloc, alloc_zeroed, dealloc, realloc, Layout};
+use std::collections::{BTreeMap, HashMap};
+
+#[global_allocator]
+static A: KmemAlloc = KmemAlloc;
+
+#[test]
+fn std_collections_work() {
+    let mut m: HashMap<String, Vec<u32>> = HashMap::new();
+    for i in 0..20_000u32 {
+        m.entry(format!("key-{}", i % 5000)).or_default().push(i);
+    }
+    assert_eq!(m.len(), 5000);
+    assert_eq!(m["key-7"], vec![7, 5007, 10007, 15007]);
+    let b: BTreeMap<u32, String> = (0..10_000).map(|i| (i, i.to_string())).collect();
+    assert_eq!(
+        b.range(100..103)
+            .map(|(_, v)| v.as_str())
+            .collect::<Vec<_>>(),
+        ["100", "101", "102"]
+    );
+    let mut s = String::new();
+    for i in 0..10_000 {
+        s.push_str(&i.to_string());
+    }
+    assert_eq!(s.len(), 38890);
+    // The heap served it all.
+    assert!(kmem::heap().page_allocator().nr_allocated_pages() > 0);
+}
+
+#[test]
+fn every_alignment_from_1_to_8_mib() {
+    for shift in 0..=23 {
+        let align = 1usize << shift;
+        for size in [1, align / 2 + 1, align, align + 1, 3 * align] {
+            let layout = Layout::from_size_align(size.max(1), align).unwrap();
+            // SAFETY: non-zero size.
+            let p = unsafe { alloc(layout) };
+            assert!(!p.is_null(), "size {size} align {align}");
+            assert_eq!(p as usize % align, 0, "size {size} align {align}");
+            assert!(kmem::heap().usable_size(p) >= layout.size());
+            // SAFETY: ours: touch both ends.
+            unsafe {
+                p.write(0xab);
+                p.add(layout.size() - 1).write(0xcd);
+                dealloc(p, layout);
+            }
+        }
+    }
+}
+
+#[test]
+fn zero_sized_types() {
+    let v: Vec<()> = vec![(); 1000];
+    assert_eq!(v.len(), 1000);
+    let b = Box::new(());
+    assert_eq!(*b, ());
+    let empty: Vec<u64> = Vec::with_capacity(0);
+    assert_eq!(empty.capacity(), 0);
+    let mut v2: allocator_api2::vec::Vec<u64, KmemAlloc> =
+        allocator_api2::vec::Vec::new_in(KmemAlloc);
+    v2.push(1);
+    v2.clear();
+    v2.shrink_to_fit();
+    let zst: allocator_api2::boxed::Box<[u8; 0], KmemAlloc> =
+        allocator_api2::boxed::Box::new_in([], KmemAlloc);
+    drop(zst);
+}
+
+#[test]
+fn alloc_zeroed_fresh_and_reused() {
+    for size in [8usize, 100, 4096, 20_000, 1 << 20, 6 << 20] {
+        let layout = Layout::from_size_align(size, 8).unwrap();
+        for round in 0..3 {
+            // SAFETY: non-zero size.
+            let p = unsafe { alloc_zeroed(layout) };
+            assert!(!p.is_null());
+            // SAFETY: ours, `size` bytes.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(p, size) };
+            assert!(bytes.iter().all(|&b| b == 0), "size {size} round {round}");
+            bytes.fill(0xee);
+            // SAFETY: ours.
+            unsafe { dealloc(p, layout) };
+        }
+    }
+}
+
+#[test]
+fn realloc_keeps_contents_and_stays_in_place_when_it_can() {
+    let layout = Layout::from_size_align(50, 8).unwrap();
+    // SAFETY: non-zero size; every realloc below gets our own pointer.
+    unsafe {
+        let p = alloc(layout);
+        p.write_bytes(7, 50);
+        // Within kmalloc-64: same place.
+        let q = realloc(p, layout, 60);
+        assert_eq!(q, p);
+        // Shrinking a small object: same place.
+        let q = realloc(q, Layout::from_size_align(60, 8).unwrap(), 10);
+        assert_eq!(q, p);
+        // Growing through the classes into pages and a huge mapping, and back.
+        let mut cur = q;
+        let mut cur_size = 10;
+        for &n in &[
+            100usize,
+            5000,
+            100_000,
+            3 << 20,
+            16 << 20,
+            40 << 20,
+            1 << 20,
+            64,
+            8,
+        ] {
+            let nq = realloc(cur, Layout::from_size_align(cur_size, 8).unwrap(), n);
+            assert!(!nq.is_null());
+            let keep = cur_size.min(n).min(10);
+            assert!(
+                std::slice::from_raw_parts(nq, keep).iter().all(|&b| b == 7),
+                "to {n}"
+            );
+            if n > cur_size {
+                nq.add(cur_size).write_bytes(7, n - cur_size);
+            }
+            cur = nq;
+            cur_size = n;
+        }
+        // A page block shrinks where it is.
+        let big = Layout::from_size_align(1 << 20, 8).unwrap();
+        let b = alloc(big);
+        let b2 = realloc(b, big, 70_000);
+        assert_eq!(b2, b, "page runs shrink in place");
+        assert_eq!(kmem::heap().usable_size(b2), 128 * 1024);
+        dealloc(b2, Layout::from_size_align(70_000, 8).unwrap());
+        dealloc(cur, Layout::from_size_align(cur_size, 8).unwrap());
+    }
+}
+
+#[test]
+fn vec_grows_to_1_gib_and_back() {
+    let mut v: Vec<u8> = Vec::new();
+    let target = 1usize << 30;
+    while v.len() < target {
+        let n = (v.len() + 1).min(target - v.len());
+        let start = v.len();
+        v.resize(start + n, 0);
+        // Stamp the bytes at multiples of 64 KiB among those added.
+        let mut i = start.next_multiple_of(1 << 16);
+        while i < v.len() {
+            v[i] = (i >> 16) as u8;
+            i += 1 << 16;
+        }
+    }
+    assert_eq!(v.len(), target);
+    for i in (0..target).step_by(1 << 16) {
+        assert_eq!(v[i], (i >> 16) as u8);
+    }
+    v.truncate(1 << 16);
+    v.shrink_to_fit();
+    assert_eq!(v[0], 0);
+    assert!(v.capacity() >= 1 << 16);
+    drop(v);
+    let (count, _) = kmem::heap().huge_totals();
+    assert!(
+        count < 8,
+        "huge mappings are unmapped when freed ({count} live)"
+    );
+}
+
+#[test]
+fn threads_pass_boxes_between_them() {
+    let (tx, rx) = std::sync::mpsc::channel::<Box<[u64; 32]>>();
+    let producers: Vec<_> = (0..4)
+        .map(|t| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..10_000u64 {
+                    tx.send(Box::new([t * 1_000_000 + i; 32])).unwrap();
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    let consumer = std::thread::spawn(move || {
+        let mut sum = 0u64;
+        for b in rx {
+            assert!(b.iter().all(|&x| x == b[0]));
+            sum = sum.wrapping_add(b[0]);
+        }
+        sum
+    });
+    for p in producers {
+        p.join().unwrap();
+    }
+    let expect: u64 = (0..4u64)
+        .map(|t| (0..10_000).map(|i| t * 1_000_000 + i).sum::<u64>())
+        .sum();
+    assert_eq!(consumer.join().unwrap(), expect);
+}
