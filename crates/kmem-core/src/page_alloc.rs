@@ -1173,8 +1173,8 @@ impl<P: Platform> PageAllocator<P> {
             }
         }
         let mut reported = [false; MAX_ORDER + 1];
-        for o in old..new {
-            reported[o] = self.del_from_free_list(&mut fa, zone, pfn + (1 << o), o);
+        for (o, r) in reported.iter_mut().enumerate().take(new).skip(old) {
+            *r = self.del_from_free_list(&mut fa, zone, pfn + (1 << o), o);
         }
         drop(fa);
         self.mod_zone_state(
@@ -1195,8 +1195,8 @@ impl<P: Platform> PageAllocator<P> {
         }
         if gfp.contains(Gfp::ZERO) {
             let base = self.page_address(page).as_ptr();
-            for o in old..new {
-                if !reported[o] {
+            for (o, &r) in reported.iter().enumerate().take(new).skip(old) {
+                if !r {
                     // SAFETY: the taken block is ours now and mapped.
                     unsafe { ptr::write_bytes(base.add(PAGE_SIZE << o), 0, PAGE_SIZE << o) };
                 }
