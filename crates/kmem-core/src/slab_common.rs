@@ -18,7 +18,7 @@ use crate::page_alloc::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker}
 use crate::percpu::{CpuRef, DRAIN_CACHES};
 use crate::platform::Platform;
 use crate::show_mem::LogWriter;
-use crate::slub::{CacheConfig, KmemCache, SlabFlags, Slub};
+use crate::slub::{CacheConfig, Ctor, KmemCache, SlabFlags, Slub};
 use crate::sync::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::Relaxed, SpinLock};
 use core::fmt::{self, Write as _};
 use core::ptr::{self, NonNull};
@@ -229,6 +229,19 @@ impl<P: Platform> Kmem<P> {
         align: usize,
         flags: SlabFlags,
         ctor: Option<fn(*mut u8)>,
+    ) -> Option<&'static KmemCache> {
+        self.kmem_cache_create_ctor(cpu, name, size, align, flags, ctor.map(Ctor::plain))
+    }
+
+    /// [`Kmem::kmem_cache_create`] with a constructor that carries a word of context.
+    pub fn kmem_cache_create_ctor(
+        &'static self,
+        cpu: Option<CpuRef<'_>>,
+        name: &str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        ctor: Option<Ctor>,
     ) -> Option<&'static KmemCache> {
         let nr_cpus = self.nr_cpus.load(Relaxed);
         let mut cfg = CacheConfig::calculate(name, size, align, flags, ctor, nr_cpus)?;

@@ -195,6 +195,33 @@ impl SlabState {
     }
 }
 
+/// An object constructor with a word of context: `f(object, data)` runs once on every
+/// object when its slab is made (the kernel's `ctor`, plus the context a typed cache
+/// needs to carry its Rust constructor).
+#[derive(Clone, Copy, Debug)]
+pub struct Ctor {
+    /// Initialises the object at the pointer.
+    pub f: fn(*mut u8, usize),
+    /// Passed back to `f`.
+    pub data: usize,
+}
+
+impl Ctor {
+    /// A constructor from a plain `fn(*mut u8)`.
+    pub fn plain(f: fn(*mut u8)) -> Self {
+        fn call(p: *mut u8, data: usize) {
+            // SAFETY: `data` was made from a `fn(*mut u8)` by `Ctor::plain`; function
+            // pointers fit in a usize on every supported target.
+            let f = unsafe { core::mem::transmute::<usize, fn(*mut u8)>(data) };
+            f(p);
+        }
+        Self {
+            f: call,
+            data: f as usize,
+        }
+    }
+}
+
 /// What a cache is, fixed when it is created.
 #[derive(Clone, Copy, Debug)]
 pub struct CacheConfig {
@@ -219,7 +246,7 @@ pub struct CacheConfig {
     /// Creation flags.
     pub flags: SlabFlags,
     /// Runs once on every object when its slab is made.
-    pub ctor: Option<fn(*mut u8)>,
+    pub ctor: Option<Ctor>,
     /// Offset of the [`KmemCacheCpu`] in every CPU area.
     pub cpu_offset: usize,
     /// `2^32 / size`, rounded up: `off * reciprocal >> 32` is the object index.
@@ -262,7 +289,7 @@ impl CacheConfig {
         object_size: usize,
         align: usize,
         flags: SlabFlags,
-        ctor: Option<fn(*mut u8)>,
+        ctor: Option<Ctor>,
         nr_cpus: usize,
     ) -> Option<CacheConfig> {
         if object_size == 0 || object_size > MAX_OBJECT_SIZE {
@@ -692,7 +719,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         for i in 0..cfg.objects {
             let obj = base + i * cfg.size;
             if let Some(ctor) = cfg.ctor {
-                ctor(obj as *mut u8);
+                (ctor.f)(obj as *mut u8, ctor.data);
             }
             let next = if i + 1 < cfg.objects {
                 obj + cfg.size
@@ -1518,7 +1545,9 @@ mod tests {
     fn layout_rules() {
         // A constructor moves the free pointer behind the object.
         fn ctor(_: *mut u8) {}
-        let cfg = CacheConfig::calculate("c", 24, 8, SlabFlags::empty(), Some(ctor), 2).unwrap();
+        let cfg =
+            CacheConfig::calculate("c", 24, 8, SlabFlags::empty(), Some(Ctor::plain(ctor)), 2)
+                .unwrap();
         assert_eq!((cfg.offset, cfg.size), (24, 32));
         // Without one it sits in the middle, word aligned.
         let cfg = CacheConfig::calculate("c", 24, 8, SlabFlags::empty(), None, 2).unwrap();

@@ -345,6 +345,19 @@ impl Heap {
             .kmem_cache_create(self.this_cpu(), name, size, align, flags, ctor)
     }
 
+    /// [`Heap::kmem_cache_create`] with a constructor that carries a word of context.
+    pub fn kmem_cache_create_ctor(
+        &self,
+        name: &str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        ctor: Option<kmem_core::slub::Ctor>,
+    ) -> Option<&'static KmemCache> {
+        HEAP.kmem
+            .kmem_cache_create_ctor(self.this_cpu(), name, size, align, flags, ctor)
+    }
+
     /// `kmem_cache_destroy`: refused (with the kernel's report) while objects remain.
     ///
     /// # Safety

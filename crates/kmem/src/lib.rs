@@ -16,13 +16,16 @@
 //! Modules: [`platform`] (Linux: mmap, madvise, getcpu, sysfs), [`config`] (the
 //! environment, read without allocating), [`heap`] (the global heap and thread areas).
 
+mod cache;
 pub mod config;
 pub mod global;
 pub mod heap;
 mod huge;
 pub mod platform;
 
+pub use cache::{KBox, KmemCache};
 pub use global::KmemAlloc;
 pub use heap::{heap, Heap};
-pub use kmem_core::{Gfp, KmemCache, Page, PageFlags, SlabFlags, MAX_ORDER, PAGE_SIZE};
+pub use kmem_core::slub::KmemCache as RawKmemCache;
+pub use kmem_core::{Gfp, Page, PageFlags, SlabFlags, MAX_ORDER, PAGE_SIZE};
 pub use platform::linux::rss_bytes;

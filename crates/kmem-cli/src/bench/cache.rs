@@ -12,7 +12,7 @@
 
 use super::peers::Peer;
 use super::{BenchResult, Ctx, Suite};
-use kmem::{heap, Gfp, KmemCache, SlabFlags};
+use kmem::{heap, Gfp, RawKmemCache as KmemCache, SlabFlags};
 use std::alloc::Layout;
 use std::sync::{Barrier, OnceLock};
 
