@@ -26,3 +26,30 @@ fn help_lists_bench() {
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("bench"));
 }
+
+#[test]
+fn kmem_stats_writes_the_exit_report() {
+    let path = std::env::temp_dir().join(format!("kmem-stats-{}.txt", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_kmem"))
+        .args(["bench", "slabinfo", "--json"])
+        .env("KMEM_STATS", &path)
+        .env("KMEM_MAX", "lots")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("kmem: ignoring KMEM_MAX=lots (expected a size such as 512M, 2G or 65536); using no limit"),
+        "{err}"
+    );
+    let report = std::fs::read_to_string(&path).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert!(report.starts_with("slabinfo - version: 2.1\n"), "{report}");
+    assert!(report.contains("\nkmalloc-32 "));
+    assert!(report.contains("Node 0, zone   Normal "));
+    assert!(report.contains("\nnr_free_pages "));
+    assert!(report.contains("\npgalloc_normal "));
+    // The JSON document on stdout is untouched by the report.
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(doc["suite"], "slabinfo");
+}

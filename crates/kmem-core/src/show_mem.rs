@@ -158,13 +158,23 @@ pub fn show_free_areas<P: Platform>(pa: &PageAllocator<P>, w: &mut dyn Write) ->
 /// `/proc/buddyinfo`.
 pub fn buddyinfo<P: Platform>(pa: &PageAllocator<P>, w: &mut dyn Write) -> fmt::Result {
     for nid in 0..pa.nr_nodes() {
-        write!(w, "Node {nid}, zone {:>8} ", pa.zone(nid).name())?;
-        for n in pa.free_area_counts(nid).iter().take(NR_ORDERS) {
-            write!(w, "{n:6} ")?;
-        }
-        writeln!(w)?;
+        write_buddyinfo_line(w, nid, pa.zone(nid).name(), &pa.free_area_counts(nid))?;
     }
     Ok(())
+}
+
+/// One `/proc/buddyinfo` line: free blocks per order of one zone.
+pub fn write_buddyinfo_line(
+    w: &mut dyn Write,
+    nid: usize,
+    zone: &str,
+    counts: &[usize],
+) -> fmt::Result {
+    write!(w, "Node {nid}, zone {zone:>8} ")?;
+    for n in counts.iter().take(NR_ORDERS) {
+        write!(w, "{n:6} ")?;
+    }
+    writeln!(w)
 }
 
 /// `/proc/zoneinfo`: watermarks, sizes, counters and every owned area's pageset.

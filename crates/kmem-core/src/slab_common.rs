@@ -328,28 +328,11 @@ impl<P: Platform> Kmem<P> {
 
     /// `/proc/slabinfo` (version 2.1, as SLUB prints it).
     pub fn slabinfo(&self, w: &mut dyn fmt::Write) -> fmt::Result {
-        writeln!(w, "slabinfo - version: 2.1")?;
-        writeln!(w, "# name            <active_objs> <num_objs> <objsize> <objperslab> <pagesperslab> : tunables <limit> <batchcount> <sharedfactor> : slabdata <active_slabs> <num_slabs> <sharedavail>")?;
+        write_slabinfo_header(w)?;
         let mut result = Ok(());
         self.caches.for_each(|s| {
-            let r = slab_row(self, s);
             if result.is_ok() {
-                result = writeln!(
-                    w,
-                    "{:<17} {:6} {:6} {:6} {:4} {:4} : tunables {:4} {:4} {:4} : slabdata {:6} {:6} {:6}",
-                    s.name(),
-                    r.active_objs,
-                    r.num_objs,
-                    s.config().size,
-                    s.config().objects,
-                    1usize << s.config().order,
-                    0,
-                    0,
-                    0,
-                    r.num_slabs,
-                    r.num_slabs,
-                    0
-                );
+                result = write_slabinfo_row(w, &slab_row(self, s));
             }
         });
         result
@@ -482,20 +465,90 @@ impl<P: Platform> Kmem<P> {
     }
 }
 
+/// The two header lines of `/proc/slabinfo` 2.1.
+pub fn write_slabinfo_header(w: &mut dyn fmt::Write) -> fmt::Result {
+    writeln!(w, "slabinfo - version: 2.1")?;
+    writeln!(w, "# name            <active_objs> <num_objs> <objsize> <objperslab> <pagesperslab> : tunables <limit> <batchcount> <sharedfactor> : slabdata <active_slabs> <num_slabs> <sharedavail>")
+}
+
+/// One `/proc/slabinfo` row (SLUB has no tunables: they print as 0).
+pub fn write_slabinfo_row(w: &mut dyn fmt::Write, r: &SlabRow) -> fmt::Result {
+    writeln!(
+        w,
+        "{:<17} {:6} {:6} {:6} {:4} {:4} : tunables {:4} {:4} {:4} : slabdata {:6} {:6} {:6}",
+        r.name(),
+        r.active_objs,
+        r.num_objs,
+        r.objsize,
+        r.objperslab,
+        r.pagesperslab,
+        0,
+        0,
+        0,
+        r.num_slabs,
+        r.num_slabs,
+        0
+    )
+}
+
 /// One cache's slabinfo figures.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SlabRow {
+    name: [u8; crate::slub::CACHE_NAME_LEN],
+    name_len: usize,
     /// Objects allocated or held by CPUs (all objects minus free ones on node lists).
     pub active_objs: usize,
     /// Objects in all slabs.
     pub num_objs: usize,
+    /// Bytes per object, metadata and alignment included.
+    pub objsize: usize,
+    /// Objects per slab.
+    pub objperslab: usize,
+    /// Pages per slab.
+    pub pagesperslab: usize,
     /// Slabs.
     pub num_slabs: usize,
 }
 
+impl SlabRow {
+    /// A row from its figures (for reports built from a snapshot).
+    pub fn new(
+        name: &str,
+        active_objs: usize,
+        num_objs: usize,
+        objsize: usize,
+        objperslab: usize,
+        pagesperslab: usize,
+        num_slabs: usize,
+    ) -> Self {
+        let mut r = SlabRow {
+            active_objs,
+            num_objs,
+            objsize,
+            objperslab,
+            pagesperslab,
+            num_slabs,
+            ..SlabRow::default()
+        };
+        let mut n = name.len().min(r.name.len());
+        while !name.is_char_boundary(n) {
+            n -= 1;
+        }
+        r.name[..n].copy_from_slice(&name.as_bytes()[..n]);
+        r.name_len = n;
+        r
+    }
+
+    /// The cache's name.
+    pub fn name(&self) -> &str {
+        core::str::from_utf8(&self.name[..self.name_len]).unwrap_or("?")
+    }
+}
+
 /// The slabinfo figures of `s`.
 pub fn slab_row<P: Platform>(kmem: &Kmem<P>, s: &KmemCache) -> SlabRow {
-    let mut r = SlabRow::default();
+    let cfg = s.config();
+    let mut r = SlabRow::new(s.name(), 0, 0, cfg.size, cfg.objects, 1 << cfg.order, 0);
     for nid in 0..kmem.pages.nr_nodes() {
         let slabs = s.nr_slabs(nid);
         r.num_slabs += slabs;

@@ -5,7 +5,10 @@
 //! |-------------------|------------------------------------------------------|-----------|
 //! | `KMEM_MAX`        | bound on the heap, a size like `512M`, `2G`, `65536`  | none      |
 //! | `KMEM_NUMA_FAKE`  | split the machine into N fake nodes (`numa=fake=N`)   | real nodes|
-//! | `KMEM_DECAY_MS`   | how long a free 2 MiB block stays resident before it is given back | 1000 |
+//! | `KMEM_DECAY_MS`   | how long freed memory stays resident before it is given back | 1000 |
+//! | `KMEM_DEBUG`      | slub_debug options in the kernel's syntax: `FZPU`, `FZ,kmalloc-64,kmalloc-128`, `-`, blocks joined by `;` | off |
+//! | `KMEM_PERCPU`     | `thread` (a CPU area per thread), or `cpu` / `cpu-cas` / `cpu-rseq` (per-CPU mode) | `thread` |
+//! | `KMEM_STATS`      | `stderr` or a file path: print slabinfo, buddyinfo and vmstat at exit | off |
 //!
 //! A value that cannot be parsed gets one warning line on stderr naming the variable,
 //! and the default.
@@ -21,6 +24,12 @@ pub struct EnvConfig {
     pub numa_fake: usize,
     /// `KMEM_DECAY_MS`.
     pub decay_ms: u64,
+    /// `KMEM_DEBUG`, parsed.
+    pub debug: DebugConfig,
+    /// `KMEM_PERCPU`.
+    pub percpu: PerCpuMode,
+    /// `KMEM_STATS`.
+    pub stats: StatsTarget,
 }
 
 impl Default for EnvConfig {
@@ -29,7 +38,193 @@ impl Default for EnvConfig {
             max_bytes: 0,
             numa_fake: 0,
             decay_ms: 1000,
+            debug: DebugConfig::default(),
+            percpu: PerCpuMode::Thread,
+            stats: StatsTarget::None,
         }
+    }
+}
+
+/// How CPU areas are assigned (`KMEM_PERCPU`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PerCpuMode {
+    /// One CPU area per thread (owned mode).
+    Thread,
+    /// One per CPU, the faster lockless mechanism.
+    Cpu,
+    /// One per CPU, double-word CAS fast path.
+    CpuCas,
+    /// One per CPU, restartable sequences.
+    CpuRseq,
+}
+
+/// Where `KMEM_STATS` sends the exit report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatsTarget {
+    /// No report.
+    None,
+    /// Standard error.
+    Stderr,
+    /// A file (the path, NUL-terminated, in a fixed buffer).
+    File([u8; 256]),
+}
+
+impl StatsTarget {
+    /// The file path, for `File`.
+    pub fn path(&self) -> Option<&std::ffi::CStr> {
+        match self {
+            StatsTarget::File(buf) => std::ffi::CStr::from_bytes_until_nul(buf).ok(),
+            _ => None,
+        }
+    }
+}
+
+/// The slub_debug letters (`SLAB_CONSISTENCY_CHECKS` … `SLAB_TRACE`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DebugFlags(pub u8);
+
+impl DebugFlags {
+    /// F: consistency checks.
+    pub const F: u8 = 1 << 0;
+    /// Z: red zones.
+    pub const Z: u8 = 1 << 1;
+    /// P: poisoning.
+    pub const P: u8 = 1 << 2;
+    /// U: allocation and free tracking.
+    pub const U: u8 = 1 << 3;
+    /// T: tracing.
+    pub const T: u8 = 1 << 4;
+    /// What the kernel turns on for a bare `slub_debug`: F, Z, P and U.
+    pub const DEFAULT: u8 = Self::F | Self::Z | Self::P | Self::U;
+    /// Whether `letter`'s flag is set.
+    pub fn has(self, flag: u8) -> bool {
+        self.0 & flag != 0
+    }
+}
+
+/// Most `;`-separated blocks and cache names per block kept from `KMEM_DEBUG`.
+pub const DEBUG_BLOCKS: usize = 8;
+const DEBUG_NAMES: usize = 8;
+
+/// `KMEM_DEBUG` parsed: blocks of flags, each for all caches or for named ones
+/// (a trailing `*` matches a prefix, as the kernel allows).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DebugConfig {
+    text: [u8; 256],
+    blocks: [DebugBlock; DEBUG_BLOCKS],
+    nblocks: usize,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct DebugBlock {
+    flags: DebugFlags,
+    names: [(u8, u8); DEBUG_NAMES],
+    nnames: usize,
+}
+
+impl Default for DebugConfig {
+    fn default() -> Self {
+        Self::EMPTY
+    }
+}
+
+const EMPTY_BLOCK: DebugBlock = DebugBlock {
+    flags: DebugFlags(0),
+    names: [(0, 0); DEBUG_NAMES],
+    nnames: 0,
+};
+
+impl DebugConfig {
+    /// No debugging.
+    pub const EMPTY: DebugConfig = DebugConfig {
+        text: [0; 256],
+        blocks: [EMPTY_BLOCK; DEBUG_BLOCKS],
+        nblocks: 0,
+    };
+
+    /// Parses slub_debug syntax; the error says what was not understood.
+    pub fn parse(v: &[u8]) -> Result<Self, &'static str> {
+        let mut cfg = DebugConfig::default();
+        if v.len() > cfg.text.len() {
+            return Err("longer than 256 bytes");
+        }
+        cfg.text[..v.len()].copy_from_slice(v);
+        let mut pos = 0usize;
+        for block in v.split(|&b| b == b';') {
+            let start = pos;
+            pos += block.len() + 1;
+            if block.is_empty() {
+                continue;
+            }
+            if cfg.nblocks == DEBUG_BLOCKS {
+                return Err("more than 8 blocks");
+            }
+            let mut parts = block.split(|&b| b == b',');
+            let opts = parts.next().unwrap_or(b"");
+            let mut flags = 0u8;
+            if opts.is_empty() {
+                flags = DebugFlags::DEFAULT;
+            }
+            for &c in opts {
+                flags |= match c.to_ascii_uppercase() {
+                    b'F' => DebugFlags::F,
+                    b'Z' => DebugFlags::Z,
+                    b'P' => DebugFlags::P,
+                    b'U' => DebugFlags::U,
+                    b'T' => DebugFlags::T,
+                    b'-' => 0,
+                    b'A' | b'O' => 0,
+                    _ => return Err("an unknown option letter"),
+                };
+            }
+            let mut b = DebugBlock {
+                flags: DebugFlags(flags),
+                ..DebugBlock::default()
+            };
+            let mut off = start + opts.len() + 1;
+            for name in parts {
+                if b.nnames == DEBUG_NAMES {
+                    return Err("more than 8 cache names in a block");
+                }
+                if name.is_empty() {
+                    return Err("an empty cache name");
+                }
+                b.names[b.nnames] = (off as u8, name.len() as u8);
+                b.nnames += 1;
+                off += name.len() + 1;
+            }
+            cfg.blocks[cfg.nblocks] = b;
+            cfg.nblocks += 1;
+        }
+        Ok(cfg)
+    }
+
+    /// The debug flags for the cache called `name` (the last block that names it, or
+    /// the last block for all caches).
+    pub fn flags_for(&self, name: &str) -> DebugFlags {
+        let mut all = DebugFlags(0);
+        let mut named = None;
+        for b in &self.blocks[..self.nblocks] {
+            if b.nnames == 0 {
+                all = b.flags;
+            }
+            for &(off, len) in &b.names[..b.nnames] {
+                let pat = &self.text[off as usize..off as usize + len as usize];
+                let hit = match pat.split_last() {
+                    Some((b'*', prefix)) => name.as_bytes().starts_with(prefix),
+                    _ => name.as_bytes() == pat,
+                };
+                if hit {
+                    named = Some(b.flags);
+                }
+            }
+        }
+        named.unwrap_or(all)
+    }
+
+    /// Whether any block turns anything on.
+    pub fn any(&self) -> bool {
+        self.blocks[..self.nblocks].iter().any(|b| b.flags.0 != 0)
     }
 }
 
@@ -75,6 +270,54 @@ pub fn from_lookup<'a>(get: impl Fn(&std::ffi::CStr) -> Option<&'a [u8]>) -> Env
                 b"the real nodes",
             ),
         }
+    }
+    if let Some(v) = get(c"KMEM_DEBUG") {
+        match DebugConfig::parse(v) {
+            Ok(d) => cfg.debug = d,
+            Err(_) => warn(
+                b"KMEM_DEBUG",
+                v,
+                b"slub_debug options such as FZPU or FZ,kmalloc-64;P",
+                b"no debugging",
+            ),
+        }
+    }
+    if let Some(v) = get(c"KMEM_PERCPU") {
+        cfg.percpu = match v {
+            b"thread" => PerCpuMode::Thread,
+            b"cpu" => PerCpuMode::Cpu,
+            b"cpu-cas" => PerCpuMode::CpuCas,
+            b"cpu-rseq" => PerCpuMode::CpuRseq,
+            _ => {
+                warn(
+                    b"KMEM_PERCPU",
+                    v,
+                    b"thread, cpu, cpu-cas or cpu-rseq",
+                    b"thread",
+                );
+                PerCpuMode::Thread
+            }
+        };
+    }
+    if let Some(v) = get(c"KMEM_STATS") {
+        cfg.stats = match v {
+            b"" => StatsTarget::None,
+            b"stderr" => StatsTarget::Stderr,
+            path if path.len() < 256 && !path.contains(&0) => {
+                let mut buf = [0u8; 256];
+                buf[..path.len()].copy_from_slice(path);
+                StatsTarget::File(buf)
+            }
+            _ => {
+                warn(
+                    b"KMEM_STATS",
+                    v,
+                    b"stderr or a file path under 256 bytes",
+                    b"no report",
+                );
+                StatsTarget::None
+            }
+        };
     }
     if let Some(v) = get(c"KMEM_DECAY_MS") {
         match parse_u64(v) {
@@ -163,5 +406,46 @@ mod tests {
             _ => None,
         });
         assert_eq!(bad, EnvConfig::default());
+    }
+
+    #[test]
+    fn slub_debug_syntax() {
+        let d = DebugConfig::parse(b"FZ,kmalloc-64,kmalloc-1*;P").unwrap();
+        assert_eq!(d.flags_for("kmalloc-64").0, DebugFlags::F | DebugFlags::Z);
+        assert_eq!(
+            d.flags_for("kmalloc-128").0,
+            DebugFlags::F | DebugFlags::Z,
+            "prefix match"
+        );
+        assert_eq!(
+            d.flags_for("kmalloc-32").0,
+            DebugFlags::P,
+            "the block for all caches"
+        );
+        let all = DebugConfig::parse(b"FZPU").unwrap();
+        assert!(all.flags_for("any").has(DebugFlags::U));
+        let bare = DebugConfig::parse(b",dentry").unwrap();
+        assert_eq!(bare.flags_for("dentry").0, DebugFlags::DEFAULT);
+        assert!(!DebugConfig::parse(b"-").unwrap().any());
+        assert!(DebugConfig::parse(b"FQ").is_err());
+        assert!(DebugConfig::parse(b"F,,x").is_err());
+    }
+
+    #[test]
+    fn percpu_and_stats_values() {
+        let cfg = from_lookup(|n| match n.to_bytes() {
+            b"KMEM_PERCPU" => Some(b"cpu-rseq".as_slice()),
+            b"KMEM_STATS" => Some(b"/tmp/kmem.stats".as_slice()),
+            _ => None,
+        });
+        assert_eq!(cfg.percpu, PerCpuMode::CpuRseq);
+        assert_eq!(cfg.stats.path().unwrap().to_bytes(), b"/tmp/kmem.stats");
+        let cfg = from_lookup(|n| match n.to_bytes() {
+            b"KMEM_PERCPU" => Some(b"sometimes".as_slice()),
+            b"KMEM_STATS" => Some(b"stderr".as_slice()),
+            _ => None,
+        });
+        assert_eq!(cfg.percpu, PerCpuMode::Thread);
+        assert_eq!(cfg.stats, StatsTarget::Stderr);
     }
 }

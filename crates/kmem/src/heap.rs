@@ -46,13 +46,27 @@ thread_local! {
 pub struct Heap {
     kmem: Kmem<LinuxPlatform>,
     huge: crate::huge::HugeList,
+    /// Written once by `do_init` before `state` becomes READY; read-only after.
+    env: std::cell::UnsafeCell<EnvConfig>,
     state: AtomicU8,
     exit_key: AtomicU32,
 }
 
+// SAFETY: `env` is written only during initialisation, before any other thread can
+// pass the READY check that guards every read; all other fields are Sync.
+unsafe impl Sync for Heap {}
+
 static HEAP: Heap = Heap {
     kmem: Kmem::new(LinuxPlatform::new()),
     huge: crate::huge::HugeList::new(),
+    env: std::cell::UnsafeCell::new(EnvConfig {
+        max_bytes: 0,
+        numa_fake: 0,
+        decay_ms: 1000,
+        debug: crate::config::DebugConfig::EMPTY,
+        percpu: crate::config::PerCpuMode::Thread,
+        stats: crate::config::StatsTarget::None,
+    }),
     state: AtomicU8::new(UNINIT),
     exit_key: AtomicU32::new(0),
 };
@@ -78,9 +92,15 @@ impl Heap {
             Ordering::Acquire,
         ) {
             Ok(_) => {
-                let ok = self.do_init(config::from_env());
+                let env = config::from_env();
+                // SAFETY: only the initialising thread gets here, before READY.
+                unsafe { *self.env.get() = env };
+                let ok = self.do_init(env);
                 self.state
                     .store(if ok { READY } else { FAILED }, Ordering::Release);
+                if ok {
+                    self.after_init(&env);
+                }
             }
             Err(_) => {
                 while self.state.load(Ordering::Acquire) == INITIALIZING {
@@ -127,6 +147,42 @@ impl Heap {
         }
         self.exit_key.store(key, Ordering::Relaxed);
         true
+    }
+
+    /// What may allocate or register hooks: runs once the heap is READY, so a nested
+    /// allocation (atexit may call calloc) is served.
+    fn after_init(&self, env: &EnvConfig) {
+        use crate::config::PerCpuMode;
+        if env.percpu != PerCpuMode::Thread {
+            crate::platform::linux::write_stderr(
+                b"kmem: KMEM_PERCPU: per-CPU mode is not built yet; using thread\n",
+            );
+        }
+        if env.debug.any() {
+            crate::platform::linux::write_stderr(
+                b"kmem: KMEM_DEBUG parsed; slub_debug checks are not built yet\n",
+            );
+        }
+        if env.stats != crate::config::StatsTarget::None {
+            // SAFETY: registering a plain extern "C" function.
+            unsafe { libc::atexit(stats_at_exit) };
+        }
+    }
+
+    /// The configuration read from the environment at initialisation.
+    pub fn config(&self) -> &EnvConfig {
+        // SAFETY: `heap()` returned, so initialisation is over and `env` is read-only.
+        unsafe { &*self.env.get() }
+    }
+
+    /// Writes the exit report (slabinfo, buddyinfo, vmstat) to `w`, without
+    /// allocating.
+    pub fn write_report(&self, w: &mut dyn std::fmt::Write) -> std::fmt::Result {
+        self.kmem.slabinfo(w)?;
+        writeln!(w)?;
+        kmem_core::show_mem::buddyinfo(&self.kmem.pages, w)?;
+        writeln!(w)?;
+        kmem_core::show_mem::vmstat(&self.kmem.pages, w)
     }
 
     /// The core page allocator (for calls with an explicit context, such as `None`
@@ -462,6 +518,36 @@ impl Heap {
     /// Bounds the heap at `bytes` (0 = no bound). Memory already online stays.
     pub fn set_max_bytes(&self, bytes: usize) {
         self.kmem.pages.set_max_pages(bytes >> PAGE_SHIFT);
+    }
+}
+
+/// `KMEM_STATS`: the report at process exit.
+extern "C" fn stats_at_exit() {
+    let h = &HEAP;
+    let fd = match h.config().stats {
+        crate::config::StatsTarget::Stderr => 2,
+        t => match t.path() {
+            // SAFETY: opening a NUL-terminated path.
+            Some(p) => unsafe {
+                libc::open(
+                    p.as_ptr(),
+                    libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+                    0o644,
+                )
+            },
+            None => return,
+        },
+    };
+    if fd < 0 {
+        crate::platform::linux::write_stderr(b"kmem: KMEM_STATS: cannot open the file\n");
+        return;
+    }
+    let mut w = crate::platform::linux::FdWriter::new(fd);
+    let _ = h.write_report(&mut w);
+    w.flush();
+    if fd != 2 {
+        // SAFETY: we opened it.
+        unsafe { libc::close(fd) };
     }
 }
 

@@ -22,6 +22,7 @@ pub mod global;
 pub mod heap;
 mod huge;
 pub mod platform;
+pub mod stats;
 
 pub use cache::{KBox, KmemCache};
 pub use global::KmemAlloc;
@@ -29,3 +30,4 @@ pub use heap::{heap, Heap};
 pub use kmem_core::slub::KmemCache as RawKmemCache;
 pub use kmem_core::{Gfp, Page, PageFlags, SlabFlags, MAX_ORDER, PAGE_SIZE};
 pub use platform::linux::rss_bytes;
+pub use stats::{stats, Stats};

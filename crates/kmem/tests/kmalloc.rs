@@ -149,3 +149,30 @@ fn slabinfo_lists_the_kmalloc_caches() {
     // SAFETY: ours.
     unsafe { h.kfree(p.as_ptr()) };
 }
+
+#[test]
+fn stats_snapshot_serializes_and_prints_kernel_formats() {
+    let h = heap();
+    let p = h.kmalloc(32, Gfp::KERNEL).unwrap();
+    let s = kmem::stats();
+    let k32 = s.caches.iter().find(|c| c.name == "kmalloc-32").unwrap();
+    assert!(k32.active_objs >= 1 && k32.objperslab == 128);
+    assert!(k32.stats["alloc_fastpath"] + k32.stats["alloc_slowpath"] >= 1);
+    assert_eq!(s.zones[0].buddyinfo.len(), 11);
+    assert!(s.zones[0].managed_pages > 0 && s.zones[0].numa["numa_hit"] > 0);
+    assert!(s.rss_bytes > 0);
+    let json = serde_json::to_value(&s).unwrap();
+    assert!(json["caches"].as_array().unwrap().len() >= 40);
+    assert!(json["vmstat"][0]["name"] == "nr_free_pages");
+    let text = s.to_string();
+    assert!(
+        text.starts_with("slabinfo - version: 2.1\n# name "),
+        "{text}"
+    );
+    assert!(text.contains(&k32.to_string()));
+    assert!(text.contains("\nNode 0, zone   Normal "));
+    assert!(text.contains("\nnr_free_pages "));
+    assert!(text.contains("\nnuma_hit "));
+    // SAFETY: ours.
+    unsafe { h.kfree(p.as_ptr()) };
+}

@@ -166,6 +166,58 @@ pub fn write_stderr(mut bytes: &[u8]) {
     }
 }
 
+/// A `fmt::Write` to a file descriptor through a stack buffer (no allocation): reports
+/// written while kmem may be the process's malloc.
+pub struct FdWriter {
+    fd: libc::c_int,
+    buf: [u8; 512],
+    len: usize,
+}
+
+impl FdWriter {
+    /// A writer to `fd` (not closed on drop).
+    pub fn new(fd: libc::c_int) -> Self {
+        Self {
+            fd,
+            buf: [0; 512],
+            len: 0,
+        }
+    }
+
+    /// Writes out what is buffered.
+    pub fn flush(&mut self) {
+        let mut bytes = &self.buf[..self.len];
+        while !bytes.is_empty() {
+            // SAFETY: writing our own buffer to the descriptor.
+            let n = unsafe { libc::write(self.fd, bytes.as_ptr().cast(), bytes.len()) };
+            if n <= 0 {
+                break;
+            }
+            bytes = &bytes[n as usize..];
+        }
+        self.len = 0;
+    }
+}
+
+impl std::fmt::Write for FdWriter {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        for chunk in s.as_bytes().chunks(self.buf.len()) {
+            if self.len + chunk.len() > self.buf.len() {
+                self.flush();
+            }
+            self.buf[self.len..self.len + chunk.len()].copy_from_slice(chunk);
+            self.len += chunk.len();
+        }
+        Ok(())
+    }
+}
+
+impl Drop for FdWriter {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
 /// The CPU and node the caller runs on, from the `getcpu` system call.
 pub fn getcpu() -> (usize, usize) {
     let mut cpu: libc::c_uint = 0;
