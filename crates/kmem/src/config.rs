@@ -59,6 +59,8 @@ pub enum PerCpuMode {
 }
 
 /// Where `KMEM_STATS` sends the exit report.
+// The path is kept inline: the configuration is read before any allocation is allowed.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StatsTarget {
     /// No report.
