@@ -24,7 +24,7 @@ struct Cli {
 enum Command {
     /// Run benchmark suites (all of them, quick, when none is named).
     Bench {
-        /// Suites to run: page, slab, cache, slabinfo.
+        /// Suites to run: page, slab, cache, slabinfo, global.
         suites: Vec<String>,
         /// Shorten every suite to a few seconds.
         #[arg(long)]

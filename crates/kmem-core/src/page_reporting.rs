@@ -87,6 +87,7 @@ impl<P: Platform> PageAllocator<P> {
         if reported > 0 {
             self.offline_reported_sections(zone.nid());
         }
+        self.platform.reporting_pass(now);
         reported
     }
 

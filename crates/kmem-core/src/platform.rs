@@ -37,6 +37,10 @@ pub trait Platform: Sync {
     /// Writes report text (OOM reports, bad-page reports). Must not allocate.
     fn log(&self, text: &str);
 
+    /// Called after each free page reporting pass (no locks held), so the platform
+    /// can age memory of its own the same way (Linux: cached huge mappings).
+    fn reporting_pass(&self, _now_ns: u64) {}
+
     /// The node of the CPU the caller runs on, for NUMA statistics of contexts that
     /// have no CPU area.
     fn numa_node_id(&self) -> usize {

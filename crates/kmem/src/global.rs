@@ -18,7 +18,7 @@ use crate::heap::{heap, Heap};
 use allocator_api2::alloc::{AllocError, Allocator};
 use kmem_core::kmalloc::{KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE};
 use kmem_core::slub::ObjectLookup;
-use kmem_core::{Gfp, MAX_ORDER, PAGE_SIZE};
+use kmem_core::{Gfp, Platform, MAX_ORDER, PAGE_SIZE};
 use std::alloc::{GlobalAlloc, Layout};
 use std::ptr::{self, NonNull};
 
@@ -84,14 +84,16 @@ impl Heap {
         match p {
             Some(p) => p,
             None if size > KMALLOC_MAX_SIZE || align > PAGE_SIZE << MAX_ORDER => {
-                self.huge_alloc(size, align)
+                self.huge_alloc(size, align, gfp.contains(Gfp::ZERO))
             }
             None => ptr::null_mut(),
         }
     }
 
-    fn huge_alloc(&self, size: usize, align: usize) -> *mut u8 {
-        self.huge().alloc(size, align, || {
+    fn huge_alloc(&self, size: usize, align: usize, zero: bool) -> *mut u8 {
+        let now = self.page_allocator().platform().now_ns();
+        let decay = self.config().decay_ms.saturating_mul(1_000_000);
+        self.huge().alloc(size, align, zero, now, decay, || {
             self.kmalloc(crate::huge::DESC_SIZE, crate::huge::DESC_GFP)
         })
     }
@@ -115,8 +117,9 @@ impl Heap {
     #[cold]
     #[inline(never)]
     unsafe fn dealloc_outside(&self, p: *mut u8) {
+        let now = self.page_allocator().platform().now_ns();
         // SAFETY: forwarded from the caller.
-        match unsafe { self.huge().free(p) } {
+        match unsafe { self.huge().free(p, now) } {
             // SAFETY: the descriptor was kmalloc'd by `huge_alloc`.
             Some(desc) => unsafe { self.kfree(desc.as_ptr()) },
             // Not ours at all: kfree reports it and frees nothing.

@@ -140,6 +140,10 @@ impl Heap {
         if unsafe { HEAP.kmem.init(base, len, config, cpus) }.is_err() {
             return false;
         }
+        self.kmem.pages.platform().set_reporting_hook(|now| {
+            let decay = HEAP.config().decay_ms.saturating_mul(1_000_000);
+            HEAP.huge.age(now, decay);
+        });
         let mut key: libc::pthread_key_t = 0;
         // SAFETY: creating a key with a destructor of the right signature.
         if unsafe { libc::pthread_key_create(&mut key, Some(thread_exit)) } != 0 {
@@ -331,7 +335,7 @@ impl Heap {
     /// (`malloc_trim`); returns the pages given back.
     pub fn trim(&self) -> usize {
         self.drain_local();
-        self.kmem.pages.report_free_pages()
+        self.huge.trim() / kmem_core::PAGE_SIZE + self.kmem.pages.report_free_pages()
     }
 
     // -------------------------------------------------------------------------

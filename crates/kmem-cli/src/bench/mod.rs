@@ -3,6 +3,7 @@
 //! SVG charts, and a progress bar on stderr.
 
 pub mod cache;
+pub mod global;
 pub mod page;
 pub mod peers;
 pub mod slab;
@@ -259,7 +260,13 @@ pub struct Suite {
     pub seed_lines: fn(&[BenchResult]) -> String,
 }
 
-pub const SUITES: &[Suite] = &[page::SUITE, slab::SUITE, cache::SUITE, slabinfo::SUITE];
+pub const SUITES: &[Suite] = &[
+    page::SUITE,
+    slab::SUITE,
+    cache::SUITE,
+    slabinfo::SUITE,
+    global::SUITE,
+];
 
 /// Runs the named suites (all when none is named).
 pub fn run(names: &[String], quick: bool, json: bool, plot: Option<&Path>) -> Result<(), String> {
