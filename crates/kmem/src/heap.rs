@@ -92,17 +92,26 @@ impl Heap {
             Ordering::Acquire,
         ) {
             Ok(_) => {
+                // Mark this thread: an allocation nested in initialisation (there should
+                // be none) fails instead of waiting for itself.
+                THIS_AREA.with(|a| a.set(ATTACHING));
                 let env = config::from_env();
                 // SAFETY: only the initialising thread gets here, before READY.
                 unsafe { *self.env.get() = env };
                 let ok = self.do_init(env);
                 self.state
                     .store(if ok { READY } else { FAILED }, Ordering::Release);
+                THIS_AREA.with(|a| a.set(0));
                 if ok {
                     self.after_init(&env);
                 }
             }
             Err(_) => {
+                if THIS_AREA.with(Cell::get) == ATTACHING {
+                    // Nested in our own initialisation: the heap is not ready; the
+                    // caller's allocation fails.
+                    return;
+                }
                 while self.state.load(Ordering::Acquire) == INITIALIZING {
                     std::thread::yield_now();
                 }

@@ -201,3 +201,50 @@ fn threads_pass_boxes_between_them() {
         .sum();
     assert_eq!(consumer.join().unwrap(), expect);
 }
+
+#[test]
+fn destructors_that_run_after_kmems_thread_exit_flush_may_allocate() {
+    // A pthread key made now runs its destructor after kmem's own (keys run in order
+    // of creation), so it allocates and frees after the thread's CPU area is gone.
+    extern "C" fn late(v: *mut libc::c_void) {
+        if !v.is_null() {
+            let b: Vec<u64> = (0..1000).collect();
+            let s = format!("{}", b.iter().sum::<u64>());
+            assert_eq!(s, "499500");
+            // SAFETY: the value is the Box leaked by the thread below.
+            drop(unsafe { Box::from_raw(v as *mut [u8; 100]) });
+        }
+    }
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: creating a key with a destructor of the right signature.
+    assert_eq!(unsafe { libc::pthread_key_create(&mut key, Some(late)) }, 0);
+    thread_local! {
+        static WITH_DROP: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    for _ in 0..20 {
+        std::thread::spawn(move || {
+            let _ = kmem::heap().kmalloc(64, kmem::Gfp::KERNEL).map(|p| {
+                // SAFETY: ours.
+                unsafe { kmem::heap().kfree(p.as_ptr()) }
+            });
+            WITH_DROP.with(|v| v.borrow_mut().push("dropped at thread exit".to_string()));
+            let b = Box::into_raw(Box::new([7u8; 100]));
+            // SAFETY: a key we created; the destructor frees the box.
+            unsafe { libc::pthread_setspecific(key, b as *mut libc::c_void) };
+        })
+        .join()
+        .unwrap();
+    }
+}
+
+#[test]
+fn hashbrown_on_kmem() {
+    let mut m: hashbrown::HashMap<u32, u32, hashbrown::DefaultHashBuilder, KmemAlloc> =
+        hashbrown::HashMap::with_hasher_in(Default::default(), KmemAlloc);
+    for i in 0..100_000 {
+        m.insert(i, i * 2);
+    }
+    assert_eq!(m.get(&777), Some(&1554));
+    let b = allocator_api2::boxed::Box::new_in([1u64; 64], KmemAlloc);
+    assert_eq!(b.iter().sum::<u64>(), 64);
+}
