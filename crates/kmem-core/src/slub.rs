@@ -7,7 +7,9 @@
 //! - A *slab* is a block of 2^order pages. Its metadata lives in the head page's
 //!   descriptor (`Page::owner`), never inside the slab:
 //!   `owner[0]` = [`SlabState`] (freelist offset, inuse, frozen — one word, so a single
-//!   compare-and-swap updates all three), `owner[1]` = objects, `owner[2]` = the cache.
+//!   compare-and-swap updates all three), `owner[1]` = the owner's local freelist,
+//!   `owner[2]` = the cache, `owner[3]` = which CPU area froze the slab and how many
+//!   objects its local freelist holds.
 //!   Tail pages carry `PG_TAIL` and a pointer to the head (`compound_head`).
 //! - Freelists are chains through a free pointer inside each free object (at
 //!   `offset`), ended by an *end token* `slab base | 1`, never null: a freelist value
@@ -21,6 +23,11 @@
 //! | node partial | 0      | node `partial` list  | `get_partial_node`, no-CPU allocations |
 //! | full         | 0      | none                 | nobody                      |
 //! Anybody may free into any slab: a CAS on its state pushes onto `slab.freelist`.
+//! The CPU that froze a slab frees into it without an atomic: objects go on the slab's
+//! *local* freelist (`owner[1]`), which only that CPU touches, like mimalloc's
+//! `local_free`. They still count as in use (they are the freezing CPU's to reuse); the
+//! local list becomes the CPU freelist when the slab becomes the CPU slab again, and is
+//! merged into `slab.freelist` (with `inuse` lowered) when the slab is unfrozen.
 //!
 //! ## Rules
 //! 1. Lock order: `slab_caches` lock → `list_lock` (one node at a time) → zone locks of
@@ -336,15 +343,16 @@ impl CacheConfig {
             reciprocal: (1u64 << 32).div_ceil(size as u64),
             ..CacheConfig::EMPTY
         };
-        // set_cpu_partial: objects a CPU keeps on partial slabs, as slabs.
+        // set_cpu_partial (the kernel's current values): objects a CPU keeps on
+        // partial slabs, as slabs.
         let cpu_partial_objs: usize = if size >= PAGE_SIZE {
-            2
-        } else if size >= 1024 {
             6
+        } else if size >= 1024 {
+            24
         } else if size >= 256 {
-            13
+            52
         } else {
-            30
+            120
         };
         cfg.cpu_partial_slabs = (cpu_partial_objs * 2).div_ceil(objects);
         let n = name.len().min(CACHE_NAME_LEN);
@@ -582,6 +590,55 @@ fn set_frozen(slab: &Page, frozen: bool) -> SlabState {
     }
 }
 
+/// The tag of the CPU area `c` in `frozen_by`.
+#[inline]
+fn cpu_tag(c: CpuRef<'_>) -> usize {
+    c.area().id() + 1
+}
+
+/// Marks the slab as frozen by `tag` (its local freelist is empty then): `owner[3]`'s
+/// high half is the tag of the CPU area that froze the slab (area id + 1; 0 = none),
+/// the low half counts the objects on the local freelist.
+#[inline]
+fn set_frozen_by(slab: &Page, tag: usize) {
+    slab.owner[3].store(tag << 32, Relaxed);
+}
+
+/// A chain of free objects of one slab: first, last, how many (first = 0: none).
+#[derive(Clone, Copy)]
+struct Chain {
+    head: usize,
+    tail: usize,
+    count: u64,
+}
+
+impl Chain {
+    const EMPTY: Chain = Chain {
+        head: 0,
+        tail: 0,
+        count: 0,
+    };
+}
+
+/// Takes the local freelist of a slab frozen by the caller's CPU and clears the tag
+/// (the caller is about to unfreeze the slab or make it its CPU slab).
+fn take_local(cfg: &CacheConfig, slab: &Page) -> Chain {
+    let head = slab.owner[1].load(Relaxed);
+    let count = (slab.owner[3].load(Relaxed) & 0xffff_ffff) as u64;
+    slab.owner[1].store(0, Relaxed);
+    slab.owner[3].store(0, Relaxed);
+    if head == 0 {
+        return Chain::EMPTY;
+    }
+    let mut tail = head;
+    for _ in 1..count {
+        // SAFETY: the local list holds `count` free objects of the slab, linked
+        // through their free pointers; only the owner CPU (the caller) touches it.
+        tail = unsafe { get_freepointer(cfg, tail) };
+    }
+    Chain { head, tail, count }
+}
+
 #[inline]
 fn cas_state(slab: &Page, old: SlabState, new: SlabState) -> bool {
     // AcqRel: a successful free publishes the free pointer written into the object
@@ -730,7 +787,8 @@ impl<'a, P: Platform> Slub<'a, P> {
             unsafe { set_freepointer(cfg, obj, next) };
         }
         head.owner[0].store(SlabState::new(0, 0, false).0 as usize, Relaxed);
-        head.owner[1].store(cfg.objects, Relaxed);
+        head.owner[1].store(0, Relaxed);
+        head.owner[3].store(0, Relaxed);
         head.owner[2].store(s as *const KmemCache as usize, Relaxed);
         let nid = self.pages.page_to_nid(slab);
         s.node[nid].nr_slabs.fetch_add(1, Relaxed);
@@ -853,9 +911,9 @@ impl<'a, P: Platform> Slub<'a, P> {
                     return Some(cur);
                 }
             }
-            // The CPU freelist ran out: take what others freed into the slab.
+            // The CPU freelist ran out: take what was freed into the slab.
             // SAFETY: the CPU slab is a live slab of `s`.
-            let got = self.get_freelist(unsafe { slab.as_ref() }, slab);
+            let got = self.take_for_cpu(c, cfg, unsafe { slab.as_ref() }, slab);
             if got & 1 == 0 {
                 cc.count(SlubStat::AllocRefill);
                 return Some(self.take_first(cc, cfg, got));
@@ -890,12 +948,72 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// becomes empty, all objects in use). Returns the list or the end token.
     fn get_freelist(&self, slab_ref: &Page, slab: NonNull<Page>) -> usize {
         let base = self.slab_base(slab);
-        let objects = slab_ref.owner[1].load(Relaxed) as u64;
+        // SAFETY: the head page names its cache.
+        let objects = unsafe { &*(slab_ref.owner[2].load(Relaxed) as *const KmemCache) }
+            .config()
+            .objects as u64;
         loop {
             let old = slab_state(slab_ref);
             let new = SlabState::new(END_OFFSET, objects, true);
             if cas_state(slab_ref, old, new) {
                 return base + old.offset() as usize;
+            }
+        }
+    }
+
+    /// Objects of a slab frozen by `c` for its CPU freelist: its local freelist if it
+    /// has one (no atomic), else the slab's freelist (`get_freelist`).
+    fn take_for_cpu(
+        &self,
+        c: CpuRef<'_>,
+        cfg: &CacheConfig,
+        sr: &Page,
+        slab: NonNull<Page>,
+    ) -> usize {
+        if sr.owner[1].load(Relaxed) != 0 {
+            let local = take_local(cfg, sr);
+            set_frozen_by(sr, cpu_tag(c));
+            return local.head;
+        }
+        self.get_freelist(sr, slab)
+    }
+
+    /// Unfreezes a slab (list lock held by the caller), merging `chain` — free objects
+    /// the unfreezing CPU held — and the slab's local freelist into its freelist.
+    fn unfreeze_merge(
+        &self,
+        cfg: &CacheConfig,
+        sr: &Page,
+        slab: NonNull<Page>,
+        chain: Chain,
+    ) -> (SlabState, SlabState) {
+        let local = take_local(cfg, sr);
+        let chain = match (chain.count, local.count) {
+            (_, 0) => chain,
+            (0, _) => local,
+            _ => {
+                // SAFETY: `chain.tail` is the last object of a chain the caller owns.
+                unsafe { set_freepointer(cfg, chain.tail, local.head) };
+                Chain {
+                    head: chain.head,
+                    tail: local.tail,
+                    count: chain.count + local.count,
+                }
+            }
+        };
+        let base = self.slab_base(slab);
+        loop {
+            let old = slab_state(sr);
+            let head = if chain.count > 0 {
+                // SAFETY: `chain.tail` ends a chain of free objects we own.
+                unsafe { set_freepointer(cfg, chain.tail, base + old.offset() as usize) };
+                (chain.head - base) as u64
+            } else {
+                old.offset()
+            };
+            let new = SlabState::new(head, old.inuse() - chain.count, false);
+            if cas_state(sr, old, new) {
+                return (old, new);
             }
         }
     }
@@ -910,7 +1028,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         let s = unsafe { &*(sr.owner[2].load(Relaxed) as *const KmemCache) };
         let nid = self.pages.page_to_nid(slab);
         let mut list = s.node[nid].list_lock.lock();
-        if !set_frozen(sr, false).list_empty() {
+        let (_, new) = self.unfreeze_merge(s.config(), sr, slab, Chain::EMPTY);
+        if !new.list_empty() {
             self.add_partial(&mut list, slab, true);
         }
     }
@@ -937,7 +1056,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 self.unfreeze_one(Some(c), s, slab);
                 continue;
             }
-            let got = self.get_freelist(sr, slab);
+            let got = self.take_for_cpu(c, cfg, sr, slab);
             if got & 1 == 0 {
                 cc.count(SlubStat::CpuPartialAlloc);
                 return Some(self.take_first(cc, cfg, got));
@@ -974,6 +1093,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             SlabState::new(END_OFFSET, cfg.objects as u64, true).0 as usize,
             Relaxed,
         );
+        set_frozen_by(sr, cpu_tag(c));
         Some(self.take_first(cc, cfg, self.slab_base(slab)))
     }
 
@@ -1011,6 +1131,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             set_frozen(sr, false);
             return None;
         }
+        set_frozen_by(sr, cpu_tag(c));
         // Stock the CPU partial list with up to half its capacity.
         while cc.nr_partial.load(Relaxed) < cfg.cpu_partial_slabs / 2 {
             let Some(more) = NonNull::new(list.first()) else {
@@ -1020,6 +1141,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             // SAFETY: as above.
             let mr = unsafe { more.as_ref() };
             set_frozen(mr, true);
+            set_frozen_by(mr, cpu_tag(c));
             mr.next.store(cc.partial.load(Relaxed), Relaxed);
             cc.partial.store(more.as_ptr(), Relaxed);
             cc.nr_partial
@@ -1136,6 +1258,20 @@ impl<'a, P: Platform> Slub<'a, P> {
                 cc.count(SlubStat::FreeFastpath);
                 return;
             }
+            // A slab this CPU froze (on its partial list): push on its local list.
+            // SAFETY: a live slab of `s`.
+            let sr = unsafe { slab.as_ref() };
+            let o3 = sr.owner[3].load(Relaxed);
+            if o3 >> 32 == cpu_tag(c) {
+                let head = sr.owner[1].load(Relaxed);
+                let next = if head == 0 { base | 1 } else { head };
+                // SAFETY: the object is ours (caller).
+                unsafe { set_freepointer(s.config(), obj, next) };
+                sr.owner[1].store(obj, Relaxed);
+                sr.owner[3].store(o3 + 1, Relaxed);
+                cc.count(SlubStat::FreeFrozen);
+                return;
+            }
         }
         // SAFETY: forwarded.
         unsafe { self.slab_free(cpu, s, slab, obj, obj, 1) };
@@ -1198,6 +1334,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
         if let (true, Some(c)) = (new.frozen(), freezer) {
             drop(lock);
+            // We froze it: its local freelist is ours from now on.
+            set_frozen_by(sr, cpu_tag(c));
             s.stat(cpu, SlubStat::CpuPartialFree);
             self.put_cpu_partial(c, s, slab);
             return;
@@ -1255,7 +1393,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let sr = unsafe { slab.as_ref() };
         let nid = self.pages.page_to_nid(slab);
         let mut list = s.node[nid].list_lock.lock();
-        let new = set_frozen(sr, false);
+        let (_, new) = self.unfreeze_merge(s.config(), sr, slab, Chain::EMPTY);
         if new.inuse() == 0 && list.len() >= s.config().min_partial {
             drop(list);
             self.discard_slab(cpu, s, slab);
@@ -1270,34 +1408,22 @@ impl<'a, P: Platform> Slub<'a, P> {
         let cfg = s.config();
         let cc = s.cpu(c);
         // Count the CPU freelist and find its tail.
-        let mut count = 0u64;
-        let mut tail = 0usize;
+        let mut chain = Chain::EMPTY;
         let mut p = cur;
         while p & 1 == 0 {
-            count += 1;
-            tail = p;
+            if chain.count == 0 {
+                chain.head = p;
+            }
+            chain.count += 1;
+            chain.tail = p;
             // SAFETY: objects on the CPU freelist are free objects of the slab.
             p = unsafe { get_freepointer(cfg, p) };
         }
         // SAFETY: a live slab, frozen for us.
         let sr = unsafe { slab.as_ref() };
-        let base = self.slab_base(slab);
         let nid = self.pages.page_to_nid(slab);
         let mut list = s.node[nid].list_lock.lock();
-        let (old, new) = loop {
-            let old = slab_state(sr);
-            let head = if count > 0 {
-                // SAFETY: `tail` is the last object of our CPU freelist.
-                unsafe { set_freepointer(cfg, tail, base + old.offset() as usize) };
-                (cur - base) as u64
-            } else {
-                old.offset()
-            };
-            let new = SlabState::new(head, old.inuse() - count, false);
-            if cas_state(sr, old, new) {
-                break (old, new);
-            }
-        };
+        let (old, new) = self.unfreeze_merge(cfg, sr, slab, chain);
         if !old.list_empty() {
             cc.count(SlubStat::DeactivateRemoteFrees);
         }
@@ -1505,7 +1631,10 @@ impl<'a, P: Platform> Slub<'a, P> {
                 w,
                 "Slab 0x{:016x} objects={} used={} fp=0x{:016x} flags=0x{:x}",
                 slab.as_ptr() as usize,
-                sr.owner[1].load(Relaxed),
+                // SAFETY: the head page names its cache.
+                unsafe { &*(sr.owner[2].load(Relaxed) as *const KmemCache) }
+                    .config()
+                    .objects,
                 st.inuse(),
                 self.slab_base(slab) + st.offset() as usize,
                 sr.flags().bits()
