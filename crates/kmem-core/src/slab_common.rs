@@ -339,7 +339,7 @@ impl<P: Platform> Kmem<P> {
     }
 
     /// A cache's SLUB statistics, one `name value` line each (the files of
-    /// /sys/kernel/slab/<cache>/), summed over every CPU area.
+    /// `/sys/kernel/slab/<cache>/`), summed over every CPU area.
     pub fn slub_stats(&self, s: &KmemCache, w: &mut dyn fmt::Write) -> fmt::Result {
         for item in crate::slub::SlubStat::ALL {
             writeln!(

@@ -137,7 +137,7 @@ impl SlubStat {
         SlubStat::CpuPartialNode,
         SlubStat::CpuPartialDrain,
     ];
-    /// The name in /sys/kernel/slab/<cache>/.
+    /// The name in `/sys/kernel/slab/<cache>/`.
     pub fn name(self) -> &'static str {
         match self {
             SlubStat::AllocFastpath => "alloc_fastpath",

@@ -6,7 +6,7 @@
 //! |------------------------------------------|----------------------------------------|
 //! | ≤ 8 KiB, alignment ≤ 4 KiB               | a kmalloc cache: size rounded up to the alignment, so the class's natural alignment covers it (kmalloc-N for a power of two N is N-aligned; 96 is 32-, 192 is 64-aligned) |
 //! | ≤ 4 MiB, alignment ≤ 4 MiB               | a compound page block of the buddy allocator, naturally aligned to its size |
-//! | larger, or aligned beyond 4 MiB          | a direct mapping ([`crate::huge`])      |
+//! | larger, or aligned beyond 4 MiB          | a direct mapping (the `huge` module)      |
 //!
 //! `realloc` stays in place while the object's class or the page block still holds
 //! the new size; a page block grows into the buddy blocks after it when they are free

@@ -13,8 +13,14 @@
 //! print!("{}", h.buddyinfo());
 //! ```
 //!
+//! As Rust's allocator: `#[global_allocator] static A: kmem::KmemAlloc = kmem::KmemAlloc;`
+//! ([`global`]), typed object caches ([`KmemCache`], [`KBox`]), and a statistics
+//! snapshot ([`stats()`](fn@stats)).
+//!
 //! Modules: [`platform`] (Linux: mmap, madvise, getcpu, sysfs), [`config`] (the
-//! environment, read without allocating), [`heap`] (the global heap and thread areas).
+//! environment, read without allocating), [`mod@heap`] (the process heap and thread areas),
+//! [`global`] (GlobalAlloc and the Allocator API), [`mod@stats`] (the snapshot); huge
+//! mappings and typed caches live in private modules re-exported here.
 
 mod cache;
 pub mod config;
