@@ -158,16 +158,16 @@ impl<P: Platform> Kmem<P> {
     }
 
     /// `kfree`: frees what kmalloc (or `kmem_cache_alloc`) handed out. Null is a
-    /// no-op; a pointer that is not ours or not the start of an object is reported
-    /// (`BUG kmalloc-64 (Not tainted): Invalid object pointer 0x…`) and nothing is
-    /// freed.
+    /// no-op; a pointer that is not ours, not the start of an object, or already free
+    /// at a freelist's head is reported (`BUG kmalloc-64 (Not tainted): Invalid object
+    /// pointer 0x…`) and nothing is freed: then it returns false.
     ///
     /// # Safety
     /// If `p` is one of ours, the caller owns it and stops using it.
     #[inline]
-    pub unsafe fn kfree(&self, cpu: Option<CpuRef<'_>>, p: *mut u8) {
+    pub unsafe fn kfree(&self, cpu: Option<CpuRef<'_>>, p: *mut u8) -> bool {
         if p.is_null() {
-            return;
+            return true;
         }
         let slub = self.slub();
         match slub.lookup(p) {
@@ -179,6 +179,7 @@ impl<P: Platform> Kmem<P> {
                 let order = unsafe { head.as_ref() }.order();
                 // SAFETY: as above.
                 unsafe { self.pages.free_pages(cpu, head, order) };
+                true
             }
             ObjectLookup::Bad(why) => {
                 let slab = self
@@ -197,6 +198,7 @@ impl<P: Platform> Kmem<P> {
                     }
                     None => slub.report_named("kmalloc", None, why, p as usize),
                 }
+                false
             }
         }
     }

@@ -1213,12 +1213,13 @@ impl<'a, P: Platform> Slub<'a, P> {
     // Free.
 
     /// `kmem_cache_free`: gives `obj` back to `s`. A pointer that is not an object of
-    /// `s` is reported (`slab_err`) and left alone.
+    /// `s`, or one already at the head of a freelist (a double free), is reported
+    /// (`slab_err`) and left alone; then it returns false.
     ///
     /// # Safety
     /// If `obj` is an object of `s`, the caller owns it and stops using it.
     #[inline]
-    pub unsafe fn free(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, obj: NonNull<u8>) {
+    pub unsafe fn free(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, obj: NonNull<u8>) -> bool {
         match self.lookup(obj.as_ptr()) {
             ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
                 // SAFETY: a valid object of `s`, given up by the caller.
@@ -1226,9 +1227,11 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
             ObjectLookup::Slab(found, slab) => {
                 self.report(found, Some(slab), "Wrong slab cache", obj.as_ptr() as usize);
+                false
             }
             ObjectLookup::Large(_) | ObjectLookup::Bad(_) => {
                 self.report(s, None, "Invalid object pointer", obj.as_ptr() as usize);
+                false
             }
         }
     }
@@ -1238,25 +1241,29 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// # Safety
     /// `obj` is the start of an object of `slab`, owned by the caller.
     #[inline]
+    /// Returns false if it refused (a double free caught at a freelist head: reported).
     pub(crate) unsafe fn free_object(
         &self,
         cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
         slab: NonNull<Page>,
         obj: usize,
-    ) {
+    ) -> bool {
         if let Some(c) = cpu {
             let cc = s.cpu(c);
             let cur = cc.freelist.load(Relaxed);
             let base = self.slab_base(slab);
             // The object is in this CPU's slab: push on the CPU freelist.
             if cur != 0 && cur.wrapping_sub(base) < s.config().slab_bytes() {
+                if cur == obj {
+                    return self.double_free(s, slab, obj);
+                }
                 // SAFETY: the object is ours (caller).
                 unsafe { set_freepointer(s.config(), obj, cur) };
                 cc.freelist.store(obj, Relaxed);
                 cc.next_tid();
                 cc.count(SlubStat::FreeFastpath);
-                return;
+                return true;
             }
             // A slab this CPU froze (on its partial list): push on its local list.
             // SAFETY: a live slab of `s`.
@@ -1264,17 +1271,29 @@ impl<'a, P: Platform> Slub<'a, P> {
             let o3 = sr.owner[3].load(Relaxed);
             if o3 >> 32 == cpu_tag(c) {
                 let head = sr.owner[1].load(Relaxed);
+                if head == obj {
+                    return self.double_free(s, slab, obj);
+                }
                 let next = if head == 0 { base | 1 } else { head };
                 // SAFETY: the object is ours (caller).
                 unsafe { set_freepointer(s.config(), obj, next) };
                 sr.owner[1].store(obj, Relaxed);
                 sr.owner[3].store(o3 + 1, Relaxed);
                 cc.count(SlubStat::FreeFrozen);
-                return;
+                return true;
             }
         }
         // SAFETY: forwarded.
-        unsafe { self.slab_free(cpu, s, slab, obj, obj, 1) };
+        unsafe { self.slab_free(cpu, s, slab, obj, obj, 1) }
+    }
+
+    /// A free of the object at the head of a freelist: it is already free. Reported
+    /// (`Object already free`, as slub_debug says) and refused.
+    #[cold]
+    #[inline(never)]
+    fn double_free(&self, s: &KmemCache, slab: NonNull<Page>, obj: usize) -> bool {
+        self.report(s, Some(slab), "Object already free", obj);
+        false
     }
 
     /// `__slab_free`: gives `cnt` objects, chained `head`..`tail` through their free
@@ -1294,7 +1313,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         head: usize,
         tail: usize,
         cnt: u64,
-    ) {
+    ) -> bool {
         let cfg = s.config();
         s.stat(cpu, SlubStat::FreeSlowpath);
         // SAFETY: a live slab of `s`.
@@ -1308,6 +1327,10 @@ impl<'a, P: Platform> Slub<'a, P> {
             freezer = None;
             let old = slab_state(sr);
             let prior = base + old.offset() as usize;
+            if prior == head {
+                drop(lock);
+                return self.double_free(s, slab, head);
+            }
             // SAFETY: our objects (caller).
             unsafe { set_freepointer(cfg, tail, prior) };
             let inuse = old.inuse() - cnt;
@@ -1330,7 +1353,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         if old.frozen() {
             drop(lock);
             s.stat(cpu, SlubStat::FreeFrozen);
-            return;
+            return true;
         }
         if let (true, Some(c)) = (new.frozen(), freezer) {
             drop(lock);
@@ -1338,10 +1361,10 @@ impl<'a, P: Platform> Slub<'a, P> {
             set_frozen_by(sr, cpu_tag(c));
             s.stat(cpu, SlubStat::CpuPartialFree);
             self.put_cpu_partial(c, s, slab);
-            return;
+            return true;
         }
         let Some(mut list) = lock else {
-            return;
+            return true;
         };
         if new.inuse() == 0 && list.len() >= cfg.min_partial {
             if !old.list_empty() {
@@ -1350,12 +1373,13 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
             drop(list);
             self.discard_slab(cpu, s, slab);
-            return;
+            return true;
         }
         if old.list_empty() {
             self.add_partial(&mut list, slab, true);
             s.stat(cpu, SlubStat::FreeAddPartial);
         }
+        true
     }
 
     /// `put_cpu_partial`: a frozen slab joins the CPU partial list; over the cap, the

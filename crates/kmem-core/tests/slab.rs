@@ -603,3 +603,37 @@ fn thread_churn_with_remote_frees() {
         assert_eq!(c.nr_slabs(0), 0, "{} keeps slabs: objects lost", c.name());
     }
 }
+
+#[test]
+fn double_frees_at_a_freelist_head_are_caught() {
+    let k = kmem(2, config(1, 0));
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this thread.
+    let cpu = Some(unsafe { CpuRef::new(area) });
+    for ctx in [cpu, None] {
+        let p = k.kmalloc(ctx, 64, Gfp::KERNEL).unwrap().as_ptr();
+        let other = k.kmalloc(ctx, 64, Gfp::KERNEL).unwrap().as_ptr();
+        // SAFETY: the second free of `p` is the misuse under test.
+        unsafe {
+            assert!(k.kfree(ctx, p));
+            assert!(!k.kfree(ctx, p), "the second free is refused");
+        }
+        let log = k.pages.platform().take_log();
+        assert!(
+            log.contains("BUG kmalloc-64 (Not tainted): Object already free"),
+            "{log}"
+        );
+        // The freelist is intact: two allocations give two different objects.
+        let a = k.kmalloc(ctx, 64, Gfp::KERNEL).unwrap().as_ptr();
+        let b = k.kmalloc(ctx, 64, Gfp::KERNEL).unwrap().as_ptr();
+        assert_ne!(a, b);
+        // SAFETY: ours.
+        unsafe {
+            k.kfree(ctx, a);
+            k.kfree(ctx, b);
+            k.kfree(ctx, other);
+        }
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(area) };
+}

@@ -103,20 +103,21 @@ impl Heap {
     ///
     /// # Safety
     /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
+    /// Returns false when it refused (reported) the pointer.
     #[inline]
-    pub unsafe fn dealloc(&self, p: *mut u8) {
+    pub unsafe fn dealloc(&self, p: *mut u8) -> bool {
         if self.page_allocator().in_span(p) || p.is_null() {
             // SAFETY: forwarded from the caller.
-            unsafe { self.kfree(p) };
+            unsafe { self.kfree(p) }
         } else {
             // SAFETY: forwarded from the caller.
-            unsafe { self.dealloc_outside(p) };
+            unsafe { self.dealloc_outside(p) }
         }
     }
 
     #[cold]
     #[inline(never)]
-    unsafe fn dealloc_outside(&self, p: *mut u8) {
+    unsafe fn dealloc_outside(&self, p: *mut u8) -> bool {
         let now = self.page_allocator().platform().now_ns();
         // SAFETY: forwarded from the caller.
         match unsafe { self.huge().free(p, now) } {
@@ -212,7 +213,7 @@ unsafe impl GlobalAlloc for KmemAlloc {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
         // SAFETY: the GlobalAlloc contract: `ptr` came from this allocator.
-        unsafe { heap().dealloc(ptr) }
+        unsafe { heap().dealloc(ptr) };
     }
 
     #[inline]
@@ -257,7 +258,7 @@ unsafe impl Allocator for KmemAlloc {
     unsafe fn deallocate(&self, ptr: NonNull<u8>, layout: Layout) {
         if layout.size() != 0 {
             // SAFETY: the Allocator contract: `ptr` came from this allocator.
-            unsafe { heap().dealloc(ptr.as_ptr()) }
+            unsafe { heap().dealloc(ptr.as_ptr()) };
         }
     }
 

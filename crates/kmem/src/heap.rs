@@ -388,12 +388,13 @@ impl Heap {
     }
 
     /// `kfree`: frees `p` (null: nothing). A pointer that is not the start of one of
-    /// this heap's allocations is reported on stderr and not freed.
+    /// this heap's allocations (or is already free at a freelist's head) is reported on
+    /// stderr and not freed: then it returns false.
     ///
     /// # Safety
     /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
     #[inline]
-    pub unsafe fn kfree(&self, p: *mut u8) {
+    pub unsafe fn kfree(&self, p: *mut u8) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe { self.kmem.kfree(self.this_cpu(), p) }
     }
@@ -447,7 +448,7 @@ impl Heap {
     /// # Safety
     /// If `p` is an object of `s`, the caller owns it and stops using it.
     #[inline]
-    pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) {
+    pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe { self.kmem.slub().free(self.this_cpu(), s, p) }
     }

@@ -62,7 +62,7 @@ impl Who {
         match self {
             // SAFETY: an object of `s` (caller).
             Who::Kmem(s) => unsafe {
-                heap().kmem_cache_free(s, std::ptr::NonNull::new_unchecked(ptr))
+                heap().kmem_cache_free(s, std::ptr::NonNull::new_unchecked(ptr));
             },
             // SAFETY: forwarded from the caller.
             Who::Peer(p) => unsafe { p.dealloc(ptr, layout) },
