@@ -1554,6 +1554,39 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     // ---------------------------------------------------------------------------
+    // Fork.
+
+    /// `pthread_atfork` prepare: takes every lock of the page allocator in the lock
+    /// order, so no other thread is inside a locked section when the process forks.
+    pub fn fork_prepare(&self) {
+        self.shrinkers.lock_forever();
+        self.cpu_dead.lock_forever();
+        self.hotplug.lock_forever();
+        for zone in &self.zones[..self.nr_nodes()] {
+            zone.lock.lock_forever();
+        }
+        self.areas.free_lock().lock_forever();
+    }
+
+    /// `pthread_atfork` parent and child: releases what [`PageAllocator::fork_prepare`]
+    /// took.
+    ///
+    /// # Safety
+    /// Called once after `fork_prepare`, by the thread that called it (or its child).
+    pub unsafe fn fork_release(&self) {
+        // SAFETY: each lock was taken by `fork_prepare` and its guard forgotten.
+        unsafe {
+            self.areas.free_lock().force_unlock();
+            for zone in &self.zones[..self.nr_nodes()] {
+                zone.lock.force_unlock();
+            }
+            self.hotplug.force_unlock();
+            self.cpu_dead.force_unlock();
+            self.shrinkers.force_unlock();
+        }
+    }
+
+    // ---------------------------------------------------------------------------
     // Shrinkers.
 
     /// Registers a shrinker, called (without allocator locks held, from any thread)

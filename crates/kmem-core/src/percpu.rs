@@ -254,6 +254,11 @@ impl CpuAreaPool {
         self.nr_owned.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// The free-stack lock (for the fork handlers).
+    pub(crate) fn free_lock(&self) -> &SpinLock<impl Sized> {
+        &self.free
+    }
+
     /// Asks the owner of every owned area to do `work` at its next call.
     pub(crate) fn request_all(&self, work: u32) {
         for area in self.iter() {

@@ -61,6 +61,20 @@ impl CacheList {
         }
     }
 
+    /// Calls `f` on every cache without taking the list lock: the caller holds it
+    /// (the fork handlers).
+    ///
+    /// # Safety
+    /// The caller holds the list lock, taken with `lock_forever`.
+    unsafe fn for_each_locked(&self, mut f: impl FnMut(&KmemCache)) {
+        let mut p = self.head.load(Relaxed);
+        // SAFETY: caches on the list are live while the lock is held (caller).
+        while let Some(s) = unsafe { p.as_ref() } {
+            f(s);
+            p = s.next.load(Relaxed);
+        }
+    }
+
     /// Calls `f` on every cache, under the list lock.
     pub fn for_each(&self, mut f: impl FnMut(&KmemCache)) {
         let _g = self.lock.lock();
@@ -203,6 +217,42 @@ impl<P: Platform> Kmem<P> {
         let kmem = unsafe { &*(data as *const Self) };
         let slub = kmem.slub();
         kmem.caches.for_each(|s| slub.flush_cpu_cache(cpu, s));
+    }
+
+    /// `pthread_atfork` prepare: takes every allocator lock in the lock order — the
+    /// cache list, each cache's node list locks, then the page allocator's — so that
+    /// a child of a multithreaded parent finds them all free.
+    pub fn fork_prepare(&self) {
+        self.caches.lock.lock_forever();
+        // SAFETY: we hold the list lock (just taken).
+        unsafe {
+            self.caches.for_each_locked(|s| {
+                for node in &s.node[..self.pages.nr_nodes()] {
+                    node.list_lock.lock_forever();
+                }
+            });
+        }
+        self.pages.fork_prepare();
+    }
+
+    /// `pthread_atfork` parent and child: releases what [`Kmem::fork_prepare`] took.
+    /// In the child, CPU areas of threads that do not exist there stay owned and are
+    /// never touched again (their owners may have been between two stores of a list
+    /// update); only their memory is lost.
+    ///
+    /// # Safety
+    /// Called once after `fork_prepare`, by the thread that called it (or its child).
+    pub unsafe fn fork_release(&self) {
+        // SAFETY: every lock below was taken by `fork_prepare`, guards forgotten.
+        unsafe {
+            self.pages.fork_release();
+            self.caches.for_each_locked(|s| {
+                for node in &s.node[..self.pages.nr_nodes()] {
+                    node.list_lock.force_unlock();
+                }
+            });
+            self.caches.lock.force_unlock();
+        }
     }
 
     /// Shrinks every cache (`kmem_cache_shrink` on each): flushes the caller's CPU

@@ -434,7 +434,7 @@ impl KmemCacheCpu {
 
 /// A cache's per-node state (`struct kmem_cache_node`).
 pub struct KmemCacheNode {
-    list_lock: SpinLock<PageList>,
+    pub(crate) list_lock: SpinLock<PageList>,
     nr_slabs: AtomicUsize,
 }
 

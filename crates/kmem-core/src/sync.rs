@@ -117,6 +117,12 @@ impl<T> SpinLock<T> {
         self.locked.load(Ordering::Relaxed)
     }
 
+    /// Takes the lock and keeps it without a guard (fork handlers take every lock in
+    /// one function and release them in another); release with `force_unlock`.
+    pub fn lock_forever(&self) {
+        core::mem::forget(self.lock());
+    }
+
     /// Releases a lock whose guard was forgotten with `core::mem::forget`.
     ///
     /// # Safety

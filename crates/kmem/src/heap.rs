@@ -180,6 +180,8 @@ impl Heap {
             // SAFETY: registering a plain extern "C" function.
             unsafe { libc::atexit(stats_at_exit) };
         }
+        // SAFETY: registering plain extern "C" functions.
+        unsafe { libc::pthread_atfork(Some(fork_prepare), Some(fork_parent), Some(fork_child)) };
     }
 
     /// The configuration read from the environment at initialisation.
@@ -533,6 +535,34 @@ impl Heap {
     pub fn set_max_bytes(&self, bytes: usize) {
         self.kmem.pages.set_max_pages(bytes >> PAGE_SHIFT);
     }
+}
+
+/// Before `fork`: every allocator lock is taken (huge mappings, then the core's lock
+/// order), so the child never inherits a lock held by a thread it does not have.
+extern "C" fn fork_prepare() {
+    if HEAP.state.load(Ordering::Acquire) != READY {
+        return;
+    }
+    HEAP.huge.lock_for_fork();
+    HEAP.kmem.fork_prepare();
+}
+
+/// After `fork`, in the parent: release.
+extern "C" fn fork_parent() {
+    if HEAP.state.load(Ordering::Acquire) != READY {
+        return;
+    }
+    // SAFETY: after fork_prepare, on the same thread.
+    unsafe {
+        HEAP.kmem.fork_release();
+        HEAP.huge.unlock_after_fork();
+    }
+}
+
+/// After `fork`, in the child: release. The child's only thread keeps its CPU area;
+/// the areas of the parent's other threads stay owned by nobody and are never used.
+extern "C" fn fork_child() {
+    fork_parent();
 }
 
 /// `KMEM_STATS`: the report at process exit.

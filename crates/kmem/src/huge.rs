@@ -99,6 +99,20 @@ impl HugeList {
         }
     }
 
+    /// Takes the list lock until `unlock_after_fork` (the fork handlers).
+    pub(crate) fn lock_for_fork(&self) {
+        self.head.lock_forever();
+    }
+
+    /// Releases the lock `lock_for_fork` took.
+    ///
+    /// # Safety
+    /// Called once after `lock_for_fork`, on the same thread (or its child).
+    pub(crate) unsafe fn unlock_after_fork(&self) {
+        // SAFETY: taken by lock_for_fork, guard forgotten (caller).
+        unsafe { self.head.force_unlock() };
+    }
+
     /// Live huge allocations and their mapped bytes.
     pub(crate) fn totals(&self) -> (usize, usize) {
         (

@@ -248,3 +248,70 @@ fn hashbrown_on_kmem() {
     let b = allocator_api2::boxed::Box::new_in([1u64; 64], KmemAlloc);
     assert_eq!(b.iter().sum::<u64>(), 64);
 }
+
+#[test]
+fn fork_from_a_multithreaded_parent_allocates_in_the_child() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    static STOP: AtomicBool = AtomicBool::new(false);
+    // Threads that allocate and free all the time, so forks land in the middle.
+    let workers: Vec<_> = (0..3)
+        .map(|t| {
+            std::thread::spawn(move || {
+                let mut keep: Vec<Vec<u64>> = Vec::new();
+                let mut i = 0u64;
+                while !STOP.load(Ordering::Relaxed) {
+                    keep.push(vec![t; (i % 300) as usize]);
+                    if keep.len() > 200 {
+                        keep.drain(..100);
+                    }
+                    let big = vec![0u8; ((i % 7) as usize + 1) << 14];
+                    std::hint::black_box(&big);
+                    i += 1;
+                }
+            })
+        })
+        .collect();
+    let rounds = if std::env::var_os("KMEM_STRESS_SECS").is_some() {
+        1000
+    } else {
+        100
+    };
+    for _ in 0..rounds {
+        // SAFETY: fork; the child only allocates, checks and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let v: Vec<u64> = (0..10_000).collect();
+            let b = Box::new([5u8; 3000]);
+            let s = format!("{}", v.iter().sum::<u64>());
+            let big = vec![1u8; 3 << 20];
+            let ok = s == "49995000" && b[2999] == 5 && big[(3 << 20) - 1] == 1;
+            // SAFETY: _exit skips atexit handlers and stdio of the copied process.
+            unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+        }
+        // Watchdog: the child must finish within 10 seconds.
+        let start = std::time::Instant::now();
+        let mut status = 0;
+        loop {
+            // SAFETY: waiting for our own child.
+            let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+            if r == pid {
+                break;
+            }
+            if start.elapsed() > std::time::Duration::from_secs(10) {
+                // SAFETY: killing our own child.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+                panic!("child {pid} hung: a lock was inherited held");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "child failed: {status}"
+        );
+    }
+    STOP.store(true, Ordering::Relaxed);
+    for w in workers {
+        w.join().unwrap();
+    }
+}
