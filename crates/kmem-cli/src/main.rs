@@ -4,6 +4,7 @@
 //! in quick form. Output contract: ARCHITECTURE.md ("Benchmark output contract").
 
 mod bench;
+mod run;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -22,6 +23,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run a program with libkmem.so preloaded (kmem as its malloc).
+    Run {
+        /// Print the program's slabinfo, buddyinfo and vmstat when it exits.
+        #[arg(long)]
+        stats: bool,
+        /// The program and its arguments.
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+        cmd: Vec<String>,
+    },
     /// Run benchmark suites (all of them, quick, when none is named).
     Bench {
         /// Suites to run: page, slab, cache, slabinfo, global.
@@ -47,6 +57,7 @@ fn main() -> ExitCode {
         plot: None,
     });
     match command {
+        Command::Run { stats, cmd } => run::run(stats, &cmd),
         Command::Bench {
             suites,
             quick,

@@ -53,3 +53,46 @@ fn kmem_stats_writes_the_exit_report() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["suite"], "slabinfo");
 }
+
+/// Builds libkmem.so with the cargo running these tests (cargo test does not build a
+/// cdylib-only library); `kmem run` finds it in the target directory.
+fn build_lib() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let status = Command::new(env!("CARGO"))
+        .args(["build", "-q", "-p", "kmem-malloc", "--manifest-path"])
+        .arg(root.join("Cargo.toml"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[test]
+fn kmem_run_preloads_passes_the_exit_code_and_prints_stats() {
+    build_lib();
+    let out = Command::new(env!("CARGO_BIN_EXE_kmem"))
+        .args([
+            "run",
+            "--stats",
+            "--",
+            "python3",
+            "-c",
+            "import os, sys; print(os.environ['LD_PRELOAD']); sys.exit(3)",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.trim_end().ends_with("libkmem.so"), "{stdout}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("slabinfo - version: 2.1"), "{err}");
+    assert!(err.contains("Node 0, zone   Normal"));
+    // A missing library is a clear error.
+    let out = Command::new(env!("CARGO_BIN_EXE_kmem"))
+        .args(["run", "--", "true"])
+        .env("KMEM_LIB", "/nonexistent/libkmem.so")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("kmem run: KMEM_LIB=/nonexistent/libkmem.so is not a file"));
+}

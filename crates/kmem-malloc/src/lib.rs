@@ -1,6 +1,335 @@
-//! libkmem.so: kmem as a drop-in malloc for any program (`LD_PRELOAD=libkmem.so`).
+//! libkmem.so: kmem as a drop-in malloc for any program (`LD_PRELOAD=libkmem.so`, or
+//! `kmem run -- CMD`).
 //!
-//! This crate builds the shared library that C programs load. The C ABI (the malloc
-//! family, fork handlers, thread-exit handling) lands with the malloc-shim issue, on top
-//! of the slab and kmalloc layers; until then the library exports nothing and a program
-//! preloading it keeps using its own malloc.
+//! The C ABI over the process heap of the `kmem` crate: the malloc family, the
+//! alignment functions, `malloc_usable_size`, and harmless answers for glibc's
+//! extras (`malloc_trim` trims, `malloc_stats` prints kmem's report, `mallinfo2`
+//! reports kmem's figures, `mallopt` accepts and ignores). C++'s `operator new` and
+//! `delete` reach `malloc` and `free`.
+//!
+//! Rules this file keeps:
+//! - Nothing here allocates through Rust's allocator (it would be this malloc again)
+//!   or formats with `std`; reports go through kmem's stack-buffer writers.
+//! - Failure is a null pointer with `errno = ENOMEM` (`EINVAL` for a bad alignment
+//!   to `posix_memalign`/`aligned_alloc`); never a panic.
+//! - `free`/`realloc` of a pointer kmem did not hand out (a stack address, garbage, an
+//!   interior pointer, one allocated before the preload, an object already free at a
+//!   freelist's head) prints a report in the kernel's style naming the address and the
+//!   reason, then aborts: no silent corruption.
+//! - Thread exit (a pthread key destructor) and fork (`pthread_atfork` handlers that
+//!   take every allocator lock) are handled by the heap itself.
+//!
+//! Alignment: glibc promises 16 bytes for requests of 16 bytes or more; kmalloc
+//! classes above 8 bytes are multiples of 16 and aligned to it (kmalloc-96 to 32,
+//! kmalloc-192 to 64, the others to their size), so plain `malloc` gets it for free.
+
+#![allow(clippy::missing_safety_doc)] // C ABI: the contracts are C's.
+
+use kmem::heap;
+use libc::{c_int, c_void, size_t};
+use std::alloc::Layout;
+use std::ptr;
+
+/// The alignment `malloc` asks the heap for (the class size gives 16 above 8 bytes).
+const MALLOC_ALIGN: usize = 8;
+
+#[inline]
+fn set_errno(e: c_int) {
+    // SAFETY: errno is this thread's; writing it is what C callers expect.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// Allocates `size` bytes aligned to `align`; null with ENOMEM on failure.
+#[inline]
+fn alloc(size: usize, align: usize, zero: bool) -> *mut c_void {
+    let Ok(layout) = Layout::from_size_align(size, align) else {
+        set_errno(libc::ENOMEM);
+        return ptr::null_mut();
+    };
+    let p = if zero {
+        heap().alloc_zeroed(layout)
+    } else {
+        heap().alloc(layout)
+    };
+    if p.is_null() {
+        set_errno(libc::ENOMEM);
+    }
+    p.cast()
+}
+
+/// Frees, or reports and aborts on a pointer kmem did not hand out.
+#[inline]
+unsafe fn free_or_abort(p: *mut c_void) {
+    // SAFETY: the caller's pointer; dealloc reports instead of freeing anything that
+    // is not one of ours.
+    if !unsafe { heap().dealloc(p.cast()) } {
+        abort_bad_pointer();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn abort_bad_pointer() -> ! {
+    kmem::platform::linux::write_stderr(
+        b"kmem: bad pointer passed to free or realloc (report above); aborting\n",
+    );
+    // SAFETY: abort has no preconditions.
+    unsafe { libc::abort() }
+}
+
+/// `malloc`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
+    alloc(size, MALLOC_ALIGN, false)
+}
+
+/// `free`: null is a no-op.
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    if !p.is_null() {
+        // SAFETY: the caller's pointer.
+        unsafe { free_or_abort(p) };
+    }
+}
+
+/// `cfree`: an old name for `free`.
+#[no_mangle]
+pub unsafe extern "C" fn cfree(p: *mut c_void) {
+    // SAFETY: as free.
+    unsafe { free(p) }
+}
+
+/// `calloc`: zeroed; a product that overflows fails with ENOMEM.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {
+    match n.checked_mul(size) {
+        Some(total) => alloc(total, MALLOC_ALIGN, true),
+        None => {
+            set_errno(libc::ENOMEM);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// `realloc`, as glibc: null `p` allocates; size 0 frees `p` and returns null.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
+    if p.is_null() {
+        return alloc(size, MALLOC_ALIGN, false);
+    }
+    if size == 0 {
+        // SAFETY: the caller's pointer.
+        unsafe { free_or_abort(p) };
+        return ptr::null_mut();
+    }
+    let h = heap();
+    let old = h.usable_size(p.cast());
+    if old == 0 {
+        // Not ours: free reports it, then we abort.
+        // SAFETY: dealloc of a foreign pointer only reports.
+        unsafe { free_or_abort(p) };
+        abort_bad_pointer();
+    }
+    if size > isize::MAX as usize - MALLOC_ALIGN {
+        set_errno(libc::ENOMEM);
+        return ptr::null_mut();
+    }
+    // SAFETY: `p` is ours with `old` usable bytes; the layout matches how it is
+    // allocated (alignment 8 or more), and realloc keeps the contents.
+    let q = unsafe {
+        h.realloc(
+            p.cast(),
+            Layout::from_size_align_unchecked(old, MALLOC_ALIGN),
+            size,
+        )
+    };
+    if q.is_null() {
+        set_errno(libc::ENOMEM);
+    }
+    q.cast()
+}
+
+/// `reallocarray`: `realloc(p, n * size)` with an overflow check (ENOMEM).
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: size_t, size: size_t) -> *mut c_void {
+    match n.checked_mul(size) {
+        // SAFETY: as realloc.
+        Some(total) => unsafe { realloc(p, total) },
+        None => {
+            set_errno(libc::ENOMEM);
+            ptr::null_mut()
+        }
+    }
+}
+
+/// `posix_memalign`: EINVAL unless `align` is a power of two multiple of the pointer
+/// size; ENOMEM when memory runs out (`*out` untouched then).
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(
+    out: *mut *mut c_void,
+    align: size_t,
+    size: size_t,
+) -> c_int {
+    if !align.is_power_of_two() || align % std::mem::size_of::<*mut c_void>() != 0 {
+        return libc::EINVAL;
+    }
+    let p = alloc(size.max(1), align, false);
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: the caller passes a valid place for the result.
+    unsafe { *out = p };
+    0
+}
+
+/// `aligned_alloc`: EINVAL (and null) unless `align` is a power of two.
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: size_t, size: size_t) -> *mut c_void {
+    if !align.is_power_of_two() {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    }
+    alloc(size.max(1), align, false)
+}
+
+/// `memalign`: as glibc, an alignment that is not a power of two is rounded up to one.
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: size_t, size: size_t) -> *mut c_void {
+    let align = align.max(MALLOC_ALIGN);
+    let Some(align) = align.checked_next_power_of_two() else {
+        set_errno(libc::EINVAL);
+        return ptr::null_mut();
+    };
+    alloc(size.max(1), align, false)
+}
+
+/// `valloc`: page aligned.
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: size_t) -> *mut c_void {
+    alloc(size.max(1), page_size(), false)
+}
+
+/// `pvalloc`: page aligned, the size rounded up to whole pages.
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
+    let page = page_size();
+    match size.max(1).checked_next_multiple_of(page) {
+        Some(s) => alloc(s, page, false),
+        None => {
+            set_errno(libc::ENOMEM);
+            ptr::null_mut()
+        }
+    }
+}
+
+fn page_size() -> usize {
+    kmem::PAGE_SIZE
+}
+
+/// `malloc_usable_size`: how many bytes at `p` may be used (0 for null or a pointer
+/// kmem did not hand out).
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
+    if p.is_null() {
+        return 0;
+    }
+    heap().usable_size(p.cast())
+}
+
+/// `malloc_trim`: gives free memory back to the OS now; 1 if any was.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_trim(_pad: size_t) -> c_int {
+    (heap().trim() > 0) as c_int
+}
+
+/// `mallopt`: accepted and ignored (kmem's settings come from KMEM_*).
+#[no_mangle]
+pub unsafe extern "C" fn mallopt(_param: c_int, _value: c_int) -> c_int {
+    1
+}
+
+/// `malloc_stats`: kmem's report (slabinfo, buddyinfo, vmstat) on stderr.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_stats() {
+    let mut w = kmem::platform::linux::FdWriter::new(2);
+    let _ = heap().write_report(&mut w);
+    w.flush();
+}
+
+/// glibc's `struct mallinfo2`.
+#[repr(C)]
+#[derive(Default)]
+pub struct Mallinfo2 {
+    /// Bytes of memory kmem manages (online sections).
+    pub arena: size_t,
+    /// Free blocks in the buddy lists.
+    pub ordblks: size_t,
+    pub smblks: size_t,
+    /// Live direct (huge) mappings.
+    pub hblks: size_t,
+    /// Bytes in them.
+    pub hblkhd: size_t,
+    pub usmblks: size_t,
+    pub fsmblks: size_t,
+    /// Bytes allocated (managed minus free).
+    pub uordblks: size_t,
+    /// Bytes free.
+    pub fordblks: size_t,
+    pub keepcost: size_t,
+}
+
+fn mallinfo_figures() -> Mallinfo2 {
+    let h = heap();
+    let pa = h.page_allocator();
+    let (hblks, hblkhd) = h.huge_totals();
+    let blocks: usize = (0..pa.nr_nodes())
+        .map(|n| pa.free_area_counts(n).iter().sum::<usize>())
+        .sum();
+    Mallinfo2 {
+        arena: pa.nr_managed_pages() * kmem::PAGE_SIZE,
+        ordblks: blocks,
+        hblks,
+        hblkhd,
+        uordblks: pa.nr_allocated_pages() * kmem::PAGE_SIZE,
+        fordblks: pa.nr_free_pages() * kmem::PAGE_SIZE,
+        ..Mallinfo2::default()
+    }
+}
+
+/// `mallinfo2`: kmem's figures in glibc's structure.
+#[no_mangle]
+pub unsafe extern "C" fn mallinfo2() -> Mallinfo2 {
+    mallinfo_figures()
+}
+
+/// glibc's older `struct mallinfo` (int fields, clamped).
+#[repr(C)]
+#[derive(Default)]
+pub struct Mallinfo {
+    pub arena: c_int,
+    pub ordblks: c_int,
+    pub smblks: c_int,
+    pub hblks: c_int,
+    pub hblkhd: c_int,
+    pub usmblks: c_int,
+    pub fsmblks: c_int,
+    pub uordblks: c_int,
+    pub fordblks: c_int,
+    pub keepcost: c_int,
+}
+
+/// `mallinfo`: as `mallinfo2`, clamped to int.
+#[no_mangle]
+pub unsafe extern "C" fn mallinfo() -> Mallinfo {
+    let m = mallinfo_figures();
+    let c = |v: usize| v.min(c_int::MAX as usize) as c_int;
+    Mallinfo {
+        arena: c(m.arena),
+        ordblks: c(m.ordblks),
+        hblks: c(m.hblks),
+        hblkhd: c(m.hblkhd),
+        uordblks: c(m.uordblks),
+        fordblks: c(m.fordblks),
+        ..Mallinfo::default()
+    }
+}

@@ -334,13 +334,21 @@ pub fn from_lookup<'a>(get: impl Fn(&std::ffi::CStr) -> Option<&'a [u8]>) -> Env
 pub fn parse_size(v: &[u8]) -> Option<usize> {
     let digits = v.iter().take_while(|b| b.is_ascii_digit()).count();
     let n = parse_u64(&v[..digits])?;
-    let shift = match v[digits..].to_ascii_uppercase().as_slice() {
-        b"" | b"B" => 0,
-        b"K" | b"KB" | b"KIB" => 10,
-        b"M" | b"MB" | b"MIB" => 20,
-        b"G" | b"GB" | b"GIB" => 30,
-        b"T" | b"TB" | b"TIB" => 40,
-        _ => return None,
+    let unit = &v[digits..];
+    // Case-insensitive without allocating (this runs before the heap exists).
+    let is = |names: &[&[u8]]| names.iter().any(|n| unit.eq_ignore_ascii_case(n));
+    let shift = if is(&[b"", b"B"]) {
+        0
+    } else if is(&[b"K", b"KB", b"KIB"]) {
+        10
+    } else if is(&[b"M", b"MB", b"MIB"]) {
+        20
+    } else if is(&[b"G", b"GB", b"GIB"]) {
+        30
+    } else if is(&[b"T", b"TB", b"TIB"]) {
+        40
+    } else {
+        return None;
     };
     n.checked_mul(1u64 << shift).map(|b| b as usize)
 }

@@ -91,6 +91,15 @@ impl Heap {
     }
 
     fn huge_alloc(&self, size: usize, align: usize, zero: bool) -> *mut u8 {
+        // KMEM_MAX bounds the whole heap: the buddy allocator's memory and these.
+        let max = self.config().max_bytes;
+        if max != 0 {
+            let (_, huge) = self.huge_totals();
+            let pages = self.page_allocator().nr_managed_pages() * PAGE_SIZE;
+            if pages.saturating_add(huge).saturating_add(size) > max {
+                return ptr::null_mut();
+            }
+        }
         let now = self.page_allocator().platform().now_ns();
         let decay = self.config().decay_ms.saturating_mul(1_000_000);
         self.huge().alloc(size, align, zero, now, decay, || {

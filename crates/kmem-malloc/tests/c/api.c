@@ -1,0 +1,111 @@
+/* Every function of libkmem.so's C ABI and its edge cases. Exits 0 when all hold. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(c) do { if (!(c)) { fprintf(stderr, "FAIL line %d: %s\n", __LINE__, #c); failures++; } } while (0)
+
+int main(void) {
+    /* malloc(0) gives a unique, freeable pointer; free(NULL) does nothing. */
+    void *z = malloc(0);
+    CHECK(z != NULL);
+    free(z);
+    free(NULL);
+
+    /* Minimum alignment: 16 bytes for sizes >= 16; usable size is writable. */
+    for (size_t n = 1; n <= 70000; n = n * 3 + 1) {
+        unsigned char *p = malloc(n);
+        CHECK(p != NULL);
+        if (n >= 16) CHECK(((uintptr_t)p & 15) == 0);
+        size_t u = malloc_usable_size(p);
+        CHECK(u >= n);
+        memset(p, 0xab, u);
+        free(p);
+    }
+    CHECK(malloc_usable_size(NULL) == 0);
+
+    /* Sizes near SIZE_MAX fail with ENOMEM. */
+    errno = 0;
+    volatile size_t huge = SIZE_MAX;
+    CHECK(malloc(huge) == NULL && errno == ENOMEM);
+    errno = 0;
+    CHECK(malloc(SIZE_MAX - 4096) == NULL && errno == ENOMEM);
+
+    /* calloc zeroes, and overflow fails with ENOMEM. */
+    int *c = calloc(1000, sizeof(int));
+    CHECK(c != NULL);
+    for (int i = 0; i < 1000; i++) CHECK(c[i] == 0);
+    free(c);
+    errno = 0;
+    CHECK(calloc(SIZE_MAX / 2, 3) == NULL && errno == ENOMEM);
+
+    /* realloc: NULL allocates, 0 frees and returns NULL, contents survive growth. */
+    char *r = realloc(NULL, 10);
+    CHECK(r != NULL);
+    memcpy(r, "0123456789", 10);
+    r = realloc(r, 100000);
+    CHECK(r != NULL && memcmp(r, "0123456789", 10) == 0);
+    r = realloc(r, 5 << 20);
+    CHECK(r != NULL && memcmp(r, "0123456789", 10) == 0);
+    r = realloc(r, 3);
+    CHECK(r != NULL && memcmp(r, "012", 3) == 0);
+    CHECK(realloc(r, 0) == NULL);
+    errno = 0;
+    void *q = malloc(8);
+    CHECK(realloc(q, SIZE_MAX) == NULL && errno == ENOMEM);
+    free(q);
+
+    /* reallocarray overflow. */
+    errno = 0;
+    CHECK(reallocarray(NULL, SIZE_MAX / 2, 4) == NULL && errno == ENOMEM);
+    int *ra = reallocarray(NULL, 10, sizeof(int));
+    CHECK(ra != NULL);
+    free(ra);
+
+    /* Alignments 8 … 1 MiB through every aligned allocator. */
+    for (size_t a = 8; a <= (1 << 20); a <<= 1) {
+        void *p = NULL;
+        CHECK(posix_memalign(&p, a, 100) == 0 && ((uintptr_t)p % a) == 0);
+        memset(p, 1, 100);
+        free(p);
+        p = aligned_alloc(a, 3 * a);
+        CHECK(p != NULL && ((uintptr_t)p % a) == 0);
+        free(p);
+        p = memalign(a, 10);
+        CHECK(p != NULL && ((uintptr_t)p % a) == 0);
+        free(p);
+    }
+    /* posix_memalign errors. */
+    void *pm = (void *)1;
+    CHECK(posix_memalign(&pm, 3, 10) == EINVAL && pm == (void *)1);
+    CHECK(posix_memalign(&pm, 4, 10) == EINVAL);
+    CHECK(posix_memalign(&pm, 64, SIZE_MAX / 2) == ENOMEM);
+    errno = 0;
+    CHECK(aligned_alloc(24, 48) == NULL && errno == EINVAL);
+    /* memalign rounds a bad alignment up, as glibc does. */
+    void *m = memalign(24, 10);
+    CHECK(m != NULL && ((uintptr_t)m % 32) == 0);
+    free(m);
+
+    void *v = valloc(10);
+    CHECK(v != NULL && ((uintptr_t)v & 4095) == 0);
+    free(v);
+    void *pv = pvalloc(5000);
+    CHECK(pv != NULL && ((uintptr_t)pv & 4095) == 0 && malloc_usable_size(pv) >= 8192);
+    free(pv);
+
+    /* Harmless extras. */
+    struct mallinfo2 mi = mallinfo2();
+    CHECK(mi.arena > 0 && mi.uordblks > 0);
+    CHECK(mallopt(M_ARENA_MAX, 1) == 1);
+    malloc_trim(0);
+    malloc_stats();
+
+    if (failures == 0) printf("api ok\n");
+    return failures != 0;
+}

@@ -1,0 +1,218 @@
+//! libkmem.so under real programs: C test programs compiled here with `cc`, misuse
+//! that must abort with a report, threads, fork, and real programs (python3, sort,
+//! gcc, a C++ program) whose output must match a run without the preload.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// libkmem.so, built for this test run: `cargo test` does not build a cdylib-only
+/// library, so the tests build it once with the cargo that runs them (same profile and
+/// target directory) and use target/debug/libkmem.so.
+fn lib() -> PathBuf {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-q", "-p", "kmem-malloc", "--manifest-path"])
+            .arg(root.join("Cargo.toml"))
+            .status()
+            .expect("cargo");
+        assert!(status.success(), "building libkmem.so");
+        let exe = std::env::current_exe().unwrap();
+        let lib = exe.parent().unwrap().parent().unwrap().join("libkmem.so");
+        assert!(lib.is_file(), "{} was not built", lib.display());
+        lib
+    })
+    .clone()
+}
+
+fn tmp() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+}
+
+/// Compiles a test program from tests/c with cc (or c++ for .cpp); returns its path.
+fn compile(name: &str) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/c")
+        .join(name);
+    let out = tmp().join(name.replace('.', "_"));
+    let cpp = name.ends_with(".cpp");
+    let status = Command::new(if cpp { "c++" } else { "cc" })
+        .args(["-O1", "-g", "-pthread", "-w", "-o"])
+        .arg(&out)
+        .arg(&src)
+        .status()
+        .expect("a C compiler");
+    assert!(status.success(), "compiling {name}");
+    out
+}
+
+fn run_with(prog: &Path, args: &[&str], preload: bool, env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(prog);
+    c.args(args);
+    if preload {
+        c.env("LD_PRELOAD", lib());
+    }
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn every_function_and_edge_case() {
+    let prog = compile("api.c");
+    let out = run_with(&prog, &[], true, &[]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{}\n{err}", text(&out.stdout));
+    assert_eq!(text(&out.stdout), "api ok\n");
+    // malloc_stats printed kmem's report: the program really ran on kmem.
+    assert!(err.contains("slabinfo - version: 2.1"), "{err}");
+    assert!(err.contains("Node 0, zone   Normal"));
+}
+
+#[test]
+fn misuse_is_reported_and_aborts() {
+    let prog = compile("bad.c");
+    let cases = [
+        ("stack", "not allocated by kmem"),
+        ("interior", "Invalid object pointer"),
+        ("double", "Object already free"),
+        ("garbage", "not allocated by kmem"),
+        ("realloc", "not allocated by kmem"),
+    ];
+    for (what, reason) in cases {
+        let out = run_with(&prog, &[what], true, &[]);
+        let err = text(&out.stderr);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{what}: {err}");
+        assert!(err.contains("=============================================================================\nBUG kmalloc"), "{what}: {err}");
+        assert!(err.contains(reason), "{what}: {err}");
+        assert!(err.contains(" 0x"), "the report names the address: {err}");
+        assert!(
+            err.contains("kmem: bad pointer passed to free or realloc"),
+            "{err}"
+        );
+    }
+    // The same program without misuse exits cleanly.
+    assert!(run_with(&prog, &["none"], true, &[]).status.success());
+}
+
+#[test]
+fn threads_free_each_others_memory() {
+    let prog = compile("threads.c");
+    let out = run_with(&prog, &[], true, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "threads ok\n");
+}
+
+#[test]
+fn fork_from_a_multithreaded_parent() {
+    let prog = compile("fork.c");
+    let rounds = if std::env::var_os("KMEM_STRESS_SECS").is_some() {
+        "1000"
+    } else {
+        "200"
+    };
+    let out = run_with(&prog, &[rounds], true, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "fork ok\n");
+}
+
+#[test]
+fn kmem_settings_work_under_the_shim() {
+    let prog = compile("api.c");
+    let stats = tmp().join("shim-stats.txt");
+    let out = run_with(
+        &prog,
+        &[],
+        true,
+        &[
+            ("KMEM_STATS", stats.to_str().unwrap()),
+            ("KMEM_MAX", "bogus"),
+        ],
+    );
+    assert!(out.status.success());
+    assert!(text(&out.stderr).contains("kmem: ignoring KMEM_MAX=bogus"));
+    let report = std::fs::read_to_string(&stats).unwrap();
+    assert!(report.starts_with("slabinfo - version: 2.1\n"));
+    assert!(report.contains("\npgalloc_normal "));
+    // A bounded heap: a 64 MiB request fails cleanly under KMEM_MAX=32M.
+    let out = run_with(
+        Path::new("python3"),
+        &["-c", "import ctypes; l=ctypes.CDLL(None); l.malloc.restype=ctypes.c_void_p; print(l.malloc(40<<20) is None, l.malloc(1<<20) is not None)"],
+        true,
+        &[("KMEM_MAX", "32M")],
+    );
+    assert_eq!(text(&out.stdout), "True True\n", "{}", text(&out.stderr));
+}
+
+/// Runs a real program with and without the preload; their outputs must match.
+fn same_output(prog: &Path, args: &[&str], stdin_file: Option<&Path>) -> String {
+    let go = |preload: bool| {
+        let mut c = Command::new(prog);
+        c.args(args);
+        if preload {
+            c.env("LD_PRELOAD", lib());
+        }
+        if let Some(f) = stdin_file {
+            c.stdin(std::fs::File::open(f).unwrap());
+        }
+        c.output().unwrap()
+    };
+    let a = go(false);
+    let b = go(true);
+    assert!(a.status.success(), "{}", text(&a.stderr));
+    assert!(b.status.success(), "under kmem: {}", text(&b.stderr));
+    assert_eq!(text(&a.stdout), text(&b.stdout));
+    text(&b.stdout)
+}
+
+#[test]
+fn python_builds_dicts_and_round_trips_json() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/work.py");
+    let out = same_output(Path::new("python3"), &[script.to_str().unwrap()], None);
+    assert!(out.starts_with(char::is_numeric));
+}
+
+#[test]
+fn sort_of_a_large_file() {
+    let input = tmp().join("sort-input.txt");
+    let mut s = String::new();
+    let mut x = 12345u64;
+    for _ in 0..200_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(&format!("{:x} line {}\n", x % 1_000_003, x % 97));
+    }
+    std::fs::write(&input, s).unwrap();
+    let out = same_output(Path::new("sort"), &[input.to_str().unwrap()], None);
+    assert_eq!(out.lines().count(), 200_000);
+}
+
+#[test]
+fn gcc_compiles_a_program() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/threads.c");
+    let obj = tmp().join("gcc-under-kmem.o");
+    let status = Command::new("cc")
+        .args(["-O2", "-c", "-o"])
+        .arg(&obj)
+        .arg(&src)
+        .env("LD_PRELOAD", lib())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(std::fs::metadata(&obj).unwrap().len() > 0);
+}
+
+#[test]
+fn cpp_map_and_strings() {
+    let prog = compile("map.cpp");
+    let out = same_output(&prog, &[], None);
+    assert!(out.starts_with("50000 "), "{out}");
+}
