@@ -11,7 +11,9 @@ fn unknown_suite_is_a_clear_error() {
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("unknown suite 'nosuch' (suites: page, slab, cache, slabinfo, global)"),
+        err.contains(
+            "unknown suite 'nosuch' (suites: page, slab, cache, slabinfo, global, preload)"
+        ),
         "{err}"
     );
     assert!(out.stdout.is_empty());

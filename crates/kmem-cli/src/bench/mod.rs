@@ -6,6 +6,7 @@ pub mod cache;
 pub mod global;
 pub mod page;
 pub mod peers;
+pub mod preload;
 pub mod slab;
 pub mod slabinfo;
 
@@ -266,6 +267,7 @@ pub const SUITES: &[Suite] = &[
     cache::SUITE,
     slabinfo::SUITE,
     global::SUITE,
+    preload::SUITE,
 ];
 
 /// Runs the named suites (all when none is named).
@@ -425,6 +427,7 @@ pub fn table(suite: &str, results: &[BenchResult]) -> String {
                     .iter()
                     .find(|r| r.param == param && r.op == op && &column(r) == c)
                     .map(|r| match (r.ns, r.cycles, r.bytes, r.value) {
+                        (Some(ns), _, _, _) if ns >= 1e6 => format!("{:.2} ms", ns / 1e6),
                         (Some(ns), Some(cy), _, _) => format!("{ns:.1} ns {cy:.0} cyc"),
                         (Some(ns), None, _, _) => format!("{ns:.1} ns"),
                         (_, _, _, Some(v)) => format!("{v}"),

@@ -1,0 +1,227 @@
+//! Suite `preload`: wall time of real programs run on each malloc through
+//! `LD_PRELOAD` — kmem's libkmem.so, the system's libjemalloc / libmimalloc where they
+//! are installed, and glibc's own malloc (no preload, `allocator` = `system`).
+//!
+//! Programs (op `run`, ns per run, param = the input's element count):
+//! - `python_json`: python3 building 200,000-entry dicts and lists and round-tripping
+//!   them through JSON;
+//! - `sort`: sort(1) of a generated 200,000-line file;
+//! - `gcc`: cc -O2 compiling a small C file (param 1);
+//! - `cpp_map`: a C++ program filling a std::map<std::string, std::vector<int>> with
+//!   200,000 insertions.
+//!
+//! A program or peer library that is missing is skipped with a note on stderr.
+
+use super::{BenchResult, Ctx, Suite, Timing};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+pub const SUITE: Suite = Suite {
+    name: "preload",
+    steps: |_| 16,
+    run,
+    seed_lines,
+};
+
+const WORK_PY: &str = include_str!("../../../kmem-malloc/tests/c/work.py");
+const MAP_CPP: &str = include_str!("../../../kmem-malloc/tests/c/map.cpp");
+const THREADS_C: &str = include_str!("../../../kmem-malloc/tests/c/threads.c");
+
+/// The peers: a name and the places their library may be.
+const PEERS: [(&str, &[&str]); 2] = [
+    (
+        "jemalloc",
+        &[
+            "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+            "/usr/lib64/libjemalloc.so.2",
+            "/usr/lib/libjemalloc.so.2",
+        ],
+    ),
+    (
+        "mimalloc",
+        &[
+            "/usr/lib/x86_64-linux-gnu/libmimalloc.so.2",
+            "/usr/lib64/libmimalloc.so.2",
+            "/usr/lib/libmimalloc.so.2",
+        ],
+    ),
+];
+
+struct Program {
+    name: &'static str,
+    param: u64,
+    cmd: Vec<String>,
+}
+
+fn programs(dir: &Path) -> Vec<Program> {
+    let mut out = Vec::new();
+    let py = dir.join("work.py");
+    if std::fs::write(&py, WORK_PY).is_ok() && which("python3") {
+        out.push(Program {
+            name: "python_json",
+            param: 200_000,
+            cmd: vec!["python3".into(), py.display().to_string()],
+        });
+    } else {
+        eprintln!("kmem bench preload: python3 not found; python_json skipped");
+    }
+    let input = dir.join("sort-input.txt");
+    let mut s = String::new();
+    let mut x = 12345u64;
+    for _ in 0..200_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.push_str(&format!("{:x} line {}\n", x % 1_000_003, x % 97));
+    }
+    if std::fs::write(&input, s).is_ok() && which("sort") {
+        out.push(Program {
+            name: "sort",
+            param: 200_000,
+            cmd: vec!["sort".into(), input.display().to_string()],
+        });
+    }
+    let c = dir.join("threads.c");
+    if std::fs::write(&c, THREADS_C).is_ok() && which("cc") {
+        out.push(Program {
+            name: "gcc",
+            param: 1,
+            cmd: vec![
+                "cc".into(),
+                "-O2".into(),
+                "-c".into(),
+                "-o".into(),
+                dir.join("threads.o").display().to_string(),
+                c.display().to_string(),
+            ],
+        });
+    } else {
+        eprintln!("kmem bench preload: cc not found; gcc skipped");
+    }
+    let cpp = dir.join("map.cpp");
+    let bin = dir.join("map");
+    let built = std::fs::write(&cpp, MAP_CPP).is_ok()
+        && Command::new("c++")
+            .args(["-O2", "-o"])
+            .arg(&bin)
+            .arg(&cpp)
+            .status()
+            .is_ok_and(|s| s.success());
+    if built {
+        out.push(Program {
+            name: "cpp_map",
+            param: 200_000,
+            cmd: vec![bin.display().to_string()],
+        });
+    } else {
+        eprintln!("kmem bench preload: c++ not found; cpp_map skipped");
+    }
+    out
+}
+
+fn which(prog: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {prog}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Wall time of one run of `p` with `preload` (None: the system malloc).
+fn time_once(p: &Program, preload: Option<&Path>) -> Option<f64> {
+    let mut c = Command::new(&p.cmd[0]);
+    c.args(&p.cmd[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    c.env_remove("LD_PRELOAD");
+    if let Some(lib) = preload {
+        c.env("LD_PRELOAD", lib);
+    }
+    let t0 = Instant::now();
+    let ok = c.status().ok()?.success();
+    ok.then(|| t0.elapsed().as_nanos() as f64)
+}
+
+fn run(ctx: &Ctx) -> Vec<BenchResult> {
+    let mut out = Vec::new();
+    let dir = std::env::temp_dir().join(format!("kmem-preload-{}", std::process::id()));
+    if std::fs::create_dir_all(&dir).is_err() {
+        eprintln!(
+            "kmem bench preload: cannot make {}; suite skipped",
+            dir.display()
+        );
+        return out;
+    }
+    let kmem = match crate::run::find_lib() {
+        Ok(l) => Some(l),
+        Err(e) => {
+            eprintln!("kmem bench preload: {e}; kmem skipped");
+            None
+        }
+    };
+    let mut libs: Vec<(&'static str, Option<PathBuf>)> = vec![("system", None)];
+    if let Some(k) = kmem {
+        libs.push(("kmem", Some(k)));
+    }
+    for (name, paths) in PEERS {
+        match paths.iter().map(PathBuf::from).find(|p| p.is_file()) {
+            Some(p) => libs.push((name, Some(p))),
+            None => eprintln!("kmem bench preload: lib{name} is not installed; {name} skipped"),
+        }
+    }
+    let reps = if ctx.quick { 1 } else { 5 };
+    for p in programs(&dir) {
+        for (name, lib) in &libs {
+            ctx.status(format!("preload {} {name}", p.name));
+            // One warm-up run (page cache, dynamic linking), then the median.
+            if time_once(&p, lib.as_deref()).is_none() {
+                eprintln!(
+                    "kmem bench preload: {} failed under {name}; skipped",
+                    p.name
+                );
+                continue;
+            }
+            let mut ns: Vec<f64> = (0..reps)
+                .filter_map(|_| time_once(&p, lib.as_deref()))
+                .collect();
+            ns.sort_by(|a, b| a.total_cmp(b));
+            if let Some(&m) = ns.get(ns.len() / 2) {
+                let t = Timing {
+                    ns: m,
+                    cycles: None,
+                    ops: 1,
+                };
+                out.push(BenchResult::time(p.name, name, p.param, "run", t));
+            }
+        }
+        ctx.tick();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+/// kmem's time relative to each other malloc, per program.
+fn seed_lines(results: &[BenchResult]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from("\nkmem time / other malloc's time (below 1: kmem faster)\n");
+    let mut benches: Vec<&str> = results.iter().map(|r| r.bench).collect();
+    benches.dedup();
+    for b in benches {
+        let ns = |a: &str| {
+            results
+                .iter()
+                .find(|r| r.bench == b && r.allocator == a)
+                .and_then(|r| r.ns)
+        };
+        let Some(k) = ns("kmem") else { continue };
+        let _ = write!(out, "{b:>12}:");
+        for peer in ["system", "jemalloc", "mimalloc"] {
+            if let Some(v) = ns(peer) {
+                let _ = write!(out, "  vs {peer} {:.2}", k / v);
+            }
+        }
+        let _ = writeln!(out);
+    }
+    out
+}
