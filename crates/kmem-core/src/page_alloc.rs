@@ -376,6 +376,23 @@ impl<P: Platform> PageAllocator<P> {
         self.pfn_to_page(off >> PAGE_SHIFT)
     }
 
+    /// The descriptor of the page holding `addr` if its section is online, managed or
+    /// not (a memmap page or one past a heap bound has an all-zero descriptor: no flags,
+    /// so callers that look at flags need not check the range). For lookups on hot
+    /// paths (`virt_to_head_page`).
+    #[inline]
+    pub(crate) fn virt_to_page_any(&self, addr: *const u8) -> Option<NonNull<Page>> {
+        let off = (addr as usize).wrapping_sub(self.base.load(Ordering::Relaxed));
+        if off >= self.nr_span_sections.load(Ordering::Relaxed) << SECTION_SHIFT {
+            return None;
+        }
+        let pfn = off >> PAGE_SHIFT;
+        if !self.sections[pfn >> PFN_SECTION_SHIFT].online() {
+            return None;
+        }
+        NonNull::new(self.pfn_to_page_raw(pfn))
+    }
+
     /// Whether `addr` lies in the allocator's span (managed or not).
     #[inline]
     pub fn in_span(&self, addr: *const u8) -> bool {

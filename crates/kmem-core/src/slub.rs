@@ -676,7 +676,7 @@ impl<P: Platform> PageAllocator<P> {
     /// if `addr` is not in a page the allocator manages.
     #[inline]
     pub fn virt_to_head_page(&self, addr: *const u8) -> Option<NonNull<Page>> {
-        let page = self.virt_to_page(addr)?;
+        let page = self.virt_to_page_any(addr)?;
         // SAFETY: descriptors of online sections are valid.
         let p = unsafe { page.as_ref() };
         if p.flags().contains(PageFlags::TAIL) {
@@ -735,7 +735,9 @@ impl<'a, P: Platform> Slub<'a, P> {
             // SAFETY: a slab's head page names its cache, which outlives its slabs.
             let s = unsafe { &*(h.owner[2].load(Relaxed) as *const KmemCache) };
             let cfg = s.config();
-            let off = ptr as usize - self.slab_base(head);
+            // A slab is a buddy block: aligned to its size, so the offset of `ptr` in
+            // it is its low bits.
+            let off = ptr as usize & (cfg.slab_bytes() - 1);
             let idx = ((off as u64 * cfg.reciprocal) >> 32) as usize;
             if idx * cfg.size != off || idx >= cfg.objects {
                 return ObjectLookup::Bad("Invalid object pointer");
@@ -1252,7 +1254,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         if let Some(c) = cpu {
             let cc = s.cpu(c);
             let cur = cc.freelist.load(Relaxed);
-            let base = self.slab_base(slab);
+            // Slabs are aligned to their size (buddy blocks).
+            let base = obj & !(s.config().slab_bytes() - 1);
+            debug_assert_eq!(base, self.slab_base(slab));
             // The object is in this CPU's slab: push on the CPU freelist.
             if cur != 0 && cur.wrapping_sub(base) < s.config().slab_bytes() {
                 if cur == obj {
