@@ -43,6 +43,7 @@ pub mod platform;
 pub mod show_mem;
 pub mod slab_common;
 pub mod slub;
+pub mod slub_debug;
 pub mod sync;
 pub mod vmstat;
 

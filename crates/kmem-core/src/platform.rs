@@ -41,6 +41,22 @@ pub trait Platform: Sync {
     /// can age memory of its own the same way (Linux: cached huge mappings).
     fn reporting_pass(&self, _now_ns: u64) {}
 
+    /// slub_debug's U flag: fills `frames` with return addresses of the current call
+    /// stack, innermost first, skipping the allocator's own frames where it can tell;
+    /// leaves zeros where it cannot. Must not allocate (or must guard re-entry).
+    fn stack_trace(&self, _frames: &mut [usize]) {}
+
+    /// Writes `addr` for a report as a symbol where the platform can name it
+    /// (`func+0x1c/0x40`), else as a hex address.
+    fn symbolize(&self, addr: usize, w: &mut dyn core::fmt::Write) -> core::fmt::Result {
+        write!(w, "0x{addr:x}")
+    }
+
+    /// The calling thread's id and the process id, for reports.
+    fn thread_and_pid(&self) -> (u32, u32) {
+        (0, 0)
+    }
+
     /// The node of the CPU the caller runs on, for NUMA statistics of contexts that
     /// have no CPU area.
     fn numa_node_id(&self) -> usize {

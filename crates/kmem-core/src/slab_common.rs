@@ -105,6 +105,9 @@ pub struct Kmem<P: Platform> {
     pub(crate) kmalloc: [[KmemCache; NR_KMALLOC]; NR_KMALLOC_TYPES],
     slab_up: AtomicBool,
     nr_cpus: AtomicUsize,
+    /// `fn(&str) -> SlabFlags` (as usize; 0 = none): extra flags for a cache by name
+    /// (slub_debug's per-cache selection).
+    debug_policy: AtomicUsize,
 }
 
 impl<P: Platform> Kmem<P> {
@@ -117,7 +120,25 @@ impl<P: Platform> Kmem<P> {
             kmalloc: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES],
             slab_up: AtomicBool::new(false),
             nr_cpus: AtomicUsize::new(1),
+            debug_policy: AtomicUsize::new(0),
         }
+    }
+
+    /// Sets the function that adds flags (slub_debug's) to a cache by its name; call
+    /// before [`Kmem::init`] so the kmalloc caches get them too.
+    pub fn set_debug_policy(&self, policy: fn(&str) -> SlabFlags) {
+        self.debug_policy.store(policy as usize, Relaxed);
+    }
+
+    fn policy_flags(&self, name: &str) -> SlabFlags {
+        let p = self.debug_policy.load(Relaxed);
+        if p == 0 {
+            return SlabFlags::empty();
+        }
+        // SAFETY: only `set_debug_policy` stores a non-zero value, made from a
+        // `fn(&str) -> SlabFlags`.
+        let f = unsafe { core::mem::transmute::<usize, fn(&str) -> SlabFlags>(p) };
+        f(name) & SlabFlags::DEBUG
     }
 
     /// Initialises the page allocator over the span (see [`PageAllocator::init`]) and
@@ -137,6 +158,7 @@ impl<P: Platform> Kmem<P> {
         unsafe { self.pages.init(base, len, config) }?;
         self.nr_cpus.store(nr_cpus.max(1), Relaxed);
         let boot = |s: &KmemCache, name: &str, size: usize, align: usize, flags: SlabFlags| {
+            let flags = flags | self.policy_flags(name);
             let mut cfg = CacheConfig::calculate(name, size, align, flags, None, nr_cpus)
                 .ok_or(InitError::BadConfig)?;
             cfg.cpu_offset = self
@@ -294,6 +316,7 @@ impl<P: Platform> Kmem<P> {
         ctor: Option<Ctor>,
     ) -> Option<&'static KmemCache> {
         let nr_cpus = self.nr_cpus.load(Relaxed);
+        let flags = flags | self.policy_flags(name);
         let mut cfg = CacheConfig::calculate(name, size, align, flags, ctor, nr_cpus)?;
         cfg.cpu_offset = self
             .pages

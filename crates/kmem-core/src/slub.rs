@@ -77,6 +77,19 @@ bitflags::bitflags! {
         const RECLAIM_ACCOUNT = 1 << 1;
         /// `SLAB_ACCOUNT`: objects are charged to a memory cgroup (the kmalloc-cg set).
         const ACCOUNT = 1 << 2;
+        /// F (`SLAB_CONSISTENCY_CHECKS`): check objects and slabs on every alloc/free.
+        const CONSISTENCY_CHECKS = 1 << 8;
+        /// Z (`SLAB_RED_ZONE`): red zones around each object.
+        const RED_ZONE = 1 << 9;
+        /// P (`SLAB_POISON`): poison free objects and padding.
+        const POISON = 1 << 10;
+        /// U (`SLAB_STORE_USER`): record where each object was allocated and freed.
+        const STORE_USER = 1 << 11;
+        /// T (`SLAB_TRACE`): trace every alloc and free on the log.
+        const TRACE = 1 << 12;
+        /// All slub_debug flags: a cache with any of them leaves the fast paths.
+        const DEBUG = Self::CONSISTENCY_CHECKS.bits() | Self::RED_ZONE.bits()
+            | Self::POISON.bits() | Self::STORE_USER.bits() | Self::TRACE.bits();
     }
 }
 
@@ -177,7 +190,7 @@ const FROZEN: u64 = 1 << 63;
 
 impl SlabState {
     #[inline]
-    fn new(off: u64, inuse: u64, frozen: bool) -> Self {
+    pub(crate) fn new(off: u64, inuse: u64, frozen: bool) -> Self {
         Self(off | (inuse << 32) | if frozen { FROZEN } else { 0 })
     }
     /// Freelist offset (1 = empty).
@@ -258,6 +271,13 @@ pub struct CacheConfig {
     pub cpu_offset: usize,
     /// `2^32 / size`, rounded up: `off * reciprocal >> 32` is the object index.
     reciprocal: u64,
+    /// Bytes of left red zone before each object (debug caches with Z; else 0): an
+    /// object starts `red_left` bytes into its slot.
+    pub red_left: usize,
+    /// End of the right red zone, from the object's start (debug caches with Z).
+    pub rz_end: usize,
+    /// Offset of the two tracks (alloc, free) from the object's start (with U).
+    pub track_off: usize,
 }
 
 impl CacheConfig {
@@ -276,6 +296,9 @@ impl CacheConfig {
         ctor: None,
         cpu_offset: 0,
         reciprocal: 0,
+        red_left: 0,
+        rz_end: 0,
+        track_off: 0,
     };
 
     /// The cache's name.
@@ -286,6 +309,12 @@ impl CacheConfig {
     /// Bytes a slab spans.
     pub fn slab_bytes(&self) -> usize {
         PAGE_SIZE << self.order
+    }
+
+    /// Whether any slub_debug flag is set (the cache leaves the fast paths).
+    #[inline]
+    pub fn is_debug(&self) -> bool {
+        self.flags.intersects(SlabFlags::DEBUG)
     }
 
     /// `calculate_sizes` + `calculate_order`: the layout for `object_size` bytes
@@ -306,6 +335,13 @@ impl CacheConfig {
             return None;
         }
         let word = core::mem::size_of::<usize>();
+        // A constructed object's contents are its constructor's: no poison (as the
+        // kernel's __OBJECT_POISON).
+        let flags = if ctor.is_some() {
+            flags - SlabFlags::POISON
+        } else {
+            flags
+        };
         let mut align = align.max(word);
         if flags.contains(SlabFlags::HWCACHE_ALIGN) {
             // Cache-line alignment, unless the object is small enough to share lines
@@ -317,10 +353,29 @@ impl CacheConfig {
             align = align.max(ralign);
         }
         let mut size = object_size.next_multiple_of(word);
+        let (mut red_left, mut rz_end, mut track_off) = (0, 0, 0);
         // The free pointer: in the middle of the object (a use-after-free write at
         // the start does not hit it), or after the object when a constructor's
-        // contents must survive while the object is free.
-        let offset = if ctor.is_some() {
+        // contents must survive while the object is free, or when debugging (poison
+        // and red zones own every byte of the object).
+        let offset = if flags.intersects(SlabFlags::DEBUG) {
+            // Slot: [left red zone][object][right red zone][free pointer][tracks]
+            // [padding], as calculate_sizes lays out a debug cache.
+            if flags.contains(SlabFlags::RED_ZONE) {
+                red_left = align;
+                rz_end = size + word;
+            } else {
+                rz_end = size;
+            }
+            let off = rz_end;
+            track_off = off + word;
+            size = track_off;
+            if flags.contains(SlabFlags::STORE_USER) {
+                size += 2 * crate::slub_debug::TRACK_SIZE;
+            }
+            size += red_left;
+            off
+        } else if ctor.is_some() {
             let off = size;
             size += word;
             off
@@ -341,6 +396,9 @@ impl CacheConfig {
             flags,
             ctor,
             reciprocal: (1u64 << 32).div_ceil(size as u64),
+            red_left,
+            rz_end,
+            track_off,
             ..CacheConfig::EMPTY
         };
         // set_cpu_partial (the kernel's current values): objects a CPU keeps on
@@ -435,6 +493,9 @@ impl KmemCacheCpu {
 /// A cache's per-node state (`struct kmem_cache_node`).
 pub struct KmemCacheNode {
     pub(crate) list_lock: SpinLock<PageList>,
+    /// Full slabs of a debug cache, so `validate` sees every slab (taken inside
+    /// `list_lock`; unused by other caches).
+    pub(crate) full: SpinLock<PageList>,
     nr_slabs: AtomicUsize,
 }
 
@@ -442,6 +503,7 @@ impl KmemCacheNode {
     const fn new() -> Self {
         Self {
             list_lock: SpinLock::new(PageList::new()),
+            full: SpinLock::new(PageList::new()),
             nr_slabs: AtomicUsize::new(0),
         }
     }
@@ -522,7 +584,7 @@ impl KmemCache {
     }
 
     #[inline]
-    fn stat(&self, cpu: Option<CpuRef<'_>>, item: SlubStat) {
+    pub(crate) fn stat(&self, cpu: Option<CpuRef<'_>>, item: SlubStat) {
         match cpu {
             Some(c) => self.cpu(c).count(item),
             None => {
@@ -574,7 +636,7 @@ impl KmemCache {
 // Slab page helpers.
 
 #[inline]
-fn slab_state(slab: &Page) -> SlabState {
+pub(crate) fn slab_state(slab: &Page) -> SlabState {
     SlabState(slab.owner[0].load(Relaxed) as u64)
 }
 
@@ -640,7 +702,7 @@ fn take_local(cfg: &CacheConfig, slab: &Page) -> Chain {
 }
 
 #[inline]
-fn cas_state(slab: &Page, old: SlabState, new: SlabState) -> bool {
+pub(crate) fn cas_state(slab: &Page, old: SlabState, new: SlabState) -> bool {
     // AcqRel: a successful free publishes the free pointer written into the object
     // before it; a successful take of the freelist sees those writes.
     slab.owner[0]
@@ -658,7 +720,7 @@ fn cas_state(slab: &Page, old: SlabState, new: SlabState) -> bool {
 /// # Safety
 /// `obj` is a free object of a slab of `s` (its free pointer word is initialised).
 #[inline]
-unsafe fn get_freepointer(s: &CacheConfig, obj: usize) -> usize {
+pub(crate) unsafe fn get_freepointer(s: &CacheConfig, obj: usize) -> usize {
     // SAFETY: caller: a free object, whose word at `offset` holds its successor.
     unsafe { ptr::read((obj + s.offset) as *const usize) }
 }
@@ -666,7 +728,7 @@ unsafe fn get_freepointer(s: &CacheConfig, obj: usize) -> usize {
 /// # Safety
 /// `obj` is an object of a slab of `s` that the caller owns (being freed).
 #[inline]
-unsafe fn set_freepointer(s: &CacheConfig, obj: usize, next: usize) {
+pub(crate) unsafe fn set_freepointer(s: &CacheConfig, obj: usize, next: usize) {
     // SAFETY: caller: the object is ours to write.
     unsafe { ptr::write((obj + s.offset) as *mut usize, next) };
 }
@@ -717,7 +779,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     #[inline]
-    fn slab_base(&self, slab: NonNull<Page>) -> usize {
+    pub(crate) fn slab_base(&self, slab: NonNull<Page>) -> usize {
         self.pages.page_address(slab).as_ptr() as usize
     }
 
@@ -737,7 +799,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             let cfg = s.config();
             // A slab is a buddy block: aligned to its size, so the offset of `ptr` in
             // it is its low bits.
-            let off = ptr as usize & (cfg.slab_bytes() - 1);
+            let off = (ptr as usize & (cfg.slab_bytes() - 1)).wrapping_sub(cfg.red_left);
             let idx = ((off as u64 * cfg.reciprocal) >> 32) as usize;
             if idx * cfg.size != off || idx >= cfg.objects {
                 return ObjectLookup::Bad("Invalid object pointer");
@@ -760,7 +822,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// slab's freelist (and through the constructor). The slab comes back with its
     /// state `state(inuse, frozen)` and the freelist either kept in the slab or
     /// returned to the caller (`take`).
-    fn allocate_slab(
+    pub(crate) fn allocate_slab(
         &self,
         cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
@@ -776,7 +838,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         head.set_flags(PageFlags::HEAD | PageFlags::SLAB);
         // Chain every object, first to last, ending in the end token.
         for i in 0..cfg.objects {
-            let obj = base + i * cfg.size;
+            let obj = base + i * cfg.size + cfg.red_left;
+            if cfg.is_debug() {
+                self.init_debug_object(cfg, obj);
+            }
             if let Some(ctor) = cfg.ctor {
                 (ctor.f)(obj as *mut u8, ctor.data);
             }
@@ -788,7 +853,10 @@ impl<'a, P: Platform> Slub<'a, P> {
             // SAFETY: the object lies in our new slab.
             unsafe { set_freepointer(cfg, obj, next) };
         }
-        head.owner[0].store(SlabState::new(0, 0, false).0 as usize, Relaxed);
+        head.owner[0].store(
+            SlabState::new(cfg.red_left as u64, 0, false).0 as usize,
+            Relaxed,
+        );
         head.owner[1].store(0, Relaxed);
         head.owner[3].store(0, Relaxed);
         head.owner[2].store(s as *const KmemCache as usize, Relaxed);
@@ -799,7 +867,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     /// `discard_slab`: gives an empty slab's pages back.
-    fn discard_slab(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: NonNull<Page>) {
+    pub(crate) fn discard_slab(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: NonNull<Page>) {
         let cfg = s.config();
         let nid = self.pages.page_to_nid(slab);
         s.node[nid].nr_slabs.fetch_sub(1, Relaxed);
@@ -818,7 +886,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     // Node partial lists.
 
     /// `add_partial` (list lock held).
-    fn add_partial(&self, list: &mut PageList, slab: NonNull<Page>, tail: bool) {
+    pub(crate) fn add_partial(&self, list: &mut PageList, slab: NonNull<Page>, tail: bool) {
         // SAFETY: the slab is unfrozen and on no list (rule 2); we hold the lock.
         unsafe {
             if tail {
@@ -830,7 +898,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     /// `remove_partial` (list lock held).
-    fn remove_partial(&self, list: &mut PageList, slab: NonNull<Page>) {
+    pub(crate) fn remove_partial(&self, list: &mut PageList, slab: NonNull<Page>) {
         // SAFETY: the slab is on this node's partial list (rule 2); we hold the lock.
         unsafe { list.remove(slab.as_ptr()) };
     }
@@ -891,6 +959,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         nid: Option<usize>,
     ) -> Option<usize> {
         let cfg = s.config();
+        if cfg.is_debug() {
+            return self.alloc_debug(Some(c), s, gfp, nid);
+        }
         let cc = s.cpu(c);
         cc.count(SlubStat::AllocSlowpath);
         self.check_drain_request(c);
@@ -1096,7 +1167,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             Relaxed,
         );
         set_frozen_by(sr, cpu_tag(c));
-        Some(self.take_first(cc, cfg, self.slab_base(slab)))
+        Some(self.take_first(cc, cfg, self.slab_base(slab) + cfg.red_left))
     }
 
     fn pages_local_node(&self, c: CpuRef<'_>) -> usize {
@@ -1160,6 +1231,9 @@ impl<'a, P: Platform> Slub<'a, P> {
     #[inline(never)]
     fn alloc_nocpu(&self, s: &KmemCache, gfp: Gfp, nid: Option<usize>) -> Option<usize> {
         let cfg = s.config();
+        if cfg.is_debug() {
+            return self.alloc_debug(None, s, gfp, nid);
+        }
         s.stat(None, SlubStat::AllocSlowpath);
         let first =
             nid.unwrap_or_else(|| self.pages.platform().numa_node_id() % self.pages.nr_nodes());
@@ -1286,6 +1360,10 @@ impl<'a, P: Platform> Slub<'a, P> {
                 cc.count(SlubStat::FreeFrozen);
                 return true;
             }
+        }
+        if s.config().is_debug() {
+            // SAFETY: forwarded.
+            return unsafe { self.free_debug(cpu, s, slab, obj) };
         }
         // SAFETY: forwarded.
         unsafe { self.slab_free(cpu, s, slab, obj, obj, 1) }
@@ -1568,6 +1646,16 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// As [`Slub::free`] for every non-null pointer.
     pub unsafe fn free_bulk(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, objs: &mut [*mut u8]) {
         let cfg = s.config();
+        if cfg.is_debug() {
+            // Debug caches check every object on its own.
+            for o in objs.iter_mut() {
+                if let Some(p) = NonNull::new(core::mem::replace(o, ptr::null_mut())) {
+                    // SAFETY: forwarded from the caller.
+                    unsafe { self.free(cpu, s, p) };
+                }
+            }
+            return;
+        }
         let mut i = 0;
         while i < objs.len() {
             let obj = objs[i];

@@ -144,6 +144,24 @@ impl Heap {
         };
         // SAFETY: sysconf has no preconditions.
         let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+        // KMEM_DEBUG: slub_debug flags per cache, by name.
+        self.kmem.set_debug_policy(|name| {
+            use crate::config::DebugFlags;
+            let d = HEAP.config().debug.flags_for(name);
+            let mut f = SlabFlags::empty();
+            for (bit, flag) in [
+                (DebugFlags::F, SlabFlags::CONSISTENCY_CHECKS),
+                (DebugFlags::Z, SlabFlags::RED_ZONE),
+                (DebugFlags::P, SlabFlags::POISON),
+                (DebugFlags::U, SlabFlags::STORE_USER),
+                (DebugFlags::T, SlabFlags::TRACE),
+            ] {
+                if d.has(bit) {
+                    f |= flag;
+                }
+            }
+            f
+        });
         // SAFETY: the span was just reserved for the heap alone, and no other thread
         // uses the allocator before `state` becomes READY. HEAP is a static.
         if unsafe { HEAP.kmem.init(base, len, config, cpus) }.is_err() {
@@ -172,9 +190,9 @@ impl Heap {
             );
         }
         if env.debug.any() {
-            crate::platform::linux::write_stderr(
-                b"kmem: KMEM_DEBUG parsed; slub_debug checks are not built yet\n",
-            );
+            // Load the unwinder now (its first use allocates), for slub_debug's U.
+            let mut frames = [0usize; 2];
+            self.kmem.pages.platform().stack_trace(&mut frames);
         }
         if env.stats != crate::config::StatsTarget::None {
             // SAFETY: registering a plain extern "C" function.

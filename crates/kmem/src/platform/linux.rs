@@ -164,12 +164,104 @@ impl Platform for LinuxPlatform {
         }
     }
 
+    #[inline(never)]
+    fn stack_trace(&self, frames: &mut [usize]) {
+        thread_local! {
+            static IN_TRACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        }
+        // glibc's backtrace loads libgcc_s on its first use, which allocates: a
+        // nested allocation must not trace again.
+        if IN_TRACE.with(|t| t.replace(true)) {
+            return;
+        }
+        let mut buf = [std::ptr::null_mut::<libc::c_void>(); 24];
+        // SAFETY: backtrace fills at most `buf.len()` entries.
+        let n =
+            unsafe { libc::backtrace(buf.as_mut_ptr(), buf.len() as libc::c_int) }.max(0) as usize;
+        // Skip kmem's own frames: all of them when kmem is a shared library of its own
+        // (libkmem.so); when it is linked into the program, the first three (this
+        // function, the capture, the debug processing).
+        let own = module_base(Self::stack_trace as *const () as usize);
+        let main = module_base(libc::exit as *const () as usize);
+        let skip = if own != 0 && own != main {
+            buf[..n]
+                .iter()
+                .position(|&f| module_base(f as usize) != own)
+                .unwrap_or(n)
+        } else {
+            3
+        };
+        for (slot, f) in frames.iter_mut().zip(buf[..n].iter().skip(skip)) {
+            *slot = *f as usize;
+        }
+        IN_TRACE.with(|t| t.set(false));
+    }
+
+    fn symbolize(&self, addr: usize, w: &mut dyn std::fmt::Write) -> std::fmt::Result {
+        let mut info: libc::Dl_info = libc::Dl_info {
+            dli_fname: std::ptr::null(),
+            dli_fbase: std::ptr::null_mut(),
+            dli_sname: std::ptr::null(),
+            dli_saddr: std::ptr::null_mut(),
+        };
+        // SAFETY: dladdr fills `info` for an address; it does not allocate.
+        let found = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } != 0;
+        if found && !info.dli_sname.is_null() {
+            // SAFETY: dladdr returned a NUL-terminated symbol name.
+            let name = unsafe { std::ffi::CStr::from_ptr(info.dli_sname) };
+            write!(
+                w,
+                "{}+0x{:x}",
+                name.to_str().unwrap_or("?"),
+                addr - info.dli_saddr as usize
+            )
+        } else if found && !info.dli_fname.is_null() {
+            // SAFETY: dladdr returned a NUL-terminated file name.
+            let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+            let file = file.to_str().unwrap_or("?");
+            let short = file.rsplit('/').next().unwrap_or(file);
+            write!(
+                w,
+                "0x{addr:x} ({short}+0x{:x})",
+                addr - info.dli_fbase as usize
+            )
+        } else {
+            write!(w, "0x{addr:x}")
+        }
+    }
+
+    fn thread_and_pid(&self) -> (u32, u32) {
+        // SAFETY: gettid and getpid have no preconditions.
+        unsafe {
+            (
+                libc::syscall(libc::SYS_gettid) as u32,
+                libc::getpid() as u32,
+            )
+        }
+    }
+
     fn numa_node_id(&self) -> usize {
         current_node(
             self.nr_nodes.load(Ordering::Relaxed),
             self.real_nodes.load(Ordering::Relaxed),
         )
     }
+}
+
+/// The load address of the module (executable or shared library) holding `addr`,
+/// from dladdr (no allocation); 0 if unknown.
+fn module_base(addr: usize) -> usize {
+    let mut info: libc::Dl_info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr fills `info`; it does not allocate.
+    if unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } == 0 {
+        return 0;
+    }
+    info.dli_fbase as usize
 }
 
 /// Writes to fd 2 with `write(2)`, retrying short writes; never allocates.

@@ -1,0 +1,753 @@
+//! slub_debug: consistency checks (F), red zones (Z), poisoning (P), allocation and
+//! free tracking (U) and tracing (T) for the caches that ask for them, with the
+//! kernel's reports, quarantine of what is damaged, and `validate`.
+//!
+//! A debug cache leaves the fast paths, as in the kernel: it never gets a CPU slab or
+//! CPU partial slabs, so its CPU freelist stays empty and every allocation and free
+//! reaches [`Slub::alloc_debug`] / [`Slub::free_debug`], which do all their work under
+//! the node's `list_lock` (then `full`, the list of full slabs a debug cache keeps so
+//! `validate` sees every slab). No other context changes a debug slab's state
+//! meanwhile, so checks and the state change are one step.
+//!
+//! Object slot of a debug cache (offsets from the object's start):
+//! ```text
+//! [left red zone: red_left][object: object_size][right red zone: ..rz_end]
+//! [free pointer: offset][alloc track][free track][padding: 0x5a]
+//! ```
+//! Values: red zones `0xbb` while free, `0xcc` while allocated; a free object is
+//! `0x6b`… ending in `0xa5`; padding `0x5a`.
+//!
+//! Containment: an object whose checks fail is *quarantined* — left counted in use,
+//! never handed out again; a slab whose freelist is corrupt is marked full ("Marking
+//! all objects used") and never allocated from again. The program continues.
+
+use crate::gfp::Gfp;
+use crate::page::{Page, PageFlags};
+use crate::percpu::CpuRef;
+use crate::platform::Platform;
+use crate::show_mem::LogWriter;
+use crate::slub::{
+    cas_state, get_freepointer, set_freepointer, slab_state, CacheConfig, KmemCache, SlabFlags,
+    SlabState, Slub, SlubStat,
+};
+use crate::sync::Ordering::Relaxed;
+use core::fmt::Write as _;
+use core::ptr::{self, NonNull};
+
+/// Red zone byte while the object is free (`SLUB_RED_INACTIVE`).
+pub const RED_INACTIVE: u8 = 0xbb;
+/// Red zone byte while the object is allocated (`SLUB_RED_ACTIVE`).
+pub const RED_ACTIVE: u8 = 0xcc;
+/// Free object byte (`POISON_FREE`).
+pub const POISON_FREE: u8 = 0x6b;
+/// Last byte of a free object (`POISON_END`).
+pub const POISON_END: u8 = 0xa5;
+/// Padding byte (`POISON_INUSE`).
+pub const POISON_INUSE: u8 = 0x5a;
+/// Return addresses kept per track.
+pub const TRACK_FRAMES: usize = 4;
+/// Bytes of one track.
+pub const TRACK_SIZE: usize = core::mem::size_of::<Track>();
+
+/// Where and when an object was allocated or freed (`struct track`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Track {
+    /// Return addresses, innermost first (0 = none).
+    pub frames: [usize; TRACK_FRAMES],
+    /// When (platform clock, ns).
+    pub when_ns: u64,
+    /// Thread id.
+    pub tid: u32,
+    /// CPU area id.
+    pub cpu: u32,
+    /// Process id.
+    pub pid: u32,
+    _pad: u32,
+}
+
+/// A problem `validate` (or a check) found.
+#[derive(Clone, Copy, Debug)]
+pub struct Problem {
+    /// What is wrong, in the kernel's words ("Redzone overwritten", …).
+    pub what: &'static str,
+    /// The object (or slab) address.
+    pub addr: usize,
+    /// The slab's head page descriptor.
+    pub slab: usize,
+}
+
+enum Track2 {
+    Alloc = 0,
+    Free = 1,
+}
+
+/// The first byte in `[addr, addr + len)` that is not `value`.
+fn find_not(addr: usize, len: usize, value: u8) -> Option<usize> {
+    (0..len)
+        .find(|&i| {
+            // SAFETY: callers pass ranges inside a slab of ours.
+            unsafe { ((addr + i) as *const u8).read() != value }
+        })
+        .map(|i| addr + i)
+}
+
+fn fill(addr: usize, len: usize, value: u8) {
+    // SAFETY: callers pass ranges inside a slab of ours that they own.
+    unsafe { ptr::write_bytes(addr as *mut u8, value, len) };
+}
+
+impl<P: Platform> Slub<'_, P> {
+    fn slot_end(cfg: &CacheConfig, obj: usize) -> usize {
+        obj - cfg.red_left + cfg.size
+    }
+
+    /// `init_object` for a new slab: a free object's red zones, poison and padding.
+    pub(crate) fn init_debug_object(&self, cfg: &CacheConfig, obj: usize) {
+        self.set_free_state(cfg, obj);
+        let pad_start = obj + cfg.track_off + self.tracks_len(cfg);
+        if cfg.flags.contains(SlabFlags::POISON) {
+            fill(
+                pad_start,
+                Self::slot_end(cfg, obj) - pad_start,
+                POISON_INUSE,
+            );
+        }
+        if cfg.flags.contains(SlabFlags::STORE_USER) {
+            fill(obj + cfg.track_off, self.tracks_len(cfg), 0);
+        }
+    }
+
+    fn tracks_len(&self, cfg: &CacheConfig) -> usize {
+        if cfg.flags.contains(SlabFlags::STORE_USER) {
+            2 * TRACK_SIZE
+        } else {
+            0
+        }
+    }
+
+    /// Poison and inactive red zones of a free object.
+    fn set_free_state(&self, cfg: &CacheConfig, obj: usize) {
+        if cfg.flags.contains(SlabFlags::POISON) {
+            fill(obj, cfg.object_size - 1, POISON_FREE);
+            fill(obj + cfg.object_size - 1, 1, POISON_END);
+        }
+        if cfg.flags.contains(SlabFlags::RED_ZONE) {
+            fill(obj - cfg.red_left, cfg.red_left, RED_INACTIVE);
+            fill(
+                obj + cfg.object_size,
+                cfg.rz_end - cfg.object_size,
+                RED_INACTIVE,
+            );
+        }
+    }
+
+    /// Red zones of `obj` hold `value`? Else the first wrong byte.
+    fn check_redzones(
+        &self,
+        cfg: &CacheConfig,
+        obj: usize,
+        value: u8,
+    ) -> Option<(usize, usize, usize)> {
+        if !cfg.flags.contains(SlabFlags::RED_ZONE) {
+            return None;
+        }
+        let left = obj - cfg.red_left;
+        if let Some(bad) = find_not(left, cfg.red_left, value) {
+            return Some((bad, left, obj));
+        }
+        let right = obj + cfg.object_size;
+        find_not(right, cfg.rz_end - cfg.object_size, value)
+            .map(|bad| (bad, right, obj + cfg.rz_end))
+    }
+
+    /// Poison of a free `obj` intact? Else the first wrong byte.
+    fn check_poison(&self, cfg: &CacheConfig, obj: usize) -> Option<(usize, usize, usize)> {
+        if !cfg.flags.contains(SlabFlags::POISON) {
+            return None;
+        }
+        let end = obj + cfg.object_size;
+        if let Some(bad) = find_not(obj, cfg.object_size - 1, POISON_FREE) {
+            return Some((bad, obj, end));
+        }
+        find_not(end - 1, 1, POISON_END).map(|bad| (bad, obj, end))
+    }
+
+    fn set_track(
+        &self,
+        cfg: &CacheConfig,
+        obj: usize,
+        which: Track2,
+        cpu: Option<CpuRef<'_>>,
+        frames: &[usize; TRACK_FRAMES],
+    ) {
+        if !cfg.flags.contains(SlabFlags::STORE_USER) {
+            return;
+        }
+        let (tid, pid) = self.pages.platform().thread_and_pid();
+        let t = Track {
+            frames: *frames,
+            when_ns: self.pages.platform().now_ns(),
+            tid,
+            cpu: cpu.map_or(u32::MAX, |c| c.area().id() as u32),
+            pid,
+            _pad: 0,
+        };
+        let at = obj + cfg.track_off + which as usize * TRACK_SIZE;
+        // SAFETY: the track slots lie in the object's slot, ours under the list lock;
+        // unaligned-safe write.
+        unsafe { ptr::write_unaligned(at as *mut Track, t) };
+    }
+
+    fn get_track(&self, cfg: &CacheConfig, obj: usize, which: Track2) -> Option<Track> {
+        if !cfg.flags.contains(SlabFlags::STORE_USER) {
+            return None;
+        }
+        let at = obj + cfg.track_off + which as usize * TRACK_SIZE;
+        // SAFETY: as in `set_track`.
+        Some(unsafe { ptr::read_unaligned(at as *const Track) })
+    }
+
+    fn capture(&self, cfg: &CacheConfig) -> [usize; TRACK_FRAMES] {
+        let mut frames = [0usize; TRACK_FRAMES];
+        if cfg.flags.contains(SlabFlags::STORE_USER) {
+            self.pages.platform().stack_trace(&mut frames);
+        }
+        frames
+    }
+
+    /// Is `obj` on the slab's freelist (`on_freelist`)? Walks at most `objects` links.
+    fn on_freelist(&self, cfg: &CacheConfig, slab: NonNull<Page>, obj: usize) -> bool {
+        // SAFETY: a live slab.
+        let st = slab_state(unsafe { slab.as_ref() });
+        let base = self.slab_base(slab);
+        let mut p = base + st.offset() as usize;
+        for _ in 0..cfg.objects {
+            if p & 1 != 0 {
+                return false;
+            }
+            if p == obj {
+                return true;
+            }
+            // SAFETY: a free object of this slab (the freelist's links were checked
+            // when they were made by this debug cache).
+            p = unsafe { get_freepointer(cfg, p) };
+        }
+        false
+    }
+
+    /// Whether `p` is a freelist value of this slab: its end token or an object.
+    fn valid_link(&self, cfg: &CacheConfig, base: usize, p: usize) -> bool {
+        if p == base | 1 {
+            return true;
+        }
+        let off = p.wrapping_sub(base).wrapping_sub(cfg.red_left);
+        off < cfg.objects * cfg.size && off % cfg.size == 0
+    }
+
+    /// `alloc_debug_processing`: one object of debug cache `s`, checked.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn alloc_debug(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+        nid: Option<usize>,
+    ) -> Option<usize> {
+        let cfg = s.config();
+        s.stat(cpu, SlubStat::AllocSlowpath);
+        let frames = self.capture(cfg);
+        let first =
+            nid.unwrap_or_else(|| cpu.map_or(0, |c| c.area().node()) % self.pages.nr_nodes());
+        loop {
+            let node = &s.node[first];
+            let mut list = node.list_lock.lock();
+            let Some(slab) = NonNull::new(list.first()) else {
+                drop(list);
+                let slab = self.allocate_slab(cpu, s, gfp, Some(first))?;
+                let nn = self.pages.page_to_nid(slab);
+                let mut list = s.node[nn].list_lock.lock();
+                self.add_partial(&mut list, slab, false);
+                continue;
+            };
+            // SAFETY: a node-list slab: live, unfrozen, ours under the lock.
+            let sr = unsafe { slab.as_ref() };
+            let base = self.slab_base(slab);
+            let old = slab_state(sr);
+            let obj = base + old.offset() as usize;
+            let next = if old.list_empty() {
+                obj
+            } else {
+                // SAFETY: a free object of this slab.
+                unsafe { get_freepointer(cfg, obj) }
+            };
+            if old.list_empty()
+                || !self.valid_link(cfg, base, obj)
+                || !self.valid_link(cfg, base, next)
+            {
+                // A corrupt freelist: report, and never allocate from this slab again.
+                self.report_object(s, slab, "Freepointer corrupt", obj, None);
+                self.quarantine_slab(s, slab, &mut list);
+                self.log_fix(s, "Marking all objects used");
+                continue;
+            }
+            let new = SlabState::new((next - base) as u64, old.inuse() + 1, false);
+            if !cas_state(sr, old, new) {
+                continue;
+            }
+            if new.list_empty() {
+                self.remove_partial(&mut list, slab);
+                // SAFETY: full debug slabs live on `full`, under `list_lock` then `full`.
+                unsafe { node.full.lock().push_head(slab.as_ptr()) };
+            }
+            // The object is ours now: check what it should look like while free.
+            if let Some((bad, from, to)) = self.check_poison(cfg, obj) {
+                self.report_bytes(
+                    s,
+                    slab,
+                    "Poison overwritten",
+                    obj,
+                    bad,
+                    from,
+                    to,
+                    POISON_FREE,
+                );
+                self.log_fix(s, "Marking object used (quarantined)");
+                continue;
+            }
+            if let Some((bad, from, to)) = self.check_redzones(cfg, obj, RED_INACTIVE) {
+                self.report_bytes(
+                    s,
+                    slab,
+                    "Redzone overwritten",
+                    obj,
+                    bad,
+                    from,
+                    to,
+                    RED_INACTIVE,
+                );
+                self.log_fix(s, "Marking object used (quarantined)");
+                continue;
+            }
+            drop(list);
+            if cfg.flags.contains(SlabFlags::RED_ZONE) {
+                fill(obj - cfg.red_left, cfg.red_left, RED_ACTIVE);
+                fill(
+                    obj + cfg.object_size,
+                    cfg.rz_end - cfg.object_size,
+                    RED_ACTIVE,
+                );
+            }
+            self.set_track(cfg, obj, Track2::Alloc, cpu, &frames);
+            if cfg.flags.contains(SlabFlags::TRACE) {
+                self.trace(s, "alloc", obj, new);
+            }
+            s.stat(cpu, SlubStat::AllocFromPartial);
+            return Some(obj);
+        }
+    }
+
+    /// `free_debug_processing`: checks and frees `obj` of debug cache `s`; false
+    /// (reported, quarantined) if a check fails.
+    ///
+    /// # Safety
+    /// `obj` is the start of an object of `slab` (looked up by the caller).
+    #[cold]
+    #[inline(never)]
+    pub(crate) unsafe fn free_debug(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        obj: usize,
+    ) -> bool {
+        let cfg = s.config();
+        s.stat(cpu, SlubStat::FreeSlowpath);
+        let frames = self.capture(cfg);
+        let nid = self.pages.page_to_nid(slab);
+        let node = &s.node[nid];
+        let mut list = node.list_lock.lock();
+        // SAFETY: a live slab of `s`.
+        let sr = unsafe { slab.as_ref() };
+        if cfg.flags.contains(SlabFlags::CONSISTENCY_CHECKS) && self.on_freelist(cfg, slab, obj) {
+            drop(list);
+            self.report_object(s, slab, "Object already free", obj, None);
+            return false;
+        }
+        if let Some((bad, from, to)) = self.check_redzones(cfg, obj, RED_ACTIVE) {
+            drop(list);
+            self.report_bytes(
+                s,
+                slab,
+                "Redzone overwritten",
+                obj,
+                bad,
+                from,
+                to,
+                RED_ACTIVE,
+            );
+            self.log_fix(s, "Object not freed (quarantined)");
+            return false;
+        }
+        self.set_track(cfg, obj, Track2::Free, cpu, &frames);
+        self.set_free_state(cfg, obj);
+        let base = self.slab_base(slab);
+        let old = slab_state(sr);
+        if cfg.flags.contains(SlabFlags::CONSISTENCY_CHECKS) && old.inuse() == 0 {
+            drop(list);
+            self.report_object(s, slab, "Slab has no objects in use", obj, None);
+            return false;
+        }
+        // SAFETY: `obj` is ours to link.
+        unsafe { set_freepointer(cfg, obj, base + old.offset() as usize) };
+        let new = SlabState::new((obj - base) as u64, old.inuse() - 1, false);
+        let swapped = cas_state(sr, old, new);
+        debug_assert!(swapped, "debug slabs change only under the list lock");
+        if old.list_empty() {
+            // SAFETY: a full debug slab is on `full` (under list_lock, then full).
+            unsafe { node.full.lock().remove(slab.as_ptr()) };
+            self.add_partial(&mut list, slab, true);
+        }
+        if cfg.flags.contains(SlabFlags::TRACE) {
+            self.trace(s, "free", obj, new);
+        }
+        if new.inuse() == 0 && list.len() > cfg.min_partial {
+            self.remove_partial(&mut list, slab);
+            drop(list);
+            self.discard_slab(cpu, s, slab);
+        }
+        true
+    }
+
+    /// Marks a slab full for good: its freelist is dropped (objects on it are lost,
+    /// never handed out).
+    fn quarantine_slab(
+        &self,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        list: &mut crate::page::PageList,
+    ) {
+        // SAFETY: a node-list slab under the lock.
+        let sr = unsafe { slab.as_ref() };
+        loop {
+            let old = slab_state(sr);
+            let new = SlabState::new(1, s.config().objects as u64, false);
+            if cas_state(sr, old, new) {
+                break;
+            }
+        }
+        self.remove_partial(list, slab);
+        let nid = self.pages.page_to_nid(slab);
+        // SAFETY: as in alloc_debug.
+        unsafe { s.node[nid].full.lock().push_head(slab.as_ptr()) };
+    }
+
+    // -----------------------------------------------------------------------
+    // Reports.
+
+    fn header(&self, w: &mut LogWriter<'_, P>, s: &KmemCache, what: &str) {
+        let _ = writeln!(
+            w,
+            "============================================================================="
+        );
+        let _ = writeln!(w, "BUG {} (Not tainted): {}", s.name(), what);
+        let _ = writeln!(
+            w,
+            "-----------------------------------------------------------------------------"
+        );
+        let _ = writeln!(w);
+    }
+
+    fn log_fix(&self, s: &KmemCache, what: &str) {
+        let mut w = LogWriter::new(self.pages.platform());
+        let _ = writeln!(w, "FIX {}: {}", s.name(), what);
+    }
+
+    fn trace(&self, s: &KmemCache, op: &str, obj: usize, st: SlabState) {
+        let mut w = LogWriter::new(self.pages.platform());
+        let _ = writeln!(
+            w,
+            "TRACE {} {} 0x{:016x} inuse={} fp=0x{:x}",
+            s.name(),
+            op,
+            obj,
+            st.inuse(),
+            st.offset()
+        );
+    }
+
+    /// A report about bytes that are not what they should be, with the object's
+    /// trailer and dumps (`check_bytes_and_report`).
+    #[allow(clippy::too_many_arguments)]
+    fn report_bytes(
+        &self,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        what: &str,
+        obj: usize,
+        bad: usize,
+        from: usize,
+        to: usize,
+        expect: u8,
+    ) {
+        // The damaged range: from the first bad byte to the last in [from, to).
+        let mut last = bad;
+        for a in bad..to {
+            // SAFETY: inside the object's slot.
+            if unsafe { (a as *const u8).read() } != expect {
+                last = a;
+            }
+        }
+        // SAFETY: inside the slot.
+        let first = unsafe { (bad as *const u8).read() };
+        self.report_object(s, slab, what, obj, Some((bad, last, first, expect, from)));
+        let _ = from;
+    }
+
+    /// `slab_err` + `print_trailer`: the header, INFO lines (range, tracks, slab,
+    /// object), and hex dumps of the red zones, object and padding.
+    #[cold]
+    pub(crate) fn report_object(
+        &self,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        what: &str,
+        obj: usize,
+        bytes: Option<(usize, usize, u8, u8, usize)>,
+    ) {
+        let cfg = s.config();
+        let mut w = LogWriter::new(self.pages.platform());
+        self.header(&mut w, s, what);
+        if let Some((bad, last, first, expect, _)) = bytes {
+            let _ = writeln!(w, "INFO: 0x{bad:016x}-0x{last:016x} @offset={}. First byte 0x{first:x} instead of 0x{expect:x}", bad.wrapping_sub(obj));
+        }
+        let now = self.pages.platform().now_ns();
+        for (label, which) in [("Allocated", Track2::Alloc), ("Freed", Track2::Free)] {
+            if let Some(t) = self.get_track(cfg, obj, which) {
+                if t.when_ns == 0 {
+                    continue;
+                }
+                let _ = write!(w, "INFO: {label} in ");
+                let _ = self.pages.platform().symbolize(t.frames[0], &mut w);
+                let _ = writeln!(
+                    w,
+                    " age={} cpu={} pid={} tid={}",
+                    now.saturating_sub(t.when_ns) / 1_000_000,
+                    t.cpu,
+                    t.pid,
+                    t.tid
+                );
+                for &f in t.frames.iter().skip(1).filter(|&&f| f != 0) {
+                    let _ = write!(w, " ");
+                    let _ = self.pages.platform().symbolize(f, &mut w);
+                    let _ = writeln!(w);
+                }
+            }
+        }
+        // SAFETY: a live slab.
+        let sr = unsafe { slab.as_ref() };
+        let st = slab_state(sr);
+        let base = self.slab_base(slab);
+        let _ = writeln!(
+            w,
+            "INFO: Slab 0x{:016x} objects={} used={} fp=0x{:016x} flags=0x{:x}",
+            slab.as_ptr() as usize,
+            cfg.objects,
+            st.inuse(),
+            base + st.offset() as usize,
+            sr.flags().bits()
+        );
+        let slot = obj.wrapping_sub(cfg.red_left);
+        let in_slab = obj.wrapping_sub(base) < cfg.slab_bytes();
+        let _ = writeln!(
+            w,
+            "INFO: Object 0x{obj:016x} @offset={} fp=0x{:016x}",
+            obj.wrapping_sub(base),
+            if in_slab && !matches!(bytes, None if what == "Freepointer corrupt") {
+                // SAFETY: inside the slot.
+                unsafe { get_freepointer(cfg, obj) }
+            } else {
+                0
+            }
+        );
+        let _ = writeln!(w);
+        if in_slab {
+            if cfg.red_left > 0 {
+                dump(&mut w, "Redzone", slot, cfg.red_left);
+            }
+            dump(&mut w, "Object", obj, cfg.object_size.min(128));
+            if cfg.rz_end > cfg.object_size {
+                dump(
+                    &mut w,
+                    "Redzone",
+                    obj + cfg.object_size,
+                    cfg.rz_end - cfg.object_size,
+                );
+            }
+            let pad = obj + cfg.track_off + self.tracks_len(cfg);
+            let end = slot + cfg.size;
+            if cfg.flags.contains(SlabFlags::POISON) && end > pad {
+                dump(&mut w, "Padding", pad, end - pad);
+            }
+        }
+        drop(w);
+        self.pages.count_bad_object();
+    }
+
+    // -----------------------------------------------------------------------
+    // validate.
+
+    /// Walks every slab of `s` on the node lists (and, for a debug cache, the full
+    /// list): freelists, counts, red zones, poison, padding. Each problem is reported
+    /// in the kernel's format and passed to `found`; returns how many there were.
+    /// (Slabs held by CPUs are not seen: flush them first for a complete walk.)
+    pub fn validate(&self, s: &KmemCache, found: &mut dyn FnMut(Problem)) -> usize {
+        let cfg = s.config();
+        let mut n = 0;
+        for nid in 0..self.pages.nr_nodes() {
+            let node = &s.node[nid];
+            let list = node.list_lock.lock();
+            let full = node.full.lock();
+            for l in [&*list, &*full] {
+                let mut p = l.first();
+                while let Some(slab) = NonNull::new(p) {
+                    // SAFETY: slabs on the lists are live; we hold the locks.
+                    let sr = unsafe { slab.as_ref() };
+                    p = sr.next.load(Relaxed);
+                    n += self.validate_slab(s, cfg, slab, found);
+                }
+            }
+        }
+        n
+    }
+
+    fn validate_slab(
+        &self,
+        s: &KmemCache,
+        cfg: &CacheConfig,
+        slab: NonNull<Page>,
+        found: &mut dyn FnMut(Problem),
+    ) -> usize {
+        let base = self.slab_base(slab);
+        // SAFETY: a live slab (caller holds its list lock).
+        let sr = unsafe { slab.as_ref() };
+        let st = slab_state(sr);
+        let mut problems = 0;
+        let mut report = |what: &'static str,
+                          addr: usize,
+                          this: &Self,
+                          bytes: Option<(usize, usize, u8, u8, usize)>| {
+            this.report_object(s, slab, what, addr, bytes);
+            found(Problem {
+                what,
+                addr,
+                slab: slab.as_ptr() as usize,
+            });
+        };
+        if !sr.flags().contains(PageFlags::SLAB) {
+            report("Not a valid slab page", base, self, None);
+            return 1;
+        }
+        // Free objects: a bitmap on the stack (4096 objects at most per slab).
+        let mut free = [0u64; 64];
+        let mut count = 0usize;
+        let mut p = base + st.offset() as usize;
+        while p & 1 == 0 {
+            if !self.valid_link(cfg, base, p) || count >= cfg.objects {
+                report("Freepointer corrupt", p, self, None);
+                return problems + 1;
+            }
+            let idx = (p - base - cfg.red_left) / cfg.size;
+            if idx < 4096 {
+                free[idx / 64] |= 1 << (idx % 64);
+            }
+            count += 1;
+            // SAFETY: a valid free object of this slab.
+            p = unsafe { get_freepointer(cfg, p) };
+        }
+        let expected_free = cfg.objects - st.inuse() as usize;
+        let local = sr.owner[3].load(Relaxed) & 0xffff_ffff;
+        if count + local != expected_free && !st.frozen() {
+            report("Wrong object count", base, self, None);
+            problems += 1;
+        }
+        if !cfg.is_debug() {
+            return problems;
+        }
+        for idx in 0..cfg.objects.min(4096) {
+            let obj = base + idx * cfg.size + cfg.red_left;
+            let is_free = free[idx / 64] & (1 << (idx % 64)) != 0;
+            let zone = if is_free { RED_INACTIVE } else { RED_ACTIVE };
+            if let Some((bad, from, to)) = self.check_redzones(cfg, obj, zone) {
+                let last = (bad..to).rev().find(|&a| {
+                    // SAFETY: inside the slot.
+                    let b = unsafe { (a as *const u8).read() };
+                    b != zone
+                });
+                // SAFETY: inside the slot.
+                let first = unsafe { (bad as *const u8).read() };
+                report(
+                    "Redzone overwritten",
+                    obj,
+                    self,
+                    Some((bad, last.unwrap_or(bad), first, zone, from)),
+                );
+                problems += 1;
+            }
+            if is_free {
+                if let Some((bad, from, _)) = self.check_poison(cfg, obj) {
+                    // SAFETY: inside the slot.
+                    let first = unsafe { (bad as *const u8).read() };
+                    report(
+                        "Poison overwritten",
+                        obj,
+                        self,
+                        Some((bad, bad, first, POISON_FREE, from)),
+                    );
+                    problems += 1;
+                }
+            }
+            if cfg.flags.contains(SlabFlags::POISON) {
+                let pad = obj + cfg.track_off + self.tracks_len(cfg);
+                let end = obj - cfg.red_left + cfg.size;
+                if let Some(bad) = find_not(pad, end - pad, POISON_INUSE) {
+                    // SAFETY: inside the slot.
+                    let first = unsafe { (bad as *const u8).read() };
+                    report(
+                        "Padding overwritten",
+                        obj,
+                        self,
+                        Some((bad, bad, first, POISON_INUSE, pad)),
+                    );
+                    problems += 1;
+                }
+            }
+        }
+        problems
+    }
+}
+
+/// `print_section`: 16 bytes a line, hex then ASCII.
+fn dump<P: Platform>(w: &mut LogWriter<'_, P>, label: &str, addr: usize, len: usize) {
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(16);
+        let _ = write!(w, "{label} 0x{:016x}: ", addr + off);
+        let mut ascii = [b'.'; 16];
+        for i in 0..16 {
+            if i < n {
+                // SAFETY: callers dump ranges inside a slot of ours.
+                let b = unsafe { ((addr + off + i) as *const u8).read() };
+                let _ = write!(w, "{b:02x} ");
+                if b.is_ascii_graphic() {
+                    ascii[i] = b;
+                }
+            } else {
+                let _ = write!(w, "   ");
+            }
+        }
+        let _ = writeln!(w, " {}", core::str::from_utf8(&ascii[..n]).unwrap_or(""));
+        off += 16;
+    }
+}
