@@ -523,7 +523,12 @@ impl<P: Platform> Slub<'_, P> {
             let _ = writeln!(w, "INFO: 0x{bad:016x}-0x{last:016x} @offset={}. First byte 0x{first:x} instead of 0x{expect:x}", bad.wrapping_sub(obj));
         }
         let now = self.pages.platform().now_ns();
+        let base = self.slab_base(slab);
+        let in_slab = obj & 1 == 0 && self.valid_link(cfg, base, obj);
         for (label, which) in [("Allocated", Track2::Alloc), ("Freed", Track2::Free)] {
+            if !in_slab {
+                break;
+            }
             if let Some(t) = self.get_track(cfg, obj, which) {
                 if t.when_ns == 0 {
                     continue;
@@ -548,7 +553,6 @@ impl<P: Platform> Slub<'_, P> {
         // SAFETY: a live slab.
         let sr = unsafe { slab.as_ref() };
         let st = slab_state(sr);
-        let base = self.slab_base(slab);
         let _ = writeln!(
             w,
             "INFO: Slab 0x{:016x} objects={} used={} fp=0x{:016x} flags=0x{:x}",
@@ -559,17 +563,16 @@ impl<P: Platform> Slub<'_, P> {
             sr.flags().bits()
         );
         let slot = obj.wrapping_sub(cfg.red_left);
-        let in_slab = obj.wrapping_sub(base) < cfg.slab_bytes();
+        let fp = if in_slab {
+            // SAFETY: an object slot of this slab.
+            unsafe { get_freepointer(cfg, obj) }
+        } else {
+            0
+        };
         let _ = writeln!(
             w,
-            "INFO: Object 0x{obj:016x} @offset={} fp=0x{:016x}",
-            obj.wrapping_sub(base),
-            if in_slab && !matches!(bytes, None if what == "Freepointer corrupt") {
-                // SAFETY: inside the slot.
-                unsafe { get_freepointer(cfg, obj) }
-            } else {
-                0
-            }
+            "INFO: Object 0x{obj:016x} @offset={} fp=0x{fp:016x}",
+            obj.wrapping_sub(base)
         );
         let _ = writeln!(w);
         if in_slab {

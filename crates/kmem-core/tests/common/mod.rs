@@ -47,6 +47,15 @@ impl Platform for TestPlatform {
     fn now_ns(&self) -> u64 {
         self.clock.load(Ordering::Relaxed)
     }
+    fn stack_trace(&self, frames: &mut [usize]) {
+        // A recognisable "call site" for the U tests.
+        if let Some(f) = frames.first_mut() {
+            *f = 0xc0de;
+        }
+    }
+    fn thread_and_pid(&self) -> (u32, u32) {
+        (7, 42)
+    }
     fn log(&self, text: &str) {
         if self.echo {
             eprint!("{text}");
@@ -88,8 +97,20 @@ fn span(sections: usize) -> (*mut u8, usize) {
 
 /// A fresh whole allocator (pages + slab) over a private span.
 pub fn kmem(sections: usize, config: Config) -> &'static Kmem<TestPlatform> {
+    kmem_with(sections, config, None)
+}
+
+/// As [`kmem`], with a debug policy (slub_debug flags by cache name) set first.
+pub fn kmem_with(
+    sections: usize,
+    config: Config,
+    policy: Option<fn(&str) -> kmem_core::SlabFlags>,
+) -> &'static Kmem<TestPlatform> {
     let (base, len) = span(sections);
     let k: &'static Kmem<TestPlatform> = Box::leak(Box::new(Kmem::new(TestPlatform::new())));
+    if let Some(p) = policy {
+        k.set_debug_policy(p);
+    }
     // SAFETY: the span is ours alone and nobody else uses the allocator yet.
     unsafe { k.init(base, len, config, 2) }.unwrap();
     k

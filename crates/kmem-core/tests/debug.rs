@@ -1,0 +1,327 @@
+//! The slub_debug battery: each error committed on purpose, then the report text and
+//! the outcome (the checker survives, nothing is handed out twice, the program goes
+//! on) are checked.
+
+mod common;
+
+use common::{config, kmem_with, TestPlatform};
+use kmem_core::slub_debug::Problem;
+use kmem_core::{CpuRef, Gfp, Kmem, SlabFlags};
+use std::collections::HashSet;
+
+type K = Kmem<TestPlatform>;
+
+fn all_debug(_name: &str) -> SlabFlags {
+    SlabFlags::DEBUG - SlabFlags::TRACE
+}
+
+/// A heap whose kmalloc caches run with F, Z, P and U, and a CPU area for this thread.
+fn setup() -> (&'static K, CpuRef<'static>) {
+    let k = kmem_with(2, config(1, 0), Some(all_debug));
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: this test thread owns the area for the rest of the test.
+    (k, unsafe { CpuRef::new(area) })
+}
+
+fn log(k: &K) -> String {
+    k.pages.platform().take_log()
+}
+
+/// Allocates `n` objects of `size` and checks none is one of `banned`.
+fn never_handed_out(k: &K, cpu: CpuRef<'_>, size: usize, banned: &[*mut u8]) {
+    let mut seen = HashSet::new();
+    let mut held = Vec::new();
+    for _ in 0..300 {
+        let p = k.kmalloc(Some(cpu), size, Gfp::KERNEL).unwrap().as_ptr();
+        assert!(
+            !banned.contains(&p),
+            "a quarantined object was handed out again"
+        );
+        assert!(seen.insert(p as usize), "an object was handed out twice");
+        held.push(p);
+    }
+    for p in held {
+        // SAFETY: ours.
+        assert!(unsafe { k.kfree(Some(cpu), p) });
+    }
+}
+
+#[test]
+fn write_past_the_end_is_caught_at_free() {
+    let (k, cpu) = setup();
+    let p = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: the bug under test: one byte past the object.
+    unsafe { p.add(64).write(b'X') };
+    // SAFETY: our object (damaged).
+    assert!(
+        !unsafe { k.kfree(Some(cpu), p) },
+        "a damaged object is not freed"
+    );
+    let l = log(k);
+    assert!(
+        l.contains("BUG kmalloc-64 (Not tainted): Redzone overwritten"),
+        "{l}"
+    );
+    assert!(l.contains("First byte 0x58 instead of 0xcc"), "{l}");
+    assert!(l.contains("INFO: Allocated in 0xc0de age="), "{l}");
+    assert!(l.contains(" pid=42 tid=7"), "{l}");
+    assert!(l.contains("INFO: Slab 0x"), "{l}");
+    assert!(l.contains("INFO: Object 0x"), "{l}");
+    assert!(l.contains("Redzone 0x"), "{l}");
+    assert!(l.contains("Object 0x"), "{l}");
+    assert!(l.contains("cc cc cc"), "{l}");
+    assert!(
+        l.contains("FIX kmalloc-64: Object not freed (quarantined)"),
+        "{l}"
+    );
+    never_handed_out(k, cpu, 64, &[p]);
+}
+
+#[test]
+fn write_before_the_start_is_caught_at_free() {
+    let (k, cpu) = setup();
+    let p = k.kmalloc(Some(cpu), 100, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: the bug under test: one byte before the object.
+    unsafe { p.sub(1).write(0) };
+    // SAFETY: our object (damaged).
+    assert!(!unsafe { k.kfree(Some(cpu), p) });
+    let l = log(k);
+    assert!(
+        l.contains("BUG kmalloc-128 (Not tainted): Redzone overwritten"),
+        "{l}"
+    );
+    assert!(l.contains("First byte 0x0 instead of 0xcc"), "{l}");
+    never_handed_out(k, cpu, 100, &[p]);
+}
+
+#[test]
+fn write_after_free_is_caught_when_the_object_comes_back() {
+    let (k, cpu) = setup();
+    let p = k.kmalloc(Some(cpu), 32, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: ours.
+    assert!(unsafe { k.kfree(Some(cpu), p) });
+    // SAFETY: the bug under test: a write into a freed object.
+    unsafe { p.add(5).write(0x55) };
+    // The next allocation would reuse it: the check catches the write, quarantines
+    // the object and hands out another.
+    let q = k.kmalloc(Some(cpu), 32, Gfp::KERNEL).unwrap().as_ptr();
+    assert_ne!(q, p);
+    let l = log(k);
+    assert!(
+        l.contains("BUG kmalloc-32 (Not tainted): Poison overwritten"),
+        "{l}"
+    );
+    assert!(l.contains("First byte 0x55 instead of 0x6b"), "{l}");
+    assert!(l.contains("INFO: Freed in 0xc0de"), "{l}");
+    assert!(l.contains("6b 6b 6b 6b 6b 55 6b"), "{l}");
+    assert!(
+        l.contains("FIX kmalloc-32: Marking object used (quarantined)"),
+        "{l}"
+    );
+    // SAFETY: ours.
+    unsafe { k.kfree(Some(cpu), q) };
+    never_handed_out(k, cpu, 32, &[p]);
+}
+
+#[test]
+fn double_frees_at_and_away_from_the_head() {
+    let (k, cpu) = setup();
+    let a = k.kmalloc(Some(cpu), 48, Gfp::KERNEL).unwrap().as_ptr();
+    let b = k.kmalloc(Some(cpu), 48, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: the second free of each is the bug under test.
+    unsafe {
+        assert!(k.kfree(Some(cpu), a));
+        assert!(!k.kfree(Some(cpu), a), "head double free");
+        assert!(k.kfree(Some(cpu), b));
+        assert!(!k.kfree(Some(cpu), a), "non-head double free");
+    }
+    let l = log(k);
+    assert_eq!(
+        l.matches("BUG kmalloc-64 (Not tainted): Object already free")
+            .count(),
+        2,
+        "{l}"
+    );
+    // a and b each come back once, never twice.
+    let mut got = HashSet::new();
+    for _ in 0..200 {
+        let p = k.kmalloc(Some(cpu), 48, Gfp::KERNEL).unwrap().as_ptr() as usize;
+        assert!(got.insert(p), "handed out twice");
+    }
+}
+
+#[test]
+fn foreign_and_interior_pointers_are_refused() {
+    let (k, cpu) = setup();
+    let p = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap().as_ptr();
+    let mut local = [0u8; 8];
+    // SAFETY: bugs under test; neither pointer may be freed.
+    unsafe {
+        assert!(!k.kfree(Some(cpu), p.add(16)));
+        assert!(!k.kfree(Some(cpu), local.as_mut_ptr()));
+    }
+    let l = log(k);
+    assert!(
+        l.contains("BUG kmalloc-64 (Not tainted): Invalid object pointer"),
+        "{l}"
+    );
+    assert!(
+        l.contains("BUG kmalloc (Not tainted): not allocated by kmem"),
+        "{l}"
+    );
+    // SAFETY: ours, intact.
+    assert!(unsafe { k.kfree(Some(cpu), p) });
+}
+
+#[test]
+fn overwritten_free_pointer_marks_the_slab_used() {
+    let (k, cpu) = setup();
+    let cfg = *k.kmalloc_caches()[3].config(); // kmalloc-64
+    let a = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap().as_ptr();
+    let b = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: ours.
+    unsafe { assert!(k.kfree(Some(cpu), a)) };
+    // SAFETY: the bug under test: a wild write over a free object's free pointer.
+    unsafe { (a.add(cfg.offset) as *mut usize).write(0xdead_beef) };
+    let mut handed = HashSet::new();
+    for _ in 0..100 {
+        let p = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap().as_ptr() as usize;
+        assert!(
+            p != 0xdead_beef && handed.insert(p),
+            "a wild or repeated object"
+        );
+    }
+    let l = log(k);
+    assert!(
+        l.contains("BUG kmalloc-64 (Not tainted): Freepointer corrupt"),
+        "{l}"
+    );
+    assert!(
+        l.contains("FIX kmalloc-64: Marking all objects used"),
+        "{l}"
+    );
+    // SAFETY: ours.
+    unsafe { k.kfree(Some(cpu), b) };
+}
+
+#[test]
+fn validate_finds_each_kind_of_damage() {
+    let (k, cpu) = setup();
+    let s = &k.kmalloc_caches()[5]; // kmalloc-128
+    let cfg = *s.config();
+    let objs: Vec<*mut u8> = (0..6)
+        .map(|_| k.kmalloc(Some(cpu), 128, Gfp::KERNEL).unwrap().as_ptr())
+        .collect();
+    let mut problems: Vec<Problem> = Vec::new();
+    assert_eq!(
+        k.slub().validate(s, &mut |p| problems.push(p)),
+        0,
+        "a healthy cache"
+    );
+    // SAFETY: each write is damage under test.
+    unsafe {
+        objs[0].add(128).write(1); // right red zone of an allocated object
+        assert!(k.kfree(Some(cpu), objs[1]));
+        objs[1].add(10).write(2); // poison of a free object
+        let pad = objs[2].add(cfg.track_off + 2 * kmem_core::slub_debug::TRACK_SIZE);
+        let slot_end = objs[2].sub(cfg.red_left).add(cfg.size);
+        if pad < slot_end {
+            pad.write(3); // padding
+        }
+    }
+    let n = k.slub().validate(s, &mut |p| problems.push(p));
+    let kinds: Vec<&str> = problems.iter().map(|p| p.what).collect();
+    assert!(kinds.contains(&"Redzone overwritten"), "{kinds:?}");
+    assert!(kinds.contains(&"Poison overwritten"), "{kinds:?}");
+    assert_eq!(n, problems.len());
+    assert!(problems.iter().any(|p| p.addr == objs[0] as usize));
+    assert!(problems.iter().any(|p| p.addr == objs[1] as usize));
+    let l = log(k);
+    assert!(
+        l.contains("BUG kmalloc-128 (Not tainted): Redzone overwritten"),
+        "{l}"
+    );
+    // A corrupt freelist is found too.
+    // SAFETY: damage under test on a free object's free pointer.
+    unsafe { (objs[1].add(cfg.offset) as *mut usize).write(0x1234) };
+    let mut more = Vec::new();
+    k.slub().validate(s, &mut |p| more.push(p.what));
+    assert!(more.contains(&"Freepointer corrupt"), "{more:?}");
+}
+
+#[test]
+fn trace_and_per_cache_selection() {
+    fn only_traced(name: &str) -> SlabFlags {
+        if name == "traced-40" {
+            SlabFlags::TRACE | SlabFlags::CONSISTENCY_CHECKS
+        } else {
+            SlabFlags::empty()
+        }
+    }
+    let k = kmem_with(2, config(1, 0), Some(only_traced));
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this thread.
+    let cpu = Some(unsafe { CpuRef::new(area) });
+    assert!(
+        !k.kmalloc_caches()[3].config().is_debug(),
+        "the policy names one cache"
+    );
+    let s = k
+        .kmem_cache_create(cpu, "traced-40", 40, 8, SlabFlags::empty(), None)
+        .unwrap();
+    assert!(s.config().is_debug());
+    let p = k.slub().alloc(cpu, s, Gfp::KERNEL).unwrap();
+    // SAFETY: ours.
+    unsafe { k.slub().free(cpu, s, p) };
+    let l = log(k);
+    assert!(
+        l.contains(&format!(
+            "TRACE traced-40 alloc 0x{:016x}",
+            p.as_ptr() as usize
+        )),
+        "{l}"
+    );
+    assert!(l.contains("TRACE traced-40 free"), "{l}");
+    // Flags at create time work without a policy too.
+    let k2 = kmem_with(2, config(1, 0), None);
+    let z = k2
+        .kmem_cache_create(
+            None,
+            "rz-24",
+            24,
+            8,
+            SlabFlags::RED_ZONE | SlabFlags::POISON,
+            None,
+        )
+        .unwrap();
+    let o = k2.slub().alloc(None, z, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: the bug under test: past the end.
+    unsafe { o.add(24).write(9) };
+    // SAFETY: our (damaged) object.
+    assert!(!unsafe { k2.slub().free(None, z, std::ptr::NonNull::new(o).unwrap()) });
+    assert!(k2
+        .pages
+        .platform()
+        .take_log()
+        .contains("BUG rz-24 (Not tainted): Redzone overwritten"));
+}
+
+#[test]
+fn debug_objects_keep_their_alignment_and_size() {
+    let (k, cpu) = setup();
+    for size in [8usize, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096] {
+        let p = k.kmalloc(Some(cpu), size, Gfp::KERNEL).unwrap().as_ptr();
+        let align = (1usize << size.trailing_zeros()).min(4096);
+        assert_eq!(p as usize % align, 0, "kmalloc({size}) under debug");
+        assert_eq!(k.ksize(p), size);
+        // SAFETY: ours, `size` bytes: the whole object is usable.
+        unsafe {
+            std::ptr::write_bytes(p, 0x77, size);
+            assert!(
+                k.kfree(Some(cpu), p),
+                "kmalloc({size}): a clean object frees"
+            );
+        }
+    }
+    assert_eq!(log(k), "");
+}
