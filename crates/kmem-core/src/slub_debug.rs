@@ -242,7 +242,7 @@ impl<P: Platform> Slub<'_, P> {
             return true;
         }
         let off = p.wrapping_sub(base).wrapping_sub(cfg.red_left);
-        off < cfg.objects * cfg.size && off % cfg.size == 0
+        off < cfg.objects * cfg.size && off.is_multiple_of(cfg.size)
     }
 
     /// `alloc_debug_processing`: one object of debug cache `s`, checked.
@@ -738,13 +738,13 @@ fn dump<P: Platform>(w: &mut LogWriter<'_, P>, label: &str, addr: usize, len: us
         let n = (len - off).min(16);
         let _ = write!(w, "{label} 0x{:016x}: ", addr + off);
         let mut ascii = [b'.'; 16];
-        for i in 0..16 {
+        for (i, a) in ascii.iter_mut().enumerate() {
             if i < n {
                 // SAFETY: callers dump ranges inside a slot of ours.
                 let b = unsafe { ((addr + off + i) as *const u8).read() };
                 let _ = write!(w, "{b:02x} ");
                 if b.is_ascii_graphic() {
-                    ascii[i] = b;
+                    *a = b;
                 }
             } else {
                 let _ = write!(w, "   ");
