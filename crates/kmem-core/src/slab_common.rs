@@ -411,6 +411,14 @@ impl<P: Platform> Kmem<P> {
         result
     }
 
+    /// `validate` on every cache (see [`Slub::validate`]); returns the problems found.
+    pub fn validate_all(&self, found: &mut dyn FnMut(crate::slub_debug::Problem)) -> usize {
+        let slub = self.slub();
+        let mut n = 0;
+        self.caches.for_each(|s| n += slub.validate(s, found));
+        n
+    }
+
     /// A cache's SLUB statistics, one `name value` line each (the files of
     /// `/sys/kernel/slab/<cache>/`), summed over every CPU area.
     pub fn slub_stats(&self, s: &KmemCache, w: &mut dyn fmt::Write) -> fmt::Result {

@@ -38,7 +38,7 @@ fn compile(name: &str) -> PathBuf {
     let out = tmp().join(name.replace('.', "_"));
     let cpp = name.ends_with(".cpp");
     let status = Command::new(if cpp { "c++" } else { "cc" })
-        .args(["-O1", "-g", "-pthread", "-w", "-o"])
+        .args(["-O1", "-g", "-rdynamic", "-pthread", "-w", "-o"])
         .arg(&out)
         .arg(&src)
         .status()
@@ -215,4 +215,45 @@ fn cpp_map_and_strings() {
     let prog = compile("map.cpp");
     let out = same_output(&prog, &[], None);
     assert!(out.starts_with("50000 "), "{out}");
+}
+
+#[test]
+fn slub_debug_through_the_shim() {
+    let prog = compile("debug.c");
+    let cases = [
+        ("past-end", "Redzone overwritten"),
+        ("before-start", "Redzone overwritten"),
+        ("after-free", "Poison overwritten"),
+        ("double-head", "Object already free"),
+        ("double-nonhead", "Object already free"),
+        ("freepointer", "Freepointer corrupt"),
+    ];
+    for (what, reason) in cases {
+        let out = run_with(&prog, &[what], true, &[("KMEM_DEBUG", "FZPU")]);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{what}: the program goes on\n{err}");
+        assert_eq!(text(&out.stdout), "done\n", "{what}: {err}");
+        assert!(
+            err.contains("BUG kmalloc-64 (Not tainted): "),
+            "{what}: {err}"
+        );
+        assert!(err.contains(reason), "{what}: {err}");
+        assert!(err.contains("INFO: Slab 0x"), "{what}: {err}");
+    }
+    // The same errors without debugging: the immediate double free still aborts.
+    let out = run_with(&prog, &["double-head"], true, &[]);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT));
+    // The tracks name the caller in the program.
+    let out = run_with(
+        &prog,
+        &["past-end"],
+        true,
+        &[("KMEM_DEBUG", "FZPU,kmalloc-64")],
+    );
+    assert!(
+        text(&out.stderr).contains("INFO: Allocated in main+0x"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -211,6 +211,11 @@ impl Heap {
     /// Writes the exit report (slabinfo, buddyinfo, vmstat) to `w`, without
     /// allocating.
     pub fn write_report(&self, w: &mut dyn std::fmt::Write) -> std::fmt::Result {
+        if self.config().debug.any() {
+            // slub_debug is on: walk every slab first (problems are reported as found).
+            let n = self.kmem.validate_all(&mut |_| {});
+            writeln!(w, "kmem: validate found {n} problem(s)")?;
+        }
         self.kmem.slabinfo(w)?;
         writeln!(w)?;
         kmem_core::show_mem::buddyinfo(&self.kmem.pages, w)?;
@@ -505,6 +510,15 @@ impl Heap {
         let mut s = String::new();
         let _ = self.kmem.slabinfo(&mut s);
         s
+    }
+
+    /// `validate` on every cache: walks every slab on the node lists (and a debug
+    /// cache's full slabs) checking freelists, counts, red zones, poison; problems are
+    /// reported on stderr in the kernel's format and returned.
+    pub fn validate(&self) -> Vec<kmem_core::slub_debug::Problem> {
+        let mut v = Vec::new();
+        self.kmem.validate_all(&mut |p| v.push(p));
+        v
     }
 
     /// A cache's SLUB statistics (`alloc_fastpath 123` lines).

@@ -1,0 +1,37 @@
+/* slub_debug through libkmem.so (run with KMEM_DEBUG=FZPU): each error on purpose;
+ * the program must go on and print "done" (the debug layer reports and
+ * quarantines). argv[1] picks the error. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int main(int argc, char **argv) {
+    const char *what = argc > 1 ? argv[1] : "";
+    char *p = malloc(64);
+    /* volatile: the compiler must not drop writes to memory about to be freed. */
+    volatile char *v = p;
+    memset(p, 1, 64);
+    if (!strcmp(what, "past-end")) { v[64] = 'X'; free(p); }
+    if (!strcmp(what, "before-start")) { v[-1] = 'X'; free(p); }
+    if (!strcmp(what, "after-free")) { free(p); v[10] = 'U'; for (int i = 0; i < 100; i++) free(malloc(64)); }
+    if (!strcmp(what, "double-head")) { free(p); free(p); }
+    if (!strcmp(what, "double-nonhead")) { char *q = malloc(64); free(p); free(q); free(p); }
+    if (!strcmp(what, "freepointer")) {
+        char *q = malloc(64);
+        free(p);
+        for (int i = 0; i < 128; i++) v[i] = 0x41; /* the object, red zone, free pointer */
+        for (int i = 0; i < 100; i++) free(malloc(64));
+        free(q);
+    }
+    /* Nothing handed out twice afterwards. */
+    void *seen[200];
+    for (int i = 0; i < 200; i++) {
+        seen[i] = malloc(64);
+        for (int j = 0; j < i; j++)
+            if (seen[j] == seen[i]) { printf("twice\n"); return 1; }
+    }
+    for (int i = 0; i < 200; i++) free(seen[i]);
+    printf("done\n");
+    return 0;
+}
