@@ -41,6 +41,19 @@ pub trait Platform: Sync {
     /// can age memory of its own the same way (Linux: cached huge mappings).
     fn reporting_pass(&self, _now_ns: u64) {}
 
+    /// 64 random bits for the freelist hardening key and randomised freelists. The
+    /// default mixes the clock with a counter; a platform with a real source
+    /// (Linux: getrandom) should use it.
+    fn random_u64(&self) -> u64 {
+        static COUNTER: crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+        let c = COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, crate::sync::Ordering::Relaxed);
+        let mut x = self.now_ns() ^ c;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x
+    }
+
     /// slub_debug's U flag: fills `frames` with return addresses of the current call
     /// stack, innermost first, skipping the allocator's own frames where it can tell;
     /// leaves zeros where it cannot. Must not allocate (or must guard re-entry).

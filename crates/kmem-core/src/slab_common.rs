@@ -130,6 +130,15 @@ impl<P: Platform> Kmem<P> {
         self.debug_policy.store(policy as usize, Relaxed);
     }
 
+    /// Always-on hardening: a random key for the cache's freelist pointers (unless
+    /// the cache asked for `NO_HARDEN`).
+    fn harden(&self, cfg: &mut CacheConfig) {
+        if !cfg.flags.contains(SlabFlags::NO_HARDEN) {
+            cfg.random = self.pages.platform().random_u64() as usize;
+            cfg.harden_mask = usize::MAX;
+        }
+    }
+
     fn policy_flags(&self, name: &str) -> SlabFlags {
         let p = self.debug_policy.load(Relaxed);
         if p == 0 {
@@ -138,7 +147,12 @@ impl<P: Platform> Kmem<P> {
         // SAFETY: only `set_debug_policy` stores a non-zero value, made from a
         // `fn(&str) -> SlabFlags`.
         let f = unsafe { core::mem::transmute::<usize, fn(&str) -> SlabFlags>(p) };
-        f(name) & SlabFlags::DEBUG
+        f(name)
+            & (SlabFlags::DEBUG
+                | SlabFlags::INIT_ON_ALLOC
+                | SlabFlags::INIT_ON_FREE
+                | SlabFlags::RANDOM_FREELIST
+                | SlabFlags::NO_HARDEN)
     }
 
     /// Initialises the page allocator over the span (see [`PageAllocator::init`]) and
@@ -161,6 +175,7 @@ impl<P: Platform> Kmem<P> {
             let flags = flags | self.policy_flags(name);
             let mut cfg = CacheConfig::calculate(name, size, align, flags, None, nr_cpus)
                 .ok_or(InitError::BadConfig)?;
+            self.harden(&mut cfg);
             cfg.cpu_offset = self
                 .pages
                 .percpu()
@@ -318,6 +333,7 @@ impl<P: Platform> Kmem<P> {
         let nr_cpus = self.nr_cpus.load(Relaxed);
         let flags = flags | self.policy_flags(name);
         let mut cfg = CacheConfig::calculate(name, size, align, flags, ctor, nr_cpus)?;
+        self.harden(&mut cfg);
         cfg.cpu_offset = self
             .pages
             .percpu()

@@ -87,6 +87,15 @@ bitflags::bitflags! {
         const STORE_USER = 1 << 11;
         /// T (`SLAB_TRACE`): trace every alloc and free on the log.
         const TRACE = 1 << 12;
+        /// No freelist pointer obfuscation for this cache (hardening is on by default;
+        /// the `debug` bench suite measures its cost against this).
+        const NO_HARDEN = 1 << 16;
+        /// `init_on_alloc`: objects are zeroed when handed out.
+        const INIT_ON_ALLOC = 1 << 17;
+        /// `init_on_free`: objects are zeroed when freed.
+        const INIT_ON_FREE = 1 << 18;
+        /// `CONFIG_SLAB_FREELIST_RANDOM`: each new slab's freelist in a random order.
+        const RANDOM_FREELIST = 1 << 19;
         /// All slub_debug flags: a cache with any of them leaves the fast paths.
         const DEBUG = Self::CONSISTENCY_CHECKS.bits() | Self::RED_ZONE.bits()
             | Self::POISON.bits() | Self::STORE_USER.bits() | Self::TRACE.bits();
@@ -278,6 +287,11 @@ pub struct CacheConfig {
     pub rz_end: usize,
     /// Offset of the two tracks (alloc, free) from the object's start (with U).
     pub track_off: usize,
+    /// Freelist hardening: a stored free pointer is `ptr ^ random ^ (swab(address of
+    /// the pointer) & harden_mask)` (CONFIG_SLAB_FREELIST_HARDENED); 0 and 0 when off.
+    pub random: usize,
+    /// All ones when hardened, else 0.
+    pub harden_mask: usize,
 }
 
 impl CacheConfig {
@@ -299,6 +313,8 @@ impl CacheConfig {
         red_left: 0,
         rz_end: 0,
         track_off: 0,
+        random: 0,
+        harden_mask: 0,
     };
 
     /// The cache's name.
@@ -721,16 +737,59 @@ pub(crate) fn cas_state(slab: &Page, old: SlabState, new: SlabState) -> bool {
 /// `obj` is a free object of a slab of `s` (its free pointer word is initialised).
 #[inline]
 pub(crate) unsafe fn get_freepointer(s: &CacheConfig, obj: usize) -> usize {
+    let at = obj + s.offset;
     // SAFETY: caller: a free object, whose word at `offset` holds its successor.
-    unsafe { ptr::read((obj + s.offset) as *const usize) }
+    let raw = unsafe { ptr::read(at as *const usize) };
+    raw ^ s.random ^ (at.swap_bytes() & s.harden_mask)
 }
 
 /// # Safety
 /// `obj` is an object of a slab of `s` that the caller owns (being freed).
 #[inline]
 pub(crate) unsafe fn set_freepointer(s: &CacheConfig, obj: usize, next: usize) {
+    let at = obj + s.offset;
     // SAFETY: caller: the object is ours to write.
-    unsafe { ptr::write((obj + s.offset) as *mut usize, next) };
+    unsafe {
+        ptr::write(
+            at as *mut usize,
+            next ^ s.random ^ (at.swap_bytes() & s.harden_mask),
+        )
+    };
+}
+
+/// Greatest common divisor.
+fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+/// `init_on_free`: zeroes a freed object but for its free-pointer word, which a
+/// freelist may still use (a double free not caught at a head keeps the list whole).
+///
+/// # Safety
+/// `obj` is an object of a slab of `s` that the caller owns (being freed).
+#[cold]
+#[inline(never)]
+unsafe fn init_on_free(s: &CacheConfig, obj: usize) {
+    let end = s.object_size;
+    let fp = s.offset.min(end);
+    let fp_end = (s.offset + core::mem::size_of::<usize>()).min(end);
+    // SAFETY: caller: the object's `object_size` bytes are ours to write; the two
+    // ranges lie within them.
+    unsafe {
+        ptr::write_bytes(obj as *mut u8, 0, fp);
+        ptr::write_bytes((obj + fp_end) as *mut u8, 0, end - fp_end);
+    }
+}
+
+/// Whether a decoded freelist value `next` found in `obj` lies in `obj`'s slab
+/// (an object or the end token): slabs are aligned to their size, so both share
+/// every bit above it. A value that does not is corruption (or a forged pointer).
+#[inline]
+pub(crate) fn same_slab(cfg: &CacheConfig, obj: usize, next: usize) -> bool {
+    (obj ^ next) < cfg.slab_bytes()
 }
 
 impl<P: Platform> PageAllocator<P> {
@@ -836,7 +895,6 @@ impl<'a, P: Platform> Slub<'a, P> {
         // SAFETY: the block was just allocated: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
         head.set_flags(PageFlags::HEAD | PageFlags::SLAB);
-        // Chain every object, first to last, ending in the end token.
         for i in 0..cfg.objects {
             let obj = base + i * cfg.size + cfg.red_left;
             if cfg.is_debug() {
@@ -845,16 +903,19 @@ impl<'a, P: Platform> Slub<'a, P> {
             if let Some(ctor) = cfg.ctor {
                 (ctor.f)(obj as *mut u8, ctor.data);
             }
-            let next = if i + 1 < cfg.objects {
-                obj + cfg.size
-            } else {
-                base | 1
-            };
+        }
+        // Chain every object, ending in the end token: first to last, or
+        // (CONFIG_SLAB_FREELIST_RANDOM) in the order of a random permutation.
+        let (start, stride) = self.freelist_order(cfg);
+        let n = cfg.objects;
+        let at = |k: usize| base + ((start + k * stride) % n) * cfg.size + cfg.red_left;
+        for k in 0..n {
+            let next = if k + 1 < n { at(k + 1) } else { base | 1 };
             // SAFETY: the object lies in our new slab.
-            unsafe { set_freepointer(cfg, obj, next) };
+            unsafe { set_freepointer(cfg, at(k), next) };
         }
         head.owner[0].store(
-            SlabState::new(cfg.red_left as u64, 0, false).0 as usize,
+            SlabState::new((at(0) - base) as u64, 0, false).0 as usize,
             Relaxed,
         );
         head.owner[1].store(0, Relaxed);
@@ -864,6 +925,25 @@ impl<'a, P: Platform> Slub<'a, P> {
         s.node[nid].nr_slabs.fetch_add(1, Relaxed);
         s.stat(cpu, SlubStat::AllocSlab);
         Some(slab)
+    }
+
+    /// The order of a new slab's freelist, as `(start, stride)`: object `k` of the
+    /// list is object `(start + k * stride) % objects` of the slab. `(0, 1)` unless
+    /// the cache randomises freelists; then a random start and a random stride
+    /// prime to `objects`, so every object comes exactly once.
+    fn freelist_order(&self, cfg: &CacheConfig) -> (usize, usize) {
+        let n = cfg.objects;
+        if !cfg.flags.contains(SlabFlags::RANDOM_FREELIST) || n < 2 {
+            return (0, 1);
+        }
+        let r = self.pages.platform().random_u64();
+        let start = (r as usize) % n;
+        // Walk 1..n from a random point to the first stride prime to n (1 is).
+        let mut stride = 1 + ((r >> 32) as usize) % (n - 1);
+        while gcd(stride, n) != 1 {
+            stride = stride % (n - 1) + 1;
+        }
+        (start, stride)
     }
 
     /// `discard_slab`: gives an empty slab's pages back.
@@ -929,6 +1009,9 @@ impl<'a, P: Platform> Slub<'a, P> {
                 if obj & 1 == 0 && obj != 0 {
                     // SAFETY: `obj` heads this CPU's private freelist of free objects.
                     let next = unsafe { get_freepointer(cfg, obj) };
+                    if !same_slab(cfg, obj, next) {
+                        return self.freelist_corrupt(c, s, gfp, obj, next);
+                    }
                     cc.freelist.store(next, Relaxed);
                     cc.next_tid();
                     cc.count(SlubStat::AllocFastpath);
@@ -941,9 +1024,10 @@ impl<'a, P: Platform> Slub<'a, P> {
             None => self.alloc_nocpu(s, gfp, nid)?,
         };
         let obj = obj as *mut u8;
-        if gfp.contains(Gfp::ZERO) {
+        let cfg = s.config();
+        if gfp.contains(Gfp::ZERO) || cfg.flags.contains(SlabFlags::INIT_ON_ALLOC) {
             // SAFETY: the object is ours now, `object_size` bytes long.
-            unsafe { ptr::write_bytes(obj, 0, s.config().object_size) };
+            unsafe { ptr::write_bytes(obj, 0, cfg.object_size) };
         }
         NonNull::new(obj)
     }
@@ -1004,9 +1088,54 @@ impl<'a, P: Platform> Slub<'a, P> {
     fn take_first(&self, cc: &KmemCacheCpu, cfg: &CacheConfig, list: usize) -> usize {
         // SAFETY: `list` heads a freelist this CPU now owns.
         let next = unsafe { get_freepointer(cfg, list) };
+        // A corrupt link: keep the first object, drop (quarantine) the rest.
+        let next = if same_slab(cfg, list, next) {
+            next
+        } else {
+            self.report_corrupt_link(cfg, list, next);
+            0
+        };
         cc.freelist.store(next, Relaxed);
         cc.next_tid();
         list
+    }
+
+    /// A decoded free pointer outside its slab on the fast path: reported; the rest of
+    /// the CPU freelist (and this object) is dropped — quarantined, never handed out —
+    /// and the allocation goes on through the slow path.
+    #[cold]
+    #[inline(never)]
+    fn freelist_corrupt(
+        &self,
+        c: CpuRef<'_>,
+        s: &KmemCache,
+        gfp: Gfp,
+        obj: usize,
+        next: usize,
+    ) -> Option<NonNull<u8>> {
+        self.report_corrupt_link(s.config(), obj, next);
+        s.cpu(c).freelist.store(0, Relaxed);
+        s.cpu(c).next_tid();
+        self.alloc_node(Some(c), s, gfp, None)
+    }
+
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn report_corrupt_link(&self, cfg: &CacheConfig, obj: usize, next: usize) {
+        let mut w = LogWriter::new(self.pages.platform());
+        let _ = writeln!(
+            w,
+            "============================================================================="
+        );
+        let _ = writeln!(w, "BUG {} (Not tainted): Freepointer corrupt", cfg.name());
+        let _ = writeln!(
+            w,
+            "-----------------------------------------------------------------------------"
+        );
+        let _ = writeln!(w);
+        let _ = writeln!(w, "INFO: Object 0x{obj:016x} holds a free pointer that decodes to 0x{next:016x}, outside its slab");
+        let _ = writeln!(w, "FIX {}: Isolating the rest of the freelist", cfg.name());
+        self.pages.count_bad_object();
     }
 
     /// The slab a CPU freelist value (object or end token) lies in.
@@ -1260,6 +1389,24 @@ impl<'a, P: Platform> Slub<'a, P> {
                         // slabs always have one, rule 2); frees only push in front of
                         // it, and a changed head makes the CAS below fail.
                         let next = unsafe { get_freepointer(cfg, obj) };
+                        if !same_slab(cfg, obj, next) {
+                            // Corrupt: the slab leaves the list with all its objects
+                            // counted in use (quarantined).
+                            self.report_corrupt_link(cfg, obj, next);
+                            set_frozen(sr, false);
+                            loop {
+                                let o = slab_state(sr);
+                                if cas_state(
+                                    sr,
+                                    o,
+                                    SlabState::new(END_OFFSET, cfg.objects as u64, false),
+                                ) {
+                                    break;
+                                }
+                            }
+                            self.remove_partial(&mut list, slab);
+                            break;
+                        }
                         let new = SlabState::new((next - base) as u64, old.inuse() + 1, false);
                         if cas_state(sr, old, new) {
                             if new.list_empty() {
@@ -1325,6 +1472,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         slab: NonNull<Page>,
         obj: usize,
     ) -> bool {
+        if s.config().flags.contains(SlabFlags::INIT_ON_FREE) {
+            // SAFETY: the object is ours (caller).
+            unsafe { init_on_free(s.config(), obj) };
+        }
         if let Some(c) = cpu {
             let cc = s.cpu(c);
             let cur = cc.freelist.load(Relaxed);
@@ -1523,7 +1674,13 @@ impl<'a, P: Platform> Slub<'a, P> {
             chain.count += 1;
             chain.tail = p;
             // SAFETY: objects on the CPU freelist are free objects of the slab.
-            p = unsafe { get_freepointer(cfg, p) };
+            let next = unsafe { get_freepointer(cfg, p) };
+            if !same_slab(cfg, p, next) || chain.count > cfg.objects as u64 {
+                // Corrupt: keep what came before; the rest stays counted in use.
+                self.report_corrupt_link(cfg, p, next);
+                break;
+            }
+            p = next;
         }
         // SAFETY: a live slab, frozen for us.
         let sr = unsafe { slab.as_ref() };
@@ -1675,6 +1832,11 @@ impl<'a, P: Platform> Slub<'a, P> {
                     continue;
                 }
             };
+            let init = cfg.flags.contains(SlabFlags::INIT_ON_FREE);
+            if init {
+                // SAFETY: our object (caller).
+                unsafe { init_on_free(cfg, obj as usize) };
+            }
             // Gather the following objects of the same slab into one list.
             let head = obj as usize;
             let mut tail = head;
@@ -1688,6 +1850,10 @@ impl<'a, P: Platform> Slub<'a, P> {
                 if !matches!(self.lookup(next as *const u8), ObjectLookup::Slab(f, _) if ptr::eq(f, s))
                 {
                     break;
+                }
+                if init {
+                    // SAFETY: our object (caller).
+                    unsafe { init_on_free(cfg, next) };
                 }
                 // SAFETY: both are our objects of this slab.
                 unsafe { set_freepointer(cfg, tail, next) };

@@ -223,14 +223,13 @@ impl<P: Platform> Slub<'_, P> {
         let base = self.slab_base(slab);
         let mut p = base + st.offset() as usize;
         for _ in 0..cfg.objects {
-            if p & 1 != 0 {
+            if p & 1 != 0 || !self.valid_link(cfg, base, p) {
                 return false;
             }
             if p == obj {
                 return true;
             }
-            // SAFETY: a free object of this slab (the freelist's links were checked
-            // when they were made by this debug cache).
+            // SAFETY: a free object of this slab (checked just above).
             p = unsafe { get_freepointer(cfg, p) };
         }
         false
@@ -656,8 +655,8 @@ impl<P: Platform> Slub<'_, P> {
         let mut free = [0u64; 64];
         let mut count = 0usize;
         let mut p = base + st.offset() as usize;
-        while p & 1 == 0 {
-            if !self.valid_link(cfg, base, p) || count >= cfg.objects {
+        while p != base | 1 {
+            if p & 1 != 0 || !self.valid_link(cfg, base, p) || count >= cfg.objects {
                 report("Freepointer corrupt", p, self, None);
                 return problems + 1;
             }

@@ -637,3 +637,113 @@ fn double_frees_at_a_freelist_head_are_caught() {
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(area) };
 }
+
+#[test]
+fn freelist_pointers_are_hardened() {
+    let k = kmem(2, config(1, 0));
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this thread.
+    let cpu = Some(unsafe { CpuRef::new(area) });
+    let s = k
+        .kmem_cache_create(cpu, "hard-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let cfg = *s.config();
+    assert_ne!(cfg.random, 0, "hardening is on by default");
+    let a = k.slub().alloc(cpu, s, Gfp::KERNEL).unwrap().as_ptr();
+    let b = k.slub().alloc(cpu, s, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: ours.
+    unsafe {
+        k.slub().free(cpu, s, std::ptr::NonNull::new(b).unwrap());
+        k.slub().free(cpu, s, std::ptr::NonNull::new(a).unwrap());
+    }
+    // `a` is free and points at `b`, but not in the clear.
+    // SAFETY: reading the free pointer word of a free object of ours.
+    let raw = unsafe { (a.add(cfg.offset) as *const usize).read() };
+    assert_ne!(raw, b as usize, "the stored free pointer is obfuscated");
+    // A use-after-free write over it: the allocator reports and never follows it.
+    // SAFETY: the bug under test.
+    unsafe { (a.add(cfg.offset) as *mut usize).write(0x4141_4141_4141) };
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..300 {
+        let p = k.slub().alloc(cpu, s, Gfp::KERNEL).unwrap().as_ptr() as usize;
+        assert!(
+            k.pages.virt_to_page(p as *const u8).is_some(),
+            "a wild pointer came out"
+        );
+        assert!(seen.insert(p), "handed out twice");
+    }
+    let l = k.pages.platform().take_log();
+    assert!(
+        l.contains("BUG hard-64 (Not tainted): Freepointer corrupt"),
+        "{l}"
+    );
+    // A cache can opt out (the bench's plain mode).
+    let plain = k
+        .kmem_cache_create(cpu, "plain-64", 64, 8, SlabFlags::NO_HARDEN, None)
+        .unwrap();
+    assert_eq!(plain.config().random, 0);
+}
+
+#[test]
+fn init_on_alloc_free_and_random_freelists() {
+    let k = kmem(2, config(1, 0));
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this thread.
+    let cpu = Some(unsafe { CpuRef::new(area) });
+    let s = k
+        .kmem_cache_create(
+            cpu,
+            "init-96",
+            96,
+            8,
+            SlabFlags::INIT_ON_ALLOC | SlabFlags::INIT_ON_FREE,
+            None,
+        )
+        .unwrap();
+    let p = k.slub().alloc(cpu, s, Gfp::KERNEL).unwrap();
+    // SAFETY: ours, 96 bytes.
+    unsafe {
+        assert!(std::slice::from_raw_parts(p.as_ptr(), 96)
+            .iter()
+            .all(|&b| b == 0));
+        std::ptr::write_bytes(p.as_ptr(), 0xee, 96);
+        k.slub().free(cpu, s, p);
+    }
+    // init_on_free cleared it (but for the free pointer word).
+    let off = s.config().offset;
+    // SAFETY: reading a free object of ours.
+    let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr(), 96) };
+    assert!(bytes
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == 0 || (off..off + 8).contains(&i)));
+    // Random freelists: two new slabs hand out their objects in different orders,
+    // every object exactly once.
+    let r = k
+        .kmem_cache_create(cpu, "rand-128", 128, 8, SlabFlags::RANDOM_FREELIST, None)
+        .unwrap();
+    let per = r.config().objects;
+    let mut orders = Vec::new();
+    for _ in 0..3 {
+        let objs: Vec<usize> = (0..per)
+            .map(|_| k.slub().alloc(cpu, r, Gfp::KERNEL).unwrap().as_ptr() as usize)
+            .collect();
+        let base = objs[0] & !(r.config().slab_bytes() - 1);
+        let idx: Vec<usize> = objs.iter().map(|o| (o - base) / 128).collect();
+        let mut sorted = idx.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), per, "every object once");
+        orders.push(idx);
+    }
+    assert!(
+        orders.windows(2).any(|w| w[0] != w[1]),
+        "orders differ between slabs"
+    );
+    assert!(
+        orders
+            .iter()
+            .any(|o| o.windows(2).any(|w| w[1] != w[0] + 1)),
+        "not first-to-last"
+    );
+}
