@@ -7,6 +7,8 @@
 //! | `KMEM_NUMA_FAKE`  | split the machine into N fake nodes (`numa=fake=N`)   | real nodes|
 //! | `KMEM_DECAY_MS`   | how long freed memory stays resident before it is given back | 1000 |
 //! | `KMEM_DEBUG`      | slub_debug options in the kernel's syntax: `FZPU`, `FZ,kmalloc-64,kmalloc-128`, `-`, blocks joined by `;` | off |
+//! | `KMEM_INIT`       | `alloc`, `free` or `alloc,free`: zero objects when handed out / when freed (init_on_alloc, init_on_free) | off |
+//! | `KMEM_HARDEN`     | `on` (obfuscated free pointers), `random` (also randomised freelists), `off` | `on` |
 //! | `KMEM_PERCPU`     | `thread` (a CPU area per thread), or `cpu` / `cpu-cas` / `cpu-rseq` (per-CPU mode) | `thread` |
 //! | `KMEM_STATS`      | `stderr` or a file path: print slabinfo, buddyinfo and vmstat at exit | off |
 //!
@@ -30,6 +32,23 @@ pub struct EnvConfig {
     pub percpu: PerCpuMode,
     /// `KMEM_STATS`.
     pub stats: StatsTarget,
+    /// `KMEM_INIT`: zero objects on allocation.
+    pub init_on_alloc: bool,
+    /// `KMEM_INIT`: zero objects on free.
+    pub init_on_free: bool,
+    /// `KMEM_HARDEN`.
+    pub harden: Harden,
+}
+
+/// Always-on hardening (`KMEM_HARDEN`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Harden {
+    /// Obfuscated, checked free pointers (the default).
+    On,
+    /// As `On`, and every new slab's freelist in a random order.
+    Random,
+    /// Plain free pointers.
+    Off,
 }
 
 impl Default for EnvConfig {
@@ -41,6 +60,9 @@ impl Default for EnvConfig {
             debug: DebugConfig::default(),
             percpu: PerCpuMode::Thread,
             stats: StatsTarget::None,
+            init_on_alloc: false,
+            init_on_free: false,
+            harden: Harden::On,
         }
     }
 }
@@ -321,6 +343,36 @@ pub fn from_lookup<'a>(get: impl Fn(&std::ffi::CStr) -> Option<&'a [u8]>) -> Env
             }
         };
     }
+    if let Some(v) = get(c"KMEM_INIT") {
+        let (mut a, mut f) = (false, false);
+        let ok = v.split(|&b| b == b',').all(|w| match w {
+            b"alloc" => {
+                a = true;
+                true
+            }
+            b"free" => {
+                f = true;
+                true
+            }
+            _ => false,
+        });
+        if ok {
+            (cfg.init_on_alloc, cfg.init_on_free) = (a, f);
+        } else {
+            warn(b"KMEM_INIT", v, b"alloc, free or alloc,free", b"off");
+        }
+    }
+    if let Some(v) = get(c"KMEM_HARDEN") {
+        cfg.harden = match v {
+            b"on" => Harden::On,
+            b"random" => Harden::Random,
+            b"off" => Harden::Off,
+            _ => {
+                warn(b"KMEM_HARDEN", v, b"on, random or off", b"on");
+                Harden::On
+            }
+        };
+    }
     if let Some(v) = get(c"KMEM_DECAY_MS") {
         match parse_u64(v) {
             Some(n) => cfg.decay_ms = n,
@@ -457,5 +509,30 @@ mod tests {
         });
         assert_eq!(cfg.percpu, PerCpuMode::Thread);
         assert_eq!(cfg.stats, StatsTarget::Stderr);
+    }
+
+    #[test]
+    fn init_and_harden_values() {
+        let cfg = from_lookup(|n| match n.to_bytes() {
+            b"KMEM_INIT" => Some(b"alloc,free".as_slice()),
+            b"KMEM_HARDEN" => Some(b"random".as_slice()),
+            _ => None,
+        });
+        assert!(cfg.init_on_alloc && cfg.init_on_free);
+        assert_eq!(cfg.harden, Harden::Random);
+        let cfg = from_lookup(|n| match n.to_bytes() {
+            b"KMEM_INIT" => Some(b"free".as_slice()),
+            b"KMEM_HARDEN" => Some(b"off".as_slice()),
+            _ => None,
+        });
+        assert!(!cfg.init_on_alloc && cfg.init_on_free);
+        assert_eq!(cfg.harden, Harden::Off);
+        // Malformed: the defaults.
+        let cfg = from_lookup(|n| match n.to_bytes() {
+            b"KMEM_INIT" => Some(b"alloc,sometimes".as_slice()),
+            b"KMEM_HARDEN" => Some(b"very".as_slice()),
+            _ => None,
+        });
+        assert_eq!(cfg, EnvConfig::default());
     }
 }

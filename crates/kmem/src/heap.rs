@@ -66,6 +66,9 @@ static HEAP: Heap = Heap {
         debug: crate::config::DebugConfig::EMPTY,
         percpu: crate::config::PerCpuMode::Thread,
         stats: crate::config::StatsTarget::None,
+        init_on_alloc: false,
+        init_on_free: false,
+        harden: crate::config::Harden::On,
     }),
     state: AtomicU8::new(UNINIT),
     exit_key: AtomicU32::new(0),
@@ -144,11 +147,23 @@ impl Heap {
         };
         // SAFETY: sysconf has no preconditions.
         let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
-        // KMEM_DEBUG: slub_debug flags per cache, by name.
+        // KMEM_DEBUG: slub_debug flags per cache, by name; KMEM_INIT and KMEM_HARDEN
+        // for every cache.
         self.kmem.set_debug_policy(|name| {
-            use crate::config::DebugFlags;
-            let d = HEAP.config().debug.flags_for(name);
-            let mut f = SlabFlags::empty();
+            use crate::config::{DebugFlags, Harden};
+            let env = HEAP.config();
+            let d = env.debug.flags_for(name);
+            let mut f = match env.harden {
+                Harden::On => SlabFlags::empty(),
+                Harden::Random => SlabFlags::RANDOM_FREELIST,
+                Harden::Off => SlabFlags::NO_HARDEN,
+            };
+            if env.init_on_alloc {
+                f |= SlabFlags::INIT_ON_ALLOC;
+            }
+            if env.init_on_free {
+                f |= SlabFlags::INIT_ON_FREE;
+            }
             for (bit, flag) in [
                 (DebugFlags::F, SlabFlags::CONSISTENCY_CHECKS),
                 (DebugFlags::Z, SlabFlags::RED_ZONE),

@@ -3,6 +3,7 @@
 //! SVG charts, and a progress bar on stderr.
 
 pub mod cache;
+pub mod debug;
 pub mod global;
 pub mod page;
 pub mod peers;
@@ -265,6 +266,7 @@ pub const SUITES: &[Suite] = &[
     page::SUITE,
     slab::SUITE,
     cache::SUITE,
+    debug::SUITE,
     slabinfo::SUITE,
     global::SUITE,
     preload::SUITE,

@@ -174,19 +174,23 @@ impl Platform for LinuxPlatform {
         if IN_TRACE.with(|t| t.replace(true)) {
             return;
         }
-        let mut buf = [std::ptr::null_mut::<libc::c_void>(); 24];
-        // SAFETY: backtrace fills at most `buf.len()` entries.
-        let n =
-            unsafe { libc::backtrace(buf.as_mut_ptr(), buf.len() as libc::c_int) }.max(0) as usize;
         // Skip kmem's own frames: all of them when kmem is a shared library of its own
         // (libkmem.so); when it is linked into the program, the first three (this
-        // function, the capture, the debug processing).
-        let own = module_base(Self::stack_trace as *const () as usize);
-        let main = module_base(libc::exit as *const () as usize);
-        let skip = if own != 0 && own != main {
+        // function, the capture, the debug processing). Unwinding costs per frame,
+        // so ask for no more than that.
+        let own = own_module();
+        let mut buf = [std::ptr::null_mut::<libc::c_void>(); 24];
+        let depth = if own.shared {
+            buf.len()
+        } else {
+            (frames.len() + 3).min(buf.len())
+        };
+        // SAFETY: backtrace fills at most `depth` entries of `buf`.
+        let n = unsafe { libc::backtrace(buf.as_mut_ptr(), depth as libc::c_int) }.max(0) as usize;
+        let skip = if own.shared {
             buf[..n]
                 .iter()
-                .position(|&f| module_base(f as usize) != own)
+                .position(|&f| !own.contains(f as usize))
                 .unwrap_or(n)
         } else {
             3
@@ -250,18 +254,77 @@ impl Platform for LinuxPlatform {
 
 /// The load address of the module (executable or shared library) holding `addr`,
 /// from dladdr (no allocation); 0 if unknown.
-fn module_base(addr: usize) -> usize {
-    let mut info: libc::Dl_info = libc::Dl_info {
-        dli_fname: std::ptr::null(),
-        dli_fbase: std::ptr::null_mut(),
-        dli_sname: std::ptr::null(),
-        dli_saddr: std::ptr::null_mut(),
-    };
-    // SAFETY: dladdr fills `info`; it does not allocate.
-    if unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } == 0 {
-        return 0;
+/// The loaded object kmem's code lies in: its address range, and whether it is a
+/// shared library rather than the program itself.
+#[derive(Clone, Copy)]
+struct OwnModule {
+    start: usize,
+    end: usize,
+    shared: bool,
+}
+
+impl OwnModule {
+    fn contains(&self, addr: usize) -> bool {
+        (self.start..self.end).contains(&addr)
     }
-    info.dli_fbase as usize
+}
+
+/// Finds [`OwnModule`] once (`dl_iterate_phdr`; no allocation) and keeps it.
+fn own_module() -> OwnModule {
+    static START: AtomicUsize = AtomicUsize::new(0);
+    static END: AtomicUsize = AtomicUsize::new(0);
+    static SHARED: AtomicUsize = AtomicUsize::new(0);
+    if END.load(Ordering::Acquire) == 0 {
+        unsafe extern "C" fn visit(
+            info: *mut libc::dl_phdr_info,
+            _size: libc::size_t,
+            data: *mut libc::c_void,
+        ) -> libc::c_int {
+            // SAFETY: `data` is the `OwnModule` passed below; `info` is valid for this
+            // call, its `dlpi_phdr` array `dlpi_phnum` long.
+            unsafe {
+                let out = &mut *(data as *mut OwnModule);
+                let info = &*info;
+                let (mut lo, mut hi) = (usize::MAX, 0usize);
+                for i in 0..info.dlpi_phnum as usize {
+                    let ph = &*info.dlpi_phdr.add(i);
+                    if ph.p_type == libc::PT_LOAD {
+                        let a = info.dlpi_addr as usize + ph.p_vaddr as usize;
+                        lo = lo.min(a);
+                        hi = hi.max(a + ph.p_memsz as usize);
+                    }
+                }
+                if (lo..hi).contains(&out.start) {
+                    // The program itself comes first, with an empty name.
+                    let name = info.dlpi_name;
+                    out.shared = !name.is_null() && *name != 0;
+                    out.start = lo;
+                    out.end = hi;
+                    return 1;
+                }
+                0
+            }
+        }
+        let mut m = OwnModule {
+            start: own_module as *const () as usize,
+            end: 0,
+            shared: false,
+        };
+        // SAFETY: `visit` matches the callback type and only touches `m`.
+        unsafe { libc::dl_iterate_phdr(Some(visit), (&mut m as *mut OwnModule).cast()) };
+        if m.end == 0 {
+            // Not found: treat as linked in (skip the fixed three frames).
+            m.end = m.start + 1;
+        }
+        START.store(m.start, Ordering::Relaxed);
+        SHARED.store(m.shared as usize, Ordering::Relaxed);
+        END.store(m.end, Ordering::Release);
+    }
+    OwnModule {
+        start: START.load(Ordering::Relaxed),
+        end: END.load(Ordering::Acquire),
+        shared: SHARED.load(Ordering::Relaxed) != 0,
+    }
 }
 
 /// Writes to fd 2 with `write(2)`, retrying short writes; never allocates.

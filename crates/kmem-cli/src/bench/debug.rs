@@ -1,0 +1,214 @@
+//! Suite `debug`: what hardening and slub_debug cost.
+//!
+//! Every mode is a set of private caches created with the mode's flags (the kmalloc
+//! caches are made once at start-up, so they cannot change mode mid-run):
+//!
+//! - `plain`: no freelist hardening (`SlabFlags::NO_HARDEN`), the baseline;
+//! - `hardened`: the default (obfuscated free pointers, checked decode);
+//! - `random`: hardened plus randomised freelists; `init:alloc`, `init:free`: hardened
+//!   plus zeroing on allocation or on free;
+//! - `debug:F`, `debug:Z`, `debug:P`, `debug:U`, `debug:FZPU`: slub_debug flags
+//!   (these caches leave the fast paths).
+//!
+//! Benches, all on kmem only (`allocator` is `kmem`, `mode` names the mode):
+//! - `fastpath_reuse`: alloc+free of one 256-byte object in a loop (op `pair`), as in
+//!   suite `cache`;
+//! - `cache_then_free` (slab_test test 1 on the mode's cache of that size): 10000
+//!   allocations then 10000 frees (ops `alloc`, `free`);
+//! - `cache_alloc_free` (slab_test test 2): 10000 alloc+free pairs (op `pair`).
+
+use super::{phase, BenchResult, Ctx, Phase, Suite};
+use kmem::{heap, Gfp, RawKmemCache as KmemCache, SlabFlags};
+use std::ptr::NonNull;
+
+pub const SUITE: Suite = Suite {
+    name: "debug",
+    steps,
+    run,
+    seed_lines,
+};
+
+/// The modes, in table order.
+const MODES: [(&str, SlabFlags); 10] = [
+    ("plain", SlabFlags::NO_HARDEN),
+    ("hardened", SlabFlags::empty()),
+    ("random", SlabFlags::RANDOM_FREELIST),
+    ("init:alloc", SlabFlags::INIT_ON_ALLOC),
+    ("init:free", SlabFlags::INIT_ON_FREE),
+    ("debug:F", SlabFlags::CONSISTENCY_CHECKS),
+    ("debug:Z", SlabFlags::RED_ZONE),
+    ("debug:P", SlabFlags::POISON),
+    ("debug:U", SlabFlags::STORE_USER),
+    (
+        "debug:FZPU",
+        SlabFlags::CONSISTENCY_CHECKS
+            .union(SlabFlags::RED_ZONE)
+            .union(SlabFlags::POISON)
+            .union(SlabFlags::STORE_USER),
+    ),
+];
+
+/// Object sizes of the slab_test table here (a spread of the seed's 8 … 16384).
+const SIZES: [u64; 6] = [8, 32, 128, 512, 2048, 8192];
+const FAST_SIZE: usize = 256;
+const COUNT: usize = 10_000;
+
+fn steps(_quick: bool) -> u64 {
+    (MODES.len() * (1 + SIZES.len() * 2)) as u64
+}
+
+/// A cache of `size` bytes in mode `mode`.
+fn cache(mode: &str, flags: SlabFlags, size: usize) -> &'static KmemCache {
+    heap()
+        .kmem_cache_create(&format!("{mode}-{size}"), size, 8, flags, None)
+        .expect("cache")
+}
+
+fn alloc(s: &KmemCache) -> *mut u8 {
+    heap()
+        .kmem_cache_alloc(s, Gfp::KERNEL)
+        .expect("memory")
+        .as_ptr()
+}
+
+/// # Safety
+/// `p` came from `alloc(s)` and is given up.
+unsafe fn free(s: &KmemCache, p: *mut u8) {
+    // SAFETY: an object of `s` (caller).
+    unsafe { heap().kmem_cache_free(s, NonNull::new_unchecked(std::hint::black_box(p))) };
+}
+
+fn run(ctx: &Ctx) -> Vec<BenchResult> {
+    let mut out = Vec::new();
+    let loops: u64 = if ctx.quick { 200_000 } else { 2_000_000 };
+    let rounds: u64 = if ctx.quick { 1 } else { 5 };
+    let mut ptrs = vec![std::ptr::null_mut::<u8>(); COUNT];
+    let with_mode = |r: BenchResult, mode: &str| BenchResult {
+        mode: Some(mode.to_string()),
+        ..r
+    };
+    for (mode, flags) in MODES {
+        // slub_debug's letters cost microseconds per object: fewer loops there.
+        let loops = if flags.intersects(SlabFlags::DEBUG) {
+            loops / 10
+        } else {
+            loops
+        };
+        ctx.status(format!("debug {mode} fastpath_reuse"));
+        let s = cache(mode, flags, FAST_SIZE);
+        let t = ctx.measure(loops, |n| {
+            for _ in 0..n {
+                let p = alloc(s);
+                // SAFETY: allocated just above.
+                unsafe { free(s, p) };
+            }
+        });
+        let r = BenchResult::time("fastpath_reuse", "kmem", FAST_SIZE as u64, "pair", t);
+        out.push(with_mode(r, mode));
+
+        for &size in &SIZES {
+            ctx.status(format!("debug {mode} slab_test({size})"));
+            let s = cache(mode, flags, size as usize);
+            let n = COUNT as u64 * rounds;
+            let t = ctx.measure_phases(n, |_| {
+                let mut a = Phase {
+                    ns: 0.0,
+                    cycles: Some(0.0),
+                };
+                let mut f = a;
+                for _ in 0..rounds {
+                    let pa = phase(|| {
+                        for p in ptrs.iter_mut() {
+                            *p = alloc(s);
+                        }
+                    });
+                    let pf = phase(|| {
+                        for &p in ptrs.iter() {
+                            // SAFETY: allocated just above.
+                            unsafe { free(s, p) };
+                        }
+                    });
+                    add(&mut a, pa);
+                    add(&mut f, pf);
+                }
+                [a, f]
+            });
+            let r = BenchResult::time("cache_then_free", "kmem", size, "alloc", t[0]);
+            out.push(with_mode(r, mode));
+            let r = BenchResult::time("cache_then_free", "kmem", size, "free", t[1]);
+            out.push(with_mode(r, mode));
+
+            let t = ctx.measure(n, |n| {
+                for _ in 0..n {
+                    let p = alloc(s);
+                    // SAFETY: allocated just above.
+                    unsafe { free(s, p) };
+                }
+            });
+            let r = BenchResult::time("cache_alloc_free", "kmem", size, "pair", t);
+            out.push(with_mode(r, mode));
+        }
+    }
+    out
+}
+
+fn add(acc: &mut Phase, p: Phase) {
+    acc.ns += p.ns;
+    acc.cycles = acc.cycles.zip(p.cycles).map(|(a, b)| a + b);
+}
+
+/// The slab_test lines per mode, then the cost of each mode against `plain`.
+fn seed_lines(results: &[BenchResult]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let get = |bench: &str, mode: &str, size: u64, op: &str| {
+        results
+            .iter()
+            .find(|r| {
+                r.bench == bench && r.mode.as_deref() == Some(mode) && r.param == size && r.op == op
+            })
+            .and_then(|r| r.cycles.or(r.ns))
+    };
+    for (mode, _) in MODES {
+        if get("fastpath_reuse", mode, FAST_SIZE as u64, "pair").is_none() {
+            continue;
+        }
+        let _ = writeln!(out, "\n{mode}: Single thread testing");
+        let _ = writeln!(out, "1. Kmem_cache: Repeatedly allocate then free test");
+        for &size in &SIZES {
+            let _ = writeln!(
+                out,
+                "10000 times kmem_cache_alloc({size}) -> {:.0} cycles kmem_cache_free -> {:.0} cycles",
+                get("cache_then_free", mode, size, "alloc").unwrap_or(0.0),
+                get("cache_then_free", mode, size, "free").unwrap_or(0.0)
+            );
+        }
+        let _ = writeln!(out, "2. Kmem_cache: alloc/free test");
+        for &size in &SIZES {
+            let _ = writeln!(
+                out,
+                "10000 times kmem_cache_alloc({size})/kmem_cache_free -> {:.0} cycles",
+                get("cache_alloc_free", mode, size, "pair").unwrap_or(0.0)
+            );
+        }
+    }
+    let ns = |mode: &str| {
+        results
+            .iter()
+            .find(|r| r.bench == "fastpath_reuse" && r.mode.as_deref() == Some(mode))
+            .and_then(|r| r.ns)
+    };
+    if let Some(base) = ns("plain") {
+        let _ = writeln!(out, "\nfastpath_reuse against plain ({base:.2} ns):");
+        for (mode, _) in MODES.iter().skip(1) {
+            if let Some(t) = ns(mode) {
+                let _ = writeln!(
+                    out,
+                    "  {mode:<11} {t:>9.2} ns  {:+7.1}%",
+                    (t / base - 1.0) * 100.0
+                );
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,44 @@
+//! KMEM_INIT and KMEM_HARDEN reach every cache the heap makes, kmalloc's included.
+//! (Own process: the settings are process-wide and read once.)
+
+use kmem::{heap, Gfp, SlabFlags};
+
+#[test]
+fn kmem_init_and_harden_apply_to_every_cache() {
+    std::env::set_var("KMEM_INIT", "alloc,free");
+    std::env::set_var("KMEM_HARDEN", "random");
+    let h = heap();
+    let c = h
+        .kmem_cache_create("init-harden-200", 200, 8, SlabFlags::empty(), None)
+        .expect("cache");
+    let flags = c.config().flags;
+    assert!(flags
+        .contains(SlabFlags::INIT_ON_ALLOC | SlabFlags::INIT_ON_FREE | SlabFlags::RANDOM_FREELIST));
+    // init_on_alloc: a reused object comes back zeroed although it was dirtied.
+    for _ in 0..3 {
+        let p = h.kmem_cache_alloc(c, Gfp::KERNEL).expect("memory");
+        // SAFETY: ours, 200 bytes.
+        unsafe {
+            assert!(std::slice::from_raw_parts(p.as_ptr(), 200)
+                .iter()
+                .all(|&b| b == 0));
+            std::ptr::write_bytes(p.as_ptr(), 0x5c, 200);
+            h.kmem_cache_free(c, p);
+        }
+    }
+    // The kmalloc caches got the same flags.
+    let p = h.kmalloc(100, Gfp::KERNEL).expect("memory");
+    // SAFETY: ours, at least 100 bytes.
+    unsafe {
+        assert!(std::slice::from_raw_parts(p.as_ptr(), 100)
+            .iter()
+            .all(|&b| b == 0));
+        std::ptr::write_bytes(p.as_ptr(), 0x5c, 100);
+        h.kfree(p.as_ptr());
+    }
+    let flags = h
+        .kmem()
+        .kmalloc_cache(100, Gfp::KERNEL)
+        .map(|s| s.config().flags);
+    assert!(flags.is_some_and(|f| f.contains(SlabFlags::INIT_ON_FREE | SlabFlags::RANDOM_FREELIST)));
+}
