@@ -12,7 +12,8 @@
 //!
 //! Benches, all on kmem only (`allocator` is `kmem`, `mode` names the mode):
 //! - `fastpath_reuse`: alloc+free of one 256-byte object in a loop (op `pair`), as in
-//!   suite `cache`;
+//!   suite `cache`; the modes are measured side by side in three interleaved passes
+//!   and each keeps its best median;
 //! - `cache_then_free` (slab_test test 1 on the mode's cache of that size): 10000
 //!   allocations then 10000 frees (ops `alloc`, `free`);
 //! - `cache_alloc_free` (slab_test test 2): 10000 alloc+free pairs (op `pair`).
@@ -53,8 +54,13 @@ const SIZES: [u64; 6] = [8, 32, 128, 512, 2048, 8192];
 const FAST_SIZE: usize = 256;
 const COUNT: usize = 10_000;
 
+/// `fastpath_reuse` runs this many interleaved passes over the modes; each mode
+/// keeps its best median (the figures are a few nanoseconds apart, and a pass
+/// can land on a slow stretch of a noisy machine).
+const FAST_PASSES: usize = 3;
+
 fn steps(_quick: bool) -> u64 {
-    (MODES.len() * (1 + SIZES.len() * 2)) as u64
+    (MODES.len() * (FAST_PASSES + SIZES.len() * 2)) as u64
 }
 
 /// A cache of `size` bytes in mode `mode`.
@@ -78,36 +84,69 @@ unsafe fn free(s: &KmemCache, p: *mut u8) {
     unsafe { heap().kmem_cache_free(s, NonNull::new_unchecked(std::hint::black_box(p))) };
 }
 
+/// slub_debug's letters cost up to microseconds per object: fewer loops there.
+fn scaled(loops: u64, flags: SlabFlags) -> u64 {
+    if flags.intersects(SlabFlags::DEBUG) {
+        loops / 10
+    } else {
+        loops
+    }
+}
+
 fn run(ctx: &Ctx) -> Vec<BenchResult> {
     let mut out = Vec::new();
     let loops: u64 = if ctx.quick { 200_000 } else { 2_000_000 };
     let rounds: u64 = if ctx.quick { 1 } else { 5 };
-    let mut ptrs = vec![std::ptr::null_mut::<u8>(); COUNT];
     let with_mode = |r: BenchResult, mode: &str| BenchResult {
         mode: Some(mode.to_string()),
         ..r
     };
-    for (mode, flags) in MODES {
-        // slub_debug's letters cost microseconds per object: fewer loops there.
-        let loops = if flags.intersects(SlabFlags::DEBUG) {
-            loops / 10
-        } else {
-            loops
-        };
-        ctx.status(format!("debug {mode} fastpath_reuse"));
-        let s = cache(mode, flags, FAST_SIZE);
-        let t = ctx.measure(loops, |n| {
-            for _ in 0..n {
-                let p = alloc(s);
-                // SAFETY: allocated just above.
-                unsafe { free(s, p) };
+    // Warm up (clock, page tables, the page allocator) before the first mode, so
+    // the baseline does not pay for the cold start.
+    ctx.status("debug warm-up".to_string());
+    let warm = cache("warm", SlabFlags::NO_HARDEN, FAST_SIZE);
+    let start = std::time::Instant::now();
+    while start.elapsed() < std::time::Duration::from_millis(200) {
+        for _ in 0..10_000 {
+            let p = alloc(warm);
+            // SAFETY: allocated just above.
+            unsafe { free(warm, p) };
+        }
+    }
+
+    // fastpath_reuse: the modes side by side, in interleaved passes.
+    let fast: Vec<&KmemCache> = MODES
+        .iter()
+        .map(|&(mode, flags)| cache(mode, flags, FAST_SIZE))
+        .collect();
+    let mut best: Vec<Option<super::Timing>> = vec![None; MODES.len()];
+    for pass in 0..FAST_PASSES {
+        for (i, &(mode, flags)) in MODES.iter().enumerate() {
+            ctx.status(format!("debug fastpath_reuse {mode} (pass {})", pass + 1));
+            let s = fast[i];
+            let t = ctx.measure(scaled(loops, flags), |n| {
+                for _ in 0..n {
+                    let p = alloc(s);
+                    // SAFETY: allocated just above.
+                    unsafe { free(s, p) };
+                }
+            });
+            if best[i].is_none_or(|b| t.ns < b.ns) {
+                best[i] = Some(t);
             }
-        });
+        }
+    }
+    for (i, &(mode, _)) in MODES.iter().enumerate() {
+        let t = best[i].expect("measured");
         let r = BenchResult::time("fastpath_reuse", "kmem", FAST_SIZE as u64, "pair", t);
         out.push(with_mode(r, mode));
+    }
 
-        for &size in &SIZES {
-            ctx.status(format!("debug {mode} slab_test({size})"));
+    // slab_test on the modes' caches, the modes side by side at each size.
+    let mut ptrs = vec![std::ptr::null_mut::<u8>(); COUNT];
+    for &size in &SIZES {
+        for (mode, flags) in MODES {
+            ctx.status(format!("debug slab_test({size}) {mode}"));
             let s = cache(mode, flags, size as usize);
             let n = COUNT as u64 * rounds;
             let t = ctx.measure_phases(n, |_| {
@@ -138,7 +177,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
             let r = BenchResult::time("cache_then_free", "kmem", size, "free", t[1]);
             out.push(with_mode(r, mode));
 
-            let t = ctx.measure(n, |n| {
+            let t = ctx.measure(scaled(n, flags), |n| {
                 for _ in 0..n {
                     let p = alloc(s);
                     // SAFETY: allocated just above.
