@@ -842,6 +842,19 @@ impl<'a, P: Platform> Slub<'a, P> {
         self.pages.page_address(slab).as_ptr() as usize
     }
 
+    /// The cache whose slab holds `ptr` (anywhere in the slab), if any. Never
+    /// touches the memory at `ptr`.
+    pub fn cache_of(&self, ptr: *const u8) -> Option<&'a KmemCache> {
+        let head = self.pages.virt_to_head_page(ptr)?;
+        // SAFETY: descriptors of online sections are valid.
+        let h = unsafe { head.as_ref() };
+        if !h.flags().contains(PageFlags::SLAB) {
+            return None;
+        }
+        // SAFETY: a slab's head page names its cache, which outlives its slabs.
+        Some(unsafe { &*(h.owner[2].load(Relaxed) as *const KmemCache) })
+    }
+
     /// Finds what `ptr` is: an object at the start of a slab object, a large block, or
     /// neither (with the reason). Never touches the memory at `ptr`.
     #[inline]

@@ -71,8 +71,12 @@ unsafe fn free_or_abort(p: *mut c_void) {
 
 #[cold]
 fn in_debug_cache(p: *mut c_void) -> bool {
-    matches!(heap().kmem().slub().lookup(p.cast()),
-        kmem_core::slub::ObjectLookup::Slab(s, _) if s.config().is_debug())
+    // Anywhere in a debug cache's slab: interior pointers there are refused, not fatal.
+    heap()
+        .kmem()
+        .slub()
+        .cache_of(p.cast())
+        .is_some_and(|s| s.config().is_debug())
 }
 
 #[cold]

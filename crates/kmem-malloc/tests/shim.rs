@@ -227,6 +227,7 @@ fn slub_debug_through_the_shim() {
         ("double-head", "Object already free"),
         ("double-nonhead", "Object already free"),
         ("freepointer", "Freepointer corrupt"),
+        ("interior", "Invalid object pointer"),
     ];
     for (what, reason) in cases {
         let out = run_with(&prog, &[what], true, &[("KMEM_DEBUG", "FZPU")]);
@@ -238,12 +239,20 @@ fn slub_debug_through_the_shim() {
             "{what}: {err}"
         );
         assert!(err.contains(reason), "{what}: {err}");
-        assert!(err.contains("INFO: Slab 0x"), "{what}: {err}");
+        assert!(err.contains("Slab 0x"), "{what}: {err}");
     }
     // The same errors without debugging: the immediate double free still aborts.
     let out = run_with(&prog, &["double-head"], true, &[]);
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGABRT));
+    // A pointer that belongs to no cache is reported and aborts, debugging or not.
+    let out = run_with(&prog, &["foreign"], true, &[("KMEM_DEBUG", "FZPU")]);
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT));
+    assert!(
+        text(&out.stderr).contains("not allocated by kmem"),
+        "{}",
+        text(&out.stderr)
+    );
     // The tracks name the caller in the program.
     let out = run_with(
         &prog,

@@ -16,6 +16,8 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "before-start")) { v[-1] = 'X'; free(p); }
     if (!strcmp(what, "after-free")) { free(p); v[10] = 'U'; for (int i = 0; i < 100; i++) free(malloc(64)); }
     if (!strcmp(what, "double-head")) { free(p); free(p); }
+    if (!strcmp(what, "interior")) { free(p + 16); free(p); }
+    if (!strcmp(what, "foreign")) { char local[64]; volatile char *l = local; l[0] = 0; free((char *)l); }
     if (!strcmp(what, "double-nonhead")) { char *q = malloc(64); free(p); free(q); free(p); }
     if (!strcmp(what, "freepointer")) {
         char *q = malloc(64);
