@@ -513,7 +513,16 @@ impl<P: Platform> Slub<'_, P> {
         // SAFETY: inside the slot.
         let first = unsafe { (bad as *const u8).read() };
         self.report_object(s, slab, what, obj, Some((bad, last, first, expect, from)));
-        let _ = from;
+        // `restore_bytes`: put the expected bytes back, so a later validate does not
+        // report the same damage again (the object stays quarantined regardless).
+        fill(bad, last + 1 - bad, expect);
+        let mut w = LogWriter::new(self.pages.platform());
+        let region = what.strip_suffix(" overwritten").unwrap_or(what);
+        let _ = writeln!(
+            w,
+            "FIX {}: Restoring {region} 0x{bad:016x}-0x{last:016x}=0x{expect:x}",
+            s.name()
+        );
     }
 
     /// `slab_err` + `print_trailer`: the header, INFO lines (range, tracks, slab,

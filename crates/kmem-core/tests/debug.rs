@@ -72,6 +72,17 @@ fn write_past_the_end_is_caught_at_free() {
         l.contains("FIX kmalloc-64: Object not freed (quarantined)"),
         "{l}"
     );
+    let fix = format!(
+        "FIX kmalloc-64: Restoring Redzone 0x{:016x}-",
+        p as usize + 64
+    );
+    assert!(l.contains(&fix), "{l}");
+    // SAFETY: the red zone byte is ours to read back (inside the slab).
+    assert_eq!(
+        unsafe { p.add(64).read() },
+        0xcc,
+        "the red zone is restored"
+    );
     never_handed_out(k, cpu, 64, &[p]);
 }
 
