@@ -78,11 +78,8 @@ fn write_past_the_end_is_caught_at_free() {
     );
     assert!(l.contains(&fix), "{l}");
     // SAFETY: the red zone byte is ours to read back (inside the slab).
-    assert_eq!(
-        unsafe { p.add(64).read() },
-        0xcc,
-        "the red zone is restored"
-    );
+    let rz = unsafe { p.add(64).read() };
+    assert_eq!(rz, 0xcc, "the red zone is restored");
     never_handed_out(k, cpu, 64, &[p]);
 }
 
