@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{config, kmem, pattern};
+use common::{config, kmem_with, pattern};
 use kmem_core::{CpuRef, Gfp, SlabFlags};
 use proptest::prelude::*;
 use std::collections::BTreeMap;
@@ -102,8 +102,24 @@ fn check_moved(p: usize, len: usize, orig: usize) {
     }
 }
 
+/// Every hardening option and slub_debug check but T (its trace lines would be
+/// reports) on every cache: the model must hold the same, with no report.
+fn everything_on(_name: &str) -> SlabFlags {
+    SlabFlags::RANDOM_FREELIST
+        | SlabFlags::INIT_ON_ALLOC
+        | SlabFlags::INIT_ON_FREE
+        | SlabFlags::CONSISTENCY_CHECKS
+        | SlabFlags::RED_ZONE
+        | SlabFlags::POISON
+        | SlabFlags::STORE_USER
+}
+
 fn run(ops: Vec<Op>) {
-    let k = kmem(4, config(1, 0));
+    run_with(ops, None);
+}
+
+fn run_with(ops: Vec<Op>, policy: Option<fn(&str) -> SlabFlags>) {
+    let k = kmem_with(4, config(1, 0), policy);
     let areas: Vec<_> = (0..2).map(|_| k.pages.cpu_area_get(0).unwrap()).collect();
     // SAFETY: this thread owns both areas and uses one at a time.
     let cpus: Vec<CpuRef<'_>> = areas.iter().map(|a| unsafe { CpuRef::new(a) }).collect();
@@ -217,6 +233,13 @@ proptest! {
     #[test]
     fn kmalloc_matches_the_model(ops in prop::collection::vec(op(), 1..400)) {
         run(ops);
+    }
+
+    #[test]
+    fn kmalloc_matches_the_model_with_debug_and_random_freelists(
+        ops in prop::collection::vec(op(), 1..300)
+    ) {
+        run_with(ops, Some(everything_on));
     }
 }
 
