@@ -18,7 +18,7 @@
 //!   allocations then 10000 frees (ops `alloc`, `free`);
 //! - `cache_alloc_free` (slab_test test 2): 10000 alloc+free pairs (op `pair`).
 
-use super::{phase, BenchResult, Ctx, Phase, Suite};
+use super::{BenchResult, Ctx, Suite};
 use kmem::{heap, Gfp, RawKmemCache as KmemCache, SlabFlags};
 use std::ptr::NonNull;
 
@@ -149,29 +149,13 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
             ctx.status(format!("debug slab_test({size}) {mode}"));
             let s = cache(mode, flags, size as usize);
             let n = COUNT as u64 * rounds;
-            let t = ctx.measure_phases(n, |_| {
-                let mut a = Phase {
-                    ns: 0.0,
-                    cycles: Some(0.0),
-                };
-                let mut f = a;
-                for _ in 0..rounds {
-                    let pa = phase(|| {
-                        for p in ptrs.iter_mut() {
-                            *p = alloc(s);
-                        }
-                    });
-                    let pf = phase(|| {
-                        for &p in ptrs.iter() {
-                            // SAFETY: allocated just above.
-                            unsafe { free(s, p) };
-                        }
-                    });
-                    add(&mut a, pa);
-                    add(&mut f, pf);
-                }
-                [a, f]
-            });
+            let t = ctx.alloc_then_free(
+                rounds,
+                &mut ptrs,
+                || alloc(s),
+                // SAFETY: each pointer comes from `alloc(s)` above, freed once.
+                |p| unsafe { free(s, p) },
+            );
             let r = BenchResult::time("cache_then_free", "kmem", size, "alloc", t[0]);
             out.push(with_mode(r, mode));
             let r = BenchResult::time("cache_then_free", "kmem", size, "free", t[1]);
@@ -189,11 +173,6 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         }
     }
     out
-}
-
-fn add(acc: &mut Phase, p: Phase) {
-    acc.ns += p.ns;
-    acc.cycles = acc.cycles.zip(p.cycles).map(|(a, b)| a + b);
 }
 
 /// The slab_test lines per mode, then the cost of each mode against `plain`.

@@ -192,6 +192,42 @@ impl Ctx {
     }
 }
 
+impl Ctx {
+    /// slab_test's test 1 shape: `rounds` times, fill `ptrs` with `alloc()`, then give
+    /// them all to `free`; medians per allocation and per free, timed apart.
+    pub fn alloc_then_free(
+        &self,
+        rounds: u64,
+        ptrs: &mut [*mut u8],
+        mut alloc: impl FnMut() -> *mut u8,
+        mut free: impl FnMut(*mut u8),
+    ) -> [Timing; 2] {
+        self.measure_phases(ptrs.len() as u64 * rounds, |_| {
+            let mut acc = [Phase {
+                ns: 0.0,
+                cycles: Some(0.0),
+            }; 2];
+            for _ in 0..rounds {
+                let pa = phase(|| {
+                    for p in ptrs.iter_mut() {
+                        *p = alloc();
+                    }
+                });
+                let pf = phase(|| {
+                    for &p in ptrs.iter() {
+                        free(std::hint::black_box(p));
+                    }
+                });
+                for (a, p) in acc.iter_mut().zip([pa, pf]) {
+                    a.ns += p.ns;
+                    a.cycles = a.cycles.zip(p.cycles).map(|(x, y)| x + y);
+                }
+            }
+            acc
+        })
+    }
+}
+
 /// The time one phase of a run took.
 #[derive(Clone, Copy, Debug)]
 pub struct Phase {

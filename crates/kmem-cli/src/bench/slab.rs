@@ -7,7 +7,7 @@
 //! Sizes 8 … 16384. Peers allocate the same sizes (alignment 8) through GlobalAlloc.
 
 use super::peers::Peer;
-use super::{phase, BenchResult, Ctx, Suite};
+use super::{BenchResult, Ctx, Suite};
 use kmem::{heap, Gfp};
 use std::alloc::Layout;
 
@@ -34,32 +34,19 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         ctx.status(format!("slab_test kmalloc({size})"));
         let n = COUNT as u64 * rounds;
         // Test 1, kmem.
-        let t = ctx.measure_phases(n, |_| {
-            let mut a = super::Phase {
-                ns: 0.0,
-                cycles: Some(0.0),
-            };
-            let mut f = a;
-            for _ in 0..rounds {
-                let pa = phase(|| {
-                    for p in ptrs.iter_mut() {
-                        *p = h
-                            .kmalloc(size as usize, Gfp::KERNEL)
-                            .expect("memory")
-                            .as_ptr();
-                    }
-                });
-                let pf = phase(|| {
-                    for &p in ptrs.iter() {
-                        // SAFETY: allocated just above.
-                        unsafe { h.kfree(std::hint::black_box(p)) };
-                    }
-                });
-                add(&mut a, pa);
-                add(&mut f, pf);
-            }
-            [a, f]
-        });
+        let t = ctx.alloc_then_free(
+            rounds,
+            &mut ptrs,
+            || {
+                h.kmalloc(size as usize, Gfp::KERNEL)
+                    .expect("memory")
+                    .as_ptr()
+            },
+            // SAFETY: each pointer comes from the kmalloc above, freed once.
+            |p| unsafe {
+                h.kfree(p);
+            },
+        );
         out.push(BenchResult::time(
             "kmalloc_then_kfree",
             "kmem",
@@ -85,30 +72,14 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         out.push(BenchResult::time("kmalloc_kfree", "kmem", size, "pair", t));
         for peer in Peer::ALL {
             let layout = Layout::from_size_align(size as usize, 8).unwrap();
-            let t = ctx.measure_phases(n, |_| {
-                let mut a = super::Phase {
-                    ns: 0.0,
-                    cycles: Some(0.0),
-                };
-                let mut f = a;
-                for _ in 0..rounds {
-                    let pa = phase(|| {
-                        for p in ptrs.iter_mut() {
-                            // SAFETY: non-zero size; freed below with this layout.
-                            *p = unsafe { peer.alloc(layout) };
-                        }
-                    });
-                    let pf = phase(|| {
-                        for &p in ptrs.iter() {
-                            // SAFETY: allocated just above with this layout.
-                            unsafe { peer.dealloc(std::hint::black_box(p), layout) };
-                        }
-                    });
-                    add(&mut a, pa);
-                    add(&mut f, pf);
-                }
-                [a, f]
-            });
+            let t = ctx.alloc_then_free(
+                rounds,
+                &mut ptrs,
+                // SAFETY: non-zero size; freed below with this layout.
+                || unsafe { peer.alloc(layout) },
+                // SAFETY: each pointer comes from the alloc above with this layout.
+                |p| unsafe { peer.dealloc(p, layout) },
+            );
             out.push(BenchResult::time(
                 "kmalloc_then_kfree",
                 peer.name(),
@@ -142,11 +113,6 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         }
     }
     out
-}
-
-fn add(acc: &mut super::Phase, p: super::Phase) {
-    acc.ns += p.ns;
-    acc.cycles = acc.cycles.zip(p.cycles).map(|(a, b)| a + b);
 }
 
 /// The seed's lines, for kmem and each peer.
