@@ -1476,8 +1476,9 @@ impl<'a, P: Platform> Slub<'a, P> {
     ///
     /// # Safety
     /// `obj` is the start of an object of `slab`, owned by the caller.
-    #[inline]
+    ///
     /// Returns false if it refused (a double free caught at a freelist head: reported).
+    #[inline]
     pub(crate) unsafe fn free_object(
         &self,
         cpu: Option<CpuRef<'_>>,
@@ -1485,9 +1486,12 @@ impl<'a, P: Platform> Slub<'a, P> {
         slab: NonNull<Page>,
         obj: usize,
     ) -> bool {
-        if s.config().flags.contains(SlabFlags::INIT_ON_FREE) {
+        let cfg = s.config();
+        // Debug caches poison instead (and must not lose the poison of an object
+        // freed twice).
+        if cfg.flags.contains(SlabFlags::INIT_ON_FREE) && !cfg.is_debug() {
             // SAFETY: the object is ours (caller).
-            unsafe { init_on_free(s.config(), obj) };
+            unsafe { init_on_free(cfg, obj) };
         }
         if let Some(c) = cpu {
             let cc = s.cpu(c);
