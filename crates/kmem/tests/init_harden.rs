@@ -11,6 +11,12 @@ fn kmem_init_and_harden_apply_to_every_cache() {
     let c = h
         .kmem_cache_create("init-harden-200", 200, 8, SlabFlags::empty(), None)
         .expect("cache");
+    // Hardened, with a key of its own (from getrandom): two caches, two keys.
+    let d = h
+        .kmem_cache_create("init-harden-300", 300, 8, SlabFlags::empty(), None)
+        .expect("cache");
+    assert!(c.config().random != 0 && d.config().random != 0);
+    assert_ne!(c.config().random, d.config().random);
     let flags = c.config().flags;
     assert!(flags
         .contains(SlabFlags::INIT_ON_ALLOC | SlabFlags::INIT_ON_FREE | SlabFlags::RANDOM_FREELIST));

@@ -150,6 +150,30 @@ impl Platform for LinuxPlatform {
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
 
+    fn random_u64(&self) -> u64 {
+        let mut x = 0u64;
+        // SAFETY: getrandom writes at most 8 bytes into `x`; it does not allocate.
+        let n = unsafe {
+            libc::getrandom(
+                (&mut x as *mut u64).cast(),
+                core::mem::size_of::<u64>(),
+                libc::GRND_NONBLOCK,
+            )
+        };
+        if n == core::mem::size_of::<u64>() as isize {
+            return x;
+        }
+        // No entropy yet (early boot) or no getrandom: the clock, an address that
+        // ASLR moves, and a counter, mixed.
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let mut x = self.now_ns()
+            ^ (&x as *const u64 as u64).rotate_left(32)
+            ^ COUNTER.fetch_add(1, Ordering::Relaxed) as u64;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^ (x >> 33)
+    }
+
     fn log(&self, text: &str) {
         write_stderr(text.as_bytes());
     }
