@@ -123,7 +123,7 @@ fn allocations_survive_signals() {
     let signals = SIGNALS.load(Ordering::Relaxed);
     eprintln!("{ops} operations, {signals} signals delivered");
     assert!(signals >= 100, "the timer fired only {signals} times");
-    assert!(ops > 1000);
+    assert!(ops > 100, "only {ops} operations");
     // The heap's own consistency: no bad-object reports, validate finds nothing.
     assert!(kmem::heap().validate().is_empty());
 }
