@@ -191,36 +191,114 @@ impl SlubStat {
 /// The slab's one-word state in `owner[0]` of its head page:
 /// bits 0..32 freelist offset from the slab base (1 = the end token), bits 32..48
 /// `inuse`, bit 63 `frozen`.
+///
+/// Every change is a compare-and-swap of the whole word (AcqRel), computed by the
+/// transition functions below from the value it replaces: [`SlabState::after_free`]
+/// (`__slab_free`, any thread), [`SlabState::taken`] (`get_freelist`, the CPU that
+/// froze the slab) and [`SlabState::after_unfreeze`] (the freezing CPU gives the slab
+/// back). [`free_decision`] says what a free must hold before its CAS. The loom
+/// model (`tests/loom_slab.rs`) runs these same functions against concurrent frees.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SlabState(u64);
 
-const END_OFFSET: u64 = 1;
+/// The freelist offset that stands for the end token (an empty freelist).
+pub const END_OFFSET: u64 = 1;
 const FROZEN: u64 = 1 << 63;
 
 impl SlabState {
+    /// A state from its fields.
     #[inline]
-    pub(crate) fn new(off: u64, inuse: u64, frozen: bool) -> Self {
+    pub const fn new(off: u64, inuse: u64, frozen: bool) -> Self {
         Self(off | (inuse << 32) | if frozen { FROZEN } else { 0 })
+    }
+    /// The raw word.
+    #[inline]
+    pub const fn bits(self) -> u64 {
+        self.0
+    }
+    /// A state from its raw word.
+    #[inline]
+    pub const fn from_bits(bits: u64) -> Self {
+        Self(bits)
+    }
+    /// `__slab_free`: `cnt` objects, the first at offset `head`, pushed on the
+    /// freelist (the last one's free pointer already holds the old head); the slab
+    /// becomes frozen if it was or if the freer `freeze`s it (see [`free_decision`]).
+    #[inline]
+    pub const fn after_free(self, head: u64, cnt: u64, freeze: bool) -> Self {
+        Self::new(head, self.inuse() - cnt, self.frozen() || freeze)
+    }
+    /// `get_freelist`: the freezing CPU takes the whole freelist; every object now
+    /// counts as in use and the slab stays frozen.
+    #[inline]
+    pub const fn taken(objects: u64) -> Self {
+        Self::new(END_OFFSET, objects, true)
+    }
+    /// Unfreezing: the CPU gives back `cnt` objects it held, the first at offset
+    /// `head` (`None` when `cnt` is 0; the last one's free pointer already holds the
+    /// old head), and the slab is no longer frozen.
+    #[inline]
+    pub const fn after_unfreeze(self, head: Option<u64>, cnt: u64) -> Self {
+        let off = match head {
+            Some(h) => h,
+            None => self.offset(),
+        };
+        Self::new(off, self.inuse() - cnt, false)
     }
     /// Freelist offset (1 = empty).
     #[inline]
-    pub fn offset(self) -> u64 {
+    pub const fn offset(self) -> u64 {
         self.0 & 0xffff_ffff
     }
     /// Whether the slab's own freelist is empty.
     #[inline]
-    pub fn list_empty(self) -> bool {
+    pub const fn list_empty(self) -> bool {
         self.offset() == END_OFFSET
     }
     /// Objects handed out (or held by a CPU freelist).
     #[inline]
-    pub fn inuse(self) -> u64 {
+    pub const fn inuse(self) -> u64 {
         (self.0 >> 32) & 0xffff
     }
     /// Whether a CPU owns the slab.
     #[inline]
-    pub fn frozen(self) -> bool {
+    pub const fn frozen(self) -> bool {
         self.0 & FROZEN != 0
+    }
+}
+
+/// What a free must do before its CAS on a slab in state `old` (rule 2 of the
+/// module comment): a frozen slab belongs to its CPU (no lock); an unfrozen slab
+/// that the free empties or makes partial changes node lists, so the free takes the
+/// node's list lock — unless it was full and the freer can take it onto its own CPU
+/// partial list (`can_freeze`), which freezes it instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FreeDecision {
+    /// CAS alone.
+    Plain,
+    /// CAS with `freeze`: the slab joins the freer's CPU partial list.
+    Freeze,
+    /// Take the list lock, then decide again.
+    Lock,
+}
+
+/// See [`FreeDecision`]; `locked` says the list lock is already held.
+#[inline]
+pub const fn free_decision(
+    old: SlabState,
+    cnt: u64,
+    can_freeze: bool,
+    locked: bool,
+) -> FreeDecision {
+    let inuse = old.inuse() - cnt;
+    if old.frozen() || !(inuse == 0 || old.list_empty()) {
+        FreeDecision::Plain
+    } else if old.list_empty() && can_freeze {
+        FreeDecision::Freeze
+    } else if locked {
+        FreeDecision::Plain
+    } else {
+        FreeDecision::Lock
     }
 }
 
@@ -1169,7 +1247,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             .objects as u64;
         loop {
             let old = slab_state(slab_ref);
-            let new = SlabState::new(END_OFFSET, objects, true);
+            let new = SlabState::taken(objects);
             if cas_state(slab_ref, old, new) {
                 return base + old.offset() as usize;
             }
@@ -1222,11 +1300,11 @@ impl<'a, P: Platform> Slub<'a, P> {
             let head = if chain.count > 0 {
                 // SAFETY: `chain.tail` ends a chain of free objects we own.
                 unsafe { set_freepointer(cfg, chain.tail, base + old.offset() as usize) };
-                (chain.head - base) as u64
+                Some((chain.head - base) as u64)
             } else {
-                old.offset()
+                None
             };
-            let new = SlabState::new(head, old.inuse() - chain.count, false);
+            let new = old.after_unfreeze(head, chain.count);
             if cas_state(sr, old, new) {
                 return (old, new);
             }
@@ -1583,19 +1661,20 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
             // SAFETY: our objects (caller).
             unsafe { set_freepointer(cfg, tail, prior) };
-            let inuse = old.inuse() - cnt;
-            let mut frozen = old.frozen();
-            if !old.frozen() && (inuse == 0 || old.list_empty()) {
-                if let (true, Some(c), true) = (old.list_empty(), cpu, cfg.cpu_partial_slabs > 0) {
+            let can_freeze = cpu.is_some() && cfg.cpu_partial_slabs > 0;
+            let freeze = match free_decision(old, cnt, can_freeze, lock.is_some()) {
+                FreeDecision::Plain => false,
+                FreeDecision::Freeze => {
                     // A full slab gets a free: it goes to our CPU partial list.
-                    frozen = true;
-                    freezer = Some(c);
-                } else if lock.is_none() {
+                    freezer = cpu;
+                    true
+                }
+                FreeDecision::Lock => {
                     lock = Some(node.list_lock.lock());
                     continue;
                 }
-            }
-            let new = SlabState::new((head - base) as u64, inuse, frozen);
+            };
+            let new = old.after_free((head - base) as u64, cnt, freeze);
             if cas_state(sr, old, new) {
                 break (old, new);
             }
