@@ -12,7 +12,7 @@ use std::sync::Barrier;
 const MAX: usize = 48 << 20;
 
 fn pattern(p: usize, i: usize) -> u8 {
-    (p >> 4 ^ i) as u8
+    ((p >> 4) ^ i) as u8
 }
 
 fn stamp(p: *mut u8, len: usize) {
