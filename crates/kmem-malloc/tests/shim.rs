@@ -113,10 +113,11 @@ fn threads_free_each_others_memory() {
 #[test]
 fn fork_from_a_multithreaded_parent() {
     let prog = compile("fork.c");
+    // 1,000 forks under the program's alarm watchdog (about 1.5 s); 10,000 long.
     let rounds = if std::env::var_os("KMEM_STRESS_SECS").is_some() {
-        "1000"
+        "10000"
     } else {
-        "200"
+        "1000"
     };
     let out = run_with(&prog, &[rounds], true, &[]);
     assert!(out.status.success(), "{}", text(&out.stderr));
