@@ -4,7 +4,7 @@
 //!
 //! A debug cache leaves the fast paths, as in the kernel: it never gets a CPU slab or
 //! CPU partial slabs, so its CPU freelist stays empty and every allocation and free
-//! reaches [`Slub::alloc_debug`] / [`Slub::free_debug`], which do all their work under
+//! reaches `Slub::alloc_debug` / `Slub::free_debug`, which do all their work under
 //! the node's `list_lock` (then `full`, the list of full slabs a debug cache keeps so
 //! `validate` sees every slab). No other context changes a debug slab's state
 //! meanwhile, so checks and the state change are one step.
