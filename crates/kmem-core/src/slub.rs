@@ -997,16 +997,24 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
         // Chain every object, ending in the end token: first to last, or
         // (CONFIG_SLAB_FREELIST_RANDOM) in the order of a random permutation.
+        // Index arithmetic without a division per object: `stride < objects`, so one
+        // subtraction wraps it.
         let (start, stride) = self.freelist_order(cfg);
         let n = cfg.objects;
-        let at = |k: usize| base + ((start + k * stride) % n) * cfg.size + cfg.red_left;
+        let at = |i: usize| base + i * cfg.size + cfg.red_left;
+        let mut i = start;
         for k in 0..n {
-            let next = if k + 1 < n { at(k + 1) } else { base | 1 };
+            let mut j = i + stride;
+            if j >= n {
+                j -= n;
+            }
+            let next = if k + 1 < n { at(j) } else { base | 1 };
             // SAFETY: the object lies in our new slab.
-            unsafe { set_freepointer(cfg, at(k), next) };
+            unsafe { set_freepointer(cfg, at(i), next) };
+            i = j;
         }
         head.owner[0].store(
-            SlabState::new((at(0) - base) as u64, 0, false).0 as usize,
+            SlabState::new((at(start) - base) as u64, 0, false).0 as usize,
             Relaxed,
         );
         head.owner[1].store(0, Relaxed);
