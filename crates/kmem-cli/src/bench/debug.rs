@@ -3,7 +3,9 @@
 //! Every mode is a set of private caches created with the mode's flags (the kmalloc
 //! caches are made once at start-up, so they cannot change mode mid-run):
 //!
-//! - `plain`: no freelist hardening (`SlabFlags::NO_HARDEN`), the baseline;
+//! - `plain`: no freelist key (`SlabFlags::NO_HARDEN`); it still runs the decode and
+//!   check instructions (with a zero key), so `hardened` against `plain` isolates the
+//!   key, not the whole cost of hardening — that needs a build without it (README);
 //! - `hardened`: the default (obfuscated free pointers, checked decode);
 //! - `random`: hardened plus randomised freelists; `init:alloc`, `init:free`: hardened
 //!   plus zeroing on allocation or on free;
