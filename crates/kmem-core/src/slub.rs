@@ -87,8 +87,9 @@ bitflags::bitflags! {
         const STORE_USER = 1 << 11;
         /// T (`SLAB_TRACE`): trace every alloc and free on the log.
         const TRACE = 1 << 12;
-        /// No freelist pointer obfuscation for this cache (hardening is on by default;
-        /// the `debug` bench suite measures its cost against this).
+        /// No freelist key for this cache (hardening is on by default): free pointers
+        /// are stored as they are; the decode still runs, with a zero key (the `debug`
+        /// bench suite's `plain` mode).
         const NO_HARDEN = 1 << 16;
         /// `init_on_alloc`: objects are zeroed when handed out.
         const INIT_ON_ALLOC = 1 << 17;
