@@ -345,6 +345,8 @@ pub struct CacheConfig {
     pub offset: usize,
     /// Slab order (`oo_order`).
     pub order: usize,
+    /// `PAGE_SIZE << order`, kept so the fast paths need no shift.
+    slab_size: usize,
     /// Objects per slab (`oo_objects`).
     pub objects: usize,
     /// Node partial slabs kept even when empty (`min_partial`).
@@ -382,6 +384,7 @@ impl CacheConfig {
         align: 0,
         offset: 0,
         order: 0,
+        slab_size: PAGE_SIZE,
         objects: 0,
         min_partial: 0,
         cpu_partial_slabs: 0,
@@ -402,14 +405,27 @@ impl CacheConfig {
     }
 
     /// Bytes a slab spans.
+    #[inline]
     pub fn slab_bytes(&self) -> usize {
-        PAGE_SIZE << self.order
+        self.slab_size
     }
 
     /// Whether any slub_debug flag is set (the cache leaves the fast paths).
     #[inline]
     pub fn is_debug(&self) -> bool {
         self.flags.intersects(SlabFlags::DEBUG)
+    }
+
+    /// Whether the cache stays off the fast paths: slub_debug flags, or
+    /// init_on_alloc / init_on_free (their zeroing happens in the debug path, so the
+    /// fast paths test no flag for them — the kernel uses static keys instead).
+    #[inline]
+    pub fn off_fast_paths(&self) -> bool {
+        self.flags.intersects(
+            SlabFlags::DEBUG
+                .union(SlabFlags::INIT_ON_ALLOC)
+                .union(SlabFlags::INIT_ON_FREE),
+        )
     }
 
     /// `calculate_sizes` + `calculate_order`: the layout for `object_size` bytes
@@ -485,6 +501,7 @@ impl CacheConfig {
             align,
             offset,
             order,
+            slab_size: PAGE_SIZE << order,
             objects,
             min_partial: ((usize::BITS - 1 - size.leading_zeros()) as usize / 2).clamp(5, 10),
             cpu_partial_slabs: 0,
@@ -851,7 +868,7 @@ fn gcd(mut a: usize, mut b: usize) -> usize {
 /// `obj` is an object of a slab of `s` that the caller owns (being freed).
 #[cold]
 #[inline(never)]
-unsafe fn init_on_free(s: &CacheConfig, obj: usize) {
+pub(crate) unsafe fn init_on_free(s: &CacheConfig, obj: usize) {
     let end = s.object_size;
     let fp = s.offset.min(end);
     let fp_end = (s.offset + core::mem::size_of::<usize>()).min(end);
@@ -1124,10 +1141,9 @@ impl<'a, P: Platform> Slub<'a, P> {
             None => self.alloc_nocpu(s, gfp, nid)?,
         };
         let obj = obj as *mut u8;
-        let cfg = s.config();
-        if gfp.contains(Gfp::ZERO) || cfg.flags.contains(SlabFlags::INIT_ON_ALLOC) {
+        if gfp.contains(Gfp::ZERO) {
             // SAFETY: the object is ours now, `object_size` bytes long.
-            unsafe { ptr::write_bytes(obj, 0, cfg.object_size) };
+            unsafe { ptr::write_bytes(obj, 0, s.config().object_size) };
         }
         NonNull::new(obj)
     }
@@ -1143,7 +1159,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         nid: Option<usize>,
     ) -> Option<usize> {
         let cfg = s.config();
-        if cfg.is_debug() {
+        if cfg.off_fast_paths() {
             return self.alloc_debug(Some(c), s, gfp, nid);
         }
         let cc = s.cpu(c);
@@ -1460,7 +1476,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     #[inline(never)]
     fn alloc_nocpu(&self, s: &KmemCache, gfp: Gfp, nid: Option<usize>) -> Option<usize> {
         let cfg = s.config();
-        if cfg.is_debug() {
+        if cfg.off_fast_paths() {
             return self.alloc_debug(None, s, gfp, nid);
         }
         s.stat(None, SlubStat::AllocSlowpath);
@@ -1573,13 +1589,6 @@ impl<'a, P: Platform> Slub<'a, P> {
         slab: NonNull<Page>,
         obj: usize,
     ) -> bool {
-        let cfg = s.config();
-        // Debug caches poison instead (and must not lose the poison of an object
-        // freed twice).
-        if cfg.flags.contains(SlabFlags::INIT_ON_FREE) && !cfg.is_debug() {
-            // SAFETY: the object is ours (caller).
-            unsafe { init_on_free(cfg, obj) };
-        }
         if let Some(c) = cpu {
             let cc = s.cpu(c);
             let cur = cc.freelist.load(Relaxed);
@@ -1616,7 +1625,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 return true;
             }
         }
-        if s.config().is_debug() {
+        if s.config().off_fast_paths() {
             // SAFETY: forwarded.
             return unsafe { self.free_debug(cpu, s, slab, obj) };
         }
@@ -1908,8 +1917,8 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// As [`Slub::free`] for every non-null pointer.
     pub unsafe fn free_bulk(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, objs: &mut [*mut u8]) {
         let cfg = s.config();
-        if cfg.is_debug() {
-            // Debug caches check every object on its own.
+        if cfg.off_fast_paths() {
+            // Debug (and init_on_*) caches take every object on its own.
             for o in objs.iter_mut() {
                 if let Some(p) = NonNull::new(core::mem::replace(o, ptr::null_mut())) {
                     // SAFETY: forwarded from the caller.
@@ -1937,11 +1946,6 @@ impl<'a, P: Platform> Slub<'a, P> {
                     continue;
                 }
             };
-            let init = cfg.flags.contains(SlabFlags::INIT_ON_FREE);
-            if init {
-                // SAFETY: our object (caller).
-                unsafe { init_on_free(cfg, obj as usize) };
-            }
             // Gather the following objects of the same slab into one list.
             let head = obj as usize;
             let mut tail = head;
@@ -1955,10 +1959,6 @@ impl<'a, P: Platform> Slub<'a, P> {
                 if !matches!(self.lookup(next as *const u8), ObjectLookup::Slab(f, _) if ptr::eq(f, s))
                 {
                     break;
-                }
-                if init {
-                    // SAFETY: our object (caller).
-                    unsafe { init_on_free(cfg, next) };
                 }
                 // SAFETY: both are our objects of this slab.
                 unsafe { set_freepointer(cfg, tail, next) };

@@ -350,6 +350,9 @@ impl<P: Platform> Slub<'_, P> {
                     RED_ACTIVE,
                 );
             }
+            if cfg.flags.contains(SlabFlags::INIT_ON_ALLOC) {
+                fill(obj, cfg.object_size, 0);
+            }
             self.set_track(cfg, obj, Track2::Alloc, cpu, &frames);
             if cfg.flags.contains(SlabFlags::TRACE) {
                 self.trace(s, "alloc", obj, new);
@@ -401,10 +404,21 @@ impl<P: Platform> Slub<'_, P> {
             self.log_fix(s, "Object not freed (quarantined)");
             return false;
         }
-        self.set_track(cfg, obj, Track2::Free, cpu, &frames);
-        self.set_free_state(cfg, obj);
         let base = self.slab_base(slab);
         let old = slab_state(sr);
+        if base + old.offset() as usize == obj {
+            // Already at the head of the slab's freelist: a double free, caught
+            // without F too (as the fast path does for other caches).
+            drop(list);
+            self.report_object(s, slab, "Object already free", obj, None);
+            return false;
+        }
+        if cfg.flags.contains(SlabFlags::INIT_ON_FREE) {
+            // SAFETY: the object is ours, being freed (poison, if any, follows).
+            unsafe { crate::slub::init_on_free(cfg, obj) };
+        }
+        self.set_track(cfg, obj, Track2::Free, cpu, &frames);
+        self.set_free_state(cfg, obj);
         if cfg.flags.contains(SlabFlags::CONSISTENCY_CHECKS) && old.inuse() == 0 {
             drop(list);
             self.report_object(s, slab, "Slab has no objects in use", obj, None);

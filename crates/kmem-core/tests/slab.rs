@@ -717,6 +717,14 @@ fn init_on_alloc_free_and_random_freelists() {
         .iter()
         .enumerate()
         .all(|(i, &b)| b == 0 || (off..off + 8).contains(&i)));
+    // init caches stay off the fast paths; an immediate double free is still caught.
+    // SAFETY: the bug under test: `p` is already free.
+    assert!(!unsafe { k.slub().free(cpu, s, p) });
+    assert!(k
+        .pages
+        .platform()
+        .take_log()
+        .contains("Object already free"));
     // Random freelists: two new slabs hand out their objects in different orders,
     // every object exactly once.
     let r = k
