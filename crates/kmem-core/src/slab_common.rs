@@ -331,7 +331,12 @@ impl<P: Platform> Kmem<P> {
         ctor: Option<Ctor>,
     ) -> Option<&'static KmemCache> {
         let nr_cpus = self.nr_cpus.load(Relaxed);
-        let flags = flags | self.policy_flags(name);
+        let mut flags = flags | self.policy_flags(name);
+        if ctor.is_some() {
+            // As the kernel: zeroing would undo what the constructor set up, and
+            // constructed objects keep their state while free.
+            flags -= SlabFlags::INIT_ON_ALLOC | SlabFlags::INIT_ON_FREE;
+        }
         let mut cfg = CacheConfig::calculate(name, size, align, flags, ctor, nr_cpus)?;
         self.harden(&mut cfg);
         cfg.cpu_offset = self

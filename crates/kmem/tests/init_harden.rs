@@ -32,6 +32,27 @@ fn kmem_init_and_harden_apply_to_every_cache() {
             h.kmem_cache_free(c, p);
         }
     }
+    // A constructed cache is left alone (as the kernel): zeroing would undo the
+    // constructor, and its objects keep their state while free.
+    fn ctor(p: *mut u8) {
+        // SAFETY: the slab layer passes an object of 64 bytes.
+        unsafe { std::ptr::write_bytes(p, 0xab, 64) };
+    }
+    let k = h
+        .kmem_cache_create("init-harden-ctor", 64, 8, SlabFlags::empty(), Some(ctor))
+        .expect("cache");
+    assert!(!k
+        .config()
+        .flags
+        .intersects(SlabFlags::INIT_ON_ALLOC | SlabFlags::INIT_ON_FREE));
+    let p = h.kmem_cache_alloc(k, Gfp::KERNEL).expect("memory");
+    // SAFETY: ours, 64 bytes, constructed.
+    unsafe {
+        assert!(std::slice::from_raw_parts(p.as_ptr(), 64)
+            .iter()
+            .all(|&b| b == 0xab));
+        h.kmem_cache_free(k, p);
+    }
     // The kmalloc caches got the same flags.
     let p = h.kmalloc(100, Gfp::KERNEL).expect("memory");
     // SAFETY: ours, at least 100 bytes.
