@@ -193,24 +193,24 @@ fn seed_lines(results: &[BenchResult]) -> String {
         if get("fastpath_reuse", mode, FAST_SIZE as u64, "pair").is_none() {
             continue;
         }
-        let _ = writeln!(out, "\n{mode}: Single thread testing");
-        let _ = writeln!(out, "1. Kmem_cache: Repeatedly allocate then free test");
-        for &size in &SIZES {
-            let _ = writeln!(
-                out,
-                "10000 times kmem_cache_alloc({size}) -> {:.0} cycles kmem_cache_free -> {:.0} cycles",
-                get("cache_then_free", mode, size, "alloc").unwrap_or(0.0),
-                get("cache_then_free", mode, size, "free").unwrap_or(0.0)
-            );
-        }
-        let _ = writeln!(out, "2. Kmem_cache: alloc/free test");
-        for &size in &SIZES {
-            let _ = writeln!(
-                out,
-                "10000 times kmem_cache_alloc({size})/kmem_cache_free -> {:.0} cycles",
-                get("cache_alloc_free", mode, size, "pair").unwrap_or(0.0)
-            );
-        }
+        let v = |bench: &str, size: u64, op: &str| get(bench, mode, size, op).unwrap_or(0.0);
+        super::slab_test_lines(
+            &mut out,
+            mode,
+            &super::SlabTestNames {
+                title: "Kmem_cache",
+                alloc: "kmem_cache_alloc",
+                free: "kmem_cache_free",
+            },
+            &SIZES,
+            |size| {
+                (
+                    v("cache_then_free", size, "alloc"),
+                    v("cache_then_free", size, "free"),
+                )
+            },
+            |size| v("cache_alloc_free", size, "pair"),
+        );
     }
     let ns = |mode: &str| {
         results

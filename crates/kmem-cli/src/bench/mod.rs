@@ -228,6 +228,46 @@ impl Ctx {
     }
 }
 
+/// The names slab_test prints for one allocator interface.
+pub struct SlabTestNames {
+    /// "Kmalloc" / "Kmem_cache".
+    pub title: &'static str,
+    /// "kmalloc" / "kmem_cache_alloc".
+    pub alloc: &'static str,
+    /// "kfree" / "kmem_cache_free".
+    pub free: &'static str,
+}
+
+/// slab_test's report (seed 000) for one allocator: test 1 (`then_free(size)` gives
+/// the cycles per allocation and per free) and test 2 (`pair(size)`, per pair).
+pub fn slab_test_lines(
+    out: &mut String,
+    who: &str,
+    names: &SlabTestNames,
+    sizes: &[u64],
+    then_free: impl Fn(u64) -> (f64, f64),
+    pair: impl Fn(u64) -> f64,
+) {
+    let SlabTestNames { title, alloc, free } = names;
+    let _ = writeln!(out, "\n{who}: Single thread testing");
+    let _ = writeln!(out, "1. {title}: Repeatedly allocate then free test");
+    for &size in sizes {
+        let (a, f) = then_free(size);
+        let _ = writeln!(
+            out,
+            "10000 times {alloc}({size}) -> {a:.0} cycles {free} -> {f:.0} cycles"
+        );
+    }
+    let _ = writeln!(out, "2. {title}: alloc/free test");
+    for &size in sizes {
+        let _ = writeln!(
+            out,
+            "10000 times {alloc}({size})/{free} -> {:.0} cycles",
+            pair(size)
+        );
+    }
+}
+
 /// The time one phase of a run took.
 #[derive(Clone, Copy, Debug)]
 pub struct Phase {

@@ -117,7 +117,6 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
 
 /// The seed's lines, for kmem and each peer.
 fn seed_lines(results: &[BenchResult]) -> String {
-    use std::fmt::Write as _;
     let mut out = String::new();
     let cyc = |bench: &str, alloc: &str, size: u64, op: &str| {
         results
@@ -126,25 +125,25 @@ fn seed_lines(results: &[BenchResult]) -> String {
             .map(|r| r.cycles.unwrap_or(r.ns.unwrap_or(0.0)))
             .unwrap_or(0.0)
     };
+    let names = super::SlabTestNames {
+        title: "Kmalloc",
+        alloc: "kmalloc",
+        free: "kfree",
+    };
     for alloc in ["kmem", "system", "mimalloc", "jemalloc"] {
-        let _ = writeln!(out, "\n{alloc}: Single thread testing");
-        let _ = writeln!(out, "1. Kmalloc: Repeatedly allocate then free test");
-        for &size in &SIZES {
-            let _ = writeln!(
-                out,
-                "10000 times kmalloc({size}) -> {:.0} cycles kfree -> {:.0} cycles",
-                cyc("kmalloc_then_kfree", alloc, size, "alloc"),
-                cyc("kmalloc_then_kfree", alloc, size, "free")
-            );
-        }
-        let _ = writeln!(out, "2. Kmalloc: alloc/free test");
-        for &size in &SIZES {
-            let _ = writeln!(
-                out,
-                "10000 times kmalloc({size})/kfree -> {:.0} cycles",
-                cyc("kmalloc_kfree", alloc, size, "pair")
-            );
-        }
+        super::slab_test_lines(
+            &mut out,
+            alloc,
+            &names,
+            &SIZES,
+            |size| {
+                (
+                    cyc("kmalloc_then_kfree", alloc, size, "alloc"),
+                    cyc("kmalloc_then_kfree", alloc, size, "free"),
+                )
+            },
+            |size| cyc("kmalloc_kfree", alloc, size, "pair"),
+        );
     }
     out
 }
