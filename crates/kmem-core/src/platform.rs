@@ -45,13 +45,7 @@ pub trait Platform: Sync {
     /// default mixes the clock with a counter; a platform with a real source
     /// (Linux: getrandom) should use it.
     fn random_u64(&self) -> u64 {
-        static COUNTER: crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-        let c = COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, crate::sync::Ordering::Relaxed);
-        let mut x = self.now_ns() ^ c;
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^= x >> 33;
-        x
+        weak_random(self.now_ns())
     }
 
     /// slub_debug's U flag: fills `frames` with return addresses of the current call
@@ -75,4 +69,16 @@ pub trait Platform: Sync {
     fn numa_node_id(&self) -> usize {
         0
     }
+}
+
+/// 64 bits from `seed` and a process-wide counter, mixed (murmur3's finaliser): not
+/// secret, but different on every call. For platforms without a real source, and as
+/// a fallback when it fails.
+pub fn weak_random(seed: u64) -> u64 {
+    static COUNTER: crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+    let c = COUNTER.fetch_add(0x9e37_79b9_7f4a_7c15, crate::sync::Ordering::Relaxed);
+    let mut x = seed ^ c;
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^ (x >> 33)
 }

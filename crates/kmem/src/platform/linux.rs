@@ -163,15 +163,9 @@ impl Platform for LinuxPlatform {
         if n == core::mem::size_of::<u64>() as isize {
             return x;
         }
-        // No entropy yet (early boot) or no getrandom: the clock, an address that
-        // ASLR moves, and a counter, mixed.
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let mut x = self.now_ns()
-            ^ (&x as *const u64 as u64).rotate_left(32)
-            ^ COUNTER.fetch_add(1, Ordering::Relaxed) as u64;
-        x ^= x >> 33;
-        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        x ^ (x >> 33)
+        // No entropy yet (early boot) or no getrandom: the clock and an address that
+        // ASLR moves, mixed with a counter.
+        kmem_core::platform::weak_random(self.now_ns() ^ (&x as *const u64 as u64).rotate_left(32))
     }
 
     fn log(&self, text: &str) {
