@@ -288,6 +288,9 @@ impl OwnModule {
 }
 
 /// Finds [`OwnModule`] once (`dl_iterate_phdr`; no allocation) and keeps it.
+/// Plain atomics rather than a `OnceLock`: this runs inside malloc, where a fork or a
+/// signal in the middle of a one-time initialisation must not leave anyone waiting;
+/// threads that race here compute the same value.
 fn own_module() -> OwnModule {
     static START: AtomicUsize = AtomicUsize::new(0);
     static END: AtomicUsize = AtomicUsize::new(0);
