@@ -771,11 +771,32 @@ fn cpu_tag(c: CpuRef<'_>) -> usize {
 }
 
 /// Marks the slab as frozen by `tag` (its local freelist is empty then): `owner[3]`'s
-/// high half is the tag of the CPU area that froze the slab (area id + 1; 0 = none),
-/// the low half counts the objects on the local freelist.
+/// high half is the tag of the CPU area that froze the slab (area id + 1; 0 = none);
+/// bits 16..32 hold the offset of the local freelist's last object from the slab
+/// base, bits 0..16 how many objects the local freelist holds. A slab spans at most
+/// `PAGE_SIZE << SLUB_MAX_ORDER` (32 KiB) bytes and objects, so both fit.
 #[inline]
 fn set_frozen_by(slab: &Page, tag: usize) {
     slab.owner[3].store(tag << 32, Relaxed);
+}
+
+const _: () = assert!(PAGE_SIZE << SLUB_MAX_ORDER <= 1 << 16);
+
+/// Objects on a frozen slab's local freelist, from its `owner[3]` word.
+#[inline]
+pub(crate) fn local_count(o3: usize) -> usize {
+    o3 & 0xffff
+}
+
+/// `owner[3]` after pushing the object at offset `off` on the local freelist: the
+/// first object pushed on an empty list is its tail.
+#[inline]
+fn local_push(o3: usize, off: usize) -> usize {
+    if local_count(o3) == 0 {
+        (o3 & !0xffff_ffff) | off << 16 | 1
+    } else {
+        o3 + 1
+    }
 }
 
 /// A chain of free objects of one slab: first, last, how many (first = 0: none).
@@ -798,19 +819,19 @@ impl Chain {
 /// (the caller is about to unfreeze the slab or make it its CPU slab).
 fn take_local(cfg: &CacheConfig, slab: &Page) -> Chain {
     let head = slab.owner[1].load(Relaxed);
-    let count = (slab.owner[3].load(Relaxed) & 0xffff_ffff) as u64;
+    let o3 = slab.owner[3].load(Relaxed);
     slab.owner[1].store(0, Relaxed);
     slab.owner[3].store(0, Relaxed);
     if head == 0 {
         return Chain::EMPTY;
     }
-    let mut tail = head;
-    for _ in 1..count {
-        // SAFETY: the local list holds `count` free objects of the slab, linked
-        // through their free pointers; only the owner CPU (the caller) touches it.
-        tail = unsafe { get_freepointer(cfg, tail) };
+    // Slabs are aligned to their size: the head tells the base.
+    let base = head & !(cfg.slab_bytes() - 1);
+    Chain {
+        head,
+        tail: base + (o3 >> 16 & 0xffff),
+        count: local_count(o3) as u64,
     }
-    Chain { head, tail, count }
 }
 
 #[inline]
@@ -836,7 +857,27 @@ pub(crate) unsafe fn get_freepointer(s: &CacheConfig, obj: usize) -> usize {
     let at = obj + s.offset;
     // SAFETY: caller: a free object, whose word at `offset` holds its successor.
     let raw = unsafe { ptr::read(at as *const usize) };
-    raw ^ s.random ^ (at.swap_bytes() & s.harden_mask)
+    raw ^ freepointer_key(s, at)
+}
+
+/// The hardening key of the free pointer stored at `at`: `random ^ swab(at)` (0
+/// when hardening is off).
+///
+/// The key does not depend on the stored word, so it is computed beside the load
+/// and decoding costs one XOR on the pointer-chasing chain. Compilers reassociate
+/// `raw ^ random ^ swab(at)` into two dependent XORs after the load; an empty
+/// `asm!` makes the key opaque and keeps it whole.
+#[inline(always)]
+fn freepointer_key(s: &CacheConfig, at: usize) -> usize {
+    #[allow(unused_mut)]
+    let mut key = s.random ^ (at.swap_bytes() & s.harden_mask);
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    // SAFETY: an empty asm block that only claims to modify `key` in its register;
+    // no memory, stack or flags are touched.
+    unsafe {
+        core::arch::asm!("/* {0} */", inout(reg) key, options(pure, nomem, nostack, preserves_flags));
+    }
+    key
 }
 
 /// # Safety
@@ -845,12 +886,7 @@ pub(crate) unsafe fn get_freepointer(s: &CacheConfig, obj: usize) -> usize {
 pub(crate) unsafe fn set_freepointer(s: &CacheConfig, obj: usize, next: usize) {
     let at = obj + s.offset;
     // SAFETY: caller: the object is ours to write.
-    unsafe {
-        ptr::write(
-            at as *mut usize,
-            next ^ s.random ^ (at.swap_bytes() & s.harden_mask),
-        )
-    };
+    unsafe { ptr::write(at as *mut usize, next ^ freepointer_key(s, at)) };
 }
 
 /// Greatest common divisor.
@@ -1620,7 +1656,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 // SAFETY: the object is ours (caller).
                 unsafe { set_freepointer(s.config(), obj, next) };
                 sr.owner[1].store(obj, Relaxed);
-                sr.owner[3].store(o3 + 1, Relaxed);
+                sr.owner[3].store(local_push(o3, obj - base), Relaxed);
                 cc.count(SlubStat::FreeFrozen);
                 return true;
             }

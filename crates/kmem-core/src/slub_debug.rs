@@ -704,7 +704,7 @@ impl<P: Platform> Slub<'_, P> {
             p = unsafe { get_freepointer(cfg, p) };
         }
         let expected_free = cfg.objects - st.inuse() as usize;
-        let local = sr.owner[3].load(Relaxed) & 0xffff_ffff;
+        let local = crate::slub::local_count(sr.owner[3].load(Relaxed));
         if count + local != expected_free && !st.frozen() {
             report("Wrong object count", base, self, None);
             problems += 1;
