@@ -56,6 +56,13 @@ pub fn kmalloc_index(size: usize) -> Option<usize> {
     Some(log as usize - 1)
 }
 
+/// The buddy order of the smallest block holding `size` (> 0) bytes.
+#[inline]
+pub(crate) fn order_for_size(size: usize) -> usize {
+    let pages = size.div_ceil(PAGE_SIZE).max(1);
+    (usize::BITS - (pages - 1).leading_zeros()) as usize
+}
+
 /// Which set of kmalloc caches serves `gfp`.
 #[inline]
 fn kmalloc_type(gfp: Gfp) -> usize {
@@ -135,9 +142,7 @@ impl<P: Platform> Kmem<P> {
         if size > KMALLOC_MAX_SIZE {
             return None;
         }
-        let pages = size.div_ceil(PAGE_SIZE);
-        let order = (usize::BITS - (pages - 1).leading_zeros()) as usize;
-        let order = if pages == 1 { 0 } else { order };
+        let order = order_for_size(size);
         let page = self
             .pages
             .alloc_pages_node(cpu, gfp | Gfp::COMP, order, nid)?;
@@ -171,14 +176,18 @@ impl<P: Platform> Kmem<P> {
         }
         let slub = self.slub();
         match slub.lookup(p) {
-            // SAFETY: a checked object, given up by the caller.
-            ObjectLookup::Slab(s, slab) => unsafe { slub.free_object(cpu, s, slab, p as usize) },
+            ObjectLookup::Slab(s, slab) => {
+                // SAFETY: the head page of a live slab.
+                self.memcg_slab_free_hook(cpu, s, unsafe { slab.as_ref() }, p as usize);
+                // SAFETY: a checked object, given up by the caller.
+                unsafe { slub.free_object(cpu, s, slab, p as usize) }
+            }
             ObjectLookup::Large(head) => {
                 // SAFETY: the head of a large block from kmalloc_large, given up by the
                 // caller; its order is on the head page.
                 let order = unsafe { head.as_ref() }.order();
                 // SAFETY: as above.
-                unsafe { self.pages.free_pages(cpu, head, order) };
+                unsafe { self.free_pages(cpu, head, order) };
                 true
             }
             ObjectLookup::Bad(why) => {
@@ -216,8 +225,28 @@ impl<P: Platform> Kmem<P> {
         new_size: usize,
         gfp: Gfp,
     ) -> Option<NonNull<u8>> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.krealloc_objcg(cpu, p, new_size, gfp, None) }
+    }
+
+    /// [`Kmem::krealloc`] whose new allocation, if it moves, is charged to `objcg`.
+    ///
+    /// # Safety
+    /// As [`Kmem::krealloc`].
+    pub unsafe fn krealloc_objcg(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        p: *mut u8,
+        new_size: usize,
+        gfp: Gfp,
+        objcg: Option<&crate::memcontrol::ObjCgroup>,
+    ) -> Option<NonNull<u8>> {
+        let alloc = |size| match objcg {
+            Some(cg) => self.kmalloc_objcg(cpu, size, gfp, cg),
+            None => self.kmalloc(cpu, size, gfp),
+        };
         if p.is_null() {
-            return self.kmalloc(cpu, new_size, gfp);
+            return alloc(new_size);
         }
         let old = self.ksize(p);
         if old == 0 {
@@ -233,7 +262,7 @@ impl<P: Platform> Kmem<P> {
             // SAFETY: non-null checked above.
             return Some(unsafe { NonNull::new_unchecked(p) });
         }
-        let q = self.kmalloc(cpu, new_size, gfp)?;
+        let q = alloc(new_size)?;
         // SAFETY: both are ours; `old` bytes of `p` are valid, `q` has more room.
         unsafe {
             ptr::copy_nonoverlapping(p, q.as_ptr(), old);

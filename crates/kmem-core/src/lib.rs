@@ -34,6 +34,7 @@
 
 pub mod gfp;
 pub mod kmalloc;
+pub mod memcontrol;
 pub mod mmzone;
 pub mod page;
 pub mod page_alloc;

@@ -71,7 +71,9 @@ pub struct Page {
     pub(crate) next: AtomicPtr<Page>,
     /// Previous page on that list (`lru.prev`).
     pub(crate) prev: AtomicPtr<Page>,
-    /// Page allocator private word: for a free buddy block, when it was freed (ns).
+    /// Page allocator private word: for a free buddy block, when it was freed (ns);
+    /// on the head of an allocated block, `memcg_data` (zero when handed out): a
+    /// slab's objcg vector or an accounted block's objcg (see `memcontrol`).
     pub(crate) private: AtomicUsize,
     /// Words owned by the holder of an allocated page (the slab layer's freelist,
     /// counters, cache pointer and list link). Zero when a block is handed out (on its

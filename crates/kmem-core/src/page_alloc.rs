@@ -887,6 +887,9 @@ impl<P: Platform> PageAllocator<P> {
         for w in &p.owner {
             w.store(0, Ordering::Relaxed);
         }
+        // On a free block it held when the block was freed; on an allocated one it is
+        // the holder's (`memcg_data`).
+        p.private.store(0, Ordering::Relaxed);
         if gfp.contains(Gfp::ZERO) && !known_zero {
             let addr = self.page_address(page);
             // SAFETY: the block's 2^order pages are ours and mapped (online section).

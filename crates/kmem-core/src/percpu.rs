@@ -37,6 +37,8 @@ pub const MAX_CPU_AREAS: usize = 4096;
 pub const DRAIN_PAGES: u32 = 1 << 0;
 /// `drain_request` bit: flush layer-specific per-CPU caches (the slab layer's).
 pub const DRAIN_CACHES: u32 = 1 << 1;
+/// `drain_request` bit: drain the memcg charge stock (see `memcontrol`).
+pub const DRAIN_STOCK: u32 = 1 << 2;
 
 /// Area state: on the free stack, empty.
 const AREA_FREE: u32 = 0;

@@ -108,6 +108,8 @@ pub struct Kmem<P: Platform> {
     /// `fn(&str) -> SlabFlags` (as usize; 0 = none): extra flags for a cache by name
     /// (slub_debug's per-cache selection).
     debug_policy: AtomicUsize,
+    /// The memory controller (groups, stocks).
+    pub(crate) memcg: crate::memcontrol::MemcgState,
 }
 
 impl<P: Platform> Kmem<P> {
@@ -121,6 +123,7 @@ impl<P: Platform> Kmem<P> {
             slab_up: AtomicBool::new(false),
             nr_cpus: AtomicUsize::new(1),
             debug_policy: AtomicUsize::new(0),
+            memcg: crate::memcontrol::MemcgState::new(),
         }
     }
 
@@ -215,6 +218,9 @@ impl<P: Platform> Kmem<P> {
                 boot(&self.kmalloc[t][i], name.as_str(), size, align, flags)?;
             }
         }
+        if !self.memcg_init() {
+            return Err(InitError::BadConfig);
+        }
         self.pages.register_shrinker(Shrinker {
             scan: Self::shrink_all_callback,
             data: self as *const Self as *const (),
@@ -254,6 +260,76 @@ impl<P: Platform> Kmem<P> {
         let kmem = unsafe { &*(data as *const Self) };
         let slub = kmem.slub();
         kmem.caches.for_each(|s| slub.flush_cpu_cache(cpu, s));
+        kmem.memcg_drain_stock(cpu);
+    }
+
+    /// Whether `s` is one of the caches embedded in [`Kmem`] that accounting must
+    /// not use (`kmem_cache`).
+    pub(crate) fn is_boot_cache(&self, s: &KmemCache) -> bool {
+        ptr::eq(s, &self.kmem_cache)
+    }
+
+    /// `kmem_cache_free` with the memcg hook: uncharges an accounted object, then
+    /// frees it as [`Slub::free`] (which reports pointers that are not objects of `s`).
+    ///
+    /// # Safety
+    /// As [`Slub::free`].
+    #[inline]
+    pub unsafe fn kmem_cache_free(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        obj: NonNull<u8>,
+    ) -> bool {
+        let slub = self.slub();
+        match slub.lookup(obj.as_ptr()) {
+            crate::slub::ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
+                // SAFETY: the head page of a live slab.
+                self.memcg_slab_free_hook(cpu, s, unsafe { slab.as_ref() }, obj.as_ptr() as usize);
+                // SAFETY: a valid object of `s`, given up by the caller.
+                unsafe { slub.free_object(cpu, s, slab, obj.as_ptr() as usize) }
+            }
+            // SAFETY: reports only.
+            _ => unsafe { slub.free(cpu, s, obj) },
+        }
+    }
+
+    /// `kmem_cache_free_bulk` with the memcg hook for each object.
+    ///
+    /// # Safety
+    /// As [`Slub::free_bulk`].
+    pub unsafe fn kmem_cache_free_bulk(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        objs: &mut [*mut u8],
+    ) {
+        let slub = self.slub();
+        for &p in objs.iter().filter(|p| !p.is_null()) {
+            if let crate::slub::ObjectLookup::Slab(found, slab) = slub.lookup(p) {
+                if ptr::eq(found, s) {
+                    // SAFETY: the head page of a live slab.
+                    self.memcg_slab_free_hook(cpu, s, unsafe { slab.as_ref() }, p as usize);
+                }
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { slub.free_bulk(cpu, s, objs) }
+    }
+
+    /// `__free_pages` with the memcg hook: an accounted block is uncharged first.
+    ///
+    /// # Safety
+    /// As [`PageAllocator::free_pages`].
+    pub unsafe fn free_pages(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        page: NonNull<crate::page::Page>,
+        order: usize,
+    ) {
+        self.memcg_kmem_uncharge_page(cpu, page, order);
+        // SAFETY: forwarded from the caller.
+        unsafe { self.pages.free_pages(cpu, page, order) }
     }
 
     /// `pthread_atfork` prepare: takes every allocator lock in the lock order — the

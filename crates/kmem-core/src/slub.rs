@@ -404,6 +404,13 @@ impl CacheConfig {
         core::str::from_utf8(&self.name[..self.name_len]).unwrap_or("?")
     }
 
+    /// The index of the object whose slot starts `off` bytes into its slab (its
+    /// left red zone included).
+    #[inline]
+    pub fn obj_to_index(&self, off: usize) -> usize {
+        ((off as u64 * self.reciprocal) >> 32) as usize
+    }
+
     /// Bytes a slab spans.
     #[inline]
     pub fn slab_bytes(&self) -> usize {
@@ -1074,6 +1081,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         head.owner[1].store(0, Relaxed);
         head.owner[3].store(0, Relaxed);
         head.owner[2].store(s as *const KmemCache as usize, Relaxed);
+        head.private.store(0, Relaxed);
         let nid = self.pages.page_to_nid(slab);
         s.node[nid].nr_slabs.fetch_add(1, Relaxed);
         s.stat(cpu, SlubStat::AllocSlab);
@@ -1099,6 +1107,29 @@ impl<'a, P: Platform> Slub<'a, P> {
         (start, stride)
     }
 
+    /// Frees a discarded slab's objcg vector (`memcontrol`), a plain kmalloc object
+    /// or large block (vectors never come from caches that have vectors).
+    fn free_slab_obj_exts(&self, cpu: Option<CpuRef<'_>>, head: &Page) {
+        let data = head.private.swap(0, Relaxed);
+        if data & crate::memcontrol::MEMCG_DATA_OBJEXTS == 0 {
+            return;
+        }
+        let v = (data & !3) as *mut u8;
+        match self.lookup(v) {
+            // SAFETY: the vector, ours since its slab is being discarded.
+            ObjectLookup::Slab(vs, vslab) => unsafe {
+                self.free_object(cpu, vs, vslab, v as usize);
+            },
+            ObjectLookup::Large(vh) => {
+                // SAFETY: as above; a large block's order is on its head.
+                let order = unsafe { vh.as_ref() }.order();
+                // SAFETY: as above.
+                unsafe { self.pages.free_pages(cpu, vh, order) };
+            }
+            ObjectLookup::Bad(_) => {}
+        }
+    }
+
     /// `discard_slab`: gives an empty slab's pages back.
     pub(crate) fn discard_slab(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: NonNull<Page>) {
         let cfg = s.config();
@@ -1110,6 +1141,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         for w in &head.owner {
             w.store(0, Relaxed);
         }
+        self.free_slab_obj_exts(cpu, head);
         s.stat(cpu, SlubStat::FreeSlab);
         // SAFETY: allocated by `allocate_slab` with this order; nothing refers to it.
         unsafe { self.pages.free_pages(cpu, slab, cfg.order) };

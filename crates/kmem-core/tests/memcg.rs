@@ -1,0 +1,414 @@
+#![allow(clippy::unnecessary_literal_unwrap)] // `cpu` is an Option on purpose: APIs take one.
+//! Memory cgroups through the public API of `Kmem`: charges against a model of live
+//! bytes, limits, the hierarchy, removal with live objects, cross-thread frees.
+
+mod common;
+
+use common::{config, kmem, TestPlatform};
+use kmem_core::memcontrol::{MemCgroup, MemcgError, MemcgEvent, MemcgStat};
+use kmem_core::{CpuRef, Gfp, Kmem, PAGE_SIZE};
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+type K = Kmem<TestPlatform>;
+
+/// Runs `f` with a CPU area owned by the calling thread, then gives the area back
+/// (its CPU-offline flush drains the memcg stock).
+fn with_cpu<R>(k: &'static K, f: impl FnOnce(Option<CpuRef<'_>>) -> R) -> R {
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this thread until put back below.
+    let r = f(Some(unsafe { CpuRef::new(area) }));
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(area) };
+    r
+}
+
+/// The bytes an allocation of `size` is charged: its kmalloc class, or its pages.
+fn charged_size(k: &K, p: *mut u8) -> usize {
+    k.ksize(p)
+}
+
+fn slab_and_pages(cg: &MemCgroup) -> isize {
+    cg.stat(MemcgStat::SlabUnreclaimable)
+        + cg.stat(MemcgStat::SlabReclaimable)
+        + cg.stat(MemcgStat::KmemPages)
+}
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Random alloc/free across threads and groups (a hierarchy of three), objects freed
+/// by other threads than their allocator; afterwards every group's statistics equal
+/// the live bytes charged to it and its descendants, and its usage covers them
+/// within a page per group. Then everything is freed and nothing stays charged.
+fn charges_follow_live_bytes(stock: bool) {
+    let k = kmem(2, config(1, 0));
+    let root = k.root_mem_cgroup();
+    let a = k.mem_cgroup_create(None, root, "a").unwrap();
+    let b = k.mem_cgroup_create(None, a, "b").unwrap();
+    let c = k.mem_cgroup_create(None, root, "c").unwrap();
+    let groups: [&'static MemCgroup; 3] = [a, b, c];
+    with_cpu(k, |cpu| k.set_memcg_stock(cpu, stock));
+    // Live objects: address -> (group index, charged bytes), shared by the threads.
+    let live: Mutex<HashMap<usize, (usize, usize)>> = Mutex::new(HashMap::new());
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let live = &live;
+            s.spawn(move || {
+                with_cpu(k, |cpu| {
+                    let mut rng = Rng(0x9e37_79b9 + t * 7919);
+                    for _ in 0..6000 {
+                        let r = rng.next();
+                        if r % 5 < 3 {
+                            let g = (r >> 8) as usize % 3;
+                            let size = match (r >> 16) % 10 {
+                                0 => 8192 + ((r >> 24) as usize % 20000),
+                                1..=3 => 1 + (r >> 24) as usize % 4096,
+                                _ => 1 + (r >> 24) as usize % 256,
+                            };
+                            let p = k
+                                .kmalloc_objcg(cpu, size, Gfp::KERNEL, groups[g].objcg())
+                                .expect("no limit set");
+                            let bytes = charged_size(k, p.as_ptr());
+                            live.lock().unwrap().insert(p.as_ptr() as usize, (g, bytes));
+                        } else {
+                            // Free a random live object, whoever allocated it.
+                            let victim = {
+                                let mut l = live.lock().unwrap();
+                                let key = l.keys().nth((r >> 8) as usize % l.len().max(1)).copied();
+                                key.map(|p| (p, l.remove(&p).unwrap()))
+                            };
+                            if let Some((p, _)) = victim {
+                                // SAFETY: allocated above, removed from the live set.
+                                assert!(unsafe { k.kfree(cpu, p as *mut u8) });
+                            }
+                        }
+                    }
+                })
+            });
+        }
+    });
+    // Every thread's stock was drained when it gave its area back.
+    let live = live.into_inner().unwrap();
+    let mut own = [0usize; 3];
+    for &(g, bytes) in live.values() {
+        own[g] += bytes;
+    }
+    // Hierarchical: a holds b's.
+    let expect = [own[0] + own[1], own[1], own[2]];
+    for (i, g) in groups.iter().enumerate() {
+        assert_eq!(
+            slab_and_pages(g),
+            expect[i] as isize,
+            "stat of {}",
+            g.name()
+        );
+        let usage = g.usage();
+        let subtree = if i == 0 { 2 } else { 1 };
+        assert!(
+            usage >= expect[i] && usage < expect[i] + subtree * PAGE_SIZE,
+            "usage of {}: {usage} for {} live bytes",
+            g.name(),
+            expect[i]
+        );
+    }
+    assert_eq!(slab_and_pages(root), (own[0] + own[1] + own[2]) as isize);
+    with_cpu(k, |cpu| {
+        for &p in live.keys() {
+            // SAFETY: still live, ours.
+            assert!(unsafe { k.kfree(cpu, p as *mut u8) });
+        }
+    });
+    for g in groups.iter().chain([&root]) {
+        assert_eq!(slab_and_pages(g), 0, "{}", g.name());
+        assert_eq!(g.usage(), 0, "usage of {}", g.name());
+    }
+}
+
+#[test]
+fn charges_follow_live_bytes_with_the_stock() {
+    charges_follow_live_bytes(true);
+}
+
+#[test]
+fn charges_follow_live_bytes_without_the_stock() {
+    charges_follow_live_bytes(false);
+}
+
+#[test]
+fn memory_max_is_enforced_and_recovers_after_frees() {
+    let k = kmem(2, config(1, 0));
+    let g = k
+        .mem_cgroup_create(None, k.root_mem_cgroup(), "limited")
+        .unwrap();
+    let max = 64 * 1024;
+    g.set_max(max);
+    with_cpu(k, |cpu| {
+        let mut held = Vec::new();
+        while let Some(p) = k.kmalloc_objcg(cpu, 32, Gfp::KERNEL, g.objcg()) {
+            held.push(p.as_ptr());
+            assert!(g.usage() <= max, "usage {} over max", g.usage());
+            assert!(held.len() < 10_000, "the limit never stopped us");
+        }
+        // Everything fits: 64 KiB of 32-byte objects, less at most a page of stock.
+        assert!(held.len() * 32 > max - PAGE_SIZE, "{} objects", held.len());
+        assert!(g.events(MemcgEvent::Max) >= 1);
+        assert_eq!(g.events(MemcgEvent::Oom), 1);
+        // Larger requests fail too; the root and other groups are unaffected.
+        assert!(k
+            .kmalloc_objcg(cpu, 20_000, Gfp::KERNEL, g.objcg())
+            .is_none());
+        let other = k
+            .mem_cgroup_create(cpu, k.root_mem_cgroup(), "other")
+            .unwrap();
+        let q = k
+            .kmalloc_objcg(cpu, 32, Gfp::KERNEL, other.objcg())
+            .unwrap();
+        // SAFETY: ours.
+        unsafe { k.kfree(cpu, q.as_ptr()) };
+        for p in held.drain(..held.len() / 2) {
+            // SAFETY: allocated above.
+            unsafe { k.kfree(cpu, p) };
+        }
+        let p = k
+            .kmalloc_objcg(cpu, 32, Gfp::KERNEL, g.objcg())
+            .expect("room again after frees");
+        held.push(p.as_ptr());
+        for p in held {
+            // SAFETY: allocated above.
+            unsafe { k.kfree(cpu, p) };
+        }
+    });
+    assert_eq!(g.usage(), 0);
+}
+
+#[test]
+fn a_parent_limit_binds_its_children_and_high_counts_events() {
+    let k = kmem(2, config(1, 0));
+    let parent = k
+        .mem_cgroup_create(None, k.root_mem_cgroup(), "parent")
+        .unwrap();
+    let child = k.mem_cgroup_create(None, parent, "child").unwrap();
+    parent.set_max(128 * 1024);
+    child.set_high(32 * 1024);
+    with_cpu(k, |cpu| {
+        let mut held = Vec::new();
+        while let Some(p) = k.kmalloc_objcg(cpu, 1024, Gfp::KERNEL, child.objcg()) {
+            held.push(p.as_ptr());
+            assert!(held.len() < 1000);
+        }
+        assert!(parent.usage() <= 128 * 1024);
+        assert_eq!(child.usage(), parent.usage());
+        assert!(
+            parent.events(MemcgEvent::Max) >= 1,
+            "the parent's limit stopped it"
+        );
+        assert!(child.events(MemcgEvent::High) >= 1, "over high, counted");
+        assert!(child.usage() > 32 * 1024, "high does not fail allocations");
+        for p in held {
+            // SAFETY: allocated above.
+            unsafe { k.kfree(cpu, p) };
+        }
+    });
+    assert_eq!(parent.usage(), 0);
+}
+
+#[test]
+fn removing_a_group_with_live_objects_reparents_them() {
+    let k = kmem(2, config(1, 0));
+    let parent = k
+        .mem_cgroup_create(None, k.root_mem_cgroup(), "parent")
+        .unwrap();
+    let child = k.mem_cgroup_create(None, parent, "child").unwrap();
+    assert_eq!(k.nr_mem_cgroups(), 2);
+    with_cpu(k, |cpu| {
+        let held: Vec<*mut u8> = (0..100)
+            .map(|i| {
+                k.kmalloc_objcg(cpu, 64 + i * 40, Gfp::KERNEL, child.objcg())
+                    .unwrap()
+                    .as_ptr()
+            })
+            .collect();
+        let bytes: usize = held.iter().map(|&p| k.ksize(p)).sum();
+        // A group with children cannot go.
+        // SAFETY: a group of ours (refused).
+        assert_eq!(
+            unsafe { k.mem_cgroup_remove(cpu, parent) },
+            Err(MemcgError::Busy)
+        );
+        let objcg = child.objcg();
+        // SAFETY: ours; not used as a group afterwards (its objcg is, as objects do).
+        unsafe { k.mem_cgroup_remove(cpu, child) }.unwrap();
+        assert_eq!(k.nr_zombie_mem_cgroups(), 1, "kept for its objects");
+        assert!(
+            std::ptr::eq(objcg.memcg(), parent),
+            "objcg points at the parent"
+        );
+        assert_eq!(slab_and_pages(parent), bytes as isize);
+        assert!(parent.usage() >= bytes);
+        for p in held {
+            // SAFETY: allocated above.
+            unsafe { k.kfree(cpu, p) };
+        }
+        k.memcg_drain_stock(cpu.unwrap());
+        assert_eq!(slab_and_pages(parent), 0);
+        assert_eq!(parent.usage(), 0);
+        // The sweep runs at the next create or remove.
+        let other = k
+            .mem_cgroup_create(cpu, k.root_mem_cgroup(), "other")
+            .unwrap();
+        assert_eq!(k.nr_zombie_mem_cgroups(), 0);
+        // SAFETY: ours, unused from here on.
+        unsafe { k.mem_cgroup_remove(cpu, other) }.unwrap();
+        // SAFETY: as above; its child is gone.
+        unsafe { k.mem_cgroup_remove(cpu, parent) }.unwrap();
+    });
+    assert_eq!(k.nr_mem_cgroups(), 0);
+    assert_eq!(k.nr_zombie_mem_cgroups(), 0);
+    assert_eq!(k.root_mem_cgroup().usage(), 0);
+}
+
+#[test]
+fn a_free_on_another_thread_uncharges_the_group_that_was_charged() {
+    let k = kmem(2, config(1, 0));
+    let x = k.mem_cgroup_create(None, k.root_mem_cgroup(), "x").unwrap();
+    let y = k.mem_cgroup_create(None, k.root_mem_cgroup(), "y").unwrap();
+    let ptrs: Vec<usize> = with_cpu(k, |cpu| {
+        (0..500)
+            .map(|_| {
+                k.kmalloc_objcg(cpu, 128, Gfp::KERNEL, x.objcg())
+                    .unwrap()
+                    .as_ptr() as usize
+            })
+            .collect()
+    });
+    assert_eq!(slab_and_pages(x), 500 * 128);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            with_cpu(k, |cpu| {
+                // This thread charges y meanwhile: its stock caches y, not x.
+                let own = k.kmalloc_objcg(cpu, 128, Gfp::KERNEL, y.objcg()).unwrap();
+                for &p in &ptrs {
+                    // SAFETY: allocated above, handed to this thread.
+                    unsafe { k.kfree(cpu, p as *mut u8) };
+                }
+                // SAFETY: ours.
+                unsafe { k.kfree(cpu, own.as_ptr()) };
+            })
+        });
+    });
+    assert_eq!(slab_and_pages(x), 0);
+    assert_eq!(x.usage(), 0);
+    assert_eq!(slab_and_pages(y), 0);
+    assert_eq!(y.usage(), 0);
+}
+
+#[test]
+fn page_allocations_and_caches_are_charged_and_reported() {
+    let k = kmem(2, config(1, 0));
+    let g = k
+        .mem_cgroup_create(None, k.root_mem_cgroup(), "tenant")
+        .unwrap();
+    with_cpu(k, |cpu| {
+        let page = k.alloc_pages_objcg(cpu, Gfp::KERNEL, 2, g.objcg()).unwrap();
+        assert_eq!(g.stat(MemcgStat::KmemPages), 4 * PAGE_SIZE as isize);
+        assert!(k.page_objcg(page).is_some());
+        let s = k
+            .kmem_cache_create(
+                cpu,
+                "tenant_obj",
+                100,
+                8,
+                kmem_core::SlabFlags::empty(),
+                None,
+            )
+            .unwrap();
+        let objs: Vec<_> = (0..10)
+            .map(|_| {
+                k.kmem_cache_alloc_objcg(cpu, s, Gfp::KERNEL, g.objcg())
+                    .unwrap()
+            })
+            .collect();
+        let rcl = k
+            .kmem_cache_create(
+                cpu,
+                "tenant_rcl",
+                64,
+                8,
+                kmem_core::SlabFlags::RECLAIM_ACCOUNT,
+                None,
+            )
+            .unwrap();
+        let r = k
+            .kmem_cache_alloc_objcg(cpu, rcl, Gfp::KERNEL, g.objcg())
+            .unwrap();
+        k.memcg_drain_stock(cpu.unwrap());
+        let mut text = String::new();
+        k.memcg_report(&mut text, g).unwrap();
+        assert!(text.starts_with("memcg tenant\nmemory.current "), "{text}");
+        assert!(text.contains("memory.max max\n"), "{text}");
+        assert!(
+            text.contains(&format!("kmem_pages {}\n", 4 * PAGE_SIZE)),
+            "{text}"
+        );
+        let obj = s.config().size;
+        assert!(
+            text.contains(&format!("slab_unreclaimable {}\n", 10 * obj)),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("slab_reclaimable {}\n", rcl.config().size)),
+            "{text}"
+        );
+        assert!(text.contains("tenant_obj           10\n"), "{text}");
+        assert!(text.contains("tenant_rcl           1\n"), "{text}");
+        for o in objs {
+            // SAFETY: allocated above from `s`.
+            assert!(unsafe { k.kmem_cache_free(cpu, s, o) });
+        }
+        // SAFETY: as above.
+        assert!(unsafe { k.kmem_cache_free(cpu, rcl, r) });
+        // SAFETY: allocated above with order 2.
+        unsafe { k.free_pages(cpu, page, 2) };
+        k.memcg_drain_stock(cpu.unwrap());
+        assert_eq!(slab_and_pages(g), 0);
+        assert_eq!(g.usage(), 0);
+        let mut text = String::new();
+        k.memcg_report(&mut text, g).unwrap();
+        assert!(!text.contains("tenant_obj"), "{text}");
+    });
+}
+
+#[test]
+fn objcg_vectors_go_back_with_their_slabs() {
+    let k = kmem(2, config(1, 0));
+    let g = k.mem_cgroup_create(None, k.root_mem_cgroup(), "v").unwrap();
+    with_cpu(k, |cpu| {
+        let before = k.pages.nr_free_pages();
+        let held: Vec<_> = (0..5000)
+            .map(|_| {
+                k.kmalloc_objcg(cpu, 32, Gfp::KERNEL, g.objcg())
+                    .unwrap()
+                    .as_ptr()
+            })
+            .collect();
+        for p in held {
+            // SAFETY: allocated above.
+            unsafe { k.kfree(cpu, p) };
+        }
+        k.shrink_all(cpu);
+        k.pages.drain_local_pages(cpu.unwrap());
+        assert_eq!(
+            k.pages.nr_free_pages(),
+            before,
+            "slabs and vectors all freed"
+        );
+    });
+}
