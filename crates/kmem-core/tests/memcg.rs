@@ -239,10 +239,8 @@ fn removing_a_group_with_live_objects_reparents_them() {
         let bytes: usize = held.iter().map(|&p| k.ksize(p)).sum();
         // A group with children cannot go.
         // SAFETY: a group of ours (refused).
-        assert_eq!(
-            unsafe { k.mem_cgroup_remove(cpu, parent) },
-            Err(MemcgError::Busy)
-        );
+        let busy = unsafe { k.mem_cgroup_remove(cpu, parent) };
+        assert_eq!(busy, Err(MemcgError::Busy));
         let objcg = child.objcg();
         // SAFETY: ours; not used as a group afterwards (its objcg is, as objects do).
         unsafe { k.mem_cgroup_remove(cpu, child) }.unwrap();
