@@ -213,6 +213,8 @@ pub struct MemCgroup {
     nr_online_children: AtomicUsize,
     /// Link on the zombie list (`MemcgState::lock`).
     next_zombie: AtomicPtr<MemCgroup>,
+    /// Link on the list of online groups (`MemcgState::lock`).
+    next_group: AtomicPtr<MemCgroup>,
 }
 
 // SAFETY: every field is an atomic, a lock, or written once before the group is
@@ -238,6 +240,7 @@ impl MemCgroup {
             online: AtomicBool::new(true),
             nr_online_children: AtomicUsize::new(0),
             next_zombie: AtomicPtr::new(ptr::null_mut()),
+            next_group: AtomicPtr::new(ptr::null_mut()),
         }
     }
 
@@ -451,6 +454,8 @@ pub struct MemcgState {
 struct ZombieList {
     head: *mut MemCgroup,
     len: usize,
+    /// Online groups but the root, newest first.
+    groups: *mut MemCgroup,
 }
 // SAFETY: only touched under `MemcgState::lock`; the groups it links are alive.
 unsafe impl Send for ZombieList {}
@@ -464,6 +469,7 @@ impl MemcgState {
             lock: SpinLock::new(ZombieList {
                 head: ptr::null_mut(),
                 len: 0,
+                groups: ptr::null_mut(),
             }),
             nr_groups: AtomicUsize::new(0),
         }
@@ -505,6 +511,19 @@ impl<P: Platform> Kmem<P> {
     /// Groups created and not yet freed (online and zombies), not counting the root.
     pub fn nr_mem_cgroups(&self) -> usize {
         self.memcg.nr_groups.load(Relaxed)
+    }
+
+    /// Calls `f` on the root and every online group (newest first), under the
+    /// groups' lock: `f` may allocate but must not create or remove groups.
+    pub fn for_each_mem_cgroup(&self, mut f: impl FnMut(&MemCgroup)) {
+        let l = self.memcg.lock.lock();
+        f(&self.memcg.root);
+        let mut p = l.groups;
+        // SAFETY: online groups on the list are alive while the lock is held.
+        while let Some(g) = unsafe { p.as_ref() } {
+            f(g);
+            p = g.next_group.load(Relaxed);
+        }
     }
 
     /// Removed groups still kept for their charged objects or references.
@@ -576,6 +595,9 @@ impl<P: Platform> Kmem<P> {
         parent.objcg.get();
         parent.nr_online_children.fetch_add(1, Relaxed);
         self.memcg.nr_groups.fetch_add(1, Relaxed);
+        let mut l = self.memcg.lock.lock();
+        g.next_group.store(l.groups, Relaxed);
+        l.groups = p.as_ptr();
         Ok(g)
     }
 
@@ -604,6 +626,21 @@ impl<P: Platform> Kmem<P> {
         }
         {
             let mut z = self.memcg.lock.lock();
+            // Off the list of online groups.
+            let me = cg as *const MemCgroup as *mut MemCgroup;
+            if z.groups == me {
+                z.groups = cg.next_group.load(Relaxed);
+            } else {
+                let mut p = z.groups;
+                // SAFETY: online groups on the list are alive (under the lock).
+                while let Some(g) = unsafe { p.as_ref() } {
+                    if g.next_group.load(Relaxed) == me {
+                        g.next_group.store(cg.next_group.load(Relaxed), Relaxed);
+                        break;
+                    }
+                    p = g.next_group.load(Relaxed);
+                }
+            }
             cg.online.store(false, Relaxed);
             parent.nr_online_children.fetch_sub(1, Relaxed);
             // memcg_reparent_objcgs.
@@ -1411,52 +1448,117 @@ impl<P: Platform> Kmem<P> {
     // -------------------------------------------------------------------------
     // Reports.
 
-    /// The group's files in cgroup v2's formats: `memory.current`, `memory.max`,
-    /// `memory.high`, `memory.peak`, `memory.events`, `memory.stat`, and the objects
-    /// per cache (cgroup v1's `memory.kmem.slabinfo`, short form).
+    /// The group's files in cgroup v2's formats (see [`write_memcg_files`]).
     pub fn memcg_report(&self, w: &mut dyn fmt::Write, cg: &MemCgroup) -> fmt::Result {
-        let limit = |pages: usize| -> LimitFmt { LimitFmt(pages) };
-        writeln!(w, "memcg {}", cg.name())?;
-        writeln!(w, "memory.current {}", cg.usage())?;
-        writeln!(w, "memory.max {}", limit(cg.memory.max()))?;
-        writeln!(w, "memory.high {}", limit(cg.memory.high()))?;
-        writeln!(w, "memory.peak {}", cg.memory.watermark() << PAGE_SHIFT)?;
-        writeln!(
-            w,
-            "memory.events high {} max {} oom {}",
-            cg.events(MemcgEvent::High),
-            cg.events(MemcgEvent::Max),
-            cg.events(MemcgEvent::Oom)
-        )?;
-        let sr = cg.stat(MemcgStat::SlabReclaimable);
-        let su = cg.stat(MemcgStat::SlabUnreclaimable);
-        let kp = cg.stat(MemcgStat::KmemPages);
-        writeln!(w, "memory.stat")?;
-        writeln!(w, "kernel {}", sr + su + kp)?;
-        writeln!(w, "kmem_pages {kp}")?;
-        writeln!(w, "slab {}", sr + su)?;
-        writeln!(w, "slab_reclaimable {sr}")?;
-        writeln!(w, "slab_unreclaimable {su}")?;
-        writeln!(w, "memory.kmem.slabinfo")?;
-        let mut res = Ok(());
-        cg.for_each_cache(|name, n| {
-            if res.is_ok() {
-                res = writeln!(w, "{name:<20} {n}");
+        const N: usize = MEMCG_CACHE_SLOTS + 1;
+        let mut names = [[0u8; MEMCG_NAME_LEN]; N];
+        let mut lens = [0usize; N];
+        let mut counts = [0isize; N];
+        let mut n = 0;
+        cg.for_each_cache(|name, objects| {
+            if n < N {
+                lens[n] = name.len().min(MEMCG_NAME_LEN);
+                names[n][..lens[n]].copy_from_slice(&name.as_bytes()[..lens[n]]);
+                counts[n] = objects;
+                n += 1;
             }
         });
-        res
+        let mut list = [("", 0isize); N];
+        for i in 0..n {
+            list[i] = (
+                core::str::from_utf8(&names[i][..lens[i]]).unwrap_or("?"),
+                counts[i],
+            );
+        }
+        write_memcg_files(w, &MemcgFiles::of(cg), &list[..n])
     }
 }
 
-/// A limit in pages as cgroup files print it: bytes, or `max`.
-struct LimitFmt(usize);
+/// A group's figures as its cgroup files show them (bytes; `None` limit = "max").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemcgFiles<'a> {
+    /// The group's name.
+    pub name: &'a str,
+    /// `memory.current`.
+    pub current: u64,
+    /// `memory.max`.
+    pub max: Option<u64>,
+    /// `memory.high`.
+    pub high: Option<u64>,
+    /// `memory.peak`.
+    pub peak: u64,
+    /// `memory.events`: high, max, oom.
+    pub events: [u64; NR_MEMCG_EVENTS],
+    /// `memory.stat`: slab_reclaimable, slab_unreclaimable, kmem_pages.
+    pub stat: [i64; NR_MEMCG_STAT],
+}
+
+impl<'a> MemcgFiles<'a> {
+    /// The figures of `cg` now.
+    pub fn of(cg: &'a MemCgroup) -> Self {
+        let limit = |v: usize| (v != usize::MAX).then_some((v as u64) << PAGE_SHIFT);
+        MemcgFiles {
+            name: cg.name(),
+            current: cg.usage() as u64,
+            max: limit(cg.memory.max()),
+            high: limit(cg.memory.high()),
+            peak: (cg.memory.watermark() as u64) << PAGE_SHIFT,
+            events: [
+                cg.events(MemcgEvent::High),
+                cg.events(MemcgEvent::Max),
+                cg.events(MemcgEvent::Oom),
+            ],
+            stat: [
+                cg.stat(MemcgStat::SlabReclaimable) as i64,
+                cg.stat(MemcgStat::SlabUnreclaimable) as i64,
+                cg.stat(MemcgStat::KmemPages) as i64,
+            ],
+        }
+    }
+}
+
+/// Writes a group's files: `memory.current`, `memory.max`, `memory.high`,
+/// `memory.peak`, `memory.events` (cgroup v2 formats, one line each), `memory.stat`
+/// (`kernel`, `kmem_pages`, `slab`, `slab_reclaimable`, `slab_unreclaimable`), then
+/// objects per cache (cgroup v1's `memory.kmem.slabinfo`, short form).
+pub fn write_memcg_files(
+    w: &mut dyn fmt::Write,
+    f: &MemcgFiles<'_>,
+    caches: &[(&str, isize)],
+) -> fmt::Result {
+    let limit = |v: Option<u64>| -> LimitFmt { LimitFmt(v) };
+    writeln!(w, "memcg {}", f.name)?;
+    writeln!(w, "memory.current {}", f.current)?;
+    writeln!(w, "memory.max {}", limit(f.max))?;
+    writeln!(w, "memory.high {}", limit(f.high))?;
+    writeln!(w, "memory.peak {}", f.peak)?;
+    writeln!(
+        w,
+        "memory.events high {} max {} oom {}",
+        f.events[0], f.events[1], f.events[2]
+    )?;
+    let [sr, su, kp] = f.stat;
+    writeln!(w, "memory.stat")?;
+    writeln!(w, "kernel {}", sr + su + kp)?;
+    writeln!(w, "kmem_pages {kp}")?;
+    writeln!(w, "slab {}", sr + su)?;
+    writeln!(w, "slab_reclaimable {sr}")?;
+    writeln!(w, "slab_unreclaimable {su}")?;
+    writeln!(w, "memory.kmem.slabinfo")?;
+    for (name, n) in caches {
+        writeln!(w, "{name:<20} {n}")?;
+    }
+    Ok(())
+}
+
+/// A limit as cgroup files print it: bytes, or `max`.
+struct LimitFmt(Option<u64>);
 
 impl fmt::Display for LimitFmt {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0 == usize::MAX {
-            f.write_str("max")
-        } else {
-            write!(f, "{}", self.0 << PAGE_SHIFT)
+        match self.0 {
+            None => f.write_str("max"),
+            Some(v) => write!(f, "{v}"),
         }
     }
 }

@@ -102,9 +102,21 @@ impl Heap {
         }
         let now = self.page_allocator().platform().now_ns();
         let decay = self.config().decay_ms.saturating_mul(1_000_000);
-        self.huge().alloc(size, align, zero, now, decay, || {
+        let p = self.huge().alloc(size, align, zero, now, decay, || {
             self.kmalloc(crate::huge::DESC_SIZE, crate::huge::DESC_GFP)
-        })
+        });
+        if let (false, Some(cg)) = (p.is_null(), crate::heap::active_objcg()) {
+            // Charge the mapping to the active group, or give it back.
+            let addr = cg as *const _ as usize;
+            let len = self.huge().set_objcg(p, addr).unwrap_or(0);
+            if !self.kmem().memcg_charge_external(self.this_cpu(), cg, len) {
+                self.huge().set_objcg(p, 0);
+                // SAFETY: the mapping made just above, nobody saw it.
+                unsafe { self.dealloc_outside(p) };
+                return ptr::null_mut();
+            }
+        }
+        p
     }
 
     /// Frees what [`Heap::alloc`] (or kmalloc) handed out. A pointer that is none of
@@ -130,8 +142,18 @@ impl Heap {
         let now = self.page_allocator().platform().now_ns();
         // SAFETY: forwarded from the caller.
         match unsafe { self.huge().free(p, now) } {
-            // SAFETY: the descriptor was kmalloc'd by `huge_alloc`.
-            Some(desc) => unsafe { self.kfree(desc.as_ptr()) },
+            Some(desc) => {
+                // SAFETY: a descriptor `free` just returned.
+                let (objcg, len) = unsafe { crate::huge::desc_charge(desc) };
+                if objcg != 0 {
+                    // SAFETY: a charged mapping's objcg lives while it is charged.
+                    let cg = unsafe { &*(objcg as *const kmem_core::memcontrol::ObjCgroup) };
+                    self.kmem()
+                        .memcg_uncharge_external(self.this_cpu(), cg, len);
+                }
+                // SAFETY: the descriptor was kmalloc'd by `huge_alloc`.
+                unsafe { self.kfree(desc.as_ptr()) }
+            }
             // Not ours at all: kfree reports it and frees nothing.
             // SAFETY: kfree of a foreign pointer only reports.
             None => unsafe { self.kfree(p) },
@@ -167,6 +189,8 @@ impl Heap {
                         return p;
                     }
                 }
+                // A charged block moves (charging the new block, uncharging this).
+                ObjectLookup::Large(head) if self.kmem().page_objcg(head).is_some() => {}
                 ObjectLookup::Large(head) => {
                     // SAFETY: the head of a live block of ours.
                     let old = unsafe { head.as_ref() }.order();

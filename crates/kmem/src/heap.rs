@@ -20,6 +20,7 @@
 
 use crate::config::{self, EnvConfig};
 use crate::platform::LinuxPlatform;
+use kmem_core::memcontrol::ObjCgroup;
 use kmem_core::mmzone::SECTION_SIZE;
 use kmem_core::page::PAGE_SHIFT;
 use kmem_core::slab_common::DestroyError;
@@ -40,6 +41,29 @@ const EXITED: usize = 2;
 
 thread_local! {
     static THIS_AREA: Cell<usize> = const { Cell::new(0) };
+    /// The thread's active memory cgroup (`set_active_memcg`): the address of its
+    /// objcg, or 0 (allocations are not charged).
+    static ACTIVE_OBJCG: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The objcg of the calling thread's active memory cgroup.
+#[inline]
+pub(crate) fn active_objcg() -> Option<&'static ObjCgroup> {
+    let v = ACTIVE_OBJCG.with(Cell::get);
+    // SAFETY: only `set_active_objcg` stores a non-zero value: the objcg of a group
+    // that its caller keeps alive while it is active (the `enter` guard borrows it).
+    (v != 0).then(|| unsafe { &*(v as *const ObjCgroup) })
+}
+
+/// Makes `objcg` the thread's active one (`set_active_memcg`); returns the previous.
+pub(crate) fn set_active_objcg(objcg: Option<&ObjCgroup>) -> usize {
+    let v = objcg.map_or(0, |o| o as *const ObjCgroup as usize);
+    ACTIVE_OBJCG.with(|a| a.replace(v))
+}
+
+/// Restores a value returned by [`set_active_objcg`].
+pub(crate) fn restore_active_objcg(prev: usize) {
+    ACTIVE_OBJCG.with(|a| a.set(prev));
 }
 
 /// The process heap. Get it with [`heap`].
@@ -316,10 +340,15 @@ impl Heap {
     // -------------------------------------------------------------------------
     // Pages.
 
-    /// Allocates 2^`order` pages on the local node through this thread's per-CPU lists.
+    /// Allocates 2^`order` pages on the local node through this thread's per-CPU lists,
+    /// charged to the thread's active memory cgroup if it has one.
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: usize) -> Option<NonNull<Page>> {
-        self.kmem.pages.alloc_pages(self.this_cpu(), gfp, order)
+        let cpu = self.this_cpu();
+        match active_objcg() {
+            None => self.kmem.pages.alloc_pages(cpu, gfp, order),
+            Some(cg) => self.kmem.alloc_pages_objcg(cpu, gfp, order, cg),
+        }
     }
 
     /// Allocates 2^`order` pages on node `nid` (see [`PageAllocator::alloc_pages_node`]).
@@ -329,14 +358,14 @@ impl Heap {
             .alloc_pages_node(self.this_cpu(), gfp, order, Some(nid))
     }
 
-    /// Frees pages from [`Heap::alloc_pages`].
+    /// Frees pages from [`Heap::alloc_pages`] (uncharging them if they were charged).
     ///
     /// # Safety
     /// `page` came from this heap with this `order`, and the caller stops using it.
     #[inline]
     pub unsafe fn free_pages(&self, page: NonNull<Page>, order: usize) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmem.pages.free_pages(self.this_cpu(), page, order) }
+        unsafe { self.kmem.free_pages(self.this_cpu(), page, order) }
     }
 
     /// Fills the `None` slots of `pages` with order-0 pages (see
@@ -392,12 +421,18 @@ impl Heap {
 
     /// `kmalloc`: `size` bytes (naturally aligned for power-of-two sizes up to a
     /// page), or `None` when memory runs out.
+    /// Charged to the thread's active memory cgroup, if it has one.
     #[inline]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        self.kmem.kmalloc(self.this_cpu(), size, gfp)
+        let cpu = self.this_cpu();
+        match active_objcg() {
+            None => self.kmem.kmalloc(cpu, size, gfp),
+            Some(cg) => self.kmem.kmalloc_objcg(cpu, size, gfp, cg),
+        }
     }
 
-    /// `kmalloc_node`: as [`Heap::kmalloc`], on node `nid`.
+    /// `kmalloc_node`: as [`Heap::kmalloc`], on node `nid` (not charged: node
+    /// placement and accounting do not combine yet).
     pub fn kmalloc_node(&self, size: usize, gfp: Gfp, nid: usize) -> Option<NonNull<u8>> {
         self.kmem
             .kmalloc_node(self.this_cpu(), size, gfp, Some(nid))
@@ -405,21 +440,25 @@ impl Heap {
 
     /// `kzalloc`: zeroed [`Heap::kmalloc`].
     pub fn kzalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        self.kmem.kzalloc(self.this_cpu(), size, gfp)
+        self.kmalloc(size, gfp | Gfp::ZERO)
     }
 
     /// `kcalloc`: `n * size` zeroed bytes; `None` on overflow.
     pub fn kcalloc(&self, n: usize, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        self.kmem.kcalloc(self.this_cpu(), n, size, gfp)
+        self.kmalloc(n.checked_mul(size)?, gfp | Gfp::ZERO)
     }
 
-    /// `krealloc`: see [`Kmem::krealloc`].
+    /// `krealloc`: see [`Kmem::krealloc`]; a moved allocation is charged to the
+    /// active memory cgroup.
     ///
     /// # Safety
     /// `p` is null or an allocation of this heap that the caller owns.
     pub unsafe fn krealloc(&self, p: *mut u8, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmem.krealloc(self.this_cpu(), p, size, gfp) }
+        unsafe {
+            self.kmem
+                .krealloc_objcg(self.this_cpu(), p, size, gfp, active_objcg())
+        }
     }
 
     /// `ksize`: the usable size of the allocation at `p` (0 if it is not one).
@@ -477,25 +516,45 @@ impl Heap {
         unsafe { HEAP.kmem.kmem_cache_destroy(self.this_cpu(), s) }
     }
 
-    /// `kmem_cache_alloc`.
+    /// `kmem_cache_alloc`, charged to the thread's active memory cgroup if any.
     #[inline]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
-        self.kmem.slub().alloc(self.this_cpu(), s, gfp)
+        let cpu = self.this_cpu();
+        match active_objcg() {
+            None => self.kmem.slub().alloc(cpu, s, gfp),
+            Some(cg) => self.kmem.kmem_cache_alloc_objcg(cpu, s, gfp, cg),
+        }
     }
 
-    /// `kmem_cache_free`: a pointer that is not an object of `s` is reported.
+    /// `kmem_cache_free`: a pointer that is not an object of `s` is reported. An
+    /// accounted object uncharges its group.
     ///
     /// # Safety
     /// If `p` is an object of `s`, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmem.slub().free(self.this_cpu(), s, p) }
+        unsafe { self.kmem.kmem_cache_free(self.this_cpu(), s, p) }
     }
 
     /// `kmem_cache_alloc_bulk`: all of `out` filled (returns its length) or none (0).
+    /// Under an active memory cgroup each object is allocated and charged in turn.
     pub fn kmem_cache_alloc_bulk(&self, s: &KmemCache, gfp: Gfp, out: &mut [*mut u8]) -> usize {
-        self.kmem.slub().alloc_bulk(self.this_cpu(), s, gfp, out)
+        let Some(cg) = active_objcg() else {
+            return self.kmem.slub().alloc_bulk(self.this_cpu(), s, gfp, out);
+        };
+        let cpu = self.this_cpu();
+        for i in 0..out.len() {
+            match self.kmem.kmem_cache_alloc_objcg(cpu, s, gfp, cg) {
+                Some(p) => out[i] = p.as_ptr(),
+                None => {
+                    // SAFETY: the objects allocated just above.
+                    unsafe { self.kmem.kmem_cache_free_bulk(cpu, s, &mut out[..i]) };
+                    return 0;
+                }
+            }
+        }
+        out.len()
     }
 
     /// `kmem_cache_free_bulk`: frees every non-null entry and nulls it.
@@ -504,7 +563,7 @@ impl Heap {
     /// As [`Heap::kmem_cache_free`] for every non-null entry.
     pub unsafe fn kmem_cache_free_bulk(&self, s: &KmemCache, objs: &mut [*mut u8]) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmem.slub().free_bulk(self.this_cpu(), s, objs) }
+        unsafe { self.kmem.kmem_cache_free_bulk(self.this_cpu(), s, objs) }
     }
 
     /// `kmem_cache_shrink` for one cache: returns the slabs freed.

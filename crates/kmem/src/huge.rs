@@ -25,6 +25,8 @@ struct HugeDesc {
     /// Bytes mapped at `addr` (a whole number of pages).
     len: usize,
     next: *mut HugeDesc,
+    /// The objcg charged for `len` bytes (0: none).
+    objcg: usize,
 }
 
 /// Freed mappings kept for reuse.
@@ -167,6 +169,7 @@ impl HugeList {
                 addr,
                 len,
                 next: head.0,
+                objcg: 0,
             })
         };
         head.0 = d;
@@ -232,6 +235,22 @@ impl HugeList {
             }
         }
         bytes
+    }
+
+    /// Records that the huge allocation at `p` is charged to `objcg` (its mapped size);
+    /// returns that size, or `None` if `p` is not one.
+    pub(crate) fn set_objcg(&self, p: *const u8, objcg: usize) -> Option<usize> {
+        let head = self.head.lock();
+        let mut d = head.0;
+        // SAFETY: descriptors on the list are live while the lock is held.
+        while let Some(desc) = unsafe { d.as_mut() } {
+            if desc.addr == p as usize {
+                desc.objcg = objcg;
+                return Some(desc.len);
+            }
+            d = desc.next;
+        }
+        None
     }
 
     /// The mapped size of the huge allocation at `p`, if it is one.
@@ -311,7 +330,8 @@ impl HugeList {
     /// Resizes the huge allocation at `p` to `new_size` bytes with `mremap`, which may
     /// move it (keeping page alignment; alignments above a page are not kept by a move,
     /// so those callers must not come here). Returns the new address, null on failure
-    /// (the old allocation is intact), or `None` if `p` is not a huge allocation.
+    /// (the old allocation is intact), or `None` if `p` is not a huge allocation or is
+    /// charged to a memory cgroup (the caller moves those).
     ///
     /// # Safety
     /// If `p` is a huge allocation, the caller owns it.
@@ -322,6 +342,10 @@ impl HugeList {
         // SAFETY: live descriptors under the lock.
         while let Some(desc) = unsafe { d.as_mut() } {
             if desc.addr == p as usize {
+                if desc.objcg != 0 {
+                    // Charged: the caller moves it (charging the new size first).
+                    return None;
+                }
                 // SAFETY: the caller owns the mapping; MREMAP_MAYMOVE keeps its
                 // contents, page aligned.
                 let q = unsafe {
@@ -345,6 +369,17 @@ impl HugeList {
         }
         None
     }
+}
+
+/// The charge of a descriptor returned by [`HugeList::free`]: (objcg address or 0,
+/// bytes).
+///
+/// # Safety
+/// `d` is a descriptor returned by `free`, not yet freed.
+pub(crate) unsafe fn desc_charge(d: NonNull<u8>) -> (usize, usize) {
+    // SAFETY: caller: a descriptor, unlinked and intact.
+    let desc = unsafe { &*(d.as_ptr() as *const HugeDesc) };
+    (desc.objcg, desc.len)
 }
 
 /// GFP flags for a descriptor.

@@ -19,7 +19,8 @@
 //!
 //! Modules: [`platform`] (Linux: mmap, madvise, getcpu, sysfs), [`config`] (the
 //! environment, read without allocating), [`mod@heap`] (the process heap and thread areas),
-//! [`global`] (GlobalAlloc and the Allocator API), [`mod@stats`] (the snapshot); huge
+//! [`global`] (GlobalAlloc and the Allocator API), [`mod@memcg`] (memory cgroups:
+//! accounting and limits per tenant), [`mod@stats`] (the snapshot); huge
 //! mappings and typed caches live in private modules re-exported here.
 
 mod cache;
@@ -27,6 +28,7 @@ pub mod config;
 pub mod global;
 pub mod heap;
 mod huge;
+pub mod memcg;
 pub mod platform;
 pub mod stats;
 
@@ -35,5 +37,6 @@ pub use global::KmemAlloc;
 pub use heap::{heap, Heap};
 pub use kmem_core::slub::KmemCache as RawKmemCache;
 pub use kmem_core::{Gfp, Page, PageFlags, SlabFlags, MAX_ORDER, PAGE_SIZE};
+pub use memcg::{MemCgroup, MemcgGuard};
 pub use platform::linux::rss_bytes;
 pub use stats::{stats, Stats};

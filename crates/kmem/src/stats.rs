@@ -28,6 +28,8 @@ pub struct Stats {
     pub huge_allocations: u64,
     /// Bytes those map.
     pub huge_bytes: u64,
+    /// Memory cgroups: the root, then every online group.
+    pub memcgs: Vec<crate::memcg::MemcgStats>,
 }
 
 /// One cache.
@@ -153,6 +155,7 @@ pub fn stats() -> Stats {
         rss_bytes: crate::rss_bytes() as u64,
         huge_allocations: huge_allocations as u64,
         huge_bytes: huge_bytes as u64,
+        memcgs: crate::memcg::all_stats(),
     }
 }
 
@@ -181,7 +184,8 @@ impl fmt::Display for ZoneStats {
 }
 
 impl fmt::Display for Stats {
-    /// /proc/slabinfo, a blank line, /proc/buddyinfo, a blank line, /proc/vmstat.
+    /// /proc/slabinfo, a blank line, /proc/buddyinfo, a blank line, /proc/vmstat, then
+    /// each memory cgroup's files (after a blank line each; the root's are left out).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write_slabinfo_header(f)?;
         for c in &self.caches {
@@ -194,6 +198,10 @@ impl fmt::Display for Stats {
         writeln!(f)?;
         for v in &self.vmstat {
             writeln!(f, "{} {}", v.name, v.value)?;
+        }
+        for m in self.memcgs.iter().filter(|m| m.parent.is_some()) {
+            writeln!(f)?;
+            write!(f, "{m}")?;
         }
         Ok(())
     }

@@ -1,0 +1,271 @@
+//! Memory cgroups for Rust programs: account and limit memory per tenant, request or
+//! subsystem inside one process (kmem-core's `memcontrol`).
+//!
+//! ```no_run
+//! use kmem::MemCgroup;
+//! let tenant = MemCgroup::new("tenant-a").expect("memory for the group");
+//! tenant.set_max(64 << 20);
+//! {
+//!     let _g = tenant.enter();
+//!     let v: Vec<u8> = Vec::with_capacity(1 << 20); // charged to tenant-a
+//!     drop(v); // uncharged, whatever thread frees it
+//! }
+//! print!("{}", tenant.report());
+//! ```
+//!
+//! While a [`MemcgGuard`] lives, every allocation of its thread through
+//! [`crate::KmemAlloc`], the heap's kmalloc family, [`crate::KmemCache`] and page
+//! allocations is charged to the group (`set_active_memcg`); an allocation that would
+//! take the group or an ancestor over `memory.max` fails (null, or `None`). A free
+//! uncharges the group that was charged, on any thread. Dropping a [`MemCgroup`]
+//! removes it: objects still charged to it are reparented to its parent.
+
+use crate::heap::{heap, restore_active_objcg, set_active_objcg};
+use kmem_core::memcontrol::{self, write_memcg_files, MemcgError, MemcgFiles};
+use serde::Serialize;
+use std::fmt;
+use std::marker::PhantomData;
+
+/// A memory cgroup: usage, limits, statistics. Children borrow their parent, so a
+/// parent outlives its children.
+pub struct MemCgroup<'p> {
+    cg: &'static memcontrol::MemCgroup,
+    _parent: PhantomData<&'p MemCgroup<'p>>,
+}
+
+// SAFETY: the group is a set of atomics and locks in kmem's memory; the handle only
+// removes it on drop, which needs ownership.
+unsafe impl Send for MemCgroup<'_> {}
+// SAFETY: every shared method reads or sets atomics, or takes the group's lock.
+unsafe impl Sync for MemCgroup<'_> {}
+
+impl MemCgroup<'static> {
+    /// A new group under the root. `None` if kmem has no memory for it.
+    pub fn new(name: &str) -> Option<MemCgroup<'static>> {
+        Self::create(heap().kmem().root_mem_cgroup(), name)
+    }
+}
+
+impl<'p> MemCgroup<'p> {
+    fn create<'q>(parent: &memcontrol::MemCgroup, name: &str) -> Option<MemCgroup<'q>> {
+        let h = heap();
+        // Group descriptors are never charged to the creating thread's group.
+        let prev = set_active_objcg(None);
+        let cg = h.kmem().mem_cgroup_create(h.this_cpu(), parent, name);
+        restore_active_objcg(prev);
+        let cg = cg.ok()?;
+        // SAFETY: the group lives until this handle removes it (and longer as a
+        // zombie); the core's groups are never moved.
+        let cg: &'static memcontrol::MemCgroup = unsafe { &*(cg as *const memcontrol::MemCgroup) };
+        Some(MemCgroup {
+            cg,
+            _parent: PhantomData,
+        })
+    }
+
+    /// A child group: its charges count in this group's usage and limits too.
+    pub fn child(&self, name: &str) -> Option<MemCgroup<'_>> {
+        Self::create(self.cg, name)
+    }
+
+    /// The group's name.
+    pub fn name(&self) -> &str {
+        self.cg.name()
+    }
+
+    /// `memory.max`: allocations that would take the usage above `bytes` fail.
+    pub fn set_max(&self, bytes: usize) {
+        self.cg.set_max(bytes);
+    }
+
+    /// `memory.high`: above it, the group's pre-charged stocks are reclaimed and a
+    /// `high` event counted; allocations still succeed.
+    pub fn set_high(&self, bytes: usize) {
+        self.cg.set_high(bytes);
+    }
+
+    /// `memory.current`: bytes charged to the group and its descendants (whole pages,
+    /// including bytes pre-charged for the per-CPU stocks).
+    pub fn usage(&self) -> usize {
+        self.cg.usage()
+    }
+
+    /// The group's statistics and events. Figures still cached in other threads'
+    /// stocks are flushed when those threads next switch groups or exit; the calling
+    /// thread's are flushed first.
+    pub fn stat(&self) -> MemcgStats {
+        uncharged(|| {
+            flush_local();
+            MemcgStats::of(self.cg)
+        })
+    }
+
+    /// The group's cgroup files (`memory.current`, `memory.max`, `memory.events`,
+    /// `memory.stat`, objects per cache) as text.
+    pub fn report(&self) -> String {
+        uncharged(|| {
+            flush_local();
+            let mut s = String::new();
+            let _ = heap().kmem().memcg_report(&mut s, self.cg);
+            s
+        })
+    }
+
+    /// Makes this group the calling thread's active group until the guard drops
+    /// (guards nest: dropping one restores the group active before it).
+    pub fn enter(&self) -> MemcgGuard<'_> {
+        let prev = set_active_objcg(Some(self.cg.objcg()));
+        MemcgGuard {
+            prev,
+            _group: PhantomData,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The core's group (for reports and tests).
+    pub fn raw(&self) -> &memcontrol::MemCgroup {
+        self.cg
+    }
+}
+
+impl Drop for MemCgroup<'_> {
+    fn drop(&mut self) {
+        let h = heap();
+        // SAFETY: the group came from `mem_cgroup_create`; this handle is its only
+        // owner, its children (which borrow it) are gone, and no guard (which borrows
+        // it) is alive, so nobody uses it as a group afterwards.
+        let r = unsafe { h.kmem().mem_cgroup_remove(h.this_cpu(), self.cg) };
+        debug_assert!(r.is_ok(), "{r:?}");
+        let _: Result<(), MemcgError> = r;
+    }
+}
+
+/// The active-group guard from [`MemCgroup::enter`]; not `Send`: it belongs to the
+/// thread it changed.
+pub struct MemcgGuard<'g> {
+    prev: usize,
+    _group: PhantomData<&'g ()>,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for MemcgGuard<'_> {
+    fn drop(&mut self) {
+        restore_active_objcg(self.prev);
+    }
+}
+
+/// Drains the calling thread's charge stock into the groups' counters.
+fn flush_local() {
+    let h = heap();
+    if let Some(c) = h.this_cpu() {
+        h.kmem().memcg_drain_stock(c);
+    }
+}
+
+/// A group's figures (`memory.current`, `memory.max`, `memory.events`,
+/// `memory.stat`), bytes unless named otherwise.
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct MemcgStats {
+    /// The group's name ("/" for the root).
+    pub name: String,
+    /// The parent's name (`None` for the root).
+    pub parent: Option<String>,
+    /// `memory.current`.
+    pub usage: u64,
+    /// `memory.max` (`None`: no limit).
+    pub max: Option<u64>,
+    /// `memory.high` (`None`: no limit).
+    pub high: Option<u64>,
+    /// `memory.peak`.
+    pub peak: u64,
+    /// `high` events.
+    pub events_high: u64,
+    /// `max` events.
+    pub events_max: u64,
+    /// `oom` events (allocations that failed).
+    pub events_oom: u64,
+    /// Slab objects of reclaimable caches.
+    pub slab_reclaimable: i64,
+    /// Other slab objects.
+    pub slab_unreclaimable: i64,
+    /// Accounted page blocks and mappings.
+    pub kmem_pages: i64,
+    /// Objects charged per cache.
+    pub caches: Vec<(String, i64)>,
+}
+
+impl MemcgStats {
+    pub(crate) fn of(cg: &memcontrol::MemCgroup) -> MemcgStats {
+        let f = MemcgFiles::of(cg);
+        let mut caches = Vec::new();
+        cg.for_each_cache(|name, n| caches.push((name.to_string(), n as i64)));
+        MemcgStats {
+            name: f.name.to_string(),
+            parent: cg.parent().map(|p| p.name().to_string()),
+            usage: f.current,
+            max: f.max,
+            high: f.high,
+            peak: f.peak,
+            events_high: f.events[0],
+            events_max: f.events[1],
+            events_oom: f.events[2],
+            slab_reclaimable: f.stat[0],
+            slab_unreclaimable: f.stat[1],
+            kmem_pages: f.stat[2],
+            caches,
+        }
+    }
+}
+
+impl fmt::Display for MemcgStats {
+    /// The group's cgroup files, as [`MemCgroup::report`] prints them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let files = MemcgFiles {
+            name: &self.name,
+            current: self.usage,
+            max: self.max,
+            high: self.high,
+            peak: self.peak,
+            events: [self.events_high, self.events_max, self.events_oom],
+            stat: [
+                self.slab_reclaimable,
+                self.slab_unreclaimable,
+                self.kmem_pages,
+            ],
+        };
+        let caches: Vec<(&str, isize)> = self
+            .caches
+            .iter()
+            .map(|(n, c)| (n.as_str(), *c as isize))
+            .collect();
+        write_memcg_files(f, &files, &caches)
+    }
+}
+
+/// Every group's figures: the root first, then the online groups.
+pub fn all_stats() -> Vec<MemcgStats> {
+    uncharged(|| {
+        flush_local();
+        let mut v = Vec::new();
+        heap()
+            .kmem()
+            .for_each_mem_cgroup(|cg| v.push(MemcgStats::of(cg)));
+        v
+    })
+}
+
+/// Runs `f` with no active group: reports allocate while holding a group's lock,
+/// which a charge's statistics flush would take again.
+fn uncharged<R>(f: impl FnOnce() -> R) -> R {
+    let prev = set_active_objcg(None);
+    let r = f();
+    restore_active_objcg(prev);
+    r
+}
+
+/// Turns the per-CPU charge stock on or off (for the `memcg` benchmark's `nostock`
+/// mode); drains the caller's stock.
+pub fn set_stock_enabled(enabled: bool) {
+    let h = heap();
+    h.kmem().set_memcg_stock(h.this_cpu(), enabled);
+}
