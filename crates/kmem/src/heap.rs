@@ -422,13 +422,18 @@ impl Heap {
     /// `kmalloc`: `size` bytes (naturally aligned for power-of-two sizes up to a
     /// page), or `None` when memory runs out.
     /// Charged to the thread's active memory cgroup, if it has one.
-    #[inline]
+    #[inline(always)]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        let cpu = self.this_cpu();
         match active_objcg() {
-            None => self.kmem.kmalloc(cpu, size, gfp),
-            Some(cg) => self.kmem.kmalloc_objcg(cpu, size, gfp, cg),
+            None => self.kmem.kmalloc(self.this_cpu(), size, gfp),
+            Some(cg) => self.kmalloc_charged(size, gfp, cg),
         }
+    }
+
+    /// [`Heap::kmalloc`] under an active memory cgroup.
+    #[inline(never)]
+    fn kmalloc_charged(&self, size: usize, gfp: Gfp, cg: &ObjCgroup) -> Option<NonNull<u8>> {
+        self.kmem.kmalloc_objcg(self.this_cpu(), size, gfp, cg)
     }
 
     /// `kmalloc_node`: as [`Heap::kmalloc`], on node `nid` (not charged: node
@@ -519,11 +524,22 @@ impl Heap {
     /// `kmem_cache_alloc`, charged to the thread's active memory cgroup if any.
     #[inline]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
-        let cpu = self.this_cpu();
         match active_objcg() {
-            None => self.kmem.slub().alloc(cpu, s, gfp),
-            Some(cg) => self.kmem.kmem_cache_alloc_objcg(cpu, s, gfp, cg),
+            None => self.kmem.slub().alloc(self.this_cpu(), s, gfp),
+            Some(cg) => self.kmem_cache_alloc_charged(s, gfp, cg),
         }
+    }
+
+    /// [`Heap::kmem_cache_alloc`] under an active memory cgroup.
+    #[inline(never)]
+    fn kmem_cache_alloc_charged(
+        &self,
+        s: &KmemCache,
+        gfp: Gfp,
+        cg: &ObjCgroup,
+    ) -> Option<NonNull<u8>> {
+        self.kmem
+            .kmem_cache_alloc_objcg(self.this_cpu(), s, gfp, cg)
     }
 
     /// `kmem_cache_free`: a pointer that is not an object of `s` is reported. An
