@@ -34,7 +34,8 @@ enum Command {
     },
     /// Run benchmark suites (all of them, quick, when none is named).
     Bench {
-        /// Suites to run: page, slab, cache, debug, slabinfo, global, preload.
+        /// Suites to run: page, slab, cache, debug, memcg, slabinfo, global,
+        /// preload.
         suites: Vec<String>,
         /// Shorten every suite to a few seconds.
         #[arg(long)]

@@ -68,8 +68,6 @@ pub const MEMCG_DATA_OBJEXTS: usize = 1;
 /// `page.private` tag: the word is the objcg of an accounted page block.
 pub const MEMCG_DATA_KMEM: usize = 2;
 const MEMCG_DATA_MASK: usize = 3;
-/// Stock bytes of cached deltas that trigger a flush to the group.
-const STAT_FLUSH_BYTES: isize = PAGE_SIZE as isize;
 /// `refcnt` value that marks an objcg being freed by the sweep.
 const OBJCG_DEAD: usize = 1 << (usize::BITS - 2);
 
@@ -400,17 +398,20 @@ fn bytes_to_pages(bytes: usize) -> usize {
 /// All-zero is the valid empty state. Only the area's owner touches it.
 ///
 /// Invariants: `cached` is null or a group whose objcg holds a reference for this
-/// stock, and `nr_pages` pages are charged to it and unused; `cached_objcg` likewise
-/// with `nr_bytes` pre-charged, unused bytes; the deltas are statistics of
-/// `cached_objcg`'s group not yet added to it (`delta_cache` names the cache of
-/// `delta_objects`).
+/// stock, and `nr_pages` pages are charged to it and unused; `cached_objcg` likewise,
+/// with `nr_bytes` pre-charged, unused bytes. Statistics are not counted per object:
+/// since the last flush, objects of `stat_cache` worth `stat_base - nr_bytes` bytes
+/// were allocated (net) for `cached_objcg` — the fast paths only move `nr_bytes`,
+/// and the slow paths that add or remove bytes for other reasons (pages charged or
+/// uncharged) move `stat_base` by the same amount. `objcg_pages_delta` counts pages
+/// charged through `cached_objcg` not yet added to its `nr_pages`.
 #[repr(C, align(64))]
 pub struct MemcgStock {
     cached_objcg: AtomicPtr<ObjCgroup>,
+    stat_cache: AtomicPtr<KmemCache>,
     nr_bytes: AtomicUsize,
-    delta_bytes: [AtomicIsize; 2],
-    delta_cache: AtomicPtr<KmemCache>,
-    delta_objects: AtomicIsize,
+    stat_base: AtomicUsize,
+    objcg_pages_delta: AtomicIsize,
     cached: AtomicPtr<MemCgroup>,
     nr_pages: AtomicUsize,
 }
@@ -424,6 +425,16 @@ impl MemcgStock {
     pub fn page_stock(&self) -> (*const MemCgroup, usize) {
         (self.cached.load(Relaxed), self.nr_pages.load(Relaxed))
     }
+}
+
+/// Bytes of objects allocated (net) since the stock's last statistics flush:
+/// `stat_base - nr_bytes`, in wrapping arithmetic (either may have moved past the
+/// other).
+#[inline]
+fn stat_lag(st: &MemcgStock) -> isize {
+    st.stat_base
+        .load(Relaxed)
+        .wrapping_sub(st.nr_bytes.load(Relaxed)) as isize
 }
 
 #[inline]
@@ -842,25 +853,53 @@ impl<P: Platform> Kmem<P> {
     // -------------------------------------------------------------------------
     // Byte charges (obj_cgroup_charge, the obj stock).
 
-    /// `obj_cgroup_charge`: charges `size` bytes to `objcg`; false if over the limit.
+    /// `obj_cgroup_charge` for an object of `s`: charges `size` bytes to `objcg` and
+    /// counts the object in its group's statistics; false if over the limit. The fast
+    /// path is one subtraction in the stock.
     #[inline]
     pub fn obj_cgroup_charge(
         &self,
         cpu: Option<CpuRef<'_>>,
         objcg: &ObjCgroup,
+        s: &KmemCache,
         size: usize,
     ) -> bool {
         if let Some(st) = self.stock(cpu) {
             // consume_obj_stock
-            if ptr::eq(st.cached_objcg.load(Relaxed), objcg) {
-                let have = st.nr_bytes.load(Relaxed);
-                if have >= size {
-                    set(&st.nr_bytes, have - size);
-                    return true;
-                }
+            let have = st.nr_bytes.load(Relaxed);
+            if ptr::eq(st.cached_objcg.load(Relaxed), objcg)
+                && ptr::eq(st.stat_cache.load(Relaxed), s)
+                && have >= size
+            {
+                set(&st.nr_bytes, have - size);
+                return true;
             }
         }
-        self.obj_cgroup_charge_slow(cpu, objcg, size)
+        self.obj_cgroup_charge_slow(cpu, objcg, s, size)
+    }
+
+    /// `obj_cgroup_uncharge` for an object of `s`: gives `size` bytes back. The fast
+    /// path is one addition in the stock.
+    #[inline]
+    pub fn obj_cgroup_uncharge(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        objcg: &ObjCgroup,
+        s: &KmemCache,
+        size: usize,
+    ) {
+        if let Some(st) = self.stock(cpu) {
+            // refill_obj_stock, while the stock stays within a page.
+            let n = st.nr_bytes.load(Relaxed) + size;
+            if ptr::eq(st.cached_objcg.load(Relaxed), objcg)
+                && ptr::eq(st.stat_cache.load(Relaxed), s)
+                && n <= PAGE_SIZE
+            {
+                set(&st.nr_bytes, n);
+                return;
+            }
+        }
+        self.obj_cgroup_uncharge_slow(cpu, objcg, s, size)
     }
 
     #[cold]
@@ -869,43 +908,95 @@ impl<P: Platform> Kmem<P> {
         &self,
         cpu: Option<CpuRef<'_>>,
         objcg: &ObjCgroup,
+        s: &KmemCache,
         size: usize,
     ) -> bool {
         if let Some(c) = cpu {
             self.check_stock_drain(c);
         }
         let Some(st) = self.stock(cpu) else {
-            return self.obj_cgroup_charge_shared(cpu, objcg, size);
+            if !self.obj_cgroup_charge_shared(cpu, objcg, size) {
+                return false;
+            }
+            self.mod_objcg_state_direct(objcg, s, size as isize);
+            return true;
         };
-        // The stock caches this objcg now (taking back its spare bytes) or another.
-        if !ptr::eq(st.cached_objcg.load(Relaxed), objcg) {
-            self.switch_obj_stock(st, objcg);
+        loop {
+            self.obj_stock_prepare(st, objcg, s);
             let have = st.nr_bytes.load(Relaxed);
             if have >= size {
                 set(&st.nr_bytes, have - size);
+                self.maybe_flush_stock_stats(st);
                 return true;
             }
+            // Whole pages for the rest; what they hold beyond the object stays in the
+            // stock (no uncharge right after a charge: seed 001's allow_uncharge).
+            let nr_pages = (size - have).div_ceil(PAGE_SIZE);
+            if !self.obj_cgroup_charge_pages(cpu, objcg, nr_pages) {
+                return false;
+            }
+            // Charging may have reclaimed (drained) the stock: cache `objcg` again.
+            self.obj_stock_prepare(st, objcg, s);
+            let bytes = nr_pages << PAGE_SHIFT;
+            set(&st.nr_bytes, st.nr_bytes.load(Relaxed) + bytes);
+            set(
+                &st.stat_base,
+                st.stat_base.load(Relaxed).wrapping_add(bytes),
+            );
         }
-        // Take what the stock has; charging may reclaim (drain) the stock meanwhile.
-        let have = st.nr_bytes.load(Relaxed);
-        set(&st.nr_bytes, 0);
-        let nr_pages = (size - have).div_ceil(PAGE_SIZE);
-        if !self.obj_cgroup_charge_pages(cpu, objcg, nr_pages) {
-            self.obj_stock_add(st, objcg, have);
-            return false;
-        }
-        // What the pages hold beyond the object stays in the stock (no uncharge right
-        // after a charge: seed 001's allow_uncharge = false).
-        self.obj_stock_add(st, objcg, have + (nr_pages << PAGE_SHIFT) - size);
-        true
     }
 
-    /// Adds pre-charged bytes of `objcg` to the stock, caching `objcg` if it is not.
-    fn obj_stock_add(&self, st: &MemcgStock, objcg: &ObjCgroup, bytes: usize) {
+    #[cold]
+    #[inline(never)]
+    fn obj_cgroup_uncharge_slow(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        objcg: &ObjCgroup,
+        s: &KmemCache,
+        size: usize,
+    ) {
+        let Some(st) = self.stock(cpu) else {
+            self.mod_objcg_state_direct(objcg, s, -(size as isize));
+            // Shared: spare bytes go to the objcg; whole pages back to the group.
+            let total = objcg.nr_charged_bytes.fetch_add(size, Relaxed) + size;
+            if total >= PAGE_SIZE {
+                self.uncharge_shared_excess(cpu, objcg);
+            }
+            return;
+        };
+        self.obj_stock_prepare(st, objcg, s);
+        let n = st.nr_bytes.load(Relaxed) + size;
+        // Keep less than a page; whole pages go back (only the excess: the objcg stays
+        // cached, seed 001's patch 3).
+        let pages = n >> PAGE_SHIFT;
+        set(&st.nr_bytes, n & (PAGE_SIZE - 1));
+        set(
+            &st.stat_base,
+            st.stat_base.load(Relaxed).wrapping_sub(pages << PAGE_SHIFT),
+        );
+        self.maybe_flush_stock_stats(st);
+        self.obj_cgroup_uncharge_pages(cpu, objcg, pages);
+    }
+
+    /// Makes the stock cache `objcg` (draining another) with its statistics counting
+    /// objects of `s` (flushing another cache's).
+    fn obj_stock_prepare(&self, st: &MemcgStock, objcg: &ObjCgroup, s: &KmemCache) {
         if !ptr::eq(st.cached_objcg.load(Relaxed), objcg) {
             self.switch_obj_stock(st, objcg);
         }
-        set(&st.nr_bytes, st.nr_bytes.load(Relaxed) + bytes);
+        if !ptr::eq(st.stat_cache.load(Relaxed), s) {
+            self.flush_stock_stats(st);
+            st.stat_cache
+                .store(s as *const KmemCache as *mut KmemCache, Relaxed);
+        }
+    }
+
+    /// Flushes the stock's statistics once they lag by a charge batch.
+    fn maybe_flush_stock_stats(&self, st: &MemcgStock) {
+        let lag = stat_lag(st);
+        if lag.unsigned_abs() >= MEMCG_CHARGE_BATCH << PAGE_SHIFT {
+            self.flush_stock_stats(st);
+        }
     }
 
     /// Without a stock: bytes come from the objcg's shared spare bytes (atomically),
@@ -947,8 +1038,23 @@ impl<P: Platform> Kmem<P> {
         if !self.try_charge_memcg(cpu, objcg.memcg(), nr_pages) {
             return false;
         }
-        objcg.nr_pages.fetch_add(nr_pages, Relaxed);
+        self.objcg_pages_add(cpu, objcg, nr_pages as isize);
         true
+    }
+
+    /// Counts pages charged through `objcg` (negative: uncharged): in the stock when it
+    /// caches `objcg`, else on the objcg (wrapping: the sum over stocks and objcg is
+    /// exact once every stock has drained).
+    fn objcg_pages_add(&self, cpu: Option<CpuRef<'_>>, objcg: &ObjCgroup, delta: isize) {
+        match self.stock(cpu) {
+            Some(st) if ptr::eq(st.cached_objcg.load(Relaxed), objcg) => {
+                let d = st.objcg_pages_delta.load(Relaxed) + delta;
+                st.objcg_pages_delta.store(d, Relaxed);
+            }
+            _ => {
+                objcg.nr_pages.fetch_add(delta as usize, Relaxed);
+            }
+        }
     }
 
     /// `obj_cgroup_uncharge_pages`.
@@ -961,23 +1067,8 @@ impl<P: Platform> Kmem<P> {
         if nr_pages == 0 {
             return;
         }
-        objcg.nr_pages.fetch_sub(nr_pages, Relaxed);
+        self.objcg_pages_add(cpu, objcg, -(nr_pages as isize));
         self.uncharge_memcg(cpu, objcg.memcg(), nr_pages);
-    }
-
-    /// `obj_cgroup_uncharge`: gives `size` bytes back.
-    #[inline]
-    pub fn obj_cgroup_uncharge(&self, cpu: Option<CpuRef<'_>>, objcg: &ObjCgroup, size: usize) {
-        match (self.stock(cpu), cpu) {
-            (Some(st), Some(c)) => self.refill_obj_stock(c, st, objcg, size),
-            _ => {
-                // Shared: spare bytes go to the objcg; whole pages back to the group.
-                let total = objcg.nr_charged_bytes.fetch_add(size, Relaxed) + size;
-                if total >= PAGE_SIZE {
-                    self.uncharge_shared_excess(cpu, objcg);
-                }
-            }
-        }
     }
 
     #[cold]
@@ -1000,28 +1091,6 @@ impl<P: Platform> Kmem<P> {
         }
     }
 
-    /// `refill_obj_stock` (allow_uncharge): bytes back into the stock; whole pages
-    /// beyond one go back to the group — only the excess, the objcg stays cached.
-    #[inline]
-    fn refill_obj_stock(&self, c: CpuRef<'_>, st: &MemcgStock, objcg: &ObjCgroup, size: usize) {
-        if !ptr::eq(st.cached_objcg.load(Relaxed), objcg) {
-            self.switch_obj_stock(st, objcg);
-        }
-        let n = st.nr_bytes.load(Relaxed) + size;
-        if n > PAGE_SIZE {
-            self.refill_obj_stock_excess(c, st, objcg, n);
-        } else {
-            set(&st.nr_bytes, n);
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn refill_obj_stock_excess(&self, c: CpuRef<'_>, st: &MemcgStock, objcg: &ObjCgroup, n: usize) {
-        set(&st.nr_bytes, n & (PAGE_SIZE - 1));
-        self.obj_cgroup_uncharge_pages(Some(c), objcg, n >> PAGE_SHIFT);
-    }
-
     /// `drain_obj_stock` then cache `objcg`, taking back its spare bytes.
     #[cold]
     #[inline(never)]
@@ -1036,6 +1105,7 @@ impl<P: Platform> Kmem<P> {
             0
         };
         set(&st.nr_bytes, spare);
+        set(&st.stat_base, spare);
     }
 
     /// `drain_obj_stock`: statistics to the group, whole pages uncharged, the rest to
@@ -1046,15 +1116,21 @@ impl<P: Platform> Kmem<P> {
         let Some(objcg) = (unsafe { old.as_ref() }) else {
             return;
         };
-        self.flush_stock_stats(st, objcg);
+        self.flush_stock_stats(st);
+        st.stat_cache.store(ptr::null_mut(), Relaxed);
         let n = st.nr_bytes.load(Relaxed);
         let pages = n >> PAGE_SHIFT;
+        let delta = st.objcg_pages_delta.load(Relaxed) - pages as isize;
+        if delta != 0 {
+            objcg.nr_pages.fetch_add(delta as usize, Relaxed);
+        }
+        st.objcg_pages_delta.store(0, Relaxed);
         if pages != 0 {
-            objcg.nr_pages.fetch_sub(pages, Relaxed);
             objcg.memcg().uncharge_counters(pages);
         }
         let rem = n & (PAGE_SIZE - 1);
         set(&st.nr_bytes, 0);
+        set(&st.stat_base, 0);
         st.cached_objcg.store(ptr::null_mut(), Relaxed);
         if rem != 0 && objcg.nr_charged_bytes.fetch_add(rem, Relaxed) + rem >= PAGE_SIZE {
             // Spare bytes from several stocks make a page: give it back.
@@ -1063,90 +1139,32 @@ impl<P: Platform> Kmem<P> {
         objcg.put();
     }
 
-    /// Adds the stock's cached statistic deltas to its objcg's group.
-    fn flush_stock_stats(&self, st: &MemcgStock, objcg: &ObjCgroup) {
+    /// `__mod_objcg_mlstate` for the stock: the objects of `stat_cache` allocated
+    /// (net) since the last flush go to the group's statistics.
+    fn flush_stock_stats(&self, st: &MemcgStock) {
+        let bytes = stat_lag(st);
+        set(&st.stat_base, st.nr_bytes.load(Relaxed));
+        let objcg = st.cached_objcg.load(Relaxed);
+        let cache = st.stat_cache.load(Relaxed);
+        // SAFETY: the cached objcg is kept alive by the stock's reference; the stock
+        // names a cache only while objects of it counted here are live or the count is
+        // zero (a cache with live objects cannot be destroyed).
+        let (Some(objcg), Some(s)) = (unsafe { objcg.as_ref() }, unsafe { cache.as_ref() }) else {
+            return;
+        };
+        if bytes != 0 {
+            self.mod_objcg_state_direct(objcg, s, bytes);
+        }
+    }
+
+    /// `mod_objcg_state` without the stock: `bytes` of objects of `s` (negative:
+    /// freed) straight into the group's statistics.
+    fn mod_objcg_state_direct(&self, objcg: &ObjCgroup, s: &KmemCache, bytes: isize) {
+        let cfg = s.config();
+        let i = cfg.flags.contains(SlabFlags::RECLAIM_ACCOUNT) as usize;
         let memcg = objcg.memcg();
-        for (i, item) in STAT_OF_DELTA.into_iter().enumerate() {
-            let d = st.delta_bytes[i].load(Relaxed);
-            if d != 0 {
-                memcg.add_stat(item, d);
-                st.delta_bytes[i].store(0, Relaxed);
-            }
-        }
-        let cache = st.delta_cache.load(Relaxed);
-        // SAFETY: the stock names a cache only while it has objects of the cache
-        // counted in the delta — a cache with charged objects cannot be destroyed
-        // (objects remaining) — or a zero delta, not dereferenced.
-        if let Some(s) = unsafe { cache.as_ref() } {
-            let d = st.delta_objects.load(Relaxed);
-            if d != 0 {
-                memcg.add_cache_objects(s, d);
-            }
-        }
-        st.delta_objects.store(0, Relaxed);
-        st.delta_cache.store(ptr::null_mut(), Relaxed);
-    }
-
-    /// `mod_objcg_state`: `objects` objects of `s`, `bytes` bytes, for `objcg`'s group.
-    #[inline]
-    fn mod_objcg_state(
-        &self,
-        cpu: Option<CpuRef<'_>>,
-        objcg: &ObjCgroup,
-        s: &KmemCache,
-        bytes: isize,
-        objects: isize,
-    ) {
-        let i = s.config().flags.contains(SlabFlags::RECLAIM_ACCOUNT) as usize;
-        if let Some(st) = self.stock(cpu) {
-            if ptr::eq(st.cached_objcg.load(Relaxed), objcg)
-                && ptr::eq(st.delta_cache.load(Relaxed), s)
-            {
-                let d = st.delta_bytes[i].load(Relaxed) + bytes;
-                st.delta_bytes[i].store(d, Relaxed);
-                st.delta_objects
-                    .store(st.delta_objects.load(Relaxed) + objects, Relaxed);
-                if d.abs() > STAT_FLUSH_BYTES {
-                    self.flush_stock_stats_cold(st, objcg, s);
-                }
-                return;
-            }
-            return self.mod_objcg_state_slow(st, objcg, s, i, bytes, objects);
-        }
-        let memcg = objcg.memcg();
-        let item = STAT_OF_DELTA[i];
-        memcg.add_stat(item, bytes);
-        memcg.add_cache_objects(s, objects);
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn flush_stock_stats_cold(&self, st: &MemcgStock, objcg: &ObjCgroup, s: &KmemCache) {
-        self.flush_stock_stats(st, objcg);
-        st.delta_cache
-            .store(s as *const KmemCache as *mut KmemCache, Relaxed);
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn mod_objcg_state_slow(
-        &self,
-        st: &MemcgStock,
-        objcg: &ObjCgroup,
-        s: &KmemCache,
-        i: usize,
-        bytes: isize,
-        objects: isize,
-    ) {
-        if !ptr::eq(st.cached_objcg.load(Relaxed), objcg) {
-            self.switch_obj_stock(st, objcg);
-        } else {
-            self.flush_stock_stats(st, objcg);
-        }
-        st.delta_cache
-            .store(s as *const KmemCache as *mut KmemCache, Relaxed);
-        st.delta_bytes[i].store(bytes, Relaxed);
-        st.delta_objects.store(objects, Relaxed);
+        memcg.add_stat(STAT_OF_DELTA[i], bytes);
+        memcg.add_cache_objects(s, bytes / cfg.size as isize);
     }
 
     /// Drains the caller's stock: pages and bytes back to their groups, statistics
@@ -1185,7 +1203,7 @@ impl<P: Platform> Kmem<P> {
     ) -> bool {
         let cfg = s.config();
         let base = obj.as_ptr() as usize & !(cfg.slab_bytes() - 1);
-        let Some(head) = self.pages.virt_to_page(base as *const u8) else {
+        let Some(head) = self.pages.virt_to_page_any(base as *const u8) else {
             return false;
         };
         // SAFETY: the head page of the live slab holding our new object.
@@ -1202,8 +1220,6 @@ impl<P: Platform> Kmem<P> {
         // SAFETY: the vector has `objects` slots; `idx` < objects for an object of the
         // slab. The slot is the object's: only its owner (us) writes it.
         unsafe { &*vec.add(idx) }.store(objcg as *const ObjCgroup as *mut ObjCgroup, Relaxed);
-        let size = cfg.size as isize;
-        self.mod_objcg_state(cpu, objcg, s, size, 1);
         true
     }
 
@@ -1277,8 +1293,7 @@ impl<P: Platform> Kmem<P> {
             return;
         };
         slot.store(ptr::null_mut(), Relaxed);
-        self.obj_cgroup_uncharge(cpu, objcg, cfg.size);
-        self.mod_objcg_state(cpu, objcg, s, -(cfg.size as isize), -1);
+        self.obj_cgroup_uncharge(cpu, objcg, s, cfg.size);
     }
 
     // -------------------------------------------------------------------------
@@ -1298,16 +1313,28 @@ impl<P: Platform> Kmem<P> {
         if self.is_unaccountable(s) {
             return self.slub().alloc(cpu, s, gfp);
         }
+        self.slab_alloc_charged(cpu, s, gfp, objcg)
+    }
+
+    /// Charge, allocate, record the objcg (`memcg_slab_pre/post_alloc_hook`).
+    #[inline]
+    fn slab_alloc_charged(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+        objcg: &ObjCgroup,
+    ) -> Option<NonNull<u8>> {
         let size = s.config().size;
-        if !self.obj_cgroup_charge(cpu, objcg, size) {
+        if !self.obj_cgroup_charge(cpu, objcg, s, size) {
             return None;
         }
         let Some(obj) = self.slub().alloc(cpu, s, gfp) else {
-            self.obj_cgroup_uncharge(cpu, objcg, size);
+            self.obj_cgroup_uncharge(cpu, objcg, s, size);
             return None;
         };
         if !self.memcg_slab_post_alloc_hook(cpu, s, obj, objcg) {
-            self.obj_cgroup_uncharge(cpu, objcg, size);
+            self.obj_cgroup_uncharge(cpu, objcg, s, size);
             // SAFETY: the object we just allocated.
             unsafe { self.slub().free(cpu, s, obj) };
             return None;
@@ -1325,6 +1352,7 @@ impl<P: Platform> Kmem<P> {
 
     /// `kmalloc` charged to `objcg` (from the `kmalloc-cg-*` caches, or whole pages
     /// for large sizes).
+    #[inline]
     pub fn kmalloc_objcg(
         &self,
         cpu: Option<CpuRef<'_>>,
@@ -1333,7 +1361,8 @@ impl<P: Platform> Kmem<P> {
         objcg: &ObjCgroup,
     ) -> Option<NonNull<u8>> {
         match crate::kmalloc::kmalloc_index(size) {
-            Some(i) => self.kmem_cache_alloc_objcg(cpu, &self.kmalloc[1][i], gfp, objcg),
+            // The kmalloc-cg caches are always accountable.
+            Some(i) => self.slab_alloc_charged(cpu, &self.kmalloc[1][i], gfp, objcg),
             None => self.kmalloc_large_objcg(cpu, size, gfp, objcg),
         }
     }

@@ -5,6 +5,7 @@
 pub mod cache;
 pub mod debug;
 pub mod global;
+pub mod memcg;
 pub mod page;
 pub mod peers;
 pub mod preload;
@@ -343,6 +344,7 @@ pub const SUITES: &[Suite] = &[
     slab::SUITE,
     cache::SUITE,
     debug::SUITE,
+    memcg::SUITE,
     slabinfo::SUITE,
     global::SUITE,
     preload::SUITE,

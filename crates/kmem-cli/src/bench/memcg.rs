@@ -1,0 +1,133 @@
+//! Suite `memcg`: what memory accounting costs (seed 001's experiment).
+//!
+//! - `kmalloc_batch4`: 2 threads, each repeating 4 × kmalloc(size) then 4 × kfree,
+//!   for sizes 32 and 4096 (op `pair`: ns per kmalloc+kfree on one thread). Modes:
+//!   `off` (no active group: plain kmalloc caches, no charge), `nostock` (both threads
+//!   in one group, every charge and statistic on the shared counters with atomics),
+//!   `stock` (the same with the per-CPU stock: bytes pre-charged and statistic deltas
+//!   cached per CPU area, seed 001's patches 2–4). The modes run side by side in
+//!   interleaved passes; each keeps its best median.
+
+use super::{BenchResult, Ctx, Suite};
+use kmem::{heap, memcg, Gfp, MemCgroup};
+use std::sync::Barrier;
+
+pub const SUITE: Suite = Suite {
+    name: "memcg",
+    steps,
+    run,
+    seed_lines,
+};
+
+const MODES: [&str; 3] = ["off", "nostock", "stock"];
+const SIZES: [u64; 2] = [32, 4096];
+const THREADS: usize = 2;
+const BATCH: usize = 4;
+const PASSES: usize = 3;
+
+fn steps(_quick: bool) -> u64 {
+    (MODES.len() * SIZES.len() * PASSES) as u64
+}
+
+/// `n` pairs on each of 2 threads, in batches of 4, inside `cg` if given.
+fn batch4(n: u64, size: usize, cg: Option<&MemCgroup<'_>>) {
+    let barrier = Barrier::new(THREADS);
+    std::thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                let g = cg.map(|c| c.enter());
+                let h = heap();
+                let mut p = [std::ptr::null_mut::<u8>(); BATCH];
+                barrier.wait();
+                for _ in 0..n / BATCH as u64 {
+                    for slot in p.iter_mut() {
+                        *slot = h.kmalloc(size, Gfp::KERNEL).expect("memory").as_ptr();
+                    }
+                    for &q in p.iter() {
+                        // SAFETY: allocated just above, freed once.
+                        unsafe { h.kfree(std::hint::black_box(q)) };
+                    }
+                }
+                drop(g);
+                // Thread exit would drain this thread's stock, but only after the
+                // scope has seen it finish: drain it now.
+                h.detach_thread();
+            });
+        }
+    });
+}
+
+fn run(ctx: &Ctx) -> Vec<BenchResult> {
+    let loops: u64 = if ctx.quick { 200_000 } else { 2_000_000 };
+    let cg = MemCgroup::new("bench").expect("memory for a group");
+    let mut best = vec![None::<super::Timing>; MODES.len() * SIZES.len()];
+    for pass in 0..PASSES {
+        for (si, &size) in SIZES.iter().enumerate() {
+            for (mi, &mode) in MODES.iter().enumerate() {
+                ctx.status(format!(
+                    "memcg kmalloc_batch4({size}) {mode} (pass {})",
+                    pass + 1
+                ));
+                memcg::set_stock_enabled(mode != "nostock");
+                let group = (mode != "off").then_some(&cg);
+                let t = ctx.measure(loops, |n| batch4(n, size as usize, group));
+                let slot = &mut best[si * MODES.len() + mi];
+                if slot.is_none_or(|b| t.ns < b.ns) {
+                    *slot = Some(t);
+                }
+            }
+        }
+    }
+    memcg::set_stock_enabled(true);
+    let mut out = Vec::new();
+    for (si, &size) in SIZES.iter().enumerate() {
+        for (mi, &mode) in MODES.iter().enumerate() {
+            let t = best[si * MODES.len() + mi].expect("measured");
+            out.push(BenchResult {
+                mode: Some(mode.to_string()),
+                ..BenchResult::time("kmalloc_batch4", "kmem", size, "pair", t)
+            });
+        }
+    }
+    assert_eq!(
+        cg.usage(),
+        0,
+        "every benchmark object was freed and uncharged"
+    );
+    out
+}
+
+/// Seed 001's table: run time per pair and the accounting overhead per mode.
+fn seed_lines(results: &[BenchResult]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let ns = |mode: &str, size: u64| {
+        results
+            .iter()
+            .find(|r| {
+                r.bench == "kmalloc_batch4" && r.mode.as_deref() == Some(mode) && r.param == size
+            })
+            .and_then(|r| r.ns)
+    };
+    let _ = writeln!(
+        out,
+        "kmalloc_batch4 ({THREADS} threads, batches of {BATCH}): ns per kmalloc+kfree\n\
+         {:<8} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "size", "off", "nostock", "overhead", "stock", "overhead"
+    );
+    for size in SIZES {
+        let (Some(off), Some(nostock), Some(stock)) =
+            (ns("off", size), ns("nostock", size), ns("stock", size))
+        else {
+            continue;
+        };
+        let pct = |t: f64| (t / off - 1.0) * 100.0;
+        let _ = writeln!(
+            out,
+            "{size:<8} {off:>9.2} {nostock:>9.2} {:>8.1}% {stock:>9.2} {:>8.1}%",
+            pct(nostock),
+            pct(stock)
+        );
+    }
+    out
+}
