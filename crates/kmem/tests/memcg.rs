@@ -1,0 +1,231 @@
+//! Memory cgroups in a Rust program with kmem as its global allocator: tenants under
+//! different limits, the enter guard, typed caches, removal with live objects,
+//! huge and page-block allocations, the statistics snapshot.
+
+use kmem::{heap, KmemAlloc, KmemCache, MemCgroup};
+use std::collections::HashMap;
+
+#[global_allocator]
+static A: KmemAlloc = KmemAlloc;
+
+const MIB: usize = 1 << 20;
+
+/// Two tenants on two threads: one fills its 8 MiB limit and gets allocation errors
+/// (handled, no abort), the other holds 24 MiB under a 64 MiB limit untouched.
+#[test]
+fn one_tenant_hits_its_limit_the_other_is_unaffected() {
+    let small = MemCgroup::new("tenant-small").unwrap();
+    let big = MemCgroup::new("tenant-big").unwrap();
+    small.set_max(8 * MIB);
+    big.set_max(64 * MIB);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _g = small.enter();
+            let mut held: Vec<Vec<u8>> = Vec::new();
+            let mut failed = 0;
+            for i in 0..100_000usize {
+                let mut v: Vec<u8> = Vec::new();
+                // 1 KiB … 64 KiB buffers and small boxes.
+                if v.try_reserve_exact(1024 << (i % 7)).is_err() {
+                    failed += 1;
+                    if failed > 20 {
+                        break;
+                    }
+                    continue;
+                }
+                v.resize(v.capacity(), i as u8);
+                held.push(v);
+            }
+            assert!(failed > 20, "the limit never stopped the small tenant");
+            assert!(small.usage() <= 8 * MIB, "usage {}", small.usage());
+            let st = small.stat();
+            assert!(st.events_oom > 0 && st.events_max > 0, "{st:?}");
+            // Held data is intact.
+            for (i, v) in held.iter().enumerate() {
+                let want = v[0];
+                assert!(v.iter().all(|&b| b == want), "buffer {i} damaged");
+            }
+            drop(held);
+            // Room again.
+            let v: Vec<u8> = vec![7; 4 * MIB];
+            assert_eq!(v[4 * MIB - 1], 7);
+            drop(v);
+            // Give the thread's charge stock back now (thread exit would, after
+            // the scope has already returned).
+            heap().detach_thread();
+        });
+        s.spawn(|| {
+            let _g = big.enter();
+            let mut map: HashMap<u32, Box<[u8; 256]>> = HashMap::new();
+            for i in 0..(24 * MIB / 256) as u32 {
+                map.insert(i, Box::new([i as u8; 256]));
+            }
+            assert!(big.usage() >= 24 * MIB, "usage {}", big.usage());
+            assert_eq!(big.stat().events_oom, 0);
+            assert_eq!(map[&77][0], 77);
+            drop(map);
+            heap().detach_thread();
+        });
+    });
+    assert_eq!(big.stat().events_max, 0);
+    assert!(small.stat().events_oom > 0);
+    for g in [&big, &small] {
+        let st = g.stat();
+        assert_eq!(st.slab_unreclaimable + st.kmem_pages, 0, "{st:?}");
+        // Spare bytes of a partly used page may stay charged (`nr_charged_bytes`).
+        assert!(g.usage() <= kmem::PAGE_SIZE, "{st:?}");
+    }
+}
+
+#[test]
+fn the_guard_charges_only_while_it_lives_and_nests() {
+    let a = MemCgroup::new("guard-a").unwrap();
+    let b = MemCgroup::new("guard-b").unwrap();
+    let outside = Box::new([1u8; 1000]);
+    let (in_a, in_b, in_a_again);
+    {
+        let _ga = a.enter();
+        in_a = Box::new([2u8; 1000]);
+        {
+            let _gb = b.enter();
+            in_b = vec![3u8; 3000];
+        }
+        in_a_again = vec![4u8; 500];
+    }
+    let after = Box::new([5u8; 1000]);
+    let sa = a.stat();
+    let sb = b.stat();
+    assert_eq!(sa.slab_unreclaimable, 1024 + 512, "{sa:?}");
+    assert_eq!(sb.slab_unreclaimable, 4096, "{sb:?}");
+    assert!(
+        sa.caches.contains(&("kmalloc-cg-1k".to_string(), 1)),
+        "{sa:?}"
+    );
+    drop((outside, in_a, in_b, in_a_again, after));
+    assert_eq!(a.stat().slab_unreclaimable, 0);
+    assert_eq!(b.stat().slab_unreclaimable, 0);
+}
+
+#[derive(Debug)]
+struct Session {
+    id: u64,
+    _payload: [u64; 12],
+}
+
+#[test]
+fn typed_caches_are_charged_and_freed_on_other_threads() {
+    let cache: KmemCache<Session> = KmemCache::new("memcg_session").unwrap();
+    let g = MemCgroup::new("sessions").unwrap();
+    let boxes = {
+        let _g = g.enter();
+        (0..1000)
+            .map(|id| {
+                cache
+                    .alloc(Session {
+                        id,
+                        _payload: [id; 12],
+                    })
+                    .unwrap()
+            })
+            .collect::<Vec<_>>()
+    };
+    let st = g.stat();
+    let size = cache.raw().config().size as i64;
+    assert_eq!(st.slab_unreclaimable, 1000 * size, "{st:?}");
+    assert!(
+        st.caches.contains(&("memcg_session".to_string(), 1000)),
+        "{st:?}"
+    );
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            assert_eq!(boxes.iter().map(|b| b.id).sum::<u64>(), 999 * 1000 / 2);
+            drop(boxes);
+            heap().detach_thread();
+        });
+    });
+    assert_eq!(g.stat().slab_unreclaimable, 0);
+    // At most the spare bytes of one partly used page stay charged.
+    assert!(g.usage() <= kmem::PAGE_SIZE, "usage {}", g.usage());
+}
+
+#[test]
+fn a_dropped_group_reparents_its_live_objects() {
+    let parent = MemCgroup::new("parent").unwrap();
+    let kept;
+    {
+        let child = parent.child("child").unwrap();
+        child.set_max(16 * MIB);
+        let _g = child.enter();
+        kept = vec![9u8; 2 * MIB];
+    }
+    // The child is gone; its 2 MiB stay charged to the parent until freed.
+    assert!(parent.usage() >= 2 * MIB);
+    assert_eq!(parent.stat().kmem_pages, 2 * MIB as i64);
+    assert_eq!(kept[MIB], 9);
+    drop(kept);
+    assert_eq!(parent.stat().kmem_pages, 0);
+    // At most the spare bytes of one partly used page stay charged.
+    assert!(
+        parent.usage() <= kmem::PAGE_SIZE,
+        "usage {}",
+        parent.usage()
+    );
+}
+
+#[test]
+fn huge_and_page_block_allocations_are_charged_and_resized() {
+    let g = MemCgroup::new("big-buffers").unwrap();
+    g.set_max(40 * MIB);
+    let _guard = g.enter();
+    // A page block (1 MiB) and a direct mapping (12 MiB).
+    let mut block: Vec<u8> = vec![1; MIB];
+    let mut huge: Vec<u8> = vec![2; 12 * MIB];
+    assert_eq!(g.stat().kmem_pages, 13 * MIB as i64);
+    // Growing both moves them (charged blocks move), the charge follows.
+    block.reserve_exact(2 * MIB);
+    block.resize(3 * MIB, 1);
+    huge.reserve_exact(8 * MIB);
+    huge.resize(20 * MIB, 2);
+    // 3 MiB takes a 4 MiB buddy block.
+    assert_eq!(g.stat().kmem_pages, (4 + 20) * MIB as i64);
+    assert!(block.iter().all(|&b| b == 1) && huge.iter().all(|&b| b == 2));
+    // Over the limit: the allocation fails, nothing is charged for it.
+    let mut v: Vec<u8> = Vec::new();
+    assert!(v.try_reserve_exact(32 * MIB).is_err());
+    assert_eq!(g.stat().kmem_pages, (4 + 20) * MIB as i64);
+    drop((block, huge));
+    assert_eq!(g.stat().kmem_pages, 0);
+    // At most the spare bytes of one partly used page stay charged.
+    assert!(g.usage() <= kmem::PAGE_SIZE, "usage {}", g.usage());
+}
+
+#[test]
+fn the_snapshot_lists_groups_in_the_kernel_formats() {
+    let g = MemCgroup::new("snapshot-me").unwrap();
+    g.set_high(MIB);
+    let held = {
+        let _g = g.enter();
+        vec![0u8; 100]
+    };
+    let report = g.report();
+    assert!(
+        report.starts_with("memcg snapshot-me\nmemory.current "),
+        "{report}"
+    );
+    assert!(report.contains("memory.high 1048576\n"), "{report}");
+    assert!(report.contains("slab_unreclaimable 128\n"), "{report}");
+    assert!(report.contains("kmalloc-cg-128       1\n"), "{report}");
+    let stats = kmem::stats();
+    let mine = stats
+        .memcgs
+        .iter()
+        .find(|m| m.name == "snapshot-me")
+        .expect("the group in the snapshot");
+    assert_eq!(mine.parent.as_deref(), Some("/"));
+    assert_eq!(mine.high, Some(MIB as u64));
+    assert!(stats.memcgs[0].name == "/", "the root first");
+    assert!(stats.to_string().contains("memcg snapshot-me\n"));
+    let json = serde_json::to_string(&stats).unwrap();
+    assert!(json.contains("\"snapshot-me\""));
+    drop(held);
+}
