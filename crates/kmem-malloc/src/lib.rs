@@ -19,6 +19,10 @@
 //! - Thread exit (a pthread key destructor) and fork (`pthread_atfork` handlers that
 //!   take every allocator lock) are handled by the heap itself.
 //!
+//! Memory cgroups: `kmem_memcg_create`, `_remove`, `_set_max`, `_set_high`,
+//! `_enter`/`_leave`, `_usage`, `_stat` (declared in `include/kmem.h`) account and
+//! limit what a thread allocates, as kmem's `MemCgroup` does for Rust programs.
+//!
 //! Alignment: glibc promises 16 bytes for requests of 16 bytes or more; kmalloc
 //! classes above 8 bytes are multiples of 16 and aligned to it (kmalloc-96 to 32,
 //! kmalloc-192 to 64, the others to their size), so plain `malloc` gets it for free.
@@ -343,5 +347,147 @@ pub unsafe extern "C" fn mallinfo() -> Mallinfo {
         uordblks: c(m.uordblks),
         fordblks: c(m.fordblks),
         ..Mallinfo::default()
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Memory cgroups (include/kmem.h).
+
+/// A group handle for C: the core's group.
+type Memcg = kmem_core::memcontrol::MemCgroup;
+
+/// `kmem_memcg_create(parent, name)`: a new group under `parent` (NULL: the root);
+/// NULL with ENOMEM when there is no memory, EINVAL for a removed parent or a name
+/// that is not UTF-8.
+#[no_mangle]
+pub unsafe extern "C" fn kmem_memcg_create(
+    parent: *const Memcg,
+    name: *const libc::c_char,
+) -> *const Memcg {
+    let name = if name.is_null() {
+        ""
+    } else {
+        // SAFETY: the caller passes a NUL-terminated string.
+        match unsafe { std::ffi::CStr::from_ptr(name) }.to_str() {
+            Ok(n) => n,
+            Err(_) => {
+                set_errno(libc::EINVAL);
+                return ptr::null();
+            }
+        }
+    };
+    // SAFETY: a group handle from kmem_memcg_create (caller), or NULL.
+    let parent = unsafe { parent.as_ref() };
+    if parent.is_some_and(|p| !p.is_online()) {
+        set_errno(libc::EINVAL);
+        return ptr::null();
+    }
+    match kmem::memcg::raw::create(parent, name) {
+        Some(g) => g,
+        None => {
+            set_errno(libc::ENOMEM);
+            ptr::null()
+        }
+    }
+}
+
+/// `kmem_memcg_remove(cg)`: 0, or -EBUSY (it has children) / -EINVAL. Objects still
+/// charged to it are reparented to its parent. No thread may have it active.
+#[no_mangle]
+pub unsafe extern "C" fn kmem_memcg_remove(cg: *const Memcg) -> c_int {
+    // SAFETY: a handle from kmem_memcg_create, removed once (caller).
+    let Some(g) = (unsafe { cg.as_ref() }) else {
+        return -libc::EINVAL;
+    };
+    // SAFETY: as above; the caller stops using it.
+    match unsafe { kmem::memcg::raw::remove(g) } {
+        Ok(()) => 0,
+        Err(kmem_core::memcontrol::MemcgError::Busy) => -libc::EBUSY,
+        Err(_) => -libc::EINVAL,
+    }
+}
+
+/// `kmem_memcg_set_max(cg, bytes)`: `memory.max` (SIZE_MAX: no limit).
+#[no_mangle]
+pub unsafe extern "C" fn kmem_memcg_set_max(cg: *const Memcg, bytes: size_t) {
+    // SAFETY: a live handle (caller).
+    if let Some(g) = unsafe { cg.as_ref() } {
+        g.set_max(bytes);
+    }
+}
+
+/// `kmem_memcg_set_high(cg, bytes)`: `memory.high` (SIZE_MAX: no limit).
+#[no_mangle]
+pub unsafe extern "C" fn kmem_memcg_set_high(cg: *const Memcg, bytes: size_t) {
+    // SAFETY: a live handle (caller).
+    if let Some(g) = unsafe { cg.as_ref() } {
+        g.set_high(bytes);
+    }
+}
+
+/// `kmem_memcg_enter(cg)`: the calling thread's allocations are charged to `cg`
+/// (NULL: to nobody) until `kmem_memcg_leave(token)` with the returned token.
+#[no_mangle]
+pub unsafe extern "C" fn kmem_memcg_enter(cg: *const Memcg) -> *mut c_void {
+    // SAFETY: a live handle or NULL; the caller keeps it alive while active.
+    unsafe { kmem::memcg::raw::enter(cg.as_ref()) as *mut c_void }
+}
+
+/// `kmem_memcg_leave(token)`: restores the active group `kmem_memcg_enter` replaced.
+#[no_mangle]
+pub unsafe extern "C" fn kmem_memcg_leave(token: *mut c_void) {
+    kmem::memcg::raw::leave(token as usize);
+}
+
+/// `kmem_memcg_usage(cg)`: `memory.current` in bytes.
+#[no_mangle]
+pub unsafe extern "C" fn kmem_memcg_usage(cg: *const Memcg) -> size_t {
+    // SAFETY: a live handle (caller).
+    unsafe { cg.as_ref() }.map_or(0, |g| g.usage())
+}
+
+/// `kmem_memcg_stat(cg, buf, len)`: the group's files (`memory.current` …
+/// `memory.stat`, objects per cache) as text into `buf` (NUL-terminated, cut to
+/// `len`); returns the length of the whole text.
+#[no_mangle]
+pub unsafe extern "C" fn kmem_memcg_stat(
+    cg: *const Memcg,
+    buf: *mut libc::c_char,
+    len: size_t,
+) -> size_t {
+    // SAFETY: a live handle (caller).
+    let Some(g) = (unsafe { cg.as_ref() }) else {
+        return 0;
+    };
+    let out: &mut [u8] = if buf.is_null() || len == 0 {
+        &mut []
+    } else {
+        // SAFETY: the caller's buffer of `len` bytes.
+        unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) }
+    };
+    let mut w = BufWriter { buf: out, len: 0 };
+    let _ = kmem::memcg::raw::report(g, &mut w);
+    let total = w.len;
+    if let Some(last) = w.buf.len().checked_sub(1) {
+        w.buf[total.min(last)] = 0;
+    }
+    total
+}
+
+/// Writes into a fixed buffer, counting what did not fit.
+struct BufWriter<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl std::fmt::Write for BufWriter<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let room = self.buf.len().saturating_sub(1).saturating_sub(self.len);
+        let n = s.len().min(room);
+        if n > 0 {
+            self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        }
+        self.len += s.len();
+        Ok(())
     }
 }

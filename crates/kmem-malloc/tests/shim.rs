@@ -32,6 +32,12 @@ fn tmp() -> PathBuf {
 
 /// Compiles a test program from tests/c with cc (or c++ for .cpp); returns its path.
 fn compile(name: &str) -> PathBuf {
+    compile_with(name, &[])
+}
+
+/// As [`compile`], with extra inputs (libkmem.so itself, for programs that call
+/// kmem's own functions).
+fn compile_with(name: &str, extra: &[&Path]) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/c")
         .join(name);
@@ -41,6 +47,7 @@ fn compile(name: &str) -> PathBuf {
         .args(["-O1", "-g", "-rdynamic", "-pthread", "-w", "-o"])
         .arg(&out)
         .arg(&src)
+        .args(extra)
         .status()
         .expect("a C compiler");
     assert!(status.success(), "compiling {name}");
@@ -266,4 +273,18 @@ fn slub_debug_through_the_shim() {
         "{}",
         text(&out.stderr)
     );
+}
+
+#[test]
+fn memory_cgroups_through_the_c_api() {
+    let lib = lib();
+    let prog = compile_with("memcg.c", &[&lib]);
+    let out = run_with(&prog, &[], true, &[]);
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout), "memcg ok\n");
 }

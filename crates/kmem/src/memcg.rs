@@ -269,3 +269,58 @@ pub fn set_stock_enabled(enabled: bool) {
     let h = heap();
     h.kmem().set_memcg_stock(h.this_cpu(), enabled);
 }
+
+/// Groups as the core's pointers, for C bindings (libkmem.so's `kmem_memcg_*`).
+/// Nothing here allocates through Rust's allocator.
+pub mod raw {
+    use super::*;
+
+    /// A new group under `parent` (the root if `None`).
+    pub fn create(
+        parent: Option<&'static memcontrol::MemCgroup>,
+        name: &str,
+    ) -> Option<&'static memcontrol::MemCgroup> {
+        let h = heap();
+        let parent = parent.unwrap_or_else(|| h.kmem().root_mem_cgroup());
+        let prev = set_active_objcg(None);
+        let cg = h.kmem().mem_cgroup_create(h.this_cpu(), parent, name);
+        restore_active_objcg(prev);
+        // SAFETY: groups live until removed (and as zombies after); never moved.
+        cg.ok()
+            .map(|g| unsafe { &*(g as *const memcontrol::MemCgroup) })
+    }
+
+    /// Removes a group (its live objects are reparented).
+    ///
+    /// # Safety
+    /// As [`kmem_core::Kmem::mem_cgroup_remove`]: a group from [`create`], removed
+    /// once, and no thread has it active or uses it afterwards.
+    pub unsafe fn remove(cg: &'static memcontrol::MemCgroup) -> Result<(), MemcgError> {
+        let h = heap();
+        // SAFETY: forwarded from the caller.
+        unsafe { h.kmem().mem_cgroup_remove(h.this_cpu(), cg) }
+    }
+
+    /// Makes `cg` the thread's active group (`None`: no group); returns a token for
+    /// [`leave`] that restores the group active before.
+    ///
+    /// # Safety
+    /// `cg` stays alive (not removed) while it is active.
+    pub unsafe fn enter(cg: Option<&'static memcontrol::MemCgroup>) -> usize {
+        set_active_objcg(cg.map(|g| g.objcg()))
+    }
+
+    /// Restores the active group from an [`enter`] token.
+    pub fn leave(token: usize) {
+        restore_active_objcg(token);
+    }
+
+    /// Writes the group's report (after draining the caller's stock) to `w`.
+    pub fn report(cg: &memcontrol::MemCgroup, w: &mut dyn fmt::Write) -> fmt::Result {
+        let prev = set_active_objcg(None);
+        flush_local();
+        let r = heap().kmem().memcg_report(w, cg);
+        restore_active_objcg(prev);
+        r
+    }
+}
