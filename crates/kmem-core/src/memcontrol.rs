@@ -457,7 +457,8 @@ pub enum MemcgError {
 pub struct MemcgState {
     root: MemCgroup,
     stock_offset: AtomicUsize,
-    stock_enabled: AtomicBool,
+    /// `stock_offset` while stocks are enabled, else 0 (one load on the fast path).
+    stock_active: AtomicUsize,
     lock: SpinLock<ZombieList>,
     nr_groups: AtomicUsize,
 }
@@ -476,7 +477,7 @@ impl MemcgState {
         Self {
             root: MemCgroup::new_root(),
             stock_offset: AtomicUsize::new(0),
-            stock_enabled: AtomicBool::new(true),
+            stock_active: AtomicUsize::new(0),
             lock: SpinLock::new(ZombieList {
                 head: ptr::null_mut(),
                 len: 0,
@@ -508,6 +509,7 @@ impl<P: Platform> Kmem<P> {
         {
             Some(off) => {
                 self.memcg.stock_offset.store(off, Relaxed);
+                self.memcg.stock_active.store(off, Relaxed);
                 true
             }
             None => false,
@@ -549,16 +551,16 @@ impl<P: Platform> Kmem<P> {
         if let Some(c) = cpu {
             self.memcg_drain_stock(c);
         }
-        self.memcg.stock_enabled.store(enabled, Relaxed);
+        let off = self.memcg.stock_offset.load(Relaxed);
+        self.memcg
+            .stock_active
+            .store(if enabled { off } else { 0 }, Relaxed);
     }
 
     #[inline]
     fn stock<'c>(&self, cpu: Option<CpuRef<'c>>) -> Option<&'c MemcgStock> {
         let c = cpu?;
-        if !self.memcg.stock_enabled.load(Relaxed) {
-            return None;
-        }
-        let off = self.memcg.stock_offset.load(Relaxed);
+        let off = self.memcg.stock_active.load(Relaxed);
         // SAFETY: `off` was reserved in every CPU area by `memcg_init` (all-zero is
         // the empty stock); the caller owns the area.
         (off != 0).then(|| unsafe { &*c.area().ptr::<MemcgStock>(off) })
@@ -1203,11 +1205,9 @@ impl<P: Platform> Kmem<P> {
     ) -> bool {
         let cfg = s.config();
         let base = obj.as_ptr() as usize & !(cfg.slab_bytes() - 1);
-        let Some(head) = self.pages.virt_to_page_any(base as *const u8) else {
-            return false;
-        };
-        // SAFETY: the head page of the live slab holding our new object.
-        let h = unsafe { head.as_ref() };
+        // SAFETY: the head page of the live slab holding the object we just got (its
+        // section is online while the slab lives).
+        let h = unsafe { &*self.pages.virt_to_page_raw(base as *const u8) };
         let mut data = memcg_data(h);
         if data & MEMCG_DATA_OBJEXTS == 0 {
             match self.alloc_slab_obj_exts(cpu, s, h) {
@@ -1269,7 +1269,7 @@ impl<P: Platform> Kmem<P> {
         self.memcg_slab_free_hook_exts(cpu, s, data, obj);
     }
 
-    #[inline(never)]
+    #[inline]
     fn memcg_slab_free_hook_exts(
         &self,
         cpu: Option<CpuRef<'_>>,

@@ -345,6 +345,14 @@ impl<P: Platform> PageAllocator<P> {
         (section_base as *mut Page).wrapping_add(pfn & ((1 << PFN_SECTION_SHIFT) - 1))
     }
 
+    /// The descriptor of the page holding `addr`, which the caller knows to be in an
+    /// online section of the span (an object it holds): no checks.
+    #[inline]
+    pub(crate) fn virt_to_page_raw(&self, addr: *const u8) -> *mut Page {
+        let off = (addr as usize).wrapping_sub(self.base.load(Ordering::Relaxed));
+        self.pfn_to_page_raw(off >> PAGE_SHIFT)
+    }
+
     /// The descriptor of a managed page of an online section, or `None`.
     #[inline]
     pub fn pfn_to_page(&self, pfn: usize) -> Option<NonNull<Page>> {
