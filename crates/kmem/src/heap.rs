@@ -247,7 +247,7 @@ impl Heap {
         unsafe { &*self.env.get() }
     }
 
-    /// Writes the exit report (slabinfo, buddyinfo, vmstat) to `w`, without
+    /// Writes the exit report (slabinfo, buddyinfo, vmstat, memory cgroups) to `w`, without
     /// allocating.
     pub fn write_report(&self, w: &mut dyn std::fmt::Write) -> std::fmt::Result {
         if self.config().debug.any() {
@@ -259,7 +259,19 @@ impl Heap {
         writeln!(w)?;
         kmem_core::show_mem::buddyinfo(&self.kmem.pages, w)?;
         writeln!(w)?;
-        kmem_core::show_mem::vmstat(&self.kmem.pages, w)
+        kmem_core::show_mem::vmstat(&self.kmem.pages, w)?;
+        // Memory cgroups (not the root): each group's files after a blank line. Written
+        // straight to `w`: nothing here allocates.
+        if let Some(c) = self.this_cpu() {
+            self.kmem.memcg_drain_stock(c);
+        }
+        let mut res = Ok(());
+        self.kmem.for_each_mem_cgroup(|cg| {
+            if res.is_ok() && cg.parent().is_some() {
+                res = writeln!(w).and_then(|_| self.kmem.memcg_report(w, cg));
+            }
+        });
+        res
     }
 
     /// The core page allocator (for calls with an explicit context, such as `None`
