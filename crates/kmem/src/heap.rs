@@ -383,9 +383,22 @@ impl Heap {
     /// Fills the `None` slots of `pages` with order-0 pages (see
     /// [`PageAllocator::alloc_pages_bulk`]); returns the filled count.
     pub fn alloc_pages_bulk(&self, gfp: Gfp, pages: &mut [Option<NonNull<Page>>]) -> usize {
-        self.kmem
-            .pages
-            .alloc_pages_bulk(self.this_cpu(), gfp, None, pages)
+        let cpu = self.this_cpu();
+        let Some(cg) = active_objcg() else {
+            return self.kmem.pages.alloc_pages_bulk(cpu, gfp, None, pages);
+        };
+        // Charged: page by page, each recording its group.
+        let mut filled = pages.iter().filter(|p| p.is_some()).count();
+        for slot in pages.iter_mut().filter(|p| p.is_none()) {
+            match self.kmem.alloc_pages_objcg(cpu, gfp, 0, cg) {
+                Some(p) => {
+                    *slot = Some(p);
+                    filled += 1;
+                }
+                None => break,
+            }
+        }
+        filled
     }
 
     /// Frees order-0 pages in bulk; the slots become `None`.
@@ -393,8 +406,19 @@ impl Heap {
     /// # Safety
     /// Every `Some` page came from this heap as an order-0 page and is no longer used.
     pub unsafe fn free_pages_bulk(&self, pages: &mut [Option<NonNull<Page>>]) {
+        let cpu = self.this_cpu();
+        // Charged pages are uncharged and freed one by one; the rest in bulk.
+        for slot in pages.iter_mut() {
+            if let Some(p) = *slot {
+                if self.kmem.page_objcg(p).is_some() {
+                    // SAFETY: an order-0 page of ours, given up by the caller.
+                    unsafe { self.kmem.free_pages(cpu, p, 0) };
+                    *slot = None;
+                }
+            }
+        }
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmem.pages.free_pages_bulk(self.this_cpu(), pages) }
+        unsafe { self.kmem.pages.free_pages_bulk(cpu, pages) }
     }
 
     /// The memory a page descriptor stands for.

@@ -229,3 +229,29 @@ fn the_snapshot_lists_groups_in_the_kernel_formats() {
     assert!(json.contains("\"snapshot-me\""));
     drop(held);
 }
+
+#[test]
+fn page_allocations_in_bulk_are_charged_one_by_one() {
+    let g = MemCgroup::new("bulk-pages").unwrap();
+    let h = heap();
+    let mut pages = [None; 16];
+    {
+        let _g = g.enter();
+        assert_eq!(h.alloc_pages_bulk(kmem::Gfp::KERNEL, &mut pages), 16);
+        assert_eq!(g.stat().kmem_pages, 16 * kmem::PAGE_SIZE as i64);
+        // `stat` drained this thread's stock: the usage is the 16 pages now.
+        assert_eq!(g.usage(), 16 * kmem::PAGE_SIZE);
+        g.set_max(g.usage());
+        let mut more = [None; 8];
+        assert!(
+            h.alloc_pages_bulk(kmem::Gfp::KERNEL, &mut more) < 8,
+            "the limit holds"
+        );
+        // SAFETY: order-0 pages of ours.
+        unsafe { h.free_pages_bulk(&mut more) };
+    }
+    // SAFETY: order-0 pages allocated above.
+    unsafe { h.free_pages_bulk(&mut pages) };
+    assert!(pages.iter().all(|p| p.is_none()));
+    assert_eq!(g.stat().kmem_pages, 0);
+}
