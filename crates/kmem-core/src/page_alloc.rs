@@ -1513,6 +1513,15 @@ impl<P: Platform> PageAllocator<P> {
     pub unsafe fn cpu_area_put(&self, area: &CpuArea) {
         // SAFETY: the caller owns the area.
         let cpu = unsafe { CpuRef::new(area) };
+        self.cpu_area_flush(cpu);
+        self.areas.push_free(area);
+        self.recalc_pcp_high();
+    }
+
+    /// Flushes an area and keeps it (per-CPU mode, where areas stay with their CPU):
+    /// the CPU-offline hooks run (the slab layer's CPU slabs and partials, the memcg
+    /// stock), per-CPU pages go back to the zones, counter deltas are folded in.
+    pub fn cpu_area_flush(&self, cpu: CpuRef<'_>) {
         let hooks = *self.cpu_dead.lock();
         for hook in hooks.iter().flatten() {
             (hook.flush)(hook.data, cpu);
@@ -1524,8 +1533,6 @@ impl<P: Platform> PageAllocator<P> {
                 self.zones[nid].vm_stat[i].fetch_add(*d as isize, Ordering::Relaxed);
             }
         }
-        self.areas.push_free(area);
-        self.recalc_pcp_high();
     }
 
     /// Recomputes `pcp->high` and `pcp->batch` of every zone from its budget and the

@@ -59,6 +59,9 @@ pub struct CpuArea {
     pub(crate) drain_request: AtomicU32,
     /// Link on the pool's free stack (pool lock).
     next_free: AtomicPtr<CpuArea>,
+    /// The area's `local_lock`, for platforms where several contexts share an area
+    /// (std's per-CPU mode, a preemptible kernel): whoever holds it is the owner.
+    local_lock: SpinLock<()>,
 }
 
 /// Offset of per-CPU data from the start of an area.
@@ -83,6 +86,27 @@ impl CpuArea {
     pub fn is_owned(&self) -> bool {
         self.state.load(Ordering::Relaxed) == AREA_OWNED
     }
+    /// Takes the area's local lock (`local_lock`): while the guard lives the holder
+    /// may act as the area's owner (make a [`CpuRef`]). Spins, yielding through the
+    /// relax hook, while another context holds it.
+    pub fn local_lock(&self) -> crate::sync::SpinLockGuard<'_, ()> {
+        self.local_lock.lock()
+    }
+
+    /// Takes the local lock until [`CpuArea::unlock_after_fork`] (fork handlers).
+    pub fn lock_for_fork(&self) {
+        self.local_lock.lock_forever();
+    }
+
+    /// Releases what [`CpuArea::lock_for_fork`] took.
+    ///
+    /// # Safety
+    /// Called once after `lock_for_fork`, on the same thread (or its child).
+    pub unsafe fn unlock_after_fork(&self) {
+        // SAFETY: taken by lock_for_fork with its guard forgotten (caller).
+        unsafe { self.local_lock.force_unlock() };
+    }
+
     /// A pointer to the per-CPU object at `offset` (from [`PerCpuOffsets`] or a fixed
     /// slot).
     #[inline]
@@ -236,6 +260,7 @@ impl CpuAreaPool {
                 node: AtomicU32::new(nid as u32),
                 drain_request: AtomicU32::new(0),
                 next_free: AtomicPtr::new(ptr::null_mut()),
+                local_lock: SpinLock::new(()),
             });
         }
         self.table[id].store(area, Ordering::Release);

@@ -603,6 +603,11 @@ impl KmemCacheCpu {
         self.tid
             .store(self.tid.load(Relaxed).wrapping_add(TID_STEP), Relaxed);
     }
+    /// Slabs this CPU holds for the cache: its CPU slab (if any) and its CPU partial
+    /// slabs (a read for statistics; racy against the owner).
+    pub fn held_slabs(&self) -> usize {
+        (self.freelist.load(Relaxed) != 0) as usize + self.nr_partial.load(Relaxed)
+    }
     /// The transaction id (for the per-CPU mode and tests).
     pub fn tid(&self) -> usize {
         self.tid.load(Relaxed)

@@ -288,3 +288,35 @@ fn memory_cgroups_through_the_c_api() {
     );
     assert_eq!(text(&out.stdout), "memcg ok\n");
 }
+
+#[test]
+fn threads_and_fork_in_per_cpu_mode() {
+    // One CPU area per CPU, shared by the threads on it under its local lock.
+    let env = [("KMEM_PERCPU", "cpu")];
+    let prog = compile("threads.c");
+    let out = run_with(&prog, &[], true, &env);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "threads ok\n");
+    let prog = compile("fork.c");
+    let out = run_with(&prog, &["300"], true, &env);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "fork ok\n");
+    let lib = lib();
+    let prog = compile_with("memcg.c", &[&lib]);
+    let out = run_with(&prog, &[], true, &env);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "memcg ok\n");
+    // The lockless variants are accepted and say what runs instead.
+    let out = run_with(
+        &compile("threads.c"),
+        &[],
+        true,
+        &[("KMEM_PERCPU", "cpu-rseq")],
+    );
+    assert!(out.status.success());
+    assert!(
+        text(&out.stderr).contains("using cpu (local lock)"),
+        "{}",
+        text(&out.stderr)
+    );
+}

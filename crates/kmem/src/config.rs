@@ -70,13 +70,16 @@ impl Default for EnvConfig {
 /// How CPU areas are assigned (`KMEM_PERCPU`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PerCpuMode {
-    /// One CPU area per thread (owned mode).
+    /// One CPU area per thread (owned mode; the default).
     Thread,
-    /// One per CPU, the faster lockless mechanism.
+    /// One per CPU, shared by the threads running on it; each operation holds the
+    /// CPU area's local lock.
     Cpu,
-    /// One per CPU, double-word CAS fast path.
+    /// Per-CPU with SLUB's double-word CAS fast path: accepted, runs as `Cpu` (with a
+    /// warning) until the lockless fast path is built.
     CpuCas,
-    /// One per CPU, restartable sequences.
+    /// Per-CPU with restartable sequences: accepted, runs as `Cpu` (with a warning)
+    /// until built.
     CpuRseq,
 }
 

@@ -109,7 +109,7 @@ impl Heap {
             // Charge the mapping to the active group, or give it back.
             let addr = cg as *const _ as usize;
             let len = self.huge().set_objcg(p, addr).unwrap_or(0);
-            if !self.kmem().memcg_charge_external(self.this_cpu(), cg, len) {
+            if !self.kmem().memcg_charge_external(self.cpu().get(), cg, len) {
                 self.huge().set_objcg(p, 0);
                 // SAFETY: the mapping made just above, nobody saw it.
                 unsafe { self.dealloc_outside(p) };
@@ -149,7 +149,7 @@ impl Heap {
                     // SAFETY: a charged mapping's objcg lives while it is charged.
                     let cg = unsafe { &*(objcg as *const kmem_core::memcontrol::ObjCgroup) };
                     self.kmem()
-                        .memcg_uncharge_external(self.this_cpu(), cg, len);
+                        .memcg_uncharge_external(self.cpu().get(), cg, len);
                 }
                 // SAFETY: the descriptor was kmalloc'd by `huge_alloc`.
                 unsafe { self.kfree(desc.as_ptr()) }
@@ -201,7 +201,7 @@ impl Heap {
                         if new < old {
                             // SAFETY: our block; the caller gives up the bytes past
                             // `new_size`, which fit in the kept 2^new pages.
-                            unsafe { pa.shrink_in_place(self.this_cpu(), head, old, new) };
+                            unsafe { pa.shrink_in_place(self.cpu().get(), head, old, new) };
                         }
                         return p;
                     }

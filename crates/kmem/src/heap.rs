@@ -18,7 +18,7 @@
 //! inside `pthread_setspecific`, use the zone path), `EXITED` (the key destructor ran:
 //! later allocations by other destructors use the zone path), or the area's address.
 
-use crate::config::{self, EnvConfig};
+use crate::config::{self, EnvConfig, PerCpuMode};
 use crate::platform::LinuxPlatform;
 use kmem_core::memcontrol::ObjCgroup;
 use kmem_core::mmzone::SECTION_SIZE;
@@ -29,7 +29,7 @@ use kmem_core::{
 };
 use std::cell::Cell;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
 
 const UNINIT: u8 = 0;
 const INITIALIZING: u8 = 1;
@@ -39,11 +39,85 @@ const FAILED: u8 = 3;
 const ATTACHING: usize = 1;
 const EXITED: usize = 2;
 
+/// Largest CPU id (plus one) that gets a CPU area in per-CPU mode; a CPU past it
+/// allocates through the zones (correct, without per-CPU lists).
+pub const MAX_CPU_IDS: usize = 1024;
+
+/// Per-CPU mode requested through [`set_percpu_mode`] before initialisation
+/// (`MODE_UNSET`: take `KMEM_PERCPU`).
+static REQUESTED_MODE: AtomicU8 = AtomicU8::new(MODE_UNSET);
+const MODE_UNSET: u8 = u8::MAX;
+const MODE_THREAD: u8 = 0;
+const MODE_CPU: u8 = 1;
+
+/// Chooses how CPU areas are assigned, before the heap's first use: [`PerCpuMode::Thread`]
+/// (one per thread, the default) or a per-CPU mode (one per CPU, shared by the threads
+/// that run on it). Overrides `KMEM_PERCPU`. Fails (returning the mode in force) once
+/// the heap is initialised.
+pub fn set_percpu_mode(mode: PerCpuMode) -> Result<(), PerCpuMode> {
+    let m = if mode == PerCpuMode::Thread {
+        MODE_THREAD
+    } else {
+        MODE_CPU
+    };
+    REQUESTED_MODE.store(m, Ordering::SeqCst);
+    if HEAP.state.load(Ordering::SeqCst) != UNINIT {
+        return Err(HEAP.percpu_mode());
+    }
+    Ok(())
+}
+
 thread_local! {
     static THIS_AREA: Cell<usize> = const { Cell::new(0) };
+    /// Per-CPU mode: the area whose local lock this thread holds (0: none), so that a
+    /// nested allocation on the same thread (a callback inside an operation) uses it
+    /// instead of waiting for itself.
+    static HELD_AREA: Cell<usize> = const { Cell::new(0) };
     /// The thread's active memory cgroup (`set_active_memcg`): the address of its
     /// objcg, or 0 (allocations are not charged).
     static ACTIVE_OBJCG: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The calling context's CPU area for one operation (see [`Heap::cpu`]): the area,
+/// and in per-CPU mode its local lock, released (and the thread's held-area mark
+/// cleared) when the guard drops.
+pub(crate) struct CpuGuard {
+    /// The area's address, or 0 (no area: the zone path).
+    area: usize,
+    lock: Option<kmem_core::sync::SpinLockGuard<'static, ()>>,
+}
+
+impl CpuGuard {
+    /// The owner's handle on the area, for as long as the guard lives.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<CpuRef<'_>> {
+        // SAFETY: a non-zero `area` is one the calling thread may act as owner of for
+        // the guard's life: its own thread area, or (per-CPU mode) an area whose local
+        // lock this guard or an enclosing one on this thread holds. Areas live forever.
+        (self.area != 0).then(|| unsafe { CpuRef::new(&*(self.area as *const CpuArea)) })
+    }
+}
+
+impl Drop for CpuGuard {
+    #[inline]
+    fn drop(&mut self) {
+        if self.lock.is_some() {
+            HELD_AREA.with(|h| h.set(0));
+        }
+    }
+}
+
+/// The CPU the caller runs on (glibc answers from its rseq area without a system
+/// call); 0 if unknown.
+#[inline]
+fn current_cpu() -> usize {
+    // SAFETY: sched_getcpu has no preconditions.
+    let c = unsafe { libc::sched_getcpu() };
+    if c < 0 {
+        0
+    } else {
+        c as usize
+    }
 }
 
 /// The objcg of the calling thread's active memory cgroup.
@@ -74,6 +148,10 @@ pub struct Heap {
     env: std::cell::UnsafeCell<EnvConfig>,
     state: AtomicU8,
     exit_key: AtomicU32,
+    /// `MODE_THREAD` or `MODE_CPU`, fixed at initialisation.
+    mode: AtomicU8,
+    /// Per-CPU mode: the area of each CPU id, made on the CPU's first use.
+    cpu_table: [AtomicPtr<CpuArea>; MAX_CPU_IDS],
 }
 
 // SAFETY: `env` is written only during initialisation, before any other thread can
@@ -96,6 +174,8 @@ static HEAP: Heap = Heap {
     }),
     state: AtomicU8::new(UNINIT),
     exit_key: AtomicU32::new(0),
+    mode: AtomicU8::new(MODE_THREAD),
+    cpu_table: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CPU_IDS],
 };
 
 /// The process heap, initialised on first use. If initialisation failed (no address
@@ -122,7 +202,20 @@ impl Heap {
                 // Mark this thread: an allocation nested in initialisation (there should
                 // be none) fails instead of waiting for itself.
                 THIS_AREA.with(|a| a.set(ATTACHING));
-                let env = config::from_env();
+                let mut env = config::from_env();
+                match REQUESTED_MODE.load(Ordering::SeqCst) {
+                    MODE_THREAD => env.percpu = PerCpuMode::Thread,
+                    MODE_CPU if env.percpu == PerCpuMode::Thread => env.percpu = PerCpuMode::Cpu,
+                    _ => {}
+                }
+                self.mode.store(
+                    if env.percpu == PerCpuMode::Thread {
+                        MODE_THREAD
+                    } else {
+                        MODE_CPU
+                    },
+                    Ordering::Relaxed,
+                );
                 // SAFETY: only the initialising thread gets here, before READY.
                 unsafe { *self.env.get() = env };
                 let ok = self.do_init(env);
@@ -222,10 +315,9 @@ impl Heap {
     /// What may allocate or register hooks: runs once the heap is READY, so a nested
     /// allocation (atexit may call calloc) is served.
     fn after_init(&self, env: &EnvConfig) {
-        use crate::config::PerCpuMode;
-        if env.percpu != PerCpuMode::Thread {
+        if matches!(env.percpu, PerCpuMode::CpuCas | PerCpuMode::CpuRseq) {
             crate::platform::linux::write_stderr(
-                b"kmem: KMEM_PERCPU: per-CPU mode is not built yet; using thread\n",
+                b"kmem: KMEM_PERCPU: the lockless per-CPU fast paths are not built yet; using cpu (local lock)\n",
             );
         }
         if env.debug.any() {
@@ -262,9 +354,7 @@ impl Heap {
         kmem_core::show_mem::vmstat(&self.kmem.pages, w)?;
         // Memory cgroups (not the root): each group's files after a blank line. Written
         // straight to `w`: nothing here allocates.
-        if let Some(c) = self.this_cpu() {
-            self.kmem.memcg_drain_stock(c);
-        }
+        self.drain_memcg_stocks();
         let mut res = Ok(());
         self.kmem.for_each_mem_cgroup(|cg| {
             if res.is_ok() && cg.parent().is_some() {
@@ -295,20 +385,162 @@ impl Heap {
         &self.kmem
     }
 
-    /// The calling thread's CPU area, attaching one on first use; `None` where per-CPU
-    /// lists must not be used (heap not ready, thread exiting, no area to be had).
+    /// The calling context's CPU area for one operation: in thread mode the thread's
+    /// own (attached on first use); in per-CPU mode the area of the CPU it runs on,
+    /// with that area's local lock held until the guard drops. `get()` is `None` where
+    /// per-CPU lists must not be used (heap not ready, thread exiting, no area to be
+    /// had): those callers take the zone path.
     #[inline]
-    pub(crate) fn this_cpu(&self) -> Option<CpuRef<'static>> {
+    pub(crate) fn cpu(&self) -> CpuGuard {
         let v = THIS_AREA.with(Cell::get);
         if v > EXITED {
-            // SAFETY: the slot holds an area this thread owns until its exit
-            // destructor, which clears the slot first; areas live forever.
-            return Some(unsafe { CpuRef::new(&*(v as *const CpuArea)) });
+            return CpuGuard {
+                area: v,
+                lock: None,
+            };
         }
-        if v == 0 {
-            return self.attach_cold();
+        self.cpu_cold(v)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn cpu_cold(&self, v: usize) -> CpuGuard {
+        let none = CpuGuard {
+            area: 0,
+            lock: None,
+        };
+        if v != 0 || self.state.load(Ordering::Acquire) != READY {
+            return none;
         }
-        None
+        if self.mode.load(Ordering::Relaxed) == MODE_THREAD {
+            return CpuGuard {
+                area: self
+                    .attach_cold()
+                    .map_or(0, |c| c.area() as *const CpuArea as usize),
+                lock: None,
+            };
+        }
+        // Per-CPU mode. Nested in an operation of this thread: the area it holds.
+        let held = HELD_AREA.with(Cell::get);
+        if held != 0 {
+            return CpuGuard {
+                area: held,
+                lock: None,
+            };
+        }
+        let Some(area) = self.area_of_cpu(current_cpu()) else {
+            return none;
+        };
+        let lock = area.local_lock();
+        let a = area as *const CpuArea as usize;
+        HELD_AREA.with(|h| h.set(a));
+        CpuGuard {
+            area: a,
+            lock: Some(lock),
+        }
+    }
+
+    /// Per-CPU mode: the area of CPU `id`, made on first use.
+    fn area_of_cpu(&self, id: usize) -> Option<&'static CpuArea> {
+        let slot = self.cpu_table.get(id)?;
+        let p = slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: table entries are areas of the pool, which live forever.
+            return Some(unsafe { &*p });
+        }
+        let (_, node) = crate::platform::linux::getcpu();
+        let area = HEAP.kmem.pages.cpu_area_get(node)?;
+        let new = area as *const CpuArea as *mut CpuArea;
+        match slot.compare_exchange(
+            std::ptr::null_mut(),
+            new,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => Some(area),
+            Err(theirs) => {
+                // Another thread made this CPU's area first: give ours back unused.
+                // SAFETY: we own `area` (never used, never published).
+                unsafe { HEAP.kmem.pages.cpu_area_put(area) };
+                // SAFETY: as above.
+                Some(unsafe { &*theirs })
+            }
+        }
+    }
+
+    /// The mode CPU areas are assigned in (fixed at initialisation).
+    pub fn percpu_mode(&self) -> PerCpuMode {
+        if self.mode.load(Ordering::Relaxed) == MODE_THREAD {
+            PerCpuMode::Thread
+        } else {
+            PerCpuMode::Cpu
+        }
+    }
+
+    /// Per-CPU mode: every CPU's area, for reports and flushes.
+    fn cpu_areas(&self) -> impl Iterator<Item = &'static CpuArea> + '_ {
+        self.cpu_table.iter().filter_map(|p| {
+            // SAFETY: table entries are null or areas that live forever.
+            unsafe { p.load(Ordering::Acquire).as_ref() }
+        })
+    }
+
+    /// Empties every per-CPU cache now — CPU slabs and partials, per-CPU page lists,
+    /// memcg stocks — so that their memory goes back to the page allocator: in per-CPU
+    /// mode every CPU's area (each under its lock); in thread mode the caller's own
+    /// (other threads' are asked to drain at their next call).
+    pub fn flush_cpu_caches(&self) {
+        if self.mode.load(Ordering::Relaxed) == MODE_THREAD {
+            if let Some(c) = self.cpu().get() {
+                self.kmem.pages.cpu_area_flush(c);
+            }
+            self.kmem.pages.drain_all_pages(None);
+            return;
+        }
+        self.for_each_cpu_area_locked(|c| self.kmem.pages.cpu_area_flush(c));
+    }
+
+    /// Per-CPU mode: runs `f` as the owner of every CPU's area in turn, under its local
+    /// lock (or, for an area this thread already holds, under that hold).
+    fn for_each_cpu_area_locked(&self, mut f: impl FnMut(CpuRef<'_>)) {
+        let held = HELD_AREA.with(Cell::get);
+        for area in self.cpu_areas() {
+            let _lock = (area as *const CpuArea as usize != held).then(|| area.local_lock());
+            // SAFETY: we hold the area's local lock (here or in an enclosing operation
+            // of this thread): we act as its owner.
+            f(unsafe { CpuRef::new(area) });
+        }
+    }
+
+    /// Drains memcg charge stocks into the groups' counters: the caller's own in thread
+    /// mode (other threads' drain when they switch groups or exit), every CPU's in
+    /// per-CPU mode.
+    pub fn drain_memcg_stocks(&self) {
+        if self.mode.load(Ordering::Relaxed) == MODE_THREAD {
+            if let Some(c) = self.cpu().get() {
+                self.kmem.memcg_drain_stock(c);
+            }
+            return;
+        }
+        self.for_each_cpu_area_locked(|c| self.kmem.memcg_drain_stock(c));
+    }
+
+    /// Bytes kept by per-CPU caches: the CPU areas themselves, pages on per-CPU lists,
+    /// and the slabs frozen for CPUs (CPU slabs and CPU partial slabs).
+    pub fn percpu_held_bytes(&self) -> usize {
+        let pa = &self.kmem.pages;
+        let areas: Vec<&CpuArea> = pa.cpu_areas().iter().filter(|a| a.is_owned()).collect();
+        let mut bytes = areas.len() * kmem_core::percpu::CPU_AREA_SIZE;
+        bytes += (0..pa.nr_nodes())
+            .map(|n| pa.nr_pcp_pages(n))
+            .sum::<usize>()
+            * kmem_core::PAGE_SIZE;
+        self.kmem.caches().for_each(|s| {
+            for a in &areas {
+                bytes += s.cpu_of(a).held_slabs() * s.config().slab_bytes();
+            }
+        });
+        bytes
     }
 
     #[cold]
@@ -336,6 +568,10 @@ impl Heap {
     /// Flushes the calling thread's CPU area and returns it to the pool now, as thread
     /// exit does; the thread's later allocations take the zone path.
     pub fn detach_thread(&self) {
+        if self.mode.load(Ordering::Relaxed) != MODE_THREAD {
+            // Per-CPU mode: threads own no area.
+            return;
+        }
         let v = THIS_AREA.with(Cell::get);
         THIS_AREA.with(|a| a.set(EXITED));
         if v > EXITED {
@@ -356,7 +592,8 @@ impl Heap {
     /// charged to the thread's active memory cgroup if it has one.
     #[inline]
     pub fn alloc_pages(&self, gfp: Gfp, order: usize) -> Option<NonNull<Page>> {
-        let cpu = self.this_cpu();
+        let guard = self.cpu();
+        let cpu = guard.get();
         match active_objcg() {
             None => self.kmem.pages.alloc_pages(cpu, gfp, order),
             Some(cg) => self.kmem.alloc_pages_objcg(cpu, gfp, order, cg),
@@ -367,7 +604,7 @@ impl Heap {
     pub fn alloc_pages_node(&self, gfp: Gfp, order: usize, nid: usize) -> Option<NonNull<Page>> {
         self.kmem
             .pages
-            .alloc_pages_node(self.this_cpu(), gfp, order, Some(nid))
+            .alloc_pages_node(self.cpu().get(), gfp, order, Some(nid))
     }
 
     /// Frees pages from [`Heap::alloc_pages`] (uncharging them if they were charged).
@@ -377,13 +614,14 @@ impl Heap {
     #[inline]
     pub unsafe fn free_pages(&self, page: NonNull<Page>, order: usize) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmem.free_pages(self.this_cpu(), page, order) }
+        unsafe { self.kmem.free_pages(self.cpu().get(), page, order) }
     }
 
     /// Fills the `None` slots of `pages` with order-0 pages (see
     /// [`PageAllocator::alloc_pages_bulk`]); returns the filled count.
     pub fn alloc_pages_bulk(&self, gfp: Gfp, pages: &mut [Option<NonNull<Page>>]) -> usize {
-        let cpu = self.this_cpu();
+        let guard = self.cpu();
+        let cpu = guard.get();
         let Some(cg) = active_objcg() else {
             return self.kmem.pages.alloc_pages_bulk(cpu, gfp, None, pages);
         };
@@ -406,7 +644,8 @@ impl Heap {
     /// # Safety
     /// Every `Some` page came from this heap as an order-0 page and is no longer used.
     pub unsafe fn free_pages_bulk(&self, pages: &mut [Option<NonNull<Page>>]) {
-        let cpu = self.this_cpu();
+        let guard = self.cpu();
+        let cpu = guard.get();
         // Charged pages are uncharged and freed one by one; the rest in bulk.
         for slot in pages.iter_mut() {
             if let Some(p) = *slot {
@@ -435,14 +674,14 @@ impl Heap {
 
     /// Drains this thread's per-CPU lists.
     pub fn drain_local(&self) {
-        if let Some(c) = self.this_cpu() {
+        if let Some(c) = self.cpu().get() {
             self.kmem.pages.drain_local_pages(c);
         }
     }
 
     /// Asks every thread to drain its per-CPU lists at its next call, and drains ours.
     pub fn drain_all(&self) {
-        self.kmem.pages.drain_all_pages(self.this_cpu());
+        self.kmem.pages.drain_all_pages(self.cpu().get());
     }
 
     /// Gives every free 2 MiB block back to the OS now and takes free sections offline
@@ -461,7 +700,7 @@ impl Heap {
     #[inline(always)]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
-            None => self.kmem.kmalloc(self.this_cpu(), size, gfp),
+            None => self.kmem.kmalloc(self.cpu().get(), size, gfp),
             Some(cg) => self.kmalloc_charged(size, gfp, cg),
         }
     }
@@ -469,14 +708,14 @@ impl Heap {
     /// [`Heap::kmalloc`] under an active memory cgroup.
     #[inline(never)]
     fn kmalloc_charged(&self, size: usize, gfp: Gfp, cg: &ObjCgroup) -> Option<NonNull<u8>> {
-        self.kmem.kmalloc_objcg(self.this_cpu(), size, gfp, cg)
+        self.kmem.kmalloc_objcg(self.cpu().get(), size, gfp, cg)
     }
 
     /// `kmalloc_node`: as [`Heap::kmalloc`], on node `nid` (not charged: node
     /// placement and accounting do not combine yet).
     pub fn kmalloc_node(&self, size: usize, gfp: Gfp, nid: usize) -> Option<NonNull<u8>> {
         self.kmem
-            .kmalloc_node(self.this_cpu(), size, gfp, Some(nid))
+            .kmalloc_node(self.cpu().get(), size, gfp, Some(nid))
     }
 
     /// `kzalloc`: zeroed [`Heap::kmalloc`].
@@ -498,7 +737,7 @@ impl Heap {
         // SAFETY: forwarded from the caller.
         unsafe {
             self.kmem
-                .krealloc_objcg(self.this_cpu(), p, size, gfp, active_objcg())
+                .krealloc_objcg(self.cpu().get(), p, size, gfp, active_objcg())
         }
     }
 
@@ -516,7 +755,7 @@ impl Heap {
     #[inline]
     pub unsafe fn kfree(&self, p: *mut u8) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmem.kfree(self.this_cpu(), p) }
+        unsafe { self.kmem.kfree(self.cpu().get(), p) }
     }
 
     // -------------------------------------------------------------------------
@@ -532,7 +771,7 @@ impl Heap {
         ctor: Option<fn(*mut u8)>,
     ) -> Option<&'static KmemCache> {
         HEAP.kmem
-            .kmem_cache_create(self.this_cpu(), name, size, align, flags, ctor)
+            .kmem_cache_create(self.cpu().get(), name, size, align, flags, ctor)
     }
 
     /// [`Heap::kmem_cache_create`] with a constructor that carries a word of context.
@@ -545,7 +784,7 @@ impl Heap {
         ctor: Option<kmem_core::slub::Ctor>,
     ) -> Option<&'static KmemCache> {
         HEAP.kmem
-            .kmem_cache_create_ctor(self.this_cpu(), name, size, align, flags, ctor)
+            .kmem_cache_create_ctor(self.cpu().get(), name, size, align, flags, ctor)
     }
 
     /// `kmem_cache_destroy`: refused (with the kernel's report) while objects remain.
@@ -554,14 +793,14 @@ impl Heap {
     /// No other thread uses `s` meanwhile, and nobody uses it after a success.
     pub unsafe fn kmem_cache_destroy(&self, s: &'static KmemCache) -> Result<(), DestroyError> {
         // SAFETY: forwarded from the caller.
-        unsafe { HEAP.kmem.kmem_cache_destroy(self.this_cpu(), s) }
+        unsafe { HEAP.kmem.kmem_cache_destroy(self.cpu().get(), s) }
     }
 
     /// `kmem_cache_alloc`, charged to the thread's active memory cgroup if any.
     #[inline]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
-            None => self.kmem.slub().alloc(self.this_cpu(), s, gfp),
+            None => self.kmem.slub().alloc(self.cpu().get(), s, gfp),
             Some(cg) => self.kmem_cache_alloc_charged(s, gfp, cg),
         }
     }
@@ -575,7 +814,7 @@ impl Heap {
         cg: &ObjCgroup,
     ) -> Option<NonNull<u8>> {
         self.kmem
-            .kmem_cache_alloc_objcg(self.this_cpu(), s, gfp, cg)
+            .kmem_cache_alloc_objcg(self.cpu().get(), s, gfp, cg)
     }
 
     /// `kmem_cache_free`: a pointer that is not an object of `s` is reported. An
@@ -586,16 +825,17 @@ impl Heap {
     #[inline]
     pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmem.kmem_cache_free(self.this_cpu(), s, p) }
+        unsafe { self.kmem.kmem_cache_free(self.cpu().get(), s, p) }
     }
 
     /// `kmem_cache_alloc_bulk`: all of `out` filled (returns its length) or none (0).
     /// Under an active memory cgroup each object is allocated and charged in turn.
     pub fn kmem_cache_alloc_bulk(&self, s: &KmemCache, gfp: Gfp, out: &mut [*mut u8]) -> usize {
         let Some(cg) = active_objcg() else {
-            return self.kmem.slub().alloc_bulk(self.this_cpu(), s, gfp, out);
+            return self.kmem.slub().alloc_bulk(self.cpu().get(), s, gfp, out);
         };
-        let cpu = self.this_cpu();
+        let guard = self.cpu();
+        let cpu = guard.get();
         for i in 0..out.len() {
             match self.kmem.kmem_cache_alloc_objcg(cpu, s, gfp, cg) {
                 Some(p) => out[i] = p.as_ptr(),
@@ -615,17 +855,17 @@ impl Heap {
     /// As [`Heap::kmem_cache_free`] for every non-null entry.
     pub unsafe fn kmem_cache_free_bulk(&self, s: &KmemCache, objs: &mut [*mut u8]) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmem.kmem_cache_free_bulk(self.this_cpu(), s, objs) }
+        unsafe { self.kmem.kmem_cache_free_bulk(self.cpu().get(), s, objs) }
     }
 
     /// `kmem_cache_shrink` for one cache: returns the slabs freed.
     pub fn kmem_cache_shrink(&self, s: &KmemCache) -> usize {
-        self.kmem.slub().shrink(self.this_cpu(), s)
+        self.kmem.slub().shrink(self.cpu().get(), s)
     }
 
     /// Shrinks every cache; returns the pages freed.
     pub fn shrink_all(&self) -> usize {
-        self.kmem.shrink_all(self.this_cpu())
+        self.kmem.shrink_all(self.cpu().get())
     }
 
     // -------------------------------------------------------------------------
@@ -701,6 +941,11 @@ extern "C" fn fork_prepare() {
     if HEAP.state.load(Ordering::Acquire) != READY {
         return;
     }
+    // Per-CPU mode: the CPU areas' local locks first (operations take them before
+    // any other allocator lock).
+    for area in HEAP.cpu_areas() {
+        area.lock_for_fork();
+    }
     HEAP.huge.lock_for_fork();
     HEAP.kmem.fork_prepare();
 }
@@ -714,6 +959,9 @@ extern "C" fn fork_parent() {
     unsafe {
         HEAP.kmem.fork_release();
         HEAP.huge.unlock_after_fork();
+        for area in HEAP.cpu_areas() {
+            area.unlock_after_fork();
+        }
     }
 }
 

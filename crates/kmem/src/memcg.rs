@@ -51,7 +51,7 @@ impl<'p> MemCgroup<'p> {
         let h = heap();
         // Group descriptors are never charged to the creating thread's group.
         let prev = set_active_objcg(None);
-        let cg = h.kmem().mem_cgroup_create(h.this_cpu(), parent, name);
+        let cg = h.kmem().mem_cgroup_create(h.cpu().get(), parent, name);
         restore_active_objcg(prev);
         let cg = cg.ok()?;
         // SAFETY: the group lives until this handle removes it (and longer as a
@@ -90,9 +90,9 @@ impl<'p> MemCgroup<'p> {
         self.cg.usage()
     }
 
-    /// The group's statistics and events. Figures still cached in other threads'
-    /// stocks are flushed when those threads next switch groups or exit; the calling
-    /// thread's are flushed first.
+    /// The group's statistics and events. The calling thread's stock is flushed first
+    /// (in per-CPU mode every CPU's); figures still cached in other threads' stocks
+    /// (thread mode) come in when those threads switch groups or exit.
     pub fn stat(&self) -> MemcgStats {
         uncharged(|| {
             flush_local();
@@ -134,7 +134,7 @@ impl Drop for MemCgroup<'_> {
         // SAFETY: the group came from `mem_cgroup_create`; this handle is its only
         // owner, its children (which borrow it) are gone, and no guard (which borrows
         // it) is alive, so nobody uses it as a group afterwards.
-        let r = unsafe { h.kmem().mem_cgroup_remove(h.this_cpu(), self.cg) };
+        let r = unsafe { h.kmem().mem_cgroup_remove(h.cpu().get(), self.cg) };
         debug_assert!(r.is_ok(), "{r:?}");
         let _: Result<(), MemcgError> = r;
     }
@@ -154,12 +154,9 @@ impl Drop for MemcgGuard<'_> {
     }
 }
 
-/// Drains the calling thread's charge stock into the groups' counters.
+/// Drains the charge stocks the caller can reach (see [`crate::Heap::drain_memcg_stocks`]).
 fn flush_local() {
-    let h = heap();
-    if let Some(c) = h.this_cpu() {
-        h.kmem().memcg_drain_stock(c);
-    }
+    heap().drain_memcg_stocks();
 }
 
 /// A group's figures (`memory.current`, `memory.max`, `memory.events`,
@@ -267,7 +264,7 @@ fn uncharged<R>(f: impl FnOnce() -> R) -> R {
 /// mode); drains the caller's stock.
 pub fn set_stock_enabled(enabled: bool) {
     let h = heap();
-    h.kmem().set_memcg_stock(h.this_cpu(), enabled);
+    h.kmem().set_memcg_stock(h.cpu().get(), enabled);
 }
 
 /// Groups as the core's pointers, for C bindings (libkmem.so's `kmem_memcg_*`).
@@ -283,7 +280,7 @@ pub mod raw {
         let h = heap();
         let parent = parent.unwrap_or_else(|| h.kmem().root_mem_cgroup());
         let prev = set_active_objcg(None);
-        let cg = h.kmem().mem_cgroup_create(h.this_cpu(), parent, name);
+        let cg = h.kmem().mem_cgroup_create(h.cpu().get(), parent, name);
         restore_active_objcg(prev);
         // SAFETY: groups live until removed (and as zombies after); never moved.
         cg.ok()
@@ -298,7 +295,7 @@ pub mod raw {
     pub unsafe fn remove(cg: &'static memcontrol::MemCgroup) -> Result<(), MemcgError> {
         let h = heap();
         // SAFETY: forwarded from the caller.
-        unsafe { h.kmem().mem_cgroup_remove(h.this_cpu(), cg) }
+        unsafe { h.kmem().mem_cgroup_remove(h.cpu().get(), cg) }
     }
 
     /// Makes `cg` the thread's active group (`None`: no group); returns a token for

@@ -1,0 +1,198 @@
+//! Per-CPU mode (`KMEM_PERCPU=cpu`, or `kmem::set_percpu_mode` before first use): one
+//! CPU area per CPU, shared by the threads running on it under its local lock.
+//!
+//! This binary keeps the system allocator as its global allocator, so the heap is
+//! first used by these tests, after they chose the mode. The tests share the process
+//! heap and compare page counts, so they run one at a time.
+
+use kmem::config::PerCpuMode;
+use kmem::{heap, Gfp};
+use std::sync::mpsc;
+use std::sync::{Mutex, MutexGuard};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Per-CPU mode on, and this test alone.
+fn setup() -> MutexGuard<'static, ()> {
+    let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    match kmem::heap::set_percpu_mode(PerCpuMode::Cpu) {
+        Ok(()) | Err(PerCpuMode::Cpu) => {}
+        Err(other) => panic!("the heap started in {other:?} mode"),
+    }
+    assert_eq!(heap().percpu_mode(), PerCpuMode::Cpu);
+    g
+}
+
+fn online_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as usize
+}
+
+/// Pages allocated from the page allocator once every per-CPU cache is emptied and
+/// every empty slab freed.
+fn settled_pages() -> usize {
+    let h = heap();
+    h.flush_cpu_caches();
+    h.shrink_all();
+    h.flush_cpu_caches();
+    h.page_allocator().nr_allocated_pages()
+}
+
+/// Seed 000's regression: dropping the page field from `kmem_cache_cpu` leaked slabs
+/// under hackbench. Here: groups of senders and receivers pass kmalloc'd messages
+/// through channels (freed on the receiving thread, often on another CPU), then every
+/// per-CPU cache is flushed and every slab must be back with the page allocator.
+#[test]
+fn hackbench_gives_every_slab_back() {
+    let _s = setup();
+    let h = heap();
+    let before = settled_pages();
+    let areas_before = h.page_allocator().cpu_areas().nr_areas();
+    const GROUPS: usize = 4;
+    const PAIRS: usize = 4;
+    const MESSAGES: usize = 5_000;
+    std::thread::scope(|s| {
+        for g in 0..GROUPS {
+            for p in 0..PAIRS {
+                let (tx, rx) = mpsc::sync_channel::<usize>(64);
+                s.spawn(move || {
+                    for i in 0..MESSAGES {
+                        let size = 16 + (g * 977 + p * 131 + i * 37) % 3000;
+                        let m = heap().kmalloc(size, Gfp::KERNEL).expect("memory");
+                        // SAFETY: ours, `size` bytes.
+                        unsafe { m.as_ptr().write_bytes((i & 0xff) as u8, size) };
+                        tx.send(m.as_ptr() as usize | (size << 48)).unwrap();
+                    }
+                });
+                s.spawn(move || {
+                    for (i, v) in rx.iter().enumerate() {
+                        let p = (v & ((1 << 48) - 1)) as *mut u8;
+                        let size = v >> 48;
+                        // SAFETY: the sender's message, handed over; read then freed.
+                        unsafe {
+                            assert_eq!(*p, (i & 0xff) as u8);
+                            assert_eq!(*p.add(size - 1), (i & 0xff) as u8);
+                            assert!(heap().kfree(p));
+                        }
+                    }
+                });
+            }
+        }
+    });
+    let new_areas = h.page_allocator().cpu_areas().nr_areas() - areas_before;
+    let after = settled_pages();
+    assert_eq!(
+        after,
+        before + new_areas * (1 << kmem_core::percpu::CPU_AREA_ORDER),
+        "slab pages leaked ({new_areas} new CPU areas)"
+    );
+    assert!(h.validate().is_empty());
+}
+
+/// Many threads, few areas: one per CPU, whatever the number of threads.
+#[test]
+fn areas_follow_cpus_not_threads() {
+    let _s = setup();
+    let h = heap();
+    std::thread::scope(|s| {
+        for t in 0..64 {
+            s.spawn(move || {
+                let mut v = Vec::new();
+                for i in 0..200 {
+                    v.push(heap().kmalloc(32 + (t * 7 + i) % 500, Gfp::KERNEL).unwrap());
+                }
+                for p in v {
+                    // SAFETY: allocated above.
+                    unsafe { heap().kfree(p.as_ptr()) };
+                }
+            });
+        }
+    });
+    let areas = h.page_allocator().cpu_areas().nr_areas();
+    assert!(
+        areas <= online_cpus(),
+        "{areas} CPU areas for {} CPUs",
+        online_cpus()
+    );
+    // The bytes per-CPU caches hold are bounded by the CPU count too.
+    assert!(h.percpu_held_bytes() <= online_cpus() * (32 << 10) + (8 << 20));
+}
+
+/// Nested allocations inside an operation (a huge mapping's descriptor is kmalloc'd
+/// while the mapping is made) reuse the held area instead of waiting for themselves;
+/// every path of the global allocator works in this mode.
+#[test]
+fn every_allocation_path_works() {
+    let _s = setup();
+    let h = heap();
+    for &(size, align) in &[
+        (1usize, 1usize),
+        (100, 8),
+        (5000, 64),
+        (20_000, 8),
+        (3 << 20, 4096),
+        (9 << 20, 8),
+        (100, 1 << 16),
+    ] {
+        let layout = std::alloc::Layout::from_size_align(size, align).unwrap();
+        let p = h.alloc(layout);
+        assert!(
+            !p.is_null() && (p as usize).is_multiple_of(align),
+            "{size}/{align}"
+        );
+        // SAFETY: ours, `size` bytes.
+        unsafe {
+            p.write_bytes(0x5a, size);
+            let q = h.realloc(p, layout, size * 2 + 1);
+            assert!(!q.is_null());
+            assert_eq!(*q.add(size - 1), 0x5a);
+            assert!(h.dealloc(q));
+        }
+    }
+    let cache = kmem::KmemCache::<[u64; 5]>::new("percpu_obj").unwrap();
+    let boxes: Vec<_> = (0..1000).map(|i| cache.alloc([i; 5]).unwrap()).collect();
+    std::thread::scope(|s| {
+        s.spawn(|| assert_eq!(boxes.iter().map(|b| b[4]).sum::<u64>(), 999 * 500));
+    });
+    drop(boxes);
+}
+
+/// The mode is fixed once the heap runs.
+#[test]
+fn the_mode_cannot_change_after_start() {
+    let _s = setup();
+    assert_eq!(
+        kmem::heap::set_percpu_mode(PerCpuMode::Thread),
+        Err(PerCpuMode::Cpu)
+    );
+    assert_eq!(heap().percpu_mode(), PerCpuMode::Cpu);
+}
+
+/// Memory cgroups in per-CPU mode: stocks live in CPU areas shared by threads; a
+/// flush drains them all and the charges come back to zero.
+#[test]
+fn memcg_charges_balance_across_shared_areas() {
+    let _s = setup();
+    let g = kmem::MemCgroup::new("percpu-tenant").unwrap();
+    let (tx, rx) = mpsc::channel::<usize>();
+    std::thread::scope(|s| {
+        let g = &g;
+        s.spawn(move || {
+            let _in = g.enter();
+            for i in 0..20_000 {
+                let p = heap().kmalloc(24 + i % 200, Gfp::KERNEL).unwrap();
+                tx.send(p.as_ptr() as usize).unwrap();
+            }
+        });
+        s.spawn(move || {
+            for p in rx {
+                // SAFETY: handed over by the sender.
+                unsafe { heap().kfree(p as *mut u8) };
+            }
+        });
+    });
+    heap().flush_cpu_caches();
+    let st = g.stat();
+    assert_eq!(st.slab_unreclaimable, 0, "{st:?}");
+    assert!(g.usage() <= kmem::PAGE_SIZE, "{st:?}");
+}
