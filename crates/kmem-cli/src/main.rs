@@ -34,8 +34,8 @@ enum Command {
     },
     /// Run benchmark suites (all of them, quick, when none is named).
     Bench {
-        /// Suites to run: page, slab, cache, debug, memcg, slabinfo, global,
-        /// preload.
+        /// Suites to run: page, slab, cache, debug, memcg, percpu, percpu_memory,
+        /// slabinfo, global, preload.
         suites: Vec<String>,
         /// Shorten every suite to a few seconds.
         #[arg(long)]
@@ -46,6 +46,15 @@ enum Command {
         /// Write one SVG chart per suite into this directory.
         #[arg(long, value_name = "DIR")]
         plot: Option<PathBuf>,
+    },
+    /// A benchmark child of the `percpu` suites (measures in this process's
+    /// `KMEM_PERCPU` mode, prints JSON rows).
+    #[command(hide = true)]
+    BenchChild {
+        /// `times` or `held`.
+        what: String,
+        #[arg(long)]
+        quick: bool,
     },
 }
 
@@ -59,6 +68,13 @@ fn main() -> ExitCode {
     });
     match command {
         Command::Run { stats, cmd } => run::run(stats, &cmd),
+        Command::BenchChild { what, quick } => match bench::percpu::child_main(&what, quick) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("kmem bench-child: {e}");
+                ExitCode::from(2)
+            }
+        },
         Command::Bench {
             suites,
             quick,

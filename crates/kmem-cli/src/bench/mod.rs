@@ -8,6 +8,7 @@ pub mod global;
 pub mod memcg;
 pub mod page;
 pub mod peers;
+pub mod percpu;
 pub mod preload;
 pub mod slab;
 pub mod slabinfo;
@@ -126,6 +127,15 @@ pub struct Ctx {
 }
 
 impl Ctx {
+    /// A context without a progress bar (benchmark children, whose stdout is data).
+    pub fn quiet(quick: bool) -> Self {
+        Ctx {
+            quick,
+            reps: if quick { 5 } else { 11 },
+            progress: ProgressBar::hidden(),
+        }
+    }
+
     /// Counts one finished measurement on the progress bar.
     pub fn tick(&self) {
         self.progress.inc(1);
@@ -345,6 +355,8 @@ pub const SUITES: &[Suite] = &[
     cache::SUITE,
     debug::SUITE,
     memcg::SUITE,
+    percpu::SUITE,
+    percpu::MEMORY,
     slabinfo::SUITE,
     global::SUITE,
     preload::SUITE,
