@@ -111,6 +111,43 @@ impl<P: Platform> Kmem<P> {
         }
     }
 
+    /// Per-CPU mode, without the area's lock: kmalloc's fast path on `area` (the
+    /// lockless pop). `None`: take the area's lock and call [`Kmem::kmalloc`].
+    #[inline]
+    pub fn kmalloc_lockless(
+        &self,
+        area: &crate::percpu::CpuArea,
+        size: usize,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        let s = &self.kmalloc[kmalloc_type(gfp)][kmalloc_index(size)?];
+        let p = self.slub().alloc_lockless(area, s)?;
+        if gfp.contains(Gfp::ZERO) {
+            // SAFETY: the object is ours now, `object_size` bytes long.
+            unsafe { ptr::write_bytes(p.as_ptr(), 0, s.config().object_size) };
+        }
+        Some(p)
+    }
+
+    /// Per-CPU mode, without the area's lock: kfree's fast path (`p` a slab object
+    /// of the CPU slab of `area`, not charged to a memory cgroup). `Some(false)`: a
+    /// double free at the freelist's head, reported. `None`: take the area's lock and
+    /// call [`Kmem::kfree`].
+    ///
+    /// # Safety
+    /// As [`Kmem::kfree`].
+    #[inline]
+    pub unsafe fn kfree_lockless(&self, area: &crate::percpu::CpuArea, p: *mut u8) -> Option<bool> {
+        let slub = self.slub();
+        match slub.lookup(p) {
+            ObjectLookup::Slab(s, slab) if !crate::memcontrol::has_obj_exts(slab) => {
+                // SAFETY: a checked object of `slab`, given up by the caller.
+                unsafe { slub.free_lockless(area, s, slab, p as usize) }
+            }
+            _ => None,
+        }
+    }
+
     /// `kzalloc`: zeroed `kmalloc`.
     #[inline]
     pub fn kzalloc(&self, cpu: Option<CpuRef<'_>>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {

@@ -488,6 +488,14 @@ impl MemcgState {
     }
 }
 
+/// Whether a slab has an objcg vector (some of its objects may be charged).
+#[inline]
+pub(crate) fn has_obj_exts(slab: NonNull<Page>) -> bool {
+    // SAFETY: the head page of a slab found by a lookup: descriptors of online
+    // sections are valid.
+    memcg_data(unsafe { slab.as_ref() }) & MEMCG_DATA_OBJEXTS != 0
+}
+
 /// The memcg word of a page block (`page->memcg_data`).
 #[inline]
 fn memcg_data(head: &Page) -> usize {

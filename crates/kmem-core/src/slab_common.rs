@@ -110,6 +110,9 @@ pub struct Kmem<P: Platform> {
     debug_policy: AtomicUsize,
     /// The memory controller (groups, stocks).
     pub(crate) memcg: crate::memcontrol::MemcgState,
+    /// CPU areas are shared and run SLUB's lockless fast paths (see
+    /// [`Kmem::set_lockless`]).
+    lockless: AtomicBool,
 }
 
 impl<P: Platform> Kmem<P> {
@@ -124,7 +127,26 @@ impl<P: Platform> Kmem<P> {
             nr_cpus: AtomicUsize::new(1),
             debug_policy: AtomicUsize::new(0),
             memcg: crate::memcontrol::MemcgState::new(),
+            lockless: AtomicBool::new(false),
         }
+    }
+
+    /// Per-CPU mode with lockless fast paths: CPU areas are shared by contexts that may
+    /// be preempted and migrate, which take an area's local lock for everything but
+    /// the allocation and free fast paths ([`Slub::alloc_lockless`],
+    /// [`Slub::free_lockless`]); every cache then updates its CPUs' `(freelist, tid)`
+    /// pairs with a double-word CAS. Call before [`Kmem::init`], and only where
+    /// [`crate::slub::LOCKLESS_SUPPORTED`] holds and the CPU has the instruction
+    /// (`cmpxchg16b`). Returns whether it is on.
+    pub fn set_lockless(&self, on: bool) -> bool {
+        let on = on && crate::slub::LOCKLESS_SUPPORTED;
+        self.lockless.store(on, Relaxed);
+        on
+    }
+
+    /// Whether the lockless per-CPU fast paths are on.
+    pub fn is_lockless(&self) -> bool {
+        self.lockless.load(Relaxed)
     }
 
     /// Sets the function that adds flags (slub_debug's) to a cache by its name; call
@@ -179,6 +201,7 @@ impl<P: Platform> Kmem<P> {
             let mut cfg = CacheConfig::calculate(name, size, align, flags, None, nr_cpus)
                 .ok_or(InitError::BadConfig)?;
             self.harden(&mut cfg);
+            cfg.lockless = self.lockless.load(Relaxed);
             cfg.cpu_offset = self
                 .pages
                 .percpu()
@@ -291,6 +314,31 @@ impl<P: Platform> Kmem<P> {
             }
             // SAFETY: reports only.
             _ => unsafe { slub.free(cpu, s, obj) },
+        }
+    }
+
+    /// Per-CPU mode, without the area's lock: `kmem_cache_free`'s fast path (see
+    /// [`Kmem::kfree_lockless`]). `None`: take the area's lock and call
+    /// [`Kmem::kmem_cache_free`].
+    ///
+    /// # Safety
+    /// As [`Slub::free`].
+    #[inline]
+    pub unsafe fn kmem_cache_free_lockless(
+        &self,
+        area: &crate::percpu::CpuArea,
+        s: &KmemCache,
+        obj: NonNull<u8>,
+    ) -> Option<bool> {
+        let slub = self.slub();
+        match slub.lookup(obj.as_ptr()) {
+            crate::slub::ObjectLookup::Slab(found, slab)
+                if ptr::eq(found, s) && !crate::memcontrol::has_obj_exts(slab) =>
+            {
+                // SAFETY: a valid object of `s`, given up by the caller.
+                unsafe { slub.free_lockless(area, s, slab, obj.as_ptr() as usize) }
+            }
+            _ => None,
         }
     }
 
@@ -415,6 +463,7 @@ impl<P: Platform> Kmem<P> {
         }
         let mut cfg = CacheConfig::calculate(name, size, align, flags, ctor, nr_cpus)?;
         self.harden(&mut cfg);
+        cfg.lockless = self.lockless.load(Relaxed);
         cfg.cpu_offset = self
             .pages
             .percpu()

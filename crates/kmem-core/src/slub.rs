@@ -50,10 +50,12 @@ use crate::gfp::Gfp;
 use crate::mmzone::MAX_NUMNODES;
 use crate::page::{Page, PageFlags, PageList, PAGE_SIZE};
 use crate::page_alloc::PageAllocator;
-use crate::percpu::CpuRef;
+use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
 use crate::show_mem::LogWriter;
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock};
+use crate::sync::{
+    AtomicPtr, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, SpinLock,
+};
 use core::cell::UnsafeCell;
 use core::fmt::Write as _;
 use core::ptr::{self, NonNull};
@@ -373,6 +375,10 @@ pub struct CacheConfig {
     pub random: usize,
     /// All ones when hardened, else 0.
     pub harden_mask: usize,
+    /// CPU areas are shared and the lockless fast paths may run concurrently with an
+    /// area's lock holder (per-CPU mode with `cmpxchg16b`): every change of a CPU's
+    /// `(freelist, tid)` pair is then a double-word compare-and-swap.
+    pub lockless: bool,
 }
 
 impl CacheConfig {
@@ -397,6 +403,7 @@ impl CacheConfig {
         track_off: 0,
         random: 0,
         harden_mask: 0,
+        lockless: false,
     };
 
     /// The cache's name.
@@ -592,7 +599,90 @@ pub struct KmemCacheCpu {
     stat: [AtomicU64; NR_SLUB_STAT],
 }
 
+/// Whether this build can run the lockless per-CPU fast paths (a double-word
+/// compare-and-swap on the `(freelist, tid)` pair: `cmpxchg16b` on x86_64). The
+/// platform must also check that the CPU has the instruction.
+pub const LOCKLESS_SUPPORTED: bool = cfg!(target_arch = "x86_64");
+
 impl KmemCacheCpu {
+    /// `this_cpu_cmpxchg_double` on `(freelist, tid)`: replaces `old` with `new` if
+    /// the pair still holds `old`, atomically against every other CPU.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    fn cas_pair(&self, old: (usize, usize), new: (usize, usize)) -> bool {
+        let ok: u8;
+        // SAFETY: `freelist` and `tid` are adjacent and the struct is 16-byte aligned
+        // (`repr(C, align(16))`, and every CPU area places it at a 16-aligned offset),
+        // as `cmpxchg16b` requires; the platform enabled lockless mode only where the
+        // CPU has the instruction. rbx, which LLVM reserves, is swapped in and out
+        // around it.
+        unsafe {
+            core::arch::asm!(
+                "xchg {nlo}, rbx",
+                "lock cmpxchg16b xmmword ptr [{p}]",
+                "sete {ok}",
+                "mov rbx, {nlo}",
+                p = in(reg) &self.freelist as *const AtomicUsize,
+                nlo = inout(reg) new.0 => _,
+                ok = out(reg_byte) ok,
+                in("rcx") new.1,
+                inout("rax") old.0 => _,
+                inout("rdx") old.1 => _,
+                options(nostack),
+            );
+        }
+        ok != 0
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    #[inline]
+    fn cas_pair(&self, _old: (usize, usize), _new: (usize, usize)) -> bool {
+        unreachable!("lockless per-CPU mode is off where there is no double-word CAS")
+    }
+
+    /// Takes the CPU freelist (the CPU slab's objects, or 0 when there is no CPU slab)
+    /// and leaves 0, advancing `tid`. The caller owns the area (thread mode) or holds
+    /// its lock; in lockless mode concurrent lockless pops and pushes are beaten by the
+    /// CAS.
+    #[inline]
+    fn take_freelist(&self, lockless: bool) -> usize {
+        if !lockless {
+            let v = self.freelist.load(Relaxed);
+            self.freelist.store(0, Relaxed);
+            self.next_tid();
+            return v;
+        }
+        loop {
+            let tid = self.tid.load(Acquire);
+            let v = self.freelist.load(Acquire);
+            if v == 0 {
+                return 0;
+            }
+            if self.cas_pair((v, tid), (0, tid.wrapping_add(TID_STEP))) {
+                return v;
+            }
+        }
+    }
+
+    /// Installs `v` as the CPU freelist, which the caller took (it is 0): while it is
+    /// 0 no lockless context changes the pair (they pop from and push onto a
+    /// non-empty list only), so the CAS only orders the install against them.
+    #[inline]
+    fn install_freelist(&self, lockless: bool, v: usize) {
+        if !lockless {
+            self.freelist.store(v, Relaxed);
+            self.next_tid();
+            return;
+        }
+        loop {
+            let tid = self.tid.load(Acquire);
+            debug_assert_eq!(self.freelist.load(Relaxed), 0);
+            if self.cas_pair((0, tid), (v, tid.wrapping_add(TID_STEP))) {
+                return;
+            }
+        }
+    }
+
     #[inline]
     fn count(&self, item: SlubStat) {
         let c = &self.stat[item as usize];
@@ -858,6 +948,31 @@ pub(crate) fn cas_state(slab: &Page, old: SlabState, new: SlabState) -> bool {
             crate::sync::Ordering::Acquire,
         )
         .is_ok()
+}
+
+/// The outcome of a lockless push.
+enum Push {
+    /// Pushed.
+    Done,
+    /// The object is already at the freelist's head: a double free.
+    AtHead,
+    /// The object's slab is not this CPU's slab (or there is none).
+    NotCpuSlab,
+}
+
+/// [`get_freepointer`] for the lockless pop, whose object may have been taken and be
+/// written by its new owner meanwhile: a volatile read of whatever is there (the CAS
+/// that follows discards it then).
+///
+/// # Safety
+/// `obj` is (or was a moment ago) a free object of a slab of `s`: its memory is
+/// mapped.
+#[inline]
+unsafe fn get_freepointer_racy(s: &CacheConfig, obj: usize) -> usize {
+    let at = obj + s.offset;
+    // SAFETY: caller: mapped slab memory, aligned for a word.
+    let raw = unsafe { ptr::read_volatile(at as *const usize) };
+    raw ^ freepointer_key(s, at)
 }
 
 /// Reads the free pointer of the free object at `obj`.
@@ -1195,6 +1310,9 @@ impl<'a, P: Platform> Slub<'a, P> {
             Some(c) if nid.is_none() => {
                 let cfg = s.config();
                 let cc = s.cpu(c);
+                if cfg.lockless {
+                    return self.alloc_locked_lockless(c, s, gfp);
+                }
                 let obj = cc.freelist.load(Relaxed);
                 if obj & 1 == 0 && obj != 0 {
                     // SAFETY: `obj` heads this CPU's private freelist of free objects.
@@ -1221,6 +1339,124 @@ impl<'a, P: Platform> Slub<'a, P> {
         NonNull::new(obj)
     }
 
+    /// Per-CPU mode, under the area's lock: the lockless pop, else the slow path.
+    #[inline]
+    fn alloc_locked_lockless(&self, c: CpuRef<'_>, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        let obj = match self.pop_lockless(s.cpu(c), s.config()) {
+            Some(o) => o,
+            None => self.slab_alloc_slow(c, s, gfp, None)?,
+        };
+        if gfp.contains(Gfp::ZERO) {
+            // SAFETY: the object is ours now, `object_size` bytes long.
+            unsafe { ptr::write_bytes(obj as *mut u8, 0, s.config().object_size) };
+        }
+        NonNull::new(obj as *mut u8)
+    }
+
+    /// The lockless `slab_alloc` fast path of seed 000 (after patch 7/7, with Joonsoo
+    /// Kim's loop): read `tid` then `freelist`, read the object's free pointer, and
+    /// swap `(freelist, tid)` for `(next, tid + TID_STEP)` with one double-word CAS;
+    /// retry when another context (on this CPU or on another, having read the CPU id
+    /// before it moved) changed the pair meanwhile. `None`: no object on the CPU
+    /// freelist (or a corrupt link, left for the slow path to report).
+    #[inline]
+    fn pop_lockless(&self, cc: &KmemCacheCpu, cfg: &CacheConfig) -> Option<usize> {
+        loop {
+            let tid = cc.tid.load(Acquire);
+            let obj = cc.freelist.load(Acquire);
+            if obj & 1 != 0 || obj == 0 {
+                return None;
+            }
+            // SAFETY: `obj` was a free object of this CPU's slab when read. If another
+            // context has taken it since, the word read is stale (slab memory stays
+            // mapped: sections are never unmapped) and the CAS below fails, `tid`
+            // having moved.
+            let next = unsafe { get_freepointer_racy(cfg, obj) };
+            if !same_slab(cfg, obj, next) {
+                if cc.tid.load(Acquire) == tid {
+                    return None;
+                }
+                continue;
+            }
+            if cc.cas_pair((obj, tid), (next, tid.wrapping_add(TID_STEP))) {
+                cc.count(SlubStat::AllocFastpath);
+                return Some(obj);
+            }
+        }
+    }
+
+    /// The lockless free fast path: pushes the chain `head..=tail` (objects of the
+    /// slab at `base`, which the caller owns) on the CPU freelist with one double-word
+    /// CAS, if that slab is this CPU's slab.
+    #[inline]
+    fn push_lockless(
+        &self,
+        cc: &KmemCacheCpu,
+        cfg: &CacheConfig,
+        base: usize,
+        head: usize,
+        tail: usize,
+    ) -> Push {
+        loop {
+            let tid = cc.tid.load(Acquire);
+            let cur = cc.freelist.load(Acquire);
+            if cur == 0 || cur.wrapping_sub(base) >= cfg.slab_bytes() {
+                return Push::NotCpuSlab;
+            }
+            if cur == head {
+                return Push::AtHead;
+            }
+            // SAFETY: the caller owns the chain; its tail's free pointer is ours.
+            unsafe { set_freepointer(cfg, tail, cur) };
+            if cc.cas_pair((cur, tid), (head, tid.wrapping_add(TID_STEP))) {
+                return Push::Done;
+            }
+        }
+    }
+
+    /// Per-CPU mode, without the area's lock: the lockless allocation fast path on
+    /// `area`'s freelist of `s`. `None`: take the area's lock and allocate as usual.
+    #[inline]
+    pub fn alloc_lockless(&self, area: &CpuArea, s: &KmemCache) -> Option<NonNull<u8>> {
+        let cfg = s.config();
+        if !cfg.lockless {
+            return None;
+        }
+        let obj = self.pop_lockless(s.cpu_of(area), cfg)?;
+        NonNull::new(obj as *mut u8)
+    }
+
+    /// Per-CPU mode, without the area's lock: frees `obj` (an object of `slab` of `s`,
+    /// checked by the caller) onto `area`'s freelist if its slab is that CPU's slab.
+    /// `Some(false)`: refused, a double free at the freelist's head (reported).
+    /// `None`: take the area's lock and free as usual.
+    ///
+    /// # Safety
+    /// `obj` is the start of an object of `slab` of `s`, owned by the caller.
+    #[inline]
+    pub unsafe fn free_lockless(
+        &self,
+        area: &CpuArea,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        obj: usize,
+    ) -> Option<bool> {
+        let cfg = s.config();
+        if !cfg.lockless || cfg.off_fast_paths() {
+            return None;
+        }
+        let cc = s.cpu_of(area);
+        let base = obj & !(cfg.slab_bytes() - 1);
+        match self.push_lockless(cc, cfg, base, obj, obj) {
+            Push::Done => {
+                cc.count(SlubStat::FreeFastpath);
+                Some(true)
+            }
+            Push::AtHead => Some(self.double_free(s, slab, obj)),
+            Push::NotCpuSlab => None,
+        }
+    }
+
     /// `___slab_alloc`: refill the CPU freelist and take one object.
     #[cold]
     #[inline(never)]
@@ -1238,24 +1474,22 @@ impl<'a, P: Platform> Slub<'a, P> {
         let cc = s.cpu(c);
         cc.count(SlubStat::AllocSlowpath);
         self.check_drain_request(c);
-        let cur = cc.freelist.load(Relaxed);
+        // The slow path owns the CPU freelist from here until it installs a new one:
+        // while it is 0, lockless contexts (per-CPU mode) leave it alone.
+        let cur = cc.take_freelist(cfg.lockless);
         if cur != 0 {
             let slab = self.freelist_slab(cur);
             if let Some(n) = nid {
                 if self.pages.page_to_nid(slab) != n {
                     cc.count(SlubStat::AllocNodeMismatch);
                     self.deactivate_slab(c, s, slab, cur);
-                    cc.freelist.store(0, Relaxed);
                     return self.new_slab_objects(c, s, gfp, nid);
                 }
-                if cur & 1 == 0 {
-                    // The CPU slab is on the right node and has objects: pop one.
-                    // SAFETY: `cur` heads the CPU's freelist.
-                    let next = unsafe { get_freepointer(cfg, cur) };
-                    cc.freelist.store(next, Relaxed);
-                    cc.next_tid();
-                    return Some(cur);
-                }
+            }
+            if cur & 1 == 0 {
+                // The CPU slab has objects (the right node, or frees that raced in
+                // in per-CPU mode): pop one.
+                return Some(self.take_first(cc, cfg, cur));
             }
             // The CPU freelist ran out: take what was freed into the slab.
             // SAFETY: the CPU slab is a live slab of `s`.
@@ -1267,7 +1501,6 @@ impl<'a, P: Platform> Slub<'a, P> {
             // Full: it leaves the CPU (unfrozen, on no list).
             cc.count(SlubStat::DeactivateFull);
             self.unfreeze_full(slab);
-            cc.freelist.store(0, Relaxed);
         }
         self.new_slab_objects(c, s, gfp, nid)
     }
@@ -1284,8 +1517,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             self.report_corrupt_link(cfg, list, next);
             0
         };
-        cc.freelist.store(next, Relaxed);
-        cc.next_tid();
+        cc.install_freelist(cfg.lockless, next);
         list
     }
 
@@ -1668,8 +1900,17 @@ impl<'a, P: Platform> Slub<'a, P> {
             // Slabs are aligned to their size (buddy blocks).
             let base = obj & !(s.config().slab_bytes() - 1);
             debug_assert_eq!(base, self.slab_base(slab));
-            // The object is in this CPU's slab: push on the CPU freelist.
-            if cur != 0 && cur.wrapping_sub(base) < s.config().slab_bytes() {
+            if s.config().lockless {
+                match self.push_lockless(cc, s.config(), base, obj, obj) {
+                    Push::Done => {
+                        cc.count(SlubStat::FreeFastpath);
+                        return true;
+                    }
+                    Push::AtHead => return self.double_free(s, slab, obj),
+                    Push::NotCpuSlab => {}
+                }
+            } else if cur != 0 && cur.wrapping_sub(base) < s.config().slab_bytes() {
+                // The object is in this CPU's slab: push on the CPU freelist.
                 if cur == obj {
                     return self.double_free(s, slab, obj);
                 }
@@ -1898,11 +2139,9 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// to the nodes (CPU going offline, shrink).
     pub fn flush_cpu_cache(&self, c: CpuRef<'_>, s: &KmemCache) {
         let cc = s.cpu(c);
-        let cur = cc.freelist.load(Relaxed);
+        let cur = cc.take_freelist(s.config().lockless);
         if cur != 0 {
             let slab = self.freelist_slab(cur);
-            cc.freelist.store(0, Relaxed);
-            cc.next_tid();
             self.deactivate_slab(c, s, slab, cur);
             cc.count(SlubStat::CpuslabFlush);
         }
@@ -2042,14 +2281,23 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
             if let Some(c) = cpu {
                 let cc = s.cpu(c);
-                let cur = cc.freelist.load(Relaxed);
-                if cur != 0 && cur.wrapping_sub(base) < cfg.slab_bytes() {
-                    // SAFETY: our objects, chained above.
-                    unsafe { set_freepointer(cfg, tail, cur) };
-                    cc.freelist.store(head, Relaxed);
-                    cc.next_tid();
-                    cc.count(SlubStat::FreeFastpath);
-                    continue;
+                if cfg.lockless {
+                    // (A double free at the head falls through to `slab_free`, which
+                    // reports it.)
+                    if let Push::Done = self.push_lockless(cc, cfg, base, head, tail) {
+                        cc.count(SlubStat::FreeFastpath);
+                        continue;
+                    }
+                } else {
+                    let cur = cc.freelist.load(Relaxed);
+                    if cur != 0 && cur.wrapping_sub(base) < cfg.slab_bytes() {
+                        // SAFETY: our objects, chained above.
+                        unsafe { set_freepointer(cfg, tail, cur) };
+                        cc.freelist.store(head, Relaxed);
+                        cc.next_tid();
+                        cc.count(SlubStat::FreeFastpath);
+                        continue;
+                    }
                 }
             }
             // SAFETY: a chain of our objects of this slab.

@@ -315,7 +315,7 @@ fn threads_and_fork_in_per_cpu_mode() {
     );
     assert!(out.status.success());
     assert!(
-        text(&out.stderr).contains("using cpu (local lock)"),
+        text(&out.stderr).contains("restartable sequences are not built yet; using cpu"),
         "{}",
         text(&out.stderr)
     );

@@ -72,15 +72,18 @@ impl Default for EnvConfig {
 pub enum PerCpuMode {
     /// One CPU area per thread (owned mode; the default).
     Thread,
-    /// One per CPU, shared by the threads running on it; each operation holds the
-    /// CPU area's local lock.
+    /// One per CPU, shared by the threads running on it, with the fastest mechanism
+    /// available here (`CpuCas` where the CPU has `cmpxchg16b`, else `CpuLock`).
     Cpu,
-    /// Per-CPU with SLUB's double-word CAS fast path: accepted, runs as `Cpu` (with a
-    /// warning) until the lockless fast path is built.
+    /// Per-CPU with SLUB's lockless fast paths: a double-word CAS of `(freelist,
+    /// tid)`; everything else under the CPU area's local lock.
     CpuCas,
     /// Per-CPU with restartable sequences: accepted, runs as `Cpu` (with a warning)
     /// until built.
     CpuRseq,
+    /// Per-CPU with every operation under the CPU area's local lock (the portable
+    /// fallback).
+    CpuLock,
 }
 
 /// Where `KMEM_STATS` sends the exit report.
@@ -315,11 +318,12 @@ pub fn from_lookup<'a>(get: impl Fn(&std::ffi::CStr) -> Option<&'a [u8]>) -> Env
             b"cpu" => PerCpuMode::Cpu,
             b"cpu-cas" => PerCpuMode::CpuCas,
             b"cpu-rseq" => PerCpuMode::CpuRseq,
+            b"cpu-lock" => PerCpuMode::CpuLock,
             _ => {
                 warn(
                     b"KMEM_PERCPU",
                     v,
-                    b"thread, cpu, cpu-cas or cpu-rseq",
+                    b"thread, cpu, cpu-cas, cpu-rseq or cpu-lock",
                     b"thread",
                 );
                 PerCpuMode::Thread

@@ -48,19 +48,40 @@ pub const MAX_CPU_IDS: usize = 1024;
 static REQUESTED_MODE: AtomicU8 = AtomicU8::new(MODE_UNSET);
 const MODE_UNSET: u8 = u8::MAX;
 const MODE_THREAD: u8 = 0;
-const MODE_CPU: u8 = 1;
+/// Per-CPU, every operation under the area's local lock.
+const MODE_CPU_LOCK: u8 = 1;
+/// Per-CPU, lockless alloc/free fast paths (double-word CAS), the rest locked.
+const MODE_CPU_CAS: u8 = 2;
+/// Per-CPU, the best mechanism here (resolved at initialisation).
+const MODE_CPU: u8 = 3;
+
+fn mode_code(mode: PerCpuMode) -> u8 {
+    match mode {
+        PerCpuMode::Thread => MODE_THREAD,
+        PerCpuMode::CpuLock => MODE_CPU_LOCK,
+        PerCpuMode::CpuCas => MODE_CPU_CAS,
+        PerCpuMode::Cpu | PerCpuMode::CpuRseq => MODE_CPU,
+    }
+}
+
+/// Whether this machine can run the lockless per-CPU fast paths.
+fn lockless_possible() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        kmem_core::slub::LOCKLESS_SUPPORTED && std::arch::is_x86_feature_detected!("cmpxchg16b")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
 
 /// Chooses how CPU areas are assigned, before the heap's first use: [`PerCpuMode::Thread`]
 /// (one per thread, the default) or a per-CPU mode (one per CPU, shared by the threads
 /// that run on it). Overrides `KMEM_PERCPU`. Fails (returning the mode in force) once
 /// the heap is initialised.
 pub fn set_percpu_mode(mode: PerCpuMode) -> Result<(), PerCpuMode> {
-    let m = if mode == PerCpuMode::Thread {
-        MODE_THREAD
-    } else {
-        MODE_CPU
-    };
-    REQUESTED_MODE.store(m, Ordering::SeqCst);
+    REQUESTED_MODE.store(mode_code(mode), Ordering::SeqCst);
     if HEAP.state.load(Ordering::SeqCst) != UNINIT {
         return Err(HEAP.percpu_mode());
     }
@@ -148,7 +169,7 @@ pub struct Heap {
     env: std::cell::UnsafeCell<EnvConfig>,
     state: AtomicU8,
     exit_key: AtomicU32,
-    /// `MODE_THREAD` or `MODE_CPU`, fixed at initialisation.
+    /// `MODE_THREAD`, `MODE_CPU_LOCK` or `MODE_CPU_CAS`, fixed at initialisation.
     mode: AtomicU8,
     /// Per-CPU mode: the area of each CPU id, made on the CPU's first use.
     cpu_table: [AtomicPtr<CpuArea>; MAX_CPU_IDS],
@@ -202,20 +223,22 @@ impl Heap {
                 // Mark this thread: an allocation nested in initialisation (there should
                 // be none) fails instead of waiting for itself.
                 THIS_AREA.with(|a| a.set(ATTACHING));
-                let mut env = config::from_env();
-                match REQUESTED_MODE.load(Ordering::SeqCst) {
-                    MODE_THREAD => env.percpu = PerCpuMode::Thread,
-                    MODE_CPU if env.percpu == PerCpuMode::Thread => env.percpu = PerCpuMode::Cpu,
-                    _ => {}
+                let env = config::from_env();
+                let mut mode = match REQUESTED_MODE.load(Ordering::SeqCst) {
+                    MODE_UNSET => mode_code(env.percpu),
+                    m => m,
+                };
+                if mode == MODE_CPU || mode == MODE_CPU_CAS {
+                    let cas = lockless_possible();
+                    if mode == MODE_CPU_CAS && !cas {
+                        crate::platform::linux::write_stderr(
+                            b"kmem: KMEM_PERCPU=cpu-cas: no double-word CAS here; using cpu-lock\n",
+                        );
+                    }
+                    mode = if cas { MODE_CPU_CAS } else { MODE_CPU_LOCK };
                 }
-                self.mode.store(
-                    if env.percpu == PerCpuMode::Thread {
-                        MODE_THREAD
-                    } else {
-                        MODE_CPU
-                    },
-                    Ordering::Relaxed,
-                );
+                self.mode.store(mode, Ordering::Relaxed);
+                self.kmem.set_lockless(mode == MODE_CPU_CAS);
                 // SAFETY: only the initialising thread gets here, before READY.
                 unsafe { *self.env.get() = env };
                 let ok = self.do_init(env);
@@ -315,9 +338,9 @@ impl Heap {
     /// What may allocate or register hooks: runs once the heap is READY, so a nested
     /// allocation (atexit may call calloc) is served.
     fn after_init(&self, env: &EnvConfig) {
-        if matches!(env.percpu, PerCpuMode::CpuCas | PerCpuMode::CpuRseq) {
+        if env.percpu == PerCpuMode::CpuRseq {
             crate::platform::linux::write_stderr(
-                b"kmem: KMEM_PERCPU: the lockless per-CPU fast paths are not built yet; using cpu (local lock)\n",
+                b"kmem: KMEM_PERCPU=cpu-rseq: restartable sequences are not built yet; using cpu\n",
             );
         }
         if env.debug.any() {
@@ -468,13 +491,27 @@ impl Heap {
         }
     }
 
-    /// The mode CPU areas are assigned in (fixed at initialisation).
+    /// The mode CPU areas are assigned in (fixed at initialisation): `Thread`,
+    /// `CpuCas` or `CpuLock`.
     pub fn percpu_mode(&self) -> PerCpuMode {
-        if self.mode.load(Ordering::Relaxed) == MODE_THREAD {
-            PerCpuMode::Thread
-        } else {
-            PerCpuMode::Cpu
+        match self.mode.load(Ordering::Relaxed) {
+            MODE_THREAD => PerCpuMode::Thread,
+            MODE_CPU_CAS => PerCpuMode::CpuCas,
+            _ => PerCpuMode::CpuLock,
         }
+    }
+
+    /// Per-CPU mode with lockless fast paths: the area of the CPU the caller runs on
+    /// now (it may move right after; the fast paths cope). `None` otherwise, or when
+    /// the CPU has no area yet.
+    #[inline]
+    fn lockless_area(&self) -> Option<&'static CpuArea> {
+        if THIS_AREA.with(Cell::get) > EXITED || self.mode.load(Ordering::Relaxed) != MODE_CPU_CAS {
+            return None;
+        }
+        let p = self.cpu_table.get(current_cpu())?.load(Ordering::Acquire);
+        // SAFETY: table entries are null or areas that live forever.
+        unsafe { p.as_ref() }
     }
 
     /// Per-CPU mode: every CPU's area, for reports and flushes.
@@ -700,7 +737,14 @@ impl Heap {
     #[inline(always)]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
-            None => self.kmem.kmalloc(self.cpu().get(), size, gfp),
+            None => {
+                if let Some(area) = self.lockless_area() {
+                    if let Some(p) = self.kmem.kmalloc_lockless(area, size, gfp) {
+                        return Some(p);
+                    }
+                }
+                self.kmem.kmalloc(self.cpu().get(), size, gfp)
+            }
             Some(cg) => self.kmalloc_charged(size, gfp, cg),
         }
     }
@@ -754,6 +798,12 @@ impl Heap {
     /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kfree(&self, p: *mut u8) -> bool {
+        if let Some(area) = self.lockless_area() {
+            // SAFETY: forwarded from the caller.
+            if let Some(r) = unsafe { self.kmem.kfree_lockless(area, p) } {
+                return r;
+            }
+        }
         // SAFETY: forwarded from the caller.
         unsafe { self.kmem.kfree(self.cpu().get(), p) }
     }
@@ -800,7 +850,18 @@ impl Heap {
     #[inline]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
-            None => self.kmem.slub().alloc(self.cpu().get(), s, gfp),
+            None => {
+                if let Some(area) = self.lockless_area() {
+                    if let Some(p) = self.kmem.slub().alloc_lockless(area, s) {
+                        if gfp.contains(Gfp::ZERO) {
+                            // SAFETY: the object is ours now, `object_size` bytes long.
+                            unsafe { p.as_ptr().write_bytes(0, s.config().object_size) };
+                        }
+                        return Some(p);
+                    }
+                }
+                self.kmem.slub().alloc(self.cpu().get(), s, gfp)
+            }
             Some(cg) => self.kmem_cache_alloc_charged(s, gfp, cg),
         }
     }
@@ -824,6 +885,12 @@ impl Heap {
     /// If `p` is an object of `s`, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
+        if let Some(area) = self.lockless_area() {
+            // SAFETY: forwarded from the caller.
+            if let Some(r) = unsafe { self.kmem.kmem_cache_free_lockless(area, s, p) } {
+                return r;
+            }
+        }
         // SAFETY: forwarded from the caller.
         unsafe { self.kmem.kmem_cache_free(self.cpu().get(), s, p) }
     }

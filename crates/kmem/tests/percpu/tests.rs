@@ -1,9 +1,9 @@
-//! Per-CPU mode (`KMEM_PERCPU=cpu`, or `kmem::set_percpu_mode` before first use): one
-//! CPU area per CPU, shared by the threads running on it under its local lock.
-//!
-//! This binary keeps the system allocator as its global allocator, so the heap is
-//! first used by these tests, after they chose the mode. The tests share the process
-//! heap and compare page counts, so they run one at a time.
+// Per-CPU mode tests, included by `percpu_cas.rs` and `percpu_lock.rs`, which set
+// `MODE` (the mode is fixed per process, so each mode is its own test binary).
+//
+// These binaries keep the system allocator as their global allocator, so the heap is
+// first used by these tests, after they chose the mode. The tests share the process
+// heap and compare page counts, so they run one at a time.
 
 use kmem::config::PerCpuMode;
 use kmem::{heap, Gfp};
@@ -15,12 +15,20 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Per-CPU mode on, and this test alone.
 fn setup() -> MutexGuard<'static, ()> {
     let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    match kmem::heap::set_percpu_mode(PerCpuMode::Cpu) {
-        Ok(()) | Err(PerCpuMode::Cpu) => {}
-        Err(other) => panic!("the heap started in {other:?} mode"),
-    }
-    assert_eq!(heap().percpu_mode(), PerCpuMode::Cpu);
+    let _ = kmem::heap::set_percpu_mode(MODE);
+    assert_eq!(heap().percpu_mode(), running_mode());
     g
+}
+
+/// The mode `MODE` runs as here.
+fn running_mode() -> PerCpuMode {
+    match MODE {
+        PerCpuMode::CpuLock => PerCpuMode::CpuLock,
+        _ if cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("cmpxchg16b") => {
+            PerCpuMode::CpuCas
+        }
+        _ => PerCpuMode::CpuLock,
+    }
 }
 
 fn online_cpus() -> usize {
@@ -108,7 +116,9 @@ fn areas_follow_cpus_not_threads() {
             });
         }
     });
-    let areas = h.page_allocator().cpu_areas().nr_areas();
+    // Owned areas: one per CPU (an area made by a thread that lost the race to
+    // install its CPU's area went back to the pool, unowned).
+    let areas = h.page_allocator().cpu_areas().nr_owned();
     assert!(
         areas <= online_cpus(),
         "{areas} CPU areas for {} CPUs",
@@ -163,9 +173,9 @@ fn the_mode_cannot_change_after_start() {
     let _s = setup();
     assert_eq!(
         kmem::heap::set_percpu_mode(PerCpuMode::Thread),
-        Err(PerCpuMode::Cpu)
+        Err(running_mode())
     );
-    assert_eq!(heap().percpu_mode(), PerCpuMode::Cpu);
+    assert_eq!(heap().percpu_mode(), running_mode());
 }
 
 /// Memory cgroups in per-CPU mode: stocks live in CPU areas shared by threads; a
@@ -195,4 +205,47 @@ fn memcg_charges_balance_across_shared_areas() {
     let st = g.stat();
     assert_eq!(st.slab_unreclaimable, 0, "{st:?}");
     assert!(g.usage() <= kmem::PAGE_SIZE, "{st:?}");
+}
+
+/// Many threads on few CPUs pop and push on the same CPU freelists at once (the
+/// lockless CAS races, and the lock holders' refills and flushes between them): every
+/// object carries its owner's tag over all its bytes while held, so an object handed
+/// out twice is caught when the first owner checks it.
+#[test]
+fn racing_threads_never_share_an_object() {
+    let _s = setup();
+    let h = heap();
+    let rounds = if std::env::var_os("KMEM_STRESS_SECS").is_some() {
+        200_000
+    } else {
+        20_000
+    };
+    std::thread::scope(|s| {
+        for t in 0..8u64 {
+            s.spawn(move || {
+                let mut held: Vec<(*mut u64, usize, u64)> = Vec::with_capacity(16);
+                for r in 0..rounds {
+                    let size = [8usize, 64, 192, 1024][(r as usize + t as usize) % 4];
+                    for k in 0..16u64 {
+                        let p = heap().kmalloc(size, Gfp::KERNEL).unwrap().as_ptr() as *mut u64;
+                        let tag = t << 56 | (r as u64) << 8 | k;
+                        for w in 0..size / 8 {
+                            // SAFETY: ours, `size` bytes, 8-aligned.
+                            unsafe { p.add(w).write(tag) };
+                        }
+                        held.push((p, size, tag));
+                    }
+                    for (p, size, tag) in held.drain(..) {
+                        for w in 0..size / 8 {
+                            // SAFETY: still ours.
+                            assert_eq!(unsafe { p.add(w).read() }, tag, "object shared");
+                        }
+                        // SAFETY: allocated above.
+                        unsafe { heap().kfree(p.cast()) };
+                    }
+                }
+            });
+        }
+    });
+    assert!(h.validate().is_empty());
 }
