@@ -76,7 +76,7 @@ pub fn allocator(sections: usize, config: Config) -> &'static PageAllocator<Test
 }
 
 /// A private span of `sections` sections, aligned to the section size.
-fn span(sections: usize) -> (*mut u8, usize) {
+pub fn span(sections: usize) -> (*mut u8, usize) {
     let len = sections * SECTION_SIZE;
     // Reserve len + SECTION_SIZE and align the base up to a section boundary.
     // SAFETY: an anonymous private mapping with no address hint.
