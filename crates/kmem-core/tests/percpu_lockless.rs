@@ -98,7 +98,7 @@ fn migrating_contexts_share_cpu_areas_safely() {
         for t in 0..4u64 {
             let (areas, caches, shared) = (&areas, &caches, &shared);
             s.spawn(move || {
-                let mut rng = Rng(0x1234_5678 ^ (t + 1) * 0x9e37_79b9);
+                let mut rng = Rng(0x1234_5678 ^ ((t + 1) * 0x9e37_79b9));
                 let mut held: Vec<(usize, usize, u64)> = Vec::new();
                 for r in 0..rounds {
                     let x = rng.next();
@@ -113,7 +113,7 @@ fn migrating_contexts_share_cpu_areas_safely() {
                             unsafe { p.as_ptr().cast::<u64>().add(w).write(tag) };
                         }
                         held.push((p.as_ptr() as usize, ci, tag));
-                        if x % 11 == 0 {
+                        if x.is_multiple_of(11) {
                             shared.lock().unwrap().push(held.pop().unwrap());
                         }
                     } else {
