@@ -14,6 +14,9 @@
 //!   watermarks, memory hotplug, OOM handling.
 //! - [`page_reporting`]: giving free memory back to the platform.
 //! - [`vmstat`], [`show_mem`]: counters and the kernel's report formats.
+//! - [`slub`], [`slub_debug`], [`slab_common`], [`kmalloc`]: the slab allocator, its
+//!   debugging, the cache list, kmalloc (see each module's doc).
+//! - [`memcontrol`]: memory cgroups (charging through obj_cgroups, the per-CPU stock).
 //!
 //! ## Linux names, kmem names
 //! | Linux (mm/)                         | kmem                                       |
@@ -29,6 +32,11 @@
 //! | `add_memory` / `offline_pages`      | [`PageAllocator::add_memory`] / `try_offline_section` |
 //! | `page_reporting_process`            | [`PageAllocator::report_free_pages`]       |
 //! | `show_free_areas`, `/proc/buddyinfo`, `/proc/zoneinfo`, `/proc/vmstat` | [`show_mem`] |
+//! | `local_lock` of a CPU's data       | [`percpu::CpuArea::local_lock`]            |
+//! | `this_cpu_cmpxchg_double` fast path | [`slub::Slub::alloc_lockless`], [`slub::Slub::free_lockless`] |
+//! | `struct mem_cgroup`, `struct obj_cgroup` | [`memcontrol::MemCgroup`], [`memcontrol::ObjCgroup`] |
+//! | `memcg_stock_pcp`                   | [`memcontrol::MemcgStock`]                 |
+//! | `obj_cgroup_charge`, `refill_obj_stock` | [`Kmem::obj_cgroup_charge`], `refill_obj_stock` path of [`Kmem::obj_cgroup_uncharge`] |
 
 #![no_std]
 

@@ -14,6 +14,12 @@
 //! `drain_request`; the owner acts on it at its next page-allocator call. Nobody but
 //! the owner ever changes an owned area's lists.
 //!
+//! ## Shared areas
+//! Where several contexts share an area (one area per CPU for threads that may be
+//! preempted and migrate), its `local_lock` makes the holder the owner for the time it
+//! holds it; the slab layer's lockless fast paths are the one exception, described in
+//! `slub`.
+//!
 //! ## The pool
 //! Areas are created on demand, registered forever in a fixed table (statistics read
 //! them all), and when their owner goes away (thread exit, CPU offline) they are

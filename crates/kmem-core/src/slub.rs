@@ -45,6 +45,20 @@
 //!    lockless per-CPU mode (a double-word CAS on the pair) fits this layout.
 //! 4. A context with no CPU area (thread exit, early start) allocates under
 //!    `list_lock` from a node partial slab and frees through `__slab_free`.
+//!
+//! ## Shared CPU areas (per-CPU mode)
+//! Where CPU areas are shared by contexts that can be preempted and migrate (std's
+//! per-CPU mode, a preemptible kernel), whoever holds an area's local lock is its
+//! owner for everything above. With `CacheConfig::lockless` the allocation and free
+//! fast paths also run without the lock (`alloc_lockless`, `free_lockless`): they
+//! read `tid` then `freelist` and change the pair with a double-word CAS, so they
+//! never act on a pair that moved since they read it. Every other change of the pair
+//! is a CAS too, and follows one rule: a slow path first *takes* the CPU freelist
+//! (CAS to 0), works on what it took, and *installs* the new freelist at the end.
+//! While the pair holds 0 the lockless paths leave it alone (a pop needs an object, a
+//! push needs the CPU slab), so between take and install the lock holder owns it.
+//! Partial lists, frozen slabs' local freelists and statistics stay lock-only
+//! (statistics counted by lockless paths may lose increments).
 
 use crate::gfp::Gfp;
 use crate::mmzone::MAX_NUMNODES;

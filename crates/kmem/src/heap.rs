@@ -17,6 +17,18 @@
 //! `0` (no area yet), `ATTACHING` (getting one: nested calls, e.g. from a `calloc`
 //! inside `pthread_setspecific`, use the zone path), `EXITED` (the key destructor ran:
 //! later allocations by other destructors use the zone path), or the area's address.
+//!
+//! ## Per-CPU mode
+//! With `KMEM_PERCPU=cpu*` (or [`set_percpu_mode`]) areas belong to CPU ids instead
+//! (`cpu_table`, made on a CPU's first use; ids past [`MAX_CPU_IDS`] use the zone
+//! path). An operation takes the area of the CPU it runs on (`sched_getcpu`, answered
+//! from glibc's rseq area) and holds its local lock (`CpuGuard`); a nested operation
+//! of the same thread (a callback inside one) reuses the held area (`HELD_AREA`). In
+//! `cpu-cas` the kmalloc and kmem_cache alloc/free fast paths first try the lockless
+//! double-word-CAS path on that area, without the lock. Threads own nothing, so thread
+//! exit flushes nothing; [`Heap::flush_cpu_caches`] flushes every CPU's area. Fork
+//! takes every area's lock first (lock order: area locks, then the huge list, then the
+//! slab and page allocator locks).
 
 use crate::config::{self, EnvConfig, PerCpuMode};
 use crate::platform::LinuxPlatform;
