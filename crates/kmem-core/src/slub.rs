@@ -1354,7 +1354,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     /// Per-CPU mode, under the area's lock: the lockless pop, else the slow path.
-    #[inline]
+    #[inline(never)]
     fn alloc_locked_lockless(&self, c: CpuRef<'_>, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         let obj = match self.pop_lockless(s.cpu(c), s.config()) {
             Some(o) => o,
@@ -1909,21 +1909,16 @@ impl<'a, P: Platform> Slub<'a, P> {
         obj: usize,
     ) -> bool {
         if let Some(c) = cpu {
+            if s.config().lockless {
+                // SAFETY: forwarded.
+                return unsafe { self.free_object_lockless(c, s, slab, obj) };
+            }
             let cc = s.cpu(c);
             let cur = cc.freelist.load(Relaxed);
             // Slabs are aligned to their size (buddy blocks).
             let base = obj & !(s.config().slab_bytes() - 1);
             debug_assert_eq!(base, self.slab_base(slab));
-            if s.config().lockless {
-                match self.push_lockless(cc, s.config(), base, obj, obj) {
-                    Push::Done => {
-                        cc.count(SlubStat::FreeFastpath);
-                        return true;
-                    }
-                    Push::AtHead => return self.double_free(s, slab, obj),
-                    Push::NotCpuSlab => {}
-                }
-            } else if cur != 0 && cur.wrapping_sub(base) < s.config().slab_bytes() {
+            if cur != 0 && cur.wrapping_sub(base) < s.config().slab_bytes() {
                 // The object is in this CPU's slab: push on the CPU freelist.
                 if cur == obj {
                     return self.double_free(s, slab, obj);
@@ -1935,7 +1930,25 @@ impl<'a, P: Platform> Slub<'a, P> {
                 cc.count(SlubStat::FreeFastpath);
                 return true;
             }
-            // A slab this CPU froze (on its partial list): push on its local list.
+        }
+        // SAFETY: forwarded.
+        unsafe { self.free_object_elsewhere(cpu, s, slab, obj) }
+    }
+
+    /// A free whose object is not in the CPU slab: onto the local list of a slab this
+    /// CPU froze (on its partial list), else `__slab_free` (or the debug path).
+    ///
+    /// # Safety
+    /// As [`Slub::free_object`].
+    #[inline]
+    unsafe fn free_object_elsewhere(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        obj: usize,
+    ) -> bool {
+        if let Some(c) = cpu {
             // SAFETY: a live slab of `s`.
             let sr = unsafe { slab.as_ref() };
             let o3 = sr.owner[3].load(Relaxed);
@@ -1944,12 +1957,13 @@ impl<'a, P: Platform> Slub<'a, P> {
                 if head == obj {
                     return self.double_free(s, slab, obj);
                 }
+                let base = obj & !(s.config().slab_bytes() - 1);
                 let next = if head == 0 { base | 1 } else { head };
                 // SAFETY: the object is ours (caller).
                 unsafe { set_freepointer(s.config(), obj, next) };
                 sr.owner[1].store(obj, Relaxed);
                 sr.owner[3].store(local_push(o3, obj - base), Relaxed);
-                cc.count(SlubStat::FreeFrozen);
+                s.cpu(c).count(SlubStat::FreeFrozen);
                 return true;
             }
         }
@@ -1959,6 +1973,36 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
         // SAFETY: forwarded.
         unsafe { self.slab_free(cpu, s, slab, obj, obj, 1) }
+    }
+
+    /// [`Slub::free_object`] in per-CPU mode with lockless fast paths, by the holder of
+    /// the area's lock: the lockless push if the object is in the CPU slab, else as
+    /// the owner (a slab this CPU froze, or `__slab_free`).
+    ///
+    /// # Safety
+    /// As [`Slub::free_object`].
+    #[inline(never)]
+    unsafe fn free_object_lockless(
+        &self,
+        c: CpuRef<'_>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        obj: usize,
+    ) -> bool {
+        let cfg = s.config();
+        let cc = s.cpu(c);
+        let base = obj & !(cfg.slab_bytes() - 1);
+        match self.push_lockless(cc, cfg, base, obj, obj) {
+            Push::Done => {
+                cc.count(SlubStat::FreeFastpath);
+                return true;
+            }
+            Push::AtHead => return self.double_free(s, slab, obj),
+            Push::NotCpuSlab => {}
+        }
+        // The rest is the lock holder's, as an owner's.
+        // SAFETY: forwarded.
+        unsafe { self.free_object_elsewhere(Some(c), s, slab, obj) }
     }
 
     /// A free of the object at the head of a freelist: it is already free. Reported

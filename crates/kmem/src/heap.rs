@@ -140,17 +140,20 @@ impl Drop for CpuGuard {
     }
 }
 
-/// The CPU the caller runs on (glibc answers from its rseq area without a system
-/// call); 0 if unknown.
+/// Thread mode's fast case: the thread's own CPU area, once attached. Everything
+/// else (attaching, per-CPU mode, thread exit) goes through [`Heap::cpu`].
+#[inline(always)]
+fn thread_cpu() -> Option<CpuRef<'static>> {
+    let v = THIS_AREA.with(Cell::get);
+    // SAFETY: a value above EXITED is an area this thread owns until its exit
+    // destructor, which clears the slot first; areas live forever.
+    (v > EXITED).then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
+}
+
+/// The CPU the caller runs on (see [`crate::platform::linux::current_cpu`]).
 #[inline]
 fn current_cpu() -> usize {
-    // SAFETY: sched_getcpu has no preconditions.
-    let c = unsafe { libc::sched_getcpu() };
-    if c < 0 {
-        0
-    } else {
-        c as usize
-    }
+    crate::platform::linux::current_cpu()
 }
 
 /// The objcg of the calling thread's active memory cgroup.
@@ -275,6 +278,7 @@ impl Heap {
     }
 
     fn do_init(&self, env: EnvConfig) -> bool {
+        crate::platform::linux::rseq_init();
         kmem_core::sync::set_relax_hook(|| {
             // SAFETY: sched_yield has no preconditions.
             unsafe { libc::sched_yield() };
@@ -518,7 +522,7 @@ impl Heap {
     /// the CPU has no area yet.
     #[inline]
     fn lockless_area(&self) -> Option<&'static CpuArea> {
-        if THIS_AREA.with(Cell::get) > EXITED || self.mode.load(Ordering::Relaxed) != MODE_CPU_CAS {
+        if self.mode.load(Ordering::Relaxed) != MODE_CPU_CAS {
             return None;
         }
         let p = self.cpu_table.get(current_cpu())?.load(Ordering::Acquire);
@@ -749,16 +753,24 @@ impl Heap {
     #[inline(always)]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
-            None => {
-                if let Some(area) = self.lockless_area() {
-                    if let Some(p) = self.kmem.kmalloc_lockless(area, size, gfp) {
-                        return Some(p);
-                    }
-                }
-                self.kmem.kmalloc(self.cpu().get(), size, gfp)
-            }
+            None => match thread_cpu() {
+                Some(c) => self.kmem.kmalloc(Some(c), size, gfp),
+                None => self.kmalloc_cold(size, gfp),
+            },
             Some(cg) => self.kmalloc_charged(size, gfp, cg),
         }
+    }
+
+    /// [`Heap::kmalloc`] without a thread area: per-CPU mode (the lockless fast path,
+    /// else under the CPU area's lock), a thread's first allocation, the zone path.
+    #[inline(never)]
+    fn kmalloc_cold(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if let Some(area) = self.lockless_area() {
+            if let Some(p) = self.kmem.kmalloc_lockless(area, size, gfp) {
+                return Some(p);
+            }
+        }
+        self.kmem.kmalloc(self.cpu().get(), size, gfp)
     }
 
     /// [`Heap::kmalloc`] under an active memory cgroup.
@@ -810,6 +822,20 @@ impl Heap {
     /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kfree(&self, p: *mut u8) -> bool {
+        match thread_cpu() {
+            // SAFETY: forwarded from the caller.
+            Some(c) => unsafe { self.kmem.kfree(Some(c), p) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.kfree_cold(p) },
+        }
+    }
+
+    /// [`Heap::kfree`] without a thread area (see [`Heap::kmalloc_cold`]).
+    ///
+    /// # Safety
+    /// As [`Heap::kfree`].
+    #[inline(never)]
+    unsafe fn kfree_cold(&self, p: *mut u8) -> bool {
         if let Some(area) = self.lockless_area() {
             // SAFETY: forwarded from the caller.
             if let Some(r) = unsafe { self.kmem.kfree_lockless(area, p) } {
@@ -862,20 +888,27 @@ impl Heap {
     #[inline]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
-            None => {
-                if let Some(area) = self.lockless_area() {
-                    if let Some(p) = self.kmem.slub().alloc_lockless(area, s) {
-                        if gfp.contains(Gfp::ZERO) {
-                            // SAFETY: the object is ours now, `object_size` bytes long.
-                            unsafe { p.as_ptr().write_bytes(0, s.config().object_size) };
-                        }
-                        return Some(p);
-                    }
-                }
-                self.kmem.slub().alloc(self.cpu().get(), s, gfp)
-            }
+            None => match thread_cpu() {
+                Some(c) => self.kmem.slub().alloc(Some(c), s, gfp),
+                None => self.kmem_cache_alloc_cold(s, gfp),
+            },
             Some(cg) => self.kmem_cache_alloc_charged(s, gfp, cg),
         }
+    }
+
+    /// [`Heap::kmem_cache_alloc`] without a thread area (see [`Heap::kmalloc_cold`]).
+    #[inline(never)]
+    fn kmem_cache_alloc_cold(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        if let Some(area) = self.lockless_area() {
+            if let Some(p) = self.kmem.slub().alloc_lockless(area, s) {
+                if gfp.contains(Gfp::ZERO) {
+                    // SAFETY: the object is ours now, `object_size` bytes long.
+                    unsafe { p.as_ptr().write_bytes(0, s.config().object_size) };
+                }
+                return Some(p);
+            }
+        }
+        self.kmem.slub().alloc(self.cpu().get(), s, gfp)
     }
 
     /// [`Heap::kmem_cache_alloc`] under an active memory cgroup.
@@ -897,6 +930,20 @@ impl Heap {
     /// If `p` is an object of `s`, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
+        match thread_cpu() {
+            // SAFETY: forwarded from the caller.
+            Some(c) => unsafe { self.kmem.kmem_cache_free(Some(c), s, p) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.kmem_cache_free_cold(s, p) },
+        }
+    }
+
+    /// [`Heap::kmem_cache_free`] without a thread area (see [`Heap::kmalloc_cold`]).
+    ///
+    /// # Safety
+    /// As [`Heap::kmem_cache_free`].
+    #[inline(never)]
+    unsafe fn kmem_cache_free_cold(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
         if let Some(area) = self.lockless_area() {
             // SAFETY: forwarded from the caller.
             if let Some(r) = unsafe { self.kmem.kmem_cache_free_lockless(area, s, p) } {

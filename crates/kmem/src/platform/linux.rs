@@ -537,3 +537,54 @@ mod tests {
         }
     }
 }
+
+/// Offset of glibc's per-thread `struct rseq` from the thread pointer
+/// (`__rseq_offset`), or `isize::MIN` when this glibc registers none (before 2.35, or
+/// `glibc.pthread.rseq=0`). Set by [`rseq_init`].
+static RSEQ_OFFSET: std::sync::atomic::AtomicIsize =
+    std::sync::atomic::AtomicIsize::new(isize::MIN);
+
+/// Looks up glibc's rseq registration (`__rseq_offset`, `__rseq_size`) so that
+/// [`current_cpu`] can read the CPU id the kernel keeps in it. Without one,
+/// `current_cpu` asks `sched_getcpu`.
+pub fn rseq_init() {
+    // SAFETY: dlsym with the default handle and NUL-terminated names; the symbols, if
+    // present, are glibc's `const ptrdiff_t __rseq_offset` and `const unsigned int
+    // __rseq_size`.
+    unsafe {
+        let off = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr());
+        let size = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_size".as_ptr());
+        if off.is_null() || size.is_null() || *(size as *const u32) < 20 {
+            return;
+        }
+        RSEQ_OFFSET.store(*(off as *const isize), std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// The CPU the caller runs on: the `cpu_id` field of the thread's rseq area (one load,
+/// kept current by the kernel), else `sched_getcpu`; 0 if unknown.
+#[inline]
+pub fn current_cpu() -> usize {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let off = RSEQ_OFFSET.load(std::sync::atomic::Ordering::Relaxed);
+        if off != isize::MIN {
+            let tp: usize;
+            // SAFETY: on x86_64 glibc keeps the thread pointer at fs:0 (the TCB's
+            // self-pointer); reading it has no side effects.
+            unsafe {
+                std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
+            };
+            // SAFETY: glibc registered a `struct rseq` (at least 20 bytes) at this
+            // offset from the thread pointer for every thread; `cpu_id` is the u32 at
+            // byte 4, which the kernel updates (hence the volatile read).
+            let cpu = unsafe { std::ptr::read_volatile((tp as isize + off + 4) as *const i32) };
+            if cpu >= 0 {
+                return cpu as usize;
+            }
+        }
+    }
+    // SAFETY: sched_getcpu has no preconditions.
+    let c = unsafe { libc::sched_getcpu() };
+    c.max(0) as usize
+}
