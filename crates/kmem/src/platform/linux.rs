@@ -506,38 +506,6 @@ pub fn rss_bytes() -> usize {
     resident * page
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nodes_and_cpus_are_sane() {
-        assert!(online_nodes() >= 1);
-        let (cpu, _node) = getcpu();
-        // SAFETY: sysconf has no preconditions.
-        let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) } as usize;
-        assert!(cpu < ncpu.max(1));
-        assert!(rss_bytes() > 0);
-    }
-
-    #[test]
-    fn span_is_aligned_and_usable() {
-        let p = LinuxPlatform::new();
-        let (base, len) = p.reserve_span(3 * SECTION_SIZE).unwrap();
-        assert_eq!(base as usize % SECTION_SIZE, 0);
-        assert_eq!(len, 3 * SECTION_SIZE);
-        // SAFETY: the span is ours: open a section, touch a page, then report it and see
-        // it read zero.
-        unsafe {
-            assert!(p.section_online(base, SECTION_SIZE, 0));
-            *base = 7;
-            p.report_free(base, 4096);
-            assert_eq!(*base, 0);
-            libc::munmap(base.cast(), len);
-        }
-    }
-}
-
 /// Offset of glibc's per-thread `struct rseq` from the thread pointer
 /// (`__rseq_offset`), or `isize::MIN` when this glibc registers none (before 2.35, or
 /// `glibc.pthread.rseq=0`). Set by [`rseq_init`].
@@ -587,4 +555,36 @@ pub fn current_cpu() -> usize {
     // SAFETY: sched_getcpu has no preconditions.
     let c = unsafe { libc::sched_getcpu() };
     c.max(0) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_and_cpus_are_sane() {
+        assert!(online_nodes() >= 1);
+        let (cpu, _node) = getcpu();
+        // SAFETY: sysconf has no preconditions.
+        let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) } as usize;
+        assert!(cpu < ncpu.max(1));
+        assert!(rss_bytes() > 0);
+    }
+
+    #[test]
+    fn span_is_aligned_and_usable() {
+        let p = LinuxPlatform::new();
+        let (base, len) = p.reserve_span(3 * SECTION_SIZE).unwrap();
+        assert_eq!(base as usize % SECTION_SIZE, 0);
+        assert_eq!(len, 3 * SECTION_SIZE);
+        // SAFETY: the span is ours: open a section, touch a page, then report it and see
+        // it read zero.
+        unsafe {
+            assert!(p.section_online(base, SECTION_SIZE, 0));
+            *base = 7;
+            p.report_free(base, 4096);
+            assert_eq!(*base, 0);
+            libc::munmap(base.cast(), len);
+        }
+    }
 }
