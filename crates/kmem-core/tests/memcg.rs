@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{config, kmem, TestPlatform};
+use common::{config, kmem, Rng, TestPlatform};
 use kmem_core::memcontrol::{MemCgroup, MemcgError, MemcgEvent, MemcgStat};
 use kmem_core::{CpuRef, Gfp, Kmem, PAGE_SIZE};
 use std::collections::HashMap;
@@ -32,16 +32,6 @@ fn slab_and_pages(cg: &MemCgroup) -> isize {
     cg.stat(MemcgStat::SlabUnreclaimable)
         + cg.stat(MemcgStat::SlabReclaimable)
         + cg.stat(MemcgStat::KmemPages)
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
 }
 
 /// Random alloc/free across threads and groups (a hierarchy of three), objects freed

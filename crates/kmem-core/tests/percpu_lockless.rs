@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{config, TestPlatform};
+use common::{config, Rng, TestPlatform};
 use kmem_core::percpu::CpuArea;
 use kmem_core::slub::LOCKLESS_SUPPORTED;
 use kmem_core::{CpuRef, Gfp, Kmem, SlabFlags};
@@ -15,16 +15,6 @@ use std::ptr::NonNull;
 use std::sync::Mutex;
 
 type K = Kmem<TestPlatform>;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
 
 fn alloc(k: &K, area: &CpuArea, s: &kmem_core::KmemCache) -> NonNull<u8> {
     if let Some(p) = k.slub().alloc_lockless(area, s) {

@@ -128,3 +128,15 @@ pub fn config(nodes: usize, max_pages: usize) -> Config {
 pub fn pattern(addr: usize) -> u64 {
     (addr as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0xA5A5_A5A5_A5A5_A5A5
 }
+
+/// xorshift64: a small deterministic generator for randomised tests.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
