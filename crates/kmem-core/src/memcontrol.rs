@@ -490,7 +490,7 @@ impl MemcgState {
 
 /// Whether a slab has an objcg vector (some of its objects may be charged).
 #[inline]
-pub(crate) fn has_obj_exts(slab: NonNull<Page>) -> bool {
+pub fn has_obj_exts(slab: NonNull<Page>) -> bool {
     // SAFETY: the head page of a slab found by a lookup: descriptors of online
     // sections are valid.
     memcg_data(unsafe { slab.as_ref() }) & MEMCG_DATA_OBJEXTS != 0

@@ -113,6 +113,8 @@ pub struct Kmem<P: Platform> {
     /// CPU areas are shared and run SLUB's lockless fast paths (see
     /// [`Kmem::set_lockless`]).
     lockless: AtomicBool,
+    /// ... with the platform's restartable sequences (see [`Kmem::set_rseq`]).
+    rseq: AtomicBool,
 }
 
 impl<P: Platform> Kmem<P> {
@@ -128,6 +130,7 @@ impl<P: Platform> Kmem<P> {
             debug_policy: AtomicUsize::new(0),
             memcg: crate::memcontrol::MemcgState::new(),
             lockless: AtomicBool::new(false),
+            rseq: AtomicBool::new(false),
         }
     }
 
@@ -142,6 +145,17 @@ impl<P: Platform> Kmem<P> {
         let on = on && crate::slub::LOCKLESS_SUPPORTED;
         self.lockless.store(on, Relaxed);
         on
+    }
+
+    /// Per-CPU mode whose lockless fast paths are the platform's restartable sequences
+    /// (commits by plain stores on the CPU they run on) instead of the double-word CAS:
+    /// the slab layer then takes CPU freelists through the hook set with
+    /// [`crate::slub::set_rseq_take`] and never pushes or pops on them itself. Call
+    /// before [`Kmem::init`], after installing the hook.
+    pub fn set_rseq(&self, on: bool) {
+        self.lockless
+            .store(on || self.lockless.load(Relaxed), Relaxed);
+        self.rseq.store(on, Relaxed);
     }
 
     /// Whether the lockless per-CPU fast paths are on.
@@ -202,6 +216,7 @@ impl<P: Platform> Kmem<P> {
                 .ok_or(InitError::BadConfig)?;
             self.harden(&mut cfg);
             cfg.lockless = self.lockless.load(Relaxed);
+            cfg.rseq = self.rseq.load(Relaxed);
             cfg.cpu_offset = self
                 .pages
                 .percpu()
@@ -464,6 +479,7 @@ impl<P: Platform> Kmem<P> {
         let mut cfg = CacheConfig::calculate(name, size, align, flags, ctor, nr_cpus)?;
         self.harden(&mut cfg);
         cfg.lockless = self.lockless.load(Relaxed);
+        cfg.rseq = self.rseq.load(Relaxed);
         cfg.cpu_offset = self
             .pages
             .percpu()

@@ -393,6 +393,11 @@ pub struct CacheConfig {
     /// area's lock holder (per-CPU mode with `cmpxchg16b`): every change of a CPU's
     /// `(freelist, tid)` pair is then a double-word compare-and-swap.
     pub lockless: bool,
+    /// The lockless fast paths are the platform's restartable sequences (with
+    /// `lockless`): they commit with a plain store on the CPU they run on, so the slab
+    /// layer changes a CPU's pair only by taking it through the platform's
+    /// [`set_rseq_take`] hook and installing a list while it is empty.
+    pub rseq: bool,
 }
 
 impl CacheConfig {
@@ -418,6 +423,7 @@ impl CacheConfig {
         random: 0,
         harden_mask: 0,
         lockless: false,
+        rseq: false,
     };
 
     /// The cache's name.
@@ -613,6 +619,22 @@ pub struct KmemCacheCpu {
     stat: [AtomicU64; NR_SLUB_STAT],
 }
 
+/// Per-CPU mode with restartable sequences: how the slab layer takes a CPU's
+/// freelist. The platform's function must, atomically with respect to the rseq
+/// critical sections of the area's CPU, replace `*freelist` (the `freelist` word of a
+/// `kmem_cache_cpu` in `area`) with 0 and return what it held (an rseq section on that
+/// CPU, migrating there if need be). Null: not set.
+static RSEQ_TAKE: AtomicPtr<()> = AtomicPtr::new(ptr::null_mut());
+
+/// The platform's take for per-CPU mode with restartable sequences (see
+/// [`CacheConfig::rseq`]).
+pub type RseqTake = fn(area: &CpuArea, freelist: &AtomicUsize) -> usize;
+
+/// Installs the platform's rseq take (before any cache runs with `rseq`).
+pub fn set_rseq_take(f: RseqTake) {
+    RSEQ_TAKE.store(f as *mut (), crate::sync::Ordering::Release);
+}
+
 /// Whether this build can run the lockless per-CPU fast paths (a double-word
 /// compare-and-swap on the `(freelist, tid)` pair: `cmpxchg16b` on x86_64). The
 /// platform must also check that the CPU has the instruction.
@@ -628,17 +650,18 @@ impl KmemCacheCpu {
         // SAFETY: `freelist` and `tid` are adjacent and the struct is 16-byte aligned
         // (`repr(C, align(16))`, and every CPU area places it at a 16-aligned offset),
         // as `cmpxchg16b` requires; the platform enabled lockless mode only where the
-        // CPU has the instruction. rbx, which LLVM reserves, is swapped in and out
-        // around it.
+        // CPU has the instruction. `cmpxchg16b` takes the new low word in rbx, which
+        // asm operands cannot name: it is swapped in from rsi and back out, and every
+        // operand has a fixed register so that none of them can be rbx.
         unsafe {
             core::arch::asm!(
-                "xchg {nlo}, rbx",
-                "lock cmpxchg16b xmmword ptr [{p}]",
-                "sete {ok}",
-                "mov rbx, {nlo}",
-                p = in(reg) &self.freelist as *const AtomicUsize,
-                nlo = inout(reg) new.0 => _,
-                ok = out(reg_byte) ok,
+                "xchg rsi, rbx",
+                "lock cmpxchg16b xmmword ptr [rdi]",
+                "mov rbx, rsi",
+                "sete r8b",
+                in("rdi") &self.freelist as *const AtomicUsize,
+                inout("rsi") new.0 => _,
+                out("r8b") ok,
                 in("rcx") new.1,
                 inout("rax") old.0 => _,
                 inout("rdx") old.1 => _,
@@ -962,6 +985,28 @@ pub(crate) fn cas_state(slab: &Page, old: SlabState, new: SlabState) -> bool {
             crate::sync::Ordering::Acquire,
         )
         .is_ok()
+}
+
+/// Takes `c`'s CPU freelist of a cache (see [`KmemCacheCpu::take_freelist`]); with
+/// restartable sequences through the platform's hook.
+#[inline]
+fn take_cpu_freelist(c: CpuRef<'_>, cfg: &CacheConfig, cc: &KmemCacheCpu) -> usize {
+    if cfg.rseq {
+        let f = RSEQ_TAKE.load(Acquire);
+        let v = if f.is_null() {
+            // A platform that turned rseq on without its take: nobody else can be
+            // committing then but through the same missing sections; exchange.
+            cc.freelist.swap(0, crate::sync::Ordering::AcqRel)
+        } else {
+            // SAFETY: only `set_rseq_take` stores a non-null value, made from an
+            // `RseqTake`.
+            let take = unsafe { core::mem::transmute::<*mut (), RseqTake>(f) };
+            take(c.area(), &cc.freelist)
+        };
+        cc.next_tid();
+        return v;
+    }
+    cc.take_freelist(cfg.lockless)
 }
 
 /// The outcome of a lockless push.
@@ -1356,7 +1401,13 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// Per-CPU mode, under the area's lock: the lockless pop, else the slow path.
     #[inline(never)]
     fn alloc_locked_lockless(&self, c: CpuRef<'_>, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
-        let obj = match self.pop_lockless(s.cpu(c), s.config()) {
+        // With rseq, the lock holder pops only from what it takes (slow path).
+        let popped = if s.config().rseq {
+            None
+        } else {
+            self.pop_lockless(s.cpu(c), s.config())
+        };
+        let obj = match popped {
             Some(o) => o,
             None => self.slab_alloc_slow(c, s, gfp, None)?,
         };
@@ -1433,7 +1484,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     #[inline]
     pub fn alloc_lockless(&self, area: &CpuArea, s: &KmemCache) -> Option<NonNull<u8>> {
         let cfg = s.config();
-        if !cfg.lockless {
+        if !cfg.lockless || cfg.rseq {
             return None;
         }
         let obj = self.pop_lockless(s.cpu_of(area), cfg)?;
@@ -1456,7 +1507,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         obj: usize,
     ) -> Option<bool> {
         let cfg = s.config();
-        if !cfg.lockless || cfg.off_fast_paths() {
+        if !cfg.lockless || cfg.rseq || cfg.off_fast_paths() {
             return None;
         }
         let cc = s.cpu_of(area);
@@ -1490,7 +1541,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         self.check_drain_request(c);
         // The slow path owns the CPU freelist from here until it installs a new one:
         // while it is 0, lockless contexts (per-CPU mode) leave it alone.
-        let cur = cc.take_freelist(cfg.lockless);
+        let cur = take_cpu_freelist(c, cfg, cc);
         if cur != 0 {
             let slab = self.freelist_slab(cur);
             if let Some(n) = nid {
@@ -1531,7 +1582,8 @@ impl<'a, P: Platform> Slub<'a, P> {
             self.report_corrupt_link(cfg, list, next);
             0
         };
-        cc.install_freelist(cfg.lockless, next);
+        // With rseq, a plain store: the pair is empty (taken) and ours.
+        cc.install_freelist(cfg.lockless && !cfg.rseq, next);
         list
     }
 
@@ -1992,7 +2044,13 @@ impl<'a, P: Platform> Slub<'a, P> {
         let cfg = s.config();
         let cc = s.cpu(c);
         let base = obj & !(cfg.slab_bytes() - 1);
-        match self.push_lockless(cc, cfg, base, obj, obj) {
+        // (With rseq the lock holder does not push: only the CPU's own sections do.)
+        let pushed = if cfg.rseq {
+            Push::NotCpuSlab
+        } else {
+            self.push_lockless(cc, cfg, base, obj, obj)
+        };
+        match pushed {
             Push::Done => {
                 cc.count(SlubStat::FreeFastpath);
                 return true;
@@ -2197,7 +2255,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// to the nodes (CPU going offline, shrink).
     pub fn flush_cpu_cache(&self, c: CpuRef<'_>, s: &KmemCache) {
         let cc = s.cpu(c);
-        let cur = cc.take_freelist(s.config().lockless);
+        let cur = take_cpu_freelist(c, s.config(), cc);
         if cur != 0 {
             let slab = self.freelist_slab(cur);
             self.deactivate_slab(c, s, slab, cur);
@@ -2341,8 +2399,10 @@ impl<'a, P: Platform> Slub<'a, P> {
                 let cc = s.cpu(c);
                 if cfg.lockless {
                     // (A double free at the head falls through to `slab_free`, which
-                    // reports it.)
-                    if let Push::Done = self.push_lockless(cc, cfg, base, head, tail) {
+                    // reports it. With rseq only the CPU's own sections push.)
+                    if !cfg.rseq
+                        && matches!(self.push_lockless(cc, cfg, base, head, tail), Push::Done)
+                    {
                         cc.count(SlubStat::FreeFastpath);
                         continue;
                     }

@@ -291,32 +291,22 @@ fn memory_cgroups_through_the_c_api() {
 
 #[test]
 fn threads_and_fork_in_per_cpu_mode() {
-    // One CPU area per CPU, shared by the threads on it under its local lock.
-    let env = [("KMEM_PERCPU", "cpu")];
-    let prog = compile("threads.c");
-    let out = run_with(&prog, &[], true, &env);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "threads ok\n");
-    let prog = compile("fork.c");
-    let out = run_with(&prog, &["300"], true, &env);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "fork ok\n");
+    // One CPU area per CPU, shared by the threads on it: restartable sequences (the
+    // default `cpu` here), the double-word CAS, or the area's lock for everything.
+    let threads = compile("threads.c");
+    let fork = compile("fork.c");
     let lib = lib();
-    let prog = compile_with("memcg.c", &[&lib]);
-    let out = run_with(&prog, &[], true, &env);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "memcg ok\n");
-    // The lockless variants are accepted and say what runs instead.
-    let out = run_with(
-        &compile("threads.c"),
-        &[],
-        true,
-        &[("KMEM_PERCPU", "cpu-rseq")],
-    );
-    assert!(out.status.success());
-    assert!(
-        text(&out.stderr).contains("restartable sequences are not built yet; using cpu"),
-        "{}",
-        text(&out.stderr)
-    );
+    let memcg = compile_with("memcg.c", &[&lib]);
+    for mode in ["cpu", "cpu-rseq", "cpu-cas", "cpu-lock"] {
+        let env = [("KMEM_PERCPU", mode)];
+        let out = run_with(&threads, &[], true, &env);
+        assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "threads ok\n");
+        let out = run_with(&fork, &["300"], true, &env);
+        assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "fork ok\n");
+        let out = run_with(&memcg, &[], true, &env);
+        assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "memcg ok\n");
+    }
 }

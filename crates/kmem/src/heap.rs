@@ -66,13 +66,30 @@ const MODE_CPU_LOCK: u8 = 1;
 const MODE_CPU_CAS: u8 = 2;
 /// Per-CPU, the best mechanism here (resolved at initialisation).
 const MODE_CPU: u8 = 3;
+/// Per-CPU, restartable sequences for the alloc/free fast paths, the rest locked.
+const MODE_CPU_RSEQ: u8 = 4;
 
 fn mode_code(mode: PerCpuMode) -> u8 {
     match mode {
         PerCpuMode::Thread => MODE_THREAD,
         PerCpuMode::CpuLock => MODE_CPU_LOCK,
         PerCpuMode::CpuCas => MODE_CPU_CAS,
-        PerCpuMode::Cpu | PerCpuMode::CpuRseq => MODE_CPU,
+        PerCpuMode::CpuRseq => MODE_CPU_RSEQ,
+        PerCpuMode::Cpu => MODE_CPU,
+    }
+}
+
+/// Whether this thread (and so, glibc being what it is, every thread) can run the
+/// restartable sequences of `platform::rseq`.
+fn rseq_possible() -> bool {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        crate::platform::linux::rseq_init();
+        crate::platform::linux::rseq_offset().is_some()
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        false
     }
 }
 
@@ -140,6 +157,39 @@ impl Drop for CpuGuard {
     }
 }
 
+/// `cpu-rseq`: the slab layer's take of a CPU freelist (`slub::set_rseq_take`): a
+/// restartable sequence on the area's CPU, run there (the thread pinned for the
+/// moment) if it is elsewhere. If this thread may not run on that CPU, kmem assumes
+/// none of its threads does (they share one affinity: documented), so no section can
+/// commit there and a plain exchange is the take.
+fn rseq_take(area: &CpuArea, freelist: &std::sync::atomic::AtomicUsize) -> usize {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        use crate::platform::rseq;
+        let cpu = HEAP.area_cpu[area.id()].load(Ordering::Acquire);
+        let fl = freelist as *const std::sync::atomic::AtomicUsize as *mut usize;
+        if let (Some(r), true) = (rseq::area(), cpu != 0) {
+            let cpu = cpu as usize - 1;
+            // SAFETY: `r` is this thread's registered rseq area; `fl` is the freelist
+            // word of a `kmem_cache_cpu` in CPU `cpu`'s area.
+            let take = || unsafe { rseq::take_on(r, cpu, fl) };
+            if let Some(v) = take() {
+                return v;
+            }
+            let pinned = rseq::on_cpu(cpu, || loop {
+                if let Some(v) = take() {
+                    break v;
+                }
+            });
+            if let Some(v) = pinned {
+                return v;
+            }
+        }
+    }
+    // No CPU of ours runs this area's sections: a plain exchange.
+    freelist.swap(0, Ordering::AcqRel)
+}
+
 /// Thread mode's fast case: the thread's own CPU area, once attached. Everything
 /// else (attaching, per-CPU mode, thread exit) goes through [`Heap::cpu`].
 #[inline(always)]
@@ -188,6 +238,8 @@ pub struct Heap {
     mode: AtomicU8,
     /// Per-CPU mode: the area of each CPU id, made on the CPU's first use.
     cpu_table: [AtomicPtr<CpuArea>; MAX_CPU_IDS],
+    /// Per-CPU mode: the CPU id + 1 of each area (by area id; 0: none).
+    area_cpu: [AtomicU32; kmem_core::percpu::MAX_CPU_AREAS],
 }
 
 // SAFETY: `env` is written only during initialisation, before any other thread can
@@ -212,6 +264,7 @@ static HEAP: Heap = Heap {
     exit_key: AtomicU32::new(0),
     mode: AtomicU8::new(MODE_THREAD),
     cpu_table: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CPU_IDS],
+    area_cpu: [const { AtomicU32::new(0) }; kmem_core::percpu::MAX_CPU_AREAS],
 };
 
 /// The process heap, initialised on first use. If initialisation failed (no address
@@ -243,6 +296,18 @@ impl Heap {
                     MODE_UNSET => mode_code(env.percpu),
                     m => m,
                 };
+                if mode == MODE_CPU_RSEQ || mode == MODE_CPU {
+                    if rseq_possible() {
+                        mode = MODE_CPU_RSEQ;
+                    } else {
+                        if mode == MODE_CPU_RSEQ {
+                            crate::platform::linux::write_stderr(
+                                b"kmem: KMEM_PERCPU=cpu-rseq: no rseq registration here; using cpu-cas or cpu-lock\n",
+                            );
+                        }
+                        mode = MODE_CPU;
+                    }
+                }
                 if mode == MODE_CPU || mode == MODE_CPU_CAS {
                     let cas = lockless_possible();
                     if mode == MODE_CPU_CAS && !cas {
@@ -254,6 +319,10 @@ impl Heap {
                 }
                 self.mode.store(mode, Ordering::Relaxed);
                 self.kmem.set_lockless(mode == MODE_CPU_CAS);
+                if mode == MODE_CPU_RSEQ {
+                    kmem_core::slub::set_rseq_take(rseq_take);
+                    self.kmem.set_rseq(true);
+                }
                 // SAFETY: only the initialising thread gets here, before READY.
                 unsafe { *self.env.get() = env };
                 let ok = self.do_init(env);
@@ -354,11 +423,6 @@ impl Heap {
     /// What may allocate or register hooks: runs once the heap is READY, so a nested
     /// allocation (atexit may call calloc) is served.
     fn after_init(&self, env: &EnvConfig) {
-        if env.percpu == PerCpuMode::CpuRseq {
-            crate::platform::linux::write_stderr(
-                b"kmem: KMEM_PERCPU=cpu-rseq: restartable sequences are not built yet; using cpu\n",
-            );
-        }
         if env.debug.any() {
             // Load the unwinder now (its first use allocates), for slub_debug's U.
             let mut frames = [0usize; 2];
@@ -489,6 +553,8 @@ impl Heap {
         }
         let (_, node) = crate::platform::linux::getcpu();
         let area = HEAP.kmem.pages.cpu_area_get(node)?;
+        // Before the area is published: the rseq take looks its CPU up.
+        self.area_cpu[area.id()].store(id as u32 + 1, Ordering::Release);
         let new = area as *const CpuArea as *mut CpuArea;
         match slot.compare_exchange(
             std::ptr::null_mut(),
@@ -513,6 +579,7 @@ impl Heap {
         match self.mode.load(Ordering::Relaxed) {
             MODE_THREAD => PerCpuMode::Thread,
             MODE_CPU_CAS => PerCpuMode::CpuCas,
+            MODE_CPU_RSEQ => PerCpuMode::CpuRseq,
             _ => PerCpuMode::CpuLock,
         }
     }
@@ -528,6 +595,76 @@ impl Heap {
         let p = self.cpu_table.get(current_cpu())?.load(Ordering::Acquire);
         // SAFETY: table entries are null or areas that live forever.
         unsafe { p.as_ref() }
+    }
+
+    /// `cpu-rseq`: pops an object of `s` from the CPU freelist of the CPU the thread
+    /// runs on, in a restartable sequence. `None`: take the locked path.
+    #[inline]
+    fn rseq_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
+            let cfg = s.config();
+            if cfg.off_fast_paths() {
+                return None;
+            }
+            let rseq = crate::platform::rseq::area()?;
+            // SAFETY: `rseq` is this thread's registered area; the table has
+            // MAX_CPU_IDS entries, null or CPU areas holding every cache's
+            // `kmem_cache_cpu` at its offset; the caches run with `rseq` set (so the
+            // slab layer changes a CPU freelist only by committing on that CPU, or
+            // while it is empty).
+            let obj =
+                unsafe { crate::platform::rseq::pop(rseq, self.cpu_table.as_ptr().cast(), cfg) };
+            let p = NonNull::new(obj as *mut u8)?;
+            if gfp.contains(Gfp::ZERO) {
+                // SAFETY: the object is ours now, `object_size` bytes long.
+                unsafe { p.as_ptr().write_bytes(0, cfg.object_size) };
+            }
+            Some(p)
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        {
+            let _ = (s, gfp);
+            None
+        }
+    }
+
+    /// `cpu-rseq`: pushes `p` (an object of `slab` of `s`) on the CPU freelist of the
+    /// CPU the thread runs on if `slab` is that CPU's slab. `Some(false)`: a double
+    /// free at the freelist's head (reported). `None`: take the locked path.
+    ///
+    /// # Safety
+    /// `p` is the start of an object of `slab` of `s`, owned by the caller, who gives
+    /// it up.
+    #[inline]
+    unsafe fn rseq_free(&self, s: &KmemCache, slab: NonNull<Page>, p: *mut u8) -> Option<bool> {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
+            use crate::platform::rseq::{self, Pushed};
+            let cfg = s.config();
+            if cfg.off_fast_paths() || kmem_core::memcontrol::has_obj_exts(slab) {
+                return None;
+            }
+            let area = rseq::area()?;
+            let obj = p as usize;
+            let base = obj & !(cfg.slab_bytes() - 1);
+            // SAFETY: as in `rseq_alloc`; the object is the caller's to give up.
+            match unsafe { rseq::push(area, self.cpu_table.as_ptr().cast(), cfg, obj, base) } {
+                Pushed::Done => Some(true),
+                Pushed::AtHead => {
+                    self.kmem
+                        .slub()
+                        .report(s, Some(slab), "Object already free", obj);
+                    Some(false)
+                }
+                Pushed::No => None,
+            }
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        {
+            let _ = (s, slab, p);
+            None
+        }
     }
 
     /// Per-CPU mode: every CPU's area, for reports and flushes.
@@ -765,6 +902,15 @@ impl Heap {
     /// else under the CPU area's lock), a thread's first allocation, the zone path.
     #[inline(never)]
     fn kmalloc_cold(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if self.mode.load(Ordering::Relaxed) == MODE_CPU_RSEQ {
+            if let Some(p) = self
+                .kmem
+                .kmalloc_cache(size, gfp)
+                .and_then(|s| self.rseq_alloc(s, gfp))
+            {
+                return Some(p);
+            }
+        }
         if let Some(area) = self.lockless_area() {
             if let Some(p) = self.kmem.kmalloc_lockless(area, size, gfp) {
                 return Some(p);
@@ -836,6 +982,14 @@ impl Heap {
     /// As [`Heap::kfree`].
     #[inline(never)]
     unsafe fn kfree_cold(&self, p: *mut u8) -> bool {
+        if self.mode.load(Ordering::Relaxed) == MODE_CPU_RSEQ {
+            if let kmem_core::slub::ObjectLookup::Slab(s, slab) = self.kmem.slub().lookup(p) {
+                // SAFETY: a checked object of `slab`, given up by the caller.
+                if let Some(r) = unsafe { self.rseq_free(s, slab, p) } {
+                    return r;
+                }
+            }
+        }
         if let Some(area) = self.lockless_area() {
             // SAFETY: forwarded from the caller.
             if let Some(r) = unsafe { self.kmem.kfree_lockless(area, p) } {
@@ -899,6 +1053,11 @@ impl Heap {
     /// [`Heap::kmem_cache_alloc`] without a thread area (see [`Heap::kmalloc_cold`]).
     #[inline(never)]
     fn kmem_cache_alloc_cold(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        if self.mode.load(Ordering::Relaxed) == MODE_CPU_RSEQ {
+            if let Some(p) = self.rseq_alloc(s, gfp) {
+                return Some(p);
+            }
+        }
         if let Some(area) = self.lockless_area() {
             if let Some(p) = self.kmem.slub().alloc_lockless(area, s) {
                 if gfp.contains(Gfp::ZERO) {
@@ -944,6 +1103,17 @@ impl Heap {
     /// As [`Heap::kmem_cache_free`].
     #[inline(never)]
     unsafe fn kmem_cache_free_cold(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
+        if self.mode.load(Ordering::Relaxed) == MODE_CPU_RSEQ {
+            match self.kmem.slub().lookup(p.as_ptr()) {
+                kmem_core::slub::ObjectLookup::Slab(found, slab) if std::ptr::eq(found, s) => {
+                    // SAFETY: a checked object of `slab`, given up by the caller.
+                    if let Some(r) = unsafe { self.rseq_free(s, slab, p.as_ptr()) } {
+                        return r;
+                    }
+                }
+                _ => {}
+            }
+        }
         if let Some(area) = self.lockless_area() {
             // SAFETY: forwarded from the caller.
             if let Some(r) = unsafe { self.kmem.kmem_cache_free_lockless(area, s, p) } {

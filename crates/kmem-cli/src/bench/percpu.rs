@@ -2,9 +2,10 @@
 //!
 //! The mode is fixed when the heap starts, so each mode runs in a child process
 //! (`kmem bench-child …` with `KMEM_PERCPU` set) that prints its figures as JSON; the
-//! parent labels them with the mode (`thread`: a CPU area per thread; `cpu-cas`: a CPU
-//! area per CPU, lockless alloc/free fast paths with a double-word CAS, the rest under
-//! the area's local lock; `cpu-lock`: a CPU area per CPU, everything under its lock).
+//! parent labels them with the mode (`thread`: a CPU area per thread; `cpu-rseq`: a
+//! CPU area per CPU, alloc/free fast paths in restartable sequences, the rest under
+//! the area's local lock; `cpu-cas`: the same with a double-word CAS instead of rseq;
+//! `cpu-lock`: a CPU area per CPU, everything under its lock).
 //!
 //! - `percpu`: `fastpath_reuse` (alloc+free of one 256-byte object of a kmem_cache,
 //!   op `pair`), `fastpath_reuse_2t` (the same on 2 threads, param 2), `kmalloc_kfree`
@@ -34,7 +35,7 @@ pub const MEMORY: Suite = Suite {
 };
 
 /// The modes, as `KMEM_PERCPU` spells them.
-const MODES: [&str; 3] = ["thread", "cpu-cas", "cpu-lock"];
+const MODES: [&str; 4] = ["thread", "cpu-rseq", "cpu-cas", "cpu-lock"];
 const THREADS: [u64; 3] = [2, 64, 512];
 
 /// Runs `kmem bench-child <what>` in `mode`; its results, labelled.
@@ -251,14 +252,14 @@ fn times_lines(results: &[BenchResult]) -> String {
         ("cross_thread_free", 64),
     ] {
         let ns = |m| get(results, bench, m, param).and_then(|r| r.ns);
-        if let (Some(t), Some(c), Some(l)) = (ns("thread"), ns("cpu-cas"), ns("cpu-lock")) {
-            let _ = writeln!(
-                out,
-                "  {bench:<18} {param:>4}  thread {t:>7.2}  cpu-cas {c:>7.2} ({:.2}x)  cpu-lock {l:>7.2} ({:.2}x)",
-                c / t,
-                l / t
-            );
+        let Some(t) = ns("thread") else { continue };
+        let _ = write!(out, "  {bench:<18} {param:>4}  thread {t:>7.2}");
+        for m in &MODES[1..] {
+            if let Some(v) = ns(m) {
+                let _ = write!(out, "  {m} {v:>7.2} ({:.2}x)", v / t);
+            }
         }
+        let _ = writeln!(out);
     }
     out
 }
@@ -269,10 +270,10 @@ fn memory_lines(results: &[BenchResult]) -> String {
     let _ = writeln!(out, "bytes held by per-CPU caches with N threads alive:");
     for n in THREADS {
         let b = |m| get(results, "held_after_threads", m, n).and_then(|r| r.bytes);
-        if let (Some(t), Some(c)) = (b("thread"), b("cpu-cas")) {
+        if let (Some(t), Some(c)) = (b("thread"), b("cpu-rseq")) {
             let _ = writeln!(
                 out,
-                "  {n:>4} threads  thread {:>9.1} KiB  cpu-cas {:>8.1} KiB  ({:.1}x less)",
+                "  {n:>4} threads  thread {:>9.1} KiB  cpu-rseq {:>8.1} KiB  ({:.1}x less)",
                 t as f64 / 1024.0,
                 c as f64 / 1024.0,
                 t as f64 / c.max(1) as f64

@@ -529,6 +529,14 @@ pub fn rseq_init() {
     }
 }
 
+/// The offset of glibc's `struct rseq` from the thread pointer, if it registers one
+/// (after [`rseq_init`]).
+#[inline]
+pub fn rseq_offset() -> Option<isize> {
+    let off = RSEQ_OFFSET.load(std::sync::atomic::Ordering::Relaxed);
+    (off != isize::MIN).then_some(off)
+}
+
 /// The CPU the caller runs on: the `cpu_id` field of the thread's rseq area (one load,
 /// kept current by the kernel), else `sched_getcpu`; 0 if unknown.
 #[inline]

@@ -4,3 +4,5 @@
 pub mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::LinuxPlatform;
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub mod rseq;

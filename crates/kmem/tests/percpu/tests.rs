@@ -22,11 +22,13 @@ fn setup() -> MutexGuard<'static, ()> {
 
 /// The mode `MODE` runs as here.
 fn running_mode() -> PerCpuMode {
+    kmem::platform::linux::rseq_init();
+    let rseq = cfg!(target_arch = "x86_64") && kmem::platform::linux::rseq_offset().is_some();
+    let cas = cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("cmpxchg16b");
     match MODE {
         PerCpuMode::CpuLock => PerCpuMode::CpuLock,
-        _ if cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("cmpxchg16b") => {
-            PerCpuMode::CpuCas
-        }
+        PerCpuMode::CpuRseq if rseq => PerCpuMode::CpuRseq,
+        _ if cas => PerCpuMode::CpuCas,
         _ => PerCpuMode::CpuLock,
     }
 }

@@ -1,0 +1,311 @@
+//! Restartable sequences for per-CPU mode (`KMEM_PERCPU=cpu-rseq`; Linux, x86_64).
+//!
+//! glibc (2.35+) registers a `struct rseq` for every thread; the kernel keeps its
+//! `cpu_id` current and, if the thread is preempted, migrated or signalled while its
+//! instruction pointer is inside a registered critical section, restarts it at the
+//! section's abort handler. A section that ends in one plain store therefore commits
+//! atomically with respect to everything else that runs on that CPU — as tcmalloc's
+//! per-CPU caches do, without any atomic instruction.
+//!
+//! Three sections, on the `kmem_cache_cpu` of the cache at `cpu_offset` in the CPU
+//! area of the CPU the thread is on (`table[cpu_id]`):
+//! - [`pop`]: `obj = freelist`; decode its free pointer (hardening key) and check it
+//!   lies in the slab; commit `freelist = next`;
+//! - [`push`]: if `freelist` is in the object's slab (the CPU slab), write the
+//!   object's encoded free pointer and commit `freelist = obj`;
+//! - [`take_on`]: on CPU `cpu` only, commit `freelist = 0` and return the old value
+//!   (how the slab layer's lock holder takes a CPU freelist; see `slub`'s rules).
+//!
+//! Each section arms `rseq->rseq_cs` with its descriptor (`__rseq_cs`, 32-byte
+//! aligned: version, flags, start, length up to and including the commit, abort), and
+//! its abort handler sits in `__rseq_failure` behind the signature the kernel checks
+//! (`RSEQ_SIG`, 0x53053053, as the last four bytes of a `ud1` instruction, as librseq
+//! does on x86) and jumps back to re-arm and start over.
+
+use kmem_core::slub::CacheConfig;
+use std::mem::offset_of;
+
+/// Entries of the CPU table the sections index (CPU ids at or past it: no area).
+pub const TABLE_LEN: usize = crate::heap::MAX_CPU_IDS;
+
+/// The calling thread's `struct rseq`, if glibc registered one.
+#[inline]
+pub fn area() -> Option<*mut u8> {
+    let off = super::linux::rseq_offset()?;
+    let tp: usize;
+    // SAFETY: on x86_64 glibc keeps the thread pointer at fs:0 (the TCB's
+    // self-pointer); reading it has no side effects.
+    unsafe {
+        std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
+    Some((tp as isize + off) as *mut u8)
+}
+
+/// Pops an object from the CPU freelist of the cache `cfg` on the CPU the thread runs
+/// on; 0 when there is none (no area for the CPU yet, an empty freelist, or a corrupt
+/// link: the caller takes the locked path, which reports the latter).
+///
+/// # Safety
+/// `rseq` is the calling thread's registered `struct rseq`; `table` has
+/// [`TABLE_LEN`] entries, each null or a CPU area in which `cfg.cpu_offset` holds the
+/// cache's `kmem_cache_cpu` (freelist first), and `cfg` is that cache's live config
+/// with `rseq` set (no other context changes a CPU's freelist except by committing on
+/// that CPU, or while it is empty).
+#[inline]
+pub unsafe fn pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
+    let obj: usize;
+    // SAFETY: the caller's contract. Inside the section every load is from the CPU
+    // table, the area's `kmem_cache_cpu`, or the free pointer word of an object that
+    // is on this CPU's freelist at that instant (nothing else can change it before the
+    // commit without restarting us); the commit is the last instruction before label
+    // 2. Inputs are never written, so a restart finds them intact.
+    unsafe {
+        std::arch::asm!(
+            "20:",
+            "lea {t}, [rip + 23f]",
+            "mov qword ptr [{rseq} + 8], {t}",
+            "21:",
+            "mov {t:e}, dword ptr [{rseq} + 4]",
+            "cmp {t}, {len}",
+            "jae 25f",
+            "mov {cc}, qword ptr [{table} + {t} * 8]",
+            "test {cc}, {cc}",
+            "jz 25f",
+            "add {cc}, qword ptr [{cfg} + {off_cpu}]",
+            "mov {obj}, qword ptr [{cc}]",
+            "test {obj}, {obj}",
+            "jz 25f",
+            "test {obj}, 1",
+            "jnz 25f",
+            "mov {at}, {obj}",
+            "add {at}, qword ptr [{cfg} + {off_fp}]",
+            "mov {next}, qword ptr [{at}]",
+            "bswap {at}",
+            "and {at}, qword ptr [{cfg} + {off_mask}]",
+            "xor {at}, qword ptr [{cfg} + {off_random}]",
+            "xor {next}, {at}",
+            "mov {at}, {obj}",
+            "xor {at}, {next}",
+            "cmp {at}, {slab}",
+            "jae 25f",
+            "mov qword ptr [{cc}], {next}",
+            "22:",
+            "jmp 26f",
+            "25:",
+            "xor {obj:e}, {obj:e}",
+            "26:",
+            ".pushsection __rseq_cs, \"aw\"",
+            ".balign 32",
+            "23:",
+            ".long 0, 0",
+            ".quad 21b, 22b - 21b, 24f",
+            ".popsection",
+            ".pushsection __rseq_failure, \"ax\"",
+            ".byte 0x0f, 0xb9, 0x3d",
+            ".long 0x53053053",
+            "24:",
+            "jmp 20b",
+            ".popsection",
+            rseq = in(reg) rseq,
+            table = in(reg) table,
+            cfg = in(reg) cfg as *const CacheConfig,
+            slab = in(reg) cfg.slab_bytes(),
+            len = const TABLE_LEN,
+            off_cpu = const offset_of!(CacheConfig, cpu_offset),
+            off_fp = const offset_of!(CacheConfig, offset),
+            off_mask = const offset_of!(CacheConfig, harden_mask),
+            off_random = const offset_of!(CacheConfig, random),
+            obj = out(reg) obj,
+            t = out(reg) _,
+            cc = out(reg) _,
+            at = out(reg) _,
+            next = out(reg) _,
+            options(nostack),
+        );
+    }
+    obj
+}
+
+/// What [`push`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// On the CPU freelist.
+    Done,
+    /// Not done: the object's slab is not the CPU slab (or no area yet).
+    No,
+    /// The object is already at the freelist's head: a double free (not done).
+    AtHead,
+}
+
+/// Pushes `obj` (an object of the slab at `base`, owned by the caller) on the CPU
+/// freelist of the cache `cfg` on the CPU the thread runs on, if that slab is the CPU
+/// slab there.
+///
+/// # Safety
+/// As [`pop`]; `obj` is the start of an object of the cache, in the slab at `base`,
+/// and the caller gives it up.
+#[inline]
+pub unsafe fn push(
+    rseq: *mut u8,
+    table: *const u8,
+    cfg: &CacheConfig,
+    obj: usize,
+    base: usize,
+) -> Pushed {
+    let res: usize;
+    // SAFETY: the caller's contract. The store into the object (its encoded free
+    // pointer) is the caller's own memory; the commit is the last instruction before
+    // label 2. Inputs are never written.
+    unsafe {
+        std::arch::asm!(
+            "20:",
+            "lea {t}, [rip + 23f]",
+            "mov qword ptr [{rseq} + 8], {t}",
+            "21:",
+            "mov {t:e}, dword ptr [{rseq} + 4]",
+            "cmp {t}, {len}",
+            "jae 25f",
+            "mov {cc}, qword ptr [{table} + {t} * 8]",
+            "test {cc}, {cc}",
+            "jz 25f",
+            "add {cc}, qword ptr [{cfg} + {off_cpu}]",
+            "mov {cur}, qword ptr [{cc}]",
+            "test {cur}, {cur}",
+            "jz 25f",
+            "mov {t}, {cur}",
+            "sub {t}, {base}",
+            "cmp {t}, {slab}",
+            "jae 25f",
+            "cmp {cur}, {obj}",
+            "je 27f",
+            "mov {at}, {obj}",
+            "add {at}, qword ptr [{cfg} + {off_fp}]",
+            "mov {t}, {at}",
+            "bswap {t}",
+            "and {t}, qword ptr [{cfg} + {off_mask}]",
+            "xor {t}, qword ptr [{cfg} + {off_random}]",
+            "xor {t}, {cur}",
+            "mov qword ptr [{at}], {t}",
+            "mov qword ptr [{cc}], {obj}",
+            "22:",
+            "mov {res:e}, 1",
+            "jmp 26f",
+            "27:",
+            "mov {res:e}, 2",
+            "jmp 26f",
+            "25:",
+            "xor {res:e}, {res:e}",
+            "26:",
+            ".pushsection __rseq_cs, \"aw\"",
+            ".balign 32",
+            "23:",
+            ".long 0, 0",
+            ".quad 21b, 22b - 21b, 24f",
+            ".popsection",
+            ".pushsection __rseq_failure, \"ax\"",
+            ".byte 0x0f, 0xb9, 0x3d",
+            ".long 0x53053053",
+            "24:",
+            "jmp 20b",
+            ".popsection",
+            rseq = in(reg) rseq,
+            table = in(reg) table,
+            cfg = in(reg) cfg as *const CacheConfig,
+            obj = in(reg) obj,
+            base = in(reg) base,
+            slab = in(reg) cfg.slab_bytes(),
+            len = const TABLE_LEN,
+            off_cpu = const offset_of!(CacheConfig, cpu_offset),
+            off_fp = const offset_of!(CacheConfig, offset),
+            off_mask = const offset_of!(CacheConfig, harden_mask),
+            off_random = const offset_of!(CacheConfig, random),
+            res = out(reg) res,
+            t = out(reg) _,
+            cc = out(reg) _,
+            cur = out(reg) _,
+            at = out(reg) _,
+            options(nostack),
+        );
+    }
+    match res {
+        1 => Pushed::Done,
+        2 => Pushed::AtHead,
+        _ => Pushed::No,
+    }
+}
+
+/// On CPU `cpu` only: replaces `*freelist` with 0 and returns the old value; `None`
+/// if the thread is not running on `cpu`.
+///
+/// # Safety
+/// `rseq` is the calling thread's registered `struct rseq`; `freelist` is the
+/// `freelist` word of a `kmem_cache_cpu` in CPU `cpu`'s area.
+#[inline]
+pub unsafe fn take_on(rseq: *mut u8, cpu: usize, freelist: *mut usize) -> Option<usize> {
+    let v: usize;
+    let ok: usize;
+    // SAFETY: the caller's contract; the commit (the store of 0) is the last
+    // instruction before label 2. Inputs are never written.
+    unsafe {
+        std::arch::asm!(
+            "20:",
+            "lea {t}, [rip + 23f]",
+            "mov qword ptr [{rseq} + 8], {t}",
+            "21:",
+            "mov {t:e}, dword ptr [{rseq} + 4]",
+            "cmp {t}, {cpu}",
+            "jne 25f",
+            "mov {v}, qword ptr [{fl}]",
+            "mov qword ptr [{fl}], 0",
+            "22:",
+            "mov {ok:e}, 1",
+            "jmp 26f",
+            "25:",
+            "xor {ok:e}, {ok:e}",
+            "xor {v:e}, {v:e}",
+            "26:",
+            ".pushsection __rseq_cs, \"aw\"",
+            ".balign 32",
+            "23:",
+            ".long 0, 0",
+            ".quad 21b, 22b - 21b, 24f",
+            ".popsection",
+            ".pushsection __rseq_failure, \"ax\"",
+            ".byte 0x0f, 0xb9, 0x3d",
+            ".long 0x53053053",
+            "24:",
+            "jmp 20b",
+            ".popsection",
+            rseq = in(reg) rseq,
+            cpu = in(reg) cpu,
+            fl = in(reg) freelist,
+            v = out(reg) v,
+            ok = out(reg) ok,
+            t = out(reg) _,
+            options(nostack),
+        );
+    }
+    (ok != 0).then_some(v)
+}
+
+/// Runs `f` pinned to CPU `cpu` (`sched_setaffinity`), then restores the thread's
+/// affinity. `None` if the thread may not run there.
+pub fn on_cpu<R>(cpu: usize, f: impl FnOnce() -> R) -> Option<R> {
+    // SAFETY: cpu_set_t is plain data; the calls get valid pointers and sizes, and
+    // only this thread's affinity (pid 0) changes, restored below.
+    unsafe {
+        let mut old: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        if libc::sched_getaffinity(0, size, &mut old) != 0 || cpu >= libc::CPU_SETSIZE as usize {
+            return None;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut one);
+        if libc::sched_setaffinity(0, size, &one) != 0 {
+            return None;
+        }
+        let r = f();
+        libc::sched_setaffinity(0, size, &old);
+        Some(r)
+    }
+}
