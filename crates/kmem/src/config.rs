@@ -73,13 +73,15 @@ pub enum PerCpuMode {
     /// One CPU area per thread (owned mode; the default).
     Thread,
     /// One per CPU, shared by the threads running on it, with the fastest mechanism
-    /// available here (`CpuCas` where the CPU has `cmpxchg16b`, else `CpuLock`).
+    /// available here (`CpuRseq` where glibc registers rseq, else `CpuCas` where the
+    /// CPU has `cmpxchg16b`, else `CpuLock`).
     Cpu,
     /// Per-CPU with SLUB's lockless fast paths: a double-word CAS of `(freelist,
     /// tid)`; everything else under the CPU area's local lock.
     CpuCas,
-    /// Per-CPU with restartable sequences: accepted, runs as `Cpu` (with a warning)
-    /// until built.
+    /// Per-CPU with the allocation and free fast paths in restartable sequences
+    /// (committed by a plain store on the CPU they run on); everything else under the
+    /// CPU area's local lock.
     CpuRseq,
     /// Per-CPU with every operation under the CPU area's local lock (the portable
     /// fallback).

@@ -23,9 +23,11 @@
 //! (`cpu_table`, made on a CPU's first use; ids past [`MAX_CPU_IDS`] use the zone
 //! path). An operation takes the area of the CPU it runs on (`sched_getcpu`, answered
 //! from glibc's rseq area) and holds its local lock (`CpuGuard`); a nested operation
-//! of the same thread (a callback inside one) reuses the held area (`HELD_AREA`). In
-//! `cpu-cas` the kmalloc and kmem_cache alloc/free fast paths first try the lockless
-//! double-word-CAS path on that area, without the lock. Threads own nothing, so thread
+//! of the same thread (a callback inside one) reuses the held area (`HELD_AREA`). The
+//! kmalloc and kmem_cache alloc/free fast paths first try, without the lock, the
+//! restartable sequences of `platform::rseq` (`cpu-rseq`) or the double-word-CAS path
+//! (`cpu-cas`) on that CPU's area; in `cpu-rseq` the slab layer takes a CPU freelist
+//! through `rseq_take` (a sequence on that CPU). Threads own nothing, so thread
 //! exit flushes nothing; [`Heap::flush_cpu_caches`] flushes every CPU's area. Fork
 //! takes every area's lock first (lock order: area locks, then the huge list, then the
 //! slab and page allocator locks).
