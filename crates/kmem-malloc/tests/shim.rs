@@ -309,4 +309,17 @@ fn threads_and_fork_in_per_cpu_mode() {
         assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
         assert_eq!(text(&out.stdout), "memcg ok\n");
     }
+    // Without glibc's rseq registration, cpu-rseq falls back (and says so).
+    let env = [
+        ("KMEM_PERCPU", "cpu-rseq"),
+        ("GLIBC_TUNABLES", "glibc.pthread.rseq=0"),
+    ];
+    let out = run_with(&threads, &[], true, &env);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "threads ok\n");
+    assert!(
+        text(&out.stderr).contains("no rseq registration here"),
+        "{}",
+        text(&out.stderr)
+    );
 }
