@@ -28,9 +28,10 @@
 //! restartable sequences of `platform::rseq` (`cpu-rseq`) or the double-word-CAS path
 //! (`cpu-cas`) on that CPU's area; in `cpu-rseq` the slab layer takes a CPU freelist
 //! through `rseq_take` (a sequence on that CPU). Threads own nothing, so thread
-//! exit flushes nothing; [`Heap::flush_cpu_caches`] flushes every CPU's area. Fork
-//! takes every area's lock first (lock order: area locks, then the huge list, then the
-//! slab and page allocator locks).
+//! exit flushes nothing; [`Heap::flush_cpu_caches`] flushes every CPU's area. Lock
+//! order: the table lock (making an area), then an area's local lock, then the huge
+//! list, then the slab and page allocator locks; fork's prepare handler takes them all
+//! in that order.
 
 use crate::config::{self, EnvConfig, PerCpuMode};
 use crate::platform::LinuxPlatform;
@@ -242,6 +243,8 @@ pub struct Heap {
     cpu_table: [AtomicPtr<CpuArea>; MAX_CPU_IDS],
     /// Per-CPU mode: the CPU id + 1 of each area (by area id; 0: none).
     area_cpu: [AtomicU32; kmem_core::percpu::MAX_CPU_AREAS],
+    /// Serialises making CPU areas (and fork against it).
+    table_lock: kmem_core::sync::SpinLock<()>,
 }
 
 // SAFETY: `env` is written only during initialisation, before any other thread can
@@ -267,6 +270,7 @@ static HEAP: Heap = Heap {
     mode: AtomicU8::new(MODE_THREAD),
     cpu_table: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CPU_IDS],
     area_cpu: [const { AtomicU32::new(0) }; kmem_core::percpu::MAX_CPU_AREAS],
+    table_lock: kmem_core::sync::SpinLock::new(()),
 };
 
 /// The process heap, initialised on first use. If initialisation failed (no address
@@ -553,26 +557,20 @@ impl Heap {
             // SAFETY: table entries are areas of the pool, which live forever.
             return Some(unsafe { &*p });
         }
+        // Made under the table lock, which fork's prepare handler also takes (before
+        // locking every area it finds in the table), so no area appears unseen.
+        let _g = self.table_lock.lock();
+        let p = slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: as above.
+            return Some(unsafe { &*p });
+        }
         let (_, node) = crate::platform::linux::getcpu();
         let area = HEAP.kmem.pages.cpu_area_get(node)?;
         // Before the area is published: the rseq take looks its CPU up.
         self.area_cpu[area.id()].store(id as u32 + 1, Ordering::Release);
-        let new = area as *const CpuArea as *mut CpuArea;
-        match slot.compare_exchange(
-            std::ptr::null_mut(),
-            new,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
-            Ok(_) => Some(area),
-            Err(theirs) => {
-                // Another thread made this CPU's area first: give ours back unused.
-                // SAFETY: we own `area` (never used, never published).
-                unsafe { HEAP.kmem.pages.cpu_area_put(area) };
-                // SAFETY: as above.
-                Some(unsafe { &*theirs })
-            }
-        }
+        slot.store(area as *const CpuArea as *mut CpuArea, Ordering::Release);
+        Some(area)
     }
 
     /// The mode CPU areas are assigned in (fixed at initialisation): `Thread`,
@@ -1239,8 +1237,9 @@ extern "C" fn fork_prepare() {
     if HEAP.state.load(Ordering::Acquire) != READY {
         return;
     }
-    // Per-CPU mode: the CPU areas' local locks first (operations take them before
-    // any other allocator lock).
+    // Per-CPU mode: the table lock (no area is being made), then the CPU areas' local
+    // locks (operations take them before any other allocator lock).
+    HEAP.table_lock.lock_forever();
     for area in HEAP.cpu_areas() {
         area.lock_for_fork();
     }
@@ -1260,6 +1259,7 @@ extern "C" fn fork_parent() {
         for area in HEAP.cpu_areas() {
             area.unlock_after_fork();
         }
+        HEAP.table_lock.force_unlock();
     }
 }
 
