@@ -771,27 +771,28 @@ impl<P: Platform> Kmem<P> {
         let mut reclaimed = false;
         loop {
             let got = match memcg.try_charge_counters(batch) {
-                Ok(()) => Some(batch),
-                Err(_) if batch > nr_pages => {
-                    memcg.try_charge_counters(nr_pages).ok().map(|_| nr_pages)
-                }
-                Err(_) => None,
+                Ok(()) => Ok(batch),
+                // The batch does not fit: exactly what is needed may.
+                Err(_) if batch > nr_pages => memcg.try_charge_counters(nr_pages).map(|_| nr_pages),
+                Err(limited) => Err(limited),
             };
-            if let Some(got) = got {
-                if got > nr_pages {
-                    if let Some(st) = stock {
-                        self.refill_stock(st, memcg, got - nr_pages);
+            let limited = match got {
+                Ok(got) => {
+                    if got > nr_pages {
+                        if let Some(st) = stock {
+                            self.refill_stock(st, memcg, got - nr_pages);
+                        }
                     }
+                    if let Some(high) = memcg.over_high() {
+                        high.count_event(MemcgEvent::High);
+                        self.reclaim_high(cpu);
+                    }
+                    return true;
                 }
-                if let Some(high) = memcg.over_high() {
-                    high.count_event(MemcgEvent::High);
-                    self.reclaim_high(cpu);
-                }
-                return true;
-            }
-            // Over memory.max somewhere up the tree.
-            self.limited_by(memcg, nr_pages)
-                .count_event(MemcgEvent::Max);
+                Err(limited) => limited,
+            };
+            // Over memory.max at `limited` (this group or an ancestor).
+            limited.count_event(MemcgEvent::Max);
             if reclaimed {
                 memcg.count_event(MemcgEvent::Oom);
                 return false;
@@ -803,14 +804,6 @@ impl<P: Platform> Kmem<P> {
             self.pages.cpu_areas().request_all(DRAIN_STOCK);
             reclaimed = true;
         }
-    }
-
-    /// The group whose `memory.max` would stop a charge of `nr_pages` to `memcg`.
-    fn limited_by<'m>(&self, memcg: &'m MemCgroup, nr_pages: usize) -> &'m MemCgroup {
-        memcg
-            .ancestors()
-            .find(|m| m.memory.usage().saturating_add(nr_pages) > m.memory.max())
-            .unwrap_or(memcg)
     }
 
     /// `memory.high` reclaim: the stocks hold pre-charged memory; give ours back and
