@@ -25,6 +25,54 @@
 use kmem_core::slub::CacheConfig;
 use std::mem::offset_of;
 
+/// A critical section's start: arm `rseq->rseq_cs` (offset 8) with the descriptor at
+/// label 23 (label 20, where an abort comes back to), then label 21, the section's
+/// first instruction. Uses the `{t}` and `{rseq}` operands.
+macro_rules! rseq_arm {
+    () => {
+        "20:\n\
+         lea {t}, [rip + 23f]\n\
+         mov qword ptr [{rseq} + 8], {t}\n\
+         21:"
+    };
+}
+
+/// In a section: `{cc}` = the `kmem_cache_cpu` of the cache `{cfg}` in the area of the
+/// CPU the thread runs on (`cpu_id` at offset 4, `{table}` of `{len}` entries); to
+/// label 25 (no commit) if that CPU has no area. Uses `{t}`.
+macro_rules! rseq_this_cpu {
+    () => {
+        "mov {t:e}, dword ptr [{rseq} + 4]\n\
+         cmp {t}, {len}\n\
+         jae 25f\n\
+         mov {cc}, qword ptr [{table} + {t} * 8]\n\
+         test {cc}, {cc}\n\
+         jz 25f\n\
+         add {cc}, qword ptr [{cfg} + {off_cpu}]"
+    };
+}
+
+/// A section's descriptor (`__rseq_cs`, 32-byte aligned: version 0, flags 0, start at
+/// label 21, length to label 22 — just past the commit — and abort at label 24) and its
+/// abort handler (`__rseq_failure`: the `ud1` whose last four bytes are `RSEQ_SIG`,
+/// then back to label 20 to re-arm and start over).
+macro_rules! rseq_descriptor {
+    () => {
+        ".pushsection __rseq_cs, \"aw\"\n\
+         .balign 32\n\
+         23:\n\
+         .long 0, 0\n\
+         .quad 21b, 22b - 21b, 24f\n\
+         .popsection\n\
+         .pushsection __rseq_failure, \"ax\"\n\
+         .byte 0x0f, 0xb9, 0x3d\n\
+         .long 0x53053053\n\
+         24:\n\
+         jmp 20b\n\
+         .popsection"
+    };
+}
+
 /// Entries of the CPU table the sections index (CPU ids at or past it: no area).
 pub const TABLE_LEN: usize = crate::heap::MAX_CPU_IDS;
 
@@ -61,17 +109,8 @@ pub unsafe fn pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
     // 2. Inputs are never written, so a restart finds them intact.
     unsafe {
         std::arch::asm!(
-            "20:",
-            "lea {t}, [rip + 23f]",
-            "mov qword ptr [{rseq} + 8], {t}",
-            "21:",
-            "mov {t:e}, dword ptr [{rseq} + 4]",
-            "cmp {t}, {len}",
-            "jae 25f",
-            "mov {cc}, qword ptr [{table} + {t} * 8]",
-            "test {cc}, {cc}",
-            "jz 25f",
-            "add {cc}, qword ptr [{cfg} + {off_cpu}]",
+            rseq_arm!(),
+            rseq_this_cpu!(),
             "mov {obj}, qword ptr [{cc}]",
             "test {obj}, {obj}",
             "jz 25f",
@@ -94,18 +133,7 @@ pub unsafe fn pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
             "25:",
             "xor {obj:e}, {obj:e}",
             "26:",
-            ".pushsection __rseq_cs, \"aw\"",
-            ".balign 32",
-            "23:",
-            ".long 0, 0",
-            ".quad 21b, 22b - 21b, 24f",
-            ".popsection",
-            ".pushsection __rseq_failure, \"ax\"",
-            ".byte 0x0f, 0xb9, 0x3d",
-            ".long 0x53053053",
-            "24:",
-            "jmp 20b",
-            ".popsection",
+            rseq_descriptor!(),
             rseq = in(reg) rseq,
             table = in(reg) table,
             cfg = in(reg) cfg as *const CacheConfig,
@@ -158,17 +186,8 @@ pub unsafe fn push(
     // label 2. Inputs are never written.
     unsafe {
         std::arch::asm!(
-            "20:",
-            "lea {t}, [rip + 23f]",
-            "mov qword ptr [{rseq} + 8], {t}",
-            "21:",
-            "mov {t:e}, dword ptr [{rseq} + 4]",
-            "cmp {t}, {len}",
-            "jae 25f",
-            "mov {cc}, qword ptr [{table} + {t} * 8]",
-            "test {cc}, {cc}",
-            "jz 25f",
-            "add {cc}, qword ptr [{cfg} + {off_cpu}]",
+            rseq_arm!(),
+            rseq_this_cpu!(),
             "mov {cur}, qword ptr [{cc}]",
             "test {cur}, {cur}",
             "jz 25f",
@@ -196,18 +215,7 @@ pub unsafe fn push(
             "25:",
             "xor {res:e}, {res:e}",
             "26:",
-            ".pushsection __rseq_cs, \"aw\"",
-            ".balign 32",
-            "23:",
-            ".long 0, 0",
-            ".quad 21b, 22b - 21b, 24f",
-            ".popsection",
-            ".pushsection __rseq_failure, \"ax\"",
-            ".byte 0x0f, 0xb9, 0x3d",
-            ".long 0x53053053",
-            "24:",
-            "jmp 20b",
-            ".popsection",
+            rseq_descriptor!(),
             rseq = in(reg) rseq,
             table = in(reg) table,
             cfg = in(reg) cfg as *const CacheConfig,
@@ -248,10 +256,7 @@ pub unsafe fn take_on(rseq: *mut u8, cpu: usize, freelist: *mut usize) -> Option
     // instruction before label 2. Inputs are never written.
     unsafe {
         std::arch::asm!(
-            "20:",
-            "lea {t}, [rip + 23f]",
-            "mov qword ptr [{rseq} + 8], {t}",
-            "21:",
+            rseq_arm!(),
             "mov {t:e}, dword ptr [{rseq} + 4]",
             "cmp {t}, {cpu}",
             "jne 25f",
@@ -264,18 +269,7 @@ pub unsafe fn take_on(rseq: *mut u8, cpu: usize, freelist: *mut usize) -> Option
             "xor {ok:e}, {ok:e}",
             "xor {v:e}, {v:e}",
             "26:",
-            ".pushsection __rseq_cs, \"aw\"",
-            ".balign 32",
-            "23:",
-            ".long 0, 0",
-            ".quad 21b, 22b - 21b, 24f",
-            ".popsection",
-            ".pushsection __rseq_failure, \"ax\"",
-            ".byte 0x0f, 0xb9, 0x3d",
-            ".long 0x53053053",
-            "24:",
-            "jmp 20b",
-            ".popsection",
+            rseq_descriptor!(),
             rseq = in(reg) rseq,
             cpu = in(reg) cpu,
             fl = in(reg) freelist,
