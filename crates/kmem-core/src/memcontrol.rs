@@ -168,6 +168,9 @@ impl ObjCgroup {
         // an ancestor, which its group's reference keeps alive (module doc).
         unsafe { &*self.memcg.load(Acquire) }
     }
+    /// Takes a reference. Whoever touches a removed group's objcg holds one: a stock
+    /// caching it, or an uncharge in progress. Count updates made while holding it are
+    /// releases, so a sweep that sees them also sees the reference (`objcg_try_kill`).
     #[inline]
     fn get(&self) {
         self.refcnt.fetch_add(1, Relaxed);
@@ -730,11 +733,14 @@ impl<P: Platform> Kmem<P> {
         {
             return false;
         }
-        // Every past holder's updates are visible (its put was a release); no new
-        // holder can come unless an object is still charged, checked here.
-        let pages = objcg.nr_pages.load(Relaxed);
-        let spare = objcg.nr_charged_bytes.load(Relaxed);
-        if pages << PAGE_SHIFT == spare {
+        // Every past holder's updates are visible (its put was a release). A new
+        // holder only comes to uncharge an object, which keeps the counts apart until
+        // it has done so — and then it still holds its reference: so the group is
+        // empty only if the counts match *and* nobody took a reference meanwhile
+        // (`loom_memcg.rs` models this).
+        let pages = objcg.nr_pages.load(Acquire);
+        let spare = objcg.nr_charged_bytes.load(Acquire);
+        if pages << PAGE_SHIFT == spare && objcg.refcnt.load(Acquire) == OBJCG_DEAD {
             return true;
         }
         objcg.refcnt.fetch_sub(OBJCG_DEAD, Relaxed);
@@ -959,12 +965,16 @@ impl<P: Platform> Kmem<P> {
         size: usize,
     ) {
         let Some(st) = self.stock(cpu) else {
+            // Shared: spare bytes go to the objcg; whole pages back to the group. A
+            // reference keeps a removed group's objcg for as long as we touch it (the
+            // sweep may find it empty as soon as the bytes are back).
+            objcg.get();
             self.mod_objcg_state_direct(objcg, s, -(size as isize));
-            // Shared: spare bytes go to the objcg; whole pages back to the group.
-            let total = objcg.nr_charged_bytes.fetch_add(size, Relaxed) + size;
+            let total = objcg.nr_charged_bytes.fetch_add(size, AcqRel) + size;
             if total >= PAGE_SIZE {
                 self.uncharge_shared_excess(cpu, objcg);
             }
+            objcg.put();
             return;
         };
         self.obj_stock_prepare(st, objcg, s);
@@ -1014,7 +1024,7 @@ impl<P: Platform> Kmem<P> {
         while cur >= size {
             match objcg
                 .nr_charged_bytes
-                .compare_exchange_weak(cur, cur - size, Relaxed, Relaxed)
+                .compare_exchange_weak(cur, cur - size, AcqRel, Relaxed)
             {
                 Ok(_) => return true,
                 Err(v) => cur = v,
@@ -1026,7 +1036,7 @@ impl<P: Platform> Kmem<P> {
         }
         let spare = (nr_pages << PAGE_SHIFT) - size;
         if spare != 0 {
-            objcg.nr_charged_bytes.fetch_add(spare, Relaxed);
+            objcg.nr_charged_bytes.fetch_add(spare, AcqRel);
         }
         true
     }
@@ -1055,7 +1065,7 @@ impl<P: Platform> Kmem<P> {
                 st.objcg_pages_delta.store(d, Relaxed);
             }
             _ => {
-                objcg.nr_pages.fetch_add(delta as usize, Relaxed);
+                objcg.nr_pages.fetch_add(delta as usize, AcqRel);
             }
         }
     }
@@ -1070,8 +1080,13 @@ impl<P: Platform> Kmem<P> {
         if nr_pages == 0 {
             return;
         }
+        // Held while we touch it: once the pages are off its count, the sweep may find
+        // a removed group's objcg empty.
+        objcg.get();
+        let memcg = objcg.memcg();
         self.objcg_pages_add(cpu, objcg, -(nr_pages as isize));
-        self.uncharge_memcg(cpu, objcg.memcg(), nr_pages);
+        self.uncharge_memcg(cpu, memcg, nr_pages);
+        objcg.put();
     }
 
     #[cold]
@@ -1082,7 +1097,7 @@ impl<P: Platform> Kmem<P> {
             match objcg.nr_charged_bytes.compare_exchange_weak(
                 cur,
                 cur - (pages << PAGE_SHIFT),
-                Relaxed,
+                AcqRel,
                 Relaxed,
             ) {
                 Ok(_) => {
@@ -1103,7 +1118,7 @@ impl<P: Platform> Kmem<P> {
         st.cached_objcg
             .store(objcg as *const ObjCgroup as *mut ObjCgroup, Relaxed);
         let spare = if objcg.nr_charged_bytes.load(Relaxed) != 0 {
-            objcg.nr_charged_bytes.swap(0, Relaxed)
+            objcg.nr_charged_bytes.swap(0, AcqRel)
         } else {
             0
         };
@@ -1125,7 +1140,7 @@ impl<P: Platform> Kmem<P> {
         let pages = n >> PAGE_SHIFT;
         let delta = st.objcg_pages_delta.load(Relaxed) - pages as isize;
         if delta != 0 {
-            objcg.nr_pages.fetch_add(delta as usize, Relaxed);
+            objcg.nr_pages.fetch_add(delta as usize, AcqRel);
         }
         st.objcg_pages_delta.store(0, Relaxed);
         if pages != 0 {
@@ -1135,7 +1150,7 @@ impl<P: Platform> Kmem<P> {
         set(&st.nr_bytes, 0);
         set(&st.stat_base, 0);
         st.cached_objcg.store(ptr::null_mut(), Relaxed);
-        if rem != 0 && objcg.nr_charged_bytes.fetch_add(rem, Relaxed) + rem >= PAGE_SIZE {
+        if rem != 0 && objcg.nr_charged_bytes.fetch_add(rem, AcqRel) + rem >= PAGE_SIZE {
             // Spare bytes from several stocks make a page: give it back.
             self.uncharge_shared_excess(None, objcg);
         }
