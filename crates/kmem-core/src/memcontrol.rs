@@ -1081,12 +1081,19 @@ impl<P: Platform> Kmem<P> {
             return;
         }
         // Held while we touch it: once the pages are off its count, the sweep may find
-        // a removed group's objcg empty.
-        objcg.get();
+        // a removed group's objcg empty. (A stock caching it holds a reference already,
+        // and keeps it through this.)
+        let cached =
+            matches!(self.stock(cpu), Some(st) if ptr::eq(st.cached_objcg.load(Relaxed), objcg));
+        if !cached {
+            objcg.get();
+        }
         let memcg = objcg.memcg();
         self.objcg_pages_add(cpu, objcg, -(nr_pages as isize));
         self.uncharge_memcg(cpu, memcg, nr_pages);
-        objcg.put();
+        if !cached {
+            objcg.put();
+        }
     }
 
     #[cold]
