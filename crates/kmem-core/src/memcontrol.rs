@@ -12,11 +12,12 @@
 //!   (`nr_charged_bytes`), and counts the pages charged through it (`nr_pages`), so
 //!   `live bytes = nr_pages * PAGE_SIZE - nr_charged_bytes - bytes in stocks`.
 //! - [`MemcgStock`] (`struct memcg_stock_pcp`): per CPU area, pre-charged pages of one
-//!   group, pre-charged bytes of one objcg, and cached statistic deltas for it. An
-//!   accounted allocation whose objcg is the cached one consumes bytes from the stock
-//!   and adds to the cached deltas: no atomic, no shared cache line (seed 001's
-//!   patches 2–4: vmstat deltas cached in the stock, `refill_obj_stock` uncharges only
-//!   the excess, the stock is drained only when the objcg changes).
+//!   group and pre-charged bytes of one objcg. An accounted allocation whose objcg
+//!   (and cache) is the cached one subtracts its size from the stock, a free adds it
+//!   back: no atomic, no shared cache line (seed 001's patches 2–4: statistics cached
+//!   in the stock, `refill_obj_stock` uncharges only the excess, the stock is drained
+//!   only when the objcg changes). The statistics are not counted per object but
+//!   derived from the stock's byte movement (see [`MemcgStock`]).
 //!
 //! ## Where the objcg of an object is kept
 //! A slab with accounted objects has a vector of objcg pointers, one per object
@@ -29,19 +30,22 @@
 //!
 //! ## Lifetimes (what keeps a group's memory alive)
 //! An objcg is referenced by: its group while online (1), each stock caching it or
-//! its group, and each child group (for the parent chain). A removed group
-//! ("zombie") keeps its descriptor while references remain or objects are still
-//! charged through its objcg; its objcg then points at the parent, so later frees
-//! uncharge the parent (`memcg_reparent_objcgs`) — the parent's usage already
-//! included the child's, counters being hierarchical. Zombies are freed by a sweep
-//! (at group creation and removal) once unreferenced and empty.
+//! its group, each child group (for the parent chain), and each uncharge in progress
+//! outside a stock. A removed group ("zombie") keeps its descriptor while references
+//! remain or objects are still charged through its objcg; its objcg then points at the
+//! parent, so later frees uncharge the parent (`memcg_reparent_objcgs`) — the parent's
+//! usage already included the child's, counters being hierarchical. Zombies are freed
+//! by a sweep (at group creation and removal) once unreferenced and empty: it claims
+//! the reference count (0 → DEAD), reads the counts (Acquire; holders update them with
+//! releases) and checks the count is still DEAD — `tests/loom_memcg.rs` models it.
 //!
 //! ## Locking
-//! `MemcgState::lock` serialises group creation, removal and the zombie sweep. Page
-//! counters, objcg fields and group statistics are atomics. A stock is touched only
-//! by the owner of its CPU area (others may ask for a drain with
-//! [`crate::percpu::DRAIN_STOCK`]; the owner drains at its next charge that misses
-//! the stock). Lock order: after the slab layer's locks, never while allocating.
+//! `MemcgState::lock` serialises group creation, removal and the zombie sweep; it is
+//! never held while allocating or freeing. Page counters, objcg fields and group
+//! statistics are atomics; a group's per-cache table has its own lock, taken (alone)
+//! when statistics are flushed. A stock is touched only by the owner of its CPU area
+//! (others may ask for a drain with [`crate::percpu::DRAIN_STOCK`]; the owner drains at
+//! its next charge that misses the stock).
 
 use crate::gfp::Gfp;
 use crate::page::{Page, PAGE_SHIFT, PAGE_SIZE};
