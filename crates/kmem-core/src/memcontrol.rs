@@ -40,8 +40,8 @@
 //! releases) and checks the count is still DEAD — `tests/loom_memcg.rs` models it.
 //!
 //! ## Locking
-//! `MemcgState::lock` serialises group creation, removal and the zombie sweep; it is
-//! never held while allocating or freeing. Page counters, objcg fields and group
+//! `MemcgState::lock` serialises group creation, removal and the zombie sweep; no
+//! allocation or free takes it (a report walking the groups may allocate under it). Page counters, objcg fields and group
 //! statistics are atomics; a group's per-cache table has its own lock, taken (alone)
 //! when statistics are flushed. A stock is touched only by the owner of its CPU area
 //! (others may ask for a drain with [`crate::percpu::DRAIN_STOCK`]; the owner drains at
