@@ -2064,10 +2064,11 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     /// A free of the object at the head of a freelist: it is already free. Reported
-    /// (`Object already free`, as slub_debug says) and refused.
+    /// (`Object already free`, as slub_debug says) and refused (returns false); for
+    /// the platform's own fast paths (rseq) too.
     #[cold]
     #[inline(never)]
-    fn double_free(&self, s: &KmemCache, slab: NonNull<Page>, obj: usize) -> bool {
+    pub fn double_free(&self, s: &KmemCache, slab: NonNull<Page>, obj: usize) -> bool {
         self.report(s, Some(slab), "Object already free", obj);
         false
     }

@@ -203,12 +203,6 @@ fn thread_cpu() -> Option<CpuRef<'static>> {
     (v > EXITED).then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
 }
 
-/// The CPU the caller runs on (see [`crate::platform::linux::current_cpu`]).
-#[inline]
-fn current_cpu() -> usize {
-    crate::platform::linux::current_cpu()
-}
-
 /// The objcg of the calling thread's active memory cgroup.
 #[inline]
 pub(crate) fn active_objcg() -> Option<&'static ObjCgroup> {
@@ -537,7 +531,7 @@ impl Heap {
                 lock: None,
             };
         }
-        let Some(area) = self.area_of_cpu(current_cpu()) else {
+        let Some(area) = self.area_of_cpu(crate::platform::linux::current_cpu()) else {
             return none;
         };
         let lock = area.local_lock();
@@ -592,7 +586,10 @@ impl Heap {
         if self.mode.load(Ordering::Relaxed) != MODE_CPU_CAS {
             return None;
         }
-        let p = self.cpu_table.get(current_cpu())?.load(Ordering::Acquire);
+        let p = self
+            .cpu_table
+            .get(crate::platform::linux::current_cpu())?
+            .load(Ordering::Acquire);
         // SAFETY: table entries are null or areas that live forever.
         unsafe { p.as_ref() }
     }
@@ -651,12 +648,7 @@ impl Heap {
             // SAFETY: as in `rseq_alloc`; the object is the caller's to give up.
             match unsafe { rseq::push(area, self.cpu_table.as_ptr().cast(), cfg, obj, base) } {
                 Pushed::Done => Some(true),
-                Pushed::AtHead => {
-                    self.kmem
-                        .slub()
-                        .report(s, Some(slab), "Object already free", obj);
-                    Some(false)
-                }
+                Pushed::AtHead => Some(self.kmem.slub().double_free(s, slab, obj)),
                 Pushed::No => None,
             }
         }
