@@ -16,8 +16,8 @@ use crate::gfp::Gfp;
 use crate::page::{PageFlags, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE};
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
+use crate::slab::{KmemCache, ObjectLookup};
 use crate::slab_common::Kmem;
-use crate::slub::{KmemCache, ObjectLookup};
 use core::ptr::{self, NonNull};
 
 /// The kmalloc size classes, in cache order.

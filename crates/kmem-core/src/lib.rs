@@ -47,12 +47,21 @@ pub mod mmzone;
 pub mod page;
 pub mod page_alloc;
 pub mod page_reporting;
+pub mod page_tmp;
 pub mod percpu;
 pub mod platform;
 pub mod show_mem;
+pub mod slab;
 pub mod slab_common;
-pub mod slub;
-pub mod slub_debug;
+pub mod slab_flags;
+/// Compatibility path for other crates, removed once they use [`slab`].
+pub mod slub {
+    pub use crate::slab::*;
+}
+/// Compatibility path for other crates, removed once they use [`slab::debug`].
+pub mod slub_debug {
+    pub use crate::slab::debug::*;
+}
 pub mod sync;
 pub mod vmstat;
 
@@ -61,5 +70,5 @@ pub use page::{Page, PageFlags, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE};
 pub use page_alloc::{Config, InitError, PageAllocator, Shrinker};
 pub use percpu::{CpuArea, CpuRef};
 pub use platform::Platform;
+pub use slab::{KmemCache, SlabFlags};
 pub use slab_common::Kmem;
-pub use slub::{KmemCache, SlabFlags};

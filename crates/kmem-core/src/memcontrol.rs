@@ -51,8 +51,8 @@ use crate::gfp::Gfp;
 use crate::page::{Page, PAGE_SHIFT, PAGE_SIZE};
 use crate::percpu::{CpuRef, DRAIN_STOCK};
 use crate::platform::Platform;
+use crate::slab::{KmemCache, SlabFlags};
 use crate::slab_common::Kmem;
-use crate::slub::{KmemCache, SlabFlags};
 use crate::sync::{
     AtomicBool, AtomicIsize, AtomicPtr, AtomicU64, AtomicUsize, Ordering::AcqRel,
     Ordering::Acquire, Ordering::Relaxed, Ordering::Release, SpinLock,

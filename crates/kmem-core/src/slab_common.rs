@@ -18,7 +18,7 @@ use crate::page_alloc::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker}
 use crate::percpu::{CpuRef, DRAIN_CACHES};
 use crate::platform::Platform;
 use crate::show_mem::LogWriter;
-use crate::slub::{CacheConfig, Ctor, KmemCache, SlabFlags, Slub};
+use crate::slab::{CacheConfig, Ctor, KmemCache, SlabFlags, Slub};
 use crate::sync::{AtomicBool, AtomicPtr, AtomicUsize, Ordering::Relaxed, SpinLock};
 use core::fmt::{self, Write as _};
 use core::ptr::{self, NonNull};
@@ -139,10 +139,10 @@ impl<P: Platform> Kmem<P> {
     /// the allocation and free fast paths ([`Slub::alloc_lockless`],
     /// [`Slub::free_lockless`]); every cache then updates its CPUs' `(freelist, tid)`
     /// pairs with a double-word CAS. Call before [`Kmem::init`], and only where
-    /// [`crate::slub::LOCKLESS_SUPPORTED`] holds and the CPU has the instruction
+    /// [`crate::slab::LOCKLESS_SUPPORTED`] holds and the CPU has the instruction
     /// (`cmpxchg16b`). Returns whether it is on.
     pub fn set_lockless(&self, on: bool) -> bool {
-        let on = on && crate::slub::LOCKLESS_SUPPORTED;
+        let on = on && crate::slab::LOCKLESS_SUPPORTED;
         self.lockless.store(on, Relaxed);
         on
     }
@@ -150,7 +150,7 @@ impl<P: Platform> Kmem<P> {
     /// Per-CPU mode whose lockless fast paths are the platform's restartable sequences
     /// (commits by plain stores on the CPU they run on) instead of the double-word CAS:
     /// the slab layer then takes CPU freelists through the hook set with
-    /// [`crate::slub::set_rseq_take`] and never pushes or pops on them itself. Call
+    /// [`crate::slab::set_rseq_take`] and never pushes or pops on them itself. Call
     /// before [`Kmem::init`], after installing the hook.
     pub fn set_rseq(&self, on: bool) {
         self.lockless
@@ -220,7 +220,7 @@ impl<P: Platform> Kmem<P> {
             cfg.cpu_offset = self
                 .pages
                 .percpu()
-                .alloc(core::mem::size_of::<crate::slub::KmemCacheCpu>(), 16)
+                .alloc(core::mem::size_of::<crate::slab::KmemCacheCpu>(), 16)
                 .ok_or(InitError::BadConfig)?;
             // SAFETY: the boot caches are not visible to anybody before init returns.
             unsafe { s.set_config(cfg) };
@@ -321,7 +321,7 @@ impl<P: Platform> Kmem<P> {
     ) -> bool {
         let slub = self.slub();
         match slub.lookup(obj.as_ptr()) {
-            crate::slub::ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
+            crate::slab::ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
                 // SAFETY: the head page of a live slab.
                 self.memcg_slab_free_hook(cpu, s, unsafe { slab.as_ref() }, obj.as_ptr() as usize);
                 // SAFETY: a valid object of `s`, given up by the caller.
@@ -347,7 +347,7 @@ impl<P: Platform> Kmem<P> {
     ) -> Option<bool> {
         let slub = self.slub();
         match slub.lookup(obj.as_ptr()) {
-            crate::slub::ObjectLookup::Slab(found, slab)
+            crate::slab::ObjectLookup::Slab(found, slab)
                 if ptr::eq(found, s) && !crate::memcontrol::has_obj_exts(slab) =>
             {
                 // SAFETY: a valid object of `s`, given up by the caller.
@@ -369,7 +369,7 @@ impl<P: Platform> Kmem<P> {
     ) {
         let slub = self.slub();
         for &p in objs.iter().filter(|p| !p.is_null()) {
-            if let crate::slub::ObjectLookup::Slab(found, slab) = slub.lookup(p) {
+            if let crate::slab::ObjectLookup::Slab(found, slab) = slub.lookup(p) {
                 if ptr::eq(found, s) {
                     // SAFETY: the head page of a live slab.
                     self.memcg_slab_free_hook(cpu, s, unsafe { slab.as_ref() }, p as usize);
@@ -483,7 +483,7 @@ impl<P: Platform> Kmem<P> {
         cfg.cpu_offset = self
             .pages
             .percpu()
-            .alloc(core::mem::size_of::<crate::slub::KmemCacheCpu>(), 16)?;
+            .alloc(core::mem::size_of::<crate::slab::KmemCacheCpu>(), 16)?;
         let mem = self.slub().alloc(cpu, &self.kmem_cache, Gfp::KERNEL)?;
         let s = mem.as_ptr() as *mut KmemCache;
         // SAFETY: a fresh object of `kmem_cache`, sized and aligned for a KmemCache;
@@ -574,7 +574,7 @@ impl<P: Platform> Kmem<P> {
     }
 
     /// `validate` on every cache (see [`Slub::validate`]); returns the problems found.
-    pub fn validate_all(&self, found: &mut dyn FnMut(crate::slub_debug::Problem)) -> usize {
+    pub fn validate_all(&self, found: &mut dyn FnMut(crate::slab::debug::Problem)) -> usize {
         let slub = self.slub();
         let mut n = 0;
         self.caches.for_each(|s| n += slub.validate(s, found));
@@ -584,7 +584,7 @@ impl<P: Platform> Kmem<P> {
     /// A cache's SLUB statistics, one `name value` line each (the files of
     /// `/sys/kernel/slab/<cache>/`), summed over every CPU area.
     pub fn slub_stats(&self, s: &KmemCache, w: &mut dyn fmt::Write) -> fmt::Result {
-        for item in crate::slub::SlubStat::ALL {
+        for item in crate::slab::SlubStat::ALL {
             writeln!(
                 w,
                 "{} {}",
@@ -737,7 +737,7 @@ pub fn write_slabinfo_row(w: &mut dyn fmt::Write, r: &SlabRow) -> fmt::Result {
 /// One cache's slabinfo figures.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SlabRow {
-    name: [u8; crate::slub::CACHE_NAME_LEN],
+    name: [u8; crate::slab::CACHE_NAME_LEN],
     name_len: usize,
     /// Objects allocated or held by CPUs (all objects minus free ones on node lists).
     pub active_objs: usize,

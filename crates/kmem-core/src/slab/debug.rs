@@ -21,15 +21,15 @@
 //! never handed out again; a slab whose freelist is corrupt is marked full ("Marking
 //! all objects used") and never allocated from again. The program continues.
 
+use super::{
+    cas_state, get_freepointer, set_freepointer, slab_state, CacheConfig, KmemCache, SlabFlags,
+    SlabState, Slub, SlubStat,
+};
 use crate::gfp::Gfp;
 use crate::page::{Page, PageFlags};
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::show_mem::LogWriter;
-use crate::slub::{
-    cas_state, get_freepointer, set_freepointer, slab_state, CacheConfig, KmemCache, SlabFlags,
-    SlabState, Slub, SlubStat,
-};
 use crate::sync::Ordering::Relaxed;
 use core::fmt::Write as _;
 use core::ptr::{self, NonNull};
@@ -415,7 +415,7 @@ impl<P: Platform> Slub<'_, P> {
         }
         if cfg.flags.contains(SlabFlags::INIT_ON_FREE) {
             // SAFETY: the object is ours, being freed (poison, if any, follows).
-            unsafe { crate::slub::init_on_free(cfg, obj) };
+            unsafe { init_on_free(cfg, obj) };
         }
         self.set_track(cfg, obj, Track2::Free, cpu, &frames);
         self.set_free_state(cfg, obj);
@@ -704,7 +704,7 @@ impl<P: Platform> Slub<'_, P> {
             p = unsafe { get_freepointer(cfg, p) };
         }
         let expected_free = cfg.objects - st.inuse() as usize;
-        let local = crate::slub::local_count(sr.owner[3].load(Relaxed));
+        let local = super::local_count(sr.owner[3].load(Relaxed));
         if count + local != expected_free && !st.frozen() {
             report("Wrong object count", base, self, None);
             problems += 1;
@@ -786,5 +786,24 @@ fn dump<P: Platform>(w: &mut LogWriter<'_, P>, label: &str, addr: usize, len: us
         }
         let _ = writeln!(w, " {}", core::str::from_utf8(&ascii[..n]).unwrap_or(""));
         off += 16;
+    }
+}
+
+/// `init_on_free`: zeroes a freed object but for its free-pointer word, which a
+/// freelist may still use (a double free not caught at a head keeps the list whole).
+///
+/// # Safety
+/// `obj` is an object of a slab of `s` that the caller owns (being freed).
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn init_on_free(s: &CacheConfig, obj: usize) {
+    let end = s.object_size;
+    let fp = s.offset.min(end);
+    let fp_end = (s.offset + core::mem::size_of::<usize>()).min(end);
+    // SAFETY: caller: the object's `object_size` bytes are ours to write; the two
+    // ranges lie within them.
+    unsafe {
+        ptr::write_bytes(obj as *mut u8, 0, fp);
+        ptr::write_bytes((obj + fp_end) as *mut u8, 0, end - fp_end);
     }
 }

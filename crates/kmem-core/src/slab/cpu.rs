@@ -1,0 +1,173 @@
+//! A cache's per-CPU state (`struct kmem_cache_cpu`): the CPU freelist and `tid`, the
+//! CPU partial list and statistics, and the ways a CPU freelist is taken and installed
+//! in each per-CPU mode.
+//!
+//! Only the owner of a CPU area (or the holder of its local lock) changes its
+//! `kmem_cache_cpu`, except for the lockless fast paths of per-CPU mode, which change the
+//! `(freelist, tid)` pair with a double-word CAS or a restartable sequence (see [`super`]).
+
+use super::*;
+use crate::page::Page;
+use crate::percpu::{CpuArea, CpuRef};
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
+use core::ptr::{self};
+
+/// A cache's per-CPU state (`struct kmem_cache_cpu`), in every CPU area at
+/// `cpu_offset`. All-zero is valid (no CPU slab, empty partial list).
+///
+/// Invariants (owner only): `freelist` is 0 (no CPU slab), or an object of the CPU
+/// slab, or that slab's end token; the CPU slab is the slab its value lies in.
+/// `partial` heads a list of frozen slabs linked through `Page::next`, `nr_partial`
+/// long.
+#[repr(C, align(16))]
+pub struct KmemCacheCpu {
+    pub(super) freelist: AtomicUsize,
+    pub(super) tid: AtomicUsize,
+    pub(super) partial: AtomicPtr<Page>,
+    pub(super) nr_partial: AtomicUsize,
+    pub(super) stat: [AtomicU64; NR_SLUB_STAT],
+}
+
+/// Per-CPU mode with restartable sequences: how the slab layer takes a CPU's
+/// freelist. The platform's function must, atomically with respect to the rseq
+/// critical sections of the area's CPU, replace `*freelist` (the `freelist` word of a
+/// `kmem_cache_cpu` in `area`) with 0 and return what it held (an rseq section on that
+/// CPU, migrating there if need be). Null: not set.
+static RSEQ_TAKE: AtomicPtr<()> = AtomicPtr::new(ptr::null_mut());
+
+/// The platform's take for per-CPU mode with restartable sequences (see
+/// [`CacheConfig::rseq`]).
+pub type RseqTake = fn(area: &CpuArea, freelist: &AtomicUsize) -> usize;
+
+/// Installs the platform's rseq take (before any cache runs with `rseq`).
+pub fn set_rseq_take(f: RseqTake) {
+    RSEQ_TAKE.store(f as *mut (), crate::sync::Ordering::Release);
+}
+
+/// Whether this build can run the lockless per-CPU fast paths (a double-word
+/// compare-and-swap on the `(freelist, tid)` pair: `cmpxchg16b` on x86_64). The
+/// platform must also check that the CPU has the instruction.
+pub const LOCKLESS_SUPPORTED: bool = cfg!(target_arch = "x86_64");
+
+impl KmemCacheCpu {
+    /// `this_cpu_cmpxchg_double` on `(freelist, tid)`: replaces `old` with `new` if
+    /// the pair still holds `old`, atomically against every other CPU.
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    pub(super) fn cas_pair(&self, old: (usize, usize), new: (usize, usize)) -> bool {
+        let ok: u8;
+        // SAFETY: `freelist` and `tid` are adjacent and the struct is 16-byte aligned
+        // (`repr(C, align(16))`, and every CPU area places it at a 16-aligned offset),
+        // as `cmpxchg16b` requires; the platform enabled lockless mode only where the
+        // CPU has the instruction. `cmpxchg16b` takes the new low word in rbx, which
+        // asm operands cannot name: it is swapped in from rsi and back out, and every
+        // operand has a fixed register so that none of them can be rbx.
+        unsafe {
+            core::arch::asm!(
+                "xchg rsi, rbx",
+                "lock cmpxchg16b xmmword ptr [rdi]",
+                "mov rbx, rsi",
+                "sete r8b",
+                in("rdi") &self.freelist as *const AtomicUsize,
+                inout("rsi") new.0 => _,
+                out("r8b") ok,
+                in("rcx") new.1,
+                inout("rax") old.0 => _,
+                inout("rdx") old.1 => _,
+                options(nostack),
+            );
+        }
+        ok != 0
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    #[inline]
+    pub(super) fn cas_pair(&self, _old: (usize, usize), _new: (usize, usize)) -> bool {
+        unreachable!("lockless per-CPU mode is off where there is no double-word CAS")
+    }
+
+    /// Takes the CPU freelist (the CPU slab's objects, or 0 when there is no CPU slab)
+    /// and leaves 0, advancing `tid`. The caller owns the area (thread mode) or holds
+    /// its lock; in lockless mode concurrent lockless pops and pushes are beaten by the
+    /// CAS.
+    #[inline]
+    pub(super) fn take_freelist(&self, lockless: bool) -> usize {
+        if !lockless {
+            let v = self.freelist.load(Relaxed);
+            self.freelist.store(0, Relaxed);
+            self.next_tid();
+            return v;
+        }
+        loop {
+            let tid = self.tid.load(Acquire);
+            let v = self.freelist.load(Acquire);
+            if v == 0 {
+                return 0;
+            }
+            if self.cas_pair((v, tid), (0, tid.wrapping_add(TID_STEP))) {
+                return v;
+            }
+        }
+    }
+
+    /// Installs `v` as the CPU freelist, which the caller took (it is 0): while it is
+    /// 0 no lockless context changes the pair (they pop from and push onto a
+    /// non-empty list only), so the CAS only orders the install against them.
+    #[inline]
+    pub(super) fn install_freelist(&self, lockless: bool, v: usize) {
+        if !lockless {
+            self.freelist.store(v, Relaxed);
+            self.next_tid();
+            return;
+        }
+        loop {
+            let tid = self.tid.load(Acquire);
+            debug_assert_eq!(self.freelist.load(Relaxed), 0);
+            if self.cas_pair((0, tid), (v, tid.wrapping_add(TID_STEP))) {
+                return;
+            }
+        }
+    }
+
+    #[inline]
+    pub(super) fn count(&self, item: SlubStat) {
+        let c = &self.stat[item as usize];
+        c.store(c.load(Relaxed).wrapping_add(1), Relaxed);
+    }
+    #[inline]
+    pub(super) fn next_tid(&self) {
+        self.tid
+            .store(self.tid.load(Relaxed).wrapping_add(TID_STEP), Relaxed);
+    }
+    /// Slabs this CPU holds for the cache: its CPU slab (if any) and its CPU partial
+    /// slabs (a read for statistics; racy against the owner).
+    pub fn held_slabs(&self) -> usize {
+        (self.freelist.load(Relaxed) != 0) as usize + self.nr_partial.load(Relaxed)
+    }
+    /// The transaction id (for the per-CPU mode and tests).
+    pub fn tid(&self) -> usize {
+        self.tid.load(Relaxed)
+    }
+}
+
+/// Takes `c`'s CPU freelist of a cache (see [`KmemCacheCpu::take_freelist`]); with
+/// restartable sequences through the platform's hook.
+#[inline]
+pub(super) fn take_cpu_freelist(c: CpuRef<'_>, cfg: &CacheConfig, cc: &KmemCacheCpu) -> usize {
+    if cfg.rseq {
+        let f = RSEQ_TAKE.load(Acquire);
+        let v = if f.is_null() {
+            // A platform that turned rseq on without its take: nobody else can be
+            // committing then but through the same missing sections; exchange.
+            cc.freelist.swap(0, crate::sync::Ordering::AcqRel)
+        } else {
+            // SAFETY: only `set_rseq_take` stores a non-null value, made from an
+            // `RseqTake`.
+            let take = unsafe { core::mem::transmute::<*mut (), RseqTake>(f) };
+            take(c.area(), &cc.freelist)
+        };
+        cc.next_tid();
+        return v;
+    }
+    cc.take_freelist(cfg.lockless)
+}

@@ -1,0 +1,217 @@
+//! Freeing: the fast path (push on the CPU freelist when the object is in the CPU slab),
+//! frees into a slab this CPU froze (its local freelist), and `__slab_free` (a CAS on the
+//! slab's state, with the node's `list_lock` when the free changes list membership).
+
+use super::*;
+use crate::page::Page;
+use crate::percpu::CpuRef;
+use crate::platform::Platform;
+use crate::sync::Ordering::Relaxed;
+use core::ptr::{self, NonNull};
+
+impl<'a, P: Platform> Slub<'a, P> {
+    // -----------------------------------------------------------------------
+    // Free.
+
+    /// `kmem_cache_free`: gives `obj` back to `s`. A pointer that is not an object of
+    /// `s`, or one already at the head of a freelist (a double free), is reported
+    /// (`slab_err`) and left alone; then it returns false.
+    ///
+    /// # Safety
+    /// If `obj` is an object of `s`, the caller owns it and stops using it.
+    #[inline]
+    pub unsafe fn free(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, obj: NonNull<u8>) -> bool {
+        match self.lookup(obj.as_ptr()) {
+            ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
+                // SAFETY: a valid object of `s`, given up by the caller.
+                unsafe { self.free_object(cpu, s, slab, obj.as_ptr() as usize) }
+            }
+            ObjectLookup::Slab(found, slab) => {
+                self.report(found, Some(slab), "Wrong slab cache", obj.as_ptr() as usize);
+                false
+            }
+            ObjectLookup::Large(_) | ObjectLookup::Bad(_) => {
+                self.report(s, None, "Invalid object pointer", obj.as_ptr() as usize);
+                false
+            }
+        }
+    }
+
+    /// Frees a checked object of slab `slab` of `s`.
+    ///
+    /// # Safety
+    /// `obj` is the start of an object of `slab`, owned by the caller.
+    ///
+    /// Returns false if it refused (a double free caught at a freelist head: reported).
+    #[inline]
+    pub(crate) unsafe fn free_object(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        obj: usize,
+    ) -> bool {
+        if let Some(c) = cpu {
+            if s.config().lockless {
+                // SAFETY: forwarded.
+                return unsafe { self.free_object_lockless(c, s, slab, obj) };
+            }
+            let cc = s.cpu(c);
+            let cur = cc.freelist.load(Relaxed);
+            // Slabs are aligned to their size (buddy blocks).
+            let base = obj & !(s.config().slab_bytes() - 1);
+            debug_assert_eq!(base, self.slab_base(slab));
+            if cur != 0 && cur.wrapping_sub(base) < s.config().slab_bytes() {
+                // The object is in this CPU's slab: push on the CPU freelist.
+                if cur == obj {
+                    return self.double_free(s, slab, obj);
+                }
+                // SAFETY: the object is ours (caller).
+                unsafe { set_freepointer(s.config(), obj, cur) };
+                cc.freelist.store(obj, Relaxed);
+                cc.next_tid();
+                cc.count(SlubStat::FreeFastpath);
+                return true;
+            }
+        }
+        // SAFETY: forwarded.
+        unsafe { self.free_object_elsewhere(cpu, s, slab, obj) }
+    }
+
+    /// A free whose object is not in the CPU slab: onto the local list of a slab this
+    /// CPU froze (on its partial list), else `__slab_free` (or the debug path).
+    ///
+    /// # Safety
+    /// As [`Slub::free_object`].
+    #[inline]
+    pub(super) unsafe fn free_object_elsewhere(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        obj: usize,
+    ) -> bool {
+        if let Some(c) = cpu {
+            // SAFETY: a live slab of `s`.
+            let sr = unsafe { slab.as_ref() };
+            let o3 = sr.owner[3].load(Relaxed);
+            if o3 >> 32 == cpu_tag(c) {
+                let head = sr.owner[1].load(Relaxed);
+                if head == obj {
+                    return self.double_free(s, slab, obj);
+                }
+                let base = obj & !(s.config().slab_bytes() - 1);
+                let next = if head == 0 { base | 1 } else { head };
+                // SAFETY: the object is ours (caller).
+                unsafe { set_freepointer(s.config(), obj, next) };
+                sr.owner[1].store(obj, Relaxed);
+                sr.owner[3].store(local_push(o3, obj - base), Relaxed);
+                s.cpu(c).count(SlubStat::FreeFrozen);
+                return true;
+            }
+        }
+        if s.config().off_fast_paths() {
+            // SAFETY: forwarded.
+            return unsafe { self.free_debug(cpu, s, slab, obj) };
+        }
+        // SAFETY: forwarded.
+        unsafe { self.slab_free(cpu, s, slab, obj, obj, 1) }
+    }
+
+    /// A free of the object at the head of a freelist: it is already free. Reported
+    /// (`Object already free`, as slub_debug says) and refused (returns false); for
+    /// the platform's own fast paths (rseq) too.
+    #[cold]
+    #[inline(never)]
+    pub fn double_free(&self, s: &KmemCache, slab: NonNull<Page>, obj: usize) -> bool {
+        self.report(s, Some(slab), "Object already free", obj);
+        false
+    }
+
+    /// `__slab_free`: gives `cnt` objects, chained `head`..`tail` through their free
+    /// pointers, back to `slab` with a CAS on its state, doing what the slab's new
+    /// state asks for (rule 2).
+    ///
+    /// # Safety
+    /// The objects are objects of `slab`, owned by the caller; `tail`'s free pointer
+    /// will be overwritten.
+    #[cold]
+    #[inline(never)]
+    pub(super) unsafe fn slab_free(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        head: usize,
+        tail: usize,
+        cnt: u64,
+    ) -> bool {
+        let cfg = s.config();
+        s.stat(cpu, SlubStat::FreeSlowpath);
+        // SAFETY: a live slab of `s`.
+        let sr = unsafe { slab.as_ref() };
+        let base = self.slab_base(slab);
+        let nid = self.pages.page_to_nid(slab);
+        let node = &s.node[nid];
+        let mut lock = None;
+        let mut freezer: Option<CpuRef<'_>>;
+        let (old, new) = loop {
+            freezer = None;
+            let old = slab_state(sr);
+            let prior = base + old.offset() as usize;
+            if prior == head {
+                drop(lock);
+                return self.double_free(s, slab, head);
+            }
+            // SAFETY: our objects (caller).
+            unsafe { set_freepointer(cfg, tail, prior) };
+            let can_freeze = cpu.is_some() && cfg.cpu_partial_slabs > 0;
+            let freeze = match free_decision(old, cnt, can_freeze, lock.is_some()) {
+                FreeDecision::Plain => false,
+                FreeDecision::Freeze => {
+                    // A full slab gets a free: it goes to our CPU partial list.
+                    freezer = cpu;
+                    true
+                }
+                FreeDecision::Lock => {
+                    lock = Some(node.list_lock.lock());
+                    continue;
+                }
+            };
+            let new = old.after_free((head - base) as u64, cnt, freeze);
+            if cas_state(sr, old, new) {
+                break (old, new);
+            }
+        };
+        if old.frozen() {
+            drop(lock);
+            s.stat(cpu, SlubStat::FreeFrozen);
+            return true;
+        }
+        if let (true, Some(c)) = (new.frozen(), freezer) {
+            drop(lock);
+            // We froze it: its local freelist is ours from now on.
+            set_frozen_by(sr, cpu_tag(c));
+            s.stat(cpu, SlubStat::CpuPartialFree);
+            self.put_cpu_partial(c, s, slab);
+            return true;
+        }
+        let Some(mut list) = lock else {
+            return true;
+        };
+        if new.inuse() == 0 && list.len() >= cfg.min_partial {
+            if !old.list_empty() {
+                self.remove_partial(&mut list, slab);
+                s.stat(cpu, SlubStat::FreeRemovePartial);
+            }
+            drop(list);
+            self.discard_slab(cpu, s, slab);
+            return true;
+        }
+        if old.list_empty() {
+            self.add_partial(&mut list, slab, true);
+            s.stat(cpu, SlubStat::FreeAddPartial);
+        }
+        true
+    }
+}

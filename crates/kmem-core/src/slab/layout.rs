@@ -1,0 +1,374 @@
+//! Cache layout (`calculate_sizes`, `calculate_order`): where each object, its free
+//! pointer, red zones and tracks sit in a slot, how many objects a slab of which order
+//! holds. Fixed when a cache is created; no locking.
+
+use super::*;
+use crate::page::PAGE_SIZE;
+
+/// An object constructor with a word of context: `f(object, data)` runs once on every
+/// object when its slab is made (the kernel's `ctor`, plus the context a typed cache
+/// needs to carry its Rust constructor).
+#[derive(Clone, Copy, Debug)]
+pub struct Ctor {
+    /// Initialises the object at the pointer.
+    pub f: fn(*mut u8, usize),
+    /// Passed back to `f`.
+    pub data: usize,
+}
+
+impl Ctor {
+    /// A constructor from a plain `fn(*mut u8)`.
+    pub fn plain(f: fn(*mut u8)) -> Self {
+        fn call(p: *mut u8, data: usize) {
+            // SAFETY: `data` was made from a `fn(*mut u8)` by `Ctor::plain`; function
+            // pointers fit in a usize on every supported target.
+            let f = unsafe { core::mem::transmute::<usize, fn(*mut u8)>(data) };
+            f(p);
+        }
+        Self {
+            f: call,
+            data: f as usize,
+        }
+    }
+}
+
+/// What a cache is, fixed when it is created.
+#[derive(Clone, Copy, Debug)]
+pub struct CacheConfig {
+    name: [u8; CACHE_NAME_LEN],
+    name_len: usize,
+    /// The size the user asked for (`object_size`).
+    pub object_size: usize,
+    /// Bytes per object in the slab, free pointer and alignment included (`size`).
+    pub size: usize,
+    /// Object alignment.
+    pub align: usize,
+    /// Offset of the free pointer in a free object.
+    pub offset: usize,
+    /// Slab order (`oo_order`).
+    pub order: usize,
+    /// `PAGE_SIZE << order`, kept so the fast paths need no shift.
+    slab_size: usize,
+    /// Objects per slab (`oo_objects`).
+    pub objects: usize,
+    /// Node partial slabs kept even when empty (`min_partial`).
+    pub min_partial: usize,
+    /// Most slabs on a CPU's partial list (`cpu_partial_slabs`).
+    pub cpu_partial_slabs: usize,
+    /// Creation flags.
+    pub flags: SlabFlags,
+    /// Runs once on every object when its slab is made.
+    pub ctor: Option<Ctor>,
+    /// Offset of the [`KmemCacheCpu`] in every CPU area.
+    pub cpu_offset: usize,
+    /// `2^32 / size`, rounded up: `off * reciprocal >> 32` is the object index.
+    pub(super) reciprocal: u64,
+    /// Bytes of left red zone before each object (debug caches with Z; else 0): an
+    /// object starts `red_left` bytes into its slot.
+    pub red_left: usize,
+    /// End of the right red zone, from the object's start (debug caches with Z).
+    pub rz_end: usize,
+    /// Offset of the two tracks (alloc, free) from the object's start (with U).
+    pub track_off: usize,
+    /// Freelist hardening: a stored free pointer is `ptr ^ random ^ (swab(address of
+    /// the pointer) & harden_mask)` (CONFIG_SLAB_FREELIST_HARDENED); 0 and 0 when off.
+    pub random: usize,
+    /// All ones when hardened, else 0.
+    pub harden_mask: usize,
+    /// CPU areas are shared and the lockless fast paths may run concurrently with an
+    /// area's lock holder (per-CPU mode with `cmpxchg16b`): every change of a CPU's
+    /// `(freelist, tid)` pair is then a double-word compare-and-swap.
+    pub lockless: bool,
+    /// The lockless fast paths are the platform's restartable sequences (with
+    /// `lockless`): they commit with a plain store on the CPU they run on, so the slab
+    /// layer changes a CPU's pair only by taking it through the platform's
+    /// [`set_rseq_take`] hook and installing a list while it is empty.
+    pub rseq: bool,
+}
+
+impl CacheConfig {
+    pub(super) const EMPTY: CacheConfig = CacheConfig {
+        name: [0; CACHE_NAME_LEN],
+        name_len: 0,
+        object_size: 0,
+        size: 0,
+        align: 0,
+        offset: 0,
+        order: 0,
+        slab_size: PAGE_SIZE,
+        objects: 0,
+        min_partial: 0,
+        cpu_partial_slabs: 0,
+        flags: SlabFlags::empty(),
+        ctor: None,
+        cpu_offset: 0,
+        reciprocal: 0,
+        red_left: 0,
+        rz_end: 0,
+        track_off: 0,
+        random: 0,
+        harden_mask: 0,
+        lockless: false,
+        rseq: false,
+    };
+
+    /// The cache's name.
+    pub fn name(&self) -> &str {
+        core::str::from_utf8(&self.name[..self.name_len]).unwrap_or("?")
+    }
+
+    /// The index of the object whose slot starts `off` bytes into its slab (its
+    /// left red zone included).
+    #[inline]
+    pub fn obj_to_index(&self, off: usize) -> usize {
+        ((off as u64 * self.reciprocal) >> 32) as usize
+    }
+
+    /// Bytes a slab spans.
+    #[inline]
+    pub fn slab_bytes(&self) -> usize {
+        self.slab_size
+    }
+
+    /// Whether any slub_debug flag is set (the cache leaves the fast paths).
+    #[inline]
+    pub fn is_debug(&self) -> bool {
+        self.flags.intersects(SlabFlags::DEBUG)
+    }
+
+    /// Whether the cache stays off the fast paths: slub_debug flags, or
+    /// init_on_alloc / init_on_free (their zeroing happens in the debug path, so the
+    /// fast paths test no flag for them — the kernel uses static keys instead).
+    #[inline]
+    pub fn off_fast_paths(&self) -> bool {
+        self.flags.intersects(
+            SlabFlags::DEBUG
+                .union(SlabFlags::INIT_ON_ALLOC)
+                .union(SlabFlags::INIT_ON_FREE),
+        )
+    }
+
+    /// `calculate_sizes` + `calculate_order`: the layout for `object_size` bytes
+    /// aligned to `align`. `None` if the object is too large or the alignment is not a
+    /// power of two up to a page.
+    pub fn calculate(
+        name: &str,
+        object_size: usize,
+        align: usize,
+        flags: SlabFlags,
+        ctor: Option<Ctor>,
+        nr_cpus: usize,
+    ) -> Option<CacheConfig> {
+        if object_size == 0 || object_size > MAX_OBJECT_SIZE {
+            return None;
+        }
+        if align != 0 && (!align.is_power_of_two() || align > PAGE_SIZE) {
+            return None;
+        }
+        let word = core::mem::size_of::<usize>();
+        // A constructed object's contents are its constructor's: no poison (as the
+        // kernel's __OBJECT_POISON).
+        let flags = if ctor.is_some() {
+            flags - SlabFlags::POISON
+        } else {
+            flags
+        };
+        let mut align = align.max(word);
+        if flags.contains(SlabFlags::HWCACHE_ALIGN) {
+            // Cache-line alignment, unless the object is small enough to share lines
+            // (the kernel's calculate_alignment halves it for small objects).
+            let mut ralign = 64;
+            while object_size <= ralign / 2 && ralign > word {
+                ralign /= 2;
+            }
+            align = align.max(ralign);
+        }
+        let mut size = object_size.next_multiple_of(word);
+        let (mut red_left, mut rz_end, mut track_off) = (0, 0, 0);
+        // The free pointer: in the middle of the object (a use-after-free write at
+        // the start does not hit it), or after the object when a constructor's
+        // contents must survive while the object is free, or when debugging (poison
+        // and red zones own every byte of the object).
+        let offset = if flags.intersects(SlabFlags::DEBUG) {
+            // Slot: [left red zone][object][right red zone][free pointer][tracks]
+            // [padding], as calculate_sizes lays out a debug cache.
+            if flags.contains(SlabFlags::RED_ZONE) {
+                red_left = align;
+                rz_end = size + word;
+            } else {
+                rz_end = size;
+            }
+            let off = rz_end;
+            track_off = off + word;
+            size = track_off;
+            if flags.contains(SlabFlags::STORE_USER) {
+                size += 2 * crate::slab::debug::TRACK_SIZE;
+            }
+            size += red_left;
+            off
+        } else if ctor.is_some() {
+            let off = size;
+            size += word;
+            off
+        } else {
+            (object_size / 2) & !(word - 1)
+        };
+        size = size.next_multiple_of(align);
+        let (order, objects) = calculate_order(size, nr_cpus)?;
+        let mut cfg = CacheConfig {
+            object_size,
+            size,
+            align,
+            offset,
+            order,
+            slab_size: PAGE_SIZE << order,
+            objects,
+            min_partial: ((usize::BITS - 1 - size.leading_zeros()) as usize / 2).clamp(5, 10),
+            cpu_partial_slabs: 0,
+            flags,
+            ctor,
+            reciprocal: (1u64 << 32).div_ceil(size as u64),
+            red_left,
+            rz_end,
+            track_off,
+            ..CacheConfig::EMPTY
+        };
+        // set_cpu_partial (the kernel's current values): objects a CPU keeps on
+        // partial slabs, as slabs.
+        let cpu_partial_objs: usize = if size >= PAGE_SIZE {
+            6
+        } else if size >= 1024 {
+            24
+        } else if size >= 256 {
+            52
+        } else {
+            120
+        };
+        cfg.cpu_partial_slabs = (cpu_partial_objs * 2).div_ceil(objects);
+        let n = name.len().min(CACHE_NAME_LEN);
+        let mut cut = n;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        cfg.name[..cut].copy_from_slice(&name.as_bytes()[..cut]);
+        cfg.name_len = cut;
+        Some(cfg)
+    }
+}
+
+/// `calculate_order`: the smallest slab order whose tail waste is at most 1/16 of the
+/// slab (then 1/8, then 1/4) holding at least `slub_min_objects` objects (fewer if the
+/// largest order cannot), as `calc_slab_order` does. Returns (order, objects).
+pub fn calculate_order(size: usize, nr_cpus: usize) -> Option<(usize, usize)> {
+    let fls = (usize::BITS - nr_cpus.max(1).leading_zeros()) as usize;
+    let max_objects = (PAGE_SIZE << SLUB_MAX_ORDER) / size;
+    let mut min_objects = (4 * (fls + 1)).min(max_objects).max(1);
+    while min_objects >= 1 {
+        for fraction in [16, 8, 4] {
+            for order in 0..=SLUB_MAX_ORDER {
+                let slab = PAGE_SIZE << order;
+                if slab / size < min_objects {
+                    continue;
+                }
+                if slab % size <= slab / fraction {
+                    return Some((order, (slab / size).min(u16::MAX as usize)));
+                }
+            }
+        }
+        min_objects /= 2;
+        if min_objects == 0 {
+            break;
+        }
+    }
+    // Anything that fits in the largest slab, waste or not.
+    (size <= PAGE_SIZE << SLUB_MAX_ORDER).then(|| {
+        let order = (0..=SLUB_MAX_ORDER)
+            .find(|&o| PAGE_SIZE << o >= size)
+            .unwrap_or(SLUB_MAX_ORDER);
+        (order, (PAGE_SIZE << order) / size)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kmalloc_32_packs_128_objects_per_page() {
+        let cfg =
+            CacheConfig::calculate("kmalloc-32", 32, 32, SlabFlags::empty(), None, 2).unwrap();
+        assert_eq!((cfg.order, cfg.objects, cfg.size), (0, 128, 32));
+        let cfg =
+            CacheConfig::calculate("kmalloc-8k", 8192, 4096, SlabFlags::empty(), None, 2).unwrap();
+        assert_eq!((cfg.order, cfg.objects), (3, 4));
+        let cfg =
+            CacheConfig::calculate("kmalloc-96", 96, 32, SlabFlags::empty(), None, 2).unwrap();
+        assert_eq!(cfg.size, 96);
+        assert!(cfg.slab_bytes() % 96 <= cfg.slab_bytes() / 16);
+    }
+
+    #[test]
+    fn layout_rules() {
+        // A constructor moves the free pointer behind the object.
+        fn ctor(_: *mut u8) {}
+        let cfg =
+            CacheConfig::calculate("c", 24, 8, SlabFlags::empty(), Some(Ctor::plain(ctor)), 2)
+                .unwrap();
+        assert_eq!((cfg.offset, cfg.size), (24, 32));
+        // Without one it sits in the middle, word aligned.
+        let cfg = CacheConfig::calculate("c", 24, 8, SlabFlags::empty(), None, 2).unwrap();
+        assert_eq!((cfg.offset, cfg.size), (8, 24));
+        // Cache-line alignment for objects that span lines.
+        let cfg = CacheConfig::calculate("c", 100, 0, SlabFlags::HWCACHE_ALIGN, None, 2).unwrap();
+        assert_eq!(cfg.size % 64, 0);
+        assert!(CacheConfig::calculate("c", 0, 8, SlabFlags::empty(), None, 2).is_none());
+        assert!(CacheConfig::calculate("c", 8, 3, SlabFlags::empty(), None, 2).is_none());
+        assert!(
+            CacheConfig::calculate("c", MAX_OBJECT_SIZE + 1, 8, SlabFlags::empty(), None, 2)
+                .is_none()
+        );
+        let long = CacheConfig::calculate(
+            "a-very-long-cache-name-that-goes-on-and-on",
+            8,
+            8,
+            SlabFlags::empty(),
+            None,
+            2,
+        )
+        .unwrap();
+        assert_eq!(long.name().len(), CACHE_NAME_LEN);
+    }
+
+    #[test]
+    fn tail_waste_stays_within_a_sixteenth() {
+        for size in (8..=MAX_OBJECT_SIZE).step_by(8) {
+            let (order, objects) = calculate_order(size, 2).unwrap();
+            let slab = PAGE_SIZE << order;
+            assert_eq!(objects, slab / size);
+            assert!(objects >= 1);
+            if size <= 512 {
+                assert!(
+                    slab % size <= slab / 16,
+                    "size {size}: order {order} wastes {}",
+                    slab % size
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn reciprocal_finds_object_indices() {
+        for size in [8usize, 24, 96, 192, 1000, 4096, 8192] {
+            let cfg = CacheConfig::calculate("c", size, 8, SlabFlags::empty(), None, 2).unwrap();
+            for idx in 0..cfg.objects {
+                let off = idx * cfg.size;
+                assert_eq!(((off as u64 * cfg.reciprocal) >> 32) as usize, idx);
+                if off + 8 < cfg.slab_bytes() && cfg.size > 8 {
+                    let inner = off + 8;
+                    let i2 = ((inner as u64 * cfg.reciprocal) >> 32) as usize;
+                    assert!(i2 * cfg.size != inner);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! The slab allocator (SLUB, mm/slub.c), on the page allocator.
+//!
+//! ## Types
+//! - [`KmemCache`] (`struct kmem_cache`): one object size and its slabs. Its layout is
+//!   fixed at creation ([`CacheConfig`]); per node it has a [`KmemCacheNode`] (the
+//!   partial list under `list_lock`); per CPU area a [`KmemCacheCpu`] at `cpu_offset`.
+//! - A *slab* is a block of 2^order pages. Its metadata lives in the head page's
+//!   descriptor (`Page::owner`), never inside the slab:
+//!   `owner[0]` = [`SlabState`] (freelist offset, inuse, frozen — one word, so a single
+//!   compare-and-swap updates all three), `owner[1]` = the owner's local freelist,
+//!   `owner[2]` = the cache, `owner[3]` = which CPU area froze the slab and how many
+//!   objects its local freelist holds.
+//!   Tail pages carry `PG_TAIL` and a pointer to the head (`compound_head`).
+//! - Freelists are chains through a free pointer inside each free object (at
+//!   `offset`), ended by an *end token* `slab base | 1`, never null: a freelist value
+//!   always tells its slab (seed 000, patch 5/7).
+//!
+//! ## Slab states (who may take objects from a slab)
+//! | state        | frozen | on a list            | objects go out through      |
+//! |--------------|--------|----------------------|-----------------------------|
+//! | CPU slab     | 1      | none                 | the CPU's `c.freelist`      |
+//! | CPU partial  | 1      | one CPU's `partial`  | nobody, until it is CPU slab|
+//! | node partial | 0      | node `partial` list  | `get_partial_node`, no-CPU allocations |
+//! | full         | 0      | none                 | nobody                      |
+//! Anybody may free into any slab: a CAS on its state pushes onto `slab.freelist`.
+//! The CPU that froze a slab frees into it without an atomic: objects go on the slab's
+//! *local* freelist (`owner[1]`), which only that CPU touches, like mimalloc's
+//! `local_free`. They still count as in use (they are the freezing CPU's to reuse); the
+//! local list becomes the CPU freelist when the slab becomes the CPU slab again, and is
+//! merged into `slab.freelist` (with `inuse` lowered) when the slab is unfrozen.
+//!
+//! ## Rules
+//! 1. Lock order: `slab_caches` lock → `list_lock` (one node at a time) → zone locks of
+//!    the page allocator. No `list_lock` is held across a page allocation.
+//! 2. Every change of list membership, and every freeze or unfreeze of a slab that is
+//!    or will be on a node list, happens under that node's `list_lock`; the state CAS
+//!    that goes with it is done while holding the lock. Freezing a full slab (a free
+//!    into it that puts it on the freer's CPU partial list) needs no lock: it is on no
+//!    list. Hence: an unfrozen slab is on the node partial list exactly when it has a
+//!    free object.
+//! 3. Only the owner of a CPU area touches its `KmemCacheCpu` (the std default: one
+//!    area per thread). The fast paths are plain loads and stores: allocation pops
+//!    `c.freelist`, a free pushes when the object is in the CPU slab. `freelist` and
+//!    `tid` sit together, 16-byte aligned, and `tid` advances on each operation, so a
+//!    lockless per-CPU mode (a double-word CAS on the pair) fits this layout.
+//! 4. A context with no CPU area (thread exit, early start) allocates under
+//!    `list_lock` from a node partial slab and frees through `__slab_free`.
+//!
+//! ## Shared CPU areas (per-CPU mode)
+//! Where CPU areas are shared by contexts that can be preempted and migrate (std's
+//! per-CPU mode, a preemptible kernel), whoever holds an area's local lock is its
+//! owner for everything above. With `CacheConfig::lockless` the allocation and free
+//! fast paths also run without the lock (`alloc_lockless`, `free_lockless`): they
+//! read `tid` then `freelist` and change the pair with a double-word CAS, so they
+//! never act on a pair that moved since they read it. Every other change of the pair
+//! is a CAS too, and follows one rule: a slow path first *takes* the CPU freelist
+//! (CAS to 0), works on what it took, and *installs* the new freelist at the end.
+//! While the pair holds 0 the lockless paths leave it alone (a pop needs an object, a
+//! push needs the CPU slab), so between take and install the lock holder owns it.
+//! Partial lists, frozen slabs' local freelists and statistics stay lock-only
+//! (statistics counted by lockless paths may lose increments).
+
+mod alloc;
+mod bulk;
+pub(crate) mod cache;
+mod cpu;
+mod cpu_partial;
+pub mod debug;
+mod free;
+mod freelist;
+mod layout;
+mod lockless;
+mod new_slab;
+mod partial;
+mod report;
+mod stat;
+mod state;
+
+pub use crate::slab_flags::SlabFlags;
+pub use cache::{KmemCache, KmemCacheNode};
+use cpu::take_cpu_freelist;
+pub use cpu::{set_rseq_take, KmemCacheCpu, RseqTake, LOCKLESS_SUPPORTED};
+use freelist::get_freepointer_racy;
+pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};
+pub use layout::{calculate_order, CacheConfig, Ctor};
+use lockless::Push;
+pub use stat::{SlubStat, NR_SLUB_STAT};
+pub(crate) use state::*;
+pub use state::{free_decision, FreeDecision, SlabState, END_OFFSET};
+
+use crate::page::{Page, PageFlags, PAGE_SIZE};
+use crate::page_alloc::PageAllocator;
+use crate::platform::Platform;
+use crate::sync::Ordering::Relaxed;
+use core::ptr::{self, NonNull};
+
+/// Longest cache name kept (longer names are cut).
+pub const CACHE_NAME_LEN: usize = 32;
+
+/// Largest slab order (`slub_max_order` = `PAGE_ALLOC_COSTLY_ORDER`).
+pub const SLUB_MAX_ORDER: usize = 3;
+
+/// Largest object a cache may hold (half of the largest slab).
+pub const MAX_OBJECT_SIZE: usize = PAGE_SIZE << (SLUB_MAX_ORDER - 1);
+
+/// `tid` steps by this much per operation (room for a CPU number below it).
+pub const TID_STEP: usize = 1 << 12;
+
+/// The slab allocator's operations, bound to its page allocator and list of caches.
+pub struct Slub<'a, P: Platform> {
+    pub(crate) pages: &'a PageAllocator<P>,
+    pub(crate) caches: &'a crate::slab_common::CacheList,
+}
+
+impl<P: Platform> Clone for Slub<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<P: Platform> Copy for Slub<'_, P> {}
+
+/// What `kfree`-like entry points found at a pointer.
+pub enum ObjectLookup<'a> {
+    /// An object of this slab (head page) of this cache, at index `idx`.
+    Slab(&'a KmemCache, NonNull<Page>),
+    /// The head of a large (page-allocator) allocation.
+    Large(NonNull<Page>),
+    /// Not something that can be freed; the reason.
+    Bad(&'static str),
+}
+
+impl<'a, P: Platform> Slub<'a, P> {
+    /// The slab layer over `pages`, with the list of caches a CPU flush walks.
+    pub fn new(pages: &'a PageAllocator<P>, caches: &'a crate::slab_common::CacheList) -> Self {
+        Self { pages, caches }
+    }
+
+    #[inline]
+    pub(crate) fn slab_base(&self, slab: NonNull<Page>) -> usize {
+        self.pages.page_address(slab).as_ptr() as usize
+    }
+
+    /// The cache whose slab holds `ptr` (anywhere in the slab), if any. Never
+    /// touches the memory at `ptr`.
+    pub fn cache_of(&self, ptr: *const u8) -> Option<&'a KmemCache> {
+        let head = self.pages.virt_to_head_page(ptr)?;
+        // SAFETY: descriptors of online sections are valid.
+        let h = unsafe { head.as_ref() };
+        if !h.flags().contains(PageFlags::SLAB) {
+            return None;
+        }
+        // SAFETY: a slab's head page names its cache, which outlives its slabs.
+        Some(unsafe { &*(h.owner[2].load(Relaxed) as *const KmemCache) })
+    }
+
+    /// Finds what `ptr` is: an object at the start of a slab object, a large block, or
+    /// neither (with the reason). Never touches the memory at `ptr`.
+    #[inline]
+    pub fn lookup(&self, ptr: *const u8) -> ObjectLookup<'a> {
+        let Some(head) = self.pages.virt_to_head_page(ptr) else {
+            return ObjectLookup::Bad("not allocated by kmem");
+        };
+        // SAFETY: descriptors of online sections are valid.
+        let h = unsafe { head.as_ref() };
+        let flags = h.flags();
+        if flags.contains(PageFlags::SLAB) {
+            // SAFETY: a slab's head page names its cache, which outlives its slabs.
+            let s = unsafe { &*(h.owner[2].load(Relaxed) as *const KmemCache) };
+            let cfg = s.config();
+            // A slab is a buddy block: aligned to its size, so the offset of `ptr` in
+            // it is its low bits.
+            let off = (ptr as usize & (cfg.slab_bytes() - 1)).wrapping_sub(cfg.red_left);
+            let idx = ((off as u64 * cfg.reciprocal) >> 32) as usize;
+            if idx * cfg.size != off || idx >= cfg.objects {
+                return ObjectLookup::Bad("Invalid object pointer");
+            }
+            ObjectLookup::Slab(s, head)
+        } else if flags.contains(PageFlags::HEAD) {
+            if !ptr::eq(self.pages.page_address(head).as_ptr(), ptr) {
+                return ObjectLookup::Bad("Invalid object pointer");
+            }
+            ObjectLookup::Large(head)
+        } else {
+            ObjectLookup::Bad("not allocated by kmem")
+        }
+    }
+}

@@ -1,0 +1,145 @@
+//! Making and discarding slabs (`allocate_slab`, `shuffle_freelist`, `discard_slab`):
+//! pages from the page allocator, every object on the new slab's freelist (in a random
+//! order with `RANDOM_FREELIST`), and the pages given back when a slab is empty.
+//!
+//! No slab lock is held here; the page allocator takes its own (lock order in the crate
+//! docs).
+
+use super::*;
+use crate::gfp::Gfp;
+use crate::page::{Page, PageFlags};
+use crate::percpu::CpuRef;
+use crate::platform::Platform;
+use crate::sync::Ordering::Relaxed;
+use core::ptr::NonNull;
+
+/// Greatest common divisor.
+pub(super) fn gcd(mut a: usize, mut b: usize) -> usize {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+impl<'a, P: Platform> Slub<'a, P> {
+    // -----------------------------------------------------------------------
+    // Slab creation and destruction.
+
+    /// `allocate_slab`: pages for a new slab of `s` on `nid`, every object on the
+    /// slab's freelist (and through the constructor). The slab comes back with its
+    /// state `state(inuse, frozen)` and the freelist either kept in the slab or
+    /// returned to the caller (`take`).
+    pub(crate) fn allocate_slab(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+        nid: Option<usize>,
+    ) -> Option<NonNull<Page>> {
+        let cfg = s.config();
+        let gfp = (gfp - Gfp::ZERO) | Gfp::COMP;
+        let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
+        let base = self.slab_base(slab);
+        // SAFETY: the block was just allocated: its descriptors are ours.
+        let head = unsafe { slab.as_ref() };
+        head.set_flags(PageFlags::HEAD | PageFlags::SLAB);
+        for i in 0..cfg.objects {
+            let obj = base + i * cfg.size + cfg.red_left;
+            if cfg.is_debug() {
+                self.init_debug_object(cfg, obj);
+            }
+            if let Some(ctor) = cfg.ctor {
+                (ctor.f)(obj as *mut u8, ctor.data);
+            }
+        }
+        // Chain every object, ending in the end token: first to last, or
+        // (CONFIG_SLAB_FREELIST_RANDOM) in the order of a random permutation.
+        // Index arithmetic without a division per object: `stride < objects`, so one
+        // subtraction wraps it.
+        let (start, stride) = self.freelist_order(cfg);
+        let n = cfg.objects;
+        let at = |i: usize| base + i * cfg.size + cfg.red_left;
+        let mut i = start;
+        for k in 0..n {
+            let mut j = i + stride;
+            if j >= n {
+                j -= n;
+            }
+            let next = if k + 1 < n { at(j) } else { base | 1 };
+            // SAFETY: the object lies in our new slab.
+            unsafe { set_freepointer(cfg, at(i), next) };
+            i = j;
+        }
+        head.owner[0].store(
+            SlabState::new((at(start) - base) as u64, 0, false).0 as usize,
+            Relaxed,
+        );
+        head.owner[1].store(0, Relaxed);
+        head.owner[3].store(0, Relaxed);
+        head.owner[2].store(s as *const KmemCache as usize, Relaxed);
+        head.private.store(0, Relaxed);
+        let nid = self.pages.page_to_nid(slab);
+        s.node[nid].nr_slabs.fetch_add(1, Relaxed);
+        s.stat(cpu, SlubStat::AllocSlab);
+        Some(slab)
+    }
+
+    /// The order of a new slab's freelist, as `(start, stride)`: object `k` of the
+    /// list is object `(start + k * stride) % objects` of the slab. `(0, 1)` unless
+    /// the cache randomises freelists; then a random start and a random stride
+    /// prime to `objects`, so every object comes exactly once.
+    pub(super) fn freelist_order(&self, cfg: &CacheConfig) -> (usize, usize) {
+        let n = cfg.objects;
+        if !cfg.flags.contains(SlabFlags::RANDOM_FREELIST) || n < 2 {
+            return (0, 1);
+        }
+        let r = self.pages.platform().random_u64();
+        let start = (r as usize) % n;
+        // Walk 1..n from a random point to the first stride prime to n (1 is).
+        let mut stride = 1 + ((r >> 32) as usize) % (n - 1);
+        while gcd(stride, n) != 1 {
+            stride = stride % (n - 1) + 1;
+        }
+        (start, stride)
+    }
+
+    /// Frees a discarded slab's objcg vector (`memcontrol`), a plain kmalloc object
+    /// or large block (vectors never come from caches that have vectors).
+    pub(super) fn free_slab_obj_exts(&self, cpu: Option<CpuRef<'_>>, head: &Page) {
+        let data = head.private.swap(0, Relaxed);
+        if data & crate::memcontrol::MEMCG_DATA_OBJEXTS == 0 {
+            return;
+        }
+        let v = (data & !3) as *mut u8;
+        match self.lookup(v) {
+            // SAFETY: the vector, ours since its slab is being discarded.
+            ObjectLookup::Slab(vs, vslab) => unsafe {
+                self.free_object(cpu, vs, vslab, v as usize);
+            },
+            ObjectLookup::Large(vh) => {
+                // SAFETY: as above; a large block's order is on its head.
+                let order = unsafe { vh.as_ref() }.order();
+                // SAFETY: as above.
+                unsafe { self.pages.free_pages(cpu, vh, order) };
+            }
+            ObjectLookup::Bad(_) => {}
+        }
+    }
+
+    /// `discard_slab`: gives an empty slab's pages back.
+    pub(crate) fn discard_slab(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: NonNull<Page>) {
+        let cfg = s.config();
+        let nid = self.pages.page_to_nid(slab);
+        s.node[nid].nr_slabs.fetch_sub(1, Relaxed);
+        // SAFETY: the slab is empty and on no list: its descriptors are ours.
+        let head = unsafe { slab.as_ref() };
+        head.set_flags(PageFlags::HEAD);
+        for w in &head.owner {
+            w.store(0, Relaxed);
+        }
+        self.free_slab_obj_exts(cpu, head);
+        s.stat(cpu, SlubStat::FreeSlab);
+        // SAFETY: allocated by `allocate_slab` with this order; nothing refers to it.
+        unsafe { self.pages.free_pages(cpu, slab, cfg.order) };
+    }
+}
