@@ -13,11 +13,12 @@
 //! — not ours, not the start of an object — is reported and left alone.
 
 use crate::gfp::Gfp;
-use crate::page::{PageFlags, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE};
-use crate::percpu::CpuRef;
+use crate::page::{MAX_ORDER, PAGE_SIZE};
+use crate::page_alloc::PageAllocator;
+use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
-use crate::slab::{KmemCache, ObjectLookup};
-use crate::slab_common::Kmem;
+use crate::slab::{accounting, Accounting, KmemCache, NoAccounting, ObjectLookup, SlabFlags, Slub};
+use core::fmt::{self, Write as _};
 use core::ptr::{self, NonNull};
 
 /// The kmalloc size classes, in cache order.
@@ -65,7 +66,7 @@ pub(crate) fn order_for_size(size: usize) -> usize {
 
 /// Which set of kmalloc caches serves `gfp`.
 #[inline]
-fn kmalloc_type(gfp: Gfp) -> usize {
+pub fn kmalloc_type(gfp: Gfp) -> usize {
     if gfp.contains(Gfp::ACCOUNT) {
         1
     } else if gfp.contains(Gfp::RECLAIMABLE) {
@@ -75,16 +76,118 @@ fn kmalloc_type(gfp: Gfp) -> usize {
     }
 }
 
-impl<P: Platform> Kmem<P> {
-    /// The kmalloc cache serving `size` bytes for `gfp`.
-    #[inline]
-    pub fn kmalloc_cache(&self, size: usize, gfp: Gfp) -> Option<&KmemCache> {
-        Some(&self.kmalloc[kmalloc_type(gfp)][kmalloc_index(size)?])
+/// The kmalloc caches (`kmalloc_caches[type][index]`): plain, `kmalloc-cg-*` and
+/// `kmalloc-rcl-*`, each with one cache per size class. Embedded in the allocator and
+/// set up at boot, so they need no allocation.
+pub struct KmallocCaches {
+    sets: [[KmemCache; NR_KMALLOC]; NR_KMALLOC_TYPES],
+}
+
+impl KmallocCaches {
+    /// Caches not set up yet ([`KmallocCaches::boot`] does).
+    pub const fn new() -> Self {
+        Self {
+            sets: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES],
+        }
     }
 
-    /// The plain kmalloc caches, smallest first.
-    pub fn kmalloc_caches(&self) -> &[KmemCache] {
-        &self.kmalloc[0]
+    /// Sets up every kmalloc cache through `create(cache, name, size, align, flags)`
+    /// (the allocator's boot-cache constructor); stops at the first error.
+    pub fn boot<E>(
+        &self,
+        mut create: impl FnMut(&KmemCache, &str, usize, usize, SlabFlags) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut name = NameBuf::new();
+        for (t, prefix) in ["kmalloc-", "kmalloc-cg-", "kmalloc-rcl-"]
+            .iter()
+            .enumerate()
+        {
+            let flags = match t {
+                1 => SlabFlags::ACCOUNT,
+                2 => SlabFlags::RECLAIM_ACCOUNT,
+                _ => SlabFlags::empty(),
+            };
+            for (i, &size) in KMALLOC_SIZES.iter().enumerate() {
+                name.clear();
+                let _ = write!(name, "{prefix}");
+                if size >= 1024 {
+                    let _ = write!(name, "{}k", size / 1024);
+                } else {
+                    let _ = write!(name, "{size}");
+                }
+                let align = (1usize << size.trailing_zeros()).min(PAGE_SIZE);
+                create(&self.sets[t][i], name.as_str(), size, align, flags)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The cache serving `size` bytes for `gfp`, `None` above [`KMALLOC_MAX_CACHE_SIZE`].
+    #[inline]
+    pub fn cache(&self, size: usize, gfp: Gfp) -> Option<&KmemCache> {
+        Some(&self.sets[kmalloc_type(gfp)][kmalloc_index(size)?])
+    }
+
+    /// The set of caches for `gfp` type `t` (0 plain, 1 cg, 2 rcl).
+    #[inline]
+    pub fn set(&self, t: usize) -> &[KmemCache; NR_KMALLOC] {
+        &self.sets[t]
+    }
+
+    /// Whether `s` is one of the kmalloc caches.
+    pub fn contains(&self, s: &KmemCache) -> bool {
+        self.sets.iter().flatten().any(|k| ptr::eq(k, s))
+    }
+
+    /// Whether `s` is one of the plain kmalloc caches (those never charged).
+    pub fn is_plain(&self, s: &KmemCache) -> bool {
+        let plain = self.sets[0].as_ptr_range();
+        (plain.start..plain.end).contains(&(s as *const KmemCache))
+    }
+}
+
+impl Default for KmallocCaches {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// kmalloc's operations, bound to the slab layer and the kmalloc caches.
+pub struct Kmalloc<'a, P: Platform> {
+    slub: Slub<'a, P>,
+    caches: &'a KmallocCaches,
+}
+
+impl<P: Platform> Clone for Kmalloc<'_, P> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<P: Platform> Copy for Kmalloc<'_, P> {}
+
+impl<'a, P: Platform> Kmalloc<'a, P> {
+    /// kmalloc over `slub` with `caches`.
+    #[inline]
+    pub fn new(slub: Slub<'a, P>, caches: &'a KmallocCaches) -> Self {
+        Self { slub, caches }
+    }
+
+    /// The slab layer.
+    #[inline]
+    pub fn slub(&self) -> Slub<'a, P> {
+        self.slub
+    }
+
+    /// The page allocator.
+    #[inline]
+    pub fn pages(&self) -> &'a PageAllocator<P> {
+        self.slub.pages
+    }
+
+    /// The kmalloc caches.
+    #[inline]
+    pub fn caches(&self) -> &'a KmallocCaches {
+        self.caches
     }
 
     /// `kmalloc`: `size` bytes aligned to at least 8 (a kmalloc-N object for a power of
@@ -94,7 +197,7 @@ impl<P: Platform> Kmem<P> {
         self.kmalloc_node(cpu, size, gfp, None)
     }
 
-    /// `kmalloc_node`: as [`Kmem::kmalloc`], on node `nid` if given.
+    /// `kmalloc_node`: as [`Kmalloc::kmalloc`], on node `nid` if given.
     #[inline]
     pub fn kmalloc_node(
         &self,
@@ -104,24 +207,20 @@ impl<P: Platform> Kmem<P> {
         nid: Option<usize>,
     ) -> Option<NonNull<u8>> {
         match kmalloc_index(size) {
-            Some(i) => self
-                .slub()
-                .alloc_node(cpu, &self.kmalloc[kmalloc_type(gfp)][i], gfp, nid),
+            Some(i) => {
+                self.slub()
+                    .alloc_node(cpu, &self.caches.sets[kmalloc_type(gfp)][i], gfp, nid)
+            }
             None => self.kmalloc_large(cpu, size, gfp, nid),
         }
     }
 
     /// Per-CPU mode, without the area's lock: kmalloc's fast path on `area` (the
-    /// lockless pop). `None`: take the area's lock and call [`Kmem::kmalloc`].
+    /// lockless pop). `None`: take the area's lock and call [`Kmalloc::kmalloc`].
     #[inline]
-    pub fn kmalloc_lockless(
-        &self,
-        area: &crate::percpu::CpuArea,
-        size: usize,
-        gfp: Gfp,
-    ) -> Option<NonNull<u8>> {
-        let s = &self.kmalloc[kmalloc_type(gfp)][kmalloc_index(size)?];
-        let p = self.slub().alloc_lockless(area, s)?;
+    pub fn kmalloc_lockless(&self, area: &CpuArea, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        let s = &self.caches.sets[kmalloc_type(gfp)][kmalloc_index(size)?];
+        let p = self.slub.alloc_lockless(area, s)?;
         if gfp.contains(Gfp::ZERO) {
             // SAFETY: the object is ours now, `object_size` bytes long.
             unsafe { ptr::write_bytes(p.as_ptr(), 0, s.config().object_size) };
@@ -132,15 +231,15 @@ impl<P: Platform> Kmem<P> {
     /// Per-CPU mode, without the area's lock: kfree's fast path (`p` a slab object
     /// of the CPU slab of `area`, not charged to a memory cgroup). `Some(false)`: a
     /// double free at the freelist's head, reported. `None`: take the area's lock and
-    /// call [`Kmem::kfree`].
+    /// call [`Kmalloc::kfree`].
     ///
     /// # Safety
-    /// As [`Kmem::kfree`].
+    /// As [`Kmalloc::kfree`].
     #[inline]
-    pub unsafe fn kfree_lockless(&self, area: &crate::percpu::CpuArea, p: *mut u8) -> Option<bool> {
-        let slub = self.slub();
+    pub unsafe fn kfree_lockless(&self, area: &CpuArea, p: *mut u8) -> Option<bool> {
+        let slub = self.slub;
         match slub.lookup(p) {
-            ObjectLookup::Slab(s, slab) if !crate::memcontrol::has_obj_exts(slab) => {
+            ObjectLookup::Slab(s, slab) if !accounting::has_obj_exts(slab) => {
                 // SAFETY: a checked object of `slab`, given up by the caller.
                 unsafe { slub.free_lockless(area, s, slab, p as usize) }
             }
@@ -181,15 +280,16 @@ impl<P: Platform> Kmem<P> {
         }
         let order = order_for_size(size);
         let page = self
+            .slub
             .pages
             .alloc_pages_node(cpu, gfp | Gfp::COMP, order, nid)?;
-        Some(self.pages.page_address(page))
+        Some(self.slub.pages.page_address(page))
     }
 
     /// `ksize`: how many bytes the allocation at `p` really has (its class size, or
     /// its pages). 0 for a pointer kmalloc did not hand out.
     pub fn ksize(&self, p: *const u8) -> usize {
-        match self.slub().lookup(p) {
+        match self.slub.lookup(p) {
             ObjectLookup::Slab(s, _) => s.config().object_size,
             ObjectLookup::Large(head) => {
                 // SAFETY: the head of a live large block.
@@ -199,23 +299,29 @@ impl<P: Platform> Kmem<P> {
         }
     }
 
-    /// `kfree`: frees what kmalloc (or `kmem_cache_alloc`) handed out. Null is a
-    /// no-op; a pointer that is not ours, not the start of an object, or already free
-    /// at a freelist's head is reported (`BUG kmalloc-64 (Not tainted): Invalid object
-    /// pointer 0x…`) and nothing is freed: then it returns false.
+    /// `kfree`: frees what kmalloc (or `kmem_cache_alloc`) handed out, running
+    /// `acct`'s hooks first. Null is a no-op; a pointer that is not ours, not the start
+    /// of an object, or already free at a freelist's head is reported (`BUG kmalloc-64
+    /// (Not tainted): Invalid object pointer 0x…`) and nothing is freed: then it
+    /// returns false.
     ///
     /// # Safety
     /// If `p` is one of ours, the caller owns it and stops using it.
     #[inline]
-    pub unsafe fn kfree(&self, cpu: Option<CpuRef<'_>>, p: *mut u8) -> bool {
+    pub unsafe fn kfree(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        p: *mut u8,
+        acct: &impl Accounting,
+    ) -> bool {
         if p.is_null() {
             return true;
         }
-        let slub = self.slub();
+        let slub = self.slub;
         match slub.lookup(p) {
             ObjectLookup::Slab(s, slab) => {
                 // SAFETY: the head page of a live slab.
-                self.memcg_slab_free_hook(cpu, s, unsafe { slab.as_ref() }, p as usize);
+                accounting::slab_free_hook(acct, cpu, s, unsafe { slab.as_ref() }, p as usize);
                 // SAFETY: a checked object, given up by the caller.
                 unsafe { slub.free_object(cpu, s, slab, p as usize) }
             }
@@ -223,72 +329,52 @@ impl<P: Platform> Kmem<P> {
                 // SAFETY: the head of a large block from kmalloc_large, given up by the
                 // caller; its order is on the head page.
                 let order = unsafe { head.as_ref() }.order();
+                acct.page_free_hook(cpu, head, order);
                 // SAFETY: as above.
-                unsafe { self.free_pages(cpu, head, order) };
+                unsafe { slub.pages.free_pages(cpu, head, order) };
                 true
             }
             ObjectLookup::Bad(why) => {
-                let slab = self
-                    .pages
-                    .virt_to_head_page(p)
-                    // SAFETY: descriptors of online sections are valid.
-                    .filter(|h| unsafe { h.as_ref() }.flags().contains(PageFlags::SLAB));
-                match slab {
-                    Some(h) => {
-                        // SAFETY: a slab head names its cache.
-                        let s = unsafe {
-                            &*(h.as_ref().owner[2].load(crate::sync::Ordering::Relaxed)
-                                as *const KmemCache)
-                        };
-                        slub.report(s, Some(h), why, p as usize);
-                    }
-                    None => slub.report_named("kmalloc", None, why, p as usize),
-                }
+                self.report_bad_free(p, why);
                 false
             }
         }
     }
 
+    /// Reports a pointer `kfree` refused, naming its cache when it lies in a slab.
+    #[cold]
+    #[inline(never)]
+    fn report_bad_free(&self, p: *mut u8, why: &str) {
+        let slub = self.slub;
+        match slub.cache_of(p) {
+            Some(s) => slub.report(s, slub.pages.virt_to_head_page(p), why, p as usize),
+            None => slub.report_named("kmalloc", None, why, p as usize),
+        }
+    }
+
     /// `krealloc`: resizes the allocation at `p` to `new_size`, in place when it still
-    /// fits its class (or pages), else by moving it. Null `p` allocates; on failure
-    /// `None` is returned and `p` is left as it was.
+    /// fits its class (or pages), else by moving it to `alloc(new_size)` and freeing
+    /// `p` (with `acct`'s hooks). Null `p` allocates; on failure `None` is returned and
+    /// `p` is left as it was.
     ///
     /// # Safety
     /// `p` is null or an allocation of ours that the caller owns.
-    pub unsafe fn krealloc(
+    pub unsafe fn krealloc_with(
         &self,
         cpu: Option<CpuRef<'_>>,
         p: *mut u8,
         new_size: usize,
         gfp: Gfp,
+        alloc: impl FnOnce(usize) -> Option<NonNull<u8>>,
+        acct: &impl Accounting,
     ) -> Option<NonNull<u8>> {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.krealloc_objcg(cpu, p, new_size, gfp, None) }
-    }
-
-    /// [`Kmem::krealloc`] whose new allocation, if it moves, is charged to `objcg`.
-    ///
-    /// # Safety
-    /// As [`Kmem::krealloc`].
-    pub unsafe fn krealloc_objcg(
-        &self,
-        cpu: Option<CpuRef<'_>>,
-        p: *mut u8,
-        new_size: usize,
-        gfp: Gfp,
-        objcg: Option<&crate::memcontrol::ObjCgroup>,
-    ) -> Option<NonNull<u8>> {
-        let alloc = |size| match objcg {
-            Some(cg) => self.kmalloc_objcg(cpu, size, gfp, cg),
-            None => self.kmalloc(cpu, size, gfp),
-        };
         if p.is_null() {
             return alloc(new_size);
         }
         let old = self.ksize(p);
         if old == 0 {
             // SAFETY: reports the bad pointer; frees nothing.
-            unsafe { self.kfree(cpu, p) };
+            unsafe { self.kfree(cpu, p, acct) };
             return None;
         }
         if new_size <= old {
@@ -303,14 +389,55 @@ impl<P: Platform> Kmem<P> {
         // SAFETY: both are ours; `old` bytes of `p` are valid, `q` has more room.
         unsafe {
             ptr::copy_nonoverlapping(p, q.as_ptr(), old);
-            self.kfree(cpu, p);
+            self.kfree(cpu, p, acct);
         }
         Some(q)
     }
 
-    /// Bytes of pages a large allocation of `size` takes (for reports).
-    pub fn kmalloc_large_bytes(size: usize) -> usize {
-        (size.div_ceil(PAGE_SIZE).next_power_of_two()) << PAGE_SHIFT
+    /// [`Kmalloc::krealloc_with`] for unaccounted allocations.
+    ///
+    /// # Safety
+    /// As [`Kmalloc::krealloc_with`].
+    pub unsafe fn krealloc(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        p: *mut u8,
+        new_size: usize,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        let alloc = |size| self.kmalloc(cpu, size, gfp);
+        // SAFETY: forwarded from the caller.
+        unsafe { self.krealloc_with(cpu, p, new_size, gfp, alloc, &NoAccounting) }
+    }
+}
+
+/// A small stack buffer for cache names.
+struct NameBuf {
+    buf: [u8; 32],
+    len: usize,
+}
+
+impl NameBuf {
+    fn new() -> Self {
+        Self {
+            buf: [0; 32],
+            len: 0,
+        }
+    }
+    fn clear(&mut self) {
+        self.len = 0;
+    }
+    fn as_str(&self) -> &str {
+        core::str::from_utf8(&self.buf[..self.len]).unwrap_or("?")
+    }
+}
+
+impl fmt::Write for NameBuf {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let n = s.len().min(self.buf.len() - self.len);
+        self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+        self.len += n;
+        Ok(())
     }
 }
 

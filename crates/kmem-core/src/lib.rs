@@ -42,6 +42,7 @@
 
 pub mod gfp;
 pub mod kmalloc;
+pub mod kmem;
 pub mod memcontrol;
 pub mod mmzone;
 pub mod page;
@@ -52,7 +53,13 @@ pub mod percpu;
 pub mod platform;
 pub mod show_mem;
 pub mod slab;
-pub mod slab_common;
+/// Compatibility path for other crates, removed once they use [`slab`] and [`kmem`].
+pub mod slab_common {
+    pub use crate::kmem::{slab_row, Kmem};
+    pub use crate::slab::{
+        write_slabinfo_header, write_slabinfo_row, CacheList, DestroyError, SlabRow,
+    };
+}
 pub mod slab_flags;
 /// Compatibility path for other crates, removed once they use [`slab`].
 pub mod slub {
@@ -66,9 +73,9 @@ pub mod sync;
 pub mod vmstat;
 
 pub use gfp::Gfp;
+pub use kmem::Kmem;
 pub use page::{Page, PageFlags, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE};
 pub use page_alloc::{Config, InitError, PageAllocator, Shrinker};
 pub use percpu::{CpuArea, CpuRef};
 pub use platform::Platform;
 pub use slab::{KmemCache, SlabFlags};
-pub use slab_common::Kmem;

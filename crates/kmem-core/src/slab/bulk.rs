@@ -119,4 +119,28 @@ impl<'a, P: Platform> Slub<'a, P> {
             unsafe { self.slab_free(cpu, s, slab, head, tail, cnt) };
         }
     }
+
+    /// `kmem_cache_free_bulk` with the accounting hook run for each object first (see
+    /// [`Slub::free_accounted`]).
+    ///
+    /// # Safety
+    /// As [`Slub::free_bulk`].
+    pub unsafe fn free_bulk_accounted(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        objs: &mut [*mut u8],
+        acct: &impl Accounting,
+    ) {
+        for &p in objs.iter().filter(|p| !p.is_null()) {
+            if let ObjectLookup::Slab(found, slab) = self.lookup(p) {
+                if ptr::eq(found, s) {
+                    // SAFETY: the head page of a live slab.
+                    accounting::slab_free_hook(acct, cpu, s, unsafe { slab.as_ref() }, p as usize);
+                }
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.free_bulk(cpu, s, objs) }
+    }
 }

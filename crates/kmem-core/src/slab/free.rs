@@ -37,6 +37,38 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
     }
 
+    /// `kmem_cache_free` with the accounting hook: for an object of `s` whose slab has
+    /// an object-extension vector, `acct` runs first; then the object is freed as
+    /// [`Slub::free`] frees it (pointers that are not objects of `s` are reported).
+    ///
+    /// # Safety
+    /// As [`Slub::free`].
+    #[inline]
+    pub unsafe fn free_accounted(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        obj: NonNull<u8>,
+        acct: &impl Accounting,
+    ) -> bool {
+        match self.lookup(obj.as_ptr()) {
+            ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
+                // SAFETY: the head page of a live slab.
+                accounting::slab_free_hook(
+                    acct,
+                    cpu,
+                    s,
+                    unsafe { slab.as_ref() },
+                    obj.as_ptr() as usize,
+                );
+                // SAFETY: a valid object of `s`, given up by the caller.
+                unsafe { self.free_object(cpu, s, slab, obj.as_ptr() as usize) }
+            }
+            // SAFETY: reports only.
+            _ => unsafe { self.free(cpu, s, obj) },
+        }
+    }
+
     /// Frees a checked object of slab `slab` of `s`.
     ///
     /// # Safety

@@ -60,9 +60,11 @@
 //! Partial lists, frozen slabs' local freelists and statistics stay lock-only
 //! (statistics counted by lockless paths may lose increments).
 
+pub mod accounting;
 mod alloc;
 mod bulk;
 pub(crate) mod cache;
+mod cache_list;
 mod cpu;
 mod cpu_partial;
 pub mod debug;
@@ -73,17 +75,21 @@ mod lockless;
 mod new_slab;
 mod partial;
 mod report;
+mod slabinfo;
 mod stat;
 mod state;
 
 pub use crate::slab_flags::SlabFlags;
+pub use accounting::{has_obj_exts, Accounting, NoAccounting};
 pub use cache::{KmemCache, KmemCacheNode};
+pub use cache_list::{CacheList, DestroyError};
 use cpu::take_cpu_freelist;
 pub use cpu::{set_rseq_take, KmemCacheCpu, RseqTake, LOCKLESS_SUPPORTED};
 use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};
 pub use layout::{calculate_order, CacheConfig, Ctor};
 use lockless::Push;
+pub use slabinfo::{write_slabinfo_header, write_slabinfo_row, SlabRow};
 pub use stat::{SlubStat, NR_SLUB_STAT};
 pub(crate) use state::*;
 pub use state::{free_decision, FreeDecision, SlabState, END_OFFSET};
@@ -109,7 +115,7 @@ pub const TID_STEP: usize = 1 << 12;
 /// The slab allocator's operations, bound to its page allocator and list of caches.
 pub struct Slub<'a, P: Platform> {
     pub(crate) pages: &'a PageAllocator<P>,
-    pub(crate) caches: &'a crate::slab_common::CacheList,
+    pub(crate) caches: &'a CacheList,
 }
 
 impl<P: Platform> Clone for Slub<'_, P> {
@@ -132,7 +138,7 @@ pub enum ObjectLookup<'a> {
 
 impl<'a, P: Platform> Slub<'a, P> {
     /// The slab layer over `pages`, with the list of caches a CPU flush walks.
-    pub fn new(pages: &'a PageAllocator<P>, caches: &'a crate::slab_common::CacheList) -> Self {
+    pub fn new(pages: &'a PageAllocator<P>, caches: &'a CacheList) -> Self {
         Self { pages, caches }
     }
 

@@ -107,7 +107,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// or large block (vectors never come from caches that have vectors).
     pub(super) fn free_slab_obj_exts(&self, cpu: Option<CpuRef<'_>>, head: &Page) {
         let data = head.private.swap(0, Relaxed);
-        if data & crate::memcontrol::MEMCG_DATA_OBJEXTS == 0 {
+        if data & accounting::OBJ_EXTS == 0 {
             return;
         }
         let v = (data & !3) as *mut u8;

@@ -74,4 +74,31 @@ impl<'a, P: Platform> Slub<'a, P> {
         let _ = writeln!(w, "FIX {}: Object at 0x{:016x} not freed", name, addr);
         self.pages.count_bad_object();
     }
+
+    /// `__kmem_cache_shutdown`'s report: `s` still has `live` objects in `slabs` slabs.
+    #[cold]
+    pub fn report_objects_remaining(&self, s: &KmemCache, live: usize, slabs: usize) {
+        let mut w = LogWriter::new(self.pages.platform());
+        let _ = writeln!(
+            w,
+            "kmem_cache_destroy {}: Slab cache still has objects",
+            s.name()
+        );
+        let _ = writeln!(
+            w,
+            "============================================================================="
+        );
+        let _ = writeln!(
+            w,
+            "BUG {} (Not tainted): Objects remaining in {} on __kmem_cache_shutdown()",
+            s.name(),
+            s.name()
+        );
+        let _ = writeln!(
+            w,
+            "-----------------------------------------------------------------------------"
+        );
+        let _ = writeln!(w);
+        let _ = writeln!(w, "INFO: {live} objects in {slabs} slabs remain");
+    }
 }

@@ -1,0 +1,175 @@
+//! Cache creation and destruction (`kmem_cache_create`, `kmem_cache_destroy`) and the
+//! free entry points of caches and pages, with the memory controller's hooks.
+
+use super::Kmem;
+use crate::gfp::Gfp;
+use crate::page::Page;
+use crate::percpu::{CpuArea, CpuRef};
+use crate::platform::Platform;
+use crate::slab::Accounting as _;
+use crate::slab::{
+    has_obj_exts, CacheConfig, Ctor, DestroyError, KmemCache, ObjectLookup, SlabFlags,
+};
+use crate::sync::Ordering::Relaxed;
+use core::ptr::{self, NonNull};
+
+impl<P: Platform> Kmem<P> {
+    /// `kmem_cache_create`: a cache of `size`-byte objects aligned to `align` (0 = a
+    /// word), with an optional constructor run once per object when its slab is made.
+    /// `None` when the size or alignment cannot be served or memory runs out.
+    pub fn kmem_cache_create(
+        &'static self,
+        cpu: Option<CpuRef<'_>>,
+        name: &str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        ctor: Option<fn(*mut u8)>,
+    ) -> Option<&'static KmemCache> {
+        self.kmem_cache_create_ctor(cpu, name, size, align, flags, ctor.map(Ctor::plain))
+    }
+
+    /// [`Kmem::kmem_cache_create`] with a constructor that carries a word of context.
+    pub fn kmem_cache_create_ctor(
+        &'static self,
+        cpu: Option<CpuRef<'_>>,
+        name: &str,
+        size: usize,
+        align: usize,
+        flags: SlabFlags,
+        ctor: Option<Ctor>,
+    ) -> Option<&'static KmemCache> {
+        let nr_cpus = self.nr_cpus.load(Relaxed);
+        let mut flags = flags | self.policy_flags(name);
+        if ctor.is_some() {
+            // As the kernel: zeroing would undo what the constructor set up, and
+            // constructed objects keep their state while free.
+            flags -= SlabFlags::INIT_ON_ALLOC | SlabFlags::INIT_ON_FREE;
+        }
+        let mut cfg = CacheConfig::calculate(name, size, align, flags, ctor, nr_cpus)?;
+        self.harden(&mut cfg);
+        cfg.lockless = self.lockless.load(Relaxed);
+        cfg.rseq = self.rseq.load(Relaxed);
+        cfg.cpu_offset = self
+            .pages
+            .percpu()
+            .alloc(core::mem::size_of::<crate::slab::KmemCacheCpu>(), 16)?;
+        let mem = self.slub().alloc(cpu, &self.kmem_cache, Gfp::KERNEL)?;
+        let s = mem.as_ptr() as *mut KmemCache;
+        // SAFETY: a fresh object of `kmem_cache`, sized and aligned for a KmemCache;
+        // nobody else can see it until it is on the list.
+        unsafe {
+            s.write(KmemCache::new());
+            (*s).set_config(cfg);
+        }
+        // SAFETY: initialised above; objects of kmem_cache live until destroyed.
+        let s: &'static KmemCache = unsafe { &*s };
+        self.caches.add(s);
+        Some(s)
+    }
+
+    /// `kmem_cache_destroy`: flushes every CPU's state of the cache, frees its empty
+    /// slabs and the cache. A cache that still has objects is not destroyed: the
+    /// kernel's "Objects remaining" report is printed and it stays usable.
+    ///
+    /// # Safety
+    /// No other context uses `s` while this runs (the kernel's rule), and if it
+    /// succeeds nobody uses `s` again.
+    pub unsafe fn kmem_cache_destroy(
+        &'static self,
+        cpu: Option<CpuRef<'_>>,
+        s: &'static KmemCache,
+    ) -> Result<(), DestroyError> {
+        let own = ptr::eq(s, &self.kmem_cache) || self.kmalloc.contains(s);
+        if own {
+            return Err(DestroyError::NotDestroyable);
+        }
+        let slub = self.slub();
+        for area in self.pages.cpu_areas().iter() {
+            // SAFETY: nobody uses `s` meanwhile (caller), so its per-CPU state in any
+            // area is ours to flush: the owners do not touch it.
+            let c = unsafe { CpuRef::new(area) };
+            slub.flush_cpu_cache(c, s);
+        }
+        slub.shrink(cpu, s);
+        let mut live = 0usize;
+        let mut slabs = 0usize;
+        for nid in 0..self.pages.nr_nodes() {
+            slabs += s.nr_slabs(nid);
+            live += s.nr_slabs(nid) * s.config().objects - s.count_partial_free(nid);
+        }
+        if slabs > 0 {
+            slub.report_objects_remaining(s, live, slabs);
+            return Err(DestroyError::ObjectsRemaining(live));
+        }
+        self.caches.remove(s);
+        s.deactivate();
+        // SAFETY: `s` is an object of kmem_cache that nobody uses any more (caller).
+        unsafe { slub.free(cpu, &self.kmem_cache, NonNull::from(s).cast::<u8>()) };
+        Ok(())
+    }
+
+    /// `kmem_cache_free` with the memcg hook: uncharges an accounted object, then
+    /// frees it as [`crate::slab::Slub::free`] (which reports pointers that are not
+    /// objects of `s`).
+    ///
+    /// # Safety
+    /// As [`crate::slab::Slub::free`].
+    #[inline]
+    pub unsafe fn kmem_cache_free(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        obj: NonNull<u8>,
+    ) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.slub().free_accounted(cpu, s, obj, &self.memcg()) }
+    }
+
+    /// Per-CPU mode, without the area's lock: `kmem_cache_free`'s fast path (see
+    /// [`Kmem::kfree_lockless`]). `None`: take the area's lock and call
+    /// [`Kmem::kmem_cache_free`].
+    ///
+    /// # Safety
+    /// As [`Slub::free`].
+    #[inline]
+    pub unsafe fn kmem_cache_free_lockless(
+        &self,
+        area: &CpuArea,
+        s: &KmemCache,
+        obj: NonNull<u8>,
+    ) -> Option<bool> {
+        let slub = self.slub();
+        match slub.lookup(obj.as_ptr()) {
+            ObjectLookup::Slab(found, slab) if ptr::eq(found, s) && !has_obj_exts(slab) => {
+                // SAFETY: a valid object of `s`, given up by the caller.
+                unsafe { slub.free_lockless(area, s, slab, obj.as_ptr() as usize) }
+            }
+            _ => None,
+        }
+    }
+
+    /// `kmem_cache_free_bulk` with the memcg hook for each object.
+    ///
+    /// # Safety
+    /// As [`crate::slab::Slub::free_bulk`].
+    pub unsafe fn kmem_cache_free_bulk(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        objs: &mut [*mut u8],
+    ) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.slub().free_bulk_accounted(cpu, s, objs, &self.memcg()) }
+    }
+
+    /// `__free_pages` with the memcg hook: an accounted block is uncharged first.
+    ///
+    /// # Safety
+    /// As [`PageAllocator::free_pages`](crate::PageAllocator::free_pages).
+    pub unsafe fn free_pages(&self, cpu: Option<CpuRef<'_>>, page: NonNull<Page>, order: usize) {
+        self.memcg().page_free_hook(cpu, page, order);
+        // SAFETY: forwarded from the caller.
+        unsafe { self.pages.free_pages(cpu, page, order) }
+    }
+}

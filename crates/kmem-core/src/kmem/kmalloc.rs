@@ -1,0 +1,139 @@
+//! kmalloc's public entry points on the whole allocator: the allocations of
+//! [`crate::kmalloc::Kmalloc`], and the frees that must run the memory controller's hooks
+//! (`kfree` of an accounted object uncharges it).
+
+use super::Kmem;
+use crate::gfp::Gfp;
+use crate::memcontrol::ObjCgroup;
+use crate::percpu::{CpuArea, CpuRef};
+use crate::platform::Platform;
+use crate::slab::KmemCache;
+use core::ptr::NonNull;
+
+impl<P: Platform> Kmem<P> {
+    /// The kmalloc cache serving `size` bytes for `gfp`.
+    #[inline]
+    pub fn kmalloc_cache(&self, size: usize, gfp: Gfp) -> Option<&KmemCache> {
+        self.kmalloc.cache(size, gfp)
+    }
+
+    /// The plain kmalloc caches, smallest first.
+    pub fn kmalloc_caches(&self) -> &[KmemCache] {
+        self.kmalloc.set(0)
+    }
+
+    /// `kmalloc`: `size` bytes aligned to at least 8 (a kmalloc-N object for a power of
+    /// two N is aligned to N), or `None`.
+    #[inline]
+    pub fn kmalloc(&self, cpu: Option<CpuRef<'_>>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmalloc_ops().kmalloc(cpu, size, gfp)
+    }
+
+    /// `kmalloc_node`: as [`Kmem::kmalloc`], on node `nid` if given.
+    #[inline]
+    pub fn kmalloc_node(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        size: usize,
+        gfp: Gfp,
+        nid: Option<usize>,
+    ) -> Option<NonNull<u8>> {
+        self.kmalloc_ops().kmalloc_node(cpu, size, gfp, nid)
+    }
+
+    /// Per-CPU mode, without the area's lock: kmalloc's fast path on `area` (see
+    /// [`crate::kmalloc::Kmalloc::kmalloc_lockless`]).
+    #[inline]
+    pub fn kmalloc_lockless(&self, area: &CpuArea, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmalloc_ops().kmalloc_lockless(area, size, gfp)
+    }
+
+    /// Per-CPU mode, without the area's lock: kfree's fast path (see
+    /// [`crate::kmalloc::Kmalloc::kfree_lockless`]).
+    ///
+    /// # Safety
+    /// As [`Kmem::kfree`].
+    #[inline]
+    pub unsafe fn kfree_lockless(&self, area: &CpuArea, p: *mut u8) -> Option<bool> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmalloc_ops().kfree_lockless(area, p) }
+    }
+
+    /// `kzalloc`: zeroed `kmalloc`.
+    #[inline]
+    pub fn kzalloc(&self, cpu: Option<CpuRef<'_>>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmalloc(cpu, size, gfp | Gfp::ZERO)
+    }
+
+    /// `kcalloc`: `n * size` zeroed bytes; `None` if the product overflows.
+    pub fn kcalloc(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        n: usize,
+        size: usize,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        self.kmalloc_ops().kcalloc(cpu, n, size, gfp)
+    }
+
+    /// `ksize`: how many bytes the allocation at `p` really has (its class size, or
+    /// its pages). 0 for a pointer kmalloc did not hand out.
+    pub fn ksize(&self, p: *const u8) -> usize {
+        self.kmalloc_ops().ksize(p)
+    }
+
+    /// `kfree`: frees what kmalloc (or `kmem_cache_alloc`) handed out, uncharging an
+    /// accounted object or block first. Null is a no-op; a pointer that is not ours,
+    /// not the start of an object, or already free at a freelist's head is reported
+    /// (`BUG kmalloc-64 (Not tainted): Invalid object pointer 0x…`) and nothing is
+    /// freed: then it returns false.
+    ///
+    /// # Safety
+    /// If `p` is one of ours, the caller owns it and stops using it.
+    #[inline]
+    pub unsafe fn kfree(&self, cpu: Option<CpuRef<'_>>, p: *mut u8) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmalloc_ops().kfree(cpu, p, &self.memcg()) }
+    }
+
+    /// `krealloc`: resizes the allocation at `p` to `new_size`, in place when it still
+    /// fits its class (or pages), else by moving it. Null `p` allocates; on failure
+    /// `None` is returned and `p` is left as it was.
+    ///
+    /// # Safety
+    /// `p` is null or an allocation of ours that the caller owns.
+    pub unsafe fn krealloc(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        p: *mut u8,
+        new_size: usize,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.krealloc_objcg(cpu, p, new_size, gfp, None) }
+    }
+
+    /// [`Kmem::krealloc`] whose new allocation, if it moves, is charged to `objcg`.
+    ///
+    /// # Safety
+    /// As [`Kmem::krealloc`].
+    pub unsafe fn krealloc_objcg(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        p: *mut u8,
+        new_size: usize,
+        gfp: Gfp,
+        objcg: Option<&ObjCgroup>,
+    ) -> Option<NonNull<u8>> {
+        let memcg = self.memcg();
+        let alloc = |size| match objcg {
+            Some(cg) => memcg.kmalloc_objcg(cpu, size, gfp, cg),
+            None => self.kmalloc(cpu, size, gfp),
+        };
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.kmalloc_ops()
+                .krealloc_with(cpu, p, new_size, gfp, alloc, &memcg)
+        }
+    }
+}

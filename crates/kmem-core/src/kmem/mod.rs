@@ -1,0 +1,262 @@
+//! The allocator as a whole ([`Kmem`]): the page allocator, the slab caches, kmalloc
+//! and the memory controller, put together (mm/slab_common.c's boot and the entry
+//! points that cross layers).
+//!
+//! Bootstrap: `kmem_cache` (the cache whose objects are `KmemCache` structs) and the
+//! kmalloc caches are embedded in [`Kmem`] and set up by [`Kmem::init`]; caches made
+//! later by [`Kmem::kmem_cache_create`] live in objects of `kmem_cache`. So every byte
+//! of slab metadata comes from the allocator's own pages.
+//!
+//! Each layer's operations are a view bound to this struct's fields: [`Kmem::slub`],
+//! [`Kmem::kmalloc_ops`], [`Kmem::memcg`]. The methods here are the public entry points;
+//! those that free run the memory controller's hooks ([`crate::slab::Accounting`]).
+//!
+//! Locking: none of its own; see the lock order in the crate docs.
+
+mod cache;
+mod kmalloc;
+mod memcg;
+mod report;
+
+pub use report::slab_row;
+
+use crate::kmalloc::{Kmalloc, KmallocCaches};
+use crate::memcontrol::{Memcg, MemcgState};
+use crate::page_alloc::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker};
+use crate::percpu::{CpuRef, DRAIN_CACHES};
+use crate::platform::Platform;
+use crate::slab::{CacheConfig, CacheList, KmemCache, SlabFlags, Slub};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+
+/// The whole allocator: the page allocator and the slab caches above it.
+pub struct Kmem<P: Platform> {
+    /// The page allocator.
+    pub pages: PageAllocator<P>,
+    caches: CacheList,
+    kmem_cache: KmemCache,
+    kmalloc: KmallocCaches,
+    slab_up: AtomicBool,
+    nr_cpus: AtomicUsize,
+    /// `fn(&str) -> SlabFlags` (as usize; 0 = none): extra flags for a cache by name
+    /// (slub_debug's per-cache selection).
+    debug_policy: AtomicUsize,
+    /// The memory controller (groups, stocks).
+    memcg: MemcgState,
+    /// CPU areas are shared and run SLUB's lockless fast paths (see
+    /// [`Kmem::set_lockless`]).
+    lockless: AtomicBool,
+    /// ... with the platform's restartable sequences (see [`Kmem::set_rseq`]).
+    rseq: AtomicBool,
+}
+
+impl<P: Platform> Kmem<P> {
+    /// An allocator with no memory yet; [`Kmem::init`] sets it up.
+    pub const fn new(platform: P) -> Self {
+        Self {
+            pages: PageAllocator::new(platform),
+            caches: CacheList::new(),
+            kmem_cache: KmemCache::new(),
+            kmalloc: KmallocCaches::new(),
+            slab_up: AtomicBool::new(false),
+            nr_cpus: AtomicUsize::new(1),
+            debug_policy: AtomicUsize::new(0),
+            memcg: MemcgState::new(),
+            lockless: AtomicBool::new(false),
+            rseq: AtomicBool::new(false),
+        }
+    }
+
+    /// Per-CPU mode with lockless fast paths: CPU areas are shared by contexts that may
+    /// be preempted and migrate, which take an area's local lock for everything but
+    /// the allocation and free fast paths ([`Slub::alloc_lockless`],
+    /// [`Slub::free_lockless`]); every cache then updates its CPUs' `(freelist, tid)`
+    /// pairs with a double-word CAS. Call before [`Kmem::init`], and only where
+    /// [`crate::slab::LOCKLESS_SUPPORTED`] holds and the CPU has the instruction
+    /// (`cmpxchg16b`). Returns whether it is on.
+    pub fn set_lockless(&self, on: bool) -> bool {
+        let on = on && crate::slab::LOCKLESS_SUPPORTED;
+        self.lockless.store(on, Relaxed);
+        on
+    }
+
+    /// Per-CPU mode whose lockless fast paths are the platform's restartable sequences
+    /// (commits by plain stores on the CPU they run on) instead of the double-word CAS:
+    /// the slab layer then takes CPU freelists through the hook set with
+    /// [`crate::slab::set_rseq_take`] and never pushes or pops on them itself. Call
+    /// before [`Kmem::init`], after installing the hook.
+    pub fn set_rseq(&self, on: bool) {
+        self.lockless
+            .store(on || self.lockless.load(Relaxed), Relaxed);
+        self.rseq.store(on, Relaxed);
+    }
+
+    /// Whether the lockless per-CPU fast paths are on.
+    pub fn is_lockless(&self) -> bool {
+        self.lockless.load(Relaxed)
+    }
+
+    /// Sets the function that adds flags (slub_debug's) to a cache by its name; call
+    /// before [`Kmem::init`] so the kmalloc caches get them too.
+    pub fn set_debug_policy(&self, policy: fn(&str) -> SlabFlags) {
+        self.debug_policy.store(policy as usize, Relaxed);
+    }
+
+    /// Always-on hardening: a random key for the cache's freelist pointers (unless
+    /// the cache asked for `NO_HARDEN`).
+    pub(crate) fn harden(&self, cfg: &mut CacheConfig) {
+        if !cfg.flags.contains(SlabFlags::NO_HARDEN) {
+            cfg.random = self.pages.platform().random_u64() as usize;
+            cfg.harden_mask = usize::MAX;
+        }
+    }
+
+    pub(crate) fn policy_flags(&self, name: &str) -> SlabFlags {
+        let p = self.debug_policy.load(Relaxed);
+        if p == 0 {
+            return SlabFlags::empty();
+        }
+        // SAFETY: only `set_debug_policy` stores a non-zero value, made from a
+        // `fn(&str) -> SlabFlags`.
+        let f = unsafe { core::mem::transmute::<usize, fn(&str) -> SlabFlags>(p) };
+        f(name)
+            & (SlabFlags::DEBUG
+                | SlabFlags::INIT_ON_ALLOC
+                | SlabFlags::INIT_ON_FREE
+                | SlabFlags::RANDOM_FREELIST
+                | SlabFlags::NO_HARDEN)
+    }
+
+    /// Initialises the page allocator over the span (see [`PageAllocator::init`]) and
+    /// the slab layer: the boot caches, the kmalloc caches, the shrinker and the
+    /// CPU-offline hook. `nr_cpus` tunes slab sizes (`slub_min_objects`).
+    ///
+    /// # Safety
+    /// As [`PageAllocator::init`].
+    pub unsafe fn init(
+        &'static self,
+        base: *mut u8,
+        len: usize,
+        config: Config,
+        nr_cpus: usize,
+    ) -> Result<(), InitError> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.pages.init(base, len, config) }?;
+        self.nr_cpus.store(nr_cpus.max(1), Relaxed);
+        let boot = |s: &KmemCache, name: &str, size: usize, align: usize, flags: SlabFlags| {
+            let flags = flags | self.policy_flags(name);
+            let mut cfg = CacheConfig::calculate(name, size, align, flags, None, nr_cpus)
+                .ok_or(InitError::BadConfig)?;
+            self.harden(&mut cfg);
+            cfg.lockless = self.lockless.load(Relaxed);
+            cfg.rseq = self.rseq.load(Relaxed);
+            cfg.cpu_offset = self
+                .pages
+                .percpu()
+                .alloc(core::mem::size_of::<crate::slab::KmemCacheCpu>(), 16)
+                .ok_or(InitError::BadConfig)?;
+            // SAFETY: the boot caches are not visible to anybody before init returns.
+            unsafe { s.set_config(cfg) };
+            self.caches.add(s);
+            Ok::<(), InitError>(())
+        };
+        boot(
+            &self.kmem_cache,
+            "kmem_cache",
+            core::mem::size_of::<KmemCache>(),
+            64,
+            SlabFlags::HWCACHE_ALIGN,
+        )?;
+        self.kmalloc.boot(boot)?;
+        if !self.memcg().init() {
+            return Err(InitError::BadConfig);
+        }
+        self.pages.register_shrinker(Shrinker {
+            scan: Self::shrink_all_callback,
+            data: self as *const Self as *const (),
+        });
+        self.pages.register_cpu_dead(CpuDeadHook {
+            flush: Self::cpu_dead_callback,
+            data: self as *const Self as *const (),
+        });
+        self.slab_up.store(true, crate::sync::Ordering::Release);
+        Ok(())
+    }
+
+    /// The slab operations.
+    #[inline]
+    pub fn slub(&self) -> Slub<'_, P> {
+        Slub::new(&self.pages, &self.caches)
+    }
+
+    /// kmalloc's operations.
+    #[inline]
+    pub fn kmalloc_ops(&self) -> Kmalloc<'_, P> {
+        Kmalloc::new(self.slub(), &self.kmalloc)
+    }
+
+    /// The memory controller's operations.
+    #[inline]
+    pub fn memcg(&self) -> Memcg<'_, P> {
+        Memcg::new(&self.memcg, self.kmalloc_ops(), &self.kmem_cache)
+    }
+
+    /// Every cache.
+    pub fn caches(&self) -> &CacheList {
+        &self.caches
+    }
+
+    /// Whether [`Kmem::init`] completed.
+    pub fn is_up(&self) -> bool {
+        self.slab_up.load(crate::sync::Ordering::Acquire)
+    }
+
+    fn shrink_all_callback(data: *const (), _nid: usize) -> usize {
+        // SAFETY: registered by `init` with a `&'static Kmem<P>`.
+        let kmem = unsafe { &*(data as *const Self) };
+        kmem.shrink_all(None)
+    }
+
+    fn cpu_dead_callback(data: *const (), cpu: CpuRef<'_>) {
+        // SAFETY: registered by `init` with a `&'static Kmem<P>`.
+        let kmem = unsafe { &*(data as *const Self) };
+        let slub = kmem.slub();
+        kmem.caches.for_each(|s| slub.flush_cpu_cache(cpu, s));
+        kmem.memcg().memcg_drain_stock(cpu);
+    }
+
+    /// `pthread_atfork` prepare: takes every allocator lock in the lock order — the
+    /// cache list, each cache's node list locks, then the page allocator's — so that
+    /// a child of a multithreaded parent finds them all free.
+    pub fn fork_prepare(&self) {
+        self.caches.fork_lock(self.pages.nr_nodes());
+        self.pages.fork_prepare();
+    }
+
+    /// `pthread_atfork` parent and child: releases what [`Kmem::fork_prepare`] took.
+    /// In the child, CPU areas of threads that do not exist there stay owned and are
+    /// never touched again (their owners may have been between two stores of a list
+    /// update); only their memory is lost.
+    ///
+    /// # Safety
+    /// Called once after `fork_prepare`, by the thread that called it (or its child).
+    pub unsafe fn fork_release(&self) {
+        // SAFETY: taken by `fork_prepare` (caller), released in the reverse order.
+        unsafe {
+            self.pages.fork_release();
+            self.caches.fork_unlock(self.pages.nr_nodes());
+        }
+    }
+
+    /// Shrinks every cache (`kmem_cache_shrink` on each): flushes the caller's CPU
+    /// state, asks other owners to flush theirs, frees empty slabs. Returns the pages
+    /// freed.
+    pub fn shrink_all(&self, cpu: Option<CpuRef<'_>>) -> usize {
+        self.pages.cpu_areas().request_all(DRAIN_CACHES);
+        let slub = self.slub();
+        let mut pages = 0;
+        self.caches.for_each(|s| {
+            pages += slub.shrink(cpu, s) << s.config().order;
+        });
+        pages
+    }
+}

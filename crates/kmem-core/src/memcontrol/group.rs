@@ -1,0 +1,440 @@
+//! Groups and their objcgs (`struct mem_cgroup`, `struct obj_cgroup`): the hierarchy,
+//! statistics and events, group creation and removal, reparenting, and the sweep that
+//! frees zombies.
+//!
+//! Locking: `MemcgState::lock` serialises creation, removal and the sweep; counters are
+//! atomics; a group's per-cache table has its own lock.
+
+use super::*;
+use crate::gfp::Gfp;
+use crate::page::PAGE_SHIFT;
+use crate::percpu::{CpuRef, DRAIN_STOCK};
+use crate::platform::Platform;
+use crate::slab::{KmemCache, NoAccounting};
+use crate::sync::{
+    AtomicBool, AtomicIsize, AtomicPtr, AtomicU64, AtomicUsize, Ordering::Acquire,
+    Ordering::Relaxed, Ordering::Release, SpinLock,
+};
+use core::ptr::{self};
+
+/// `struct obj_cgroup`: see the module doc.
+pub struct ObjCgroup {
+    pub(super) memcg: AtomicPtr<MemCgroup>,
+    pub(super) nr_charged_bytes: AtomicUsize,
+    pub(super) nr_pages: AtomicUsize,
+    pub(super) refcnt: AtomicUsize,
+}
+
+impl ObjCgroup {
+    pub(super) const fn new() -> Self {
+        Self {
+            memcg: AtomicPtr::new(ptr::null_mut()),
+            nr_charged_bytes: AtomicUsize::new(0),
+            nr_pages: AtomicUsize::new(0),
+            refcnt: AtomicUsize::new(1),
+        }
+    }
+    /// The group charged through this objcg now (the parent once its group is gone).
+    pub fn memcg(&self) -> &MemCgroup {
+        // SAFETY: an objcg always points at a live group: its own, or after removal
+        // an ancestor, which its group's reference keeps alive (module doc).
+        unsafe { &*self.memcg.load(Acquire) }
+    }
+    /// Takes a reference. Whoever touches a removed group's objcg holds one: a stock
+    /// caching it, or an uncharge in progress. Count updates made while holding it are
+    /// releases, so a sweep that sees them also sees the reference (`objcg_try_kill`).
+    #[inline]
+    pub(super) fn get(&self) {
+        self.refcnt.fetch_add(1, Relaxed);
+    }
+    #[inline]
+    pub(super) fn put(&self) {
+        self.refcnt.fetch_sub(1, Release);
+    }
+}
+
+/// One named per-cache object count of a group.
+#[derive(Clone, Copy)]
+pub(super) struct CacheSlot {
+    pub(super) key: usize,
+    pub(super) name: [u8; MEMCG_NAME_LEN],
+    pub(super) len: u8,
+    pub(super) objects: isize,
+}
+
+impl CacheSlot {
+    const EMPTY: CacheSlot = CacheSlot {
+        key: 0,
+        name: [0; MEMCG_NAME_LEN],
+        len: 0,
+        objects: 0,
+    };
+}
+
+/// `struct mem_cgroup`: see the module doc.
+pub struct MemCgroup {
+    pub(super) name: [u8; MEMCG_NAME_LEN],
+    pub(super) name_len: usize,
+    pub(super) parent: *const MemCgroup,
+    /// Pages charged to the group and its descendants.
+    pub memory: PageCounter,
+    pub(super) stat: [AtomicIsize; NR_MEMCG_STAT],
+    pub(super) events: [AtomicU64; NR_MEMCG_EVENTS],
+    pub(super) caches: SpinLock<([CacheSlot; MEMCG_CACHE_SLOTS], isize)>,
+    pub(super) objcg: ObjCgroup,
+    pub(super) online: AtomicBool,
+    pub(super) nr_online_children: AtomicUsize,
+    /// Link on the zombie list (`MemcgState::lock`).
+    pub(super) next_zombie: AtomicPtr<MemCgroup>,
+    /// Link on the list of online groups (`MemcgState::lock`).
+    pub(super) next_group: AtomicPtr<MemCgroup>,
+}
+
+// SAFETY: every field is an atomic, a lock, or written once before the group is
+// shared (`name`, `parent`); `parent` points at a group kept alive by this one's
+// reference on its objcg.
+unsafe impl Sync for MemCgroup {}
+
+// SAFETY: as above.
+unsafe impl Send for MemCgroup {}
+
+impl MemCgroup {
+    pub(super) const fn new_root() -> Self {
+        let mut name = [0; MEMCG_NAME_LEN];
+        name[0] = b'/';
+        Self {
+            name,
+            name_len: 1,
+            parent: ptr::null(),
+            memory: PageCounter::new(),
+            stat: [const { AtomicIsize::new(0) }; NR_MEMCG_STAT],
+            events: [const { AtomicU64::new(0) }; NR_MEMCG_EVENTS],
+            caches: SpinLock::new(([CacheSlot::EMPTY; MEMCG_CACHE_SLOTS], 0)),
+            objcg: ObjCgroup::new(),
+            online: AtomicBool::new(true),
+            nr_online_children: AtomicUsize::new(0),
+            next_zombie: AtomicPtr::new(ptr::null_mut()),
+            next_group: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    /// The group's name ("/" for the root).
+    pub fn name(&self) -> &str {
+        core::str::from_utf8(&self.name[..self.name_len]).unwrap_or("?")
+    }
+    /// The parent group (`None` for the root).
+    pub fn parent(&self) -> Option<&MemCgroup> {
+        // SAFETY: the parent lives while a child does (module doc).
+        unsafe { self.parent.as_ref() }
+    }
+    /// The objcg that objects charged to this group point to.
+    pub fn objcg(&self) -> &ObjCgroup {
+        &self.objcg
+    }
+    /// Whether the group has not been removed.
+    pub fn is_online(&self) -> bool {
+        self.online.load(Relaxed)
+    }
+    /// `memory.current` in bytes (pages charged, including pre-charged stock).
+    pub fn usage(&self) -> usize {
+        self.memory.usage() << PAGE_SHIFT
+    }
+    /// Sets `memory.max` in bytes (rounded down to pages; `usize::MAX`: no limit).
+    /// Like the kernel, lowering it below the usage does not fail; later charges do.
+    pub fn set_max(&self, bytes: usize) {
+        self.memory.max.store(bytes_to_pages(bytes), Relaxed);
+    }
+    /// Sets `memory.high` in bytes.
+    pub fn set_high(&self, bytes: usize) {
+        self.memory.high.store(bytes_to_pages(bytes), Relaxed);
+    }
+    /// A statistic in bytes (hierarchical; deltas still cached in CPU stocks are not
+    /// in it until they are flushed).
+    pub fn stat(&self, item: MemcgStat) -> isize {
+        self.stat[item as usize].load(Relaxed)
+    }
+    /// An event count.
+    pub fn events(&self, item: MemcgEvent) -> u64 {
+        self.events[item as usize].load(Relaxed)
+    }
+    /// Calls `f(cache name, objects)` for each cache with objects charged to the group
+    /// (or its descendants); caches past the slot table come as "other".
+    pub fn for_each_cache(&self, mut f: impl FnMut(&str, isize)) {
+        let g = self.caches.lock();
+        for slot in g.0.iter().filter(|s| s.key != 0 && s.objects != 0) {
+            f(
+                core::str::from_utf8(&slot.name[..slot.len as usize]).unwrap_or("?"),
+                slot.objects,
+            );
+        }
+        if g.1 != 0 {
+            f("other", g.1);
+        }
+    }
+
+    /// The group and its ancestors, up to the root.
+    pub(super) fn ancestors(&self) -> impl Iterator<Item = &MemCgroup> {
+        let mut cur: *const MemCgroup = self;
+        core::iter::from_fn(move || {
+            // SAFETY: ancestors outlive their descendants (module doc).
+            let c = unsafe { cur.as_ref()? };
+            cur = c.parent;
+            Some(c)
+        })
+    }
+
+    pub(super) fn add_stat(&self, item: MemcgStat, delta: isize) {
+        if delta != 0 {
+            for m in self.ancestors() {
+                m.stat[item as usize].fetch_add(delta, Relaxed);
+            }
+        }
+    }
+
+    pub(super) fn add_cache_objects(&self, s: &KmemCache, delta: isize) {
+        if delta == 0 {
+            return;
+        }
+        let key = s as *const KmemCache as usize;
+        let name = s.config().name().as_bytes();
+        for m in self.ancestors() {
+            let mut g = m.caches.lock();
+            let (slots, other) = &mut *g;
+            let slot = match slots.iter().position(|x| x.key == key) {
+                Some(i) => Some(i),
+                None => slots.iter().position(|x| x.key == 0 || x.objects == 0),
+            };
+            match slot {
+                Some(i) => {
+                    let x = &mut slots[i];
+                    if x.key != key {
+                        *x = CacheSlot::EMPTY;
+                        x.key = key;
+                        let n = name.len().min(MEMCG_NAME_LEN);
+                        x.name[..n].copy_from_slice(&name[..n]);
+                        x.len = n as u8;
+                    }
+                    x.objects += delta;
+                }
+                None => *other += delta,
+            }
+        }
+    }
+
+    pub(super) fn count_event(&self, item: MemcgEvent) {
+        self.events[item as usize].fetch_add(1, Relaxed);
+    }
+
+    /// `page_counter_try_charge` up the hierarchy; on failure, the group whose limit
+    /// stopped it (nothing stays charged).
+    pub(super) fn try_charge_counters(&self, nr_pages: usize) -> Result<(), &MemCgroup> {
+        for m in self.ancestors() {
+            let c = &m.memory;
+            let new = c.usage.fetch_add(nr_pages, Relaxed) + nr_pages;
+            if new > c.max.load(Relaxed) {
+                c.usage.fetch_sub(nr_pages, Relaxed);
+                c.failcnt.fetch_add(1, Relaxed);
+                for done in self.ancestors().take_while(|d| !ptr::eq(*d, m)) {
+                    done.memory.usage.fetch_sub(nr_pages, Relaxed);
+                }
+                return Err(m);
+            }
+            if new > c.watermark.load(Relaxed) {
+                c.watermark.fetch_max(new, Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// `page_counter_uncharge` up the hierarchy.
+    pub(super) fn uncharge_counters(&self, nr_pages: usize) {
+        if nr_pages != 0 {
+            for m in self.ancestors() {
+                m.memory.usage.fetch_sub(nr_pages, Relaxed);
+            }
+        }
+    }
+
+    /// The lowest group at or above this one whose usage is over `memory.high`.
+    pub(super) fn over_high(&self) -> Option<&MemCgroup> {
+        self.ancestors()
+            .find(|m| m.memory.usage() > m.memory.high())
+    }
+}
+
+pub(super) fn bytes_to_pages(bytes: usize) -> usize {
+    if bytes == usize::MAX {
+        usize::MAX
+    } else {
+        bytes >> PAGE_SHIFT
+    }
+}
+
+impl<'a, P: Platform> Memcg<'a, P> {
+    // -------------------------------------------------------------------------
+    // Groups.
+
+    /// `mem_cgroup_css_alloc`: a new group under `parent`, named `name` (cut to
+    /// [`MEMCG_NAME_LEN`] bytes). Its descriptor comes from the plain kmalloc caches.
+    pub fn mem_cgroup_create(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        parent: &MemCgroup,
+        name: &str,
+    ) -> Result<&'a MemCgroup, MemcgError> {
+        if !parent.is_online() {
+            return Err(MemcgError::Invalid);
+        }
+        self.memcg_sweep(cpu);
+        let p = self
+            .km
+            .kmalloc(cpu, core::mem::size_of::<MemCgroup>(), Gfp::KERNEL)
+            .ok_or(MemcgError::NoMemory)?
+            .cast::<MemCgroup>();
+        let mut g = MemCgroup::new_root();
+        let n = name.len().min(MEMCG_NAME_LEN);
+        g.name = [0; MEMCG_NAME_LEN];
+        g.name[..n].copy_from_slice(&name.as_bytes()[..n]);
+        g.name_len = n;
+        g.parent = parent;
+        // SAFETY: a fresh kmalloc object big enough and aligned for a MemCgroup
+        // (kmalloc-N objects are aligned to N's largest power-of-two divisor ≥ 8; the
+        // struct's alignment is 8).
+        unsafe { p.as_ptr().write(g) };
+        // SAFETY: just written; lives until the sweep frees it.
+        let g = unsafe { &*p.as_ptr() };
+        g.objcg.memcg.store(p.as_ptr(), Release);
+        parent.objcg.get();
+        parent.nr_online_children.fetch_add(1, Relaxed);
+        self.state.nr_groups.fetch_add(1, Relaxed);
+        let mut l = self.state.lock.lock();
+        g.next_group.store(l.groups, Relaxed);
+        l.groups = p.as_ptr();
+        Ok(g)
+    }
+
+    /// `rmdir` of a group: takes it offline and drops its reference. Objects still
+    /// charged to it are reparented: its objcg points at the parent from now on, so
+    /// their frees uncharge the parent (whose usage included them all along). The
+    /// descriptor is freed once nothing refers to it (at once if it is empty).
+    ///
+    /// # Safety
+    /// `cg` came from [`Memcg::mem_cgroup_create`] of this allocator, was not removed
+    /// before, and nobody uses it afterwards (no thread has it as its active group,
+    /// no reference to it is kept).
+    pub unsafe fn mem_cgroup_remove(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        cg: &MemCgroup,
+    ) -> Result<(), MemcgError> {
+        let Some(parent) = cg.parent() else {
+            return Err(MemcgError::Invalid);
+        };
+        if cg.nr_online_children.load(Relaxed) != 0 {
+            return Err(MemcgError::Busy);
+        }
+        if let Some(c) = cpu {
+            self.memcg_drain_stock(c);
+        }
+        {
+            let mut z = self.state.lock.lock();
+            // Off the list of online groups.
+            let me = cg as *const MemCgroup as *mut MemCgroup;
+            if z.groups == me {
+                z.groups = cg.next_group.load(Relaxed);
+            } else {
+                let mut p = z.groups;
+                // SAFETY: online groups on the list are alive (under the lock).
+                while let Some(g) = unsafe { p.as_ref() } {
+                    if g.next_group.load(Relaxed) == me {
+                        g.next_group.store(cg.next_group.load(Relaxed), Relaxed);
+                        break;
+                    }
+                    p = g.next_group.load(Relaxed);
+                }
+            }
+            cg.online.store(false, Relaxed);
+            parent.nr_online_children.fetch_sub(1, Relaxed);
+            // memcg_reparent_objcgs.
+            cg.objcg
+                .memcg
+                .store(parent as *const MemCgroup as *mut MemCgroup, Release);
+            cg.next_zombie.store(z.head, Relaxed);
+            z.head = cg as *const MemCgroup as *mut MemCgroup;
+            z.len += 1;
+        }
+        cg.objcg.put();
+        self.km.pages().cpu_areas().request_all(DRAIN_STOCK);
+        self.memcg_sweep(cpu);
+        Ok(())
+    }
+
+    /// Frees every zombie that nothing refers to and that has no charged object.
+    pub(super) fn memcg_sweep(&self, cpu: Option<CpuRef<'_>>) {
+        loop {
+            let mut freed = None;
+            {
+                let mut z = self.state.lock.lock();
+                let mut link: *mut MemCgroup = ptr::null_mut();
+                let mut p = z.head;
+                while !p.is_null() {
+                    // SAFETY: zombies on the list are alive (freed only here, after
+                    // being unlinked under the lock).
+                    let g = unsafe { &*p };
+                    let next = g.next_zombie.load(Relaxed);
+                    if Self::objcg_try_kill(&g.objcg) {
+                        if link.is_null() {
+                            z.head = next;
+                        } else {
+                            // SAFETY: `link` is a zombie on the list (as above).
+                            unsafe { &*link }.next_zombie.store(next, Relaxed);
+                        }
+                        z.len -= 1;
+                        freed = Some(g);
+                        break;
+                    }
+                    link = p;
+                    p = next;
+                }
+            }
+            let Some(g) = freed else { return };
+            // Its remaining charge: pages with no object in them.
+            let pages = g.objcg.nr_pages.load(Relaxed);
+            g.objcg.memcg().uncharge_counters(pages);
+            // SAFETY: a zombie's parent is alive while the zombie holds its reference.
+            let parent = unsafe { &*g.parent };
+            self.state.nr_groups.fetch_sub(1, Relaxed);
+            // SAFETY: allocated by `mem_cgroup_create` with kmalloc; nothing refers
+            // to it (refcount dead, no charged object, unlinked).
+            unsafe {
+                self.km
+                    .kfree(cpu, g as *const MemCgroup as *mut u8, &NoAccounting)
+            };
+            parent.objcg.put();
+        }
+    }
+
+    /// Claims a zombie's objcg for freeing if it has no reference and no charged
+    /// object; else leaves it as it was.
+    pub(super) fn objcg_try_kill(objcg: &ObjCgroup) -> bool {
+        if objcg
+            .refcnt
+            .compare_exchange(0, OBJCG_DEAD, Acquire, Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // Every past holder's updates are visible (its put was a release). A new
+        // holder only comes to uncharge an object, which keeps the counts apart until
+        // it has done so — and then it still holds its reference: so the group is
+        // empty only if the counts match *and* nobody took a reference meanwhile
+        // (`loom_memcg.rs` models this).
+        let pages = objcg.nr_pages.load(Acquire);
+        let spare = objcg.nr_charged_bytes.load(Acquire);
+        if pages << PAGE_SHIFT == spare && objcg.refcnt.load(Acquire) == OBJCG_DEAD {
+            return true;
+        }
+        objcg.refcnt.fetch_sub(OBJCG_DEAD, Relaxed);
+        false
+    }
+}

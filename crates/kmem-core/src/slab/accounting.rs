@@ -1,0 +1,72 @@
+//! The slab layer's interface to accounting (memcg): the object-extension vector a
+//! slab may carry (`slab->obj_exts`) and the hooks a free runs before an object or a
+//! page block goes back.
+//!
+//! The slab and kmalloc layers know nothing of memory cgroups: a layer above
+//! implements [`Accounting`] (memcontrol does) and passes it to the entry points that
+//! free; [`NoAccounting`] does nothing. A slab's `obj_exts` word is the head page's
+//! `private` word tagged with [`OBJ_EXTS`]; its vector is allocated and read by the
+//! accounting layer, and freed here when the slab is discarded (it always comes from
+//! the plain kmalloc caches or the page allocator, which are never accounted).
+
+use super::KmemCache;
+use crate::page::Page;
+use crate::percpu::CpuRef;
+use crate::sync::Ordering::Acquire;
+use core::ptr::NonNull;
+
+/// `page.private` tag: the word is a slab's object-extension vector (`MEMCG_DATA_OBJEXTS`).
+pub const OBJ_EXTS: usize = 1;
+
+/// What a layer above the slab allocator does when memory is freed.
+pub trait Accounting {
+    /// Called before the object at `obj` of `s` is freed, when its slab (head page
+    /// `slab`) has an object-extension vector ([`slab_obj_exts`] is non-zero):
+    /// after this call another context may reuse the object's slot.
+    fn slab_free_hook(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: &Page, obj: usize);
+
+    /// Called before a page block of 2^`order` pages (head `head`) that kmalloc handed
+    /// out is freed.
+    fn page_free_hook(&self, cpu: Option<CpuRef<'_>>, head: NonNull<Page>, order: usize);
+}
+
+/// No accounting: frees run no hook.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoAccounting;
+
+impl Accounting for NoAccounting {
+    #[inline(always)]
+    fn slab_free_hook(&self, _: Option<CpuRef<'_>>, _: &KmemCache, _: &Page, _: usize) {}
+    #[inline(always)]
+    fn page_free_hook(&self, _: Option<CpuRef<'_>>, _: NonNull<Page>, _: usize) {}
+}
+
+/// The slab's object-extension word: its vector's address tagged [`OBJ_EXTS`], or a
+/// word without that tag when it has none.
+#[inline(always)]
+pub fn slab_obj_exts(head: &Page) -> usize {
+    head.private.load(Acquire)
+}
+
+/// Whether a slab has an object-extension vector (some of its objects may be charged).
+#[inline]
+pub fn has_obj_exts(slab: NonNull<Page>) -> bool {
+    // SAFETY: the head page of a slab found by a lookup: descriptors of online
+    // sections are valid.
+    slab_obj_exts(unsafe { slab.as_ref() }) & OBJ_EXTS != 0
+}
+
+/// Runs `acct`'s free hook for the object at `obj` of `s` if its slab (head page
+/// `head`) has an object-extension vector: one load and a branch otherwise.
+#[inline(always)]
+pub fn slab_free_hook(
+    acct: &impl Accounting,
+    cpu: Option<CpuRef<'_>>,
+    s: &KmemCache,
+    head: &Page,
+    obj: usize,
+) {
+    if slab_obj_exts(head) & OBJ_EXTS != 0 {
+        acct.slab_free_hook(cpu, s, head, obj);
+    }
+}

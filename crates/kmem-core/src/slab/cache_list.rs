@@ -1,0 +1,113 @@
+//! The list of every cache (`slab_caches`, mm/slab_common.c) and the errors of cache
+//! destruction.
+//!
+//! Locking: `CacheList::lock` (the kernel's `slab_mutex`) guards the list; it comes
+//! before any cache's `list_lock` in the lock order (crate docs) and is never held
+//! while allocating.
+
+use super::KmemCache;
+use crate::sync::{AtomicPtr, Ordering::Relaxed, SpinLock};
+use core::ptr;
+
+/// The list of every cache (`slab_caches`).
+pub struct CacheList {
+    pub(crate) lock: SpinLock<()>,
+    head: AtomicPtr<KmemCache>,
+}
+
+impl CacheList {
+    pub(crate) const fn new() -> Self {
+        Self {
+            lock: SpinLock::new(()),
+            head: AtomicPtr::new(ptr::null_mut()),
+        }
+    }
+
+    pub(crate) fn add(&self, s: &KmemCache) {
+        let _g = self.lock.lock();
+        s.next.store(self.head.load(Relaxed), Relaxed);
+        self.head
+            .store(s as *const KmemCache as *mut KmemCache, Relaxed);
+    }
+
+    pub(crate) fn remove(&self, s: &KmemCache) {
+        let _g = self.lock.lock();
+        let mut link = &self.head;
+        loop {
+            let cur = link.load(Relaxed);
+            if cur.is_null() {
+                return;
+            }
+            if ptr::eq(cur, s) {
+                link.store(s.next.load(Relaxed), Relaxed);
+                return;
+            }
+            // SAFETY: caches on the list are live (removed before they are freed).
+            link = unsafe { &(*cur).next };
+        }
+    }
+
+    /// Calls `f` on every cache without taking the list lock: the caller holds it
+    /// (the fork handlers).
+    ///
+    /// # Safety
+    /// The caller holds the list lock, taken with `lock_forever`.
+    pub(crate) unsafe fn for_each_locked(&self, mut f: impl FnMut(&KmemCache)) {
+        let mut p = self.head.load(Relaxed);
+        // SAFETY: caches on the list are live while the lock is held (caller).
+        while let Some(s) = unsafe { p.as_ref() } {
+            f(s);
+            p = s.next.load(Relaxed);
+        }
+    }
+
+    /// Calls `f` on every cache, under the list lock.
+    pub fn for_each(&self, mut f: impl FnMut(&KmemCache)) {
+        let _g = self.lock.lock();
+        let mut p = self.head.load(Relaxed);
+        // SAFETY: caches on the list are live while the lock is held.
+        while let Some(s) = unsafe { p.as_ref() } {
+            f(s);
+            p = s.next.load(Relaxed);
+        }
+    }
+
+    /// `pthread_atfork` prepare, the slab part: takes the list lock, then every
+    /// cache's node list locks (lock order in the crate docs), guards forgotten.
+    pub(crate) fn fork_lock(&self, nr_nodes: usize) {
+        self.lock.lock_forever();
+        // SAFETY: we hold the list lock (just taken).
+        unsafe {
+            self.for_each_locked(|s| {
+                for node in &s.node[..nr_nodes] {
+                    node.list_lock.lock_forever();
+                }
+            });
+        }
+    }
+
+    /// Releases what [`CacheList::fork_lock`] took.
+    ///
+    /// # Safety
+    /// Called once after `fork_lock`, by the thread that called it (or its child).
+    pub(crate) unsafe fn fork_unlock(&self, nr_nodes: usize) {
+        // SAFETY: every lock below was taken by `fork_lock`, guards forgotten.
+        unsafe {
+            self.for_each_locked(|s| {
+                for node in &s.node[..nr_nodes] {
+                    node.list_lock.force_unlock();
+                }
+            });
+            self.lock.force_unlock();
+        }
+    }
+}
+
+/// Why a cache could not be destroyed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DestroyError {
+    /// Objects are still allocated (this many).
+    ObjectsRemaining(usize),
+    /// Not a cache made by `kmem_cache_create` (the kmalloc caches stay).
+    NotDestroyable,
+}
