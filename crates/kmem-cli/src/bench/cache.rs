@@ -20,7 +20,7 @@ pub const SUITE: Suite = Suite {
     name: "cache",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 const OBJ: usize = 256;
@@ -195,7 +195,7 @@ fn cross_thread(w: Who, layout: Layout, n: u64) {
 }
 
 /// time_bench's lines for each allocator.
-fn seed_lines(results: &[BenchResult]) -> String {
+fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::from("\n");
     let label = |b: &str| match b {

@@ -28,7 +28,7 @@ pub const SUITE: Suite = Suite {
     name: "debug",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 /// The modes, in table order.
@@ -178,7 +178,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
 }
 
 /// The slab_test lines per mode, then the cost of each mode against `plain`.
-fn seed_lines(results: &[BenchResult]) -> String {
+fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let get = |bench: &str, mode: &str, size: u64, op: &str| {

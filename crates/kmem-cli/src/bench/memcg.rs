@@ -16,7 +16,7 @@ pub const SUITE: Suite = Suite {
     name: "memcg",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 const MODES: [&str; 3] = ["off", "nostock", "stock"];
@@ -98,7 +98,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
 }
 
 /// Seed 001's table: run time per pair and the accounting overhead per mode.
-fn seed_lines(results: &[BenchResult]) -> String {
+fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let ns = |mode: &str, size: u64| {

@@ -23,7 +23,7 @@ pub const SUITE: Suite = Suite {
     name: "page",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 const BULK_SIZES: [u64; 9] = [1, 2, 3, 4, 8, 16, 32, 64, 128];
@@ -299,7 +299,7 @@ fn rss_results(alloc: &'static str, before: usize, peak: usize, after: usize) ->
 
 /// Seed-format lines: time_bench's "Per elem" for the pair benches (seed 002), and
 /// the ARRAY-variant bulk table (seed 001).
-fn seed_lines(results: &[BenchResult]) -> String {
+fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::from("\n");
     for r in results

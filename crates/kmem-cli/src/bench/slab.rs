@@ -15,7 +15,7 @@ pub const SUITE: Suite = Suite {
     name: "slab",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 const SIZES: [u64; 12] = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
@@ -116,7 +116,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
 }
 
 /// The seed's lines, for kmem and each peer.
-fn seed_lines(results: &[BenchResult]) -> String {
+fn report_lines(results: &[BenchResult]) -> String {
     let mut out = String::new();
     let cyc = |bench: &str, alloc: &str, size: u64, op: &str| {
         results

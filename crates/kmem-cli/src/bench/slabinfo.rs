@@ -9,7 +9,7 @@ pub const SUITE: Suite = Suite {
     name: "slabinfo",
     steps: |_| 1,
     run,
-    seed_lines,
+    report_lines,
 };
 
 fn run(ctx: &Ctx) -> Vec<BenchResult> {
@@ -37,6 +37,6 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
 }
 
 /// The caches in /proc/slabinfo's format.
-fn seed_lines(_results: &[BenchResult]) -> String {
+fn report_lines(_results: &[BenchResult]) -> String {
     format!("\n{}", heap().slabinfo())
 }
