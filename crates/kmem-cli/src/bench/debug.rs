@@ -51,7 +51,7 @@ const MODES: [(&str, SlabFlags); 10] = [
     ),
 ];
 
-/// Object sizes of the slab_test table here (a spread of the seed's 8 … 16384).
+/// Object sizes of the slab_test table here (a spread of the `slab` suite's 8 … 16384).
 const SIZES: [u64; 6] = [8, 32, 128, 512, 2048, 8192];
 const FAST_SIZE: usize = 256;
 const COUNT: usize = 10_000;

@@ -1,5 +1,6 @@
 //! Suite `slabinfo`: objects per slab and bytes wasted per slab for every kmalloc
-//! cache (param = object size), to hold against seed 004's /proc/slabinfo table.
+//! cache (param = object size), to hold against the /proc/slabinfo table of Joonsoo
+//! Kim's "slab: implement byte sized indexes for the freelist of a slab".
 //! Not a timing: `value` is the object count, `bytes` the tail waste.
 
 use super::{BenchResult, Ctx, Suite};
