@@ -7,8 +7,8 @@
 //!   in one group, every charge and statistic on the shared counters with atomics),
 //!   `stock` (the same with the per-CPU stock: bytes pre-charged and statistic deltas
 //!   cached per CPU area, as the kernel's memcg_stock_pcp does since that series'
-//!   patches 2–4). The modes run side by side in
-//!   interleaved passes; each keeps its best median.
+//!   patches 2–4). The modes run side by side in interleaved passes; each keeps its
+//!   best median.
 
 use super::{BenchResult, Ctx, Suite};
 use kmem::{heap, memcg, Gfp, MemCgroup};
