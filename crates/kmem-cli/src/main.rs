@@ -1,7 +1,8 @@
 //! `kmem`: benchmarks kmem against peer allocators in one process and one run.
 //!
 //! `kmem bench [SUITE…] [--quick] [--json] [--plot DIR]` — with no suite, every suite
-//! in quick form. Output contract: ARCHITECTURE.md ("Benchmark output contract").
+//! in quick form; readable tables, or with `--json` one JSON document (its fields:
+//! `bench::record`). `kmem run [--stats] -- CMD…` runs a program on libkmem.so.
 
 mod bench;
 mod run;

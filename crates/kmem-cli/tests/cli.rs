@@ -2,12 +2,16 @@
 
 use std::process::Command;
 
+/// The `kmem` binary under test, with `args`.
+fn kmem(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_kmem"));
+    c.args(args);
+    c
+}
+
 #[test]
 fn unknown_suite_is_a_clear_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_kmem"))
-        .args(["bench", "nosuch"])
-        .output()
-        .unwrap();
+    let out = kmem(&["bench", "nosuch"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -21,10 +25,7 @@ fn unknown_suite_is_a_clear_error() {
 
 #[test]
 fn help_lists_bench() {
-    let out = Command::new(env!("CARGO_BIN_EXE_kmem"))
-        .arg("--help")
-        .output()
-        .unwrap();
+    let out = kmem(&["--help"]).output().unwrap();
     assert!(out.status.success());
     assert!(String::from_utf8_lossy(&out.stdout).contains("bench"));
 }
@@ -32,8 +33,7 @@ fn help_lists_bench() {
 #[test]
 fn kmem_stats_writes_the_exit_report() {
     let path = std::env::temp_dir().join(format!("kmem-stats-{}.txt", std::process::id()));
-    let out = Command::new(env!("CARGO_BIN_EXE_kmem"))
-        .args(["bench", "slabinfo", "--json"])
+    let out = kmem(&["bench", "slabinfo", "--json"])
         .env("KMEM_STATS", &path)
         .env("KMEM_MAX", "lots")
         .output()
@@ -71,17 +71,16 @@ fn build_lib() {
 #[test]
 fn kmem_run_preloads_passes_the_exit_code_and_prints_stats() {
     build_lib();
-    let out = Command::new(env!("CARGO_BIN_EXE_kmem"))
-        .args([
-            "run",
-            "--stats",
-            "--",
-            "python3",
-            "-c",
-            "import os, sys; print(os.environ['LD_PRELOAD']); sys.exit(3)",
-        ])
-        .output()
-        .unwrap();
+    let out = kmem(&[
+        "run",
+        "--stats",
+        "--",
+        "python3",
+        "-c",
+        "import os, sys; print(os.environ['LD_PRELOAD']); sys.exit(3)",
+    ])
+    .output()
+    .unwrap();
     assert_eq!(out.status.code(), Some(3));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.trim_end().ends_with("libkmem.so"), "{stdout}");
@@ -89,8 +88,7 @@ fn kmem_run_preloads_passes_the_exit_code_and_prints_stats() {
     assert!(err.contains("slabinfo - version: 2.1"), "{err}");
     assert!(err.contains("Node 0, zone   Normal"));
     // A missing library is a clear error.
-    let out = Command::new(env!("CARGO_BIN_EXE_kmem"))
-        .args(["run", "--", "true"])
+    let out = kmem(&["run", "--", "true"])
         .env("KMEM_LIB", "/nonexistent/libkmem.so")
         .output()
         .unwrap();

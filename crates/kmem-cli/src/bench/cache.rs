@@ -1,4 +1,5 @@
-//! Suite `cache`: Jesper Dangaard Brouer's time_bench_kmem_cache1 (seed 000).
+//! Suite `cache`: Jesper Dangaard Brouer's time_bench_kmem_cache1 (his
+//! prototype-kernel tree, kernel/lib/time_bench_kmem_cache1.c).
 //!
 //! - `fastpath_reuse`: alloc+free of one 256-byte object from a kmem_cache, in a
 //!   loop (op `pair`).
@@ -20,7 +21,7 @@ pub const SUITE: Suite = Suite {
     name: "cache",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 const OBJ: usize = 256;
@@ -93,13 +94,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     let layout = Layout::from_size_align(OBJ, 8).unwrap();
     for &w in &who {
         ctx.status(format!("cache {}", w.name()));
-        let t = ctx.measure(loops, |n| {
-            for _ in 0..n {
-                let p = w.alloc(layout);
-                // SAFETY: allocated just above.
-                unsafe { w.free(std::hint::black_box(p), layout) };
-            }
-        });
+        let t = ctx.measure(loops, |n| reuse(w, layout, n));
         out.push(BenchResult::time(
             "fastpath_reuse",
             w.name(),
@@ -135,11 +130,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
                 for _ in 0..2 {
                     s.spawn(|| {
                         barrier.wait();
-                        for _ in 0..n {
-                            let p = w.alloc(layout);
-                            // SAFETY: allocated just above.
-                            unsafe { w.free(std::hint::black_box(p), layout) };
-                        }
+                        reuse(w, layout, n);
                     });
                 }
             });
@@ -169,6 +160,16 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     out
 }
 
+/// `n` times, allocates one object and frees it at once.
+#[inline]
+fn reuse(w: Who, layout: Layout, n: u64) {
+    for _ in 0..n {
+        let p = w.alloc(layout);
+        // SAFETY: allocated just above.
+        unsafe { w.free(std::hint::black_box(p), layout) };
+    }
+}
+
 /// One thread allocates `n` objects in batches and hands them over; another frees.
 fn cross_thread(w: Who, layout: Layout, n: u64) {
     const BATCH: usize = 256;
@@ -195,7 +196,7 @@ fn cross_thread(w: Who, layout: Layout, n: u64) {
 }
 
 /// time_bench's lines for each allocator.
-fn seed_lines(results: &[BenchResult]) -> String {
+fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::from("\n");
     let label = |b: &str| match b {

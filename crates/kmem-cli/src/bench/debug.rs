@@ -28,7 +28,7 @@ pub const SUITE: Suite = Suite {
     name: "debug",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 /// The modes, in table order.
@@ -51,7 +51,7 @@ const MODES: [(&str, SlabFlags); 10] = [
     ),
 ];
 
-/// Object sizes of the slab_test table here (a spread of the seed's 8 … 16384).
+/// Object sizes of the slab_test table here (a spread of the `slab` suite's 8 … 16384).
 const SIZES: [u64; 6] = [8, 32, 128, 512, 2048, 8192];
 const FAST_SIZE: usize = 256;
 const COUNT: usize = 10_000;
@@ -178,7 +178,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
 }
 
 /// The slab_test lines per mode, then the cost of each mode against `plain`.
-fn seed_lines(results: &[BenchResult]) -> String {
+fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let get = |bench: &str, mode: &str, size: u64, op: &str| {

@@ -23,7 +23,7 @@ pub const SUITE: Suite = Suite {
     name: "global",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 static KMEM: kmem::KmemAlloc = kmem::KmemAlloc;
@@ -224,7 +224,7 @@ fn realloc_grow(a: Via, n: u64) {
 }
 
 /// kmem's ratio to mimalloc and to system for each pattern.
-fn seed_lines(results: &[BenchResult]) -> String {
+fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::from("\nkmem time / peer time (below 1: kmem faster)\n");
     let ns = |b: &str, a: &str| {

@@ -1,12 +1,14 @@
-//! Suite `memcg`: what memory accounting costs (seed 001's experiment).
+//! Suite `memcg`: what memory accounting costs, in the experiment of Waiman Long's
+//! series "mm/memcg: Reduce kmemcache memory accounting overhead".
 //!
 //! - `kmalloc_batch4`: 2 threads, each repeating 4 × kmalloc(size) then 4 × kfree,
 //!   for sizes 32 and 4096 (op `pair`: ns per kmalloc+kfree on one thread). Modes:
 //!   `off` (no active group: plain kmalloc caches, no charge), `nostock` (both threads
 //!   in one group, every charge and statistic on the shared counters with atomics),
 //!   `stock` (the same with the per-CPU stock: bytes pre-charged and statistic deltas
-//!   cached per CPU area, seed 001's patches 2–4). The modes run side by side in
-//!   interleaved passes; each keeps its best median.
+//!   cached per CPU area, as the kernel's memcg_stock_pcp does since that series'
+//!   patches 2–4). The modes run side by side in interleaved passes; each keeps its
+//!   best median.
 
 use super::{BenchResult, Ctx, Suite};
 use kmem::{heap, memcg, Gfp, MemCgroup};
@@ -16,7 +18,7 @@ pub const SUITE: Suite = Suite {
     name: "memcg",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 const MODES: [&str; 3] = ["off", "nostock", "stock"];
@@ -97,8 +99,8 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     out
 }
 
-/// Seed 001's table: run time per pair and the accounting overhead per mode.
-fn seed_lines(results: &[BenchResult]) -> String {
+/// The series' table: run time per pair and the accounting overhead per mode.
+fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let ns = |mode: &str, size: u64| {

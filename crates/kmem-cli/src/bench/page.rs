@@ -1,10 +1,13 @@
 //! Suite `page`: the page allocator.
 //!
 //! - `page_pcp` / `page_zone`: an alloc+free pair of order 0..=3 through this thread's
-//!   per-CPU lists, and straight from the zone with the lists bypassed (seed 002's
-//!   page_bench experiment). Peers: a page-aligned block of the same size.
+//!   per-CPU lists, and straight from the zone with the lists bypassed (Jesper
+//!   Dangaard Brouer's page_bench02 figures on "mm, page_allocator: Only use per-cpu
+//!   allocator for irq-safe requests"). Peers: a page-aligned block of the same size.
 //! - `bulk`: per-page cost of `alloc_pages_bulk` + bulk free for bulk sizes 1..128
-//!   (seed 001's ARRAY-variant table). Peers: n allocations, then n frees.
+//!   (the ARRAY-variant table, time_bulk_page_alloc_free_array, in the cover letter of
+//!   Mel Gorman's series that starts with "mm/page_alloc: split per cpu page lists and
+//!   zone stats"). Peers: n allocations, then n frees.
 //! - `page_threads`: order-0 pairs on 1 and 2 threads at once (ns per pair per thread).
 //! - `page_rss`: resident memory before, at peak and after allocating (and touching)
 //!   and freeing 1 GiB in order-0..=3 blocks. "After" is read once the decay interval
@@ -23,7 +26,7 @@ pub const SUITE: Suite = Suite {
     name: "page",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 const BULK_SIZES: [u64; 9] = [1, 2, 3, 4, 8, 16, 32, 64, 128];
@@ -220,59 +223,69 @@ fn touch(p: *mut u8, len: usize) {
 
 fn rss_kmem(decay: Duration) -> Vec<BenchResult> {
     let h = heap();
-    let pair = || {
-        let p = h.alloc_pages(Gfp::KERNEL, 0).expect("page");
-        // SAFETY: allocated just above.
-        unsafe { h.free_pages(p, 0) };
-    };
-    keep_busy(pair);
-    let before = kmem::rss_bytes();
-    let mut held = Vec::new();
-    for order in rss_orders() {
-        let p = h.alloc_pages(Gfp::KERNEL, order).expect("page");
-        touch(h.page_address(p).as_ptr(), PAGE_SIZE << order);
-        held.push((p, order));
-    }
-    let peak = kmem::rss_bytes();
-    for (p, order) in held {
+    rss_run(
+        "kmem",
+        decay,
+        || {
+            let p = h.alloc_pages(Gfp::KERNEL, 0).expect("page");
+            // SAFETY: allocated just above.
+            unsafe { h.free_pages(p, 0) };
+        },
+        |order| {
+            let p = h.alloc_pages(Gfp::KERNEL, order).expect("page");
+            touch(h.page_address(p).as_ptr(), PAGE_SIZE << order);
+            (p, order)
+        },
         // SAFETY: allocated above with this order.
-        unsafe { h.free_pages(p, order) };
-    }
-    std::thread::sleep(decay);
-    keep_busy(pair);
-    let after = kmem::rss_bytes();
-    rss_results("kmem", before, peak, after)
+        |(p, order)| unsafe { h.free_pages(p, order) },
+    )
 }
 
 fn rss_peer(peer: Peer, decay: Duration) -> Vec<BenchResult> {
-    let pair = || {
-        let layout = Layout::from_size_align(PAGE_SIZE, PAGE_SIZE).unwrap();
-        // SAFETY: non-zero size; freed with the same layout.
-        unsafe {
-            let p = peer.alloc(layout);
-            peer.dealloc(p, layout);
-        }
-    };
-    keep_busy(pair);
-    let before = kmem::rss_bytes();
-    let mut held = Vec::new();
-    for order in rss_orders() {
-        let layout = Layout::from_size_align(PAGE_SIZE << order, PAGE_SIZE).unwrap();
-        // SAFETY: non-zero size.
-        let p = unsafe { peer.alloc(layout) };
-        assert!(!p.is_null());
-        touch(p, layout.size());
-        held.push((p, layout));
-    }
-    let peak = kmem::rss_bytes();
-    for (p, layout) in held {
+    rss_run(
+        peer.name(),
+        decay,
+        || {
+            let layout = Layout::from_size_align(PAGE_SIZE, PAGE_SIZE).unwrap();
+            // SAFETY: non-zero size; freed with the same layout.
+            unsafe {
+                let p = peer.alloc(layout);
+                peer.dealloc(p, layout);
+            }
+        },
+        |order| {
+            let layout = Layout::from_size_align(PAGE_SIZE << order, PAGE_SIZE).unwrap();
+            // SAFETY: non-zero size.
+            let p = unsafe { peer.alloc(layout) };
+            assert!(!p.is_null());
+            touch(p, layout.size());
+            (p, layout)
+        },
         // SAFETY: allocated above with this layout.
-        unsafe { peer.dealloc(p, layout) };
-    }
+        |(p, layout)| unsafe { peer.dealloc(p, layout) },
+    )
+}
+
+/// One allocator's RSS readings: before, with 1 GiB held (`alloc(order)` allocates
+/// and touches a block of `rss_orders`, `free` gives it back), and after freeing it
+/// all and waiting out the decay interval. `pair` keeps the allocator busy before
+/// each of the first and last readings ([`keep_busy`]).
+fn rss_run<B>(
+    alloc_name: &'static str,
+    decay: Duration,
+    pair: impl Fn(),
+    alloc: impl FnMut(usize) -> B,
+    free: impl FnMut(B),
+) -> Vec<BenchResult> {
+    keep_busy(&pair);
+    let before = kmem::rss_bytes();
+    let held: Vec<B> = rss_orders().map(alloc).collect();
+    let peak = kmem::rss_bytes();
+    held.into_iter().for_each(free);
     std::thread::sleep(decay);
-    keep_busy(pair);
+    keep_busy(&pair);
     let after = kmem::rss_bytes();
-    rss_results(peer.name(), before, peak, after)
+    rss_results(alloc_name, before, peak, after)
 }
 
 /// Goes on allocating a little (bursts of 1000 pairs) for 50 ms, as a program that
@@ -297,9 +310,9 @@ fn rss_results(alloc: &'static str, before: usize, peak: usize, after: usize) ->
     ]
 }
 
-/// Seed-format lines: time_bench's "Per elem" for the pair benches (seed 002), and
-/// the ARRAY-variant bulk table (seed 001).
-fn seed_lines(results: &[BenchResult]) -> String {
+/// The kernel benchmarks' own lines: time_bench's "Per elem" for the pair benches
+/// and the ARRAY-variant bulk table; then the ratios of this run.
+fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::from("\n");
     for r in results
@@ -325,7 +338,7 @@ fn seed_lines(results: &[BenchResult]) -> String {
     {
         let _ = writeln!(out, "{} {:.3}", r.param, r.ns.unwrap_or(0.0));
     }
-    // The issue's goals, computed from this run.
+    // PCP against zone pairs, bulk-128 against bulk-1 per page, RSS after against before.
     let ns = |bench: &str, param: u64| {
         results
             .iter()

@@ -24,14 +24,14 @@ pub const SUITE: Suite = Suite {
     name: "percpu",
     steps: |_| MODES.len() as u64,
     run: run_times,
-    seed_lines: times_lines,
+    report_lines: times_lines,
 };
 
 pub const MEMORY: Suite = Suite {
     name: "percpu_memory",
     steps: |_| MODES.len() as u64,
     run: run_memory,
-    seed_lines: memory_lines,
+    report_lines: memory_lines,
 };
 
 /// The modes, as `KMEM_PERCPU` spells them.

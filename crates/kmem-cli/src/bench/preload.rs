@@ -21,7 +21,7 @@ pub const SUITE: Suite = Suite {
     name: "preload",
     steps: |_| 16,
     run,
-    seed_lines,
+    report_lines,
 };
 
 const WORK_PY: &str = include_str!("../../../kmem-malloc/tests/c/work.py");
@@ -202,7 +202,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
 }
 
 /// kmem's time relative to each other malloc, per program.
-fn seed_lines(results: &[BenchResult]) -> String {
+fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::from("\nkmem time / other malloc's time (below 1: kmem faster)\n");
     let mut benches: Vec<&str> = results.iter().map(|r| r.bench).collect();

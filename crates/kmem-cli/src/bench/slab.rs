@@ -1,4 +1,5 @@
-//! Suite `slab`: Christoph Lameter's slab_test as in seed 000.
+//! Suite `slab`: Christoph Lameter's slab_test, the kmalloc tests whose report the
+//! cover letter of "slub: Fastpath optimization (especially for RT) V1" quotes.
 //!
 //! - `kmalloc_then_kfree` (test 1): 10000 times kmalloc(N), then 10000 kfree; per
 //!   allocation (op `alloc`) and per free (op `free`).
@@ -7,7 +8,7 @@
 //! Sizes 8 … 16384. Peers allocate the same sizes (alignment 8) through GlobalAlloc.
 
 use super::peers::Peer;
-use super::{BenchResult, Ctx, Suite};
+use super::{BenchResult, Ctx, Suite, Timing};
 use kmem::{heap, Gfp};
 use std::alloc::Layout;
 
@@ -15,7 +16,7 @@ pub const SUITE: Suite = Suite {
     name: "slab",
     steps,
     run,
-    seed_lines,
+    report_lines,
 };
 
 const SIZES: [u64; 12] = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
@@ -34,7 +35,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         ctx.status(format!("slab_test kmalloc({size})"));
         let n = COUNT as u64 * rounds;
         // Test 1, kmem.
-        let t = ctx.alloc_then_free(
+        let t1 = ctx.alloc_then_free(
             rounds,
             &mut ptrs,
             || {
@@ -47,32 +48,18 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
                 h.kfree(p);
             },
         );
-        out.push(BenchResult::time(
-            "kmalloc_then_kfree",
-            "kmem",
-            size,
-            "alloc",
-            t[0],
-        ));
-        out.push(BenchResult::time(
-            "kmalloc_then_kfree",
-            "kmem",
-            size,
-            "free",
-            t[1],
-        ));
         // Test 2, kmem.
-        let t = ctx.measure(n, |n| {
+        let t2 = ctx.measure(n, |n| {
             for _ in 0..n {
                 let p = h.kmalloc(size as usize, Gfp::KERNEL).expect("memory");
                 // SAFETY: allocated just above.
                 unsafe { h.kfree(std::hint::black_box(p.as_ptr())) };
             }
         });
-        out.push(BenchResult::time("kmalloc_kfree", "kmem", size, "pair", t));
+        out.extend(figures("kmem", size, t1, t2));
         for peer in Peer::ALL {
             let layout = Layout::from_size_align(size as usize, 8).unwrap();
-            let t = ctx.alloc_then_free(
+            let t1 = ctx.alloc_then_free(
                 rounds,
                 &mut ptrs,
                 // SAFETY: non-zero size; freed below with this layout.
@@ -80,21 +67,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
                 // SAFETY: each pointer comes from the alloc above with this layout.
                 |p| unsafe { peer.dealloc(p, layout) },
             );
-            out.push(BenchResult::time(
-                "kmalloc_then_kfree",
-                peer.name(),
-                size,
-                "alloc",
-                t[0],
-            ));
-            out.push(BenchResult::time(
-                "kmalloc_then_kfree",
-                peer.name(),
-                size,
-                "free",
-                t[1],
-            ));
-            let t = ctx.measure(n, |n| {
+            let t2 = ctx.measure(n, |n| {
                 for _ in 0..n {
                     // SAFETY: non-zero size; freed with the same layout.
                     unsafe {
@@ -103,20 +76,29 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
                     }
                 }
             });
-            out.push(BenchResult::time(
-                "kmalloc_kfree",
-                peer.name(),
-                size,
-                "pair",
-                t,
-            ));
+            out.extend(figures(peer.name(), size, t1, t2));
         }
     }
     out
 }
 
-/// The seed's lines, for kmem and each peer.
-fn seed_lines(results: &[BenchResult]) -> String {
+/// One allocator's figures at one size: test 1 per allocation and per free, then
+/// test 2 per pair.
+fn figures(
+    alloc: &'static str,
+    size: u64,
+    then_free: [Timing; 2],
+    pair: Timing,
+) -> [BenchResult; 3] {
+    [
+        BenchResult::time("kmalloc_then_kfree", alloc, size, "alloc", then_free[0]),
+        BenchResult::time("kmalloc_then_kfree", alloc, size, "free", then_free[1]),
+        BenchResult::time("kmalloc_kfree", alloc, size, "pair", pair),
+    ]
+}
+
+/// slab_test's report, for kmem and each peer.
+fn report_lines(results: &[BenchResult]) -> String {
     let mut out = String::new();
     let cyc = |bench: &str, alloc: &str, size: u64, op: &str| {
         results

@@ -1,5 +1,6 @@
 //! Suite `slabinfo`: objects per slab and bytes wasted per slab for every kmalloc
-//! cache (param = object size), to hold against seed 004's /proc/slabinfo table.
+//! cache (param = object size), to hold against the /proc/slabinfo table of Joonsoo
+//! Kim's "slab: implement byte sized indexes for the freelist of a slab".
 //! Not a timing: `value` is the object count, `bytes` the tail waste.
 
 use super::{BenchResult, Ctx, Suite};
@@ -9,7 +10,7 @@ pub const SUITE: Suite = Suite {
     name: "slabinfo",
     steps: |_| 1,
     run,
-    seed_lines,
+    report_lines,
 };
 
 fn run(ctx: &Ctx) -> Vec<BenchResult> {
@@ -37,6 +38,6 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
 }
 
 /// The caches in /proc/slabinfo's format.
-fn seed_lines(_results: &[BenchResult]) -> String {
+fn report_lines(_results: &[BenchResult]) -> String {
     format!("\n{}", heap().slabinfo())
 }
