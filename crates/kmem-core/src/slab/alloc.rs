@@ -161,14 +161,11 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// becomes empty, all objects in use). Returns the list or the end token.
     pub(super) fn get_freelist(&self, slab_ref: &Page, slab: NonNull<Page>) -> usize {
         let base = self.slab_base(slab);
-        // SAFETY: the head page names its cache.
-        let objects = unsafe { &*(slab_ref.owner[2].load(Relaxed) as *const KmemCache) }
-            .config()
-            .objects as u64;
+        let objects = Slab::of(slab_ref).cache().config().objects as u64;
         loop {
-            let old = slab_state(slab_ref);
+            let old = Slab::of(slab_ref).state();
             let new = SlabState::taken(objects);
-            if cas_state(slab_ref, old, new) {
+            if Slab::of(slab_ref).cas_state(old, new) {
                 return base + old.offset() as usize;
             }
         }
@@ -183,9 +180,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         sr: &Page,
         slab: NonNull<Page>,
     ) -> usize {
-        if sr.owner[1].load(Relaxed) != 0 {
-            let local = take_local(cfg, sr);
-            set_frozen_by(sr, cpu_tag(c));
+        if Slab::of(sr).local_head() != 0 {
+            let local = Slab::of(sr).take_local(cfg);
+            Slab::of(sr).set_frozen_by(cpu_tag(c));
             return local.head;
         }
         self.get_freelist(sr, slab)
@@ -246,11 +243,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         let slab = self.allocate_slab(Some(c), s, gfp, nid.or(Some(local)))?;
         // SAFETY: our new slab.
         let sr = unsafe { slab.as_ref() };
-        sr.owner[0].store(
-            SlabState::new(END_OFFSET, cfg.objects as u64, true).0 as usize,
-            Relaxed,
-        );
-        set_frozen_by(sr, cpu_tag(c));
+        Slab::of(sr).set_state(SlabState::new(END_OFFSET, cfg.objects as u64, true));
+        Slab::of(sr).set_frozen_by(cpu_tag(c));
         Some(self.take_first(cc, cfg, self.slab_base(slab) + cfg.red_left))
     }
 
@@ -287,7 +281,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                     let sr = unsafe { slab.as_ref() };
                     let base = self.slab_base(slab);
                     loop {
-                        let old = slab_state(sr);
+                        let old = Slab::of(sr).state();
                         if old.list_empty() {
                             // Cannot happen (rule 2); a full slab leaves the list.
                             self.remove_partial(&mut list, slab);
@@ -302,11 +296,10 @@ impl<'a, P: Platform> Slub<'a, P> {
                             // Corrupt: the slab leaves the list with all its objects
                             // counted in use (quarantined).
                             self.report_corrupt_link(cfg, obj, next);
-                            set_frozen(sr, false);
+                            Slab::of(sr).set_frozen(false);
                             loop {
-                                let o = slab_state(sr);
-                                if cas_state(
-                                    sr,
+                                let o = Slab::of(sr).state();
+                                if Slab::of(sr).cas_state(
                                     o,
                                     SlabState::new(END_OFFSET, cfg.objects as u64, false),
                                 ) {
@@ -317,7 +310,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                             break;
                         }
                         let new = SlabState::new((next - base) as u64, old.inuse() + 1, false);
-                        if cas_state(sr, old, new) {
+                        if Slab::of(sr).cas_state(old, new) {
                             if new.list_empty() {
                                 self.remove_partial(&mut list, slab);
                             }

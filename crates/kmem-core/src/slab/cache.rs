@@ -134,7 +134,7 @@ impl KmemCache {
         while let Some(page) = NonNull::new(p) {
             // SAFETY: slabs on the list are live slab pages; we hold the list lock.
             let pr = unsafe { page.as_ref() };
-            free += objects - slab_state(pr).inuse() as usize;
+            free += objects - Slab::of(pr).state().inuse() as usize;
             p = pr.next.load(Relaxed);
         }
         free

@@ -22,8 +22,8 @@
 //! all objects used") and never allocated from again. The program continues.
 
 use super::{
-    cas_state, get_freepointer, set_freepointer, slab_state, CacheConfig, KmemCache, SlabFlags,
-    SlabState, Slub, SlubStat,
+    get_freepointer, set_freepointer, CacheConfig, KmemCache, Slab, SlabFlags, SlabState, Slub,
+    SlubStat,
 };
 use crate::gfp::Gfp;
 use crate::page::{Page, PageFlags};
@@ -231,7 +231,7 @@ impl<P: Platform> Slub<'_, P> {
     /// Is `obj` on the slab's freelist (`on_freelist`)? Walks at most `objects` links.
     fn on_freelist(&self, cfg: &CacheConfig, slab: NonNull<Page>, obj: usize) -> bool {
         // SAFETY: a live slab.
-        let st = slab_state(unsafe { slab.as_ref() });
+        let st = Slab::of(unsafe { slab.as_ref() }).state();
         let base = self.slab_base(slab);
         let mut p = base + st.offset() as usize;
         for _ in 0..cfg.objects {
@@ -285,7 +285,7 @@ impl<P: Platform> Slub<'_, P> {
             // SAFETY: a node-list slab: live, unfrozen, ours under the lock.
             let sr = unsafe { slab.as_ref() };
             let base = self.slab_base(slab);
-            let old = slab_state(sr);
+            let old = Slab::of(sr).state();
             let obj = base + old.offset() as usize;
             let next = if old.list_empty() {
                 obj
@@ -304,7 +304,7 @@ impl<P: Platform> Slub<'_, P> {
                 continue;
             }
             let new = SlabState::new((next - base) as u64, old.inuse() + 1, false);
-            if !cas_state(sr, old, new) {
+            if !Slab::of(sr).cas_state(old, new) {
                 continue;
             }
             if new.list_empty() {
@@ -405,7 +405,7 @@ impl<P: Platform> Slub<'_, P> {
             return false;
         }
         let base = self.slab_base(slab);
-        let old = slab_state(sr);
+        let old = Slab::of(sr).state();
         if base + old.offset() as usize == obj {
             // Already at the head of the slab's freelist: a double free, caught
             // without F too (as the fast path does for other caches).
@@ -427,7 +427,7 @@ impl<P: Platform> Slub<'_, P> {
         // SAFETY: `obj` is ours to link.
         unsafe { set_freepointer(cfg, obj, base + old.offset() as usize) };
         let new = SlabState::new((obj - base) as u64, old.inuse() - 1, false);
-        let swapped = cas_state(sr, old, new);
+        let swapped = Slab::of(sr).cas_state(old, new);
         debug_assert!(swapped, "debug slabs change only under the list lock");
         if old.list_empty() {
             // SAFETY: a full debug slab is on `full` (under list_lock, then full).
@@ -456,9 +456,9 @@ impl<P: Platform> Slub<'_, P> {
         // SAFETY: a node-list slab under the lock.
         let sr = unsafe { slab.as_ref() };
         loop {
-            let old = slab_state(sr);
+            let old = Slab::of(sr).state();
             let new = SlabState::new(1, s.config().objects as u64, false);
-            if cas_state(sr, old, new) {
+            if Slab::of(sr).cas_state(old, new) {
                 break;
             }
         }
@@ -586,7 +586,7 @@ impl<P: Platform> Slub<'_, P> {
         }
         // SAFETY: a live slab.
         let sr = unsafe { slab.as_ref() };
-        let st = slab_state(sr);
+        let st = Slab::of(sr).state();
         let _ = writeln!(
             w,
             "INFO: Slab 0x{:016x} objects={} used={} fp=0x{:016x} flags=0x{:x}",
@@ -669,7 +669,7 @@ impl<P: Platform> Slub<'_, P> {
         let base = self.slab_base(slab);
         // SAFETY: a live slab (caller holds its list lock).
         let sr = unsafe { slab.as_ref() };
-        let st = slab_state(sr);
+        let st = Slab::of(sr).state();
         let mut problems = 0;
         let mut report = |what: &'static str,
                           addr: usize,
@@ -704,7 +704,7 @@ impl<P: Platform> Slub<'_, P> {
             p = unsafe { get_freepointer(cfg, p) };
         }
         let expected_free = cfg.objects - st.inuse() as usize;
-        let local = super::local_count(sr.owner[3].load(Relaxed));
+        let local = Slab::of(sr).local_count();
         if count + local != expected_free && !st.frozen() {
             report("Wrong object count", base, self, None);
             problems += 1;

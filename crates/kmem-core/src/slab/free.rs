@@ -125,10 +125,9 @@ impl<'a, P: Platform> Slub<'a, P> {
     ) -> bool {
         if let Some(c) = cpu {
             // SAFETY: a live slab of `s`.
-            let sr = unsafe { slab.as_ref() };
-            let o3 = sr.owner[3].load(Relaxed);
-            if o3 >> 32 == cpu_tag(c) {
-                let head = sr.owner[1].load(Relaxed);
+            let sr = Slab::of(unsafe { slab.as_ref() });
+            if sr.frozen_by() == cpu_tag(c) {
+                let head = sr.local_head();
                 if head == obj {
                     return self.double_free(s, slab, obj);
                 }
@@ -136,8 +135,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 let next = if head == 0 { base | 1 } else { head };
                 // SAFETY: the object is ours (caller).
                 unsafe { set_freepointer(s.config(), obj, next) };
-                sr.owner[1].store(obj, Relaxed);
-                sr.owner[3].store(local_push(o3, obj - base), Relaxed);
+                sr.push_local(obj, base);
                 s.cpu(c).count(SlubStat::FreeFrozen);
                 return true;
             }
@@ -189,7 +187,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let mut freezer: Option<CpuRef<'_>>;
         let (old, new) = loop {
             freezer = None;
-            let old = slab_state(sr);
+            let old = Slab::of(sr).state();
             let prior = base + old.offset() as usize;
             if prior == head {
                 drop(lock);
@@ -211,7 +209,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 }
             };
             let new = old.after_free((head - base) as u64, cnt, freeze);
-            if cas_state(sr, old, new) {
+            if Slab::of(sr).cas_state(old, new) {
                 break (old, new);
             }
         };
@@ -223,7 +221,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         if let (true, Some(c)) = (new.frozen(), freezer) {
             drop(lock);
             // We froze it: its local freelist is ours from now on.
-            set_frozen_by(sr, cpu_tag(c));
+            Slab::of(sr).set_frozen_by(cpu_tag(c));
             s.stat(cpu, SlubStat::CpuPartialFree);
             self.put_cpu_partial(c, s, slab);
             return true;

@@ -92,12 +92,11 @@ use lockless::Push;
 pub use slabinfo::{write_slabinfo_header, write_slabinfo_row, SlabRow};
 pub use stat::{SlubStat, NR_SLUB_STAT};
 pub(crate) use state::*;
-pub use state::{free_decision, FreeDecision, SlabState, END_OFFSET};
+pub use state::{free_decision, FreeDecision, Slab, SlabState, END_OFFSET};
 
 use crate::page::{Page, PageFlags, PAGE_SIZE};
 use crate::page_alloc::PageAllocator;
 use crate::platform::Platform;
-use crate::sync::Ordering::Relaxed;
 use core::ptr::{self, NonNull};
 
 /// Longest cache name kept (longer names are cut).
@@ -156,8 +155,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         if !h.flags().contains(PageFlags::SLAB) {
             return None;
         }
-        // SAFETY: a slab's head page names its cache, which outlives its slabs.
-        Some(unsafe { &*(h.owner[2].load(Relaxed) as *const KmemCache) })
+        Some(Slab::of(h).cache())
     }
 
     /// Finds what `ptr` is: an object at the start of a slab object, a large block, or
@@ -171,13 +169,12 @@ impl<'a, P: Platform> Slub<'a, P> {
         let h = unsafe { head.as_ref() };
         let flags = h.flags();
         if flags.contains(PageFlags::SLAB) {
-            // SAFETY: a slab's head page names its cache, which outlives its slabs.
-            let s = unsafe { &*(h.owner[2].load(Relaxed) as *const KmemCache) };
+            let s = Slab::of(h).cache();
             let cfg = s.config();
             // A slab is a buddy block: aligned to its size, so the offset of `ptr` in
             // it is its low bits.
             let off = (ptr as usize & (cfg.slab_bytes() - 1)).wrapping_sub(cfg.red_left);
-            let idx = ((off as u64 * cfg.reciprocal) >> 32) as usize;
+            let idx = cfg.obj_to_index(off);
             if idx * cfg.size != off || idx >= cfg.objects {
                 return ObjectLookup::Bad("Invalid object pointer");
             }

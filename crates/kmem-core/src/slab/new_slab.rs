@@ -70,13 +70,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             unsafe { set_freepointer(cfg, at(i), next) };
             i = j;
         }
-        head.owner[0].store(
-            SlabState::new((at(start) - base) as u64, 0, false).0 as usize,
-            Relaxed,
-        );
-        head.owner[1].store(0, Relaxed);
-        head.owner[3].store(0, Relaxed);
-        head.owner[2].store(s as *const KmemCache as usize, Relaxed);
+        Slab::of(head).init(s, SlabState::new((at(start) - base) as u64, 0, false));
         head.private.store(0, Relaxed);
         let nid = self.pages.page_to_nid(slab);
         s.node[nid].nr_slabs.fetch_add(1, Relaxed);
@@ -134,9 +128,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         // SAFETY: the slab is empty and on no list: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
         head.set_flags(PageFlags::HEAD);
-        for w in &head.owner {
-            w.store(0, Relaxed);
-        }
+        Slab::of(head).clear();
         self.free_slab_obj_exts(cpu, head);
         s.stat(cpu, SlubStat::FreeSlab);
         // SAFETY: allocated by `allocate_slab` with this order; nothing refers to it.

@@ -50,9 +50,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         // SAFETY: a slab from the node list: live, unfrozen, ours under the lock.
         let sr = unsafe { slab.as_ref() };
         let got = loop {
-            let old = slab_state(sr);
+            let old = Slab::of(sr).state();
             let new = SlabState::new(END_OFFSET, cfg.objects as u64, true);
-            if cas_state(sr, old, new) {
+            if Slab::of(sr).cas_state(old, new) {
                 break self.slab_base(slab) + old.offset() as usize;
             }
         };
@@ -60,10 +60,10 @@ impl<'a, P: Platform> Slub<'a, P> {
             // Rule 2 says a node-list slab has a free object; should it not, the
             // slab is full: let it go (unfrozen, on no list) rather than hand out
             // the end token.
-            set_frozen(sr, false);
+            Slab::of(sr).set_frozen(false);
             return None;
         }
-        set_frozen_by(sr, cpu_tag(c));
+        Slab::of(sr).set_frozen_by(cpu_tag(c));
         // Stock the CPU partial list with up to half its capacity.
         while cc.nr_partial.load(Relaxed) < cfg.cpu_partial_slabs / 2 {
             let Some(more) = NonNull::new(list.first()) else {
@@ -72,8 +72,8 @@ impl<'a, P: Platform> Slub<'a, P> {
             self.remove_partial(&mut list, more);
             // SAFETY: as above.
             let mr = unsafe { more.as_ref() };
-            set_frozen(mr, true);
-            set_frozen_by(mr, cpu_tag(c));
+            Slab::of(mr).set_frozen(true);
+            Slab::of(mr).set_frozen_by(cpu_tag(c));
             mr.next.store(cc.partial.load(Relaxed), Relaxed);
             cc.partial.store(more.as_ptr(), Relaxed);
             cc.nr_partial
@@ -93,7 +93,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         slab: NonNull<Page>,
         chain: Chain,
     ) -> (SlabState, SlabState) {
-        let local = take_local(cfg, sr);
+        let local = Slab::of(sr).take_local(cfg);
         let chain = match (chain.count, local.count) {
             (_, 0) => chain,
             (0, _) => local,
@@ -109,7 +109,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         };
         let base = self.slab_base(slab);
         loop {
-            let old = slab_state(sr);
+            let old = Slab::of(sr).state();
             let head = if chain.count > 0 {
                 // SAFETY: `chain.tail` ends a chain of free objects we own.
                 unsafe { set_freepointer(cfg, chain.tail, base + old.offset() as usize) };
@@ -118,7 +118,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 None
             };
             let new = old.after_unfreeze(head, chain.count);
-            if cas_state(sr, old, new) {
+            if Slab::of(sr).cas_state(old, new) {
                 return (old, new);
             }
         }
@@ -130,8 +130,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     pub(super) fn unfreeze_full(&self, slab: NonNull<Page>) {
         // SAFETY: the slab is a live slab; we own its frozen state.
         let sr = unsafe { slab.as_ref() };
-        // SAFETY: the head page names its cache.
-        let s = unsafe { &*(sr.owner[2].load(Relaxed) as *const KmemCache) };
+        let s = Slab::of(sr).cache();
         let nid = self.pages.page_to_nid(slab);
         let mut list = s.node[nid].list_lock.lock();
         let (_, new) = self.unfreeze_merge(s.config(), sr, slab, Chain::EMPTY);
@@ -172,7 +171,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                     // SAFETY: node-list slabs are live; we hold the lock.
                     let sr = unsafe { slab.as_ref() };
                     p = sr.next.load(Relaxed);
-                    if slab_state(sr).inuse() == 0 {
+                    if Slab::of(sr).state().inuse() == 0 {
                         empty = Some(slab);
                         break;
                     }

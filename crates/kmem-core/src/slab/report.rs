@@ -4,7 +4,6 @@ use super::*;
 use crate::page::Page;
 use crate::platform::Platform;
 use crate::show_mem::LogWriter;
-use crate::sync::Ordering::Relaxed;
 use core::fmt::Write as _;
 use core::ptr::NonNull;
 
@@ -57,15 +56,12 @@ impl<'a, P: Platform> Slub<'a, P> {
         if let Some(slab) = slab {
             // SAFETY: a live slab page.
             let sr = unsafe { slab.as_ref() };
-            let st = slab_state(sr);
+            let st = Slab::of(sr).state();
             let _ = writeln!(
                 w,
                 "Slab 0x{:016x} objects={} used={} fp=0x{:016x} flags=0x{:x}",
                 slab.as_ptr() as usize,
-                // SAFETY: the head page names its cache.
-                unsafe { &*(sr.owner[2].load(Relaxed) as *const KmemCache) }
-                    .config()
-                    .objects,
+                Slab::of(sr).cache().config().objects,
                 st.inuse(),
                 self.slab_base(slab) + st.offset() as usize,
                 sr.flags().bits()

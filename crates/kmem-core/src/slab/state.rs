@@ -125,54 +125,24 @@ pub const fn free_decision(
     }
 }
 
-// ---------------------------------------------------------------------------
-// Slab page helpers.
-
-#[inline]
-pub(crate) fn slab_state(slab: &Page) -> SlabState {
-    SlabState(slab.owner[0].load(Relaxed) as u64)
-}
-
-/// Freezes or unfreezes a slab, keeping its freelist and `inuse`; returns the new
-/// state. The caller holds what rule 2 asks for.
-pub(super) fn set_frozen(slab: &Page, frozen: bool) -> SlabState {
-    loop {
-        let old = slab_state(slab);
-        let new = SlabState::new(old.offset(), old.inuse(), frozen);
-        if cas_state(slab, old, new) {
-            return new;
-        }
-    }
-}
-
-/// The tag of the CPU area `c` in `frozen_by`.
+/// The tag of the CPU area `c` in a slab's frozen-by word.
 #[inline]
 pub(super) fn cpu_tag(c: CpuRef<'_>) -> usize {
     c.area().id() + 1
 }
 
-/// Marks the slab as frozen by `tag` (its local freelist is empty then): `owner[3]`'s
-/// high half is the tag of the CPU area that froze the slab (area id + 1; 0 = none);
-/// bits 16..32 hold the offset of the local freelist's last object from the slab
-/// base, bits 0..16 how many objects the local freelist holds. A slab spans at most
-/// `PAGE_SIZE << SLUB_MAX_ORDER` (32 KiB) bytes and objects, so both fit.
-#[inline]
-pub(super) fn set_frozen_by(slab: &Page, tag: usize) {
-    slab.owner[3].store(tag << 32, Relaxed);
-}
-
 const _: () = assert!(PAGE_SIZE << SLUB_MAX_ORDER <= 1 << 16);
 
-/// Objects on a frozen slab's local freelist, from its `owner[3]` word.
+/// Objects on a frozen slab's local freelist, from its frozen-by word.
 #[inline]
-pub(crate) fn local_count(o3: usize) -> usize {
+fn local_count(o3: usize) -> usize {
     o3 & 0xffff
 }
 
-/// `owner[3]` after pushing the object at offset `off` on the local freelist: the
-/// first object pushed on an empty list is its tail.
+/// The frozen-by word after pushing the object at offset `off` on the local freelist:
+/// the first object pushed on an empty list is its tail.
 #[inline]
-pub(super) fn local_push(o3: usize, off: usize) -> usize {
+fn local_push(o3: usize, off: usize) -> usize {
     if local_count(o3) == 0 {
         (o3 & !0xffff_ffff) | off << 16 | 1
     } else {
@@ -196,35 +166,149 @@ impl Chain {
     };
 }
 
-/// Takes the local freelist of a slab frozen by the caller's CPU and clears the tag
-/// (the caller is about to unfreeze the slab or make it its CPU slab).
-pub(super) fn take_local(cfg: &CacheConfig, slab: &Page) -> Chain {
-    let head = slab.owner[1].load(Relaxed);
-    let o3 = slab.owner[3].load(Relaxed);
-    slab.owner[1].store(0, Relaxed);
-    slab.owner[3].store(0, Relaxed);
-    if head == 0 {
-        return Chain::EMPTY;
-    }
-    // Slabs are aligned to their size: the head tells the base.
-    let base = head & !(cfg.slab_bytes() - 1);
-    Chain {
-        head,
-        tail: base + (o3 >> 16 & 0xffff),
-        count: local_count(o3) as u64,
-    }
-}
+/// A slab, seen through its head page's descriptor: the one place that knows which
+/// word of `Page::owner` holds what.
+///
+/// | word       | holds                                                             |
+/// |------------|-------------------------------------------------------------------|
+/// | `owner[0]` | the [`SlabState`] (freelist offset, `inuse`, `frozen`)            |
+/// | `owner[1]` | the head of the local freelist of the CPU that froze it (0: none) |
+/// | `owner[2]` | the cache (`&KmemCache`), which outlives its slabs                |
+/// | `owner[3]` | frozen-by: bits 32.. the tag of the CPU area that froze the slab (area id + 1; 0 = none), bits 16..32 the offset of the local freelist's last object from the slab base, bits 0..16 how many objects the local freelist holds |
+///
+/// A slab spans at most `PAGE_SIZE << SLUB_MAX_ORDER` (32 KiB) bytes and objects, so
+/// offset and count fit their 16 bits. The state changes by compare-and-swap only;
+/// the local freelist and the frozen-by word belong to the CPU area that froze the
+/// slab (or to whoever holds the slab alone: a new slab, one being discarded).
+#[derive(Clone, Copy)]
+pub struct Slab<'a>(&'a Page);
 
-#[inline]
-pub(crate) fn cas_state(slab: &Page, old: SlabState, new: SlabState) -> bool {
-    // AcqRel: a successful free publishes the free pointer written into the object
-    // before it; a successful take of the freelist sees those writes.
-    slab.owner[0]
-        .compare_exchange(
-            old.0 as usize,
-            new.0 as usize,
-            crate::sync::Ordering::AcqRel,
-            crate::sync::Ordering::Acquire,
-        )
-        .is_ok()
+impl<'a> Slab<'a> {
+    /// The slab whose head page is `head`.
+    #[inline(always)]
+    pub fn of(head: &'a Page) -> Self {
+        Self(head)
+    }
+
+    /// The head page.
+    #[inline(always)]
+    pub fn page(self) -> &'a Page {
+        self.0
+    }
+
+    /// The state word.
+    #[inline(always)]
+    pub fn state(self) -> SlabState {
+        SlabState(self.0.owner[0].load(Relaxed) as u64)
+    }
+
+    /// Replaces the state `old` with `new` if it still holds `old`.
+    #[inline]
+    pub fn cas_state(self, old: SlabState, new: SlabState) -> bool {
+        // AcqRel: a successful free publishes the free pointer written into the object
+        // before it; a successful take of the freelist sees those writes.
+        self.0.owner[0]
+            .compare_exchange(
+                old.0 as usize,
+                new.0 as usize,
+                crate::sync::Ordering::AcqRel,
+                crate::sync::Ordering::Acquire,
+            )
+            .is_ok()
+    }
+
+    /// Sets the state of a slab nobody else can change now (a new slab before it is
+    /// published, or one just frozen with its whole freelist taken).
+    #[inline]
+    pub(super) fn set_state(self, st: SlabState) {
+        self.0.owner[0].store(st.0 as usize, Relaxed);
+    }
+
+    /// Freezes or unfreezes the slab, keeping its freelist and `inuse`; returns the new
+    /// state. The caller holds what rule 2 (see [`super`]) asks for.
+    pub(super) fn set_frozen(self, frozen: bool) -> SlabState {
+        loop {
+            let old = self.state();
+            let new = SlabState::new(old.offset(), old.inuse(), frozen);
+            if self.cas_state(old, new) {
+                return new;
+            }
+        }
+    }
+
+    /// The cache the slab belongs to.
+    #[inline(always)]
+    pub fn cache(self) -> &'a KmemCache {
+        // SAFETY: a slab's head page names its cache (set by `init` before the slab is
+        // published), and a cache outlives its slabs.
+        unsafe { &*(self.0.owner[2].load(Relaxed) as *const KmemCache) }
+    }
+
+    /// Sets up the descriptor of a new slab of `s` with state `st`, not frozen by
+    /// anybody, with an empty local freelist.
+    pub(super) fn init(self, s: &KmemCache, st: SlabState) {
+        self.set_state(st);
+        self.0.owner[1].store(0, Relaxed);
+        self.0.owner[3].store(0, Relaxed);
+        self.0.owner[2].store(s as *const KmemCache as usize, Relaxed);
+    }
+
+    /// Clears every slab word (the slab is being discarded).
+    pub(super) fn clear(self) {
+        for w in &self.0.owner {
+            w.store(0, Relaxed);
+        }
+    }
+
+    /// The tag of the CPU area that froze the slab (0: none recorded).
+    #[inline(always)]
+    pub(super) fn frozen_by(self) -> usize {
+        self.0.owner[3].load(Relaxed) >> 32
+    }
+
+    /// Marks the slab as frozen by `tag`; its local freelist is empty then.
+    #[inline]
+    pub(super) fn set_frozen_by(self, tag: usize) {
+        self.0.owner[3].store(tag << 32, Relaxed);
+    }
+
+    /// Objects on the local freelist.
+    #[inline]
+    pub(crate) fn local_count(self) -> usize {
+        local_count(self.0.owner[3].load(Relaxed))
+    }
+
+    /// The first object of the local freelist (0: empty).
+    #[inline(always)]
+    pub(super) fn local_head(self) -> usize {
+        self.0.owner[1].load(Relaxed)
+    }
+
+    /// Pushes `obj` (whose free pointer already holds the old head, or the end token)
+    /// on the local freelist of the slab at `base`.
+    #[inline]
+    pub(super) fn push_local(self, obj: usize, base: usize) {
+        let o3 = self.0.owner[3].load(Relaxed);
+        self.0.owner[1].store(obj, Relaxed);
+        self.0.owner[3].store(local_push(o3, obj - base), Relaxed);
+    }
+
+    /// Takes the local freelist of a slab frozen by the caller's CPU and clears the
+    /// tag (the caller is about to unfreeze the slab or make it its CPU slab).
+    pub(super) fn take_local(self, cfg: &CacheConfig) -> Chain {
+        let head = self.0.owner[1].load(Relaxed);
+        let o3 = self.0.owner[3].load(Relaxed);
+        self.0.owner[1].store(0, Relaxed);
+        self.0.owner[3].store(0, Relaxed);
+        if head == 0 {
+            return Chain::EMPTY;
+        }
+        // Slabs are aligned to their size: the head tells the base.
+        let base = head & !(cfg.slab_bytes() - 1);
+        Chain {
+            head,
+            tail: base + (o3 >> 16 & 0xffff),
+            count: local_count(o3) as u64,
+        }
+    }
 }
