@@ -221,10 +221,8 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
     pub fn kmalloc_lockless(&self, area: &CpuArea, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         let s = &self.caches.sets[kmalloc_type(gfp)][kmalloc_index(size)?];
         let p = self.slub.alloc_lockless(area, s)?;
-        if gfp.contains(Gfp::ZERO) {
-            // SAFETY: the object is ours now, `object_size` bytes long.
-            unsafe { ptr::write_bytes(p.as_ptr(), 0, s.config().object_size) };
-        }
+        // SAFETY: a new object of `s`, handed to our caller.
+        unsafe { crate::slab::post_alloc_init(s, p, gfp) };
         Some(p)
     }
 

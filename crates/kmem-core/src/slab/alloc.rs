@@ -13,6 +13,21 @@ use crate::platform::Platform;
 use crate::sync::Ordering::Relaxed;
 use core::ptr::{self, NonNull};
 
+/// `slab_post_alloc_hook`'s initialisation: zeroes the new object `obj` of `s` when
+/// `gfp` asks for `__GFP_ZERO`. Every allocation path that hands out an object (the
+/// platform's own fast paths too) ends here.
+///
+/// # Safety
+/// `obj` is an object of `s` just allocated for the caller (its `object_size` bytes
+/// are the caller's).
+#[inline(always)]
+pub unsafe fn post_alloc_init(s: &KmemCache, obj: NonNull<u8>, gfp: Gfp) {
+    if gfp.contains(Gfp::ZERO) {
+        // SAFETY: the object is the caller's, `object_size` bytes long.
+        unsafe { ptr::write_bytes(obj.as_ptr(), 0, s.config().object_size) };
+    }
+}
+
 impl<'a, P: Platform> Slub<'a, P> {
     // -----------------------------------------------------------------------
     // Allocation.
@@ -57,12 +72,10 @@ impl<'a, P: Platform> Slub<'a, P> {
             Some(c) => self.slab_alloc_slow(c, s, gfp, nid)?,
             None => self.alloc_nocpu(s, gfp, nid)?,
         };
-        let obj = obj as *mut u8;
-        if gfp.contains(Gfp::ZERO) {
-            // SAFETY: the object is ours now, `object_size` bytes long.
-            unsafe { ptr::write_bytes(obj, 0, s.config().object_size) };
-        }
-        NonNull::new(obj)
+        let obj = NonNull::new(obj as *mut u8)?;
+        // SAFETY: a new object of `s`, handed to our caller.
+        unsafe { post_alloc_init(s, obj, gfp) };
+        Some(obj)
     }
 
     /// `___slab_alloc`: refill the CPU freelist and take one object.

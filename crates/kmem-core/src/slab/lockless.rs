@@ -9,7 +9,7 @@ use crate::page::Page;
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
 use crate::sync::Ordering::Acquire;
-use core::ptr::{self, NonNull};
+use core::ptr::NonNull;
 
 /// The outcome of a lockless push.
 pub(super) enum Push {
@@ -40,11 +40,10 @@ impl<'a, P: Platform> Slub<'a, P> {
             Some(o) => o,
             None => self.slab_alloc_slow(c, s, gfp, None)?,
         };
-        if gfp.contains(Gfp::ZERO) {
-            // SAFETY: the object is ours now, `object_size` bytes long.
-            unsafe { ptr::write_bytes(obj as *mut u8, 0, s.config().object_size) };
-        }
-        NonNull::new(obj as *mut u8)
+        let obj = NonNull::new(obj as *mut u8)?;
+        // SAFETY: a new object of `s`, handed to our caller.
+        unsafe { post_alloc_init(s, obj, gfp) };
+        Some(obj)
     }
 
     /// The lockless `slab_alloc` fast path of seed 000 (after patch 7/7, with Joonsoo

@@ -81,6 +81,7 @@ mod state;
 
 pub use crate::slab_flags::SlabFlags;
 pub use accounting::{has_obj_exts, Accounting, NoAccounting};
+pub use alloc::post_alloc_init;
 pub use cache::{KmemCache, KmemCacheNode};
 pub use cache_list::{CacheList, DestroyError};
 use cpu::take_cpu_freelist;
