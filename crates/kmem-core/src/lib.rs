@@ -2,26 +2,61 @@
 //!
 //! This crate is the allocator itself, without an operating system: a platform
 //! ([`Platform`]) supplies address space, time and a log, and everything the
-//! allocator keeps — memmaps, per-CPU areas, later slab metadata — comes from the
-//! memory it manages. No `alloc`, no `std`.
+//! allocator keeps — memmaps, per-CPU areas, slab metadata — comes from the memory it
+//! manages. No `alloc`, no `std`.
 //!
-//! Layers, bottom up (each module's doc says what it owns and its locking):
-//! - [`sync`]: the spin lock and atomics.
-//! - [`platform`]: the interface to the world below.
-//! - [`page`], [`mmzone`]: page descriptors, sections, zones.
-//! - [`percpu`]: CPU areas (per-CPU memory) and their pool.
-//! - [`page_alloc`]: the buddy allocator with per-CPU page lists, bulk allocation,
-//!   watermarks, memory hotplug, OOM handling.
-//! - [`page_reporting`]: giving free memory back to the platform.
-//! - [`vmstat`], [`show_mem`]: counters and the kernel's report formats.
-//! - [`slub`], [`slub_debug`], [`slab_common`], [`kmalloc`]: the slab allocator, its
-//!   debugging, the cache list, kmalloc (see each module's doc).
-//! - [`memcontrol`]: memory cgroups (charging through obj_cgroups, the per-CPU stock).
+//! ## Layers, bottom up
+//! Each module imports only modules listed before it (no import cycles); each
+//! module's doc says what it owns, its invariants and its locking.
+//! - [`sync`]: the spin lock and atomics (one place for loom to replace).
+//! - [`gfp`], [`slab_flags`]: the flag words every layer passes down.
+//! - [`platform`]: the interface to the world below (memory, time, log, the
+//!   per-CPU hooks of a platform with shared CPU areas).
+//! - [`page`], [`mmzone`], [`vmstat`], [`percpu`]: page descriptors, sections, zones,
+//!   counters, CPU areas (per-CPU memory) and their pool.
+//! - [`page_alloc`], [`page_reporting`]: the buddy allocator with per-CPU page lists,
+//!   bulk allocation, watermarks, memory hotplug, OOM handling, giving free memory
+//!   back to the platform.
+//! - [`show_mem`]: the page allocator's reports (buddyinfo, zoneinfo, vmstat); it only
+//!   reads the page allocator.
+//! - [`slab`]: SLUB — caches, slabs, the per-CPU fast paths, partial lists, bulk,
+//!   slub_debug, slabinfo. It reaches accounting through [`slab::Accounting`] only.
+//! - [`kmalloc`]: size classes and the kmalloc caches, on top of the slab layer.
+//! - [`memcontrol`]: memory cgroups (charging through obj_cgroups, the per-CPU stock),
+//!   on top of kmalloc; implements [`slab::Accounting`].
+//! - [`kmem`]: [`Kmem`], the whole allocator: boot, the public entry points that cross
+//!   layers, fork and CPU-offline handling.
+//!
+//! ## Lock order
+//! Outermost first; a context holding a lock takes only locks further down this list.
+//! Every lock's module points here.
+//! 1. `CpuArea::local_lock` ([`percpu`]): per-CPU mode, held around one operation on
+//!    a shared CPU area (a platform's own locks, e.g. a table of CPU areas, come
+//!    before it).
+//! 2. `MemcgState::lock` ([`memcontrol`]): group creation, removal and the zombie
+//!    sweep; a report walking the groups may allocate under it, so it comes before
+//!    every slab and page lock. No allocation or free takes it.
+//! 3. `CacheList::lock` ([`slab`], the kernel's `slab_mutex`): the list of caches;
+//!    never held while allocating.
+//! 4. `KmemCacheNode::list_lock` ([`slab`]): one node's partial list, one node at a
+//!    time; no `list_lock` is held across a page allocation, except that a debug
+//!    cache's `full` list lock is taken inside it.
+//! 5. `KmemCacheNode::full` ([`slab::debug`]): the full slabs of a debug cache.
+//! 6. the page allocator's `hotplug` lock ([`page_alloc`]): section table changes.
+//! 7. `Zone::lock` ([`mmzone`]): a zone's free lists, one zone at a time.
+//! 8. the CPU-area pool's free-list lock ([`percpu`]).
+//!
+//! Leaves, taken alone and never across a call into the allocator: a group's
+//! per-cache statistics table ([`memcontrol`]), the shrinker and CPU-offline hook
+//! tables of the page allocator (copied out under the lock, called without it).
+//! Fork takes 3, 4 (every cache, every node), 6, 7 (every zone) and 8 in this order
+//! ([`Kmem::fork_prepare`]).
 //!
 //! ## Linux names, kmem names
 //! | Linux (mm/)                         | kmem                                       |
 //! |-------------------------------------|--------------------------------------------|
 //! | `struct page`                       | [`page::Page`]                             |
+//! | `struct slab` (the slab's fields of its head page) | [`slab::Slab`]              |
 //! | `struct mem_section`                | [`mmzone::MemSection`]                     |
 //! | `struct zone`, `free_area[]`        | [`mmzone::Zone`], [`mmzone::FreeArea`]     |
 //! | `struct per_cpu_pages`              | [`page_alloc::ZonePcp`]                    |
@@ -33,10 +68,14 @@
 //! | `page_reporting_process`            | [`PageAllocator::report_free_pages`]       |
 //! | `show_free_areas`, `/proc/buddyinfo`, `/proc/zoneinfo`, `/proc/vmstat` | [`show_mem`] |
 //! | `local_lock` of a CPU's data       | [`percpu::CpuArea::local_lock`]            |
-//! | `this_cpu_cmpxchg_double` fast path | [`slub::Slub::alloc_lockless`], [`slub::Slub::free_lockless`] |
+//! | `struct kmem_cache`, `kmem_cache_cpu`, `kmem_cache_node` | [`slab::KmemCache`], [`slab::KmemCacheCpu`], [`slab::KmemCacheNode`] |
+//! | `slab_alloc_node`, `___slab_alloc`, `__slab_free` | [`slab::Slub::alloc_node`], `slab_alloc_slow`, `slab_free` (in [`slab`]) |
+//! | `this_cpu_cmpxchg_double` fast path | [`slab::Slub::alloc_lockless`], [`slab::Slub::free_lockless`] |
+//! | `kmalloc_caches[][]`, `kmalloc_index` | [`kmalloc::KmallocCaches`], [`kmalloc::kmalloc_index`] |
 //! | `struct mem_cgroup`, `struct obj_cgroup` | [`memcontrol::MemCgroup`], [`memcontrol::ObjCgroup`] |
 //! | `memcg_stock_pcp`                   | [`memcontrol::MemcgStock`]                 |
-//! | `obj_cgroup_charge`, `refill_obj_stock` | [`Kmem::obj_cgroup_charge`], `refill_obj_stock` path of [`Kmem::obj_cgroup_uncharge`] |
+//! | `obj_cgroup_charge`, `refill_obj_stock` | [`memcontrol::Memcg::obj_cgroup_charge`], [`memcontrol::Memcg::obj_cgroup_uncharge`] |
+//! | `memcg_slab_free_hook`              | [`slab::Accounting::slab_free_hook`]       |
 
 #![no_std]
 

@@ -1,5 +1,6 @@
 //! loom models of the lockless per-CPU fast paths (`slub.rs`: `pop_lockless`,
-//! `push_lockless`, `take_freelist`, `install_freelist`; seed 000).
+//! `push_lockless`, `take_freelist`, `install_freelist`; the lockless fast path of
+//! "slub: Fastpath optimization (especially for RT)").
 //!
 //! A CPU's `(freelist, tid)` pair is read word by word (tid first, Acquire) and
 //! changed only by a double-word compare-and-swap; here the CAS is a critical section

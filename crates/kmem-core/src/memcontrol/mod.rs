@@ -1,9 +1,10 @@
 //! Memory cgroups: accounting with limits, at byte granularity for slab objects
-//! (mm/memcontrol.c, seed 001).
+//! (mm/memcontrol.c, with Waiman Long's "mm/memcg: Reduce kmemcache memory accounting
+//! overhead" series).
 //!
 //! ## Types
 //! - [`MemCgroup`] (`struct mem_cgroup`): a group in a hierarchy under the root
-//!   ([`Kmem::root_mem_cgroup`]). Its [`PageCounter`] (`memory`) counts pages charged
+//!   ([`Memcg::root_mem_cgroup`]). Its [`PageCounter`] (`memory`) counts pages charged
 //!   to it *and its descendants*, checked against `memory.max` at every level on the
 //!   way up; its statistics (`memory.stat`) and per-cache object counts are
 //!   hierarchical too. Events: `high`, `max`, `oom` (`memory.events`).
@@ -14,16 +15,17 @@
 //! - [`MemcgStock`] (`struct memcg_stock_pcp`): per CPU area, pre-charged pages of one
 //!   group and pre-charged bytes of one objcg. An accounted allocation whose objcg
 //!   (and cache) is the cached one subtracts its size from the stock, a free adds it
-//!   back: no atomic, no shared cache line (seed 001's patches 2–4: statistics cached
-//!   in the stock, `refill_obj_stock` uncharges only the excess, the stock is drained
-//!   only when the objcg changes). The statistics are not counted per object but
+//!   back: no atomic, no shared cache line ("mm/memcg: Cache vmstat data in percpu
+//!   memcg_stock_pcp", "mm/memcg: Improve refill_obj_stock() performance": statistics
+//!   cached in the stock, `refill_obj_stock` uncharges only the excess, the stock is
+//!   drained only when the objcg changes). The statistics are not counted per object but
 //!   derived from the stock's byte movement (see [`MemcgStock`]).
 //!
 //! ## Where the objcg of an object is kept
 //! A slab with accounted objects has a vector of objcg pointers, one per object
 //! (`slab->obj_exts`), allocated from the plain kmalloc caches — never from a
-//! `kmalloc-cg-*` cache, whose slabs are the ones needing vectors (the split of
-//! seed 001 avoids that recursion and the never-empty slab it makes). The vector's
+//! `kmalloc-cg-*` cache, whose slabs are the ones needing vectors (the separate
+//! kmalloc-cg caches avoid that recursion and the never-empty slab it makes). The vector's
 //! address, tagged [`MEMCG_DATA_OBJEXTS`], is in the slab head page's `private` word;
 //! an accounted large block has its objcg there, tagged [`MEMCG_DATA_KMEM`]. A free
 //! finds the objcg there and uncharges it, whatever thread frees.
@@ -250,7 +252,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
     }
 
     /// Turns the per-CPU stock on or off (off: every charge and statistic goes to the
-    /// shared counters, as before seed 001's patches; for the `memcg` benchmark).
+    /// shared counters, as before the per-CPU obj stock; for the `memcg` benchmark).
     /// Drains the caller's stock.
     pub fn set_memcg_stock(&self, cpu: Option<CpuRef<'_>>, enabled: bool) {
         if let Some(c) = cpu {

@@ -13,7 +13,7 @@ use crate::slab::{KmemCache, SlabFlags};
 use crate::sync::{AtomicIsize, AtomicPtr, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed};
 use core::ptr::{self};
 
-/// `struct memcg_stock_pcp` (with the obj stock of seed 001): in every CPU area.
+/// `struct memcg_stock_pcp` (with its obj stock): in every CPU area.
 /// All-zero is the valid empty state. Only the area's owner touches it.
 ///
 /// Invariants: `cached` is null or a group whose objcg holds a reference for this
@@ -142,7 +142,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
                 return true;
             }
             // Whole pages for the rest; what they hold beyond the object stays in the
-            // stock (no uncharge right after a charge: seed 001's allow_uncharge).
+            // stock (no uncharge right after a charge: `refill_obj_stock`'s `allow_uncharge`).
             let nr_pages = (size - have).div_ceil(PAGE_SIZE);
             if !self.obj_cgroup_charge_pages(cpu, objcg, nr_pages) {
                 return false;
@@ -183,7 +183,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         self.obj_stock_prepare(st, objcg, s);
         let n = st.nr_bytes.load(Relaxed) + size;
         // Keep less than a page; whole pages go back (only the excess: the objcg stays
-        // cached, seed 001's patch 3).
+        // cached, as "mm/memcg: Improve refill_obj_stock() performance" does).
         let pages = n >> PAGE_SHIFT;
         set(&st.nr_bytes, n & (PAGE_SIZE - 1));
         set(

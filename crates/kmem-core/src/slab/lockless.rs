@@ -46,7 +46,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         Some(obj)
     }
 
-    /// The lockless `slab_alloc` fast path of seed 000 (after patch 7/7, with Joonsoo
+    /// The lockless `slab_alloc` fast path of "slub: Fastpath optimization (especially
+    /// for RT)" (with Joonsoo
     /// Kim's loop): read `tid` then `freelist`, read the object's free pointer, and
     /// swap `(freelist, tid)` for `(next, tid + TID_STEP)` with one double-word CAS;
     /// retry when another context (on this CPU or on another, having read the CPU id

@@ -5,15 +5,15 @@
 //!   fixed at creation ([`CacheConfig`]); per node it has a [`KmemCacheNode`] (the
 //!   partial list under `list_lock`); per CPU area a [`KmemCacheCpu`] at `cpu_offset`.
 //! - A *slab* is a block of 2^order pages. Its metadata lives in the head page's
-//!   descriptor (`Page::owner`), never inside the slab:
-//!   `owner[0]` = [`SlabState`] (freelist offset, inuse, frozen — one word, so a single
-//!   compare-and-swap updates all three), `owner[1]` = the owner's local freelist,
-//!   `owner[2]` = the cache, `owner[3]` = which CPU area froze the slab and how many
-//!   objects its local freelist holds.
-//!   Tail pages carry `PG_TAIL` and a pointer to the head (`compound_head`).
+//!   descriptor, never inside the slab, and is read and written through the [`Slab`]
+//!   view only: the [`SlabState`] (freelist offset, inuse, frozen — one word, so a
+//!   single compare-and-swap updates all three), the cache, which CPU area froze the
+//!   slab, and that CPU's local freelist. Tail pages carry `PG_TAIL` and a pointer to
+//!   the head (`compound_head`).
 //! - Freelists are chains through a free pointer inside each free object (at
 //!   `offset`), ended by an *end token* `slab base | 1`, never null: a freelist value
-//!   always tells its slab (seed 000, patch 5/7).
+//!   always tells its slab ("slub: Use end_token instead of NULL to terminate
+//!   freelists").
 //!
 //! ## Slab states (who may take objects from a slab)
 //! | state        | frozen | on a list            | objects go out through      |
@@ -24,14 +24,15 @@
 //! | full         | 0      | none                 | nobody                      |
 //! Anybody may free into any slab: a CAS on its state pushes onto `slab.freelist`.
 //! The CPU that froze a slab frees into it without an atomic: objects go on the slab's
-//! *local* freelist (`owner[1]`), which only that CPU touches, like mimalloc's
+//! *local* freelist ([`Slab`]), which only that CPU touches, like mimalloc's
 //! `local_free`. They still count as in use (they are the freezing CPU's to reuse); the
 //! local list becomes the CPU freelist when the slab becomes the CPU slab again, and is
 //! merged into `slab.freelist` (with `inuse` lowered) when the slab is unfrozen.
 //!
 //! ## Rules
-//! 1. Lock order: `slab_caches` lock → `list_lock` (one node at a time) → zone locks of
-//!    the page allocator. No `list_lock` is held across a page allocation.
+//! 1. Locks: `CacheList::lock` → a node's `list_lock` (one node at a time) → a debug
+//!    cache's `full` → the page allocator's locks, as the crate docs' lock order says.
+//!    No `list_lock` is held across a page allocation.
 //! 2. Every change of list membership, and every freeze or unfreeze of a slab that is
 //!    or will be on a node list, happens under that node's `list_lock`; the state CAS
 //!    that goes with it is done while holding the lock. Freezing a full slab (a free
@@ -45,6 +46,19 @@
 //!    lockless per-CPU mode (a double-word CAS on the pair) fits this layout.
 //! 4. A context with no CPU area (thread exit, early start) allocates under
 //!    `list_lock` from a node partial slab and frees through `__slab_free`.
+//!
+//! ## Files
+//! | file | owns |
+//! |------|------|
+//! | `mod.rs` | [`Slub`] (the operations, bound to the page allocator and the cache list), object lookup |
+//! | `cache.rs`, `layout.rs`, `cache_list.rs` | [`KmemCache`] and [`KmemCacheNode`]; [`CacheConfig`] (`calculate_sizes`/`order`); the list of caches |
+//! | `state.rs`, `freelist.rs` | the [`Slab`] view and [`SlabState`]; free-pointer encoding |
+//! | `cpu.rs` | [`KmemCacheCpu`] and how a CPU freelist is taken and installed |
+//! | `alloc.rs`, `free.rs` | the fast paths and their slow paths |
+//! | `new_slab.rs`, `partial.rs`, `cpu_partial.rs` | making and discarding slabs; node partial lists; CPU partial slabs, deactivation, flushing |
+//! | `lockless.rs` | per-CPU mode's lockless fast paths |
+//! | `bulk.rs`, `accounting.rs` | bulk alloc/free; the [`Accounting`] interface |
+//! | `debug.rs`, `report.rs`, `slabinfo.rs` | slub_debug; reports; slabinfo, slabtop, statistics files |
 //!
 //! ## Shared CPU areas (per-CPU mode)
 //! Where CPU areas are shared by contexts that can be preempted and migrate (std's
