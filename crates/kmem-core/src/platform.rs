@@ -6,6 +6,9 @@
 //! implementation lives in the `kmem` crate; a kernel implements it over its firmware
 //! memory map and console.
 
+use crate::slab_flags::SlabFlags;
+use crate::sync::{AtomicUsize, Ordering};
+
 /// What a platform provides to a [`crate::PageAllocator`].
 ///
 /// All methods may be called concurrently from any context that uses the allocator,
@@ -68,6 +71,35 @@ pub trait Platform: Sync {
     /// have no CPU area.
     fn numa_node_id(&self) -> usize {
         0
+    }
+
+    /// What a spinning waiter does to give up its CPU after spinning for a while
+    /// (`sched_yield` where there is a scheduler, so that on an oversubscribed
+    /// machine the lock holder gets the CPU back). The default spins. Installed for
+    /// every spin lock of the core when the allocator is initialised (the locks have
+    /// no handle on the platform).
+    fn relax()
+    where
+        Self: Sized,
+    {
+        core::hint::spin_loop();
+    }
+
+    /// slub_debug's per-cache selection: flags to add to the cache named `cache` when
+    /// it is created (debug flags, `INIT_ON_ALLOC`/`INIT_ON_FREE`,
+    /// `RANDOM_FREELIST`, `NO_HARDEN`; others are ignored). Must not allocate.
+    fn slab_flags(&self, _cache: &str) -> SlabFlags {
+        SlabFlags::empty()
+    }
+
+    /// Per-CPU mode with restartable sequences ([`crate::slab::PerCpuAccess::Rseq`]):
+    /// takes a CPU freelist for the slab layer. `freelist` is the `freelist` word of a
+    /// `kmem_cache_cpu` in the CPU area with id `area_id`; the platform must, atomically
+    /// with respect to the restartable sequences of that area's CPU, replace it with 0
+    /// and return what it held (a sequence run on that CPU, migrating there if need
+    /// be). The default is a plain exchange, right where no sequence can run.
+    fn take_cpu_freelist(&self, _area_id: usize, freelist: &AtomicUsize) -> usize {
+        freelist.swap(0, Ordering::AcqRel)
     }
 }
 

@@ -1,4 +1,4 @@
-//! loom model of freeing a removed memory cgroup (`memcontrol.rs`: the zombie sweep's
+//! loom model of freeing a removed memory cgroup (`memcontrol/group.rs`: the zombie sweep's
 //! `objcg_try_kill` against a CPU stock that uncharges the group's last object).
 //!
 //! A removed group's objcg is referenced by the stocks that cache it; it is freed
@@ -33,7 +33,7 @@ impl Objcg {
         assert!(!self.freed.load(Ordering::SeqCst), "used after being freed");
     }
 
-    /// `objcg_try_kill`, as in memcontrol.rs.
+    /// `objcg_try_kill`, as in memcontrol/group.rs.
     fn try_kill(&self) -> bool {
         if self
             .refcnt

@@ -1,4 +1,4 @@
-//! loom models of the lockless per-CPU fast paths (`slub.rs`: `pop_lockless`,
+//! loom models of the lockless per-CPU fast paths (`slab/lockless.rs` and `slab/cpu.rs`: `pop_lockless`,
 //! `push_lockless`, `take_freelist`, `install_freelist`; the lockless fast path of
 //! "slub: Fastpath optimization (especially for RT)").
 //!

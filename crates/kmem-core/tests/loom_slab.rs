@@ -4,7 +4,7 @@
 //! (unfreeze), and the node list lock.
 //!
 //! The transitions are kmem-core's own (`SlabState::after_free`, `taken`,
-//! `after_unfreeze`, `free_decision`), with the orderings `slub.rs` uses (state loaded
+//! `after_unfreeze`, `free_decision`), with the orderings `slab/state.rs` uses (state loaded
 //! Relaxed, CAS AcqRel/Acquire); loom supplies the atomic word, the lock and the free
 //! pointer words (as `UnsafeCell`s, so an unordered access to an object's link is a
 //! reported race). Each model checks that no object is lost or found twice, that

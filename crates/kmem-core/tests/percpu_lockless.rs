@@ -9,7 +9,7 @@ mod common;
 
 use common::{config, Rng, TestPlatform};
 use kmem_core::percpu::CpuArea;
-use kmem_core::slub::LOCKLESS_SUPPORTED;
+use kmem_core::slab::{PerCpuAccess, LOCKLESS_SUPPORTED};
 use kmem_core::{CpuRef, Gfp, Kmem, SlabFlags};
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -42,8 +42,13 @@ fn free(k: &K, area: &CpuArea, s: &kmem_core::KmemCache, p: NonNull<u8>) {
 #[test]
 fn migrating_contexts_share_cpu_areas_safely() {
     let k: &'static K = Box::leak(Box::new(Kmem::new(TestPlatform::new())));
-    let on = k.set_lockless(true);
-    assert_eq!(on, LOCKLESS_SUPPORTED);
+    let on = k.set_percpu_access(PerCpuAccess::Cas);
+    let want = if LOCKLESS_SUPPORTED {
+        PerCpuAccess::Cas
+    } else {
+        PerCpuAccess::Owned
+    };
+    assert_eq!(on, want);
     let (base, len) = common::span(2);
     // SAFETY: the span is ours alone and nobody else uses the allocator yet.
     unsafe { k.init(base, len, config(1, 0), 2) }.unwrap();
@@ -65,7 +70,7 @@ fn migrating_contexts_share_cpu_areas_safely() {
             .unwrap()
         })
         .collect();
-    assert_eq!(caches[0].config().lockless, on);
+    assert_eq!(caches[0].config().access, on);
     let settle = || {
         for &area in &areas {
             let _lock = area.local_lock();

@@ -48,8 +48,7 @@ impl<P: Platform> Kmem<P> {
         }
         let mut cfg = CacheConfig::calculate(name, size, align, flags, ctor, nr_cpus)?;
         self.harden(&mut cfg);
-        cfg.lockless = self.lockless.load(Relaxed);
-        cfg.rseq = self.rseq.load(Relaxed);
+        cfg.access = self.percpu_access();
         cfg.cpu_offset = self
             .pages
             .percpu()

@@ -25,8 +25,8 @@ use crate::memcontrol::{Memcg, MemcgState};
 use crate::page_alloc::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker};
 use crate::percpu::{CpuRef, DRAIN_CACHES};
 use crate::platform::Platform;
-use crate::slab::{CacheConfig, CacheList, KmemCache, SlabFlags, Slub};
-use crate::sync::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use crate::slab::{CacheConfig, CacheList, KmemCache, PerCpuAccess, SlabFlags, Slub};
+use crate::sync::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 
 /// The whole allocator: the page allocator and the slab caches above it.
 pub struct Kmem<P: Platform> {
@@ -37,16 +37,10 @@ pub struct Kmem<P: Platform> {
     kmalloc: KmallocCaches,
     slab_up: AtomicBool,
     nr_cpus: AtomicUsize,
-    /// `fn(&str) -> SlabFlags` (as usize; 0 = none): extra flags for a cache by name
-    /// (slub_debug's per-cache selection).
-    debug_policy: AtomicUsize,
     /// The memory controller (groups, stocks).
     memcg: MemcgState,
-    /// CPU areas are shared and run SLUB's lockless fast paths (see
-    /// [`Kmem::set_lockless`]).
-    lockless: AtomicBool,
-    /// ... with the platform's restartable sequences (see [`Kmem::set_rseq`]).
-    rseq: AtomicBool,
+    /// How per-CPU freelists are reached ([`PerCpuAccess`] as u8).
+    access: AtomicU8,
 }
 
 impl<P: Platform> Kmem<P> {
@@ -59,46 +53,33 @@ impl<P: Platform> Kmem<P> {
             kmalloc: KmallocCaches::new(),
             slab_up: AtomicBool::new(false),
             nr_cpus: AtomicUsize::new(1),
-            debug_policy: AtomicUsize::new(0),
             memcg: MemcgState::new(),
-            lockless: AtomicBool::new(false),
-            rseq: AtomicBool::new(false),
+            access: AtomicU8::new(PerCpuAccess::Owned as u8),
         }
     }
 
-    /// Per-CPU mode with lockless fast paths: CPU areas are shared by contexts that may
-    /// be preempted and migrate, which take an area's local lock for everything but
-    /// the allocation and free fast paths ([`Slub::alloc_lockless`],
-    /// [`Slub::free_lockless`]); every cache then updates its CPUs' `(freelist, tid)`
-    /// pairs with a double-word CAS. Call before [`Kmem::init`], and only where
-    /// [`crate::slab::LOCKLESS_SUPPORTED`] holds and the CPU has the instruction
-    /// (`cmpxchg16b`). Returns whether it is on.
-    pub fn set_lockless(&self, on: bool) -> bool {
-        let on = on && crate::slab::LOCKLESS_SUPPORTED;
-        self.lockless.store(on, Relaxed);
-        on
+    /// How per-CPU freelists are reached (see [`PerCpuAccess`]): call before
+    /// [`Kmem::init`]. [`PerCpuAccess::Cas`] needs a double-word compare-and-swap
+    /// ([`crate::slab::LOCKLESS_SUPPORTED`], and the platform checks the CPU has
+    /// `cmpxchg16b`); where the build has none it falls back to
+    /// [`PerCpuAccess::Owned`]. [`PerCpuAccess::Rseq`] needs the platform's
+    /// [`Platform::take_cpu_freelist`]. Returns the access now in force.
+    pub fn set_percpu_access(&self, access: PerCpuAccess) -> PerCpuAccess {
+        let access = match access {
+            PerCpuAccess::Cas if !crate::slab::LOCKLESS_SUPPORTED => PerCpuAccess::Owned,
+            a => a,
+        };
+        self.access.store(access as u8, Relaxed);
+        access
     }
 
-    /// Per-CPU mode whose lockless fast paths are the platform's restartable sequences
-    /// (commits by plain stores on the CPU they run on) instead of the double-word CAS:
-    /// the slab layer then takes CPU freelists through the hook set with
-    /// [`crate::slab::set_rseq_take`] and never pushes or pops on them itself. Call
-    /// before [`Kmem::init`], after installing the hook.
-    pub fn set_rseq(&self, on: bool) {
-        self.lockless
-            .store(on || self.lockless.load(Relaxed), Relaxed);
-        self.rseq.store(on, Relaxed);
-    }
-
-    /// Whether the lockless per-CPU fast paths are on.
-    pub fn is_lockless(&self) -> bool {
-        self.lockless.load(Relaxed)
-    }
-
-    /// Sets the function that adds flags (slub_debug's) to a cache by its name; call
-    /// before [`Kmem::init`] so the kmalloc caches get them too.
-    pub fn set_debug_policy(&self, policy: fn(&str) -> SlabFlags) {
-        self.debug_policy.store(policy as usize, Relaxed);
+    /// How per-CPU freelists are reached.
+    pub fn percpu_access(&self) -> PerCpuAccess {
+        match self.access.load(Relaxed) {
+            1 => PerCpuAccess::Cas,
+            2 => PerCpuAccess::Rseq,
+            _ => PerCpuAccess::Owned,
+        }
     }
 
     /// Always-on hardening: a random key for the cache's freelist pointers (unless
@@ -110,15 +91,10 @@ impl<P: Platform> Kmem<P> {
         }
     }
 
+    /// The platform's flags for the cache named `name` (slub_debug's per-cache
+    /// selection), limited to those a platform may choose.
     pub(crate) fn policy_flags(&self, name: &str) -> SlabFlags {
-        let p = self.debug_policy.load(Relaxed);
-        if p == 0 {
-            return SlabFlags::empty();
-        }
-        // SAFETY: only `set_debug_policy` stores a non-zero value, made from a
-        // `fn(&str) -> SlabFlags`.
-        let f = unsafe { core::mem::transmute::<usize, fn(&str) -> SlabFlags>(p) };
-        f(name)
+        self.pages.platform().slab_flags(name)
             & (SlabFlags::DEBUG
                 | SlabFlags::INIT_ON_ALLOC
                 | SlabFlags::INIT_ON_FREE
@@ -139,6 +115,7 @@ impl<P: Platform> Kmem<P> {
         config: Config,
         nr_cpus: usize,
     ) -> Result<(), InitError> {
+        crate::sync::set_relax_hook(P::relax);
         // SAFETY: forwarded from the caller.
         unsafe { self.pages.init(base, len, config) }?;
         self.nr_cpus.store(nr_cpus.max(1), Relaxed);
@@ -147,8 +124,7 @@ impl<P: Platform> Kmem<P> {
             let mut cfg = CacheConfig::calculate(name, size, align, flags, None, nr_cpus)
                 .ok_or(InitError::BadConfig)?;
             self.harden(&mut cfg);
-            cfg.lockless = self.lockless.load(Relaxed);
-            cfg.rseq = self.rseq.load(Relaxed);
+            cfg.access = self.percpu_access();
             cfg.cpu_offset = self
                 .pages
                 .percpu()

@@ -51,7 +51,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             Some(c) if nid.is_none() => {
                 let cfg = s.config();
                 let cc = s.cpu(c);
-                if cfg.lockless {
+                if cfg.access != PerCpuAccess::Owned {
                     return self.alloc_locked_lockless(c, s, gfp);
                 }
                 let obj = cc.freelist.load(Relaxed);
@@ -97,7 +97,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         self.check_drain_request(c);
         // The slow path owns the CPU freelist from here until it installs a new one:
         // while it is 0, lockless contexts (per-CPU mode) leave it alone.
-        let cur = take_cpu_freelist(c, cfg, cc);
+        let cur = self.take_cpu_freelist(c, cfg, cc);
         if cur != 0 {
             let slab = self.freelist_slab(cur);
             if let Some(n) = nid {
@@ -139,7 +139,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             0
         };
         // With rseq, a plain store: the pair is empty (taken) and ours.
-        cc.install_freelist(cfg.lockless && !cfg.rseq, next);
+        cc.install_freelist(cfg.access == PerCpuAccess::Cas, next);
         list
     }
 

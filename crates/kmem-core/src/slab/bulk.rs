@@ -94,10 +94,10 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
             if let Some(c) = cpu {
                 let cc = s.cpu(c);
-                if cfg.lockless {
+                if cfg.access != PerCpuAccess::Owned {
                     // (A double free at the head falls through to `slab_free`, which
                     // reports it. With rseq only the CPU's own sections push.)
-                    if !cfg.rseq
+                    if cfg.access == PerCpuAccess::Cas
                         && matches!(self.push_lockless(cc, cfg, base, head, tail), Push::Done)
                     {
                         cc.count(SlubStat::FreeFastpath);

@@ -8,9 +8,8 @@
 
 use super::*;
 use crate::page::Page;
-use crate::percpu::{CpuArea, CpuRef};
+use crate::percpu::CpuRef;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
-use core::ptr::{self};
 
 /// A cache's per-CPU state (`struct kmem_cache_cpu`), in every CPU area at
 /// `cpu_offset`. All-zero is valid (no CPU slab, empty partial list).
@@ -28,20 +27,26 @@ pub struct KmemCacheCpu {
     pub(super) stat: [AtomicU64; NR_SLUB_STAT],
 }
 
-/// Per-CPU mode with restartable sequences: how the slab layer takes a CPU's
-/// freelist. The platform's function must, atomically with respect to the rseq
-/// critical sections of the area's CPU, replace `*freelist` (the `freelist` word of a
-/// `kmem_cache_cpu` in `area`) with 0 and return what it held (an rseq section on that
-/// CPU, migrating there if need be). Null: not set.
-static RSEQ_TAKE: AtomicPtr<()> = AtomicPtr::new(ptr::null_mut());
-
-/// The platform's take for per-CPU mode with restartable sequences (see
-/// [`CacheConfig::rseq`]).
-pub type RseqTake = fn(area: &CpuArea, freelist: &AtomicUsize) -> usize;
-
-/// Installs the platform's rseq take (before any cache runs with `rseq`).
-pub fn set_rseq_take(f: RseqTake) {
-    RSEQ_TAKE.store(f as *mut (), crate::sync::Ordering::Release);
+/// How the per-CPU freelists of shared CPU areas are reached (set once, before the
+/// allocator starts; every cache gets it in its [`CacheConfig::access`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PerCpuAccess {
+    /// Only the owner of a CPU area touches its `kmem_cache_cpu`: one owner per area
+    /// (std's thread mode) or whoever holds the area's local lock (per-CPU mode with
+    /// locks only, `cpu-lock`). The fast paths are plain loads and stores.
+    #[default]
+    Owned,
+    /// Per-CPU mode with SLUB's lockless fast paths (`cpu-cas`): allocation and free
+    /// also run without the area's lock and change a CPU's `(freelist, tid)` pair with
+    /// a double-word compare-and-swap (`cmpxchg16b`), so every change of the pair is
+    /// one. Only where [`LOCKLESS_SUPPORTED`] holds and the CPU has the instruction.
+    Cas,
+    /// Per-CPU mode whose lockless fast paths are the platform's restartable
+    /// sequences (`cpu-rseq`): they commit with a plain store on the CPU they run on,
+    /// so the slab layer never pushes or pops on a CPU freelist itself; it takes one
+    /// through [`crate::Platform::take_cpu_freelist`] and installs a list while it is
+    /// empty.
+    Rseq,
 }
 
 /// Whether this build can run the lockless per-CPU fast paths (a double-word
@@ -150,24 +155,24 @@ impl KmemCacheCpu {
     }
 }
 
-/// Takes `c`'s CPU freelist of a cache (see [`KmemCacheCpu::take_freelist`]); with
-/// restartable sequences through the platform's hook.
-#[inline]
-pub(super) fn take_cpu_freelist(c: CpuRef<'_>, cfg: &CacheConfig, cc: &KmemCacheCpu) -> usize {
-    if cfg.rseq {
-        let f = RSEQ_TAKE.load(Acquire);
-        let v = if f.is_null() {
-            // A platform that turned rseq on without its take: nobody else can be
-            // committing then but through the same missing sections; exchange.
-            cc.freelist.swap(0, crate::sync::Ordering::AcqRel)
-        } else {
-            // SAFETY: only `set_rseq_take` stores a non-null value, made from an
-            // `RseqTake`.
-            let take = unsafe { core::mem::transmute::<*mut (), RseqTake>(f) };
-            take(c.area(), &cc.freelist)
-        };
-        cc.next_tid();
-        return v;
+impl<P: Platform> Slub<'_, P> {
+    /// Takes `c`'s CPU freelist of a cache (see [`KmemCacheCpu::take_freelist`]); with
+    /// restartable sequences through the platform.
+    #[inline]
+    pub(super) fn take_cpu_freelist(
+        &self,
+        c: CpuRef<'_>,
+        cfg: &CacheConfig,
+        cc: &KmemCacheCpu,
+    ) -> usize {
+        if cfg.access == PerCpuAccess::Rseq {
+            let v = self
+                .pages
+                .platform()
+                .take_cpu_freelist(c.area().id(), &cc.freelist);
+            cc.next_tid();
+            return v;
+        }
+        cc.take_freelist(cfg.access == PerCpuAccess::Cas)
     }
-    cc.take_freelist(cfg.lockless)
 }

@@ -97,7 +97,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// to the nodes (CPU going offline, shrink).
     pub fn flush_cpu_cache(&self, c: CpuRef<'_>, s: &KmemCache) {
         let cc = s.cpu(c);
-        let cur = take_cpu_freelist(c, s.config(), cc);
+        let cur = self.take_cpu_freelist(c, s.config(), cc);
         if cur != 0 {
             let slab = self.freelist_slab(cur);
             self.deactivate_slab(c, s, slab, cur);

@@ -84,7 +84,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         obj: usize,
     ) -> bool {
         if let Some(c) = cpu {
-            if s.config().lockless {
+            if s.config().access != PerCpuAccess::Owned {
                 // SAFETY: forwarded.
                 return unsafe { self.free_object_lockless(c, s, slab, obj) };
             }

@@ -75,15 +75,9 @@ pub struct CacheConfig {
     pub random: usize,
     /// All ones when hardened, else 0.
     pub harden_mask: usize,
-    /// CPU areas are shared and the lockless fast paths may run concurrently with an
-    /// area's lock holder (per-CPU mode with `cmpxchg16b`): every change of a CPU's
-    /// `(freelist, tid)` pair is then a double-word compare-and-swap.
-    pub lockless: bool,
-    /// The lockless fast paths are the platform's restartable sequences (with
-    /// `lockless`): they commit with a plain store on the CPU they run on, so the slab
-    /// layer changes a CPU's pair only by taking it through the platform's
-    /// [`set_rseq_take`] hook and installing a list while it is empty.
-    pub rseq: bool,
+    /// How the per-CPU freelists are reached (owner only, lockless CAS, or the
+    /// platform's restartable sequences).
+    pub access: PerCpuAccess,
 }
 
 impl CacheConfig {
@@ -108,8 +102,7 @@ impl CacheConfig {
         track_off: 0,
         random: 0,
         harden_mask: 0,
-        lockless: false,
-        rseq: false,
+        access: PerCpuAccess::Owned,
     };
 
     /// The cache's name.

@@ -31,7 +31,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         gfp: Gfp,
     ) -> Option<NonNull<u8>> {
         // With rseq, the lock holder pops only from what it takes (slow path).
-        let popped = if s.config().rseq {
+        let popped = if s.config().access == PerCpuAccess::Rseq {
             None
         } else {
             self.pop_lockless(s.cpu(c), s.config())
@@ -113,7 +113,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     #[inline]
     pub fn alloc_lockless(&self, area: &CpuArea, s: &KmemCache) -> Option<NonNull<u8>> {
         let cfg = s.config();
-        if !cfg.lockless || cfg.rseq {
+        if cfg.access != PerCpuAccess::Cas {
             return None;
         }
         let obj = self.pop_lockless(s.cpu_of(area), cfg)?;
@@ -136,7 +136,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         obj: usize,
     ) -> Option<bool> {
         let cfg = s.config();
-        if !cfg.lockless || cfg.rseq || cfg.off_fast_paths() {
+        if cfg.access != PerCpuAccess::Cas || cfg.off_fast_paths() {
             return None;
         }
         let cc = s.cpu_of(area);
@@ -169,7 +169,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let cc = s.cpu(c);
         let base = obj & !(cfg.slab_bytes() - 1);
         // (With rseq the lock holder does not push: only the CPU's own sections do.)
-        let pushed = if cfg.rseq {
+        let pushed = if cfg.access == PerCpuAccess::Rseq {
             Push::NotCpuSlab
         } else {
             self.push_lockless(cc, cfg, base, obj, obj)

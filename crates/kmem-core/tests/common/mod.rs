@@ -13,6 +13,8 @@ pub struct TestPlatform {
     pub onlined: AtomicUsize,
     pub log: Mutex<String>,
     pub echo: bool,
+    /// slub_debug flags by cache name ([`Platform::slab_flags`]).
+    pub policy: Option<fn(&str) -> kmem_core::SlabFlags>,
 }
 
 impl TestPlatform {
@@ -23,6 +25,7 @@ impl TestPlatform {
             onlined: AtomicUsize::new(0),
             log: Mutex::new(String::new()),
             echo: std::env::var_os("KMEM_TEST_ECHO").is_some(),
+            policy: None,
         }
     }
     pub fn advance(&self, ns: u64) {
@@ -55,6 +58,10 @@ impl Platform for TestPlatform {
     }
     fn thread_and_pid(&self) -> (u32, u32) {
         (7, 42)
+    }
+    fn slab_flags(&self, cache: &str) -> kmem_core::SlabFlags {
+        self.policy
+            .map_or(kmem_core::SlabFlags::empty(), |p| p(cache))
     }
     fn log(&self, text: &str) {
         if self.echo {
@@ -107,10 +114,11 @@ pub fn kmem_with(
     policy: Option<fn(&str) -> kmem_core::SlabFlags>,
 ) -> &'static Kmem<TestPlatform> {
     let (base, len) = span(sections);
-    let k: &'static Kmem<TestPlatform> = Box::leak(Box::new(Kmem::new(TestPlatform::new())));
-    if let Some(p) = policy {
-        k.set_debug_policy(p);
-    }
+    let platform = TestPlatform {
+        policy,
+        ..TestPlatform::new()
+    };
+    let k: &'static Kmem<TestPlatform> = Box::leak(Box::new(Kmem::new(platform)));
     // SAFETY: the span is ours alone and nobody else uses the allocator yet.
     unsafe { k.init(base, len, config, 2) }.unwrap();
     k
