@@ -43,12 +43,10 @@
 pub mod gfp;
 pub mod kmalloc;
 pub mod memcontrol;
-pub mod mmzone;
 pub mod page;
-pub mod page_alloc;
-pub mod page_reporting;
 pub mod percpu;
 pub mod platform;
+pub mod printk;
 pub mod show_mem;
 pub mod slab_common;
 pub mod slub;
@@ -57,9 +55,35 @@ pub mod sync;
 pub mod vmstat;
 
 pub use gfp::Gfp;
-pub use page::{Page, PageFlags, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE};
-pub use page_alloc::{Config, InitError, PageAllocator, Shrinker};
+pub use page::{
+    Config, InitError, Page, PageAllocator, PageFlags, Shrinker, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE,
+};
 pub use percpu::{CpuArea, CpuRef};
 pub use platform::Platform;
 pub use slab_common::Kmem;
 pub use slub::{KmemCache, SlabFlags};
+
+/// The page allocator's old module path: see [`page`].
+// Compatibility path, removed after the slab split merges.
+pub mod page_alloc {
+    pub use crate::page::{
+        Config, CpuDeadHook, InitError, PageAllocator, Shrinker, ZonePcp, MAX_CPU_DEAD_HOOKS,
+        MAX_SHRINKERS, PCP_BATCH, PCP_HIGH_MAX, PCP_MAX_ORDER, PCP_MIN_HIGH, PCP_ORDERS,
+        REPORT_CHECK_INTERVAL,
+    };
+}
+
+/// Sections and zones' old module path: see [`page`].
+// Compatibility path, removed after the slab split merges.
+pub mod mmzone {
+    pub use crate::page::{
+        FreeArea, MemSection, Watermark, Zone, MAX_NUMNODES, MAX_SECTIONS, MEMMAP_PAGES,
+        PAGES_PER_SECTION, PFN_SECTION_SHIFT, SECTION_MANAGED_PAGES, SECTION_SHIFT, SECTION_SIZE,
+    };
+}
+
+/// Free page reporting's old module path: see [`page`].
+// Compatibility path, removed after the slab split merges.
+pub mod page_reporting {
+    pub use crate::page::SMALL_REPORT_MAX;
+}
