@@ -39,7 +39,7 @@ impl<P: Platform> PageAllocator<P> {
         let zone = &self.zones[preferred];
         let want = pages.iter().filter(|p| p.is_none()).count();
         let mut filled = 0usize;
-        let high = zone.pcp_high.load(Ordering::Relaxed);
+        let high = zone.pcp_high();
         let use_pcp = matches!(cpu, Some(c) if high != 0 && c.area().drain_request.load(Ordering::Relaxed) & DRAIN_PAGES == 0);
         if want > 0 && self.zone_watermark_ok(zone, 0, zone.watermark(Watermark::Low) + want, false)
         {
@@ -51,7 +51,7 @@ impl<P: Platform> PageAllocator<P> {
                     let mut taken = 0i32;
                     for slot in pages.iter_mut().filter(|p| p.is_none()) {
                         if list.is_empty() {
-                            let batch = zone.pcp_batch.load(Ordering::Relaxed) as usize;
+                            let batch = zone.pcp_batch() as usize;
                             let n = self.rmqueue_bulk(c, zone, 0, batch.max(want - filled), list);
                             pcp.add_count(n as i32);
                             if n == 0 {
@@ -142,17 +142,12 @@ impl<P: Platform> PageAllocator<P> {
                     }
                     let nid = self.page_to_nid(page);
                     let zone = &self.zones[nid];
-                    if zone.pcp_high.load(Ordering::Relaxed) == 0 {
+                    if zone.pcp_high() == 0 {
                         self.free_one_page(cpu, zone, page, 0);
                         continue;
                     }
-                    let pcp = self.zone_pcp(c, nid);
-                    p.set_flags(PageFlags::PCP);
-                    p.set_order(0);
-                    // SAFETY: we own the area; the page is ours to list.
-                    unsafe { pcp.lists()[0].push_head(page.as_ptr()) };
-                    pcp.add_count(1);
-                    pcp.stat.count(VmEvent::PgFree, 1);
+                    // SAFETY: `c` proves we own the area; the page is ours to list.
+                    unsafe { self.zone_pcp(c, nid).push(page, 0) };
                     touched |= 1 << nid;
                 }
                 while touched != 0 {
@@ -160,7 +155,7 @@ impl<P: Platform> PageAllocator<P> {
                     touched &= touched - 1;
                     let zone = &self.zones[nid];
                     let pcp = self.zone_pcp(c, nid);
-                    let high = zone.pcp_high.load(Ordering::Relaxed);
+                    let high = zone.pcp_high();
                     if pcp.count() > high as usize {
                         self.free_pcp_slow(c, zone, pcp, high);
                     }

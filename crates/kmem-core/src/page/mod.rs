@@ -10,7 +10,8 @@
 //! | `mmzone.rs`       | sections ([`MemSection`]), zones ([`Zone`], [`FreeArea`]), watermarks |
 //! | `memory_model.rs` | pfn / page / address conversions (`pfn_to_page`, `page_address`, ...) |
 //! | `buddy.rs`        | the zone free lists: split (`expand`), merge (`__free_one_page`) |
-//! | `pcp.rs`          | per-CPU page lists ([`ZonePcp`]): refill, spill, drains, `high`; CPU areas coming and going |
+//! | `pcp.rs`          | per-CPU page lists ([`ZonePcp`]): refill, spill, drains, `high` |
+//! | `cpu_area.rs`     | CPU areas coming and going: `cpu_area_get`, `cpu_area_flush`, `cpu_area_put` |
 //! | `alloc.rs`        | `alloc_pages_node`, the slow path, `free_pages`, `prep_new_page`, compound pages |
 //! | `bulk.rs`         | `alloc_pages_bulk`, `free_pages_bulk`                            |
 //! | `resize.rs`       | `grow_in_place`, `shrink_in_place`                               |
@@ -62,6 +63,7 @@
 mod alloc;
 mod buddy;
 mod bulk;
+mod cpu_area;
 mod descriptor;
 mod hooks;
 mod hotplug;

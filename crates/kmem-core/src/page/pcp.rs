@@ -1,9 +1,8 @@
 //! Per-CPU page lists (`struct per_cpu_pages`): each CPU area keeps, for every zone,
 //! short lists of free blocks of order 0..=[`PCP_MAX_ORDER`], so most allocations
 //! and frees touch no lock. Refill (`rmqueue_bulk`) and spill (`free_pcppages_bulk`)
-//! move a batch between a list and the zone under one zone-lock round trip. Also the
-//! life of a CPU area as the page layer sees it: getting one, flushing it, putting it
-//! back.
+//! move a batch between a list and the zone under one zone-lock round trip; drains
+//! empty the lists.
 //!
 //! ## Budget
 //! All lists of a zone together hold at most a budget of pages (a fraction of the
@@ -22,11 +21,10 @@
 use super::descriptor::{Page, PageFlags, PageList, PAGE_SIZE};
 use super::mmzone::{Zone, MAX_NUMNODES};
 use super::PageAllocator;
-use crate::gfp::Gfp;
 use crate::percpu::{CpuArea, CpuRef, CPU_AREA_DATA, CPU_AREA_ORDER, CPU_AREA_SIZE, DRAIN_PAGES};
 use crate::platform::Platform;
 use crate::sync::{AtomicU32, Ordering};
-use crate::vmstat::{VmEvent, ZoneStat, ZoneStatPcp, NR_ZONE_STAT};
+use crate::vmstat::{VmEvent, ZoneStat, ZoneStatPcp};
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 
@@ -305,6 +303,7 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// Drains the caller's own per-CPU lists of every zone (`drain_local_pages`).
+    #[cold]
     pub fn drain_local_pages(&self, cpu: CpuRef<'_>) {
         cpu.area()
             .drain_request
@@ -338,70 +337,6 @@ impl<P: Platform> PageAllocator<P> {
     pub fn check_drain_request(&self, cpu: CpuRef<'_>) {
         if cpu.area().drain_request.load(Ordering::Relaxed) & DRAIN_PAGES != 0 {
             self.drain_local_pages(cpu);
-        }
-    }
-
-    /// Gives the caller a CPU area to own: a recycled one from the pool, or a new one
-    /// made from the allocator's own pages. `None` when none can be had (the caller
-    /// then runs without one, on the zone path).
-    pub fn cpu_area_get(&self, nid: usize) -> Option<&CpuArea> {
-        if !self.is_initialized() {
-            return None;
-        }
-        let nid = if nid < self.nr_nodes() { nid } else { 0 };
-        let area = match self.areas.pop_free() {
-            Some(a) => a,
-            None => {
-                let page = self.alloc_pages_node(
-                    None,
-                    Gfp::ZERO | Gfp::NOWARN,
-                    CPU_AREA_ORDER,
-                    Some(nid),
-                )?;
-                let mem = self.page_address(page);
-                // SAFETY: the block is ours for good (areas are never freed), zeroed,
-                // page aligned, and CPU_AREA_SIZE long.
-                match unsafe { self.areas.register(mem, nid) } {
-                    Some(a) => a,
-                    None => {
-                        // SAFETY: we allocated it just above and nobody saw it.
-                        unsafe { self.free_pages(None, page, CPU_AREA_ORDER) };
-                        return None;
-                    }
-                }
-            }
-        };
-        area.set_node(nid);
-        self.recalc_pcp_high();
-        Some(area)
-    }
-
-    /// Flushes an area whose owner goes away (thread exit, CPU offline) and returns it
-    /// to the pool: its per-CPU pages go back to the zones, its counter deltas are
-    /// folded into the zones.
-    ///
-    /// # Safety
-    /// The caller owns `area` and neither it nor anyone else uses it afterwards unless
-    /// it is handed out again by `cpu_area_get`.
-    pub unsafe fn cpu_area_put(&self, area: &CpuArea) {
-        // SAFETY: the caller owns the area.
-        let cpu = unsafe { CpuRef::new(area) };
-        self.cpu_area_flush(cpu);
-        self.areas.push_free(area);
-        self.recalc_pcp_high();
-    }
-
-    /// Flushes an area and keeps it (per-CPU mode, where areas stay with their CPU):
-    /// the CPU-offline hooks run (the slab layer's CPU slabs and partials, the memcg
-    /// stock), per-CPU pages go back to the zones, counter deltas are folded in.
-    pub fn cpu_area_flush(&self, cpu: CpuRef<'_>) {
-        self.hooks.run_cpu_dead(cpu);
-        self.drain_local_pages(cpu);
-        for nid in 0..self.nr_nodes() {
-            let diffs = self.zone_pcp(cpu, nid).stat.take_diffs();
-            for (i, d) in diffs.iter().enumerate().take(NR_ZONE_STAT) {
-                self.zones[nid].vm_stat[i].fetch_add(*d as isize, Ordering::Relaxed);
-            }
         }
     }
 }
@@ -515,29 +450,5 @@ mod tests {
         );
         assert_eq!(pa.zone_event(0, VmEvent::PcpDrain), 1);
         assert_eq!(pa.nr_allocated_pages(), 1 << CPU_AREA_ORDER);
-    }
-
-    #[test]
-    fn putting_an_area_back_flushes_it_and_raises_high_again() {
-        let pa = allocator(1, Config::default());
-        let areas: [_; 8] = core::array::from_fn(|_| pa.cpu_area_get(0).unwrap());
-        let lowered = pa.zones[0].pcp_high();
-        assert!(lowered < PCP_HIGH_MAX);
-        // SAFETY: the test owns the first area alone.
-        let c = unsafe { CpuRef::new(areas[0]) };
-        pa.rmqueue_pcplist(c, &pa.zones[0], 0).unwrap();
-        assert!(pa.zone_pcp(c, 0).count() > 0);
-        for area in &areas {
-            // SAFETY: each area is owned by this test and not used afterwards.
-            unsafe { pa.cpu_area_put(area) };
-        }
-        assert_eq!(pa.nr_pcp_pages(0), 0);
-        assert_eq!(pa.zones[0].pcp_high(), PCP_HIGH_MAX);
-        // The areas themselves plus the one page still taken.
-        assert_eq!(pa.nr_allocated_pages(), 8 * (1 << CPU_AREA_ORDER) + 1);
-        // A new owner gets a recycled area.
-        let again = pa.cpu_area_get(0).unwrap();
-        assert!(areas.iter().any(|a| core::ptr::eq(*a, again)));
-        assert_eq!(pa.cpu_areas().nr_areas(), 8);
     }
 }
