@@ -93,7 +93,14 @@ mod tests {
 
     #[test]
     fn putting_an_area_back_flushes_it_and_raises_high_again() {
+        static FLUSHED: crate::sync::AtomicUsize = crate::sync::AtomicUsize::new(0);
         let pa = allocator(1, Config::default());
+        assert!(pa.register_cpu_dead(super::super::CpuDeadHook {
+            flush: |_, _| {
+                FLUSHED.fetch_add(1, Ordering::Relaxed);
+            },
+            data: core::ptr::null(),
+        }));
         let areas: [_; 8] = core::array::from_fn(|_| pa.cpu_area_get(0).unwrap());
         let lowered = pa.zones[0].pcp_high();
         assert!(lowered < PCP_HIGH_MAX);
@@ -105,6 +112,11 @@ mod tests {
             // SAFETY: each area is owned by this test and not used afterwards.
             unsafe { pa.cpu_area_put(area) };
         }
+        assert_eq!(
+            FLUSHED.load(Ordering::Relaxed),
+            8,
+            "the hooks ran for every area"
+        );
         assert_eq!(pa.nr_pcp_pages(0), 0);
         assert_eq!(pa.zones[0].pcp_high(), PCP_HIGH_MAX);
         // The areas themselves plus the one page still taken.

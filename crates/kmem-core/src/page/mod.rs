@@ -40,14 +40,15 @@
 //! where `__free_one_page` merges each block with its buddy at `pfn ^ (1 << order)`.
 //!
 //! ## Locks
-//! Outermost first (where they stand among the other layers' locks: the lock order in
-//! lib.rs):
-//! 1. `hotplug` (section table changes: online, offline),
-//! 2. `zone.lock` (a zone's free lists, its sections' reported counts),
-//! 3. the CPU-area pool lock.
-//!
-//! The shrinker and CPU-offline hook tables have locks of their own, held only to
-//! change or copy a table, never while a hook runs or with another lock.
+//! Outermost first, the order in which `fork_prepare` takes them all (where they
+//! stand among the other layers' locks: the lock order in lib.rs):
+//! 1. the shrinker table, then the CPU-offline hook table (`hooks.rs`); otherwise each
+//!    is held only to change or copy its table, never while a hook runs nor with
+//!    another lock,
+//! 2. `hotplug` (section table changes: online, offline),
+//! 3. `zone.lock` (a zone's free lists, its sections' reported counts): one zone at a
+//!    time, except in `fork_prepare` (node order),
+//! 4. the CPU-area pool lock.
 //!
 //! A CPU area's per-CPU page lists have no lock: only the area's owner touches them,
 //! and a [`CpuRef`] is the proof of ownership. Others ask the owner to drain them
