@@ -13,8 +13,8 @@
 //! — not ours, not the start of an object — is reported and left alone.
 
 use crate::gfp::Gfp;
+use crate::page::PageAllocator;
 use crate::page::{MAX_ORDER, PAGE_SIZE};
-use crate::page_alloc::PageAllocator;
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
 use crate::slab::{accounting, Accounting, KmemCache, NoAccounting, ObjectLookup, SlabFlags, Slub};
@@ -55,13 +55,6 @@ pub fn kmalloc_index(size: usize) -> Option<usize> {
     // 256 -> 7, 512 -> 8, ... 8192 -> 12.
     let log = usize::BITS - (size - 1).leading_zeros();
     Some(log as usize - 1)
-}
-
-/// The buddy order of the smallest block holding `size` (> 0) bytes.
-#[inline]
-pub(crate) fn order_for_size(size: usize) -> usize {
-    let pages = size.div_ceil(PAGE_SIZE).max(1);
-    (usize::BITS - (pages - 1).leading_zeros()) as usize
 }
 
 /// Which set of kmalloc caches serves `gfp`.
@@ -276,7 +269,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         if size > KMALLOC_MAX_SIZE {
             return None;
         }
-        let order = order_for_size(size);
+        let order = crate::page::get_order(size);
         let page = self
             .slub
             .pages

@@ -12,11 +12,11 @@
 //! - [`gfp`], [`slab_flags`]: the flag words every layer passes down.
 //! - [`platform`]: the interface to the world below (memory, time, log, the
 //!   per-CPU hooks of a platform with shared CPU areas).
-//! - [`page`], [`mmzone`], [`vmstat`], [`percpu`]: page descriptors, sections, zones,
-//!   counters, CPU areas (per-CPU memory) and their pool.
-//! - [`page_alloc`], [`page_reporting`]: the buddy allocator with per-CPU page lists,
-//!   bulk allocation, watermarks, memory hotplug, OOM handling, giving free memory
-//!   back to the platform.
+//! - [`vmstat`], [`percpu`], [`printk`]: counters, CPU areas (per-CPU memory) and
+//!   their pool, report text written without allocating.
+//! - [`page`]: page descriptors, sections and zones, the buddy allocator with per-CPU
+//!   page lists, bulk allocation, watermarks, memory hotplug, OOM handling, free page
+//!   reporting (giving free memory back to the platform).
 //! - [`show_mem`]: the page allocator's reports (buddyinfo, zoneinfo, vmstat); it only
 //!   reads the page allocator.
 //! - [`slab`]: SLUB — caches, slabs, the per-CPU fast paths, partial lists, bulk,
@@ -42,8 +42,8 @@
 //!    time; no `list_lock` is held across a page allocation, except that a debug
 //!    cache's `full` list lock is taken inside it.
 //! 5. `KmemCacheNode::full` ([`slab::debug`]): the full slabs of a debug cache.
-//! 6. the page allocator's `hotplug` lock ([`page_alloc`]): section table changes.
-//! 7. `Zone::lock` ([`mmzone`]): a zone's free lists, one zone at a time.
+//! 6. the page allocator's `hotplug` lock ([`page`]): section table changes.
+//! 7. `Zone::lock` ([`page::Zone`]): a zone's free lists, one zone at a time.
 //! 8. the CPU-area pool's free-list lock ([`percpu`]).
 //!
 //! Leaves, taken alone and never across a call into the allocator: a group's
@@ -57,9 +57,9 @@
 //! |-------------------------------------|--------------------------------------------|
 //! | `struct page`                       | [`page::Page`]                             |
 //! | `struct slab` (the slab's fields of its head page) | [`slab::Slab`]              |
-//! | `struct mem_section`                | [`mmzone::MemSection`]                     |
-//! | `struct zone`, `free_area[]`        | [`mmzone::Zone`], [`mmzone::FreeArea`]     |
-//! | `struct per_cpu_pages`              | [`page_alloc::ZonePcp`]                    |
+//! | `struct mem_section`                | [`page::MemSection`]                       |
+//! | `struct zone`, `free_area[]`        | [`page::Zone`], [`page::FreeArea`]         |
+//! | `struct per_cpu_pages`              | [`page::ZonePcp`]                          |
 //! | this CPU's percpu area              | [`percpu::CpuArea`] / [`percpu::CpuRef`]   |
 //! | `alloc_pages_node`, `__free_pages`  | [`PageAllocator::alloc_pages_node`], [`PageAllocator::free_pages`] |
 //! | `alloc_pages_bulk_array`            | [`PageAllocator::alloc_pages_bulk`]        |
@@ -83,13 +83,10 @@ pub mod gfp;
 pub mod kmalloc;
 pub mod kmem;
 pub mod memcontrol;
-pub mod mmzone;
 pub mod page;
-pub mod page_alloc;
-pub mod page_reporting;
-pub mod page_tmp;
 pub mod percpu;
 pub mod platform;
+pub mod printk;
 pub mod show_mem;
 pub mod slab;
 /// Compatibility path for other crates, removed once they use [`slab`] and [`kmem`].
@@ -113,8 +110,34 @@ pub mod vmstat;
 
 pub use gfp::Gfp;
 pub use kmem::Kmem;
-pub use page::{Page, PageFlags, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE};
-pub use page_alloc::{Config, InitError, PageAllocator, Shrinker};
+pub use page::{
+    Config, InitError, Page, PageAllocator, PageFlags, Shrinker, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE,
+};
 pub use percpu::{CpuArea, CpuRef};
 pub use platform::Platform;
 pub use slab::{KmemCache, SlabFlags};
+
+/// The page allocator's old module path: see [`page`].
+// Compatibility path, removed after the slab split merges.
+pub mod page_alloc {
+    pub use crate::page::{
+        Config, CpuDeadHook, InitError, PageAllocator, Shrinker, ZonePcp, MAX_CPU_DEAD_HOOKS,
+        MAX_SHRINKERS, PCP_BATCH, PCP_HIGH_MAX, PCP_MAX_ORDER, PCP_MIN_HIGH, PCP_ORDERS,
+        REPORT_CHECK_INTERVAL,
+    };
+}
+
+/// Sections and zones' old module path: see [`page`].
+// Compatibility path, removed after the slab split merges.
+pub mod mmzone {
+    pub use crate::page::{
+        FreeArea, MemSection, Watermark, Zone, MAX_NUMNODES, MAX_SECTIONS, MEMMAP_PAGES,
+        PAGES_PER_SECTION, PFN_SECTION_SHIFT, SECTION_MANAGED_PAGES, SECTION_SHIFT, SECTION_SIZE,
+    };
+}
+
+/// Free page reporting's old module path: see [`page`].
+// Compatibility path, removed after the slab split merges.
+pub mod page_reporting {
+    pub use crate::page::SMALL_REPORT_MAX;
+}

@@ -2,9 +2,10 @@
 //!
 //! A [`CpuArea`] is one 32 KiB block from the allocator's own buddy lists. Its header
 //! says who owns it; the rest holds per-CPU structures at offsets fixed when their
-//! owner is created (each zone's [`crate::page_alloc::ZonePcp`] at a fixed slot, later
+//! owner is created (the page layer's `ZonePcp` of each zone at a fixed slot, later
 //! layers through [`PerCpuOffsets`]), as the kernel's percpu allocator places
-//! `this_cpu_ptr(s->cpu_slab)`.
+//! `this_cpu_ptr(s->cpu_slab)`. This module is below the page layer: it knows nothing
+//! of pages but their size, and the page layer makes and recycles the areas.
 //!
 //! ## Owned areas
 //! An area in use has exactly one owner: one thread (std's per-thread mode) or one CPU
@@ -33,8 +34,9 @@ use core::ptr::{self, NonNull};
 
 /// Buddy order of one CPU area (32 KiB).
 pub const CPU_AREA_ORDER: usize = 3;
-/// Size of one CPU area in bytes.
-pub const CPU_AREA_SIZE: usize = crate::page::PAGE_SIZE << CPU_AREA_ORDER;
+/// Size of one CPU area in bytes: 2^[`CPU_AREA_ORDER`] pages of 4 KiB (the page
+/// layer checks this against its `PAGE_SIZE`).
+pub const CPU_AREA_SIZE: usize = 4096 << CPU_AREA_ORDER;
 /// The most CPU areas that can exist at once; owners past this run without one (their
 /// allocations take the zone path, still correct).
 pub const MAX_CPU_AREAS: usize = 4096;
@@ -132,7 +134,7 @@ pub struct CpuRef<'a> {
 
 impl<'a> CpuRef<'a> {
     /// # Safety
-    /// The caller owns `area` (it got it from [`crate::PageAllocator::cpu_area_get`] and
+    /// The caller owns `area` (it got it from the page allocator's `cpu_area_get` and
     /// has not put it back), and no other `CpuRef` to it is used while this one lives.
     #[inline]
     pub unsafe fn new(area: &'a CpuArea) -> Self {

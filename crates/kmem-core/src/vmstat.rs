@@ -6,8 +6,9 @@
 //!   when it passes [`STAT_THRESHOLD`]; a snapshot read adds every CPU area's delta.
 //! - *Events* ([`VmEvent`], e.g. `pgalloc`, `numa_hit`) only ever grow and are allowed to
 //!   be slightly stale: each CPU area counts its own with plain stores, a read sums
-//!   all areas (the NUMA-events conversion of seed 001). Contexts without a CPU area add
-//!   to the zone's atomic counters instead.
+//!   all areas (as the kernel's NUMA events since "mm/vmstat: convert NUMA statistics
+//!   to basic NUMA counters"). Contexts without a CPU area add to the zone's atomic
+//!   counters instead. The page layer's `stat.rs` does the counting.
 //!
 //! Per-CPU counters are written only by the area's owner (relaxed load + store, no
 //! read-modify-write) and read by anyone.

@@ -4,8 +4,7 @@
 mod common;
 
 use common::{allocator, config, pattern};
-use kmem_core::mmzone::{MEMMAP_PAGES, SECTION_MANAGED_PAGES};
-use kmem_core::page_alloc::{PCP_HIGH_MAX, PCP_MIN_HIGH};
+use kmem_core::page::{MEMMAP_PAGES, PCP_HIGH_MAX, PCP_MIN_HIGH, SECTION_MANAGED_PAGES};
 use kmem_core::vmstat::{VmEvent, ZoneStat};
 use kmem_core::{CpuRef, Gfp, Page, MAX_ORDER, PAGE_SIZE};
 use std::ptr::NonNull;

@@ -22,7 +22,7 @@ pub use report::slab_row;
 
 use crate::kmalloc::{Kmalloc, KmallocCaches};
 use crate::memcontrol::{Memcg, MemcgState};
-use crate::page_alloc::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker};
+use crate::page::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker};
 use crate::percpu::{CpuRef, DRAIN_CACHES};
 use crate::platform::Platform;
 use crate::slab::{CacheConfig, CacheList, KmemCache, PerCpuAccess, SlabFlags, Slub};

@@ -203,7 +203,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if size > crate::kmalloc::KMALLOC_MAX_SIZE {
             return None;
         }
-        let order = crate::kmalloc::order_for_size(size);
+        let order = crate::page::get_order(size);
         let page = self.alloc_pages_objcg(cpu, gfp | Gfp::COMP, order, objcg)?;
         Some(self.km.pages().page_address(page))
     }

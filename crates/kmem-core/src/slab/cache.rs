@@ -4,8 +4,8 @@
 //! the cache's layout is read-only once published.
 
 use super::*;
-use crate::mmzone::MAX_NUMNODES;
 use crate::page::PageList;
+use crate::page::MAX_NUMNODES;
 use crate::percpu::CpuRef;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock};
 use core::cell::UnsafeCell;

@@ -29,7 +29,7 @@ use crate::gfp::Gfp;
 use crate::page::{Page, PageFlags};
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
-use crate::show_mem::LogWriter;
+use crate::printk::LogWriter;
 use crate::sync::Ordering::Relaxed;
 use core::fmt::Write as _;
 use core::ptr::{self, NonNull};

@@ -108,8 +108,8 @@ pub use stat::{SlubStat, NR_SLUB_STAT};
 pub(crate) use state::*;
 pub use state::{free_decision, FreeDecision, Slab, SlabState, END_OFFSET};
 
+use crate::page::PageAllocator;
 use crate::page::{Page, PageFlags, PAGE_SIZE};
-use crate::page_alloc::PageAllocator;
 use crate::platform::Platform;
 use core::ptr::{self, NonNull};
 

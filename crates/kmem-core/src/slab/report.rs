@@ -3,7 +3,7 @@
 use super::*;
 use crate::page::Page;
 use crate::platform::Platform;
-use crate::show_mem::LogWriter;
+use crate::printk::LogWriter;
 use core::fmt::Write as _;
 use core::ptr::NonNull;
 

@@ -11,26 +11,28 @@
 //! reported 4 MiB block also gives back the memmap pages that describe only its tail
 //! pages. Smaller blocks — the fragments next to pages still in use — are reported
 //! too, at most [`SMALL_REPORT_MAX`] per pass: the kernel stops at pageblock order
-//! because a hypervisor works in 2 MiB units, but a process's RSS counts every 4 KiB
-//! page, and without this a program that allocates and frees 1 GiB keeps megabytes of
-//! touched fragments resident for good (the ARCHITECTURE.md rule said "order >= 9";
-//! measurement in `kmem bench page` moved it).
+//! (`page_reporting_order`) because a hypervisor works in 2 MiB units, but a process's
+//! RSS counts every 4 KiB page, and without this a program that allocates and frees
+//! 1 GiB keeps megabytes of touched fragments resident for good (`kmem bench page`
+//! shows the difference).
 //!
 //! Age: each free block remembers when it was freed (the youngest of the parts it
 //! merged from; drains of per-CPU lists count as long ago). A pass runs from the
 //! allocator's own paths (a spill or refill of per-CPU lists, a zone-path allocation
-//! or free, every 1024th per-CPU free) at most twice per decay interval, and only when
-//! something was freed since the last one; no background thread is needed. After a
-//! pass, sections whose pages are all free and reported go offline: their memmap is
-//! discarded too, so resident memory follows live memory all the way down.
-//! [`PageAllocator::report_free_pages`] runs a pass at once (`malloc_trim`).
+//! or free, every [`REPORT_CHECK_INTERVAL`](super::REPORT_CHECK_INTERVAL)th per-CPU free) at most twice per decay
+//! interval, and only when something was freed since the last one; no background
+//! thread is needed. After a pass, sections whose pages are all free and reported go
+//! offline (`hotplug.rs`): their memmap is discarded too, so resident memory follows
+//! live memory all the way down. [`PageAllocator::report_free_pages`] runs a pass at
+//! once (`malloc_trim`).
 //!
 //! Locking: the zone lock while isolating and putting back; none while the platform
-//! works; the hotplug lock (outside any zone lock) to take a section offline.
+//! works; the hotplug lock (outside any zone lock) to take a section offline. One pass
+//! per zone at a time (whoever moves `last_report_ns`). See the lock order in lib.rs.
 
-use crate::mmzone::Zone;
-use crate::page::{Page, PageFlags, MAX_ORDER, PAGE_SIZE};
-use crate::page_alloc::PageAllocator;
+use super::descriptor::{Page, PageFlags, MAX_ORDER, PAGE_SIZE};
+use super::mmzone::Zone;
+use super::PageAllocator;
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::sync::Ordering::Relaxed;
@@ -53,7 +55,7 @@ impl<P: Platform> PageAllocator<P> {
     /// with `cpu` only by the owner of that area when it holds no reference into the
     /// area's lists (the pass drains them).
     #[inline]
-    pub(crate) fn maybe_report(&self, cpu: Option<CpuRef<'_>>, zone: &Zone) {
+    pub(super) fn maybe_report(&self, cpu: Option<CpuRef<'_>>, zone: &Zone) {
         if zone.report_pending.load(Relaxed) != 0 {
             self.page_reporting_process(cpu, zone, false);
         }
@@ -148,7 +150,7 @@ impl<P: Platform> PageAllocator<P> {
                 break;
             }
             for &(pfn, order) in &batch[..n] {
-                let page = NonNull::new(self.pfn_to_page_unchecked(pfn)).expect("memmap");
+                let page = NonNull::new(self.pfn_to_page_raw(pfn)).expect("memmap");
                 let addr = self.page_address(page);
                 // SAFETY: the block is isolated from the free lists: nobody else can
                 // reach it until we put it back.
@@ -187,6 +189,7 @@ impl<P: Platform> PageAllocator<P> {
         }
     }
 
+    /// Takes offline the sections of node `nid` whose pages are all free and reported.
     fn offline_reported_sections(&self, nid: usize) {
         for nr in 0..self.nr_used_sections() {
             let sec = &self.sections[nr];
@@ -199,13 +202,109 @@ impl<P: Platform> PageAllocator<P> {
         }
     }
 
-    /// Reports every free block of reporting order now, whatever its age, and takes
-    /// wholly free sections offline (`malloc_trim`). Returns the pages reported.
+    /// Reports every free block now, whatever its age (below reporting order, up to
+    /// [`SMALL_REPORT_MAX`] of them), and takes wholly free sections offline
+    /// (`malloc_trim`). Returns the pages reported.
+    #[cold]
     pub fn report_free_pages(&self) -> usize {
         let mut total = 0;
         for nid in 0..self.nr_nodes() {
             total += self.page_reporting_process(None, &self.zones[nid], true);
         }
         total
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_platform::allocator;
+    use super::super::Config;
+    use super::*;
+    use crate::gfp::Gfp;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    fn fill<P: Platform>(pa: &PageAllocator<P>, page: NonNull<Page>, order: usize) {
+        // SAFETY: the test holds the block.
+        unsafe { core::ptr::write_bytes(pa.page_address(page).as_ptr(), 0xa5, PAGE_SIZE << order) };
+    }
+
+    fn first_byte<P: Platform>(pa: &PageAllocator<P>, page: NonNull<Page>) -> u8 {
+        // SAFETY: the block's memory stays mapped whether free or not; nobody else
+        // uses the allocator in this test.
+        unsafe { pa.page_address(page).as_ptr().read_volatile() }
+    }
+
+    fn reported(page: NonNull<Page>) -> bool {
+        // SAFETY: descriptors of an online section.
+        unsafe { page.as_ref() }
+            .flags()
+            .contains(PageFlags::REPORTED)
+    }
+
+    #[test]
+    fn only_blocks_free_for_the_delay_are_reported() {
+        let pa = allocator(1, Config::default());
+        assert_eq!(pa.report_delay_ns.load(Relaxed), SECOND);
+        // A page in use keeps the section online when everything else is reported.
+        let _pin = pa.alloc_pages(None, Gfp::KERNEL, 0).unwrap();
+        let a = pa.alloc_pages(None, Gfp::KERNEL, MAX_ORDER).unwrap();
+        let b = pa.alloc_pages(None, Gfp::KERNEL, MAX_ORDER).unwrap();
+        fill(pa, a, MAX_ORDER);
+        fill(pa, b, MAX_ORDER);
+        let zone = &pa.zones[0];
+        // SAFETY: allocated above with MAX_ORDER.
+        unsafe { pa.free_pages(None, a, MAX_ORDER) };
+        assert!(!reported(a), "freed a moment ago");
+        pa.platform().advance(SECOND);
+        // Freeing `b` a delay later runs a pass: `a` has been free long enough.
+        // SAFETY: as above.
+        unsafe { pa.free_pages(None, b, MAX_ORDER) };
+        assert!(reported(a));
+        assert!(!reported(b));
+        assert_eq!(first_byte(pa, a), 0, "reported memory reads as zero");
+        assert_eq!(first_byte(pa, b), 0xa5, "unreported memory stays resident");
+        assert_eq!(pa.zone_event(0, VmEvent::PgReported), 1 << MAX_ORDER);
+        // The block and the memmap pages that describe only its tail pages.
+        let memmap = (core::mem::size_of::<Page>() << MAX_ORDER) - PAGE_SIZE;
+        assert_eq!(
+            pa.platform().reported_bytes.load(Relaxed),
+            (PAGE_SIZE << MAX_ORDER) + memmap
+        );
+        // `b` keeps a pass pending; it runs once `b` has aged too.
+        assert_ne!(zone.report_pending.load(Relaxed), 0);
+        pa.platform().advance(SECOND / 4);
+        pa.maybe_report(None, zone);
+        assert!(!reported(b), "passes run at most twice per delay");
+        pa.platform().advance(SECOND);
+        pa.maybe_report(None, zone);
+        assert!(reported(b));
+        assert_eq!(zone.report_pending.load(Relaxed), 0);
+    }
+
+    #[test]
+    fn small_blocks_are_reported_up_to_a_bound() {
+        let pa = allocator(1, Config::default());
+        // Order-0 pages with an allocated page between each pair: nothing merges.
+        let mut pages = [None; 2 * SMALL_REPORT_MAX + 2];
+        for slot in pages.iter_mut() {
+            *slot = pa.alloc_pages(None, Gfp::KERNEL, 0);
+        }
+        for page in pages.iter().step_by(2).flatten() {
+            // SAFETY: allocated above with order 0.
+            unsafe { pa.free_pages(None, *page, 0) };
+        }
+        let before = pa.zone_event(0, VmEvent::PgReported);
+        pa.platform().advance(2 * SECOND);
+        pa.maybe_report(None, &pa.zones[0]);
+        let small = pa.zone_event(0, VmEvent::PgReported) - before;
+        assert_eq!(small, SMALL_REPORT_MAX as u64);
+        let unreported = pages
+            .iter()
+            .step_by(2)
+            .flatten()
+            .filter(|p| !reported(**p))
+            .count();
+        assert_eq!(unreported, 1);
     }
 }

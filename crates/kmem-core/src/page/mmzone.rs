@@ -4,10 +4,11 @@
 //! The allocator owns one span of address space, aligned to [`SECTION_SIZE`]
 //! (128 MiB). Memory comes online one section at a time (`add_memory`, SPARSEMEM's
 //! unit). A section's first [`MEMMAP_PAGES`] pages hold its memmap — one 64-byte
-//! [`Page`](crate::page::Page) for every page of the section — the way memory hotplug places it with
+//! [`Page`] for every page of the section — the way memory hotplug places it with
 //! `memmap_on_memory`; the rest are managed by the buddy allocator. So the allocator's
 //! own metadata comes from the memory it manages, and `pfn_to_page` / `page_to_pfn` /
-//! `virt_to_page` / `page_address` are a few instructions of arithmetic.
+//! `virt_to_page` / `page_address` are a few instructions of arithmetic
+//! (`memory_model.rs`).
 //!
 //! ```text
 //!  span base                       section 1
@@ -17,14 +18,11 @@
 //!
 //! ## Zones
 //! One zone (`Normal`) per node. A zone's free blocks hang on `free_area[order]`,
-//! protected by the zone lock. Lock order (outermost first):
-//! 1. `hotplug` (section table changes: online, offline)
-//! 2. `zone.lock` (free lists, section reported counts)
-//! 3. the CPU-area pool lock
-//!
-//! CPU areas' per-CPU lists are not locked: only their owner touches them.
+//! protected by the zone lock, which also covers the sections' reported counts. The
+//! hotplug lock (section state changes) is taken outside it; see the lock order in
+//! lib.rs. CPU areas' per-CPU lists are not locked: only their owner touches them.
 
-use crate::page::{PageList, NR_ORDERS, PAGE_SHIFT};
+use super::descriptor::{Page, PageList, NR_ORDERS, PAGE_SHIFT};
 use crate::sync::{AtomicIsize, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering, SpinLock};
 use crate::vmstat::{NR_VM_EVENTS, NR_ZONE_STAT};
 
@@ -37,8 +35,7 @@ pub const PAGES_PER_SECTION: usize = SECTION_SIZE >> PAGE_SHIFT;
 /// log2 of [`PAGES_PER_SECTION`].
 pub const PFN_SECTION_SHIFT: usize = SECTION_SHIFT - PAGE_SHIFT;
 /// Pages at the start of each section that hold its memmap.
-pub const MEMMAP_PAGES: usize =
-    (PAGES_PER_SECTION * core::mem::size_of::<crate::page::Page>()) >> PAGE_SHIFT;
+pub const MEMMAP_PAGES: usize = (PAGES_PER_SECTION * core::mem::size_of::<Page>()) >> PAGE_SHIFT;
 /// Pages of a section that the buddy allocator can manage.
 pub const SECTION_MANAGED_PAGES: usize = PAGES_PER_SECTION - MEMMAP_PAGES;
 /// Most sections the span may hold (1 TiB of address space).
@@ -47,12 +44,12 @@ pub const MAX_SECTIONS: usize = 8192;
 pub const MAX_NUMNODES: usize = 16;
 
 /// Section state: never brought online.
-pub(crate) const SECTION_ABSENT: u8 = 0;
+pub(super) const SECTION_ABSENT: u8 = 0;
 /// Section state: online, its pages in its node's zone.
-pub(crate) const SECTION_ONLINE: u8 = 1;
+pub(super) const SECTION_ONLINE: u8 = 1;
 /// Section state: offline after all its pages were free and reported; its memmap is
 /// discarded; it may be brought online again.
-pub(crate) const SECTION_OFFLINE: u8 = 2;
+pub(super) const SECTION_OFFLINE: u8 = 2;
 
 /// One entry of the section table (`struct mem_section`).
 ///
@@ -61,17 +58,17 @@ pub(crate) const SECTION_OFFLINE: u8 = 2;
 /// `node`'s zone; `nr_reported` (changed under that zone's lock) counts those of them
 /// that are free and reported.
 pub struct MemSection {
-    pub(crate) state: AtomicU8,
-    pub(crate) node: AtomicU8,
+    pub(super) state: AtomicU8,
+    pub(super) node: AtomicU8,
     /// Whether the memmap reads as zero (fresh or discarded) and need not be cleared
     /// when the section comes online.
-    pub(crate) memmap_zero: AtomicU8,
-    pub(crate) nr_managed: AtomicU32,
-    pub(crate) nr_reported: AtomicU32,
+    pub(super) memmap_zero: AtomicU8,
+    pub(super) nr_managed: AtomicU32,
+    pub(super) nr_reported: AtomicU32,
 }
 
 impl MemSection {
-    pub(crate) const fn new() -> Self {
+    pub(super) const fn new() -> Self {
         Self {
             state: AtomicU8::new(SECTION_ABSENT),
             node: AtomicU8::new(0),
@@ -102,34 +99,34 @@ pub enum Watermark {
 pub struct FreeArea {
     /// `free_area[order]`: free blocks of 2^order pages; recently freed (resident)
     /// blocks at the head, reported blocks at the tail.
-    pub(crate) lists: [PageList; NR_ORDERS],
+    pub(super) lists: [PageList; NR_ORDERS],
 }
 
 /// A zone: the pages of one node (`struct zone`).
 pub struct Zone {
-    pub(crate) nid: AtomicU32,
-    pub(crate) lock: SpinLock<FreeArea>,
+    pub(super) nid: AtomicU32,
+    pub(super) lock: SpinLock<FreeArea>,
     /// Pages managed by the buddy allocator (online sections' managed pages).
-    pub(crate) managed: AtomicUsize,
+    pub(super) managed: AtomicUsize,
     /// Online sections of this zone.
-    pub(crate) nr_sections: AtomicUsize,
-    pub(crate) watermark: [AtomicUsize; 3],
+    pub(super) nr_sections: AtomicUsize,
+    pub(super) watermark: [AtomicUsize; 3],
     /// Zone state counters, without the per-CPU deltas.
-    pub(crate) vm_stat: [AtomicIsize; NR_ZONE_STAT],
+    pub(super) vm_stat: [AtomicIsize; NR_ZONE_STAT],
     /// Events counted by contexts that have no CPU area.
     pub(crate) events: [AtomicU64; NR_VM_EVENTS],
     /// Per-CPU list limit for each CPU area now (`pcp->high`), 0 = lists disabled.
-    pub(crate) pcp_high: AtomicU32,
+    pub(super) pcp_high: AtomicU32,
     /// Per-CPU list refill/spill batch (`pcp->batch`).
-    pub(crate) pcp_batch: AtomicU32,
+    pub(super) pcp_batch: AtomicU32,
     /// A free created an unreported block of reporting order.
-    pub(crate) report_pending: AtomicU8,
+    pub(super) report_pending: AtomicU8,
     /// When free page reporting last ran (ns).
-    pub(crate) last_report_ns: AtomicU64,
+    pub(super) last_report_ns: AtomicU64,
 }
 
 impl Zone {
-    pub(crate) const fn new() -> Self {
+    pub(super) const fn new() -> Self {
         Self {
             nid: AtomicU32::new(0),
             lock: SpinLock::new(FreeArea {
@@ -167,6 +164,7 @@ impl Zone {
         self.pcp_batch.load(Ordering::Relaxed)
     }
     /// Online sections of this zone.
+    #[inline]
     pub fn nr_sections(&self) -> usize {
         self.nr_sections.load(Ordering::Relaxed)
     }
@@ -182,7 +180,7 @@ impl Zone {
     /// Recomputes the watermarks from the managed page count, as the kernel derives
     /// them from `min_free_kbytes` (`4 * sqrt(lowmem_kbytes)`): min, then low and high a
     /// quarter and a half above it.
-    pub(crate) fn setup_watermarks(&self) {
+    pub(super) fn setup_watermarks(&self) {
         let managed = self.managed_pages();
         let kbytes = managed * 4;
         let min_kb = isqrt(kbytes * 16).clamp(128, 65536);

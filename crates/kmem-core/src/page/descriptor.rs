@@ -1,4 +1,5 @@
-//! The page descriptor (`struct page`) and the intrusive page lists.
+//! The page descriptor (`struct page`), the intrusive page lists, and the page-size
+//! constants (`PAGE_SIZE`, `MAX_ORDER`, `get_order`).
 //!
 //! Every 4 KiB page of every online section has one [`Page`] in its section's memmap.
 //! A descriptor is 64 bytes, as the kernel's: the first half belongs to the page
@@ -15,7 +16,8 @@
 //!
 //! Fields are atomics used with `Relaxed` loads and stores (plain moves on every
 //! target), so a racy read by a debugging or reporting path is never undefined
-//! behaviour; the ordering comes from the lock or the ownership in the table.
+//! behaviour; the ordering comes from the lock or the ownership in the table (the
+//! zone lock's place among the others: the lock order in lib.rs).
 
 use crate::sync::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use core::ptr;
@@ -29,6 +31,17 @@ pub const PAGE_SIZE: usize = 1 << PAGE_SHIFT;
 pub const MAX_ORDER: usize = 10;
 /// Number of buddy orders, 0..=MAX_ORDER.
 pub const NR_ORDERS: usize = MAX_ORDER + 1;
+
+/// `get_order`: the buddy order of the smallest block that holds `size` bytes (0 for
+/// a size of 0). The result may exceed [`MAX_ORDER`]; callers check.
+#[inline]
+pub const fn get_order(size: usize) -> usize {
+    let pages = size.div_ceil(PAGE_SIZE);
+    if pages <= 1 {
+        return 0;
+    }
+    (usize::BITS - (pages - 1).leading_zeros()) as usize
+}
 
 bitflags::bitflags! {
     /// Page flags (`PG_*`).
@@ -266,5 +279,86 @@ impl PageList {
             unsafe { self.remove(page) };
         }
         page
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn get_order_rounds_up_to_a_power_of_two_of_pages() {
+        assert_eq!(get_order(0), 0);
+        assert_eq!(get_order(1), 0);
+        assert_eq!(get_order(PAGE_SIZE), 0);
+        assert_eq!(get_order(PAGE_SIZE + 1), 1);
+        assert_eq!(get_order(2 * PAGE_SIZE), 1);
+        assert_eq!(get_order(3 * PAGE_SIZE), 2);
+        assert_eq!(get_order(PAGE_SIZE << MAX_ORDER), MAX_ORDER);
+        assert_eq!(get_order((PAGE_SIZE << MAX_ORDER) + 1), MAX_ORDER + 1);
+        assert_eq!(get_order(usize::MAX), usize::BITS as usize - PAGE_SHIFT);
+    }
+
+    fn pages<const N: usize>() -> [Page; N] {
+        // SAFETY: an all-zero `Page` is valid (atomics and null pointers).
+        unsafe { core::mem::zeroed() }
+    }
+
+    fn order_of(list: &PageList, pages: &[Page]) -> [usize; 8] {
+        let mut out = [usize::MAX; 8];
+        let mut p = list.first();
+        let mut i = 0;
+        while !p.is_null() {
+            out[i] = (p as usize - pages.as_ptr() as usize) / core::mem::size_of::<Page>();
+            // SAFETY: `p` is one of `pages`, linked by the list.
+            p = unsafe { (*p).next.load(Relaxed) };
+            i += 1;
+        }
+        out
+    }
+
+    #[test]
+    fn page_list_keeps_order_and_length() {
+        let pages = pages::<4>();
+        let ptr = |i: usize| &pages[i] as *const Page as *mut Page;
+        let mut list = PageList::new();
+        assert!(list.is_empty() && list.first().is_null() && list.last().is_null());
+        // SAFETY: the pages are ours and on no list; the list is ours.
+        unsafe {
+            list.push_head(ptr(1));
+            list.push_tail(ptr(2));
+            list.push_head(ptr(0));
+            list.push_tail(ptr(3));
+        }
+        assert_eq!(list.len(), 4);
+        assert_eq!(order_of(&list, &pages)[..5], [0, 1, 2, 3, usize::MAX]);
+        // SAFETY: page 2 is on the list.
+        unsafe { list.remove(ptr(2)) };
+        assert_eq!(order_of(&list, &pages)[..4], [0, 1, 3, usize::MAX]);
+        assert!(pages[2].next.load(Relaxed).is_null() && pages[2].prev.load(Relaxed).is_null());
+        // SAFETY: the list is ours.
+        unsafe {
+            assert_eq!(list.pop_tail(), ptr(3));
+            assert_eq!(list.pop_head(), ptr(0));
+            assert_eq!(list.pop_head(), ptr(1));
+            assert!(list.pop_head().is_null() && list.pop_tail().is_null());
+        }
+        assert!(list.is_empty() && list.last().is_null());
+        assert_eq!(list.len(), 0);
+    }
+
+    #[test]
+    fn reset_clears_the_allocator_half_only() {
+        let pages = pages::<1>();
+        let p = &pages[0];
+        p.set_flags(PageFlags::BUDDY | PageFlags::REPORTED);
+        p.set_order(5);
+        p.private.store(7, Relaxed);
+        p.owner[0].store(9, Relaxed);
+        assert!(p.is_buddy() && p.order() == 5);
+        p.reset();
+        assert_eq!(p.flags(), PageFlags::empty());
+        assert_eq!((p.order(), p.private.load(Relaxed)), (0, 0));
+        assert_eq!(p.owner[0].load(Relaxed), 9);
     }
 }

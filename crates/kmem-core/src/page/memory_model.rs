@@ -1,0 +1,202 @@
+//! Pfn, page and address conversions (the kernel's include/asm-generic/memory_model.h
+//! for SPARSEMEM_VMEMMAP, and `page_to_nid`).
+//!
+//! A pfn is a page's offset from the span base, in pages. The memmap of a section
+//! sits at the start of the section itself (see `mmzone.rs`), so every conversion is
+//! arithmetic on the span base; the checked ones consult the section table, whose
+//! entries change only under the hotplug lock and are read here without a lock (a
+//! section's memory stays mapped once it was online). No locks are taken.
+
+use super::descriptor::{Page, PageFlags, PAGE_SHIFT};
+use super::mmzone::{MEMMAP_PAGES, PFN_SECTION_SHIFT, SECTION_SHIFT, SECTION_SIZE};
+use super::PageAllocator;
+use crate::platform::Platform;
+use crate::sync::Ordering;
+use core::ptr::NonNull;
+
+// SAFETY (for the `unsafe` blocks of the page layer that turn a pfn into a `Page`):
+// `pfn_to_page_raw` is only called with pfns of online sections inside the span, whose
+// memmaps are mapped for as long as the allocator lives (sections are never unmapped).
+
+impl<P: Platform> PageAllocator<P> {
+    /// Page frame number of `page` (offset from the span base, in pages).
+    #[inline]
+    pub fn page_to_pfn(&self, page: NonNull<Page>) -> usize {
+        let p = page.as_ptr() as usize;
+        let section_base = p & !(SECTION_SIZE - 1);
+        let index = (p - section_base) / core::mem::size_of::<Page>();
+        ((section_base - self.base.load(Ordering::Relaxed)) >> PAGE_SHIFT) + index
+    }
+
+    /// The descriptor of `pfn`, without checks: where it would be if the pfn's section
+    /// is online.
+    #[inline]
+    pub(super) fn pfn_to_page_raw(&self, pfn: usize) -> *mut Page {
+        let base = self.base.load(Ordering::Relaxed);
+        let section_base = base + ((pfn >> PFN_SECTION_SHIFT) << SECTION_SHIFT);
+        (section_base as *mut Page).wrapping_add(pfn & ((1 << PFN_SECTION_SHIFT) - 1))
+    }
+
+    /// The descriptor of the page holding `addr`, which the caller knows to be in an
+    /// online section of the span (an object it holds): no checks.
+    #[inline]
+    pub(crate) fn virt_to_page_raw(&self, addr: *const u8) -> *mut Page {
+        let off = (addr as usize).wrapping_sub(self.base.load(Ordering::Relaxed));
+        self.pfn_to_page_raw(off >> PAGE_SHIFT)
+    }
+
+    /// The descriptor of a managed page of an online section, or `None`.
+    #[inline]
+    pub fn pfn_to_page(&self, pfn: usize) -> Option<NonNull<Page>> {
+        let section = self.sections.get(pfn >> PFN_SECTION_SHIFT)?;
+        let off = pfn & ((1 << PFN_SECTION_SHIFT) - 1);
+        let managed = section.nr_managed.load(Ordering::Relaxed) as usize;
+        if !section.online() || off < MEMMAP_PAGES || off >= MEMMAP_PAGES + managed {
+            return None;
+        }
+        NonNull::new(self.pfn_to_page_raw(pfn))
+    }
+
+    /// The address of the memory `page` describes.
+    #[inline]
+    pub fn page_address(&self, page: NonNull<Page>) -> NonNull<u8> {
+        let addr = self.base.load(Ordering::Relaxed) + (self.page_to_pfn(page) << PAGE_SHIFT);
+        // SAFETY: the base is non-null (checked at init), so base + offset is too.
+        unsafe { NonNull::new_unchecked(addr as *mut u8) }
+    }
+
+    /// The descriptor of the managed page that contains `addr`, or `None` for an address
+    /// the allocator does not manage (outside the span, offline, or a memmap page).
+    #[inline]
+    pub fn virt_to_page(&self, addr: *const u8) -> Option<NonNull<Page>> {
+        let off = (addr as usize).wrapping_sub(self.base.load(Ordering::Relaxed));
+        if off >= self.nr_span_sections.load(Ordering::Relaxed) << SECTION_SHIFT {
+            return None;
+        }
+        self.pfn_to_page(off >> PAGE_SHIFT)
+    }
+
+    /// The descriptor of the page holding `addr` if its section is online, managed or
+    /// not (a memmap page or one past a heap bound has an all-zero descriptor: no flags,
+    /// so callers that look at flags need not check the range). For lookups on hot
+    /// paths (`virt_to_head_page`).
+    #[inline]
+    pub(crate) fn virt_to_page_any(&self, addr: *const u8) -> Option<NonNull<Page>> {
+        let off = (addr as usize).wrapping_sub(self.base.load(Ordering::Relaxed));
+        if off >= self.nr_span_sections.load(Ordering::Relaxed) << SECTION_SHIFT {
+            return None;
+        }
+        let pfn = off >> PAGE_SHIFT;
+        if !self.sections[pfn >> PFN_SECTION_SHIFT].online() {
+            return None;
+        }
+        NonNull::new(self.pfn_to_page_raw(pfn))
+    }
+
+    /// The head page of the slab (or compound block) holding `addr` (`virt_to_slab`,
+    /// `compound_head`), or `None` if `addr` is not in a page the allocator manages.
+    #[inline]
+    pub fn virt_to_head_page(&self, addr: *const u8) -> Option<NonNull<Page>> {
+        let page = self.virt_to_page_any(addr)?;
+        // SAFETY: descriptors of online sections are valid.
+        let p = unsafe { page.as_ref() };
+        if p.flags().contains(PageFlags::TAIL) {
+            NonNull::new(p.owner[0].load(Ordering::Relaxed) as *mut Page)
+        } else {
+            Some(page)
+        }
+    }
+
+    /// Whether `addr` lies in the allocator's span (managed or not).
+    #[inline]
+    pub fn in_span(&self, addr: *const u8) -> bool {
+        let off = (addr as usize).wrapping_sub(self.base.load(Ordering::Relaxed));
+        off < self.nr_span_sections.load(Ordering::Relaxed) << SECTION_SHIFT
+    }
+
+    /// The node of a page.
+    #[inline]
+    pub fn page_to_nid(&self, page: NonNull<Page>) -> usize {
+        let pfn = self.page_to_pfn(page);
+        self.sections[pfn >> PFN_SECTION_SHIFT]
+            .node
+            .load(Ordering::Relaxed) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::mmzone::{SECTION_MANAGED_PAGES, SECTION_SIZE};
+    use super::super::test_platform::allocator;
+    use super::super::{Config, PAGE_SIZE};
+    use super::*;
+
+    fn base<P: Platform>(pa: &PageAllocator<P>) -> usize {
+        pa.base.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn conversions_round_trip_on_managed_pages() {
+        let pa = allocator(2, Config::default());
+        assert!(pa.add_memory(0));
+        let first = MEMMAP_PAGES;
+        let last = MEMMAP_PAGES + SECTION_MANAGED_PAGES - 1;
+        for pfn in [first, first + 1, first + 511, last] {
+            let page = pa.pfn_to_page(pfn).expect("managed page");
+            assert_eq!(pa.page_to_pfn(page), pfn);
+            let addr = pa.page_address(page);
+            assert_eq!(addr.as_ptr() as usize, base(pa) + pfn * PAGE_SIZE);
+            assert_eq!(pa.virt_to_page(addr.as_ptr()), Some(page));
+            // Any byte of the page finds the same descriptor.
+            // SAFETY: within the page's own 4 KiB.
+            let inner = unsafe { addr.as_ptr().add(PAGE_SIZE - 1) };
+            assert_eq!(pa.virt_to_page(inner), Some(page));
+            assert_eq!(pa.virt_to_page_raw(inner), page.as_ptr());
+            assert_eq!(pa.page_to_nid(page), 0);
+        }
+    }
+
+    #[test]
+    fn unmanaged_addresses_have_no_page() {
+        let pa = allocator(2, Config::default());
+        assert!(pa.add_memory(0));
+        let base = base(pa);
+        // The memmap pages of an online section: not managed, but described.
+        assert_eq!(pa.pfn_to_page(0), None);
+        assert_eq!(pa.pfn_to_page(MEMMAP_PAGES - 1), None);
+        assert_eq!(pa.virt_to_page(base as *const u8), None);
+        let memmap = pa
+            .virt_to_page_any(base as *const u8)
+            .expect("online section");
+        // SAFETY: memmap descriptors of an online section are mapped.
+        assert!(unsafe { memmap.as_ref() }.flags().is_empty());
+        // The second section was never brought online; past the span is not ours.
+        let second = (base + SECTION_SIZE) as *const u8;
+        assert!(pa.in_span(second));
+        assert_eq!(pa.virt_to_page(second), None);
+        assert_eq!(pa.virt_to_page_any(second), None);
+        let past = (base + 2 * SECTION_SIZE) as *const u8;
+        assert!(!pa.in_span(past));
+        assert_eq!(pa.virt_to_page_any(past), None);
+        assert!(!pa.in_span((base - 1) as *const u8));
+        assert_eq!(pa.pfn_to_page(usize::MAX), None);
+    }
+
+    #[test]
+    fn sections_carry_their_node() {
+        let pa = allocator(
+            2,
+            Config {
+                nr_nodes: 2,
+                ..Config::default()
+            },
+        );
+        assert!(pa.add_memory(1));
+        assert!(pa.add_memory(0));
+        let on_1 = pa.pfn_to_page(MEMMAP_PAGES).unwrap();
+        let on_0 = pa
+            .pfn_to_page((1 << PFN_SECTION_SHIFT) + MEMMAP_PAGES)
+            .unwrap();
+        assert_eq!((pa.page_to_nid(on_1), pa.page_to_nid(on_0)), (1, 0));
+    }
+}
