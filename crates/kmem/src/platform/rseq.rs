@@ -74,7 +74,7 @@ macro_rules! rseq_descriptor {
 }
 
 /// Entries of the CPU table the sections index (CPU ids at or past it: no area).
-pub const TABLE_LEN: usize = crate::heap::MAX_CPU_IDS;
+pub const TABLE_LEN: usize = super::MAX_CPU_IDS;
 
 /// The calling thread's `struct rseq`, if glibc registered one.
 #[inline]
