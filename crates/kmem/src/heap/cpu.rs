@@ -3,28 +3,14 @@
 //! per-CPU mode the area of the CPU the thread runs on with that area's local lock
 //! held (see `percpu`), or none (the zone path).
 //!
-//! Locking: a guard holds at most one area's local lock, and marks it in the thread's
-//! `HELD_AREA` slot so that a nested operation of the same thread (a callback inside
+//! Locking: a guard holds at most one area's local lock, marked in the thread's
+//! held-area slot (`percpu`) so that a nested operation of the same thread (a callback inside
 //! one, a huge mapping's descriptor) reuses the held area instead of waiting for
 //! itself. The mark is cleared when the guard that took the lock drops.
 
-use super::percpu::MODE_THREAD;
-use super::{thread, Heap, READY};
+use super::{percpu, thread, Heap, MODE_THREAD, READY};
 use kmem_core::{CpuArea, CpuRef};
-use std::cell::Cell;
 use std::sync::atomic::Ordering;
-
-thread_local! {
-    /// Per-CPU mode: the area whose local lock this thread holds (0: none), so that a
-    /// nested allocation on the same thread (a callback inside an operation) uses it
-    /// instead of waiting for itself.
-    static HELD_AREA: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The area whose local lock this thread holds (0: none).
-pub(super) fn held_area() -> usize {
-    HELD_AREA.with(Cell::get)
-}
 
 /// The calling context's CPU area for one operation (see [`Heap::cpu`]): the area,
 /// and in per-CPU mode its local lock, released (and the thread's held-area mark
@@ -62,7 +48,7 @@ impl Drop for CpuGuard {
     #[inline]
     fn drop(&mut self) {
         if self.lock.is_some() {
-            HELD_AREA.with(|h| h.set(0));
+            percpu::release_held();
         }
     }
 }
@@ -95,19 +81,16 @@ impl Heap {
             );
         }
         // Per-CPU mode. Nested in an operation of this thread: the area it holds.
-        let held = held_area();
+        let held = percpu::held_area();
         if held != 0 {
             return CpuGuard::unlocked(held);
         }
-        let Some(area) = self.area_of_cpu(crate::platform::linux::current_cpu()) else {
-            return CpuGuard::NONE;
-        };
-        let lock = area.local_lock();
-        let a = area as *const CpuArea as usize;
-        HELD_AREA.with(|h| h.set(a));
-        CpuGuard {
-            area: a,
-            lock: Some(lock),
+        match self.lock_this_cpu_area() {
+            Some((area, lock)) => CpuGuard {
+                area: area as *const CpuArea as usize,
+                lock: Some(lock),
+            },
+            None => CpuGuard::NONE,
         }
     }
 }

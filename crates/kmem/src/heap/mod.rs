@@ -54,10 +54,18 @@ use crate::platform::{os, LinuxPlatform};
 use kmem_core::mmzone::SECTION_SIZE;
 use kmem_core::page::PAGE_SHIFT;
 use kmem_core::{Config, CpuArea, Kmem, PageAllocator, Platform, SlabFlags};
-use percpu::{MODE_CPU_CAS, MODE_CPU_RSEQ, MODE_THREAD};
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
+
+/// The heap's `mode` (see `percpu`): one CPU area per thread.
+const MODE_THREAD: u8 = 0;
+/// Per-CPU, every operation under the area's local lock.
+const MODE_CPU_LOCK: u8 = 1;
+/// Per-CPU, lockless alloc/free fast paths (double-word CAS), the rest locked.
+const MODE_CPU_CAS: u8 = 2;
+/// Per-CPU, restartable sequences for the alloc/free fast paths, the rest locked.
+const MODE_CPU_RSEQ: u8 = 4;
 
 const UNINIT: u8 = 0;
 const INITIALIZING: u8 = 1;

@@ -15,8 +15,7 @@
 //! Locking: none. An area in a thread's slot is that thread's alone until the slot
 //! stops naming it (exit or [`Heap::detach_thread`]).
 
-use super::percpu::MODE_THREAD;
-use super::{Heap, HEAP, READY};
+use super::{Heap, HEAP, MODE_THREAD, READY};
 use crate::platform::os;
 use kmem_core::memcontrol::ObjCgroup;
 use kmem_core::{CpuArea, CpuRef, Platform};
