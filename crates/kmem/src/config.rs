@@ -83,15 +83,14 @@ pub const VARS: [Var; 8] = [
                `cpu-lock` (every operation under the CPU area's lock)",
         expected: "thread, cpu, cpu-cas, cpu-rseq or cpu-lock",
         parse: |v, cfg| {
-            cfg.percpu = match v {
-                b"thread" => PerCpuMode::Thread,
-                b"cpu" => PerCpuMode::Cpu,
-                b"cpu-cas" => PerCpuMode::CpuCas,
-                b"cpu-rseq" => PerCpuMode::CpuRseq,
-                b"cpu-lock" => PerCpuMode::CpuLock,
-                _ => return false,
-            };
-            true
+            let modes: [(&[u8], _); 5] = [
+                (b"thread", PerCpuMode::Thread),
+                (b"cpu", PerCpuMode::Cpu),
+                (b"cpu-cas", PerCpuMode::CpuCas),
+                (b"cpu-rseq", PerCpuMode::CpuRseq),
+                (b"cpu-lock", PerCpuMode::CpuLock),
+            ];
+            keyword(v, &modes).map(|m| cfg.percpu = m).is_some()
         },
     },
     Var {
@@ -145,13 +144,12 @@ pub const VARS: [Var; 8] = [
                freelists), `off`",
         expected: "on, random or off",
         parse: |v, cfg| {
-            cfg.harden = match v {
-                b"on" => Harden::On,
-                b"random" => Harden::Random,
-                b"off" => Harden::Off,
-                _ => return false,
-            };
-            true
+            let modes: [(&[u8], _); 3] = [
+                (b"on", Harden::On),
+                (b"random", Harden::Random),
+                (b"off", Harden::Off),
+            ];
+            keyword(v, &modes).map(|h| cfg.harden = h).is_some()
         },
     },
     Var {
@@ -535,6 +533,11 @@ pub fn parse_size(v: &[u8]) -> Option<usize> {
     n.checked_mul(1u64 << shift).map(|b| b as usize)
 }
 
+/// The value of the keyword `v` in `table`.
+fn keyword<T: Copy>(v: &[u8], table: &[(&[u8], T)]) -> Option<T> {
+    table.iter().find(|(k, _)| *k == v).map(|&(_, t)| t)
+}
+
 fn parse_u64(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(|b| b.is_ascii_digit()) {
         return None;
@@ -582,6 +585,15 @@ fn warn_line(parts: &[&[u8]]) {
 mod tests {
     use super::*;
 
+    /// The configuration with exactly the variables `vars` set.
+    fn with(vars: &[(&str, &'static str)]) -> EnvConfig {
+        from_lookup(|n| {
+            vars.iter()
+                .find(|(k, _)| k.as_bytes() == n.to_bytes())
+                .map(|(_, v)| v.as_bytes())
+        })
+    }
+
     #[test]
     fn sizes_parse() {
         assert_eq!(parse_size(b"512M"), Some(512 << 20));
@@ -595,21 +607,16 @@ mod tests {
 
     #[test]
     fn lookup_fills_and_defaults() {
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_MAX" => Some(b"1G".as_slice()),
-            b"KMEM_NUMA_FAKE" => Some(b"4".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[("KMEM_MAX", "1G"), ("KMEM_NUMA_FAKE", "4")]);
         assert_eq!(cfg.max_bytes, 1 << 30);
         assert_eq!(cfg.numa_fake, 4);
         assert_eq!(cfg.decay_ms, 1000);
         // Malformed values fall back to the defaults.
-        let bad = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_MAX" => Some(b"lots".as_slice()),
-            b"KMEM_NUMA_FAKE" => Some(b"99".as_slice()),
-            b"KMEM_DECAY_MS" => Some(b"-1".as_slice()),
-            _ => None,
-        });
+        let bad = with(&[
+            ("KMEM_MAX", "lots"),
+            ("KMEM_NUMA_FAKE", "99"),
+            ("KMEM_DECAY_MS", "-1"),
+        ]);
         assert_eq!(bad, EnvConfig::default());
     }
 
@@ -638,44 +645,27 @@ mod tests {
 
     #[test]
     fn percpu_and_stats_values() {
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_PERCPU" => Some(b"cpu-rseq".as_slice()),
-            b"KMEM_STATS" => Some(b"/tmp/kmem.stats".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[
+            ("KMEM_PERCPU", "cpu-rseq"),
+            ("KMEM_STATS", "/tmp/kmem.stats"),
+        ]);
         assert_eq!(cfg.percpu, PerCpuMode::CpuRseq);
         assert_eq!(cfg.stats.path().unwrap().to_bytes(), b"/tmp/kmem.stats");
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_PERCPU" => Some(b"sometimes".as_slice()),
-            b"KMEM_STATS" => Some(b"stderr".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[("KMEM_PERCPU", "sometimes"), ("KMEM_STATS", "stderr")]);
         assert_eq!(cfg.percpu, PerCpuMode::Thread);
         assert_eq!(cfg.stats, StatsTarget::Stderr);
     }
 
     #[test]
     fn init_and_harden_values() {
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_INIT" => Some(b"alloc,free".as_slice()),
-            b"KMEM_HARDEN" => Some(b"random".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[("KMEM_INIT", "alloc,free"), ("KMEM_HARDEN", "random")]);
         assert!(cfg.init_on_alloc && cfg.init_on_free);
         assert_eq!(cfg.harden, Harden::Random);
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_INIT" => Some(b"free".as_slice()),
-            b"KMEM_HARDEN" => Some(b"off".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[("KMEM_INIT", "free"), ("KMEM_HARDEN", "off")]);
         assert!(!cfg.init_on_alloc && cfg.init_on_free);
         assert_eq!(cfg.harden, Harden::Off);
         // Malformed: the defaults.
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_INIT" => Some(b"alloc,sometimes".as_slice()),
-            b"KMEM_HARDEN" => Some(b"very".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[("KMEM_INIT", "alloc,sometimes"), ("KMEM_HARDEN", "very")]);
         assert_eq!(cfg, EnvConfig::default());
     }
 

@@ -15,6 +15,20 @@ static A: KmemAlloc = KmemAlloc;
 
 const N: usize = 1_000_000;
 
+/// Looks up N pseudo-random keys (the same ones every call); returns the hits and the
+/// sum of the values found.
+fn probe(get: impl Fn(&u64) -> Option<u64>) -> (u64, u64) {
+    let mut queries = XorShift::new(99);
+    let (mut hits, mut sum) = (0u64, 0u64);
+    for _ in 0..N {
+        if let Some(v) = get(&(queries.next_u64() % (4 * N as u64))) {
+            hits += 1;
+            sum = sum.wrapping_add(v);
+        }
+    }
+    (hits, sum)
+}
+
 #[test]
 fn hashmap_and_btreemap_agree_with_the_system_allocator() {
     // Under kmem (std collections use the global allocator).
@@ -26,16 +40,7 @@ fn hashmap_and_btreemap_agree_with_the_system_allocator() {
         *h.entry(k).or_insert(0) += i;
         *b.entry(k).or_insert(0) += i;
     }
-    let mut queries = XorShift::new(99);
-    let mut hits = 0u64;
-    let mut sum = 0u64;
-    for _ in 0..N {
-        let k = queries.next_u64() % (4 * N as u64);
-        if let Some(v) = h.get(&k) {
-            hits += 1;
-            sum = sum.wrapping_add(*v);
-        }
-    }
+    let (hits, sum) = probe(|k| h.get(k).copied());
     let range: u64 = b
         .range(1000..200_000)
         .map(|(k, v)| k ^ v)
@@ -52,15 +57,7 @@ fn hashmap_and_btreemap_agree_with_the_system_allocator() {
     let mut sorted: AVec<(u64, u64), System> = AVec::with_capacity_in(hs.len(), System);
     sorted.extend(hs.iter().map(|(&k, &v)| (k, v)));
     sorted.sort_unstable();
-    let mut queries = XorShift::new(99);
-    let (mut hits_s, mut sum_s) = (0u64, 0u64);
-    for _ in 0..N {
-        let k = queries.next_u64() % (4 * N as u64);
-        if let Some(v) = hs.get(&k) {
-            hits_s += 1;
-            sum_s = sum_s.wrapping_add(*v);
-        }
-    }
+    let (hits_s, sum_s) = probe(|k| hs.get(k).copied());
     let range_s: u64 = sorted
         .iter()
         .filter(|(k, _)| (1000..200_000).contains(k))

@@ -4,7 +4,7 @@
 //!
 //! This module owns the [`Heap`] type, its static and its lazy initialisation; the
 //! rest of `impl Heap` lives in the submodules, one concern each:
-//! - `cpu`: the CPU area an operation runs on ([`Heap::cpu`], `CpuGuard`);
+//! - `cpu`: the CPU area an operation runs on (`Heap::cpu`, `CpuGuard`);
 //! - `thread`: thread mode: a thread's area (attach, detach, the thread-exit key) and
 //!   the thread's active memory cgroup;
 //! - `percpu`: per-CPU mode: the CPU table, the mode, and the rseq → CAS → lock
@@ -20,10 +20,10 @@
 //! Lazy, on the first call, thread-safe and recursion-free: the first caller moves
 //! `state` from `UNINIT` to `INITIALIZING`, reads the environment (without
 //! allocating), chooses the per-CPU mode, sets kmem-core's process-wide hooks
-//! ([`Heap::configure_core`]), reserves the span, initialises the core and creates the
+//! (`Heap::configure_core`), reserves the span, initialises the core and creates the
 //! thread-exit key; others wait for `READY`. Nothing in it allocates through the heap.
 //! What may allocate (loading the unwinder, `atexit`, `pthread_atfork`) runs just after
-//! `READY` ([`Heap::after_init`]).
+//! `READY` (`Heap::after_init`).
 //!
 //! ## Locking
 //! `env` is written once before `READY` and read-only after; `state` and `mode` are

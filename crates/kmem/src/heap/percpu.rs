@@ -1,8 +1,8 @@
 //! Per-CPU mode: with `KMEM_PERCPU=cpu*` (or [`set_percpu_mode`]) CPU areas belong to
 //! CPU ids instead of threads (`cpu_table`, an area made on a CPU's first use; ids past
-//! [`MAX_CPU_IDS`](super::MAX_CPU_IDS) use the zone path). An operation takes the area of the CPU it runs
-//! on (`sched_getcpu`, answered from glibc's rseq area) and holds its local lock (see
-//! `cpu`).
+//! [`MAX_CPU_IDS`](super::MAX_CPU_IDS) use the zone path). An operation takes the area
+//! of the CPU it runs on (the `cpu_id` of glibc's rseq area, else `sched_getcpu`) and
+//! holds its local lock (see `cpu`), marked in the thread's held-area slot.
 //!
 //! The kmalloc and kmem_cache alloc/free paths without a thread area go through one
 //! fallback, [`fallback`]: first, without the lock, the restartable sequences of
