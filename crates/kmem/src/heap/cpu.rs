@@ -4,11 +4,11 @@
 //! held (see `percpu`), or none (the zone path).
 //!
 //! Locking: a guard holds at most one area's local lock, marked in the thread's
-//! held-area slot (`percpu`) so that a nested operation of the same thread (a callback inside
+//! held-area slot (`thread`) so that a nested operation of the same thread (a callback inside
 //! one, a huge mapping's descriptor) reuses the held area instead of waiting for
 //! itself. The mark is cleared when the guard that took the lock drops.
 
-use super::{percpu, thread, Heap, MODE_THREAD, READY};
+use super::{thread, Heap, MODE_THREAD, READY};
 use kmem_core::{CpuArea, CpuRef};
 use std::sync::atomic::Ordering;
 
@@ -48,7 +48,7 @@ impl Drop for CpuGuard {
     #[inline]
     fn drop(&mut self) {
         if self.lock.is_some() {
-            percpu::release_held();
+            thread::set_held_area(0);
         }
     }
 }
@@ -81,7 +81,7 @@ impl Heap {
             );
         }
         // Per-CPU mode. Nested in an operation of this thread: the area it holds.
-        let held = percpu::held_area();
+        let held = thread::held_area();
         if held != 0 {
             return CpuGuard::unlocked(held);
         }

@@ -16,13 +16,13 @@
 //! lock covers everything but the lockless fast paths. The table itself is read
 //! without a lock (entries are published once, with Release).
 
+use super::thread::{held_area, set_held_area};
 use super::{Heap, HEAP, UNINIT};
 use super::{MODE_CPU_CAS, MODE_CPU_LOCK, MODE_CPU_RSEQ, MODE_THREAD};
 use crate::config::PerCpuMode;
 use crate::platform::linux::write_stderr;
 use kmem_core::sync::SpinLockGuard;
 use kmem_core::{CpuArea, CpuRef, Gfp, KmemCache, Page};
-use std::cell::Cell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
@@ -33,23 +33,6 @@ const MODE_UNSET: u8 = u8::MAX;
 /// Per-CPU, the best mechanism here (a request, resolved at initialisation; never the
 /// heap's `mode`).
 const MODE_CPU: u8 = 3;
-
-thread_local! {
-    /// The area whose local lock this thread holds (0: none), so that a nested
-    /// allocation on the same thread (a callback inside an operation) uses it instead
-    /// of waiting for itself.
-    static HELD_AREA: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The area whose local lock this thread holds (0: none).
-pub(super) fn held_area() -> usize {
-    HELD_AREA.with(Cell::get)
-}
-
-/// Clears the thread's held-area mark (its guard is dropping the lock).
-pub(super) fn release_held() {
-    HELD_AREA.with(|h| h.set(0));
-}
 
 fn mode_code(mode: PerCpuMode) -> u8 {
     match mode {
@@ -227,14 +210,16 @@ impl Heap {
     }
 
     /// Per-CPU mode: the area of the CPU the thread runs on, with its local lock taken
-    /// and marked as this thread's (until [`release_held`]). `None`: no area to be had
-    /// (a CPU id past the table, or no memory for one).
+    /// and marked as this thread's held area (the caller clears the mark when it
+    /// releases the lock). `None`: no area to be had (a CPU id past the table, or no
+    /// memory for one).
+    #[inline(always)]
     pub(super) fn lock_this_cpu_area(
         &self,
     ) -> Option<(&'static CpuArea, SpinLockGuard<'static, ()>)> {
         let area = self.area_of_cpu(crate::platform::linux::current_cpu())?;
         let lock = area.local_lock();
-        HELD_AREA.with(|h| h.set(area as *const CpuArea as usize));
+        set_held_area(area as *const CpuArea as usize);
         Some((area, lock))
     }
 

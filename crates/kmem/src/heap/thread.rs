@@ -2,8 +2,9 @@
 //! "owned" mode). The first operation of a thread that needs one takes an area from
 //! the pool (or makes one) and sets a pthread key whose destructor is the thread's
 //! "CPU offline": it drains the area's lists and returns it to the pool, so a program
-//! that starts and joins many threads reuses a handful of areas. Also here: the
-//! thread's active memory cgroup (`set_active_memcg`).
+//! that starts and joins many threads reuses a handful of areas. Also here, as the
+//! thread's other slots: the area whose lock it holds in per-CPU mode (see `cpu`) and
+//! its active memory cgroup (`set_active_memcg`).
 //!
 //! The thread-local slots are const-initialised `Cell<usize>`s with no destructor, so
 //! reading them never allocates or registers anything. `THIS_AREA` holds `0` (no area
@@ -28,6 +29,10 @@ const EXITED: usize = 2;
 
 thread_local! {
     static THIS_AREA: Cell<usize> = const { Cell::new(0) };
+    /// Per-CPU mode: the area whose local lock this thread holds (0: none), so that a
+    /// nested allocation on the same thread (a callback inside an operation) uses it
+    /// instead of waiting for itself.
+    static HELD_AREA: Cell<usize> = const { Cell::new(0) };
     /// The thread's active memory cgroup (`set_active_memcg`): the address of its
     /// objcg, or 0 (allocations are not charged).
     static ACTIVE_OBJCG: Cell<usize> = const { Cell::new(0) };
@@ -43,6 +48,18 @@ pub(super) fn slot() -> usize {
 #[inline(always)]
 pub(super) fn is_area(slot: usize) -> bool {
     slot > EXITED
+}
+
+/// Per-CPU mode: the area whose local lock this thread holds (0: none).
+#[inline(always)]
+pub(super) fn held_area() -> usize {
+    HELD_AREA.with(Cell::get)
+}
+
+/// Per-CPU mode: marks `area` (0: none) as the one whose lock this thread holds.
+#[inline(always)]
+pub(super) fn set_held_area(area: usize) {
+    HELD_AREA.with(|h| h.set(area));
 }
 
 /// Marks this thread as the one initialising the heap (or clears the mark).

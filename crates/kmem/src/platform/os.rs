@@ -10,10 +10,10 @@
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
 
-/// The process environment as `NAME=value` entries (glibc's `environ`), first to last.
-/// Nothing is copied. Like `getenv`, the entries are valid while nobody calls `setenv`
-/// or `putenv`: kmem reads them once, at initialisation.
-pub(crate) fn env_entries() -> impl Iterator<Item = &'static [u8]> {
+/// glibc's `environ`: each entry a NUL-terminated `NAME=value`, first to last. Like
+/// `getenv`, the entries are valid while nobody calls `setenv` or `putenv`: kmem reads
+/// them once, at initialisation.
+fn environ() -> impl Iterator<Item = *const libc::c_char> {
     // SAFETY: `environ` is glibc's NULL-terminated array of NUL-terminated strings (or
     // null). Reading the pointer itself has no precondition.
     let mut p = unsafe { ptr::addr_of!(libc::environ).read() } as *const *const libc::c_char;
@@ -28,17 +28,33 @@ pub(crate) fn env_entries() -> impl Iterator<Item = &'static [u8]> {
         }
         // SAFETY: a non-null entry before the end; the next slot is still in the array.
         p = unsafe { p.add(1) };
-        // SAFETY: every entry is a NUL-terminated string that outlives this read (see
-        // the function doc).
-        Some(unsafe { CStr::from_ptr(s) }.to_bytes())
+        Some(s)
     })
 }
 
+/// The process environment as `NAME=value` entries, first to last, in place (nothing is
+/// copied; see [`environ`] for how long they stay valid).
+pub(crate) fn env_entries() -> impl Iterator<Item = &'static [u8]> {
+    // SAFETY: every entry is a NUL-terminated string that outlives this read.
+    environ().map(|s| unsafe { CStr::from_ptr(s) }.to_bytes())
+}
+
 /// The value of the environment variable `name` (the first entry for it, as `getenv`).
+/// `name` holds no `=` or NUL.
 pub(crate) fn getenv(name: &[u8]) -> Option<&'static [u8]> {
-    env_entries().find_map(|e| {
-        let rest = e.strip_prefix(name)?;
-        rest.strip_prefix(b"=")
+    environ().find_map(|s| {
+        // Compare in place, so that only the match is measured. SAFETY: the entry is
+        // NUL-terminated and `name` has no NUL, so no read passes the terminator.
+        let matches = name
+            .iter()
+            .enumerate()
+            .all(|(i, &b)| unsafe { *s.add(i) } as u8 == b);
+        // SAFETY: `s[..name.len()]` matched non-NUL bytes, so `s[name.len()]` is in the
+        // string; the value after the `=` is NUL-terminated too.
+        unsafe {
+            (matches && *s.add(name.len()) as u8 == b'=')
+                .then(|| CStr::from_ptr(s.add(name.len() + 1)).to_bytes())
+        }
     })
 }
 
