@@ -15,6 +15,9 @@
 //! Send/Sync: objects are allocated on one thread and may be dropped on another, where
 //! the value is dropped or kept; so the cache is `Send + Sync` when `T: Send`. A `KBox`
 //! is `Send`/`Sync` exactly when `T` is, as `Box` is.
+//!
+//! Owns nothing but the raw cache of each [`KmemCache`]; no lock of its own (objects
+//! come and go through the heap's `kmem_cache_*` calls and their CPU-area rules).
 
 use crate::heap::heap;
 use kmem_core::slab_common::DestroyError;

@@ -1,21 +1,168 @@
-//! Configuration from the environment, read once and without allocating (kmem may be
-//! the process's malloc, so `std::env` is off limits).
+//! Configuration from the environment, read once, at the heap's initialisation, and
+//! without allocating (kmem may be the process's malloc, so `std::env` is off limits:
+//! the variables come from glibc's `environ` in place, and warnings are assembled in
+//! stack buffers and written with `write(2)`).
 //!
-//! | variable          | meaning                                              | default   |
-//! |-------------------|------------------------------------------------------|-----------|
-//! | `KMEM_MAX`        | bound on the heap, a size like `512M`, `2G`, `65536`  | none      |
-//! | `KMEM_NUMA_FAKE`  | split the machine into N fake nodes (`numa=fake=N`)   | real nodes|
-//! | `KMEM_DECAY_MS`   | how long freed memory stays resident before it is given back | 1000 |
-//! | `KMEM_DEBUG`      | slub_debug options in the kernel's syntax: `FZPU`, `FZ,kmalloc-64,kmalloc-128`, `-`, blocks joined by `;` | off |
-//! | `KMEM_INIT`       | `alloc`, `free` or `alloc,free`: zero objects when handed out / when freed (init_on_alloc, init_on_free) | off |
-//! | `KMEM_HARDEN`     | `on` (obfuscated free pointers), `random` (also randomised freelists), `off` | `on` |
-//! | `KMEM_PERCPU`     | `thread` (a CPU area per thread), or `cpu` / `cpu-cas` / `cpu-rseq` (per-CPU mode) | `thread` |
-//! | `KMEM_STATS`      | `stderr` or a file path: print slabinfo, buddyinfo and vmstat at exit | off |
+//! [`VARS`] is the one table of the variables — name, default, meaning, the shape of a
+//! value, and the parser — from which come the parsing ([`from_lookup`]), the warning
+//! for a value that cannot be parsed (one line on stderr naming the variable, then the
+//! default is used), and the configuration table of the README ([`markdown_table`]; a
+//! test keeps the two equal). A `KMEM_*` variable that is none of them but close to one
+//! (a misspelling) gets a warning naming the closest ([`warn_unknown_vars`]).
 //!
-//! A value that cannot be parsed gets one warning line on stderr naming the variable,
-//! and the default.
+//! Owns no state and takes no lock: the heap keeps the result.
 
 use crate::platform::linux::write_stderr;
+use crate::platform::os;
+use std::ffi::CStr;
+
+/// One environment variable of [`VARS`].
+pub struct Var {
+    name: &'static CStr,
+    default: &'static str,
+    help: &'static str,
+    expected: &'static str,
+    /// Reads a value into the configuration; false if it cannot be parsed (the
+    /// configuration keeps the default).
+    parse: fn(&[u8], &mut EnvConfig) -> bool,
+}
+
+impl Var {
+    /// The variable's name (`KMEM_MAX`).
+    pub fn name(&self) -> &'static str {
+        self.name.to_str().unwrap_or("")
+    }
+
+    /// What is used when it is unset or malformed (markdown, as in the README).
+    pub fn default(&self) -> &'static str {
+        self.default
+    }
+
+    /// What it means (markdown, one line, as in the README).
+    pub fn help(&self) -> &'static str {
+        self.help
+    }
+}
+
+/// The variables, in the order they are read (and warned about).
+pub const VARS: [Var; 8] = [
+    Var {
+        name: c"KMEM_MAX",
+        default: "no limit",
+        help: "bound on the heap (`512M`, `2G`, bytes)",
+        expected: "a size such as 512M, 2G or 65536",
+        parse: |v, cfg| parse_size(v).map(|n| cfg.max_bytes = n).is_some(),
+    },
+    Var {
+        name: c"KMEM_NUMA_FAKE",
+        default: "the real nodes",
+        help: "split the machine into N fake nodes, like `numa=fake=N`",
+        expected: "a node count from 1 to 16",
+        parse: |v, cfg| match parse_u64(v) {
+            Some(n) if (1..=kmem_core::mmzone::MAX_NUMNODES as u64).contains(&n) => {
+                cfg.numa_fake = n as usize;
+                true
+            }
+            _ => false,
+        },
+    },
+    Var {
+        name: c"KMEM_DEBUG",
+        default: "no debugging",
+        help: "slub_debug options in the kernel's syntax (`FZPU`, `FZ,kmalloc-64;P`, `-`)",
+        expected: "slub_debug options such as FZPU or FZ,kmalloc-64;P",
+        parse: |v, cfg| DebugConfig::parse(v).map(|d| cfg.debug = d).is_ok(),
+    },
+    Var {
+        name: c"KMEM_PERCPU",
+        default: "`thread`",
+        help: "`thread` (a CPU area per thread); `cpu` (a CPU area per CPU with the fastest \
+               mechanism here: `cpu-rseq` where glibc registers rseq, else `cpu-cas` where the \
+               CPU has `cmpxchg16b`, else `cpu-lock`); `cpu-rseq` (alloc/free fast paths in \
+               restartable sequences); `cpu-cas` (lockless fast paths with a double-word CAS); \
+               `cpu-lock` (every operation under the CPU area's lock)",
+        expected: "thread, cpu, cpu-cas, cpu-rseq or cpu-lock",
+        parse: |v, cfg| {
+            let modes: [(&[u8], _); 5] = [
+                (b"thread", PerCpuMode::Thread),
+                (b"cpu", PerCpuMode::Cpu),
+                (b"cpu-cas", PerCpuMode::CpuCas),
+                (b"cpu-rseq", PerCpuMode::CpuRseq),
+                (b"cpu-lock", PerCpuMode::CpuLock),
+            ];
+            keyword(v, &modes).map(|m| cfg.percpu = m).is_some()
+        },
+    },
+    Var {
+        name: c"KMEM_STATS",
+        default: "no report",
+        help: "`stderr` or a file: print slabinfo, buddyinfo, vmstat and each memory \
+               cgroup's files at exit",
+        expected: "stderr or a file path under 256 bytes",
+        parse: |v, cfg| {
+            cfg.stats = match v {
+                b"" => StatsTarget::None,
+                b"stderr" => StatsTarget::Stderr,
+                path if path.len() < 256 && !path.contains(&0) => {
+                    let mut buf = [0u8; 256];
+                    buf[..path.len()].copy_from_slice(path);
+                    StatsTarget::File(buf)
+                }
+                _ => return false,
+            };
+            true
+        },
+    },
+    Var {
+        name: c"KMEM_INIT",
+        default: "off",
+        help: "`alloc`, `free`, `alloc,free`: zero objects when handed out / when freed",
+        expected: "alloc, free or alloc,free",
+        parse: |v, cfg| {
+            let (mut a, mut f) = (false, false);
+            let ok = v.split(|&b| b == b',').all(|w| match w {
+                b"alloc" => {
+                    a = true;
+                    true
+                }
+                b"free" => {
+                    f = true;
+                    true
+                }
+                _ => false,
+            });
+            if ok {
+                (cfg.init_on_alloc, cfg.init_on_free) = (a, f);
+            }
+            ok
+        },
+    },
+    Var {
+        name: c"KMEM_HARDEN",
+        default: "`on`",
+        help: "`on` (obfuscated, checked free pointers), `random` (also randomised \
+               freelists), `off`",
+        expected: "on, random or off",
+        parse: |v, cfg| {
+            let modes: [(&[u8], _); 3] = [
+                (b"on", Harden::On),
+                (b"random", Harden::Random),
+                (b"off", Harden::Off),
+            ];
+            keyword(v, &modes).map(|h| cfg.harden = h).is_some()
+        },
+    },
+    Var {
+        name: c"KMEM_DECAY_MS",
+        default: "1000",
+        help: "how long freed memory stays resident before it is given back to the OS",
+        expected: "milliseconds",
+        parse: |v, cfg| parse_u64(v).map(|n| cfg.decay_ms = n).is_some(),
+    },
+];
+
+// KMEM_NUMA_FAKE's `expected` names the limit.
+const _: () = assert!(kmem_core::mmzone::MAX_NUMNODES == 16);
 
 /// The settings read from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -51,19 +198,24 @@ pub enum Harden {
     Off,
 }
 
+impl EnvConfig {
+    /// Every variable unset (the `default` column of [`VARS`]).
+    pub const DEFAULT: EnvConfig = EnvConfig {
+        max_bytes: 0,
+        numa_fake: 0,
+        decay_ms: 1000,
+        debug: DebugConfig::EMPTY,
+        percpu: PerCpuMode::Thread,
+        stats: StatsTarget::None,
+        init_on_alloc: false,
+        init_on_free: false,
+        harden: Harden::On,
+    };
+}
+
 impl Default for EnvConfig {
     fn default() -> Self {
-        Self {
-            max_bytes: 0,
-            numa_fake: 0,
-            decay_ms: 1000,
-            debug: DebugConfig::default(),
-            percpu: PerCpuMode::Thread,
-            stats: StatsTarget::None,
-            init_on_alloc: false,
-            init_on_free: false,
-            harden: Harden::On,
-        }
+        Self::DEFAULT
     }
 }
 
@@ -260,135 +412,102 @@ impl DebugConfig {
     }
 }
 
-/// Reads the variables from the process environment.
+/// Reads the variables from the process environment (warning about malformed values).
 pub fn from_env() -> EnvConfig {
-    from_lookup(|name| {
-        // SAFETY: `name` is a NUL-terminated literal; getenv returns null or a pointer
-        // into the environment, valid while nobody calls setenv (kmem reads it once,
-        // at initialisation).
-        let p = unsafe { libc::getenv(name.as_ptr()) };
-        if p.is_null() {
-            None
-        } else {
-            // SAFETY: getenv returned a NUL-terminated string.
-            Some(unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes())
-        }
-    })
+    from_lookup(|name| os::getenv(name.to_bytes()))
 }
 
-/// Parses the variables through `get` (a test hook; [`from_env`] uses getenv).
-pub fn from_lookup<'a>(get: impl Fn(&std::ffi::CStr) -> Option<&'a [u8]>) -> EnvConfig {
-    let mut cfg = EnvConfig::default();
-    if let Some(v) = get(c"KMEM_MAX") {
-        match parse_size(v) {
-            Some(n) => cfg.max_bytes = n,
-            None => warn(
-                b"KMEM_MAX",
-                v,
-                b"a size such as 512M, 2G or 65536",
-                b"no limit",
-            ),
-        }
-    }
-    if let Some(v) = get(c"KMEM_NUMA_FAKE") {
-        match parse_u64(v) {
-            Some(n) if (1..=kmem_core::mmzone::MAX_NUMNODES as u64).contains(&n) => {
-                cfg.numa_fake = n as usize
+/// Parses the variables through `get` (a test hook; [`from_env`] reads `environ`).
+pub fn from_lookup<'a>(get: impl Fn(&CStr) -> Option<&'a [u8]>) -> EnvConfig {
+    let mut cfg = EnvConfig::DEFAULT;
+    for var in &VARS {
+        if let Some(v) = get(var.name) {
+            if !(var.parse)(v, &mut cfg) {
+                warn_line(&value_warning(var, v));
             }
-            _ => warn(
-                b"KMEM_NUMA_FAKE",
-                v,
-                b"a node count from 1 to 16",
-                b"the real nodes",
-            ),
-        }
-    }
-    if let Some(v) = get(c"KMEM_DEBUG") {
-        match DebugConfig::parse(v) {
-            Ok(d) => cfg.debug = d,
-            Err(_) => warn(
-                b"KMEM_DEBUG",
-                v,
-                b"slub_debug options such as FZPU or FZ,kmalloc-64;P",
-                b"no debugging",
-            ),
-        }
-    }
-    if let Some(v) = get(c"KMEM_PERCPU") {
-        cfg.percpu = match v {
-            b"thread" => PerCpuMode::Thread,
-            b"cpu" => PerCpuMode::Cpu,
-            b"cpu-cas" => PerCpuMode::CpuCas,
-            b"cpu-rseq" => PerCpuMode::CpuRseq,
-            b"cpu-lock" => PerCpuMode::CpuLock,
-            _ => {
-                warn(
-                    b"KMEM_PERCPU",
-                    v,
-                    b"thread, cpu, cpu-cas, cpu-rseq or cpu-lock",
-                    b"thread",
-                );
-                PerCpuMode::Thread
-            }
-        };
-    }
-    if let Some(v) = get(c"KMEM_STATS") {
-        cfg.stats = match v {
-            b"" => StatsTarget::None,
-            b"stderr" => StatsTarget::Stderr,
-            path if path.len() < 256 && !path.contains(&0) => {
-                let mut buf = [0u8; 256];
-                buf[..path.len()].copy_from_slice(path);
-                StatsTarget::File(buf)
-            }
-            _ => {
-                warn(
-                    b"KMEM_STATS",
-                    v,
-                    b"stderr or a file path under 256 bytes",
-                    b"no report",
-                );
-                StatsTarget::None
-            }
-        };
-    }
-    if let Some(v) = get(c"KMEM_INIT") {
-        let (mut a, mut f) = (false, false);
-        let ok = v.split(|&b| b == b',').all(|w| match w {
-            b"alloc" => {
-                a = true;
-                true
-            }
-            b"free" => {
-                f = true;
-                true
-            }
-            _ => false,
-        });
-        if ok {
-            (cfg.init_on_alloc, cfg.init_on_free) = (a, f);
-        } else {
-            warn(b"KMEM_INIT", v, b"alloc, free or alloc,free", b"off");
-        }
-    }
-    if let Some(v) = get(c"KMEM_HARDEN") {
-        cfg.harden = match v {
-            b"on" => Harden::On,
-            b"random" => Harden::Random,
-            b"off" => Harden::Off,
-            _ => {
-                warn(b"KMEM_HARDEN", v, b"on, random or off", b"on");
-                Harden::On
-            }
-        };
-    }
-    if let Some(v) = get(c"KMEM_DECAY_MS") {
-        match parse_u64(v) {
-            Some(n) => cfg.decay_ms = n,
-            None => warn(b"KMEM_DECAY_MS", v, b"milliseconds", b"1000"),
         }
     }
     cfg
+}
+
+/// Warns (one line each) about the `KMEM_*` variables of the environment that are not
+/// in [`VARS`] but close to one of them: see [`misspelling_of`]. The heap runs it once,
+/// at initialisation.
+pub fn warn_unknown_vars() {
+    for entry in os::env_entries() {
+        let name = entry.split(|&b| b == b'=').next().unwrap_or(entry);
+        if let Some(var) = misspelling_of(name) {
+            warn_line(&[
+                b"kmem: ignoring unknown ",
+                &name[..name.len().min(64)],
+                b"; did you mean ",
+                var.name.to_bytes(),
+                b"?\n",
+            ]);
+        }
+    }
+}
+
+/// The variable `name` is probably a misspelling of: for a name that starts with
+/// `KMEM_` (in any case) and is not one of [`VARS`], the closest of them if it is at
+/// most [`MAX_TYPOS`] edits away (letters inserted, deleted, replaced or swapped, case
+/// ignored). Names further from every variable belong to someone else
+/// (`KMEM_STRESS_SECS`, a test's own) and get nothing.
+pub fn misspelling_of(name: &[u8]) -> Option<&'static Var> {
+    if name.len() < 5 || !name[..5].eq_ignore_ascii_case(b"KMEM_") {
+        return None;
+    }
+    if VARS.iter().any(|v| v.name.to_bytes() == name) {
+        return None;
+    }
+    VARS.iter()
+        .filter_map(|v| Some((edit_distance(name, v.name.to_bytes())?, v)))
+        .filter(|&(d, _)| d <= MAX_TYPOS)
+        .min_by_key(|&(d, _)| d)
+        .map(|(_, v)| v)
+}
+
+/// Most edits between a misspelt name and the variable it is taken for.
+pub const MAX_TYPOS: usize = 2;
+
+/// The optimal-string-alignment distance between `a` and `b` (insertions, deletions,
+/// substitutions and swaps of neighbours, ASCII case ignored), on the stack; `None`
+/// for names longer than 31 bytes or differing in length by more than [`MAX_TYPOS`].
+fn edit_distance(a: &[u8], b: &[u8]) -> Option<usize> {
+    const N: usize = 32;
+    if a.len() >= N || b.len() >= N || a.len().abs_diff(b.len()) > MAX_TYPOS {
+        return None;
+    }
+    let eq = |i: usize, j: usize| a[i].eq_ignore_ascii_case(&b[j]);
+    // Rows i-2, i-1 and i of the table, by column j.
+    let mut rows = [[0usize; N]; 3];
+    for (j, slot) in rows[0].iter_mut().enumerate().take(b.len() + 1) {
+        *slot = j;
+    }
+    for i in 1..=a.len() {
+        let (cur, prev, prev2) = (i % 3, (i + 2) % 3, (i + 1) % 3);
+        rows[cur][0] = i;
+        for j in 1..=b.len() {
+            let cost = usize::from(!eq(i - 1, j - 1));
+            let mut d = (rows[prev][j] + 1)
+                .min(rows[cur][j - 1] + 1)
+                .min(rows[prev][j - 1] + cost);
+            if i > 1 && j > 1 && eq(i - 1, j - 2) && eq(i - 2, j - 1) {
+                d = d.min(rows[prev2][j - 2] + 1);
+            }
+            rows[cur][j] = d;
+        }
+    }
+    Some(rows[a.len() % 3][b.len()])
+}
+
+/// The README's configuration table (markdown), rendered from [`VARS`].
+pub fn markdown_table() -> String {
+    let mut s = String::from("| variable | meaning | default |\n|---|---|---|\n");
+    for v in &VARS {
+        s += &format!("| `{}` | {} | {} |\n", v.name(), v.help, v.default);
+    }
+    s
 }
 
 /// `123`, `64K`, `512M`, `2G`, `1T` (also `KB`, `KiB`, lower case); `None` if not a size.
@@ -414,6 +533,11 @@ pub fn parse_size(v: &[u8]) -> Option<usize> {
     n.checked_mul(1u64 << shift).map(|b| b as usize)
 }
 
+/// The value of the keyword `v` in `table`.
+fn keyword<T: Copy>(v: &[u8], table: &[(&[u8], T)]) -> Option<T> {
+    table.iter().find(|(k, _)| *k == v).map(|&(_, t)| t)
+}
+
 fn parse_u64(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 19 || !v.iter().all(|b| b.is_ascii_digit()) {
         return None;
@@ -421,32 +545,54 @@ fn parse_u64(v: &[u8]) -> Option<u64> {
     Some(v.iter().fold(0u64, |a, &b| a * 10 + (b - b'0') as u64))
 }
 
-/// One warning line, assembled on the stack.
-fn warn(name: &[u8], value: &[u8], expected: &[u8], default: &[u8]) {
-    let mut buf = [0u8; 256];
-    let mut len = 0;
-    let value = &value[..value.len().min(64)];
-    for part in [
-        b"kmem: ignoring ".as_slice(),
-        name,
+/// The warning for a value of `var` that cannot be parsed, in parts.
+fn value_warning<'a>(var: &'a Var, value: &'a [u8]) -> [&'a [u8]; 9] {
+    [
+        b"kmem: ignoring ",
+        var.name.to_bytes(),
         b"=",
-        value,
+        &value[..value.len().min(64)],
         b" (expected ",
-        expected,
+        var.expected.as_bytes(),
         b"); using ",
-        default,
+        var.default.as_bytes(),
         b"\n",
-    ] {
-        let n = part.len().min(buf.len() - len);
-        buf[len..len + n].copy_from_slice(&part[..n]);
-        len += n;
+    ]
+}
+
+/// Joins `parts` into `buf`, leaving markdown's backticks out and keeping the final
+/// newline if the line is cut; returns the length.
+fn assemble(parts: &[&[u8]], buf: &mut [u8; 256]) -> usize {
+    let mut len = 0;
+    for &b in parts.iter().flat_map(|p| p.iter()) {
+        if b != b'`' && len < buf.len() {
+            buf[len] = b;
+            len += 1;
+        }
     }
+    buf[len - 1] = b'\n';
+    len
+}
+
+/// One warning line from `parts`, assembled on the stack and written to stderr.
+fn warn_line(parts: &[&[u8]]) {
+    let mut buf = [0u8; 256];
+    let len = assemble(parts, &mut buf);
     write_stderr(&buf[..len]);
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The configuration with exactly the variables `vars` set.
+    fn with(vars: &[(&str, &'static str)]) -> EnvConfig {
+        from_lookup(|n| {
+            vars.iter()
+                .find(|(k, _)| k.as_bytes() == n.to_bytes())
+                .map(|(_, v)| v.as_bytes())
+        })
+    }
 
     #[test]
     fn sizes_parse() {
@@ -461,21 +607,16 @@ mod tests {
 
     #[test]
     fn lookup_fills_and_defaults() {
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_MAX" => Some(b"1G".as_slice()),
-            b"KMEM_NUMA_FAKE" => Some(b"4".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[("KMEM_MAX", "1G"), ("KMEM_NUMA_FAKE", "4")]);
         assert_eq!(cfg.max_bytes, 1 << 30);
         assert_eq!(cfg.numa_fake, 4);
         assert_eq!(cfg.decay_ms, 1000);
         // Malformed values fall back to the defaults.
-        let bad = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_MAX" => Some(b"lots".as_slice()),
-            b"KMEM_NUMA_FAKE" => Some(b"99".as_slice()),
-            b"KMEM_DECAY_MS" => Some(b"-1".as_slice()),
-            _ => None,
-        });
+        let bad = with(&[
+            ("KMEM_MAX", "lots"),
+            ("KMEM_NUMA_FAKE", "99"),
+            ("KMEM_DECAY_MS", "-1"),
+        ]);
         assert_eq!(bad, EnvConfig::default());
     }
 
@@ -504,44 +645,97 @@ mod tests {
 
     #[test]
     fn percpu_and_stats_values() {
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_PERCPU" => Some(b"cpu-rseq".as_slice()),
-            b"KMEM_STATS" => Some(b"/tmp/kmem.stats".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[
+            ("KMEM_PERCPU", "cpu-rseq"),
+            ("KMEM_STATS", "/tmp/kmem.stats"),
+        ]);
         assert_eq!(cfg.percpu, PerCpuMode::CpuRseq);
         assert_eq!(cfg.stats.path().unwrap().to_bytes(), b"/tmp/kmem.stats");
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_PERCPU" => Some(b"sometimes".as_slice()),
-            b"KMEM_STATS" => Some(b"stderr".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[("KMEM_PERCPU", "sometimes"), ("KMEM_STATS", "stderr")]);
         assert_eq!(cfg.percpu, PerCpuMode::Thread);
         assert_eq!(cfg.stats, StatsTarget::Stderr);
     }
 
     #[test]
     fn init_and_harden_values() {
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_INIT" => Some(b"alloc,free".as_slice()),
-            b"KMEM_HARDEN" => Some(b"random".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[("KMEM_INIT", "alloc,free"), ("KMEM_HARDEN", "random")]);
         assert!(cfg.init_on_alloc && cfg.init_on_free);
         assert_eq!(cfg.harden, Harden::Random);
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_INIT" => Some(b"free".as_slice()),
-            b"KMEM_HARDEN" => Some(b"off".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[("KMEM_INIT", "free"), ("KMEM_HARDEN", "off")]);
         assert!(!cfg.init_on_alloc && cfg.init_on_free);
         assert_eq!(cfg.harden, Harden::Off);
         // Malformed: the defaults.
-        let cfg = from_lookup(|n| match n.to_bytes() {
-            b"KMEM_INIT" => Some(b"alloc,sometimes".as_slice()),
-            b"KMEM_HARDEN" => Some(b"very".as_slice()),
-            _ => None,
-        });
+        let cfg = with(&[("KMEM_INIT", "alloc,sometimes"), ("KMEM_HARDEN", "very")]);
         assert_eq!(cfg, EnvConfig::default());
+    }
+
+    #[test]
+    fn warnings_keep_their_wording() {
+        let line = |var: &str, value: &[u8]| {
+            let var = VARS.iter().find(|v| v.name() == var).unwrap();
+            let mut buf = [0u8; 256];
+            let n = assemble(&value_warning(var, value), &mut buf);
+            String::from_utf8(buf[..n].to_vec()).unwrap()
+        };
+        assert_eq!(
+            line("KMEM_MAX", b"lots"),
+            "kmem: ignoring KMEM_MAX=lots (expected a size such as 512M, 2G or 65536); using no limit\n"
+        );
+        assert_eq!(
+            line("KMEM_PERCPU", b"sometimes"),
+            "kmem: ignoring KMEM_PERCPU=sometimes (expected thread, cpu, cpu-cas, cpu-rseq or cpu-lock); using thread\n"
+        );
+        // Long values are cut, the line stays whole.
+        assert!(line("KMEM_DEBUG", &[b'Q'; 300]).ends_with("using no debugging\n"));
+        assert_eq!(EnvConfig::default(), EnvConfig::DEFAULT);
+    }
+
+    #[test]
+    fn misspellings_name_the_closest_variable() {
+        let hit = |n: &str| misspelling_of(n.as_bytes()).map(Var::name);
+        assert_eq!(hit("KMEM_PERCUP"), Some("KMEM_PERCPU"), "a swap");
+        assert_eq!(hit("KMEM_PERCPUS"), Some("KMEM_PERCPU"), "an insertion");
+        assert_eq!(hit("KMEM_DEBG"), Some("KMEM_DEBUG"), "a deletion");
+        assert_eq!(hit("KMEM_MAZ"), Some("KMEM_MAX"), "a substitution");
+        assert_eq!(hit("kmem_decay_ms"), Some("KMEM_DECAY_MS"), "case");
+        assert_eq!(hit("KMEM_NUMA_FAK"), Some("KMEM_NUMA_FAKE"));
+        for name in [
+            "KMEM_PERCPU",
+            "KMEM_STRESS_SECS",
+            "KMEM_LIB",
+            "KMEM_TEST_ECHO",
+            "KMEM_",
+            "PATH",
+            "KMEM_MAX_WITH_A_VERY_LONG_NAME_INDEED",
+        ] {
+            assert_eq!(hit(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn edit_distance_counts_edits() {
+        assert_eq!(edit_distance(b"KMEM_MAX", b"KMEM_MAX"), Some(0));
+        assert_eq!(edit_distance(b"ab", b"ba"), Some(1));
+        assert_eq!(edit_distance(b"abc", b"ca"), Some(3)); // OSA: no edit of a swapped pair
+        assert_eq!(edit_distance(b"kitten", b"sitting"), Some(3));
+        assert_eq!(
+            edit_distance(b"a", b"abcd"),
+            None,
+            "too far apart in length"
+        );
+    }
+
+    #[test]
+    fn the_table_renders_every_variable_once() {
+        let t = markdown_table();
+        assert_eq!(t.lines().count(), 2 + VARS.len());
+        for v in &VARS {
+            assert_eq!(t.matches(&format!("| `{}` |", v.name())).count(), 1);
+            assert!(
+                !v.help.contains('|') && !v.help.contains('\n'),
+                "{}",
+                v.name()
+            );
+        }
     }
 }

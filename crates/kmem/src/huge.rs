@@ -8,10 +8,20 @@
 //! [`CACHE_SLOTS`] of them (at most [`CACHE_MAX_BYTES`] in all) stay mapped, resident,
 //! for reuse by the next huge allocation of a similar size, and are unmapped once they
 //! have been unused for the decay interval (checked at the next huge allocation and
-//! after each free page reporting pass) or by [`HugeList::trim`]. A program that repeatedly grows a Vec past 4 MiB then reuses
-//! the same memory instead of faulting in fresh pages each time (about 2 µs a page on
-//! these machines).
+//! after each free page reporting pass) or by [`HugeList::trim`]. A program that
+//! repeatedly grows a Vec past 4 MiB then reuses the same memory instead of faulting in
+//! fresh pages each time (about 2 µs a page on these machines).
+//!
+//! Locking: one spin lock (`HugeList::head`) covers the list and the cache slots; it
+//! is taken after a CPU area's local lock and before the slab and page allocator
+//! locks, and never held across a call into them (descriptors are allocated and freed
+//! by the owner, outside it). `count` and `bytes` are statistics, updated without it.
+//! The fork handlers hold it across `fork` ([`HugeList::lock_for_fork`]).
+//!
+//! The list does not know the heap: its owner passes itself as a [`HugeOwner`] for
+//! the descriptors, and the time and decay interval as numbers.
 
+use crate::platform::os;
 use kmem_core::sync::SpinLock;
 use kmem_core::{Gfp, PAGE_SIZE};
 use std::ptr::{self, NonNull};
@@ -54,35 +64,34 @@ struct HugeHead(*mut HugeDesc, [Option<Cached>; CACHE_SLOTS]);
 // live until removed.
 unsafe impl Send for HugeHead {}
 
+/// What the list needs from its owner: memory for descriptors (small objects of the
+/// owner's kmalloc, so that this metadata comes from kmem's own pages).
+pub(crate) trait HugeOwner {
+    /// A descriptor's memory: [`DESC_SIZE`] bytes, aligned for a pointer.
+    fn desc_alloc(&self) -> Option<NonNull<u8>>;
+
+    /// Gives back a descriptor from [`HugeOwner::desc_alloc`].
+    ///
+    /// # Safety
+    /// `d` came from `desc_alloc` and nobody uses it any more.
+    unsafe fn desc_free(&self, d: NonNull<u8>);
+}
+
 /// A fresh anonymous mapping of `len` bytes aligned to `align` (the slop trimmed).
 fn map_aligned(len: usize, align: usize) -> Option<usize> {
     let extra = if align > PAGE_SIZE { align } else { 0 };
     let map_len = len.checked_add(extra)?;
-    // SAFETY: an anonymous private mapping with no address hint.
-    let raw = unsafe {
-        libc::mmap(
-            ptr::null_mut(),
-            map_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    if raw == libc::MAP_FAILED {
-        return None;
-    }
-    let start = raw as usize;
+    let start = os::map_anonymous(map_len)?;
     let a = align.max(PAGE_SIZE);
     let addr = (start + a - 1) & !(a - 1);
     // SAFETY: both ranges are unaligned slop of the mapping made just above.
     unsafe {
         if addr > start {
-            libc::munmap(raw, addr - start);
+            os::unmap(start, addr - start);
         }
         let end = start + map_len;
         if end > addr + len {
-            libc::munmap((addr + len) as *mut libc::c_void, end - (addr + len));
+            os::unmap(addr + len, end - (addr + len));
         }
     }
     Some(addr)
@@ -125,20 +134,20 @@ impl HugeList {
 
     /// Maps `size` bytes aligned to `align`: a cached mapping that fits, else a fresh
     /// one. `zero` asks for zeroed memory (fresh mappings are; a reused one is cleared).
-    /// `desc` allocates the descriptor. Null when memory cannot be had.
+    /// `owner` provides the descriptor. Null when memory cannot be had.
     pub(crate) fn alloc(
         &self,
+        owner: &impl HugeOwner,
         size: usize,
         align: usize,
         zero: bool,
         now_ns: u64,
         decay_ns: u64,
-        desc: impl FnOnce() -> Option<NonNull<u8>>,
     ) -> *mut u8 {
         let Some(len) = page_round(size.max(1)) else {
             return ptr::null_mut();
         };
-        let Some(d) = desc() else {
+        let Some(d) = owner.desc_alloc() else {
             return ptr::null_mut();
         };
         let reused = self.take_cached(len, align, now_ns, decay_ns);
@@ -153,10 +162,8 @@ impl HugeList {
             None => match map_aligned(len, align) {
                 Some(addr) => (addr, len),
                 None => {
-                    // The descriptor goes back through the caller's kfree: we only
-                    // hand out what we made, so return it as a failed allocation.
-                    // SAFETY: `d` is a fresh heap object nobody saw.
-                    unsafe { crate::heap::heap().kfree(d.as_ptr()) };
+                    // SAFETY: `d` is a fresh descriptor nobody saw.
+                    unsafe { owner.desc_free(d) };
                     return ptr::null_mut();
                 }
             },
@@ -195,7 +202,7 @@ impl HugeList {
             if now_ns.saturating_sub(c.freed_ns) >= decay_ns {
                 *slot = None;
                 // SAFETY: a cached mapping nobody uses.
-                unsafe { libc::munmap(c.addr as *mut libc::c_void, c.len) };
+                unsafe { os::unmap(c.addr, c.len) };
                 continue;
             }
             let fits = c.len >= len && c.len / 2 <= len && c.addr % align.max(PAGE_SIZE) == 0;
@@ -217,7 +224,7 @@ impl HugeList {
                 if now_ns.saturating_sub(c.freed_ns) >= decay_ns {
                     *slot = None;
                     // SAFETY: a cached mapping nobody uses.
-                    unsafe { libc::munmap(c.addr as *mut libc::c_void, c.len) };
+                    unsafe { os::unmap(c.addr, c.len) };
                 }
             }
         }
@@ -230,7 +237,7 @@ impl HugeList {
         for slot in head.1.iter_mut() {
             if let Some(c) = slot.take() {
                 // SAFETY: a cached mapping nobody uses.
-                unsafe { libc::munmap(c.addr as *mut libc::c_void, c.len) };
+                unsafe { os::unmap(c.addr, c.len) };
                 bytes += c.len;
             }
         }
@@ -304,7 +311,7 @@ impl HugeList {
         if let Some(c) = evict {
             // SAFETY: the mapping belongs to the allocation the caller gives up (or
             // is an older cached one nobody uses).
-            unsafe { libc::munmap(c.addr as *mut libc::c_void, c.len) };
+            unsafe { os::unmap(c.addr, c.len) };
         }
         NonNull::new(d as *mut u8)
     }
@@ -346,22 +353,14 @@ impl HugeList {
                     // Charged: the caller moves it (charging the new size first).
                     return None;
                 }
-                // SAFETY: the caller owns the mapping; MREMAP_MAYMOVE keeps its
-                // contents, page aligned.
-                let q = unsafe {
-                    libc::mremap(
-                        desc.addr as *mut libc::c_void,
-                        desc.len,
-                        new_len,
-                        libc::MREMAP_MAYMOVE,
-                    )
-                };
-                if q == libc::MAP_FAILED {
+                // SAFETY: the caller owns the mapping, a whole one; only the new
+                // address is used after a success.
+                let Some(q) = (unsafe { os::remap(desc.addr, desc.len, new_len) }) else {
                     return Some(ptr::null_mut());
-                }
+                };
                 self.bytes.fetch_add(new_len, Ordering::Relaxed);
                 self.bytes.fetch_sub(desc.len, Ordering::Relaxed);
-                desc.addr = q as usize;
+                desc.addr = q;
                 desc.len = new_len;
                 return Some(q as *mut u8);
             }
@@ -386,3 +385,86 @@ pub(crate) unsafe fn desc_charge(d: NonNull<u8>) -> (usize, usize) {
 pub(crate) const DESC_GFP: Gfp = Gfp::NOWARN;
 /// Bytes a descriptor takes.
 pub(crate) const DESC_SIZE: usize = std::mem::size_of::<HugeDesc>();
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::alloc::{alloc, dealloc, Layout};
+    use std::cell::Cell;
+
+    /// Descriptors from the system allocator, counted.
+    #[derive(Default)]
+    struct Owner {
+        live: Cell<isize>,
+    }
+
+    const DESC: Layout = Layout::new::<HugeDesc>();
+
+    impl HugeOwner for Owner {
+        fn desc_alloc(&self) -> Option<NonNull<u8>> {
+            self.live.set(self.live.get() + 1);
+            // SAFETY: a non-zero-sized layout.
+            NonNull::new(unsafe { alloc(DESC) })
+        }
+
+        unsafe fn desc_free(&self, d: NonNull<u8>) {
+            self.live.set(self.live.get() - 1);
+            // SAFETY: from `desc_alloc`, with this layout.
+            unsafe { dealloc(d.as_ptr(), DESC) };
+        }
+    }
+
+    /// Frees `p` and gives its descriptor back to `owner`.
+    fn free(list: &HugeList, owner: &Owner, p: *mut u8, now: u64) {
+        // SAFETY: `p` is one of the list's allocations, given up here.
+        let d = unsafe { list.free(p, now) }.expect("a huge allocation");
+        // SAFETY: the descriptor `free` returned.
+        unsafe { owner.desc_free(d) };
+    }
+
+    #[test]
+    fn freed_mappings_are_reused_then_decay() {
+        let (list, owner) = (HugeList::new(), Owner::default());
+        let size = 5 << 20;
+        let p = list.alloc(&owner, size, 8, false, 0, 1000);
+        assert!(!p.is_null());
+        assert_eq!(list.totals(), (1, size));
+        assert_eq!(list.size_of(p), Some(size));
+        // SAFETY: ours, `size` bytes.
+        unsafe { p.write_bytes(0x5a, size) };
+        free(&list, &owner, p, 10);
+        assert_eq!(list.totals(), (0, 0));
+        // Within the decay: the same mapping again, zeroed on request.
+        let q = list.alloc(&owner, size - 4096, 8, true, 500, 1000);
+        assert_eq!(q, p, "the cached mapping is reused");
+        // SAFETY: ours, at least `size - 4096` bytes.
+        assert_eq!(unsafe { *q.add(size - 4097) }, 0);
+        free(&list, &owner, q, 600);
+        // Past the decay: aged out; a trim finds nothing left.
+        list.age(600 + 1000, 1000);
+        assert_eq!(list.trim(), 0);
+        assert_eq!(owner.live.get(), 0, "every descriptor came back");
+    }
+
+    #[test]
+    fn trim_and_remap_and_alignment() {
+        let (list, owner) = (HugeList::new(), Owner::default());
+        let p = list.alloc(&owner, 6 << 20, 8 << 20, false, 0, 1000);
+        assert_eq!(p as usize % (8 << 20), 0, "aligned beyond a page");
+        free(&list, &owner, p, 0);
+        assert_eq!(list.trim(), 6 << 20, "the cached mapping goes back");
+        let p = list.alloc(&owner, 5 << 20, 8, false, 0, 1000);
+        // SAFETY: ours; grown with mremap, then freed at its new address.
+        unsafe {
+            p.write(7);
+            let q = list.remap(p, 9 << 20).expect("a huge allocation");
+            assert!(!q.is_null());
+            assert_eq!(q.read(), 7);
+            assert_eq!(list.totals(), (1, 9 << 20));
+            free(&list, &owner, q, 0);
+        }
+        assert_eq!(list.size_of(p), None);
+        list.trim();
+        assert_eq!(owner.live.get(), 0);
+    }
+}

@@ -17,11 +17,13 @@
 //! ([`global`]), typed object caches ([`KmemCache`], [`KBox`]), and a statistics
 //! snapshot ([`stats()`](fn@stats)).
 //!
-//! Modules: [`platform`] (Linux: mmap, madvise, getcpu, sysfs), [`config`] (the
-//! environment, read without allocating), [`mod@heap`] (the process heap and thread areas),
-//! [`global`] (GlobalAlloc and the Allocator API), [`mod@memcg`] (memory cgroups:
-//! accounting and limits per tenant), [`mod@stats`] (the snapshot); huge
-//! mappings and typed caches live in private modules re-exported here.
+//! Modules, from the bottom up (each uses only those before it): [`platform`] (Linux:
+//! mmap, madvise, getcpu, sysfs, rseq, the C library calls), [`config`] (the
+//! environment, read without allocating), `huge` (direct mappings beyond the buddy
+//! allocator), [`mod@heap`] (the process heap: CPU areas per thread or per CPU, the
+//! kernel's interfaces), then the front ends: [`global`] (GlobalAlloc and the Allocator
+//! API), `cache` (typed caches), [`mod@memcg`] (memory cgroups: accounting and limits
+//! per tenant), [`mod@stats`] (the snapshot). The private modules are re-exported here.
 
 mod cache;
 pub mod config;

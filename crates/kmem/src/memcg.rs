@@ -19,6 +19,12 @@
 //! take the group or an ancestor over `memory.max` fails (null, or `None`). A free
 //! uncharges the group that was charged, on any thread. Dropping a [`MemCgroup`]
 //! removes it: objects still charged to it are reparented to its parent.
+//!
+//! Owns the handles ([`MemCgroup`], [`MemcgGuard`]); the groups themselves are the
+//! core's, and the thread's active group is the heap's thread-local slot. Locking: the
+//! core's (a group's lock, the charge stock under the CPU area's rules); reports run
+//! with no active group (`uncharged`), since they allocate while holding a group's
+//! lock.
 
 use crate::heap::{heap, restore_active_objcg, set_active_objcg};
 use kmem_core::memcontrol::{self, write_memcg_files, MemcgError, MemcgFiles};

@@ -3,6 +3,9 @@
 //!
 //! Taking a snapshot allocates (it builds vectors and strings), so it is for programs
 //! and tools, not for paths that may run inside malloc.
+//!
+//! Owns no state; no lock of its own (the core's walks take the slab and zone locks
+//! they need, one cache or zone at a time, so a snapshot is not one instant).
 
 use crate::heap::heap;
 use kmem_core::show_mem::write_buddyinfo_line;
@@ -152,7 +155,7 @@ pub fn stats() -> Stats {
         caches,
         zones,
         vmstat,
-        rss_bytes: crate::rss_bytes() as u64,
+        rss_bytes: crate::platform::linux::rss_bytes() as u64,
         huge_allocations: huge_allocations as u64,
         huge_bytes: huge_bytes as u64,
         memcgs: crate::memcg::all_stats(),

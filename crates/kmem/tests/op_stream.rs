@@ -6,6 +6,9 @@
 //! was reported (`bad_page` stays 0) and `validate()` finds nothing.
 //! (Own process: KMEM_DEBUG is read once.) `KMEM_STRESS_SECS` runs more cases.
 
+mod common;
+
+use common::{ends, fill, verify, verify_moved};
 use kmem::{heap, Gfp, KmemAlloc};
 use proptest::prelude::*;
 use std::alloc::{GlobalAlloc, Layout};
@@ -19,25 +22,16 @@ struct Live {
     kmalloc: bool,
 }
 
-fn pattern(p: usize, i: usize) -> u8 {
-    ((p >> 3) ^ (i * 7)) as u8
-}
-
 fn stamp(l: &Live) {
     let n = l.layout.size();
-    for i in [0, n / 3, n - 1] {
-        // SAFETY: `l` is a live allocation of `n` bytes.
-        unsafe { ((l.p + i) as *mut u8).write(pattern(l.p, i)) };
-    }
+    // SAFETY: `l` is a live allocation of `n` bytes.
+    unsafe { fill(l.p as *mut u8, n, ends(n)) };
 }
 
 fn check(l: &Live) {
     let n = l.layout.size();
-    for i in [0, n / 3, n - 1] {
-        // SAFETY: as in `stamp`.
-        let b = unsafe { ((l.p + i) as *const u8).read() };
-        assert_eq!(b, pattern(l.p, i), "{:#x}+{i} of {n} bytes changed", l.p);
-    }
+    // SAFETY: as in `stamp`.
+    unsafe { verify(l.p as *const u8, n, ends(n)) };
 }
 
 fn release(l: Live) {
@@ -49,14 +43,6 @@ fn release(l: Live) {
         // SAFETY: from KmemAlloc with this layout, freed once.
         unsafe { KmemAlloc.dealloc(l.p as *mut u8, l.layout) };
     }
-}
-
-fn bad_reports() -> i64 {
-    kmem::stats()
-        .vmstat
-        .iter()
-        .find(|v| v.name == "bad_page")
-        .map_or(0, |v| v.value)
 }
 
 /// Reads the stream: one op byte, then its arguments.
@@ -120,13 +106,9 @@ fn interpret(bytes: &[u8]) {
                 let q = unsafe { KmemAlloc.realloc(l.p as *mut u8, l.layout, size) };
                 assert!(!q.is_null(), "out of memory at {size} bytes");
                 // The bytes that fit moved along: the old stamp where it was copied.
-                for j in [0, l.layout.size() / 3, l.layout.size() - 1] {
-                    if j < keep {
-                        // SAFETY: `q` holds at least `keep` bytes.
-                        let v = unsafe { q.add(j).read() };
-                        assert_eq!(v, pattern(l.p, j), "realloc lost byte {j}");
-                    }
-                }
+                let n = l.layout.size();
+                // SAFETY: `q` holds at least `keep` bytes.
+                unsafe { verify_moved(l.p, n, q, keep, ends(n)) };
                 let n = Live {
                     p: q as usize,
                     layout: Layout::from_size_align(size, l.layout.align()).unwrap(),
@@ -150,7 +132,7 @@ fn interpret(bytes: &[u8]) {
 }
 
 fn cases() -> u32 {
-    if std::env::var_os("KMEM_STRESS_SECS").is_some() {
+    if common::stressing() {
         5_000
     } else {
         64
@@ -164,7 +146,7 @@ proptest! {
     fn byte_streams_never_corrupt_the_heap(bytes in prop::collection::vec(any::<u8>(), 0..1500)) {
         std::env::set_var("KMEM_DEBUG", "FZP");
         interpret(&bytes);
-        prop_assert_eq!(bad_reports(), 0);
+        prop_assert_eq!(common::vmstat("bad_page"), 0);
         prop_assert!(heap().validate().is_empty());
     }
 }

@@ -5,4 +5,6 @@
 
 const MODE: kmem::config::PerCpuMode = kmem::config::PerCpuMode::CpuCas;
 
+mod common;
+
 include!("percpu/tests.rs");

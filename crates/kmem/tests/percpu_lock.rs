@@ -4,4 +4,6 @@
 
 const MODE: kmem::config::PerCpuMode = kmem::config::PerCpuMode::CpuLock;
 
+mod common;
+
 include!("percpu/tests.rs");

@@ -6,4 +6,6 @@
 
 const MODE: kmem::config::PerCpuMode = kmem::config::PerCpuMode::CpuRseq;
 
+mod common;
+
 include!("percpu/tests.rs");

@@ -5,48 +5,33 @@
 //! allocation succeeds again and every page comes back. (Own process: the bound is
 //! process-wide.)
 
+mod common;
+
+use common::{ends, XorShift};
 use kmem::{heap, Gfp, SlabFlags};
 use std::ptr::NonNull;
 use std::sync::Barrier;
 
 const MAX: usize = 48 << 20;
 
-fn pattern(p: usize, i: usize) -> u8 {
-    ((p >> 4) ^ i) as u8
-}
-
 fn stamp(p: *mut u8, len: usize) {
-    for i in [0, len / 2, len - 1] {
-        // SAFETY: `p` is ours, `len` bytes.
-        unsafe { p.add(i).write(pattern(p as usize, i)) };
-    }
+    // SAFETY: `p` is ours, `len` bytes.
+    unsafe { common::fill(p, len, ends(len)) };
 }
 
 fn intact(p: *mut u8, len: usize) -> bool {
     // SAFETY: `p` is ours, `len` bytes, stamped.
-    [0, len / 2, len - 1]
-        .iter()
-        .all(|&i| unsafe { p.add(i).read() } == pattern(p as usize, i))
-}
-
-fn event(name: &str) -> i64 {
-    kmem::stats()
-        .vmstat
-        .iter()
-        .find(|v| v.name == name)
-        .map_or(0, |v| v.value)
+    unsafe { common::damaged(p, p as usize, len, ends(len)) }.is_none()
 }
 
 /// Allocates until `misses` allocations in a row fail; returns what it holds.
 fn fill(seed: usize, held: &mut Vec<(usize, usize)>, misses: usize) -> usize {
     let h = heap();
-    let mut x = seed | 1;
+    let mut rng = XorShift::new(seed as u64 | 1);
     let mut failed = 0;
     let mut fails = 0;
     while failed < misses {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        let x = rng.next_u64() as usize;
         let size = match x % 10 {
             0 => 64 << 10,
             1..=3 => 4096 + x % 8192,
@@ -127,10 +112,10 @@ fn a_bounded_heap_fails_cleanly_under_threads_and_recovers() {
         hs.into_iter().map(|h| h.join().expect("no panic")).sum()
     });
     assert!(fails >= 4 * 20 * 2, "every thread saw its failures");
-    let stalls = event("allocstall_normal");
-    let failed = event("pgalloc_fail");
-    let shrunk = event("shrinker_freed");
-    let drained = event("pcp_drain");
+    let stalls = common::vmstat("allocstall_normal");
+    let failed = common::vmstat("pgalloc_fail");
+    let shrunk = common::vmstat("shrinker_freed");
+    let drained = common::vmstat("pcp_drain");
     eprintln!("stalls {stalls}, page allocation failures {failed}, shrinker freed {shrunk} pages, pcp drains {drained}");
     assert!(
         stalls >= failed && failed > 0,

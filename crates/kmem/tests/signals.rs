@@ -3,6 +3,9 @@
 //! allocator; every object keeps its pattern and the heap's own checks stay quiet.
 //! (Own process: an interval timer is process-wide.) `KMEM_STRESS_SECS` lengthens it.
 
+mod common;
+
+use common::{every, XorShift};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -16,35 +19,22 @@ extern "C" fn on_alarm(_sig: libc::c_int) {
     SIGNALS.fetch_add(1, Ordering::Relaxed);
 }
 
-fn pattern(addr: usize, len: usize, i: usize) -> u8 {
-    (addr ^ len ^ i.wrapping_mul(31)) as u8
-}
-
 /// Random sizes 1 B … 256 KiB (and a few of 1 MiB), filled, checked, grown, freed.
 fn churn(seed: u64, until: Instant) -> u64 {
-    let mut x = seed | 1;
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = XorShift::new(seed | 1);
     let mut live: Vec<(Vec<u8>, usize)> = Vec::new();
     let mut ops = 0u64;
     let fill = |v: &mut Vec<u8>| {
-        let a = v.as_ptr() as usize;
-        let n = v.len();
-        for (i, b) in v.iter_mut().enumerate() {
-            *b = pattern(a, n, i);
-        }
+        // SAFETY: the vector's own bytes, every one of them.
+        unsafe { common::fill(v.as_mut_ptr(), v.len(), every(v.len())) }
     };
     let check = |v: &Vec<u8>| {
-        let a = v.as_ptr() as usize;
-        let n = v.len();
-        v.iter().enumerate().all(|(i, &b)| b == pattern(a, n, i))
+        let p = v.as_ptr();
+        // SAFETY: as above.
+        unsafe { common::damaged(p, p as usize, v.len(), every(v.len())) }.is_none()
     };
     while Instant::now() < until {
-        let r = rnd();
+        let r = rng.next_u64();
         let size = match r % 100 {
             0 => 1 << 20,
             1..=9 => 4096 + (r >> 8) as usize % (256 << 10),
@@ -60,7 +50,7 @@ fn churn(seed: u64, until: Instant) -> u64 {
                 let i = (r >> 16) as usize % live.len();
                 let (mut v, _) = live.swap_remove(i);
                 assert!(check(&v), "an object lost its pattern");
-                if r % 5 == 0 {
+                if r.is_multiple_of(5) {
                     // Grow through realloc, then check the old bytes came along.
                     let old = v.len();
                     let before: Vec<u8> = v.clone();
@@ -83,10 +73,7 @@ fn churn(seed: u64, until: Instant) -> u64 {
 
 #[test]
 fn allocations_survive_signals() {
-    let secs: u64 = std::env::var("KMEM_STRESS_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1);
+    let secs = common::stress_secs().unwrap_or(1);
     // SAFETY: installing a handler that only touches an atomic; the sigaction
     // structure is zeroed and then filled.
     unsafe {

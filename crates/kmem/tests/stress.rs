@@ -8,6 +8,9 @@
 //! (No `#[global_allocator]` here, so std's own allocations do not blur the count.)
 //! `KMEM_STRESS_SECS=N` runs N seconds instead of a fixed short batch.
 
+mod common;
+
+use common::{fill, sampled, verify, verify_moved, XorShift};
 use kmem::{heap, Gfp, KmemAlloc};
 use std::alloc::{GlobalAlloc, Layout};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,39 +27,20 @@ struct Obj {
     kmalloc: bool,
 }
 
-fn pattern(p: usize, size: usize, i: usize) -> u8 {
-    ((p >> 4) ^ size ^ i.wrapping_mul(0x9d)) as u8
-}
-
-/// Every byte of small objects; 64 spread bytes of large ones.
-fn positions(size: usize) -> impl Iterator<Item = usize> {
-    let step = if size <= 4096 { 1 } else { size / 64 };
-    (0..size).step_by(step).chain(std::iter::once(size - 1))
-}
-
-fn fill(o: &Obj) {
-    for i in positions(o.size) {
-        // SAFETY: `o` is live and `size` bytes long.
-        unsafe { ((o.p + i) as *mut u8).write(pattern(o.p, o.size, i)) };
+impl Obj {
+    fn fill(&self) {
+        // SAFETY: `self` is live and `size` bytes long.
+        unsafe { fill(self.p as *mut u8, self.size, sampled(self.size)) };
     }
-}
 
-fn verify(o: &Obj) {
-    for i in positions(o.size) {
+    fn verify(&self) {
         // SAFETY: as in `fill`.
-        let b = unsafe { ((o.p + i) as *const u8).read() };
-        assert_eq!(
-            b,
-            pattern(o.p, o.size, i),
-            "{:#x}+{i} of {} bytes",
-            o.p,
-            o.size
-        );
+        unsafe { verify(self.p as *const u8, self.size, sampled(self.size)) };
     }
 }
 
 fn release(o: Obj) {
-    verify(&o);
+    o.verify();
     if o.kmalloc {
         // SAFETY: from kmalloc, freed once.
         unsafe { heap().kfree(o.p as *mut u8) };
@@ -90,13 +74,7 @@ fn worker(
     from_prev: mpsc::Receiver<Obj>,
     counts: &Counts,
 ) {
-    let mut x = 0x2545_f491_4f6c_dd1d_u64 ^ ((t as u64 + 1) * 0x9e37_79b9);
-    let mut rnd = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut rng = XorShift::new(0x2545_f491_4f6c_dd1d_u64 ^ ((t as u64 + 1) * 0x9e37_79b9));
     let mut live: Vec<Obj> = Vec::new();
     let mut ops = 0u64;
     while ops < min_ops || Instant::now() < until {
@@ -104,7 +82,7 @@ fn worker(
         while let Ok(o) = from_prev.try_recv() {
             release(o);
         }
-        let r = rnd();
+        let r = rng.next_u64();
         match r % 8 {
             0..=2 if live.len() < 512 => {
                 let size = size(r >> 3);
@@ -130,14 +108,14 @@ fn worker(
                         kmalloc: false,
                     }
                 };
-                fill(&o);
+                o.fill();
                 live.push(o);
             }
             3..=5 if !live.is_empty() => {
                 let o = live.swap_remove((r >> 8) as usize % live.len());
                 if r & 8 != 0 {
                     // Half of the frees happen on the next thread.
-                    verify(&o);
+                    o.verify();
                     to_next.send(o).expect("next thread alive");
                     counts.remote.fetch_add(1, Ordering::Relaxed);
                 } else {
@@ -147,7 +125,7 @@ fn worker(
             6 | 7 if !live.is_empty() => {
                 let i = (r >> 8) as usize % live.len();
                 let o = live[i];
-                verify(&o);
+                o.verify();
                 let new = size(r >> 16).min(4 << 20);
                 let q = if o.kmalloc {
                     // SAFETY: from kmalloc; the old pointer is not used again.
@@ -162,17 +140,14 @@ fn worker(
                     q
                 };
                 // What fits came along.
-                for j in positions(o.size).filter(|&j| j < new) {
-                    // SAFETY: `q` holds `new` bytes.
-                    let b = unsafe { q.add(j).read() };
-                    assert_eq!(b, pattern(o.p, o.size, j), "realloc lost byte {j}");
-                }
+                // SAFETY: `q` holds `new` bytes.
+                unsafe { verify_moved(o.p, o.size, q, new, sampled(o.size)) };
                 let n = Obj {
                     p: q as usize,
                     size: new,
                     ..o
                 };
-                fill(&n);
+                n.fill();
                 live[i] = n;
             }
             _ => {}
@@ -207,9 +182,7 @@ fn threads_lose_nothing_and_every_page_comes_back() {
     let base_pages = pa.nr_allocated_pages();
     let base_areas = pa.cpu_areas().nr_areas();
 
-    let secs = std::env::var("KMEM_STRESS_SECS")
-        .ok()
-        .and_then(|s| s.parse::<u64>().ok());
+    let secs = common::stress_secs();
     let until = Instant::now() + Duration::from_secs(secs.unwrap_or(0));
     let min_ops = if secs.is_some() { 0 } else { 20_000 };
     let counts = Counts {

@@ -2,7 +2,10 @@
 //! every container on the system allocator (through allocator_api2 and hashbrown's
 //! allocator parameter, in this same process).
 
+mod common;
+
 use allocator_api2::vec::Vec as AVec;
+use common::XorShift;
 use kmem::KmemAlloc;
 use std::alloc::System;
 use std::collections::{BTreeMap, HashMap};
@@ -10,61 +13,51 @@ use std::collections::{BTreeMap, HashMap};
 #[global_allocator]
 static A: KmemAlloc = KmemAlloc;
 
-fn rng(seed: &mut u64) -> u64 {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    *seed
-}
-
 const N: usize = 1_000_000;
+
+/// Looks up N pseudo-random keys (the same ones every call); returns the hits and the
+/// sum of the values found.
+fn probe(get: impl Fn(&u64) -> Option<u64>) -> (u64, u64) {
+    let mut queries = XorShift::new(99);
+    let (mut hits, mut sum) = (0u64, 0u64);
+    for _ in 0..N {
+        if let Some(v) = get(&(queries.next_u64() % (4 * N as u64))) {
+            hits += 1;
+            sum = sum.wrapping_add(v);
+        }
+    }
+    (hits, sum)
+}
 
 #[test]
 fn hashmap_and_btreemap_agree_with_the_system_allocator() {
     // Under kmem (std collections use the global allocator).
-    let mut seed = 7u64;
+    let mut rng = XorShift::new(7);
     let mut h: HashMap<u64, u64> = HashMap::new();
     let mut b: BTreeMap<u64, u64> = BTreeMap::new();
     for i in 0..N as u64 {
-        let k = rng(&mut seed) % (4 * N as u64);
+        let k = rng.next_u64() % (4 * N as u64);
         *h.entry(k).or_insert(0) += i;
         *b.entry(k).or_insert(0) += i;
     }
-    let mut q = 99u64;
-    let mut hits = 0u64;
-    let mut sum = 0u64;
-    for _ in 0..N {
-        let k = rng(&mut q) % (4 * N as u64);
-        if let Some(v) = h.get(&k) {
-            hits += 1;
-            sum = sum.wrapping_add(*v);
-        }
-    }
+    let (hits, sum) = probe(|k| h.get(k).copied());
     let range: u64 = b
         .range(1000..200_000)
         .map(|(k, v)| k ^ v)
         .fold(0, u64::wrapping_add);
 
     // On the system allocator.
-    let mut seed = 7u64;
+    let mut rng = XorShift::new(7);
     let mut hs: hashbrown::HashMap<u64, u64, hashbrown::DefaultHashBuilder, System> =
         hashbrown::HashMap::with_hasher_in(Default::default(), System);
     for i in 0..N as u64 {
-        let k = rng(&mut seed) % (4 * N as u64);
+        let k = rng.next_u64() % (4 * N as u64);
         *hs.entry(k).or_insert(0) += i;
     }
     let mut sorted: AVec<(u64, u64), System> = AVec::with_capacity_in(hs.len(), System);
     sorted.extend(hs.iter().map(|(&k, &v)| (k, v)));
     sorted.sort_unstable();
-    let mut q = 99u64;
-    let (mut hits_s, mut sum_s) = (0u64, 0u64);
-    for _ in 0..N {
-        let k = rng(&mut q) % (4 * N as u64);
-        if let Some(v) = hs.get(&k) {
-            hits_s += 1;
-            sum_s = sum_s.wrapping_add(*v);
-        }
-    }
+    let (hits_s, sum_s) = probe(|k| hs.get(k).copied());
     let range_s: u64 = sorted
         .iter()
         .filter(|(k, _)| (1000..200_000).contains(k))
@@ -83,17 +76,17 @@ fn hashmap_and_btreemap_agree_with_the_system_allocator() {
 
 #[test]
 fn sorting_and_deduplicating_strings_agrees() {
-    let mut seed = 3u64;
+    let mut rng = XorShift::new(3);
     let mut words: Vec<String> = (0..N)
-        .map(|_| format!("w{}", rng(&mut seed) % 300_000))
+        .map(|_| format!("w{}", rng.next_u64() % 300_000))
         .collect();
     words.sort();
     words.dedup();
 
-    let mut seed = 3u64;
+    let mut rng = XorShift::new(3);
     let mut sys: AVec<AVec<u8, System>, System> = AVec::new_in(System);
     for _ in 0..N {
-        let s = format!("w{}", rng(&mut seed) % 300_000);
+        let s = format!("w{}", rng.next_u64() % 300_000);
         let mut v = AVec::with_capacity_in(s.len(), System);
         v.extend_from_slice(s.as_bytes());
         sys.push(v);

@@ -3,6 +3,11 @@
 //! `write(2)`.
 //!
 //! Nothing here allocates through the heap: kmem may be the process's malloc.
+//!
+//! Owns the platform's few settings (node counts, the reporting hook: atomics set
+//! during the heap's initialisation), glibc's rseq offset (found once by
+//! [`rseq_init`]) and the location of kmem's own code (found once, for stack traces).
+//! Locking: none; racing first users of the once-found values compute the same ones.
 
 use kmem_core::mmzone::{MAX_NUMNODES, MAX_SECTIONS, SECTION_SIZE};
 use kmem_core::Platform;
@@ -270,8 +275,6 @@ impl Platform for LinuxPlatform {
     }
 }
 
-/// The load address of the module (executable or shared library) holding `addr`,
-/// from dladdr (no allocation); 0 if unknown.
 /// The loaded object kmem's code lies in: its address range, and whether it is a
 /// shared library rather than the program itself.
 #[derive(Clone, Copy)]

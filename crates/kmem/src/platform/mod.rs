@@ -1,8 +1,27 @@
-//! Platform implementations. Only this module names an operating system.
+//! Platform implementations: the only modules that name an operating system or call
+//! the C library. They sit at the bottom of the crate: they may use `kmem_core`, and
+//! nothing of the heap, huge mappings, configuration or the allocator front ends.
+//!
+//! - [`linux`]: [`LinuxPlatform`] (kmem-core's `Platform`: sections, reporting, time,
+//!   randomness, stack traces), `getcpu`, sysfs nodes, glibc's rseq registration,
+//!   stderr writers;
+//! - [`rseq`]: the restartable sequences of per-CPU mode (x86_64);
+//! - `os`: thin wrappers over the other C library calls the crate needs (environment,
+//!   mappings, the thread-exit key, `atexit`/`pthread_atfork`, files, the CPU count).
+//!
+//! No locks; nothing here allocates through the heap (kmem may be the process's
+//! malloc).
 
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::LinuxPlatform;
+#[cfg(target_os = "linux")]
+pub(crate) mod os;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod rseq;
+
+/// Largest CPU id (plus one) that gets a CPU area in per-CPU mode: the length of the
+/// heap's CPU table, which the restartable sequences of [`rseq`] index directly. A CPU
+/// past it allocates through the zones (correct, without per-CPU lists).
+pub const MAX_CPU_IDS: usize = 1024;

@@ -21,6 +21,11 @@
 //! its abort handler sits in `__rseq_failure` behind the signature the kernel checks
 //! (`RSEQ_SIG`, 0x53053053, as the last four bytes of a `ud1` instruction, as librseq
 //! does on x86) and jumps back to re-arm and start over.
+//!
+//! Owns no state. Locking: none — a section is atomic against everything else on its
+//! CPU by construction; what the slab layer may do to a CPU freelist meanwhile (only
+//! commit on that CPU, or work on it while it is empty) is the callers' contract.
+//! [`on_cpu`] changes the calling thread's affinity for the length of a call.
 
 use kmem_core::slub::CacheConfig;
 use std::mem::offset_of;
@@ -74,7 +79,7 @@ macro_rules! rseq_descriptor {
 }
 
 /// Entries of the CPU table the sections index (CPU ids at or past it: no area).
-pub const TABLE_LEN: usize = crate::heap::MAX_CPU_IDS;
+pub const TABLE_LEN: usize = super::MAX_CPU_IDS;
 
 /// The calling thread's `struct rseq`, if glibc registered one.
 #[inline]
@@ -106,7 +111,7 @@ pub unsafe fn pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
     // table, the area's `kmem_cache_cpu`, or the free pointer word of an object that
     // is on this CPU's freelist at that instant (nothing else can change it before the
     // commit without restarting us); the commit is the last instruction before label
-    // 2. Inputs are never written, so a restart finds them intact.
+    // 22. Inputs are never written, so a restart finds them intact.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
@@ -183,7 +188,7 @@ pub unsafe fn push(
     let res: usize;
     // SAFETY: the caller's contract. The store into the object (its encoded free
     // pointer) is the caller's own memory; the commit is the last instruction before
-    // label 2. Inputs are never written.
+    // label 22. Inputs are never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
@@ -253,7 +258,7 @@ pub unsafe fn take_on(rseq: *mut u8, cpu: usize, freelist: *mut usize) -> Option
     let v: usize;
     let ok: usize;
     // SAFETY: the caller's contract; the commit (the store of 0) is the last
-    // instruction before label 2. Inputs are never written.
+    // instruction before label 22. Inputs are never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),

@@ -1,5 +1,6 @@
-// Per-CPU mode tests, included by `percpu_cas.rs` and `percpu_lock.rs`, which set
-// `MODE` (the mode is fixed per process, so each mode is its own test binary).
+// Per-CPU mode tests, included by `percpu_rseq.rs`, `percpu_cas.rs` and
+// `percpu_lock.rs`, which set `MODE` and declare `mod common;` (the mode is fixed per
+// process, so each mode is its own test binary).
 //
 // These binaries keep the system allocator as their global allocator, so the heap is
 // first used by these tests, after they chose the mode. The tests share the process
@@ -33,11 +34,6 @@ fn running_mode() -> PerCpuMode {
     }
 }
 
-fn online_cpus() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as usize
-}
-
 /// Pages allocated from the page allocator once every per-CPU cache is emptied and
 /// every empty slab freed.
 fn settled_pages() -> usize {
@@ -48,8 +44,9 @@ fn settled_pages() -> usize {
     h.page_allocator().nr_allocated_pages()
 }
 
-/// Seed 000's regression: dropping the page field from `kmem_cache_cpu` leaked slabs
-/// under hackbench. Here: groups of senders and receivers pass kmalloc'd messages
+/// The regression of "slub: Drop ->page field from kmem_cache_cpu" (patch 6/7 of
+/// Christoph Lameter's "slub: Fastpath optimization (especially for RT)", December
+/// 2014): slabs leaked under hackbench. Here: groups of senders and receivers pass kmalloc'd messages
 /// through channels (freed on the receiving thread, often on another CPU), then every
 /// per-CPU cache is flushed and every slab must be back with the page allocator.
 #[test]
@@ -122,12 +119,12 @@ fn areas_follow_cpus_not_threads() {
     // install its CPU's area went back to the pool, unowned).
     let areas = h.page_allocator().cpu_areas().nr_owned();
     assert!(
-        areas <= online_cpus(),
+        areas <= common::configured_cpus(),
         "{areas} CPU areas for {} CPUs",
-        online_cpus()
+        common::configured_cpus()
     );
     // The bytes per-CPU caches hold are bounded by the CPU count too.
-    assert!(h.percpu_held_bytes() <= online_cpus() * (32 << 10) + (8 << 20));
+    assert!(h.percpu_held_bytes() <= common::configured_cpus() * (32 << 10) + (8 << 20));
 }
 
 /// Nested allocations inside an operation (a huge mapping's descriptor is kmalloc'd
@@ -217,7 +214,7 @@ fn memcg_charges_balance_across_shared_areas() {
 fn racing_threads_never_share_an_object() {
     let _s = setup();
     let h = heap();
-    let rounds = if std::env::var_os("KMEM_STRESS_SECS").is_some() {
+    let rounds = if common::stressing() {
         200_000
     } else {
         20_000

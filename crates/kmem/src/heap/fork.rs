@@ -1,0 +1,53 @@
+//! `fork` in a threaded process: the `pthread_atfork` handlers, registered once the
+//! heap is ready. Before `fork` every allocator lock is taken, in the heap's lock order
+//! (the CPU table lock, every CPU area's local lock, the huge list's lock, then the
+//! core's own order), so the child never inherits a lock held by a thread it does not
+//! have; after it, parent and child release them all.
+//!
+//! The child's only thread keeps its CPU area; the areas of the parent's other threads
+//! stay owned by nobody and are never used.
+
+use super::{HEAP, READY};
+use crate::platform::os;
+use std::sync::atomic::Ordering;
+
+/// Registers the handlers (once, after initialisation).
+pub(super) fn register() {
+    os::at_fork(fork_prepare, fork_parent, fork_child);
+}
+
+/// Before `fork`: every allocator lock is taken (see the module doc).
+extern "C" fn fork_prepare() {
+    if HEAP.state.load(Ordering::Acquire) != READY {
+        return;
+    }
+    // Per-CPU mode: the table lock (no area is being made), then the CPU areas' local
+    // locks (operations take them before any other allocator lock).
+    HEAP.table_lock.lock_forever();
+    for area in HEAP.cpu_areas() {
+        area.lock_for_fork();
+    }
+    HEAP.huge.lock_for_fork();
+    HEAP.kmem.fork_prepare();
+}
+
+/// After `fork`, in the parent: release.
+extern "C" fn fork_parent() {
+    if HEAP.state.load(Ordering::Acquire) != READY {
+        return;
+    }
+    // SAFETY: after fork_prepare, on the same thread.
+    unsafe {
+        HEAP.kmem.fork_release();
+        HEAP.huge.unlock_after_fork();
+        for area in HEAP.cpu_areas() {
+            area.unlock_after_fork();
+        }
+        HEAP.table_lock.force_unlock();
+    }
+}
+
+/// After `fork`, in the child: release (see the module doc for the areas).
+extern "C" fn fork_child() {
+    fork_parent();
+}

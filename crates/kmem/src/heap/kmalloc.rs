@@ -1,0 +1,123 @@
+//! The kmalloc family on the process heap: `kmalloc`, `kmalloc_node`, `kzalloc`,
+//! `kcalloc`, `krealloc`, `ksize`, `kfree`, each charged to (or uncharging) the
+//! thread's active memory cgroup.
+//!
+//! Fast paths: with a thread area (thread mode, attached) straight to the core with
+//! that area; otherwise through the per-CPU fallback (`percpu`). No lock of its own:
+//! the CPU area's rules apply (see `cpu`).
+
+use super::thread::{active_objcg, thread_cpu};
+use super::Heap;
+use kmem_core::memcontrol::ObjCgroup;
+use kmem_core::slub::ObjectLookup;
+use kmem_core::Gfp;
+use std::ptr::NonNull;
+
+impl Heap {
+    /// `kmalloc`: `size` bytes (naturally aligned for power-of-two sizes up to a
+    /// page), or `None` when memory runs out.
+    /// Charged to the thread's active memory cgroup, if it has one.
+    #[inline(always)]
+    pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        match active_objcg() {
+            None => match thread_cpu() {
+                Some(c) => self.kmem.kmalloc(Some(c), size, gfp),
+                None => self.kmalloc_percpu(size, gfp),
+            },
+            Some(cg) => self.kmalloc_charged(size, gfp, cg),
+        }
+    }
+
+    /// [`Heap::kmalloc`] without a thread area: per-CPU mode (rseq or CAS fast path,
+    /// else under the CPU area's lock), a thread's first allocation, the zone path.
+    /// Not `#[cold]`: it is per-CPU mode's fast path.
+    #[inline(never)]
+    fn kmalloc_percpu(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.percpu_fallback(
+            || {
+                self.kmem
+                    .kmalloc_cache(size, gfp)
+                    .and_then(|s| self.rseq_alloc(s, gfp))
+                    .map(Some)
+            },
+            |area| self.kmem.kmalloc_lockless(area, size, gfp).map(Some),
+            |cpu| self.kmem.kmalloc(cpu, size, gfp),
+        )
+    }
+
+    /// [`Heap::kmalloc`] under an active memory cgroup.
+    #[inline(never)]
+    fn kmalloc_charged(&self, size: usize, gfp: Gfp, cg: &ObjCgroup) -> Option<NonNull<u8>> {
+        self.kmem.kmalloc_objcg(self.cpu().get(), size, gfp, cg)
+    }
+
+    /// `kmalloc_node`: as [`Heap::kmalloc`], on node `nid` (not charged: node
+    /// placement and accounting do not combine yet).
+    pub fn kmalloc_node(&self, size: usize, gfp: Gfp, nid: usize) -> Option<NonNull<u8>> {
+        self.kmem
+            .kmalloc_node(self.cpu().get(), size, gfp, Some(nid))
+    }
+
+    /// `kzalloc`: zeroed [`Heap::kmalloc`].
+    pub fn kzalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmalloc(size, gfp | Gfp::ZERO)
+    }
+
+    /// `kcalloc`: `n * size` zeroed bytes; `None` on overflow.
+    pub fn kcalloc(&self, n: usize, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.kmalloc(n.checked_mul(size)?, gfp | Gfp::ZERO)
+    }
+
+    /// `krealloc`: see [`kmem_core::Kmem::krealloc`]; a moved allocation is charged to the
+    /// active memory cgroup.
+    ///
+    /// # Safety
+    /// `p` is null or an allocation of this heap that the caller owns.
+    pub unsafe fn krealloc(&self, p: *mut u8, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.kmem
+                .krealloc_objcg(self.cpu().get(), p, size, gfp, active_objcg())
+        }
+    }
+
+    /// `ksize`: the usable size of the allocation at `p` (0 if it is not one).
+    pub fn ksize(&self, p: *const u8) -> usize {
+        self.kmem.ksize(p)
+    }
+
+    /// `kfree`: frees `p` (null: nothing). A pointer that is not the start of one of
+    /// this heap's allocations (or is already free at a freelist's head) is reported on
+    /// stderr and not freed: then it returns false.
+    ///
+    /// # Safety
+    /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
+    #[inline]
+    pub unsafe fn kfree(&self, p: *mut u8) -> bool {
+        match thread_cpu() {
+            // SAFETY: forwarded from the caller.
+            Some(c) => unsafe { self.kmem.kfree(Some(c), p) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.kfree_percpu(p) },
+        }
+    }
+
+    /// [`Heap::kfree`] without a thread area (see [`Heap::kmalloc_percpu`]).
+    ///
+    /// # Safety
+    /// As [`Heap::kfree`].
+    #[inline(never)]
+    unsafe fn kfree_percpu(&self, p: *mut u8) -> bool {
+        self.percpu_fallback(
+            || match self.kmem.slub().lookup(p) {
+                // SAFETY: a checked object of `slab`, given up by the caller.
+                ObjectLookup::Slab(s, slab) => unsafe { self.rseq_free(s, slab, p) },
+                _ => None,
+            },
+            // SAFETY: forwarded from the caller.
+            |area| unsafe { self.kmem.kfree_lockless(area, p) },
+            // SAFETY: forwarded from the caller.
+            |cpu| unsafe { self.kmem.kfree(cpu, p) },
+        )
+    }
+}

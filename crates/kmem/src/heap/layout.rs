@@ -1,0 +1,230 @@
+//! Allocation by [`Layout`] on the process heap — what [`crate::KmemAlloc`] forwards to
+//! (`alloc`, `alloc_zeroed`, `dealloc`, `realloc`, `usable_size`).
+//!
+//! How a [`Layout`] is served:
+//! | size / alignment                         | from                                   |
+//! |------------------------------------------|----------------------------------------|
+//! | ≤ 8 KiB, alignment ≤ 4 KiB               | a kmalloc cache: size rounded up to the alignment, so the class's natural alignment covers it (kmalloc-N for a power of two N is N-aligned; 96 is 32-, 192 is 64-aligned) |
+//! | ≤ 4 MiB, alignment ≤ 4 MiB               | a compound page block of the buddy allocator, naturally aligned to its size |
+//! | larger, or aligned beyond 4 MiB          | a direct mapping (the `huge` module)      |
+//!
+//! `realloc` stays in place while the object's class or the page block still holds
+//! the new size; a page block grows into the buddy blocks after it when they are free
+//! and shrinks by freeing its upper halves; a huge mapping moves with `mremap`.
+//! `alloc_zeroed` skips clearing page blocks whose memory is fresh from the OS (their
+//! pages were never touched or were given back: they read as zero).
+//!
+//! No lock of its own: the kmalloc and page paths follow the CPU area's rules (see
+//! `cpu`), huge mappings the huge list's lock, taken inside `crate::huge`.
+
+use super::thread::active_objcg;
+use super::Heap;
+use kmem_core::kmalloc::{KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE};
+use kmem_core::slub::ObjectLookup;
+use kmem_core::{Gfp, Platform, MAX_ORDER, PAGE_SIZE};
+use std::alloc::Layout;
+use std::ptr;
+
+/// The buddy order of a block of at least `bytes` bytes.
+#[inline]
+fn order_for(bytes: usize) -> usize {
+    let pages = bytes.div_ceil(PAGE_SIZE).max(1);
+    (usize::BITS - (pages - 1).leading_zeros()) as usize
+}
+
+impl Heap {
+    /// Allocates for `layout` (see the module table); null when memory runs out.
+    #[inline]
+    pub fn alloc(&self, layout: Layout) -> *mut u8 {
+        self.alloc_gfp(layout, Gfp::KERNEL)
+    }
+
+    /// As [`Heap::alloc`], zeroed.
+    #[inline]
+    pub fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        self.alloc_gfp(layout, Gfp::ZERO)
+    }
+
+    #[inline]
+    fn alloc_gfp(&self, layout: Layout, gfp: Gfp) -> *mut u8 {
+        let size = layout.size();
+        if layout.align() <= 8 && size <= KMALLOC_MAX_CACHE_SIZE {
+            return match self.kmalloc(size, gfp) {
+                Some(p) => p.as_ptr(),
+                None => ptr::null_mut(),
+            };
+        }
+        self.alloc_aligned(size, layout.align(), gfp)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn alloc_aligned(&self, size: usize, align: usize, gfp: Gfp) -> *mut u8 {
+        let p = if align <= PAGE_SIZE {
+            // Round up to the alignment: the class then has it naturally.
+            let Some(sz) = size.max(align).checked_next_multiple_of(align) else {
+                return ptr::null_mut();
+            };
+            if sz <= KMALLOC_MAX_SIZE {
+                self.kmalloc(sz, gfp).map(|p| p.as_ptr())
+            } else {
+                None
+            }
+        } else {
+            let order = order_for(size).max(order_for(align));
+            if order <= MAX_ORDER {
+                self.alloc_pages(gfp | Gfp::COMP, order)
+                    .map(|page| self.page_address(page).as_ptr())
+            } else {
+                None
+            }
+        };
+        match p {
+            Some(p) => p,
+            None if size > KMALLOC_MAX_SIZE || align > PAGE_SIZE << MAX_ORDER => {
+                self.huge_alloc(size, align, gfp.contains(Gfp::ZERO))
+            }
+            None => ptr::null_mut(),
+        }
+    }
+
+    fn huge_alloc(&self, size: usize, align: usize, zero: bool) -> *mut u8 {
+        // KMEM_MAX bounds the whole heap: the buddy allocator's memory and these.
+        let max = self.config().max_bytes;
+        if max != 0 {
+            let (_, huge) = self.huge_totals();
+            let pages = self.kmem.pages.nr_managed_pages() * PAGE_SIZE;
+            if pages.saturating_add(huge).saturating_add(size) > max {
+                return ptr::null_mut();
+            }
+        }
+        let now = self.kmem.pages.platform().now_ns();
+        let decay = self.config().decay_ms.saturating_mul(1_000_000);
+        let p = self.huge.alloc(self, size, align, zero, now, decay);
+        if let (false, Some(cg)) = (p.is_null(), active_objcg()) {
+            // Charge the mapping to the active group, or give it back.
+            let addr = cg as *const _ as usize;
+            let len = self.huge.set_objcg(p, addr).unwrap_or(0);
+            if !self.kmem.memcg_charge_external(self.cpu().get(), cg, len) {
+                self.huge.set_objcg(p, 0);
+                // SAFETY: the mapping made just above, nobody saw it.
+                unsafe { self.dealloc_outside(p) };
+                return ptr::null_mut();
+            }
+        }
+        p
+    }
+
+    /// Frees what [`Heap::alloc`] (or kmalloc) handed out. A pointer that is none of
+    /// this heap's allocations is reported on stderr and left alone.
+    ///
+    /// # Safety
+    /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
+    /// Returns false when it refused (reported) the pointer.
+    #[inline]
+    pub unsafe fn dealloc(&self, p: *mut u8) -> bool {
+        if self.kmem.pages.in_span(p) || p.is_null() {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.kfree(p) }
+        } else {
+            // SAFETY: forwarded from the caller.
+            unsafe { self.dealloc_outside(p) }
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    unsafe fn dealloc_outside(&self, p: *mut u8) -> bool {
+        let now = self.kmem.pages.platform().now_ns();
+        // SAFETY: forwarded from the caller.
+        match unsafe { self.huge.free(p, now) } {
+            Some(desc) => {
+                // SAFETY: a descriptor `free` just returned.
+                let (objcg, len) = unsafe { crate::huge::desc_charge(desc) };
+                if objcg != 0 {
+                    // SAFETY: a charged mapping's objcg lives while it is charged.
+                    let cg = unsafe { &*(objcg as *const kmem_core::memcontrol::ObjCgroup) };
+                    self.kmem.memcg_uncharge_external(self.cpu().get(), cg, len);
+                }
+                // SAFETY: the descriptor came from `desc_alloc` (`huge_alloc`).
+                unsafe { self.kfree(desc.as_ptr()) }
+            }
+            // Not ours at all: kfree reports it and frees nothing.
+            // SAFETY: kfree of a foreign pointer only reports.
+            None => unsafe { self.kfree(p) },
+        }
+    }
+
+    /// How many bytes the allocation at `p` really has (`malloc_usable_size`): its
+    /// class size, its pages, or its mapping; 0 if it is not one of ours.
+    pub fn usable_size(&self, p: *const u8) -> usize {
+        if self.kmem.pages.in_span(p) {
+            self.ksize(p)
+        } else {
+            self.huge.size_of(p).unwrap_or(0)
+        }
+    }
+
+    /// Resizes the allocation at `p` (made for `layout`) to `new_size` bytes, keeping
+    /// the alignment; in place when it can (see the module doc). Null on failure, with
+    /// the old allocation intact.
+    ///
+    /// # Safety
+    /// `p` is an allocation of this heap for `layout`, owned by the caller; `new_size`
+    /// rounded up to the alignment does not overflow `isize`.
+    pub unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let align = layout.align();
+        let pa = &self.kmem.pages;
+        if pa.in_span(p) {
+            match self.kmem.slub().lookup(p) {
+                ObjectLookup::Slab(s, _) => {
+                    // Same class or smaller: stays (no copy; a kmalloc object wastes at
+                    // most its class).
+                    if new_size <= s.config().object_size {
+                        return p;
+                    }
+                }
+                // A charged block moves (charging the new block, uncharging this).
+                ObjectLookup::Large(head) if self.kmem.page_objcg(head).is_some() => {}
+                ObjectLookup::Large(head) => {
+                    // SAFETY: the head of a live block of ours.
+                    let old = unsafe { head.as_ref() }.order();
+                    let new = order_for(new_size);
+                    if new <= old {
+                        // Shrink: give back the upper halves; the head stays, and with
+                        // it the address and its alignment.
+                        if new < old {
+                            // SAFETY: our block; the caller gives up the bytes past
+                            // `new_size`, which fit in the kept 2^new pages.
+                            unsafe { pa.shrink_in_place(self.cpu().get(), head, old, new) };
+                        }
+                        return p;
+                    }
+                    if new <= MAX_ORDER && pa.grow_in_place(head, old, new, Gfp::COMP) {
+                        return p;
+                    }
+                }
+                ObjectLookup::Bad(_) => {}
+            }
+        } else if align <= PAGE_SIZE && new_size > KMALLOC_MAX_SIZE {
+            // SAFETY: forwarded from the caller.
+            if let Some(q) = unsafe { self.huge.remap(p, new_size) } {
+                return q;
+            }
+        }
+        // Move: allocate, copy what both hold, free.
+        let Ok(new_layout) = Layout::from_size_align(new_size, align) else {
+            return ptr::null_mut();
+        };
+        let q = self.alloc(new_layout);
+        if !q.is_null() {
+            let old_size = self.usable_size(p).min(layout.size()).min(new_size);
+            // SAFETY: both allocations are ours and hold `old_size` bytes; distinct.
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, old_size);
+                self.dealloc(p);
+            }
+        }
+        q
+    }
+}

@@ -1,0 +1,283 @@
+//! The process heap: one page allocator over one reserved span, with one CPU area per
+//! thread (or, in per-CPU mode, per CPU), and the huge mappings beside it. Get it with
+//! [`heap`].
+//!
+//! This module owns the [`Heap`] type, its static and its lazy initialisation; the
+//! rest of `impl Heap` lives in the submodules, one concern each:
+//! - `cpu`: the CPU area an operation runs on (`Heap::cpu`, `CpuGuard`);
+//! - `thread`: thread mode: a thread's area (attach, detach, the thread-exit key) and
+//!   the thread's active memory cgroup;
+//! - `percpu`: per-CPU mode: the CPU table, the mode, and the rseq → CAS → lock
+//!   fallback of the alloc/free fast paths;
+//! - `pages`, `kmalloc`, `slab`: the kernel's interfaces (page allocator, kmalloc
+//!   family, `kmem_cache_*`);
+//! - `layout`: allocation by [`std::alloc::Layout`] (kmalloc, page blocks or huge
+//!   mappings), the body of [`crate::KmemAlloc`];
+//! - `report`: text reports, `validate`, the `KMEM_STATS` exit report;
+//! - `fork`: the `pthread_atfork` handlers.
+//!
+//! ## Initialisation
+//! Lazy, on the first call, thread-safe and recursion-free: the first caller moves
+//! `state` from `UNINIT` to `INITIALIZING`, reads the environment (without
+//! allocating), chooses the per-CPU mode, sets kmem-core's process-wide hooks
+//! (`Heap::configure_core`), reserves the span, initialises the core and creates the
+//! thread-exit key; others wait for `READY`. Nothing in it allocates through the heap.
+//! What may allocate (loading the unwinder, `atexit`, `pthread_atfork`) runs just after
+//! `READY` (`Heap::after_init`).
+//!
+//! ## Locking
+//! `env` is written once before `READY` and read-only after; `state` and `mode` are
+//! atomics. Lock order: the CPU table lock (making an area, per-CPU mode), then a CPU
+//! area's local lock, then the huge list's lock, then the slab and page allocator
+//! locks; fork's prepare handler takes them all in that order.
+
+mod cpu;
+mod fork;
+mod kmalloc;
+mod layout;
+mod pages;
+mod percpu;
+mod report;
+mod slab;
+mod thread;
+
+pub use percpu::set_percpu_mode;
+pub(crate) use thread::{restore_active_objcg, set_active_objcg};
+
+/// Largest CPU id (plus one) that gets a CPU area in per-CPU mode; a CPU past it
+/// allocates through the zones (correct, without per-CPU lists).
+pub use crate::platform::MAX_CPU_IDS;
+
+use crate::config::{self, DebugFlags, EnvConfig, Harden};
+use crate::huge::{HugeList, HugeOwner};
+use crate::platform::{os, LinuxPlatform};
+use kmem_core::mmzone::SECTION_SIZE;
+use kmem_core::page::PAGE_SHIFT;
+use kmem_core::{Config, CpuArea, Kmem, PageAllocator, Platform, SlabFlags};
+use std::cell::UnsafeCell;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
+
+/// The heap's `mode` (see `percpu`): one CPU area per thread.
+const MODE_THREAD: u8 = 0;
+/// Per-CPU, every operation under the area's local lock.
+const MODE_CPU_LOCK: u8 = 1;
+/// Per-CPU, lockless alloc/free fast paths (double-word CAS), the rest locked.
+const MODE_CPU_CAS: u8 = 2;
+/// Per-CPU, restartable sequences for the alloc/free fast paths, the rest locked.
+const MODE_CPU_RSEQ: u8 = 4;
+
+const UNINIT: u8 = 0;
+const INITIALIZING: u8 = 1;
+const READY: u8 = 2;
+const FAILED: u8 = 3;
+
+/// The process heap. Get it with [`heap`].
+pub struct Heap {
+    kmem: Kmem<LinuxPlatform>,
+    huge: HugeList,
+    /// Written once by `init_slow` before `state` becomes READY; read-only after.
+    env: UnsafeCell<EnvConfig>,
+    state: AtomicU8,
+    /// The pthread key whose destructor takes a thread's area offline (thread mode).
+    exit_key: AtomicU32,
+    /// `MODE_THREAD`, `MODE_CPU_LOCK`, `MODE_CPU_CAS` or `MODE_CPU_RSEQ`, fixed at
+    /// initialisation.
+    mode: AtomicU8,
+    /// Per-CPU mode: the area of each CPU id, made on the CPU's first use.
+    cpu_table: [AtomicPtr<CpuArea>; MAX_CPU_IDS],
+    /// Per-CPU mode: the CPU id + 1 of each area (by area id; 0: none).
+    area_cpu: [AtomicU32; kmem_core::percpu::MAX_CPU_AREAS],
+    /// Serialises making CPU areas (and fork against it).
+    table_lock: kmem_core::sync::SpinLock<()>,
+}
+
+// SAFETY: `env` is written only during initialisation, before any other thread can
+// pass the READY check that guards every read; all other fields are Sync.
+unsafe impl Sync for Heap {}
+
+static HEAP: Heap = Heap {
+    kmem: Kmem::new(LinuxPlatform::new()),
+    huge: HugeList::new(),
+    env: UnsafeCell::new(EnvConfig::DEFAULT),
+    state: AtomicU8::new(UNINIT),
+    exit_key: AtomicU32::new(0),
+    mode: AtomicU8::new(MODE_THREAD),
+    cpu_table: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CPU_IDS],
+    area_cpu: [const { AtomicU32::new(0) }; kmem_core::percpu::MAX_CPU_AREAS],
+    table_lock: kmem_core::sync::SpinLock::new(()),
+};
+
+/// The process heap, initialised on first use. If initialisation failed (no address
+/// space could be reserved), every allocation returns `None`.
+#[inline]
+pub fn heap() -> &'static Heap {
+    if HEAP.state.load(Ordering::Acquire) != READY {
+        HEAP.init_slow();
+    }
+    &HEAP
+}
+
+impl Heap {
+    #[cold]
+    #[inline(never)]
+    fn init_slow(&self) {
+        if self
+            .state
+            .compare_exchange(UNINIT, INITIALIZING, Ordering::Acquire, Ordering::Acquire)
+            .is_err()
+        {
+            if thread::initialising_here() {
+                // Nested in our own initialisation: the heap is not ready; the
+                // caller's allocation fails.
+                return;
+            }
+            while self.state.load(Ordering::Acquire) == INITIALIZING {
+                std::thread::yield_now();
+            }
+            return;
+        }
+        // Mark this thread: an allocation nested in initialisation (there should be
+        // none) fails instead of waiting for itself.
+        thread::mark_initialising(true);
+        let env = config::from_env();
+        config::warn_unknown_vars();
+        let mode = percpu::resolve_mode(env.percpu);
+        self.mode.store(mode, Ordering::Relaxed);
+        // SAFETY: only the initialising thread gets here, before READY.
+        unsafe { *self.env.get() = env };
+        let ok = self.do_init(env, mode);
+        self.state
+            .store(if ok { READY } else { FAILED }, Ordering::Release);
+        thread::mark_initialising(false);
+        if ok {
+            self.after_init(&env);
+        }
+    }
+
+    fn do_init(&self, env: EnvConfig, mode: u8) -> bool {
+        crate::platform::linux::rseq_init();
+        self.configure_core(mode);
+        let nodes = self.kmem.pages.platform().setup(env.numa_fake);
+        let max_pages = env.max_bytes >> PAGE_SHIFT;
+        // With a bound, the span needs the bound plus room for partly used sections
+        // of every node; without one, the whole reach of the section table.
+        let want = if max_pages > 0 {
+            env.max_bytes + (nodes + 2) * SECTION_SIZE
+        } else {
+            usize::MAX
+        };
+        let Some((base, len)) = self.kmem.pages.platform().reserve_span(want) else {
+            return false;
+        };
+        let config = Config {
+            nr_nodes: nodes,
+            max_pages,
+            report_delay_ns: env.decay_ms.saturating_mul(1_000_000),
+            ..Config::default()
+        };
+        // SAFETY: the span was just reserved for the heap alone, and no other thread
+        // uses the allocator before `state` becomes READY. HEAP is a static.
+        if unsafe { HEAP.kmem.init(base, len, config, os::online_cpus()) }.is_err() {
+            return false;
+        }
+        self.kmem.pages.platform().set_reporting_hook(|now| {
+            let decay = HEAP.config().decay_ms.saturating_mul(1_000_000);
+            HEAP.huge.age(now, decay);
+        });
+        thread::create_exit_key(self)
+    }
+
+    /// Sets kmem-core's process-wide hooks and switches, once, before the core is
+    /// initialised: how a spinning lock waiter yields, the per-CPU fast paths the slab
+    /// layer runs (lockless CAS, or restartable sequences with their freelist take),
+    /// and the slub_debug/hardening flags each new cache gets (`KMEM_DEBUG`,
+    /// `KMEM_INIT`, `KMEM_HARDEN`). Every such call of the crate is here.
+    fn configure_core(&self, mode: u8) {
+        kmem_core::sync::set_relax_hook(os::yield_cpu);
+        self.kmem.set_lockless(mode == MODE_CPU_CAS);
+        if mode == MODE_CPU_RSEQ {
+            kmem_core::slub::set_rseq_take(percpu::rseq_take);
+            self.kmem.set_rseq(true);
+        }
+        self.kmem.set_debug_policy(debug_policy);
+    }
+
+    /// What may allocate or register hooks: runs once the heap is READY, so a nested
+    /// allocation (atexit may call calloc) is served.
+    fn after_init(&self, env: &EnvConfig) {
+        if env.debug.any() {
+            // Load the unwinder now (its first use allocates), for slub_debug's U.
+            let mut frames = [0usize; 2];
+            self.kmem.pages.platform().stack_trace(&mut frames);
+        }
+        if env.stats != config::StatsTarget::None {
+            os::at_exit(report::stats_at_exit);
+        }
+        fork::register();
+    }
+
+    /// The configuration read from the environment at initialisation.
+    pub fn config(&self) -> &EnvConfig {
+        // SAFETY: `heap()` returned, so initialisation is over and `env` is read-only.
+        unsafe { &*self.env.get() }
+    }
+
+    /// The core page allocator (for calls with an explicit context, such as `None`
+    /// for the zone path that bypasses per-CPU lists).
+    pub fn page_allocator(&self) -> &PageAllocator<LinuxPlatform> {
+        &self.kmem.pages
+    }
+
+    /// Live huge allocations and their mapped bytes.
+    pub fn huge_totals(&self) -> (usize, usize) {
+        self.huge.totals()
+    }
+
+    /// The whole core allocator (pages and slab caches).
+    pub fn kmem(&self) -> &Kmem<LinuxPlatform> {
+        &self.kmem
+    }
+}
+
+/// The slab flags every new cache called `name` gets from the environment: slub_debug
+/// (`KMEM_DEBUG`, by cache name), `KMEM_INIT` and `KMEM_HARDEN` (every cache).
+fn debug_policy(name: &str) -> SlabFlags {
+    let env = HEAP.config();
+    let d = env.debug.flags_for(name);
+    let mut f = match env.harden {
+        Harden::On => SlabFlags::empty(),
+        Harden::Random => SlabFlags::RANDOM_FREELIST,
+        Harden::Off => SlabFlags::NO_HARDEN,
+    };
+    if env.init_on_alloc {
+        f |= SlabFlags::INIT_ON_ALLOC;
+    }
+    if env.init_on_free {
+        f |= SlabFlags::INIT_ON_FREE;
+    }
+    for (bit, flag) in [
+        (DebugFlags::F, SlabFlags::CONSISTENCY_CHECKS),
+        (DebugFlags::Z, SlabFlags::RED_ZONE),
+        (DebugFlags::P, SlabFlags::POISON),
+        (DebugFlags::U, SlabFlags::STORE_USER),
+        (DebugFlags::T, SlabFlags::TRACE),
+    ] {
+        if d.has(bit) {
+            f |= flag;
+        }
+    }
+    f
+}
+
+/// Huge mappings' descriptors are small kmalloc objects of this heap.
+impl HugeOwner for Heap {
+    fn desc_alloc(&self) -> Option<NonNull<u8>> {
+        self.kmalloc(crate::huge::DESC_SIZE, crate::huge::DESC_GFP)
+    }
+
+    unsafe fn desc_free(&self, d: NonNull<u8>) {
+        // SAFETY: the caller's contract: a descriptor of ours, unused.
+        unsafe { self.kfree(d.as_ptr()) };
+    }
+}

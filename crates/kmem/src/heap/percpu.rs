@@ -1,0 +1,451 @@
+//! Per-CPU mode: with `KMEM_PERCPU=cpu*` (or [`set_percpu_mode`]) CPU areas belong to
+//! CPU ids instead of threads (`cpu_table`, an area made on a CPU's first use; ids past
+//! [`MAX_CPU_IDS`](super::MAX_CPU_IDS) use the zone path). An operation takes the area
+//! of the CPU it runs on (the `cpu_id` of glibc's rseq area, else `sched_getcpu`) and
+//! holds its local lock (see `cpu`), marked in the thread's held-area slot.
+//!
+//! The kmalloc and kmem_cache alloc/free paths without a thread area go through one
+//! fallback, [`fallback`]: first, without the lock, the restartable sequences of
+//! `platform::rseq` (`cpu-rseq`) or the double-word-CAS path (`cpu-cas`) on the area of
+//! the CPU the thread runs on; else the locked path. In `cpu-rseq` the slab layer takes
+//! a CPU freelist through [`rseq_take`] (a sequence on that CPU). Threads own nothing,
+//! so thread exit flushes nothing; [`Heap::flush_cpu_caches`] flushes every CPU's area.
+//!
+//! Locking: `table_lock` serialises making areas (fork's prepare handler takes it
+//! before locking every area in the table, so no area appears unseen); an area's local
+//! lock covers everything but the lockless fast paths. The table itself is read
+//! without a lock (entries are published once, with Release).
+
+use super::thread::{held_area, set_held_area};
+use super::{Heap, HEAP, UNINIT};
+use super::{MODE_CPU_CAS, MODE_CPU_LOCK, MODE_CPU_RSEQ, MODE_THREAD};
+use crate::config::PerCpuMode;
+use crate::platform::linux::write_stderr;
+use kmem_core::sync::SpinLockGuard;
+use kmem_core::{CpuArea, CpuRef, Gfp, KmemCache, Page};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+/// Per-CPU mode requested through [`set_percpu_mode`] before initialisation
+/// (`MODE_UNSET`: take `KMEM_PERCPU`).
+static REQUESTED_MODE: AtomicU8 = AtomicU8::new(MODE_UNSET);
+const MODE_UNSET: u8 = u8::MAX;
+/// Per-CPU, the best mechanism here (a request, resolved at initialisation; never the
+/// heap's `mode`).
+const MODE_CPU: u8 = 3;
+
+fn mode_code(mode: PerCpuMode) -> u8 {
+    match mode {
+        PerCpuMode::Thread => MODE_THREAD,
+        PerCpuMode::CpuLock => MODE_CPU_LOCK,
+        PerCpuMode::CpuCas => MODE_CPU_CAS,
+        PerCpuMode::CpuRseq => MODE_CPU_RSEQ,
+        PerCpuMode::Cpu => MODE_CPU,
+    }
+}
+
+/// The mode a resolved code stands for (`MODE_CPU` never is one).
+fn code_mode(code: u8) -> PerCpuMode {
+    match code {
+        MODE_THREAD => PerCpuMode::Thread,
+        MODE_CPU_CAS => PerCpuMode::CpuCas,
+        MODE_CPU_RSEQ => PerCpuMode::CpuRseq,
+        _ => PerCpuMode::CpuLock,
+    }
+}
+
+/// Whether this thread (and so, glibc being what it is, every thread) can run the
+/// restartable sequences of `platform::rseq`.
+fn rseq_possible() -> bool {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        crate::platform::linux::rseq_init();
+        crate::platform::linux::rseq_offset().is_some()
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        false
+    }
+}
+
+/// Whether this machine can run the lockless per-CPU fast paths.
+fn lockless_possible() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        kmem_core::slub::LOCKLESS_SUPPORTED && std::arch::is_x86_feature_detected!("cmpxchg16b")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The mode the heap runs in (initialisation): the one [`set_percpu_mode`] asked for,
+/// else `KMEM_PERCPU`'s, with `cpu` resolved to the best mechanism here and a mechanism
+/// this machine lacks replaced by the next best (with a warning when it was asked for
+/// by name).
+pub(super) fn resolve_mode(env: PerCpuMode) -> u8 {
+    let mut mode = match REQUESTED_MODE.load(Ordering::SeqCst) {
+        MODE_UNSET => mode_code(env),
+        m => m,
+    };
+    if mode == MODE_CPU_RSEQ || mode == MODE_CPU {
+        if rseq_possible() {
+            return MODE_CPU_RSEQ;
+        }
+        if mode == MODE_CPU_RSEQ {
+            write_stderr(
+                b"kmem: KMEM_PERCPU=cpu-rseq: no rseq registration here; using cpu-cas or cpu-lock\n",
+            );
+        }
+        mode = MODE_CPU;
+    }
+    if mode == MODE_CPU || mode == MODE_CPU_CAS {
+        let cas = lockless_possible();
+        if mode == MODE_CPU_CAS && !cas {
+            write_stderr(b"kmem: KMEM_PERCPU=cpu-cas: no double-word CAS here; using cpu-lock\n");
+        }
+        mode = if cas { MODE_CPU_CAS } else { MODE_CPU_LOCK };
+    }
+    mode
+}
+
+/// Chooses how CPU areas are assigned, before the heap's first use: [`PerCpuMode::Thread`]
+/// (one per thread, the default) or a per-CPU mode (one per CPU, shared by the threads
+/// that run on it). Overrides `KMEM_PERCPU`. Fails (returning the mode in force) once
+/// the heap is initialised.
+pub fn set_percpu_mode(mode: PerCpuMode) -> Result<(), PerCpuMode> {
+    REQUESTED_MODE.store(mode_code(mode), Ordering::SeqCst);
+    if HEAP.state.load(Ordering::SeqCst) != UNINIT {
+        return Err(HEAP.percpu_mode());
+    }
+    Ok(())
+}
+
+/// The path of an alloc or free without a thread area, in the heap's `mode`: in
+/// `cpu-rseq` the restartable sequence (`rseq`), in `cpu-cas` the lockless CAS path
+/// (`cas`); when that is not possible or gives `None` (no area for this CPU yet, an
+/// empty freelist, not the CPU slab, a debug cache), the locked path (`locked`), which
+/// is also the only one in thread mode and `cpu-lock`. At most one lockless attempt
+/// runs before the locked path. (An allocation's attempts answer `Some(Some(p))`: the
+/// outer `Option` says whether the attempt decided, the inner is the result.)
+///
+/// Inlined into each caller, so each attempt is a direct call as before.
+#[inline(always)]
+pub(super) fn fallback<R>(
+    mode: u8,
+    rseq: impl FnOnce() -> Option<R>,
+    cas: impl FnOnce() -> Option<R>,
+    locked: impl FnOnce() -> R,
+) -> R {
+    let fast = match mode {
+        MODE_CPU_RSEQ => rseq(),
+        MODE_CPU_CAS => cas(),
+        _ => None,
+    };
+    fast.unwrap_or_else(locked)
+}
+
+/// `cpu-rseq`: the slab layer's take of a CPU freelist (`slub::set_rseq_take`): a
+/// restartable sequence on the area's CPU, run there (the thread pinned for the
+/// moment) if it is elsewhere. If this thread may not run on that CPU, kmem assumes
+/// none of its threads does (they share one affinity: documented), so no section can
+/// commit there and a plain exchange is the take.
+pub(super) fn rseq_take(area: &CpuArea, freelist: &AtomicUsize) -> usize {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        use crate::platform::rseq;
+        let cpu = HEAP.area_cpu[area.id()].load(Ordering::Acquire);
+        let fl = freelist as *const AtomicUsize as *mut usize;
+        if let (Some(r), true) = (rseq::area(), cpu != 0) {
+            let cpu = cpu as usize - 1;
+            // SAFETY: `r` is this thread's registered rseq area; `fl` is the freelist
+            // word of a `kmem_cache_cpu` in CPU `cpu`'s area.
+            let take = || unsafe { rseq::take_on(r, cpu, fl) };
+            if let Some(v) = take() {
+                return v;
+            }
+            let pinned = rseq::on_cpu(cpu, || loop {
+                if let Some(v) = take() {
+                    break v;
+                }
+            });
+            if let Some(v) = pinned {
+                return v;
+            }
+        }
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    let _ = area;
+    // No CPU of ours runs this area's sections: a plain exchange.
+    freelist.swap(0, Ordering::AcqRel)
+}
+
+/// Zeroes a fresh object of `s` for `__GFP_ZERO` (the lockless paths do not).
+#[inline]
+pub(super) fn zero_if_asked(s: &KmemCache, gfp: Gfp, p: NonNull<u8>) -> NonNull<u8> {
+    if gfp.contains(Gfp::ZERO) {
+        // SAFETY: the object is the caller's now, `object_size` bytes long.
+        unsafe { p.as_ptr().write_bytes(0, s.config().object_size) };
+    }
+    p
+}
+
+impl Heap {
+    /// [`fallback`] in the heap's mode; the CAS attempt gets the area of the CPU the
+    /// thread runs on, and the locked path the guard of [`Heap::cpu`].
+    #[inline(always)]
+    pub(super) fn percpu_fallback<R>(
+        &self,
+        rseq: impl FnOnce() -> Option<R>,
+        cas: impl FnOnce(&'static CpuArea) -> Option<R>,
+        locked: impl FnOnce(Option<CpuRef<'_>>) -> R,
+    ) -> R {
+        fallback(
+            self.mode.load(Ordering::Relaxed),
+            rseq,
+            || self.this_cpu_area().and_then(cas),
+            || locked(self.cpu().get()),
+        )
+    }
+
+    /// Per-CPU mode: the area of the CPU the thread runs on, with its local lock taken
+    /// and marked as this thread's held area (the caller clears the mark when it
+    /// releases the lock). `None`: no area to be had (a CPU id past the table, or no
+    /// memory for one).
+    #[inline(always)]
+    pub(super) fn lock_this_cpu_area(
+        &self,
+    ) -> Option<(&'static CpuArea, SpinLockGuard<'static, ()>)> {
+        let area = self.area_of_cpu(crate::platform::linux::current_cpu())?;
+        let lock = area.local_lock();
+        set_held_area(area as *const CpuArea as usize);
+        Some((area, lock))
+    }
+
+    /// Per-CPU mode: the area of CPU `id`, made on first use.
+    fn area_of_cpu(&self, id: usize) -> Option<&'static CpuArea> {
+        let slot = self.cpu_table.get(id)?;
+        let p = slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: table entries are areas of the pool, which live forever.
+            return Some(unsafe { &*p });
+        }
+        // Made under the table lock, which fork's prepare handler also takes (before
+        // locking every area it finds in the table), so no area appears unseen.
+        let _g = self.table_lock.lock();
+        let p = slot.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: as above.
+            return Some(unsafe { &*p });
+        }
+        let (_, node) = crate::platform::linux::getcpu();
+        let area = HEAP.kmem.pages.cpu_area_get(node)?;
+        // Before the area is published: the rseq take looks its CPU up.
+        self.area_cpu[area.id()].store(id as u32 + 1, Ordering::Release);
+        slot.store(area as *const CpuArea as *mut CpuArea, Ordering::Release);
+        Some(area)
+    }
+
+    /// The mode CPU areas are assigned in (fixed at initialisation): `Thread`,
+    /// `CpuRseq`, `CpuCas` or `CpuLock`.
+    pub fn percpu_mode(&self) -> PerCpuMode {
+        code_mode(self.mode.load(Ordering::Relaxed))
+    }
+
+    /// `cpu-cas`: the area of the CPU the caller runs on now (it may move right after;
+    /// the fast paths cope). `None` when the CPU has no area yet.
+    #[inline]
+    fn this_cpu_area(&self) -> Option<&'static CpuArea> {
+        let p = self
+            .cpu_table
+            .get(crate::platform::linux::current_cpu())?
+            .load(Ordering::Acquire);
+        // SAFETY: table entries are null or areas that live forever.
+        unsafe { p.as_ref() }
+    }
+
+    /// `cpu-rseq`: pops an object of `s` from the CPU freelist of the CPU the thread
+    /// runs on, in a restartable sequence. `None`: take the locked path.
+    #[inline]
+    pub(super) fn rseq_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
+            let cfg = s.config();
+            if cfg.off_fast_paths() {
+                return None;
+            }
+            let rseq = crate::platform::rseq::area()?;
+            // SAFETY: `rseq` is this thread's registered area; the table has
+            // MAX_CPU_IDS entries, null or CPU areas holding every cache's
+            // `kmem_cache_cpu` at its offset; the caches run with `rseq` set (so the
+            // slab layer changes a CPU freelist only by committing on that CPU, or
+            // while it is empty).
+            let obj =
+                unsafe { crate::platform::rseq::pop(rseq, self.cpu_table.as_ptr().cast(), cfg) };
+            Some(zero_if_asked(s, gfp, NonNull::new(obj as *mut u8)?))
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        {
+            let _ = (s, gfp);
+            None
+        }
+    }
+
+    /// `cpu-rseq`: pushes `p` (an object of `slab` of `s`) on the CPU freelist of the
+    /// CPU the thread runs on if `slab` is that CPU's slab. `Some(false)`: a double
+    /// free at the freelist's head (reported). `None`: take the locked path.
+    ///
+    /// # Safety
+    /// `p` is the start of an object of `slab` of `s`, owned by the caller, who gives
+    /// it up.
+    #[inline]
+    pub(super) unsafe fn rseq_free(
+        &self,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        p: *mut u8,
+    ) -> Option<bool> {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
+            use crate::platform::rseq::{self, Pushed};
+            let cfg = s.config();
+            if cfg.off_fast_paths() || kmem_core::memcontrol::has_obj_exts(slab) {
+                return None;
+            }
+            let area = rseq::area()?;
+            let obj = p as usize;
+            let base = obj & !(cfg.slab_bytes() - 1);
+            // SAFETY: as in `rseq_alloc`; the object is the caller's to give up.
+            match unsafe { rseq::push(area, self.cpu_table.as_ptr().cast(), cfg, obj, base) } {
+                Pushed::Done => Some(true),
+                Pushed::AtHead => Some(self.kmem.slub().double_free(s, slab, obj)),
+                Pushed::No => None,
+            }
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        {
+            let _ = (s, slab, p);
+            None
+        }
+    }
+
+    /// Per-CPU mode: every CPU's area, for reports, flushes and fork.
+    pub(super) fn cpu_areas(&self) -> impl Iterator<Item = &'static CpuArea> + '_ {
+        self.cpu_table.iter().filter_map(|p| {
+            // SAFETY: table entries are null or areas that live forever.
+            unsafe { p.load(Ordering::Acquire).as_ref() }
+        })
+    }
+
+    /// Runs `f` as the owner of the CPU areas the caller can reach: in thread mode the
+    /// caller's own (other threads' stay theirs), in per-CPU mode every CPU's in turn,
+    /// each under its local lock (or, for an area this thread already holds, under that
+    /// hold). Returns whether the heap runs in thread mode.
+    fn for_each_reachable_area(&self, mut f: impl FnMut(CpuRef<'_>)) -> bool {
+        if self.mode.load(Ordering::Relaxed) == MODE_THREAD {
+            if let Some(c) = self.cpu().get() {
+                f(c);
+            }
+            return true;
+        }
+        let held = held_area();
+        for area in self.cpu_areas() {
+            let _lock = (area as *const CpuArea as usize != held).then(|| area.local_lock());
+            // SAFETY: we hold the area's local lock (here or in an enclosing operation
+            // of this thread): we act as its owner.
+            f(unsafe { CpuRef::new(area) });
+        }
+        false
+    }
+
+    /// Empties every per-CPU cache now — CPU slabs and partials, per-CPU page lists,
+    /// memcg stocks — so that their memory goes back to the page allocator: in per-CPU
+    /// mode every CPU's area (each under its lock); in thread mode the caller's own
+    /// (other threads' are asked to drain at their next call).
+    pub fn flush_cpu_caches(&self) {
+        if self.for_each_reachable_area(|c| self.kmem.pages.cpu_area_flush(c)) {
+            self.kmem.pages.drain_all_pages(None);
+        }
+    }
+
+    /// Drains memcg charge stocks into the groups' counters: the caller's own in thread
+    /// mode (other threads' drain when they switch groups or exit), every CPU's in
+    /// per-CPU mode.
+    pub fn drain_memcg_stocks(&self) {
+        self.for_each_reachable_area(|c| self.kmem.memcg_drain_stock(c));
+    }
+
+    /// Bytes kept by per-CPU caches: the CPU areas themselves, pages on per-CPU lists,
+    /// and the slabs frozen for CPUs (CPU slabs and CPU partial slabs).
+    pub fn percpu_held_bytes(&self) -> usize {
+        let pa = &self.kmem.pages;
+        let areas: Vec<&CpuArea> = pa.cpu_areas().iter().filter(|a| a.is_owned()).collect();
+        let mut bytes = areas.len() * kmem_core::percpu::CPU_AREA_SIZE;
+        bytes += (0..pa.nr_nodes())
+            .map(|n| pa.nr_pcp_pages(n))
+            .sum::<usize>()
+            * kmem_core::PAGE_SIZE;
+        self.kmem.caches().for_each(|s| {
+            for a in &areas {
+                bytes += s.cpu_of(a).held_slabs() * s.config().slab_bytes();
+            }
+        });
+        bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+
+    /// Runs `fallback` in `mode` with attempts that answer `rseq` and `cas`; returns
+    /// the result and the attempts made, in order.
+    fn run(mode: u8, rseq: Option<u32>, cas: Option<u32>) -> (u32, Vec<&'static str>) {
+        let tried = RefCell::new(Vec::new());
+        let r = fallback(
+            mode,
+            || {
+                tried.borrow_mut().push("rseq");
+                rseq
+            },
+            || {
+                tried.borrow_mut().push("cas");
+                cas
+            },
+            || {
+                tried.borrow_mut().push("locked");
+                0
+            },
+        );
+        (r, tried.into_inner())
+    }
+
+    #[test]
+    fn each_mode_tries_its_own_fast_path_then_the_lock() {
+        assert_eq!(run(MODE_CPU_RSEQ, Some(1), Some(2)), (1, vec!["rseq"]));
+        assert_eq!(
+            run(MODE_CPU_RSEQ, None, Some(2)),
+            (0, vec!["rseq", "locked"])
+        );
+        assert_eq!(run(MODE_CPU_CAS, Some(1), Some(2)), (2, vec!["cas"]));
+        assert_eq!(run(MODE_CPU_CAS, Some(1), None), (0, vec!["cas", "locked"]));
+        for mode in [MODE_THREAD, MODE_CPU_LOCK] {
+            assert_eq!(run(mode, Some(1), Some(2)), (0, vec!["locked"]));
+        }
+    }
+
+    #[test]
+    fn modes_map_both_ways() {
+        for m in [
+            PerCpuMode::Thread,
+            PerCpuMode::CpuLock,
+            PerCpuMode::CpuCas,
+            PerCpuMode::CpuRseq,
+        ] {
+            assert_eq!(code_mode(mode_code(m)), m);
+        }
+        assert_eq!(mode_code(PerCpuMode::Cpu), MODE_CPU, "resolved at start");
+    }
+}

@@ -1,0 +1,116 @@
+//! The heap's reports: the kernel's text formats (`/proc/slabinfo`, `buddyinfo`,
+//! `zoneinfo`, `vmstat`, the OOM report's `Mem-Info:`, slabtop, SLUB statistics),
+//! `validate`, and the `KMEM_STATS` report at exit.
+//!
+//! The `String` reports allocate (they are for programs and tools); the exit report
+//! ([`Heap::write_report`]) does not: it writes straight to its destination. No lock of
+//! its own: the core takes the slab and page allocator locks it needs while walking.
+
+use super::{Heap, HEAP};
+use crate::config::StatsTarget;
+use crate::platform::linux::{write_stderr, FdWriter};
+use crate::platform::os;
+use kmem_core::show_mem;
+use kmem_core::KmemCache;
+use std::fmt;
+
+/// A report written into a fresh `String` (writing to a `String` cannot fail).
+fn text(write: impl FnOnce(&mut String) -> fmt::Result) -> String {
+    let mut s = String::new();
+    let _ = write(&mut s);
+    s
+}
+
+impl Heap {
+    /// Writes the exit report (slabinfo, buddyinfo, vmstat, memory cgroups) to `w`, without
+    /// allocating.
+    pub fn write_report(&self, w: &mut dyn fmt::Write) -> fmt::Result {
+        if self.config().debug.any() {
+            // slub_debug is on: walk every slab first (problems are reported as found).
+            let n = self.kmem.validate_all(&mut |_| {});
+            writeln!(w, "kmem: validate found {n} problem(s)")?;
+        }
+        self.kmem.slabinfo(w)?;
+        writeln!(w)?;
+        show_mem::buddyinfo(&self.kmem.pages, w)?;
+        writeln!(w)?;
+        show_mem::vmstat(&self.kmem.pages, w)?;
+        // Memory cgroups (not the root): each group's files after a blank line. Written
+        // straight to `w`: nothing here allocates.
+        self.drain_memcg_stocks();
+        let mut res = Ok(());
+        self.kmem.for_each_mem_cgroup(|cg| {
+            if res.is_ok() && cg.parent().is_some() {
+                res = writeln!(w).and_then(|_| self.kmem.memcg_report(w, cg));
+            }
+        });
+        res
+    }
+
+    /// `/proc/slabinfo` for the heap.
+    pub fn slabinfo(&self) -> String {
+        text(|s| self.kmem.slabinfo(s))
+    }
+
+    /// `validate` on every cache: walks every slab on the node lists (and a debug
+    /// cache's full slabs) checking freelists, counts, red zones, poison; problems are
+    /// reported on stderr in the kernel's format and returned.
+    pub fn validate(&self) -> Vec<kmem_core::slub_debug::Problem> {
+        let mut v = Vec::new();
+        self.kmem.validate_all(&mut |p| v.push(p));
+        v
+    }
+
+    /// A cache's SLUB statistics (`alloc_fastpath 123` lines).
+    pub fn slub_stats(&self, s: &KmemCache) -> String {
+        text(|out| self.kmem.slub_stats(s, out))
+    }
+
+    /// A slabtop-style summary, the `limit` largest caches.
+    pub fn slabtop(&self, limit: usize) -> String {
+        text(|s| self.kmem.slabtop(s, limit))
+    }
+
+    /// `/proc/buddyinfo` for the heap.
+    pub fn buddyinfo(&self) -> String {
+        text(|s| show_mem::buddyinfo(&self.kmem.pages, s))
+    }
+
+    /// `/proc/zoneinfo` for the heap.
+    pub fn zoneinfo(&self) -> String {
+        text(|s| show_mem::zoneinfo(&self.kmem.pages, s))
+    }
+
+    /// `/proc/vmstat` for the heap.
+    pub fn vmstat(&self) -> String {
+        text(|s| show_mem::vmstat(&self.kmem.pages, s))
+    }
+
+    /// The OOM report's `Mem-Info:` block for the heap (`show_free_areas`).
+    pub fn show_free_areas(&self) -> String {
+        text(|s| show_mem::show_free_areas(&self.kmem.pages, s))
+    }
+}
+
+/// `KMEM_STATS`: the report at process exit (registered with `atexit` once the heap is
+/// ready).
+pub(super) extern "C" fn stats_at_exit() {
+    let h = &HEAP;
+    let fd = match h.config().stats {
+        StatsTarget::Stderr => Some(2),
+        t => match t.path() {
+            Some(p) => os::create_file(p),
+            None => return,
+        },
+    };
+    let Some(fd) = fd else {
+        write_stderr(b"kmem: KMEM_STATS: cannot open the file\n");
+        return;
+    };
+    let mut w = FdWriter::new(fd);
+    let _ = h.write_report(&mut w);
+    w.flush();
+    if fd != 2 {
+        os::close_fd(fd);
+    }
+}

@@ -1,0 +1,168 @@
+//! Thread mode ("thread = CPU"): each thread owns one [`CpuArea`] (kmem-core's
+//! "owned" mode). The first operation of a thread that needs one takes an area from
+//! the pool (or makes one) and sets a pthread key whose destructor is the thread's
+//! "CPU offline": it drains the area's lists and returns it to the pool, so a program
+//! that starts and joins many threads reuses a handful of areas. Also here, as the
+//! thread's other slots: the area whose lock it holds in per-CPU mode (see `cpu`) and
+//! its active memory cgroup (`set_active_memcg`).
+//!
+//! The thread-local slots are const-initialised `Cell<usize>`s with no destructor, so
+//! reading them never allocates or registers anything. `THIS_AREA` holds `0` (no area
+//! yet), `ATTACHING` (getting one, or initialising the heap: nested calls, e.g. from a
+//! `calloc` inside `pthread_setspecific`, use the zone path), `EXITED` (the key
+//! destructor ran: later allocations by other destructors use the zone path), or the
+//! area's address.
+//!
+//! Locking: none. An area in a thread's slot is that thread's alone until the slot
+//! stops naming it (exit or [`Heap::detach_thread`]).
+
+use super::{Heap, HEAP, MODE_THREAD, READY};
+use crate::platform::os;
+use kmem_core::memcontrol::ObjCgroup;
+use kmem_core::{CpuArea, CpuRef, Platform};
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+
+const ATTACHING: usize = 1;
+const EXITED: usize = 2;
+
+thread_local! {
+    static THIS_AREA: Cell<usize> = const { Cell::new(0) };
+    /// Per-CPU mode: the area whose local lock this thread holds (0: none), so that a
+    /// nested allocation on the same thread (a callback inside an operation) uses it
+    /// instead of waiting for itself.
+    static HELD_AREA: Cell<usize> = const { Cell::new(0) };
+    /// The thread's active memory cgroup (`set_active_memcg`): the address of its
+    /// objcg, or 0 (allocations are not charged).
+    static ACTIVE_OBJCG: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The thread's area slot (see the module doc).
+#[inline(always)]
+pub(super) fn slot() -> usize {
+    THIS_AREA.with(Cell::get)
+}
+
+/// Whether a slot value is an area's address (not 0, `ATTACHING` or `EXITED`).
+#[inline(always)]
+pub(super) fn is_area(slot: usize) -> bool {
+    slot > EXITED
+}
+
+/// Per-CPU mode: the area whose local lock this thread holds (0: none).
+#[inline(always)]
+pub(super) fn held_area() -> usize {
+    HELD_AREA.with(Cell::get)
+}
+
+/// Per-CPU mode: marks `area` (0: none) as the one whose lock this thread holds.
+#[inline(always)]
+pub(super) fn set_held_area(area: usize) {
+    HELD_AREA.with(|h| h.set(area));
+}
+
+/// Marks this thread as the one initialising the heap (or clears the mark).
+pub(super) fn mark_initialising(on: bool) {
+    THIS_AREA.with(|a| a.set(if on { ATTACHING } else { 0 }));
+}
+
+/// Whether this thread is initialising the heap (a nested call must not wait for it).
+pub(super) fn initialising_here() -> bool {
+    slot() == ATTACHING
+}
+
+/// Thread mode's fast case: the thread's own CPU area, once attached. Everything
+/// else (attaching, per-CPU mode, thread exit) goes through [`Heap::cpu`].
+#[inline(always)]
+pub(super) fn thread_cpu() -> Option<CpuRef<'static>> {
+    let v = slot();
+    // SAFETY: a value above EXITED is an area this thread owns until its exit
+    // destructor, which clears the slot first; areas live forever.
+    is_area(v).then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
+}
+
+/// The objcg of the calling thread's active memory cgroup.
+#[inline]
+pub(crate) fn active_objcg() -> Option<&'static ObjCgroup> {
+    let v = ACTIVE_OBJCG.with(Cell::get);
+    // SAFETY: only `set_active_objcg` stores a non-zero value: the objcg of a group
+    // that its caller keeps alive while it is active (the `enter` guard borrows it).
+    (v != 0).then(|| unsafe { &*(v as *const ObjCgroup) })
+}
+
+/// Makes `objcg` the thread's active one (`set_active_memcg`); returns the previous.
+pub(crate) fn set_active_objcg(objcg: Option<&ObjCgroup>) -> usize {
+    let v = objcg.map_or(0, |o| o as *const ObjCgroup as usize);
+    ACTIVE_OBJCG.with(|a| a.replace(v))
+}
+
+/// Restores a value returned by [`set_active_objcg`].
+pub(crate) fn restore_active_objcg(prev: usize) {
+    ACTIVE_OBJCG.with(|a| a.set(prev));
+}
+
+/// Creates the thread-exit key (initialisation); false if there is none to be had.
+pub(super) fn create_exit_key(heap: &Heap) -> bool {
+    match os::thread_key_create(thread_exit) {
+        Some(key) => {
+            heap.exit_key.store(key, Ordering::Relaxed);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The pthread key destructor: the thread's CPU goes offline.
+extern "C" fn thread_exit(value: *mut c_void) {
+    THIS_AREA.with(|a| a.set(EXITED));
+    if value.is_null() {
+        return;
+    }
+    // SAFETY: the value is the area this (exiting) thread owned; nothing else on the
+    // thread uses it after the slot says EXITED.
+    unsafe { HEAP.kmem.pages.cpu_area_put(&*(value as *const CpuArea)) };
+}
+
+impl Heap {
+    /// Thread mode: gives the calling thread an area of its own (see the module doc).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn attach_cold(&self) -> Option<CpuRef<'static>> {
+        if self.state.load(Ordering::Acquire) != READY {
+            return None;
+        }
+        THIS_AREA.with(|a| a.set(ATTACHING));
+        let nid = self.kmem.pages.platform().numa_node_id();
+        let Some(area) = HEAP.kmem.pages.cpu_area_get(nid) else {
+            THIS_AREA.with(|a| a.set(0));
+            return None;
+        };
+        let ptr = area as *const CpuArea as *const c_void;
+        // A non-null value makes the destructor run at thread exit. (glibc may
+        // allocate here for high keys: that nested allocation sees ATTACHING and takes
+        // the zone path.)
+        os::thread_key_set(self.exit_key.load(Ordering::Relaxed), ptr);
+        THIS_AREA.with(|a| a.set(ptr as usize));
+        // SAFETY: we own the area now.
+        Some(unsafe { CpuRef::new(area) })
+    }
+
+    /// Flushes the calling thread's CPU area and returns it to the pool now, as thread
+    /// exit does; the thread's later allocations take the zone path.
+    pub fn detach_thread(&self) {
+        if self.mode.load(Ordering::Relaxed) != MODE_THREAD {
+            // Per-CPU mode: threads own no area.
+            return;
+        }
+        let v = slot();
+        THIS_AREA.with(|a| a.set(EXITED));
+        if is_area(v) {
+            // Clearing the value stops the destructor from running for an area we
+            // give back here.
+            os::thread_key_set(self.exit_key.load(Ordering::Relaxed), std::ptr::null());
+            // SAFETY: this thread owned the area and the slot no longer names it.
+            unsafe { self.kmem.pages.cpu_area_put(&*(v as *const CpuArea)) };
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Helpers shared by the stress-style tests (`mod common;` in each): a xorshift
+//! generator, an address-derived fill pattern with its checks, and lookups of kmem's
+//! counters and the machine. Each test binary uses some of them.
+#![allow(dead_code)]
+
+/// Marsaglia's xorshift64 (shifts 13, 7, 17): deterministic and cheap; for tests only.
+/// The seed is used as given (it must not be 0).
+pub struct XorShift(u64);
+
+impl XorShift {
+    pub fn new(seed: u64) -> Self {
+        assert_ne!(seed, 0, "xorshift never leaves 0");
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// The byte at offset `i` of a `len`-byte object at `addr`: it changes with the address,
+/// the size and the offset, so a stale, shifted or foreign copy is caught.
+pub fn pattern(addr: usize, len: usize, i: usize) -> u8 {
+    ((addr >> 4) ^ len ^ i.wrapping_mul(0x9d)) as u8
+}
+
+/// Every offset of a `len`-byte object.
+pub fn every(len: usize) -> std::ops::Range<usize> {
+    0..len
+}
+
+/// Every byte of objects up to 4 KiB; 64 spread bytes and the last of larger ones.
+pub fn sampled(len: usize) -> impl Iterator<Item = usize> {
+    let step = if len <= 4096 { 1 } else { len / 64 };
+    (0..len).step_by(step).chain(std::iter::once(len - 1))
+}
+
+/// The first, middle and last byte.
+pub fn ends(len: usize) -> [usize; 3] {
+    [0, len / 2, len - 1]
+}
+
+/// Writes the pattern of the `len`-byte object at `p` at the offsets `at`.
+///
+/// # Safety
+/// `p` is `len` writable bytes of the caller's; every offset is below `len`.
+pub unsafe fn fill(p: *mut u8, len: usize, at: impl IntoIterator<Item = usize>) {
+    for i in at {
+        // SAFETY: the caller's contract.
+        unsafe { p.add(i).write(pattern(p as usize, len, i)) };
+    }
+}
+
+/// The first offset in `at` where the bytes at `p` do not hold the pattern of the
+/// `len`-byte object that was at `addr` (`addr` = `p` unless it moved).
+///
+/// # Safety
+/// `p` is readable at every offset of `at`.
+pub unsafe fn damaged(
+    p: *const u8,
+    addr: usize,
+    len: usize,
+    at: impl IntoIterator<Item = usize>,
+) -> Option<usize> {
+    // SAFETY: the caller's contract.
+    at.into_iter()
+        .find(|&i| unsafe { p.add(i).read() } != pattern(addr, len, i))
+}
+
+/// Panics unless the `len`-byte object at `p` holds its pattern at the offsets `at`.
+///
+/// # Safety
+/// As [`damaged`].
+pub unsafe fn verify(p: *const u8, len: usize, at: impl IntoIterator<Item = usize>) {
+    // SAFETY: the caller's contract.
+    if let Some(i) = unsafe { damaged(p, p as usize, len, at) } {
+        panic!("{p:p}+{i} of {len} bytes lost its pattern");
+    }
+}
+
+/// Panics unless the first `keep` bytes at `q` (a resized copy, or the same memory)
+/// hold the pattern the `len`-byte object at `old` had, at the offsets `at`.
+///
+/// # Safety
+/// `q` is readable for `keep` bytes.
+pub unsafe fn verify_moved(
+    old: usize,
+    len: usize,
+    q: *const u8,
+    keep: usize,
+    at: impl IntoIterator<Item = usize>,
+) {
+    let at = at.into_iter().filter(|&i| i < keep);
+    // SAFETY: the caller's contract; only offsets below `keep` are read.
+    if let Some(i) = unsafe { damaged(q, old, len, at) } {
+        panic!("resizing {old:#x} ({len} bytes) to {q:p} lost byte {i}");
+    }
+}
+
+/// A `/proc/vmstat` counter of the heap (0 if there is none by that name).
+pub fn vmstat(name: &str) -> i64 {
+    kmem::stats()
+        .vmstat
+        .iter()
+        .find(|v| v.name == name)
+        .map_or(0, |v| v.value)
+}
+
+/// Whether `KMEM_STRESS_SECS` asks for the long form of the stress tests.
+pub fn stressing() -> bool {
+    std::env::var_os("KMEM_STRESS_SECS").is_some()
+}
+
+/// `KMEM_STRESS_SECS`: how long the stress tests run, when set to a number.
+pub fn stress_secs() -> Option<u64> {
+    std::env::var("KMEM_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+}
+
+/// CPUs configured on this machine (at least 1).
+pub fn configured_cpus() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as usize
+}
