@@ -27,7 +27,12 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 /// The top-level module a file of `src` belongs to (`src/slab/alloc.rs` -> `slab`).
 fn top_module(src: &Path, file: &Path) -> String {
     let rel = file.strip_prefix(src).unwrap();
-    let first = rel.components().next().unwrap().as_os_str().to_string_lossy();
+    let first = rel
+        .components()
+        .next()
+        .unwrap()
+        .as_os_str()
+        .to_string_lossy();
     first.trim_end_matches(".rs").to_string()
 }
 
@@ -146,7 +151,10 @@ fn no_import_cycle_between_modules() {
     for krate in CRATES {
         let src = crates_dir().join(krate).join("src");
         let edges = module_graph(&src);
-        assert!(!edges.is_empty() || krate != "kmem-core", "no modules found in {krate}");
+        assert!(
+            !edges.is_empty() || krate != "kmem-core",
+            "no modules found in {krate}"
+        );
         if let Some(cycle) = find_cycle(&edges) {
             panic!("{krate}: import cycle {}", cycle.join(" -> "));
         }
@@ -185,6 +193,12 @@ fn kmem_core_layers_go_bottom_up() {
     for above in ["slab", "kmalloc", "memcontrol", "kmem", "show_mem"] {
         assert!(!deps("page").contains(above), "page imports {above}");
     }
-    assert!(!deps("memcontrol").contains("kmem"), "memcontrol imports kmem");
-    assert!(!deps("kmalloc").contains("memcontrol"), "kmalloc imports memcontrol");
+    assert!(
+        !deps("memcontrol").contains("kmem"),
+        "memcontrol imports kmem"
+    );
+    assert!(
+        !deps("kmalloc").contains("memcontrol"),
+        "kmalloc imports memcontrol"
+    );
 }

@@ -89,22 +89,7 @@ pub mod platform;
 pub mod printk;
 pub mod show_mem;
 pub mod slab;
-/// Compatibility path for other crates, removed once they use [`slab`] and [`kmem`].
-pub mod slab_common {
-    pub use crate::kmem::{slab_row, Kmem};
-    pub use crate::slab::{
-        write_slabinfo_header, write_slabinfo_row, CacheList, DestroyError, SlabRow,
-    };
-}
 pub mod slab_flags;
-/// Compatibility path for other crates, removed once they use [`slab`].
-pub mod slub {
-    pub use crate::slab::*;
-}
-/// Compatibility path for other crates, removed once they use [`slab::debug`].
-pub mod slub_debug {
-    pub use crate::slab::debug::*;
-}
 pub mod sync;
 pub mod vmstat;
 
@@ -116,28 +101,3 @@ pub use page::{
 pub use percpu::{CpuArea, CpuRef};
 pub use platform::Platform;
 pub use slab::{KmemCache, SlabFlags};
-
-/// The page allocator's old module path: see [`page`].
-// Compatibility path, removed after the slab split merges.
-pub mod page_alloc {
-    pub use crate::page::{
-        Config, CpuDeadHook, InitError, PageAllocator, Shrinker, ZonePcp, MAX_CPU_DEAD_HOOKS,
-        MAX_SHRINKERS, PCP_BATCH, PCP_HIGH_MAX, PCP_MAX_ORDER, PCP_MIN_HIGH, PCP_ORDERS,
-        REPORT_CHECK_INTERVAL,
-    };
-}
-
-/// Sections and zones' old module path: see [`page`].
-// Compatibility path, removed after the slab split merges.
-pub mod mmzone {
-    pub use crate::page::{
-        FreeArea, MemSection, Watermark, Zone, MAX_NUMNODES, MAX_SECTIONS, MEMMAP_PAGES,
-        PAGES_PER_SECTION, PFN_SECTION_SHIFT, SECTION_MANAGED_PAGES, SECTION_SHIFT, SECTION_SIZE,
-    };
-}
-
-/// Free page reporting's old module path: see [`page`].
-// Compatibility path, removed after the slab split merges.
-pub mod page_reporting {
-    pub use crate::page::SMALL_REPORT_MAX;
-}

@@ -9,9 +9,6 @@
 //! no lock held on entry; reading free-list counts takes each zone lock in turn (the
 //! lock order in lib.rs).
 
-// Compatibility path, removed after the slab split merges.
-pub use crate::printk::{GfpNames, LogWriter};
-
 pub use crate::page::show_free_areas;
 use crate::page::{PageAllocator, Watermark, NR_ORDERS};
 use crate::platform::Platform;

@@ -4,9 +4,11 @@
 //! All atomics and locks of kmem-core come from this module so that a loom build can
 //! replace them in one place. The lock is a test-and-test-and-set spin lock: the core
 //! runs where no scheduler may exist (a kernel, firmware), so it cannot sleep. A
-//! platform that has a scheduler installs a yield hook ([`set_relax_hook`]) that a
-//! waiter calls after spinning for a while, so that on an oversubscribed machine the
-//! holder gets the CPU back.
+//! waiter that has spun for a while calls the platform's
+//! [`Platform::relax`](crate::Platform::relax) (installed here by
+//! [`Kmem::init`](crate::Kmem::init): the locks have no handle on the platform), so
+//! that on an oversubscribed machine the holder gets the CPU back. The lock order of
+//! every lock in the core is in the crate docs.
 
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
@@ -22,9 +24,9 @@ static RELAX_HOOK: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 /// How many polls a waiter spins before it calls the relax hook.
 pub const SPINS_BEFORE_RELAX: u32 = 128;
 
-/// Installs the function a spinning waiter calls to give up its CPU (for example
-/// `sched_yield`). A kernel leaves it unset and spins.
-pub fn set_relax_hook(hook: fn()) {
+/// Installs the function a spinning waiter calls to give up its CPU (the platform's
+/// `relax`; a kernel's default spins).
+pub(crate) fn set_relax_hook(hook: fn()) {
     RELAX_HOOK.store(hook as *mut (), Ordering::Release);
 }
 

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{config, kmem_with, TestPlatform};
-use kmem_core::slub_debug::Problem;
+use kmem_core::slab::debug::Problem;
 use kmem_core::{CpuRef, Gfp, Kmem, SlabFlags};
 use std::collections::HashSet;
 
@@ -229,7 +229,7 @@ fn validate_finds_each_kind_of_damage() {
         objs[0].add(128).write(1); // right red zone of an allocated object
         assert!(k.kfree(Some(cpu), objs[1]));
         objs[1].add(10).write(2); // poison of a free object
-        let pad = objs[2].add(cfg.track_off + 2 * kmem_core::slub_debug::TRACK_SIZE);
+        let pad = objs[2].add(cfg.track_off + 2 * kmem_core::slab::debug::TRACK_SIZE);
         let slot_end = objs[2].sub(cfg.red_left).add(cfg.size);
         if pad < slot_end {
             pad.write(3); // padding

@@ -14,7 +14,7 @@
 //! new one. Each model checks that every object ends up exactly once: held by a
 //! context, on the CPU freelist, or back in its slab.
 
-use kmem_core::slub::TID_STEP;
+use kmem_core::slab::TID_STEP;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;

@@ -10,7 +10,7 @@
 //! reported race). Each model checks that no object is lost or found twice, that
 //! `inuse` matches, and that a slab is discarded at most once, only when empty.
 
-use kmem_core::slub::{free_decision, FreeDecision, SlabState, END_OFFSET};
+use kmem_core::slab::{free_decision, FreeDecision, SlabState, END_OFFSET};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicU64, Ordering};
 use loom::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@ mod common;
 
 use common::{config, kmem, pattern, TestPlatform};
 use kmem_core::kmalloc::{KMALLOC_SIZES, NR_KMALLOC};
-use kmem_core::slub::SlubStat;
+use kmem_core::slab::SlubStat;
 use kmem_core::vmstat::VmEvent;
 use kmem_core::{CpuRef, Gfp, Kmem, SlabFlags, PAGE_SIZE};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -78,7 +78,7 @@ fn accounted_and_reclaimable_callers_get_their_own_caches() {
     let p = k.kmalloc(None, 64, Gfp::ACCOUNT).unwrap();
     let q = k.kmalloc(None, 64, Gfp::KERNEL).unwrap();
     let (ps, qs) = match (k.slub().lookup(p.as_ptr()), k.slub().lookup(q.as_ptr())) {
-        (kmem_core::slub::ObjectLookup::Slab(a, _), kmem_core::slub::ObjectLookup::Slab(b, _)) => {
+        (kmem_core::slab::ObjectLookup::Slab(a, _), kmem_core::slab::ObjectLookup::Slab(b, _)) => {
             (a.name(), b.name())
         }
         _ => panic!("not slab objects"),
@@ -296,10 +296,7 @@ fn destroy_with_live_objects_is_refused() {
         .collect();
     // SAFETY: nobody else uses `s`.
     let r = unsafe { k.kmem_cache_destroy(None, s) };
-    assert_eq!(
-        r,
-        Err(kmem_core::slab_common::DestroyError::ObjectsRemaining(3))
-    );
+    assert_eq!(r, Err(kmem_core::slab::DestroyError::ObjectsRemaining(3)));
     let log = k.pages.platform().take_log();
     assert!(
         log.contains(
@@ -320,7 +317,7 @@ fn destroy_with_live_objects_is_refused() {
     let kc: &'static kmem_core::KmemCache = &k.kmalloc_caches()[0];
     // SAFETY: nobody uses kmalloc-8 meanwhile; the kmalloc caches are refused anyway.
     let r = unsafe { k.kmem_cache_destroy(None, kc) };
-    assert_eq!(r, Err(kmem_core::slab_common::DestroyError::NotDestroyable));
+    assert_eq!(r, Err(kmem_core::slab::DestroyError::NotDestroyable));
 }
 
 #[test]

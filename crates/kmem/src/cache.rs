@@ -20,8 +20,8 @@
 //! come and go through the heap's `kmem_cache_*` calls and their CPU-area rules).
 
 use crate::heap::heap;
-use kmem_core::slab_common::DestroyError;
-use kmem_core::slub::{Ctor, KmemCache as RawCache};
+use kmem_core::slab::DestroyError;
+use kmem_core::slab::{Ctor, KmemCache as RawCache};
 use kmem_core::{Gfp, SlabFlags};
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};

@@ -59,7 +59,7 @@ pub const VARS: [Var; 8] = [
         help: "split the machine into N fake nodes, like `numa=fake=N`",
         expected: "a node count from 1 to 16",
         parse: |v, cfg| match parse_u64(v) {
-            Some(n) if (1..=kmem_core::mmzone::MAX_NUMNODES as u64).contains(&n) => {
+            Some(n) if (1..=kmem_core::page::MAX_NUMNODES as u64).contains(&n) => {
                 cfg.numa_fake = n as usize;
                 true
             }
@@ -162,7 +162,7 @@ pub const VARS: [Var; 8] = [
 ];
 
 // KMEM_NUMA_FAKE's `expected` names the limit.
-const _: () = assert!(kmem_core::mmzone::MAX_NUMNODES == 16);
+const _: () = assert!(kmem_core::page::MAX_NUMNODES == 16);
 
 /// The settings read from the environment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

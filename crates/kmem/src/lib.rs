@@ -37,7 +37,7 @@ pub mod stats;
 pub use cache::{KBox, KmemCache};
 pub use global::KmemAlloc;
 pub use heap::{heap, Heap};
-pub use kmem_core::slub::KmemCache as RawKmemCache;
+pub use kmem_core::slab::KmemCache as RawKmemCache;
 pub use kmem_core::{Gfp, Page, PageFlags, SlabFlags, MAX_ORDER, PAGE_SIZE};
 pub use memcg::{MemCgroup, MemcgGuard};
 pub use platform::linux::rss_bytes;

@@ -9,8 +9,8 @@
 
 use crate::heap::heap;
 use kmem_core::show_mem::write_buddyinfo_line;
-use kmem_core::slab_common::{slab_row, write_slabinfo_header, write_slabinfo_row};
-use kmem_core::slub::SlubStat;
+use kmem_core::slab::SlubStat;
+use kmem_core::slab::{write_slabinfo_header, write_slabinfo_row};
 use kmem_core::vmstat::{VmEvent, ZoneStat};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -85,7 +85,7 @@ pub fn stats() -> Stats {
     let pa = h.page_allocator();
     let mut caches = Vec::new();
     kmem.caches().for_each(|s| {
-        let r = slab_row(kmem, s);
+        let r = kmem.slub().slab_row(s);
         let stats = SlubStat::ALL
             .iter()
             .map(|&i| (i.name().to_string(), s.stat_sum(pa.cpu_areas().iter(), i)))
@@ -115,7 +115,7 @@ pub fn stats() -> Stats {
             .iter()
             .map(|&e| (e.name().to_string(), pa.zone_event(nid, e)))
             .collect();
-            use kmem_core::mmzone::Watermark;
+            use kmem_core::page::Watermark;
             ZoneStats {
                 node: nid,
                 zone: z.name().to_string(),
@@ -165,7 +165,7 @@ pub fn stats() -> Stats {
 impl fmt::Display for CacheStats {
     /// The cache's /proc/slabinfo row.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let row = kmem_core::slab_common::SlabRow::new(
+        let row = kmem_core::slab::SlabRow::new(
             &self.name,
             self.active_objs as usize,
             self.num_objs as usize,

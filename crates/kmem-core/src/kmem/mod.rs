@@ -18,8 +18,6 @@ mod kmalloc;
 mod memcg;
 mod report;
 
-pub use report::slab_row;
-
 use crate::kmalloc::{Kmalloc, KmallocCaches};
 use crate::memcontrol::{Memcg, MemcgState};
 use crate::page::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker};

@@ -3,7 +3,7 @@
 
 use super::Kmem;
 use crate::platform::Platform;
-use crate::slab::{debug::Problem, KmemCache, SlabRow};
+use crate::slab::{debug::Problem, KmemCache};
 use core::fmt;
 
 impl<P: Platform> Kmem<P> {
@@ -28,9 +28,4 @@ impl<P: Platform> Kmem<P> {
     pub fn slabtop(&self, w: &mut dyn fmt::Write, limit: usize) -> fmt::Result {
         self.slub().slabtop(w, limit)
     }
-}
-
-/// The slabinfo figures of `s`.
-pub fn slab_row<P: Platform>(kmem: &Kmem<P>, s: &KmemCache) -> SlabRow {
-    kmem.slub().slab_row(s)
 }

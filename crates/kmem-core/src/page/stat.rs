@@ -146,6 +146,13 @@ impl<P: Platform> PageAllocator<P> {
     }
 }
 
+impl<P: Platform> PageAllocator<P> {
+    /// Counts a refused object free (reported by the slab layer) as a bad page event.
+    pub(crate) fn count_bad_object(&self) {
+        self.zones[0].events[VmEvent::BadPage as usize].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_platform::allocator;
@@ -215,12 +222,5 @@ mod tests {
         pa.zone_statistics(None, 1, 1, 1);
         assert_eq!(pa.zone_event(1, VmEvent::NumaHit), 1);
         assert_eq!(pa.zone_event(1, VmEvent::NumaOther), 1);
-    }
-}
-
-impl<P: Platform> PageAllocator<P> {
-    /// Counts a refused object free (reported by the slab layer) as a bad page event.
-    pub(crate) fn count_bad_object(&self) {
-        self.zones[0].events[VmEvent::BadPage as usize].fetch_add(1, Ordering::Relaxed);
     }
 }

@@ -2,7 +2,7 @@
 //! log captured in memory.
 #![allow(dead_code)]
 
-use kmem_core::mmzone::SECTION_SIZE;
+use kmem_core::page::SECTION_SIZE;
 use kmem_core::{Config, Kmem, PageAllocator, Platform};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;

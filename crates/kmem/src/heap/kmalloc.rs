@@ -9,7 +9,7 @@
 use super::thread::{active_objcg, thread_cpu};
 use super::Heap;
 use kmem_core::memcontrol::ObjCgroup;
-use kmem_core::slub::ObjectLookup;
+use kmem_core::slab::ObjectLookup;
 use kmem_core::Gfp;
 use std::ptr::NonNull;
 

@@ -20,17 +20,11 @@
 use super::thread::active_objcg;
 use super::Heap;
 use kmem_core::kmalloc::{KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE};
-use kmem_core::slub::ObjectLookup;
+use kmem_core::page::get_order;
+use kmem_core::slab::ObjectLookup;
 use kmem_core::{Gfp, Platform, MAX_ORDER, PAGE_SIZE};
 use std::alloc::Layout;
 use std::ptr;
-
-/// The buddy order of a block of at least `bytes` bytes.
-#[inline]
-fn order_for(bytes: usize) -> usize {
-    let pages = bytes.div_ceil(PAGE_SIZE).max(1);
-    (usize::BITS - (pages - 1).leading_zeros()) as usize
-}
 
 impl Heap {
     /// Allocates for `layout` (see the module table); null when memory runs out.
@@ -71,7 +65,7 @@ impl Heap {
                 None
             }
         } else {
-            let order = order_for(size).max(order_for(align));
+            let order = get_order(size).max(get_order(align));
             if order <= MAX_ORDER {
                 self.alloc_pages(gfp | Gfp::COMP, order)
                     .map(|page| self.page_address(page).as_ptr())
@@ -189,7 +183,7 @@ impl Heap {
                 ObjectLookup::Large(head) => {
                     // SAFETY: the head of a live block of ours.
                     let old = unsafe { head.as_ref() }.order();
-                    let new = order_for(new_size);
+                    let new = get_order(new_size);
                     if new <= old {
                         // Shrink: give back the upper halves; the head stays, and with
                         // it the address and its alignment.

@@ -14,13 +14,14 @@
 //! - `layout`: allocation by [`std::alloc::Layout`] (kmalloc, page blocks or huge
 //!   mappings), the body of [`crate::KmemAlloc`];
 //! - `report`: text reports, `validate`, the `KMEM_STATS` exit report;
-//! - `fork`: the `pthread_atfork` handlers.
+//! - `fork`: the `pthread_atfork` handlers;
+//! - `platform`: [`HeapPlatform`], kmem-core's platform for the heap (the OS primitives
+//!   plus the heap's slab flags, rseq take, yield and huge-mapping aging).
 //!
 //! ## Initialisation
 //! Lazy, on the first call, thread-safe and recursion-free: the first caller moves
 //! `state` from `UNINIT` to `INITIALIZING`, reads the environment (without
-//! allocating), chooses the per-CPU mode, sets kmem-core's process-wide hooks
-//! (`Heap::configure_core`), reserves the span, initialises the core and creates the
+//! allocating), chooses the per-CPU mode and tells the core (`Heap::configure_core`), reserves the span, initialises the core and creates the
 //! thread-exit key; others wait for `READY`. Nothing in it allocates through the heap.
 //! What may allocate (loading the unwinder, `atexit`, `pthread_atfork`) runs just after
 //! `READY` (`Heap::after_init`).
@@ -37,23 +38,26 @@ mod kmalloc;
 mod layout;
 mod pages;
 mod percpu;
+mod platform;
 mod report;
 mod slab;
 mod thread;
 
 pub use percpu::set_percpu_mode;
+pub use platform::HeapPlatform;
 pub(crate) use thread::{restore_active_objcg, set_active_objcg};
 
 /// Largest CPU id (plus one) that gets a CPU area in per-CPU mode; a CPU past it
 /// allocates through the zones (correct, without per-CPU lists).
 pub use crate::platform::MAX_CPU_IDS;
 
-use crate::config::{self, DebugFlags, EnvConfig, Harden};
+use crate::config::{self, EnvConfig};
 use crate::huge::{HugeList, HugeOwner};
-use crate::platform::{os, LinuxPlatform};
-use kmem_core::mmzone::SECTION_SIZE;
+use crate::platform::os;
 use kmem_core::page::PAGE_SHIFT;
-use kmem_core::{Config, CpuArea, Kmem, PageAllocator, Platform, SlabFlags};
+use kmem_core::page::SECTION_SIZE;
+use kmem_core::slab::PerCpuAccess;
+use kmem_core::{Config, CpuArea, Kmem, PageAllocator, Platform};
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
@@ -74,7 +78,7 @@ const FAILED: u8 = 3;
 
 /// The process heap. Get it with [`heap`].
 pub struct Heap {
-    kmem: Kmem<LinuxPlatform>,
+    kmem: Kmem<HeapPlatform>,
     huge: HugeList,
     /// Written once by `init_slow` before `state` becomes READY; read-only after.
     env: UnsafeCell<EnvConfig>,
@@ -97,7 +101,7 @@ pub struct Heap {
 unsafe impl Sync for Heap {}
 
 static HEAP: Heap = Heap {
-    kmem: Kmem::new(LinuxPlatform::new()),
+    kmem: Kmem::new(HeapPlatform::new()),
     huge: HugeList::new(),
     env: UnsafeCell::new(EnvConfig::DEFAULT),
     state: AtomicU8::new(UNINIT),
@@ -158,7 +162,7 @@ impl Heap {
     fn do_init(&self, env: EnvConfig, mode: u8) -> bool {
         crate::platform::linux::rseq_init();
         self.configure_core(mode);
-        let nodes = self.kmem.pages.platform().setup(env.numa_fake);
+        let nodes = self.kmem.pages.platform().os().setup(env.numa_fake);
         let max_pages = env.max_bytes >> PAGE_SHIFT;
         // With a bound, the span needs the bound plus room for partly used sections
         // of every node; without one, the whole reach of the section table.
@@ -167,7 +171,7 @@ impl Heap {
         } else {
             usize::MAX
         };
-        let Some((base, len)) = self.kmem.pages.platform().reserve_span(want) else {
+        let Some((base, len)) = self.kmem.pages.platform().os().reserve_span(want) else {
             return false;
         };
         let config = Config {
@@ -181,26 +185,18 @@ impl Heap {
         if unsafe { HEAP.kmem.init(base, len, config, os::online_cpus()) }.is_err() {
             return false;
         }
-        self.kmem.pages.platform().set_reporting_hook(|now| {
-            let decay = HEAP.config().decay_ms.saturating_mul(1_000_000);
-            HEAP.huge.age(now, decay);
-        });
         thread::create_exit_key(self)
     }
 
-    /// Sets kmem-core's process-wide hooks and switches, once, before the core is
-    /// initialised: how a spinning lock waiter yields, the per-CPU fast paths the slab
-    /// layer runs (lockless CAS, or restartable sequences with their freelist take),
-    /// and the slub_debug/hardening flags each new cache gets (`KMEM_DEBUG`,
-    /// `KMEM_INIT`, `KMEM_HARDEN`). Every such call of the crate is here.
+    /// Sets how kmem-core's slab layer reaches per-CPU freelists, once, before the
+    /// core is initialised (the rest of what the core needs from the heap is
+    /// [`HeapPlatform`]).
     fn configure_core(&self, mode: u8) {
-        kmem_core::sync::set_relax_hook(os::yield_cpu);
-        self.kmem.set_lockless(mode == MODE_CPU_CAS);
-        if mode == MODE_CPU_RSEQ {
-            kmem_core::slub::set_rseq_take(percpu::rseq_take);
-            self.kmem.set_rseq(true);
-        }
-        self.kmem.set_debug_policy(debug_policy);
+        self.kmem.set_percpu_access(match mode {
+            MODE_CPU_CAS => PerCpuAccess::Cas,
+            MODE_CPU_RSEQ => PerCpuAccess::Rseq,
+            _ => PerCpuAccess::Owned,
+        });
     }
 
     /// What may allocate or register hooks: runs once the heap is READY, so a nested
@@ -225,7 +221,7 @@ impl Heap {
 
     /// The core page allocator (for calls with an explicit context, such as `None`
     /// for the zone path that bypasses per-CPU lists).
-    pub fn page_allocator(&self) -> &PageAllocator<LinuxPlatform> {
+    pub fn page_allocator(&self) -> &PageAllocator<HeapPlatform> {
         &self.kmem.pages
     }
 
@@ -235,39 +231,9 @@ impl Heap {
     }
 
     /// The whole core allocator (pages and slab caches).
-    pub fn kmem(&self) -> &Kmem<LinuxPlatform> {
+    pub fn kmem(&self) -> &Kmem<HeapPlatform> {
         &self.kmem
     }
-}
-
-/// The slab flags every new cache called `name` gets from the environment: slub_debug
-/// (`KMEM_DEBUG`, by cache name), `KMEM_INIT` and `KMEM_HARDEN` (every cache).
-fn debug_policy(name: &str) -> SlabFlags {
-    let env = HEAP.config();
-    let d = env.debug.flags_for(name);
-    let mut f = match env.harden {
-        Harden::On => SlabFlags::empty(),
-        Harden::Random => SlabFlags::RANDOM_FREELIST,
-        Harden::Off => SlabFlags::NO_HARDEN,
-    };
-    if env.init_on_alloc {
-        f |= SlabFlags::INIT_ON_ALLOC;
-    }
-    if env.init_on_free {
-        f |= SlabFlags::INIT_ON_FREE;
-    }
-    for (bit, flag) in [
-        (DebugFlags::F, SlabFlags::CONSISTENCY_CHECKS),
-        (DebugFlags::Z, SlabFlags::RED_ZONE),
-        (DebugFlags::P, SlabFlags::POISON),
-        (DebugFlags::U, SlabFlags::STORE_USER),
-        (DebugFlags::T, SlabFlags::TRACE),
-    ] {
-        if d.has(bit) {
-            f |= flag;
-        }
-    }
-    f
 }
 
 /// Huge mappings' descriptors are small kmalloc objects of this heap.

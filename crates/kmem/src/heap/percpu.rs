@@ -72,7 +72,7 @@ fn rseq_possible() -> bool {
 fn lockless_possible() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
-        kmem_core::slub::LOCKLESS_SUPPORTED && std::arch::is_x86_feature_detected!("cmpxchg16b")
+        kmem_core::slab::LOCKLESS_SUPPORTED && std::arch::is_x86_feature_detected!("cmpxchg16b")
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -146,16 +146,16 @@ pub(super) fn fallback<R>(
     fast.unwrap_or_else(locked)
 }
 
-/// `cpu-rseq`: the slab layer's take of a CPU freelist (`slub::set_rseq_take`): a
+/// `cpu-rseq`: the slab layer's take of a CPU freelist (`Platform::take_cpu_freelist`): a
 /// restartable sequence on the area's CPU, run there (the thread pinned for the
 /// moment) if it is elsewhere. If this thread may not run on that CPU, kmem assumes
 /// none of its threads does (they share one affinity: documented), so no section can
 /// commit there and a plain exchange is the take.
-pub(super) fn rseq_take(area: &CpuArea, freelist: &AtomicUsize) -> usize {
+pub(super) fn rseq_take(area_id: usize, freelist: &AtomicUsize) -> usize {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
         use crate::platform::rseq;
-        let cpu = HEAP.area_cpu[area.id()].load(Ordering::Acquire);
+        let cpu = HEAP.area_cpu[area_id].load(Ordering::Acquire);
         let fl = freelist as *const AtomicUsize as *mut usize;
         if let (Some(r), true) = (rseq::area(), cpu != 0) {
             let cpu = cpu as usize - 1;
@@ -176,18 +176,17 @@ pub(super) fn rseq_take(area: &CpuArea, freelist: &AtomicUsize) -> usize {
         }
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-    let _ = area;
+    let _ = area_id;
     // No CPU of ours runs this area's sections: a plain exchange.
     freelist.swap(0, Ordering::AcqRel)
 }
 
-/// Zeroes a fresh object of `s` for `__GFP_ZERO` (the lockless paths do not).
+/// Zeroes a fresh object of `s` for `__GFP_ZERO` (the core's `post_alloc_init`, for
+/// objects the platform's own fast paths handed out).
 #[inline]
 pub(super) fn zero_if_asked(s: &KmemCache, gfp: Gfp, p: NonNull<u8>) -> NonNull<u8> {
-    if gfp.contains(Gfp::ZERO) {
-        // SAFETY: the object is the caller's now, `object_size` bytes long.
-        unsafe { p.as_ptr().write_bytes(0, s.config().object_size) };
-    }
+    // SAFETY: a new object of `s`, the caller's now.
+    unsafe { kmem_core::slab::post_alloc_init(s, p, gfp) };
     p
 }
 

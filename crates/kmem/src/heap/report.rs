@@ -55,7 +55,7 @@ impl Heap {
     /// `validate` on every cache: walks every slab on the node lists (and a debug
     /// cache's full slabs) checking freelists, counts, red zones, poison; problems are
     /// reported on stderr in the kernel's format and returned.
-    pub fn validate(&self) -> Vec<kmem_core::slub_debug::Problem> {
+    pub fn validate(&self) -> Vec<kmem_core::slab::debug::Problem> {
         let mut v = Vec::new();
         self.kmem.validate_all(&mut |p| v.push(p));
         v

@@ -10,8 +10,8 @@ use super::percpu::zero_if_asked;
 use super::thread::{active_objcg, thread_cpu};
 use super::{Heap, HEAP};
 use kmem_core::memcontrol::ObjCgroup;
-use kmem_core::slab_common::DestroyError;
-use kmem_core::slub::ObjectLookup;
+use kmem_core::slab::DestroyError;
+use kmem_core::slab::ObjectLookup;
 use kmem_core::{Gfp, KmemCache, SlabFlags};
 use std::ptr::NonNull;
 
@@ -37,7 +37,7 @@ impl Heap {
         size: usize,
         align: usize,
         flags: SlabFlags,
-        ctor: Option<kmem_core::slub::Ctor>,
+        ctor: Option<kmem_core::slab::Ctor>,
     ) -> Option<&'static KmemCache> {
         HEAP.kmem
             .kmem_cache_create_ctor(self.cpu().get(), name, size, align, flags, ctor)

@@ -9,14 +9,12 @@
 //! [`rseq_init`]) and the location of kmem's own code (found once, for stack traces).
 //! Locking: none; racing first users of the once-found values compute the same ones.
 
-use kmem_core::mmzone::{MAX_NUMNODES, MAX_SECTIONS, SECTION_SIZE};
+use kmem_core::page::{MAX_NUMNODES, MAX_SECTIONS, SECTION_SIZE};
 use kmem_core::Platform;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// The Linux implementation of [`Platform`].
 pub struct LinuxPlatform {
-    /// Called after each reporting pass (a `fn(u64)` stored as usize; 0 = none).
-    reporting_hook: AtomicUsize,
     /// Real NUMA nodes (from /sys/devices/system/node/online).
     real_nodes: AtomicUsize,
     /// Nodes the allocator sees (real, or more with fake NUMA).
@@ -33,15 +31,9 @@ impl LinuxPlatform {
     /// A platform; [`LinuxPlatform::setup`] fills in the node counts.
     pub const fn new() -> Self {
         Self {
-            reporting_hook: AtomicUsize::new(0),
             real_nodes: AtomicUsize::new(1),
             nr_nodes: AtomicUsize::new(1),
         }
-    }
-
-    /// Sets the function run after each free page reporting pass.
-    pub fn set_reporting_hook(&self, hook: fn(u64)) {
-        self.reporting_hook.store(hook as usize, Ordering::Release);
     }
 
     /// Reads the real node count and sets the node count the allocator uses
@@ -175,16 +167,6 @@ impl Platform for LinuxPlatform {
 
     fn log(&self, text: &str) {
         write_stderr(text.as_bytes());
-    }
-
-    fn reporting_pass(&self, now_ns: u64) {
-        let hook = self.reporting_hook.load(Ordering::Acquire);
-        if hook != 0 {
-            // SAFETY: only `set_reporting_hook` stores a non-zero value, made from a
-            // `fn(u64)`.
-            let f = unsafe { std::mem::transmute::<usize, fn(u64)>(hook) };
-            f(now_ns);
-        }
     }
 
     #[inline(never)]

@@ -27,7 +27,7 @@
 //! commit on that CPU, or work on it while it is empty) is the callers' contract.
 //! [`on_cpu`] changes the calling thread's affinity for the length of a call.
 
-use kmem_core::slub::CacheConfig;
+use kmem_core::slab::CacheConfig;
 use std::mem::offset_of;
 
 /// A critical section's start: arm `rseq->rseq_cs` (offset 8) with the descriptor at

@@ -1,0 +1,128 @@
+//! The process heap's platform: kmem-core's [`Platform`] for the heap. The operating
+//! system's primitives come from [`LinuxPlatform`]; what only the heap knows is here:
+//! the slab flags the environment asks for (`KMEM_DEBUG`, `KMEM_INIT`, `KMEM_HARDEN`),
+//! per-CPU mode's take of a CPU freelist (a restartable sequence on the area's CPU),
+//! yielding while a lock spins, and aging the huge mappings after each free page
+//! reporting pass.
+//!
+//! Locking: none; it reads the heap's configuration, which is fixed before the core is
+//! initialised.
+
+use super::{percpu, HEAP};
+use crate::config::{DebugFlags, EnvConfig, Harden};
+use crate::platform::{os, LinuxPlatform};
+use kmem_core::{Platform, SlabFlags};
+use std::sync::atomic::AtomicUsize;
+
+/// kmem-core's platform for the process heap (see the module doc).
+pub struct HeapPlatform {
+    os: LinuxPlatform,
+}
+
+impl HeapPlatform {
+    /// The heap's platform over a fresh [`LinuxPlatform`].
+    pub const fn new() -> Self {
+        Self {
+            os: LinuxPlatform::new(),
+        }
+    }
+
+    /// The operating system's primitives (span reservation, NUMA setup).
+    pub fn os(&self) -> &LinuxPlatform {
+        &self.os
+    }
+}
+
+impl Default for HeapPlatform {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Platform for HeapPlatform {
+    unsafe fn section_online(&self, addr: *mut u8, len: usize, nid: usize) -> bool {
+        // SAFETY: forwarded from kmem-core, which upholds the contract.
+        unsafe { self.os.section_online(addr, len, nid) }
+    }
+
+    unsafe fn report_free(&self, addr: *mut u8, len: usize) {
+        // SAFETY: forwarded from kmem-core, which upholds the contract.
+        unsafe { self.os.report_free(addr, len) }
+    }
+
+    fn now_ns(&self) -> u64 {
+        self.os.now_ns()
+    }
+
+    fn log(&self, text: &str) {
+        self.os.log(text)
+    }
+
+    /// Huge mappings cached for reuse age with the same decay interval as free pages.
+    fn reporting_pass(&self, now_ns: u64) {
+        let decay = HEAP.config().decay_ms.saturating_mul(1_000_000);
+        HEAP.huge.age(now_ns, decay);
+    }
+
+    fn random_u64(&self) -> u64 {
+        self.os.random_u64()
+    }
+
+    #[inline(never)]
+    fn stack_trace(&self, frames: &mut [usize]) {
+        self.os.stack_trace(frames)
+    }
+
+    fn symbolize(&self, addr: usize, w: &mut dyn std::fmt::Write) -> std::fmt::Result {
+        self.os.symbolize(addr, w)
+    }
+
+    fn thread_and_pid(&self) -> (u32, u32) {
+        self.os.thread_and_pid()
+    }
+
+    fn numa_node_id(&self) -> usize {
+        self.os.numa_node_id()
+    }
+
+    fn relax() {
+        os::yield_cpu();
+    }
+
+    fn slab_flags(&self, cache: &str) -> SlabFlags {
+        slab_flags(HEAP.config(), cache)
+    }
+
+    fn take_cpu_freelist(&self, area_id: usize, freelist: &AtomicUsize) -> usize {
+        percpu::rseq_take(area_id, freelist)
+    }
+}
+
+/// The slab flags every new cache called `name` gets from the environment: slub_debug
+/// (`KMEM_DEBUG`, by cache name), `KMEM_INIT` and `KMEM_HARDEN` (every cache).
+fn slab_flags(env: &EnvConfig, name: &str) -> SlabFlags {
+    let d = env.debug.flags_for(name);
+    let mut f = match env.harden {
+        Harden::On => SlabFlags::empty(),
+        Harden::Random => SlabFlags::RANDOM_FREELIST,
+        Harden::Off => SlabFlags::NO_HARDEN,
+    };
+    if env.init_on_alloc {
+        f |= SlabFlags::INIT_ON_ALLOC;
+    }
+    if env.init_on_free {
+        f |= SlabFlags::INIT_ON_FREE;
+    }
+    for (bit, flag) in [
+        (DebugFlags::F, SlabFlags::CONSISTENCY_CHECKS),
+        (DebugFlags::Z, SlabFlags::RED_ZONE),
+        (DebugFlags::P, SlabFlags::POISON),
+        (DebugFlags::U, SlabFlags::STORE_USER),
+        (DebugFlags::T, SlabFlags::TRACE),
+    ] {
+        if d.has(bit) {
+            f |= flag;
+        }
+    }
+    f
+}
