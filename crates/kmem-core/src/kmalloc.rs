@@ -145,7 +145,9 @@ impl Default for KmallocCaches {
     }
 }
 
-/// kmalloc's operations, bound to the slab layer and the kmalloc caches.
+/// kmalloc's operations, bound to the slab layer and the kmalloc caches. A small
+/// `Copy` view, taken by value: its methods get the pointers in registers, so building
+/// one costs the fast paths nothing.
 pub struct Kmalloc<'a, P: Platform> {
     slub: Slub<'a, P>,
     caches: &'a KmallocCaches,
@@ -167,33 +169,33 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
 
     /// The slab layer.
     #[inline]
-    pub fn slub(&self) -> Slub<'a, P> {
+    pub fn slub(self) -> Slub<'a, P> {
         self.slub
     }
 
     /// The page allocator.
     #[inline]
-    pub fn pages(&self) -> &'a PageAllocator<P> {
+    pub fn pages(self) -> &'a PageAllocator<P> {
         self.slub.pages
     }
 
     /// The kmalloc caches.
     #[inline]
-    pub fn caches(&self) -> &'a KmallocCaches {
+    pub fn caches(self) -> &'a KmallocCaches {
         self.caches
     }
 
     /// `kmalloc`: `size` bytes aligned to at least 8 (a kmalloc-N object for a power of
     /// two N is aligned to N), or `None`.
     #[inline]
-    pub fn kmalloc(&self, cpu: Option<CpuRef<'_>>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+    pub fn kmalloc(self, cpu: Option<CpuRef<'_>>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         self.kmalloc_node(cpu, size, gfp, None)
     }
 
     /// `kmalloc_node`: as [`Kmalloc::kmalloc`], on node `nid` if given.
     #[inline]
     pub fn kmalloc_node(
-        &self,
+        self,
         cpu: Option<CpuRef<'_>>,
         size: usize,
         gfp: Gfp,
@@ -204,14 +206,14 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
                 self.slub()
                     .alloc_node(cpu, &self.caches.sets[kmalloc_type(gfp)][i], gfp, nid)
             }
-            None => self.kmalloc_large(cpu, size, gfp, nid),
+            None => kmalloc_large(self.slub.pages, cpu, size, gfp, nid),
         }
     }
 
     /// Per-CPU mode, without the area's lock: kmalloc's fast path on `area` (the
     /// lockless pop). `None`: take the area's lock and call [`Kmalloc::kmalloc`].
     #[inline]
-    pub fn kmalloc_lockless(&self, area: &CpuArea, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+    pub fn kmalloc_lockless(self, area: &CpuArea, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         let s = &self.caches.sets[kmalloc_type(gfp)][kmalloc_index(size)?];
         let p = self.slub.alloc_lockless(area, s)?;
         // SAFETY: a new object of `s`, handed to our caller.
@@ -227,7 +229,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
     /// # Safety
     /// As [`Kmalloc::kfree`].
     #[inline]
-    pub unsafe fn kfree_lockless(&self, area: &CpuArea, p: *mut u8) -> Option<bool> {
+    pub unsafe fn kfree_lockless(self, area: &CpuArea, p: *mut u8) -> Option<bool> {
         let slub = self.slub;
         match slub.lookup(p) {
             ObjectLookup::Slab(s, slab) if !accounting::has_obj_exts(slab) => {
@@ -240,13 +242,13 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
 
     /// `kzalloc`: zeroed `kmalloc`.
     #[inline]
-    pub fn kzalloc(&self, cpu: Option<CpuRef<'_>>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+    pub fn kzalloc(self, cpu: Option<CpuRef<'_>>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         self.kmalloc(cpu, size, gfp | Gfp::ZERO)
     }
 
     /// `kcalloc`: `n * size` zeroed bytes; `None` if the product overflows.
     pub fn kcalloc(
-        &self,
+        self,
         cpu: Option<CpuRef<'_>>,
         n: usize,
         size: usize,
@@ -255,31 +257,9 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         self.kmalloc(cpu, n.checked_mul(size)?, gfp | Gfp::ZERO)
     }
 
-    /// `kmalloc_large`: a compound block of 2^order pages from the buddy allocator
-    /// (every tail page points at the head, so an interior pointer is recognised).
-    #[cold]
-    #[inline(never)]
-    fn kmalloc_large(
-        &self,
-        cpu: Option<CpuRef<'_>>,
-        size: usize,
-        gfp: Gfp,
-        nid: Option<usize>,
-    ) -> Option<NonNull<u8>> {
-        if size > KMALLOC_MAX_SIZE {
-            return None;
-        }
-        let order = crate::page::get_order(size);
-        let page = self
-            .slub
-            .pages
-            .alloc_pages_node(cpu, gfp | Gfp::COMP, order, nid)?;
-        Some(self.slub.pages.page_address(page))
-    }
-
     /// `ksize`: how many bytes the allocation at `p` really has (its class size, or
     /// its pages). 0 for a pointer kmalloc did not hand out.
-    pub fn ksize(&self, p: *const u8) -> usize {
+    pub fn ksize(self, p: *const u8) -> usize {
         match self.slub.lookup(p) {
             ObjectLookup::Slab(s, _) => s.config().object_size,
             ObjectLookup::Large(head) => {
@@ -298,9 +278,9 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
     ///
     /// # Safety
     /// If `p` is one of ours, the caller owns it and stops using it.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn kfree(
-        &self,
+        self,
         cpu: Option<CpuRef<'_>>,
         p: *mut u8,
         acct: &impl Accounting,
@@ -326,22 +306,12 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
                 true
             }
             ObjectLookup::Bad(why) => {
-                self.report_bad_free(p, why);
+                report_bad_free(slub, p, why);
                 false
             }
         }
     }
 
-    /// Reports a pointer `kfree` refused, naming its cache when it lies in a slab.
-    #[cold]
-    #[inline(never)]
-    fn report_bad_free(&self, p: *mut u8, why: &str) {
-        let slub = self.slub;
-        match slub.cache_of(p) {
-            Some(s) => slub.report(s, slub.pages.virt_to_head_page(p), why, p as usize),
-            None => slub.report_named("kmalloc", None, why, p as usize),
-        }
-    }
 
     /// `krealloc`: resizes the allocation at `p` to `new_size`, in place when it still
     /// fits its class (or pages), else by moving it to `alloc(new_size)` and freeing
@@ -351,7 +321,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
     /// # Safety
     /// `p` is null or an allocation of ours that the caller owns.
     pub unsafe fn krealloc_with(
-        &self,
+        self,
         cpu: Option<CpuRef<'_>>,
         p: *mut u8,
         new_size: usize,
@@ -390,7 +360,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
     /// # Safety
     /// As [`Kmalloc::krealloc_with`].
     pub unsafe fn krealloc(
-        &self,
+        self,
         cpu: Option<CpuRef<'_>>,
         p: *mut u8,
         new_size: usize,
@@ -399,6 +369,36 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         let alloc = |size| self.kmalloc(cpu, size, gfp);
         // SAFETY: forwarded from the caller.
         unsafe { self.krealloc_with(cpu, p, new_size, gfp, alloc, &NoAccounting) }
+    }
+}
+
+/// `kmalloc_large`: a compound block of 2^order pages from the buddy allocator
+/// (every tail page points at the head, so an interior pointer is recognised). Out of
+/// line, with only what it needs, so the kmalloc fast path carries nothing for it.
+#[cold]
+#[inline(never)]
+fn kmalloc_large<P: Platform>(
+    pages: &PageAllocator<P>,
+    cpu: Option<CpuRef<'_>>,
+    size: usize,
+    gfp: Gfp,
+    nid: Option<usize>,
+) -> Option<NonNull<u8>> {
+    if size > KMALLOC_MAX_SIZE {
+        return None;
+    }
+    let order = crate::page::get_order(size);
+    let page = pages.alloc_pages_node(cpu, gfp | Gfp::COMP, order, nid)?;
+    Some(pages.page_address(page))
+}
+
+/// Reports a pointer `kfree` refused, naming its cache when it lies in a slab.
+#[cold]
+#[inline(never)]
+fn report_bad_free<P: Platform>(slub: Slub<'_, P>, p: *mut u8, why: &str) {
+    match slub.cache_of(p) {
+        Some(s) => slub.report(s, slub.pages.virt_to_head_page(p), why, p as usize),
+        None => slub.report_named("kmalloc", None, why, p as usize),
     }
 }
 

@@ -6,7 +6,6 @@ use crate::gfp::Gfp;
 use crate::page::Page;
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
-use crate::slab::Accounting as _;
 use crate::slab::{
     has_obj_exts, CacheConfig, Ctor, DestroyError, KmemCache, ObjectLookup, SlabFlags,
 };
@@ -122,7 +121,7 @@ impl<P: Platform> Kmem<P> {
         obj: NonNull<u8>,
     ) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { self.slub().free_accounted(cpu, s, obj, &self.memcg()) }
+        unsafe { self.slub().free_accounted(cpu, s, obj, self) }
     }
 
     /// Per-CPU mode, without the area's lock: `kmem_cache_free`'s fast path (see
@@ -159,7 +158,7 @@ impl<P: Platform> Kmem<P> {
         objs: &mut [*mut u8],
     ) {
         // SAFETY: forwarded from the caller.
-        unsafe { self.slub().free_bulk_accounted(cpu, s, objs, &self.memcg()) }
+        unsafe { self.slub().free_bulk_accounted(cpu, s, objs, self) }
     }
 
     /// `__free_pages` with the memcg hook: an accounted block is uncharged first.
@@ -167,7 +166,7 @@ impl<P: Platform> Kmem<P> {
     /// # Safety
     /// As [`PageAllocator::free_pages`](crate::PageAllocator::free_pages).
     pub unsafe fn free_pages(&self, cpu: Option<CpuRef<'_>>, page: NonNull<Page>, order: usize) {
-        self.memcg().page_free_hook(cpu, page, order);
+        self.memcg().memcg_kmem_uncharge_page(cpu, page, order);
         // SAFETY: forwarded from the caller.
         unsafe { self.pages.free_pages(cpu, page, order) }
     }

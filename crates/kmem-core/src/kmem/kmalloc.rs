@@ -93,7 +93,7 @@ impl<P: Platform> Kmem<P> {
     #[inline]
     pub unsafe fn kfree(&self, cpu: Option<CpuRef<'_>>, p: *mut u8) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmalloc_ops().kfree(cpu, p, &self.memcg()) }
+        unsafe { self.kmalloc_ops().kfree(cpu, p, self) }
     }
 
     /// `krealloc`: resizes the allocation at `p` to `new_size`, in place when it still
@@ -133,7 +133,7 @@ impl<P: Platform> Kmem<P> {
         // SAFETY: forwarded from the caller.
         unsafe {
             self.kmalloc_ops()
-                .krealloc_with(cpu, p, new_size, gfp, alloc, &memcg)
+                .krealloc_with(cpu, p, new_size, gfp, alloc, self)
         }
     }
 }

@@ -20,11 +20,13 @@ mod report;
 
 use crate::kmalloc::{Kmalloc, KmallocCaches};
 use crate::memcontrol::{Memcg, MemcgState};
+use crate::page::Page;
 use crate::page::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker};
 use crate::percpu::{CpuRef, DRAIN_CACHES};
 use crate::platform::Platform;
-use crate::slab::{CacheConfig, CacheList, KmemCache, PerCpuAccess, SlabFlags, Slub};
+use crate::slab::{Accounting, CacheConfig, CacheList, KmemCache, PerCpuAccess, SlabFlags, Slub};
 use crate::sync::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use core::ptr::NonNull;
 
 /// The whole allocator: the page allocator and the slab caches above it.
 pub struct Kmem<P: Platform> {
@@ -232,5 +234,20 @@ impl<P: Platform> Kmem<P> {
             pages += slub.shrink(cpu, s) << s.config().order;
         });
         pages
+    }
+}
+
+/// The memory controller's free hooks, run by the slab and kmalloc layers' frees. The
+/// allocator itself is the hook object, and the hooks stay out of line: the free fast
+/// paths pass one pointer and build the memory controller's view only when a hook runs.
+impl<P: Platform> Accounting for Kmem<P> {
+    #[inline(never)]
+    fn slab_free_hook(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: &Page, obj: usize) {
+        self.memcg().memcg_slab_free_hook(cpu, s, slab, obj);
+    }
+
+    #[inline(never)]
+    fn page_free_hook(&self, cpu: Option<CpuRef<'_>>, head: NonNull<Page>, order: usize) {
+        self.memcg().memcg_kmem_uncharge_page(cpu, head, order);
     }
 }
