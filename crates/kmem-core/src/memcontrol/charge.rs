@@ -234,3 +234,77 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The page stock and `try_charge_memcg`, on a real allocator.
+    use super::super::test_env::memcg_env;
+    use super::*;
+
+    #[test]
+    fn the_page_stock_keeps_a_batch_and_caps_at_it() {
+        let env = memcg_env();
+        let (m, cpu) = (env.memcg(), env.cpu());
+        let st = m.stock(Some(cpu)).unwrap();
+        let g = m
+            .mem_cgroup_create(Some(cpu), m.root_mem_cgroup(), "g")
+            .unwrap();
+        let gp = g as *const MemCgroup;
+        let root = m.root_mem_cgroup();
+        let base = root.memory.usage();
+        // A miss charges a whole batch; the excess waits in the stock.
+        assert!(m.try_charge_memcg(Some(cpu), g, 10));
+        assert_eq!(st.page_stock(), (gp, MEMCG_CHARGE_BATCH - 10));
+        assert_eq!(g.memory.usage(), MEMCG_CHARGE_BATCH);
+        assert_eq!(root.memory.usage(), base + MEMCG_CHARGE_BATCH);
+        // A hit is one subtraction in the stock.
+        assert!(m.try_charge_memcg(Some(cpu), g, 5));
+        assert_eq!(st.page_stock(), (gp, MEMCG_CHARGE_BATCH - 15));
+        assert_eq!(g.memory.usage(), MEMCG_CHARGE_BATCH);
+        // Uncharges go to the stock while it holds at most a batch.
+        m.uncharge_memcg(Some(cpu), g, 10);
+        m.uncharge_memcg(Some(cpu), g, 5);
+        assert_eq!(st.page_stock(), (gp, MEMCG_CHARGE_BATCH));
+        assert_eq!(g.memory.usage(), MEMCG_CHARGE_BATCH);
+        // A charge bigger than the stock is charged exactly (it is its own batch).
+        assert!(m.try_charge_memcg(Some(cpu), g, 70));
+        assert_eq!(st.page_stock(), (gp, MEMCG_CHARGE_BATCH));
+        assert_eq!(g.memory.usage(), MEMCG_CHARGE_BATCH + 70);
+        // Past a batch, the whole stock goes back to the counters.
+        m.uncharge_memcg(Some(cpu), g, 70);
+        assert_eq!(st.page_stock(), (ptr::null(), 0));
+        assert_eq!(g.memory.usage(), 0);
+        assert_eq!(root.memory.usage(), base);
+        // The stock's reference on the group's objcg went with it.
+        assert_eq!(g.objcg.refcnt.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn a_batch_over_max_falls_back_to_the_exact_charge() {
+        let env = memcg_env();
+        let (m, cpu) = (env.memcg(), env.cpu());
+        let st = m.stock(Some(cpu)).unwrap();
+        let g = m
+            .mem_cgroup_create(Some(cpu), m.root_mem_cgroup(), "g")
+            .unwrap();
+        g.set_max(10 * PAGE_SIZE);
+        assert!(m.try_charge_memcg(Some(cpu), g, 1));
+        assert_eq!(g.memory.usage(), 1);
+        assert_eq!(st.page_stock(), (ptr::null(), 0), "nothing left to stock");
+        // The refused batch counts as a failure of the counter, not as an event.
+        assert_eq!(g.memory.failcnt(), 1);
+        assert_eq!(g.events(MemcgEvent::Max), 0);
+        // Over max even after reclaim: max events, then oom, and nothing charged.
+        assert!(!m.try_charge_memcg(Some(cpu), g, 10));
+        assert_eq!(g.memory.usage(), 1);
+        assert_eq!(
+            (g.events(MemcgEvent::Max), g.events(MemcgEvent::Oom)),
+            (2, 1)
+        );
+        assert!(m.try_charge_memcg(Some(cpu), g, 9));
+        assert_eq!(g.memory.usage(), 10);
+        m.uncharge_memcg(Some(cpu), g, 10);
+        m.memcg_drain_stock(cpu);
+        assert_eq!(g.memory.usage(), 0);
+    }
+}

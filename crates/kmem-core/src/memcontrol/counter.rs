@@ -45,3 +45,15 @@ impl PageCounter {
         self.failcnt.load(Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_new_counter_is_empty_and_unlimited() {
+        let c = PageCounter::new();
+        assert_eq!((c.usage(), c.watermark(), c.failcnt()), (0, 0, 0));
+        assert_eq!((c.max(), c.high()), (usize::MAX, usize::MAX));
+    }
+}

@@ -438,3 +438,93 @@ impl<'a, P: Platform> Memcg<'a, P> {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The hierarchical page counter (`page_counter_try_charge`, `page_counter_uncharge`)
+    //! on groups made by hand: a root, a child `a` and a grandchild `b`.
+    use super::*;
+    use crate::page::PAGE_SIZE;
+
+    fn child(parent: &MemCgroup) -> MemCgroup {
+        let mut g = MemCgroup::new_root();
+        g.parent = parent;
+        g
+    }
+
+    /// (usage, watermark, failcnt) of each group, in the order given.
+    fn counters<const N: usize>(gs: [&MemCgroup; N]) -> [(usize, usize, usize); N] {
+        gs.map(|g| (g.memory.usage(), g.memory.watermark(), g.memory.failcnt()))
+    }
+
+    #[test]
+    fn a_charge_is_counted_at_every_level_up_to_the_root() {
+        let root = MemCgroup::new_root();
+        let a = child(&root);
+        let b = child(&a);
+        assert!(b.try_charge_counters(3).is_ok());
+        assert_eq!(counters([&root, &a, &b]), [(3, 3, 0), (3, 3, 0), (3, 3, 0)]);
+        assert!(a.try_charge_counters(2).is_ok());
+        assert_eq!(counters([&root, &a, &b]), [(5, 5, 0), (5, 5, 0), (3, 3, 0)]);
+        assert_eq!((a.usage(), b.usage()), (5 * PAGE_SIZE, 3 * PAGE_SIZE));
+        // Uncharging goes up the same way; the watermark (`memory.peak`) stays.
+        b.uncharge_counters(3);
+        assert_eq!(counters([&root, &a, &b]), [(2, 5, 0), (2, 5, 0), (0, 3, 0)]);
+        a.uncharge_counters(2);
+        assert_eq!([root.usage(), a.usage(), b.usage()], [0, 0, 0]);
+        b.uncharge_counters(0);
+        assert_eq!(root.memory.usage(), 0);
+    }
+
+    #[test]
+    fn a_charge_over_max_fails_names_the_refusing_group_and_counts_nowhere() {
+        let root = MemCgroup::new_root();
+        let a = child(&root);
+        let b = child(&a);
+        // memory.max in bytes, rounded down to pages.
+        a.set_max(4 * PAGE_SIZE + 100);
+        assert_eq!(a.memory.max(), 4);
+        assert!(b.try_charge_counters(3).is_ok());
+        let refused = b.try_charge_counters(2).unwrap_err();
+        assert!(ptr::eq(refused, &a), "refused by {}", refused.name());
+        // Nothing stays charged; the refusing level counts a failure. As the kernel's
+        // page_counter_try_charge, a level below it raised its watermark on the way
+        // up and keeps it; the refusing level and those above do not.
+        assert_eq!(counters([&root, &a, &b]), [(3, 3, 0), (3, 3, 1), (3, 5, 0)]);
+        // Up to max exactly fits (only `usage > max` fails).
+        assert!(b.try_charge_counters(1).is_ok());
+        assert_eq!(counters([&root, &a, &b]), [(4, 4, 0), (4, 4, 1), (4, 5, 0)]);
+        // Refused at the charged group itself: the levels above are never touched.
+        b.set_max(4 * PAGE_SIZE);
+        assert!(ptr::eq(b.try_charge_counters(1).unwrap_err(), &b));
+        assert_eq!(counters([&root, &a, &b]), [(4, 4, 0), (4, 4, 1), (4, 5, 1)]);
+        // Refused at the root: a sibling's failed charge leaves the root as it was.
+        root.set_max(5 * PAGE_SIZE);
+        let c = child(&root);
+        assert!(ptr::eq(c.try_charge_counters(2).unwrap_err(), &root));
+        assert_eq!(counters([&root, &c]), [(4, 4, 1), (0, 2, 0)]);
+        assert!(c.try_charge_counters(1).is_ok());
+        assert_eq!(counters([&root, &a, &c]), [(5, 5, 1), (4, 4, 1), (1, 2, 0)]);
+        // No limit again.
+        a.set_max(usize::MAX);
+        assert_eq!(a.memory.max(), usize::MAX);
+    }
+
+    #[test]
+    fn over_high_names_the_lowest_group_over_its_high() {
+        let root = MemCgroup::new_root();
+        let a = child(&root);
+        let b = child(&a);
+        a.set_high(2 * PAGE_SIZE);
+        assert!(b.try_charge_counters(2).is_ok());
+        assert!(b.over_high().is_none(), "at high is not over it");
+        // memory.high does not refuse charges.
+        assert!(b.try_charge_counters(1).is_ok());
+        assert!(ptr::eq(b.over_high().unwrap(), &a));
+        b.set_high(PAGE_SIZE);
+        assert!(ptr::eq(b.over_high().unwrap(), &b));
+        assert!(root.over_high().is_none());
+        b.uncharge_counters(3);
+        assert!(b.over_high().is_none());
+    }
+}

@@ -55,6 +55,8 @@ mod group;
 mod report;
 mod slab_hooks;
 mod stock;
+#[cfg(test)]
+mod test_env;
 
 pub use counter::PageCounter;
 pub use group::{MemCgroup, ObjCgroup};

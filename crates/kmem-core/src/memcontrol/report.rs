@@ -123,3 +123,89 @@ impl fmt::Display for LimitFmt {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+
+    use super::super::test_env::memcg_env;
+    use super::*;
+    use crate::page::PAGE_SIZE;
+    use crate::slab::SlabFlags;
+    use std::string::String;
+
+    #[test]
+    fn write_memcg_files_prints_the_lines_exactly() {
+        let f = MemcgFiles {
+            name: "web",
+            current: 8192,
+            max: None,
+            high: Some(40960),
+            peak: 12288,
+            events: [1, 2, 3],
+            stat: [100, 200, 4096],
+        };
+        let mut out = String::new();
+        write_memcg_files(&mut out, &f, &[("kmalloc-cg-64", 3), ("other", -1)]).unwrap();
+        assert_eq!(
+            out,
+            "memcg web\n\
+             memory.current 8192\n\
+             memory.max max\n\
+             memory.high 40960\n\
+             memory.peak 12288\n\
+             memory.events high 1 max 2 oom 3\n\
+             memory.stat\n\
+             kernel 4396\n\
+             kmem_pages 4096\n\
+             slab 300\n\
+             slab_reclaimable 100\n\
+             slab_unreclaimable 200\n\
+             memory.kmem.slabinfo\n\
+             kmalloc-cg-64        3\n\
+             other                -1\n"
+        );
+    }
+
+    #[test]
+    fn memcg_files_of_a_group_read_its_counters_in_bytes() {
+        let g = MemCgroup::new_root();
+        let none = MemcgFiles::of(&g);
+        assert_eq!((none.name, none.current, none.peak), ("/", 0, 0));
+        assert_eq!((none.max, none.high), (None, None));
+        g.set_max(10 * PAGE_SIZE + 1);
+        g.set_high(8 * PAGE_SIZE);
+        assert!(g.try_charge_counters(3).is_ok());
+        g.uncharge_counters(1);
+        g.count_event(MemcgEvent::Oom);
+        g.add_stat(MemcgStat::KmemPages, 2 * PAGE_SIZE as isize);
+        let f = MemcgFiles::of(&g);
+        let page = PAGE_SIZE as u64;
+        assert_eq!((f.current, f.peak), (2 * page, 3 * page));
+        assert_eq!((f.max, f.high), (Some(10 * page), Some(8 * page)));
+        assert_eq!(f.events, [0, 0, 1]);
+        assert_eq!(f.stat, [0, 0, 2 * PAGE_SIZE as i64]);
+    }
+
+    #[test]
+    fn memcg_report_lists_a_group_and_its_caches() {
+        let env = memcg_env();
+        let (m, cpu) = (env.memcg(), env.cpu());
+        let s = env.slab.cache("obj-64", 64, 8, SlabFlags::ACCOUNT);
+        let g = m
+            .mem_cgroup_create(Some(cpu), m.root_mem_cgroup(), "g")
+            .unwrap();
+        assert!(m.obj_cgroup_charge(Some(cpu), &g.objcg, s, 64));
+        m.memcg_drain_stock(cpu);
+        let mut out = String::new();
+        m.memcg_report(&mut out, g).unwrap();
+        let batch = MEMCG_CHARGE_BATCH * PAGE_SIZE;
+        let expect = std::format!(
+            "memcg g\nmemory.current {PAGE_SIZE}\nmemory.max max\nmemory.high max\n\
+             memory.peak {batch}\nmemory.events high 0 max 0 oom 0\nmemory.stat\n\
+             kernel 64\nkmem_pages 0\nslab 64\nslab_reclaimable 0\nslab_unreclaimable 64\n\
+             memory.kmem.slabinfo\nobj-64               1\n"
+        );
+        assert_eq!(out, expect);
+    }
+}

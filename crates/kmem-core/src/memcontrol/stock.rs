@@ -312,3 +312,205 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    //! The obj stock on a real allocator: one CPU area, groups under the root, and a
+    //! cache of 64-byte accounted objects whose objects the charges stand for.
+    extern crate std;
+
+    use super::super::test_env::memcg_env;
+    use super::*;
+    use crate::slab::test_env::TestPlatform;
+    use std::vec::Vec;
+
+    struct T {
+        m: Memcg<'static, TestPlatform>,
+        cpu: CpuRef<'static>,
+        st: &'static MemcgStock,
+        s: &'static KmemCache,
+    }
+
+    fn setup() -> T {
+        let env = memcg_env();
+        let (m, cpu) = (env.memcg(), env.cpu());
+        let s = env.slab.cache("obj-64", 64, 8, SlabFlags::ACCOUNT);
+        T {
+            m,
+            cpu,
+            st: m.stock(Some(cpu)).unwrap(),
+            s,
+        }
+    }
+
+    impl T {
+        fn group(&self, name: &str) -> &'static MemCgroup {
+            let root = self.m.root_mem_cgroup();
+            self.m
+                .mem_cgroup_create(Some(self.cpu), root, name)
+                .unwrap()
+        }
+        fn charge(&self, g: &MemCgroup, size: usize) {
+            assert!(self
+                .m
+                .obj_cgroup_charge(Some(self.cpu), &g.objcg, self.s, size));
+        }
+        fn uncharge(&self, g: &MemCgroup, size: usize) {
+            self.m
+                .obj_cgroup_uncharge(Some(self.cpu), &g.objcg, self.s, size);
+        }
+        /// Everything outside the obj stock: the counters, the objcg's counts and
+        /// the statistics of `g` and the root, and the page stock.
+        fn shared(&self, g: &MemCgroup) -> Vec<isize> {
+            let root = self.m.root_mem_cgroup();
+            let mut v = Vec::new();
+            for c in [g, root] {
+                v.push(c.memory.usage() as isize);
+                v.push(c.objcg.nr_pages.load(Relaxed) as isize);
+                v.push(c.objcg.nr_charged_bytes.load(Relaxed) as isize);
+                v.push(c.stat(MemcgStat::SlabUnreclaimable));
+            }
+            let (cached, pages) = self.st.page_stock();
+            v.extend([cached as isize, pages as isize]);
+            v
+        }
+    }
+
+    fn objcg_of(g: &MemCgroup) -> *const ObjCgroup {
+        &g.objcg
+    }
+
+    #[test]
+    fn consuming_from_the_obj_stock_is_one_subtraction() {
+        let t = setup();
+        let g = t.group("g");
+        // The first charge misses: a page for the objcg (from a fresh page batch), the
+        // rest of it stays in the stock.
+        t.charge(g, 64);
+        assert_eq!(t.st.obj_stock(), (objcg_of(g), PAGE_SIZE - 64));
+        assert_eq!(t.st.page_stock(), (g as *const _, MEMCG_CHARGE_BATCH - 1));
+        assert_eq!(t.st.objcg_pages_delta.load(Relaxed), 1);
+        assert_eq!(g.memory.usage(), MEMCG_CHARGE_BATCH);
+        let before = t.shared(g);
+        for i in 2..=10 {
+            t.charge(g, 64);
+            assert_eq!(t.st.obj_stock(), (objcg_of(g), PAGE_SIZE - 64 * i));
+            assert_eq!(t.shared(g), before, "charge {i} touched a shared counter");
+        }
+        assert_eq!(t.st.objcg_pages_delta.load(Relaxed), 1);
+        // Statistics wait in the stock (derived from the bytes it handed out).
+        assert_eq!(stat_lag(t.st), 64 * 10);
+        assert_eq!(g.stat(MemcgStat::SlabUnreclaimable), 0);
+    }
+
+    #[test]
+    fn a_refill_within_a_page_stays_in_the_stock() {
+        let t = setup();
+        let g = t.group("g");
+        t.charge(g, 64);
+        t.charge(g, 64);
+        let before = t.shared(g);
+        t.uncharge(g, 64);
+        assert_eq!(t.st.obj_stock(), (objcg_of(g), PAGE_SIZE - 64));
+        assert_eq!(t.shared(g), before);
+        // Up to a whole page stays: only passing it gives pages back.
+        t.uncharge(g, 64);
+        assert_eq!(t.st.obj_stock(), (objcg_of(g), PAGE_SIZE));
+        assert_eq!(t.shared(g), before);
+        assert_eq!(t.st.objcg_pages_delta.load(Relaxed), 1);
+    }
+
+    #[test]
+    fn a_refill_past_a_page_uncharges_only_whole_pages() {
+        let t = setup();
+        let g = t.group("g");
+        t.charge(g, 3000);
+        assert_eq!(t.st.obj_stock().1, PAGE_SIZE - 3000);
+        // The second needs another page: from the page stock.
+        t.charge(g, 3000);
+        assert_eq!(t.st.obj_stock().1, 2 * PAGE_SIZE - 6000);
+        assert_eq!(t.st.page_stock().1, MEMCG_CHARGE_BATCH - 2);
+        assert_eq!(t.st.objcg_pages_delta.load(Relaxed), 2);
+        // 2192 + 3000 bytes: one page goes back (to the page stock, as the kernel's
+        // obj_cgroup_uncharge_pages refills it), the remainder stays; the objcg stays
+        // cached.
+        t.uncharge(g, 3000);
+        assert_eq!(t.st.obj_stock(), (objcg_of(g), PAGE_SIZE - 3000));
+        assert_eq!(t.st.page_stock(), (g as *const _, MEMCG_CHARGE_BATCH - 1));
+        assert_eq!(t.st.objcg_pages_delta.load(Relaxed), 1);
+        assert_eq!(g.memory.usage(), MEMCG_CHARGE_BATCH);
+        assert_eq!(g.objcg.nr_charged_bytes.load(Relaxed), 0);
+        // Live bytes = pages charged through the objcg less the stock's bytes.
+        assert_eq!(PAGE_SIZE - t.st.obj_stock().1, 3000);
+    }
+
+    #[test]
+    fn draining_gives_pages_to_the_group_and_the_rest_to_the_objcg() {
+        let t = setup();
+        let g = t.group("g");
+        let root = t.m.root_mem_cgroup();
+        t.charge(g, 64);
+        // The group's own reference, the obj stock's and the page stock's.
+        assert_eq!(g.objcg.refcnt.load(Relaxed), 3);
+        t.m.memcg_drain_stock(t.cpu);
+        assert_eq!(t.st.obj_stock(), (ptr::null(), 0));
+        assert_eq!(t.st.page_stock(), (ptr::null(), 0));
+        assert_eq!(t.st.objcg_pages_delta.load(Relaxed), 0);
+        assert_eq!(g.objcg.refcnt.load(Relaxed), 1);
+        // The page the object lives in stays charged, counted on the objcg with its
+        // unused bytes as spare; the page stock's pages went back.
+        assert_eq!(g.objcg.nr_pages.load(Relaxed), 1);
+        assert_eq!(g.objcg.nr_charged_bytes.load(Relaxed), PAGE_SIZE - 64);
+        assert_eq!((g.memory.usage(), root.memory.usage()), (1, 1));
+        // Statistics flushed, hierarchically.
+        assert_eq!(g.stat(MemcgStat::SlabUnreclaimable), 64);
+        assert_eq!(root.stat(MemcgStat::SlabUnreclaimable), 64);
+        let mut caches = Vec::new();
+        g.for_each_cache(|name, n| caches.push((std::string::String::from(name), n)));
+        assert_eq!(caches, [("obj-64".into(), 1)]);
+        // The stock takes the spare bytes back; with the object freed it holds a whole
+        // page, which the next drain uncharges: nothing stays charged.
+        t.charge(g, 64);
+        assert_eq!(g.objcg.nr_charged_bytes.load(Relaxed), 0);
+        assert_eq!(t.st.obj_stock(), (objcg_of(g), PAGE_SIZE - 128));
+        t.uncharge(g, 64);
+        t.uncharge(g, 64);
+        assert_eq!(t.st.obj_stock().1, PAGE_SIZE);
+        t.m.memcg_drain_stock(t.cpu);
+        assert_eq!(g.objcg.nr_pages.load(Relaxed), 0);
+        assert_eq!(g.objcg.nr_charged_bytes.load(Relaxed), 0);
+        assert_eq!((g.memory.usage(), root.memory.usage()), (0, 0));
+        assert_eq!(g.stat(MemcgStat::SlabUnreclaimable), 0);
+        assert_eq!(root.stat(MemcgStat::SlabUnreclaimable), 0);
+    }
+
+    #[test]
+    fn switching_to_another_objcg_drains_the_first() {
+        let t = setup();
+        let (g, h) = (t.group("g"), t.group("h"));
+        let root = t.m.root_mem_cgroup();
+        t.charge(g, 64);
+        t.charge(h, 64);
+        assert_eq!(t.st.obj_stock(), (objcg_of(h), PAGE_SIZE - 64));
+        // g's obj stock was drained: its page on its objcg, the rest spare, statistics
+        // flushed, reference dropped; h's page batch then replaced g's in the page stock.
+        assert_eq!(g.objcg.nr_pages.load(Relaxed), 1);
+        assert_eq!(g.objcg.nr_charged_bytes.load(Relaxed), PAGE_SIZE - 64);
+        assert_eq!(g.stat(MemcgStat::SlabUnreclaimable), 64);
+        assert_eq!(g.objcg.refcnt.load(Relaxed), 1);
+        assert_eq!(t.st.page_stock(), (h as *const _, MEMCG_CHARGE_BATCH - 1));
+        assert_eq!(g.memory.usage(), 1);
+        assert_eq!(h.memory.usage(), MEMCG_CHARGE_BATCH);
+        assert_eq!(root.memory.usage(), MEMCG_CHARGE_BATCH + 1);
+        // Back to g: h is drained the same way, and g's spare bytes come back into the
+        // stock (no new page for g).
+        t.charge(g, 64);
+        assert_eq!(t.st.obj_stock(), (objcg_of(g), PAGE_SIZE - 128));
+        assert_eq!(g.objcg.nr_charged_bytes.load(Relaxed), 0);
+        assert_eq!(g.memory.usage(), 1);
+        assert_eq!(h.objcg.nr_pages.load(Relaxed), 1);
+        assert_eq!(h.objcg.nr_charged_bytes.load(Relaxed), PAGE_SIZE - 64);
+        assert_eq!(h.stat(MemcgStat::SlabUnreclaimable), 64);
+        assert_eq!(root.stat(MemcgStat::SlabUnreclaimable), 128);
+    }
+}

@@ -807,3 +807,6 @@ pub(crate) unsafe fn init_on_free(s: &CacheConfig, obj: usize) {
         ptr::write_bytes((obj + fp_end) as *mut u8, 0, end - fp_end);
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -92,6 +92,8 @@ mod report;
 mod slabinfo;
 mod stat;
 mod state;
+#[cfg(test)]
+pub(crate) mod test_env;
 
 pub use crate::slab_flags::SlabFlags;
 pub use accounting::{has_obj_exts, Accounting, NoAccounting};
