@@ -279,12 +279,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
     /// # Safety
     /// If `p` is one of ours, the caller owns it and stops using it.
     #[inline(always)]
-    pub unsafe fn kfree(
-        self,
-        cpu: Option<CpuRef<'_>>,
-        p: *mut u8,
-        acct: &impl Accounting,
-    ) -> bool {
+    pub unsafe fn kfree(self, cpu: Option<CpuRef<'_>>, p: *mut u8, acct: &impl Accounting) -> bool {
         if p.is_null() {
             return true;
         }
@@ -311,7 +306,6 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
             }
         }
     }
-
 
     /// `krealloc`: resizes the allocation at `p` to `new_size`, in place when it still
     /// fits its class (or pages), else by moving it to `alloc(new_size)` and freeing

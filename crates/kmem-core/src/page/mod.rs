@@ -277,4 +277,4 @@ impl<P: Platform> PageAllocator<P> {
 }
 
 #[cfg(test)]
-mod test_platform;
+pub(crate) mod test_platform;

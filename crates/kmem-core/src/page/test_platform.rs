@@ -1,6 +1,7 @@
-//! A platform for the page layer's unit tests: a private anonymous mapping as the
-//! span, a clock the test moves by hand, and a log kept in memory. (The integration
-//! tests in tests/common have the same for the whole crate.)
+//! A platform for the crate's unit tests: a private anonymous mapping as the span, a
+//! clock the test moves by hand, a log kept in memory, and a fixed call site and thread
+//! for slub_debug's tracks. (The integration tests in tests/common have the same for
+//! the whole crate.)
 
 extern crate std;
 
@@ -10,6 +11,12 @@ use crate::sync::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::boxed::Box;
 use std::string::String;
 use std::sync::Mutex;
+
+/// The call site the platform reports for slub_debug's tracks.
+pub(crate) const CALL_SITE: usize = 0xc0de;
+
+/// The platform clock when a test starts.
+pub(crate) const NOW_NS: u64 = 1_000_000_000;
 
 pub(crate) struct TestPlatform {
     pub(crate) clock: AtomicU64,
@@ -42,6 +49,14 @@ impl Platform for TestPlatform {
     fn log(&self, text: &str) {
         self.log.lock().unwrap().push_str(text);
     }
+    fn stack_trace(&self, frames: &mut [usize]) {
+        if let Some(f) = frames.first_mut() {
+            *f = CALL_SITE;
+        }
+    }
+    fn thread_and_pid(&self) -> (u32, u32) {
+        (7, 42)
+    }
 }
 
 /// A fresh allocator over a private span of `sections` sections (leaked, as the
@@ -64,7 +79,7 @@ pub(crate) fn allocator(sections: usize, config: Config) -> &'static PageAllocat
     let base = ((raw as usize + SECTION_SIZE - 1) & !(SECTION_SIZE - 1)) as *mut u8;
     let pa: &'static PageAllocator<TestPlatform> =
         Box::leak(Box::new(PageAllocator::new(TestPlatform {
-            clock: AtomicU64::new(1_000_000_000),
+            clock: AtomicU64::new(NOW_NS),
             reported_bytes: AtomicUsize::new(0),
             log: Mutex::new(String::new()),
         })));
