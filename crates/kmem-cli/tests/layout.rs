@@ -1,6 +1,7 @@
 //! The workspace's layout rules, checked on the sources: no source file above 900
-//! lines, and no import cycle between the top-level modules of a crate (a module's
-//! references `crate::other` are its edges; comment lines do not count).
+//! lines, no `impl` of one type spread over more than one folder, and no import cycle
+//! between the top-level modules of a crate (a module's references `crate::other` are
+//! its edges; comment lines do not count).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -144,6 +145,80 @@ fn no_source_file_is_longer_than_900_lines() {
         }
     }
     assert!(long.is_empty(), "files above {MAX_LINES} lines: {long:?}");
+}
+
+/// The type an `impl` line is for (`impl<P: Platform> Accounting for Kmem<P> {` ->
+/// `Kmem`), or `None` for other lines.
+fn impl_target(line: &str) -> Option<String> {
+    let rest = line
+        .strip_prefix("unsafe ")
+        .unwrap_or(line)
+        .strip_prefix("impl")?;
+    if !(rest.starts_with('<') || rest.starts_with(' ')) {
+        return None;
+    }
+    // Skip the generic parameters, then take the part after ` for ` if any.
+    let mut depth = 0;
+    let mut start = 0;
+    for (i, c) in rest.char_indices() {
+        match c {
+            '<' => depth += 1,
+            '>' => depth -= 1,
+            _ if depth == 0 => {
+                start = i;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let head = rest[start..].split('{').next()?.trim();
+    let ty = head.rsplit(" for ").next()?.trim();
+    let name = ty.split('<').next()?.rsplit("::").next()?.trim();
+    (!name.is_empty()).then(|| name.to_string())
+}
+
+#[test]
+fn no_impl_spreads_over_more_than_one_folder() {
+    for krate in CRATES {
+        let src = crates_dir().join(krate).join("src");
+        let mut files = Vec::new();
+        rust_files(&src, &mut files);
+        let mut folders: BTreeMap<String, BTreeSet<PathBuf>> = BTreeMap::new();
+        for file in &files {
+            let folder = file
+                .parent()
+                .unwrap()
+                .strip_prefix(&src)
+                .unwrap()
+                .to_path_buf();
+            for line in fs::read_to_string(file).unwrap().lines() {
+                if let Some(ty) = impl_target(line) {
+                    folders.entry(ty).or_default().insert(folder.clone());
+                }
+            }
+        }
+        for (ty, f) in folders {
+            assert!(f.len() == 1, "{krate}: impls of {ty} in {f:?}");
+        }
+    }
+}
+
+#[test]
+fn impl_targets_are_read_right() {
+    assert_eq!(
+        impl_target("impl<P: Platform> Accounting for Kmem<P> {").as_deref(),
+        Some("Kmem")
+    );
+    assert_eq!(
+        impl_target("impl<'a, P: Platform> Slub<'a, P> {").as_deref(),
+        Some("Slub")
+    );
+    assert_eq!(
+        impl_target("unsafe impl Sync for KmemCache {}").as_deref(),
+        Some("KmemCache")
+    );
+    assert_eq!(impl_target("implements(x)"), None);
+    assert_eq!(impl_target("    impl Foo {"), None);
 }
 
 #[test]
