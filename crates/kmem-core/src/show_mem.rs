@@ -3,7 +3,7 @@
 //! allocation failure) `show_free_areas`, the `Mem-Info:` block.
 //!
 //! Every function writes to a `core::fmt::Write`, so a caller chooses where the text
-//! goes; to the platform's log, without allocating, through [`LogWriter`].
+//! goes; to the platform's log, without allocating, through [`LogWriter`](crate::printk::LogWriter).
 //!
 //! This module only reads: nothing below it (the page layer) depends on it. Locking:
 //! no lock held on entry; reading free-list counts takes each zone lock in turn (the

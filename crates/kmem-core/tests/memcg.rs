@@ -40,12 +40,12 @@ fn slab_and_pages(cg: &MemCgroup) -> isize {
 /// within a page per group. Then everything is freed and nothing stays charged.
 fn charges_follow_live_bytes(stock: bool) {
     let k = kmem(2, config(1, 0));
-    let root = k.root_mem_cgroup();
-    let a = k.mem_cgroup_create(None, root, "a").unwrap();
-    let b = k.mem_cgroup_create(None, a, "b").unwrap();
-    let c = k.mem_cgroup_create(None, root, "c").unwrap();
+    let root = k.memcg().root_mem_cgroup();
+    let a = k.memcg().mem_cgroup_create(None, root, "a").unwrap();
+    let b = k.memcg().mem_cgroup_create(None, a, "b").unwrap();
+    let c = k.memcg().mem_cgroup_create(None, root, "c").unwrap();
     let groups: [&'static MemCgroup; 3] = [a, b, c];
-    with_cpu(k, |cpu| k.set_memcg_stock(cpu, stock));
+    with_cpu(k, |cpu| k.memcg().set_memcg_stock(cpu, stock));
     // Live objects: address -> (group index, charged bytes), shared by the threads.
     let live: Mutex<HashMap<usize, (usize, usize)>> = Mutex::new(HashMap::new());
     std::thread::scope(|s| {
@@ -64,6 +64,7 @@ fn charges_follow_live_bytes(stock: bool) {
                                 _ => 1 + (r >> 24) as usize % 256,
                             };
                             let p = k
+                                .memcg()
                                 .kmalloc_objcg(cpu, size, Gfp::KERNEL, groups[g].objcg())
                                 .expect("no limit set");
                             let bytes = charged_size(k, p.as_ptr());
@@ -136,13 +137,14 @@ fn charges_follow_live_bytes_without_the_stock() {
 fn memory_max_is_enforced_and_recovers_after_frees() {
     let k = kmem(2, config(1, 0));
     let g = k
-        .mem_cgroup_create(None, k.root_mem_cgroup(), "limited")
+        .memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), "limited")
         .unwrap();
     let max = 64 * 1024;
     g.set_max(max);
     with_cpu(k, |cpu| {
         let mut held = Vec::new();
-        while let Some(p) = k.kmalloc_objcg(cpu, 32, Gfp::KERNEL, g.objcg()) {
+        while let Some(p) = k.memcg().kmalloc_objcg(cpu, 32, Gfp::KERNEL, g.objcg()) {
             held.push(p.as_ptr());
             assert!(g.usage() <= max, "usage {} over max", g.usage());
             assert!(held.len() < 10_000, "the limit never stopped us");
@@ -153,12 +155,15 @@ fn memory_max_is_enforced_and_recovers_after_frees() {
         assert_eq!(g.events(MemcgEvent::Oom), 1);
         // Larger requests fail too; the root and other groups are unaffected.
         assert!(k
+            .memcg()
             .kmalloc_objcg(cpu, 20_000, Gfp::KERNEL, g.objcg())
             .is_none());
         let other = k
-            .mem_cgroup_create(cpu, k.root_mem_cgroup(), "other")
+            .memcg()
+            .mem_cgroup_create(cpu, k.memcg().root_mem_cgroup(), "other")
             .unwrap();
         let q = k
+            .memcg()
             .kmalloc_objcg(cpu, 32, Gfp::KERNEL, other.objcg())
             .unwrap();
         // SAFETY: ours.
@@ -168,6 +173,7 @@ fn memory_max_is_enforced_and_recovers_after_frees() {
             unsafe { k.kfree(cpu, p) };
         }
         let p = k
+            .memcg()
             .kmalloc_objcg(cpu, 32, Gfp::KERNEL, g.objcg())
             .expect("room again after frees");
         held.push(p.as_ptr());
@@ -183,14 +189,18 @@ fn memory_max_is_enforced_and_recovers_after_frees() {
 fn a_parent_limit_binds_its_children_and_high_counts_events() {
     let k = kmem(2, config(1, 0));
     let parent = k
-        .mem_cgroup_create(None, k.root_mem_cgroup(), "parent")
+        .memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), "parent")
         .unwrap();
-    let child = k.mem_cgroup_create(None, parent, "child").unwrap();
+    let child = k.memcg().mem_cgroup_create(None, parent, "child").unwrap();
     parent.set_max(128 * 1024);
     child.set_high(32 * 1024);
     with_cpu(k, |cpu| {
         let mut held = Vec::new();
-        while let Some(p) = k.kmalloc_objcg(cpu, 1024, Gfp::KERNEL, child.objcg()) {
+        while let Some(p) = k
+            .memcg()
+            .kmalloc_objcg(cpu, 1024, Gfp::KERNEL, child.objcg())
+        {
             held.push(p.as_ptr());
             assert!(held.len() < 1000);
         }
@@ -214,14 +224,16 @@ fn a_parent_limit_binds_its_children_and_high_counts_events() {
 fn removing_a_group_with_live_objects_reparents_them() {
     let k = kmem(2, config(1, 0));
     let parent = k
-        .mem_cgroup_create(None, k.root_mem_cgroup(), "parent")
+        .memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), "parent")
         .unwrap();
-    let child = k.mem_cgroup_create(None, parent, "child").unwrap();
-    assert_eq!(k.nr_mem_cgroups(), 2);
+    let child = k.memcg().mem_cgroup_create(None, parent, "child").unwrap();
+    assert_eq!(k.memcg().nr_mem_cgroups(), 2);
     with_cpu(k, |cpu| {
         let held: Vec<*mut u8> = (0..100)
             .map(|i| {
-                k.kmalloc_objcg(cpu, 64 + i * 40, Gfp::KERNEL, child.objcg())
+                k.memcg()
+                    .kmalloc_objcg(cpu, 64 + i * 40, Gfp::KERNEL, child.objcg())
                     .unwrap()
                     .as_ptr()
             })
@@ -229,12 +241,12 @@ fn removing_a_group_with_live_objects_reparents_them() {
         let bytes: usize = held.iter().map(|&p| k.ksize(p)).sum();
         // A group with children cannot go.
         // SAFETY: a group of ours (refused).
-        let busy = unsafe { k.mem_cgroup_remove(cpu, parent) };
+        let busy = unsafe { k.memcg().mem_cgroup_remove(cpu, parent) };
         assert_eq!(busy, Err(MemcgError::Busy));
         let objcg = child.objcg();
         // SAFETY: ours; not used as a group afterwards (its objcg is, as objects do).
-        unsafe { k.mem_cgroup_remove(cpu, child) }.unwrap();
-        assert_eq!(k.nr_zombie_mem_cgroups(), 1, "kept for its objects");
+        unsafe { k.memcg().mem_cgroup_remove(cpu, child) }.unwrap();
+        assert_eq!(k.memcg().nr_zombie_mem_cgroups(), 1, "kept for its objects");
         assert!(
             std::ptr::eq(objcg.memcg(), parent),
             "objcg points at the parent"
@@ -245,33 +257,41 @@ fn removing_a_group_with_live_objects_reparents_them() {
             // SAFETY: allocated above.
             unsafe { k.kfree(cpu, p) };
         }
-        k.memcg_drain_stock(cpu.unwrap());
+        k.memcg().memcg_drain_stock(cpu.unwrap());
         assert_eq!(slab_and_pages(parent), 0);
         assert_eq!(parent.usage(), 0);
         // The sweep runs at the next create or remove.
         let other = k
-            .mem_cgroup_create(cpu, k.root_mem_cgroup(), "other")
+            .memcg()
+            .mem_cgroup_create(cpu, k.memcg().root_mem_cgroup(), "other")
             .unwrap();
-        assert_eq!(k.nr_zombie_mem_cgroups(), 0);
+        assert_eq!(k.memcg().nr_zombie_mem_cgroups(), 0);
         // SAFETY: ours, unused from here on.
-        unsafe { k.mem_cgroup_remove(cpu, other) }.unwrap();
+        unsafe { k.memcg().mem_cgroup_remove(cpu, other) }.unwrap();
         // SAFETY: as above; its child is gone.
-        unsafe { k.mem_cgroup_remove(cpu, parent) }.unwrap();
+        unsafe { k.memcg().mem_cgroup_remove(cpu, parent) }.unwrap();
     });
-    assert_eq!(k.nr_mem_cgroups(), 0);
-    assert_eq!(k.nr_zombie_mem_cgroups(), 0);
-    assert_eq!(k.root_mem_cgroup().usage(), 0);
+    assert_eq!(k.memcg().nr_mem_cgroups(), 0);
+    assert_eq!(k.memcg().nr_zombie_mem_cgroups(), 0);
+    assert_eq!(k.memcg().root_mem_cgroup().usage(), 0);
 }
 
 #[test]
 fn a_free_on_another_thread_uncharges_the_group_that_was_charged() {
     let k = kmem(2, config(1, 0));
-    let x = k.mem_cgroup_create(None, k.root_mem_cgroup(), "x").unwrap();
-    let y = k.mem_cgroup_create(None, k.root_mem_cgroup(), "y").unwrap();
+    let x = k
+        .memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), "x")
+        .unwrap();
+    let y = k
+        .memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), "y")
+        .unwrap();
     let ptrs: Vec<usize> = with_cpu(k, |cpu| {
         (0..500)
             .map(|_| {
-                k.kmalloc_objcg(cpu, 128, Gfp::KERNEL, x.objcg())
+                k.memcg()
+                    .kmalloc_objcg(cpu, 128, Gfp::KERNEL, x.objcg())
                     .unwrap()
                     .as_ptr() as usize
             })
@@ -282,7 +302,10 @@ fn a_free_on_another_thread_uncharges_the_group_that_was_charged() {
         s.spawn(|| {
             with_cpu(k, |cpu| {
                 // This thread charges y meanwhile: its stock caches y, not x.
-                let own = k.kmalloc_objcg(cpu, 128, Gfp::KERNEL, y.objcg()).unwrap();
+                let own = k
+                    .memcg()
+                    .kmalloc_objcg(cpu, 128, Gfp::KERNEL, y.objcg())
+                    .unwrap();
                 for &p in &ptrs {
                     // SAFETY: allocated above, handed to this thread.
                     unsafe { k.kfree(cpu, p as *mut u8) };
@@ -302,12 +325,16 @@ fn a_free_on_another_thread_uncharges_the_group_that_was_charged() {
 fn page_allocations_and_caches_are_charged_and_reported() {
     let k = kmem(2, config(1, 0));
     let g = k
-        .mem_cgroup_create(None, k.root_mem_cgroup(), "tenant")
+        .memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), "tenant")
         .unwrap();
     with_cpu(k, |cpu| {
-        let page = k.alloc_pages_objcg(cpu, Gfp::KERNEL, 2, g.objcg()).unwrap();
+        let page = k
+            .memcg()
+            .alloc_pages_objcg(cpu, Gfp::KERNEL, 2, g.objcg())
+            .unwrap();
         assert_eq!(g.stat(MemcgStat::KmemPages), 4 * PAGE_SIZE as isize);
-        assert!(k.page_objcg(page).is_some());
+        assert!(k.memcg().page_objcg(page).is_some());
         let s = k
             .kmem_cache_create(
                 cpu,
@@ -320,7 +347,8 @@ fn page_allocations_and_caches_are_charged_and_reported() {
             .unwrap();
         let objs: Vec<_> = (0..10)
             .map(|_| {
-                k.kmem_cache_alloc_objcg(cpu, s, Gfp::KERNEL, g.objcg())
+                k.memcg()
+                    .kmem_cache_alloc_objcg(cpu, s, Gfp::KERNEL, g.objcg())
                     .unwrap()
             })
             .collect();
@@ -335,11 +363,12 @@ fn page_allocations_and_caches_are_charged_and_reported() {
             )
             .unwrap();
         let r = k
+            .memcg()
             .kmem_cache_alloc_objcg(cpu, rcl, Gfp::KERNEL, g.objcg())
             .unwrap();
-        k.memcg_drain_stock(cpu.unwrap());
+        k.memcg().memcg_drain_stock(cpu.unwrap());
         let mut text = String::new();
-        k.memcg_report(&mut text, g).unwrap();
+        k.memcg().memcg_report(&mut text, g).unwrap();
         assert!(text.starts_with("memcg tenant\nmemory.current "), "{text}");
         assert!(text.contains("memory.max max\n"), "{text}");
         assert!(
@@ -365,11 +394,11 @@ fn page_allocations_and_caches_are_charged_and_reported() {
         assert!(unsafe { k.kmem_cache_free(cpu, rcl, r) });
         // SAFETY: allocated above with order 2.
         unsafe { k.free_pages(cpu, page, 2) };
-        k.memcg_drain_stock(cpu.unwrap());
+        k.memcg().memcg_drain_stock(cpu.unwrap());
         assert_eq!(slab_and_pages(g), 0);
         assert_eq!(g.usage(), 0);
         let mut text = String::new();
-        k.memcg_report(&mut text, g).unwrap();
+        k.memcg().memcg_report(&mut text, g).unwrap();
         assert!(!text.contains("tenant_obj"), "{text}");
     });
 }
@@ -377,12 +406,16 @@ fn page_allocations_and_caches_are_charged_and_reported() {
 #[test]
 fn objcg_vectors_go_back_with_their_slabs() {
     let k = kmem(2, config(1, 0));
-    let g = k.mem_cgroup_create(None, k.root_mem_cgroup(), "v").unwrap();
+    let g = k
+        .memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), "v")
+        .unwrap();
     with_cpu(k, |cpu| {
         let before = k.pages.nr_free_pages();
         let held: Vec<_> = (0..5000)
             .map(|_| {
-                k.kmalloc_objcg(cpu, 32, Gfp::KERNEL, g.objcg())
+                k.memcg()
+                    .kmalloc_objcg(cpu, 32, Gfp::KERNEL, g.objcg())
                     .unwrap()
                     .as_ptr()
             })

@@ -48,7 +48,7 @@ unsafe impl Sync for MemCgroup<'_> {}
 impl MemCgroup<'static> {
     /// A new group under the root. `None` if kmem has no memory for it.
     pub fn new(name: &str) -> Option<MemCgroup<'static>> {
-        Self::create(heap().kmem().root_mem_cgroup(), name)
+        Self::create(heap().kmem().memcg().root_mem_cgroup(), name)
     }
 }
 
@@ -57,7 +57,10 @@ impl<'p> MemCgroup<'p> {
         let h = heap();
         // Group descriptors are never charged to the creating thread's group.
         let prev = set_active_objcg(None);
-        let cg = h.kmem().mem_cgroup_create(h.cpu().get(), parent, name);
+        let cg = h
+            .kmem()
+            .memcg()
+            .mem_cgroup_create(h.cpu().get(), parent, name);
         restore_active_objcg(prev);
         let cg = cg.ok()?;
         // SAFETY: the group lives until this handle removes it (and longer as a
@@ -112,7 +115,7 @@ impl<'p> MemCgroup<'p> {
         uncharged(|| {
             flush_local();
             let mut s = String::new();
-            let _ = heap().kmem().memcg_report(&mut s, self.cg);
+            let _ = heap().kmem().memcg().memcg_report(&mut s, self.cg);
             s
         })
     }
@@ -140,7 +143,7 @@ impl Drop for MemCgroup<'_> {
         // SAFETY: the group came from `mem_cgroup_create`; this handle is its only
         // owner, its children (which borrow it) are gone, and no guard (which borrows
         // it) is alive, so nobody uses it as a group afterwards.
-        let r = unsafe { h.kmem().mem_cgroup_remove(h.cpu().get(), self.cg) };
+        let r = unsafe { h.kmem().memcg().mem_cgroup_remove(h.cpu().get(), self.cg) };
         debug_assert!(r.is_ok(), "{r:?}");
         let _: Result<(), MemcgError> = r;
     }
@@ -252,6 +255,7 @@ pub fn all_stats() -> Vec<MemcgStats> {
         let mut v = Vec::new();
         heap()
             .kmem()
+            .memcg()
             .for_each_mem_cgroup(|cg| v.push(MemcgStats::of(cg)));
         v
     })
@@ -270,7 +274,7 @@ fn uncharged<R>(f: impl FnOnce() -> R) -> R {
 /// mode); drains the caller's stock.
 pub fn set_stock_enabled(enabled: bool) {
     let h = heap();
-    h.kmem().set_memcg_stock(h.cpu().get(), enabled);
+    h.kmem().memcg().set_memcg_stock(h.cpu().get(), enabled);
 }
 
 /// Groups as the core's pointers, for C bindings (libkmem.so's `kmem_memcg_*`).
@@ -284,9 +288,12 @@ pub mod raw {
         name: &str,
     ) -> Option<&'static memcontrol::MemCgroup> {
         let h = heap();
-        let parent = parent.unwrap_or_else(|| h.kmem().root_mem_cgroup());
+        let parent = parent.unwrap_or_else(|| h.kmem().memcg().root_mem_cgroup());
         let prev = set_active_objcg(None);
-        let cg = h.kmem().mem_cgroup_create(h.cpu().get(), parent, name);
+        let cg = h
+            .kmem()
+            .memcg()
+            .mem_cgroup_create(h.cpu().get(), parent, name);
         restore_active_objcg(prev);
         // SAFETY: groups live until removed (and as zombies after); never moved.
         cg.ok()
@@ -296,12 +303,12 @@ pub mod raw {
     /// Removes a group (its live objects are reparented).
     ///
     /// # Safety
-    /// As [`kmem_core::Kmem::mem_cgroup_remove`]: a group from [`create`], removed
+    /// As [`kmem_core::memcontrol::Memcg::mem_cgroup_remove`]: a group from [`create`], removed
     /// once, and no thread has it active or uses it afterwards.
     pub unsafe fn remove(cg: &'static memcontrol::MemCgroup) -> Result<(), MemcgError> {
         let h = heap();
         // SAFETY: forwarded from the caller.
-        unsafe { h.kmem().mem_cgroup_remove(h.cpu().get(), cg) }
+        unsafe { h.kmem().memcg().mem_cgroup_remove(h.cpu().get(), cg) }
     }
 
     /// Makes `cg` the thread's active group (`None`: no group); returns a token for
@@ -322,7 +329,7 @@ pub mod raw {
     pub fn report(cg: &memcontrol::MemCgroup, w: &mut dyn fmt::Write) -> fmt::Result {
         let prev = set_active_objcg(None);
         flush_local();
-        let r = heap().kmem().memcg_report(w, cg);
+        let r = heap().kmem().memcg().memcg_report(w, cg);
         restore_active_objcg(prev);
         r
     }

@@ -129,7 +129,7 @@ impl<P: Platform> Kmem<P> {
     /// [`Kmem::kmem_cache_free`].
     ///
     /// # Safety
-    /// As [`Slub::free`].
+    /// As [`crate::slab::Slub::free`].
     #[inline]
     pub unsafe fn kmem_cache_free_lockless(
         &self,

@@ -15,7 +15,6 @@
 
 mod cache;
 mod kmalloc;
-mod memcg;
 mod report;
 
 use crate::kmalloc::{Kmalloc, KmallocCaches};

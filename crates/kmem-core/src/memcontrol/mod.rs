@@ -137,7 +137,7 @@ pub enum MemcgError {
     Invalid,
 }
 
-/// The memory controller's global state, in [`Kmem`].
+/// The memory controller's global state, in [`crate::Kmem`].
 pub struct MemcgState {
     pub(super) root: MemCgroup,
     pub(super) stock_offset: AtomicUsize,

@@ -209,7 +209,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
     }
 
     /// `alloc_pages` with `__GFP_ACCOUNT`: 2^`order` pages charged to `objcg`. Free
-    /// them with [`Memcg::free_pages`] (which uncharges).
+    /// them with [`crate::Kmem::free_pages`] (which uncharges).
     pub fn alloc_pages_objcg(
         &self,
         cpu: Option<CpuRef<'_>>,

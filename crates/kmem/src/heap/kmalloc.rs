@@ -48,7 +48,9 @@ impl Heap {
     /// [`Heap::kmalloc`] under an active memory cgroup.
     #[inline(never)]
     fn kmalloc_charged(&self, size: usize, gfp: Gfp, cg: &ObjCgroup) -> Option<NonNull<u8>> {
-        self.kmem.kmalloc_objcg(self.cpu().get(), size, gfp, cg)
+        self.kmem
+            .memcg()
+            .kmalloc_objcg(self.cpu().get(), size, gfp, cg)
     }
 
     /// `kmalloc_node`: as [`Heap::kmalloc`], on node `nid` (not charged: node

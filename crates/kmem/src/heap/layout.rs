@@ -99,7 +99,11 @@ impl Heap {
             // Charge the mapping to the active group, or give it back.
             let addr = cg as *const _ as usize;
             let len = self.huge.set_objcg(p, addr).unwrap_or(0);
-            if !self.kmem.memcg_charge_external(self.cpu().get(), cg, len) {
+            if !self
+                .kmem
+                .memcg()
+                .memcg_charge_external(self.cpu().get(), cg, len)
+            {
                 self.huge.set_objcg(p, 0);
                 // SAFETY: the mapping made just above, nobody saw it.
                 unsafe { self.dealloc_outside(p) };
@@ -138,7 +142,9 @@ impl Heap {
                 if objcg != 0 {
                     // SAFETY: a charged mapping's objcg lives while it is charged.
                     let cg = unsafe { &*(objcg as *const kmem_core::memcontrol::ObjCgroup) };
-                    self.kmem.memcg_uncharge_external(self.cpu().get(), cg, len);
+                    self.kmem
+                        .memcg()
+                        .memcg_uncharge_external(self.cpu().get(), cg, len);
                 }
                 // SAFETY: the descriptor came from `desc_alloc` (`huge_alloc`).
                 unsafe { self.kfree(desc.as_ptr()) }
@@ -179,7 +185,7 @@ impl Heap {
                     }
                 }
                 // A charged block moves (charging the new block, uncharging this).
-                ObjectLookup::Large(head) if self.kmem.page_objcg(head).is_some() => {}
+                ObjectLookup::Large(head) if self.kmem.memcg().page_objcg(head).is_some() => {}
                 ObjectLookup::Large(head) => {
                     // SAFETY: the head of a live block of ours.
                     let old = unsafe { head.as_ref() }.order();

@@ -21,7 +21,7 @@ impl Heap {
         let cpu = guard.get();
         match active_objcg() {
             None => self.kmem.pages.alloc_pages(cpu, gfp, order),
-            Some(cg) => self.kmem.alloc_pages_objcg(cpu, gfp, order, cg),
+            Some(cg) => self.kmem.memcg().alloc_pages_objcg(cpu, gfp, order, cg),
         }
     }
 
@@ -54,7 +54,7 @@ impl Heap {
         // Charged: page by page, each recording its group.
         let mut filled = pages.iter().filter(|p| p.is_some()).count();
         for slot in pages.iter_mut().filter(|p| p.is_none()) {
-            match self.kmem.alloc_pages_objcg(cpu, gfp, 0, cg) {
+            match self.kmem.memcg().alloc_pages_objcg(cpu, gfp, 0, cg) {
                 Some(p) => {
                     *slot = Some(p);
                     filled += 1;
@@ -75,7 +75,7 @@ impl Heap {
         // Charged pages are uncharged and freed one by one; the rest in bulk.
         for slot in pages.iter_mut() {
             if let Some(p) = *slot {
-                if self.kmem.page_objcg(p).is_some() {
+                if self.kmem.memcg().page_objcg(p).is_some() {
                     // SAFETY: an order-0 page of ours, given up by the caller.
                     unsafe { self.kmem.free_pages(cpu, p, 0) };
                     *slot = None;

@@ -372,7 +372,7 @@ impl Heap {
     /// mode (other threads' drain when they switch groups or exit), every CPU's in
     /// per-CPU mode.
     pub fn drain_memcg_stocks(&self) {
-        self.for_each_reachable_area(|c| self.kmem.memcg_drain_stock(c));
+        self.for_each_reachable_area(|c| self.kmem.memcg().memcg_drain_stock(c));
     }
 
     /// Bytes kept by per-CPU caches: the CPU areas themselves, pages on per-CPU lists,

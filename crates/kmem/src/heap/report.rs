@@ -39,9 +39,9 @@ impl Heap {
         // straight to `w`: nothing here allocates.
         self.drain_memcg_stocks();
         let mut res = Ok(());
-        self.kmem.for_each_mem_cgroup(|cg| {
+        self.kmem.memcg().for_each_mem_cgroup(|cg| {
             if res.is_ok() && cg.parent().is_some() {
-                res = writeln!(w).and_then(|_| self.kmem.memcg_report(w, cg));
+                res = writeln!(w).and_then(|_| self.kmem.memcg().memcg_report(w, cg));
             }
         });
         res

@@ -86,6 +86,7 @@ impl Heap {
         cg: &ObjCgroup,
     ) -> Option<NonNull<u8>> {
         self.kmem
+            .memcg()
             .kmem_cache_alloc_objcg(self.cpu().get(), s, gfp, cg)
     }
 
@@ -134,7 +135,7 @@ impl Heap {
         let guard = self.cpu();
         let cpu = guard.get();
         for i in 0..out.len() {
-            match self.kmem.kmem_cache_alloc_objcg(cpu, s, gfp, cg) {
+            match self.kmem.memcg().kmem_cache_alloc_objcg(cpu, s, gfp, cg) {
                 Some(p) => out[i] = p.as_ptr(),
                 None => {
                     // SAFETY: the objects allocated just above.
