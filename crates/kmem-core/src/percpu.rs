@@ -19,7 +19,7 @@
 //! Where several contexts share an area (one area per CPU for threads that may be
 //! preempted and migrate), its `local_lock` makes the holder the owner for the time it
 //! holds it; the slab layer's lockless fast paths are the one exception, described in
-//! `slub`.
+//! [`crate::slab`].
 //!
 //! ## The pool
 //! Areas are created on demand, registered forever in a fixed table (statistics read

@@ -1,4 +1,4 @@
-//! loom model of the per-CPU page list drain request (`page_alloc.rs`, `percpu.rs`).
+//! loom model of the per-CPU page list drain request (`page/pcp.rs`, `percpu.rs`).
 //!
 //! Only a CPU area's owner touches its per-CPU lists; anybody may ask it to drain
 //! them by setting `DRAIN_PAGES` in the area's `drain_request` word (`request_all`,

@@ -63,7 +63,7 @@
 //! ## Shared CPU areas (per-CPU mode)
 //! Where CPU areas are shared by contexts that can be preempted and migrate (std's
 //! per-CPU mode, a preemptible kernel), whoever holds an area's local lock is its
-//! owner for everything above. With `CacheConfig::lockless` the allocation and free
+//! owner for everything above. With [`PerCpuAccess::Cas`] the allocation and free
 //! fast paths also run without the lock (`alloc_lockless`, `free_lockless`): they
 //! read `tid` then `freelist` and change the pair with a double-word CAS, so they
 //! never act on a pair that moved since they read it. Every other change of the pair
@@ -73,6 +73,10 @@
 //! push needs the CPU slab), so between take and install the lock holder owns it.
 //! Partial lists, frozen slabs' local freelists and statistics stay lock-only
 //! (statistics counted by lockless paths may lose increments).
+//! With [`PerCpuAccess::Rseq`] the lockless fast paths are the platform's restartable
+//! sequences, which commit with a plain store on their CPU: the lock holder then never
+//! pushes or pops on a CPU freelist; it takes one through
+//! [`crate::Platform::take_cpu_freelist`] and installs a list while it is empty.
 
 pub mod accounting;
 mod alloc;

@@ -14,7 +14,7 @@
 //! - [`push`]: if `freelist` is in the object's slab (the CPU slab), write the
 //!   object's encoded free pointer and commit `freelist = obj`;
 //! - [`take_on`]: on CPU `cpu` only, commit `freelist = 0` and return the old value
-//!   (how the slab layer's lock holder takes a CPU freelist; see `slub`'s rules).
+//!   (how the slab layer's lock holder takes a CPU freelist; see the rules in kmem-core's `slab` module).
 //!
 //! Each section arms `rseq->rseq_cs` with its descriptor (`__rseq_cs`, 32-byte
 //! aligned: version, flags, start, length up to and including the commit, abort), and
