@@ -295,7 +295,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
                 // SAFETY: the head of a large block from kmalloc_large, given up by the
                 // caller; its order is on the head page.
                 let order = unsafe { head.as_ref() }.order();
-                acct.page_free_hook(cpu, head, order);
+                accounting::page_free_hook(acct, cpu, head, order);
                 // SAFETY: as above.
                 unsafe { slub.pages.free_pages(cpu, head, order) };
                 true

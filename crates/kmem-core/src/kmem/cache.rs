@@ -166,7 +166,7 @@ impl<P: Platform> Kmem<P> {
     /// # Safety
     /// As [`PageAllocator::free_pages`](crate::PageAllocator::free_pages).
     pub unsafe fn free_pages(&self, cpu: Option<CpuRef<'_>>, page: NonNull<Page>, order: usize) {
-        self.memcg().memcg_kmem_uncharge_page(cpu, page, order);
+        crate::slab::accounting::page_free_hook(self, cpu, page, order);
         // SAFETY: forwarded from the caller.
         unsafe { self.pages.free_pages(cpu, page, order) }
     }

@@ -85,7 +85,7 @@ pub const MEMCG_CACHE_SLOTS: usize = 16;
 pub const MEMCG_DATA_OBJEXTS: usize = crate::slab::accounting::OBJ_EXTS;
 
 /// `page.private` tag: the word is the objcg of an accounted page block.
-pub const MEMCG_DATA_KMEM: usize = 2;
+pub const MEMCG_DATA_KMEM: usize = crate::slab::accounting::PAGE_CHARGED;
 
 const MEMCG_DATA_MASK: usize = 3;
 

@@ -17,6 +17,9 @@ use core::ptr::NonNull;
 
 /// `page.private` tag: the word is a slab's object-extension vector (`MEMCG_DATA_OBJEXTS`).
 pub const OBJ_EXTS: usize = 1;
+/// `page.private` tag: a page block charged by the accounting layer (`MEMCG_DATA_KMEM`);
+/// a free of such a block runs [`Accounting::page_free_hook`].
+pub const PAGE_CHARGED: usize = 2;
 
 /// What a layer above the slab allocator does when memory is freed.
 pub trait Accounting {
@@ -25,8 +28,8 @@ pub trait Accounting {
     /// after this call another context may reuse the object's slot.
     fn slab_free_hook(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: &Page, obj: usize);
 
-    /// Called before a page block of 2^`order` pages (head `head`) that kmalloc handed
-    /// out is freed.
+    /// Called before a page block of 2^`order` pages (head `head`) is freed, when its
+    /// head's `private` word carries [`PAGE_CHARGED`] (see [`page_free_hook`]).
     fn page_free_hook(&self, cpu: Option<CpuRef<'_>>, head: NonNull<Page>, order: usize);
 }
 
@@ -68,5 +71,20 @@ pub fn slab_free_hook(
 ) {
     if slab_obj_exts(head) & OBJ_EXTS != 0 {
         acct.slab_free_hook(cpu, s, head, obj);
+    }
+}
+
+/// Runs `acct`'s page free hook for the block at `head` (2^`order` pages) if it was
+/// charged: one load and a branch otherwise.
+#[inline(always)]
+pub fn page_free_hook(
+    acct: &impl Accounting,
+    cpu: Option<CpuRef<'_>>,
+    head: NonNull<Page>,
+    order: usize,
+) {
+    // SAFETY: the head page of a live block (the caller is freeing it).
+    if unsafe { head.as_ref() }.private.load(Acquire) & PAGE_CHARGED != 0 {
+        acct.page_free_hook(cpu, head, order);
     }
 }
