@@ -19,7 +19,8 @@
 //! Where several contexts share an area (one area per CPU for threads that may be
 //! preempted and migrate), its `local_lock` makes the holder the owner for the time it
 //! holds it; the slab layer's lockless fast paths are the one exception, described in
-//! [`crate::slab`].
+//! [`crate::slab`]. The local lock is the first of the core's locks (the lock order in
+//! the crate docs); the pool's free-list lock is the last.
 //!
 //! ## The pool
 //! Areas are created on demand, registered forever in a fixed table (statistics read

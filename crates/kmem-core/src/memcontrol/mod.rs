@@ -43,8 +43,9 @@
 //!
 //! ## Locking
 //! `MemcgState::lock` serialises group creation, removal and the zombie sweep; no
-//! allocation or free takes it (a report walking the groups may allocate under it). Page counters, objcg fields and group
-//! statistics are atomics; a group's per-cache table has its own lock, taken (alone)
+//! allocation or free takes it (a report walking the groups may allocate under it, so
+//! it comes before the slab and page locks: the lock order in the crate docs). Page
+//! counters, objcg fields and group statistics are atomics; a group's per-cache table has its own lock, taken (alone)
 //! when statistics are flushed. A stock is touched only by the owner of its CPU area
 //! (others may ask for a drain with [`crate::percpu::DRAIN_STOCK`]; the owner drains at
 //! its next charge that misses the stock).

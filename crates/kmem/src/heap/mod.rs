@@ -29,8 +29,9 @@
 //! ## Locking
 //! `env` is written once before `READY` and read-only after; `state` and `mode` are
 //! atomics. Lock order: the CPU table lock (making an area, per-CPU mode), then a CPU
-//! area's local lock, then the huge list's lock, then the slab and page allocator
-//! locks; fork's prepare handler takes them all in that order.
+//! area's local lock, then the huge list's lock, then kmem-core's other locks in the
+//! order its crate docs number them; fork's prepare handler takes them all in that
+//! order.
 
 mod cpu;
 mod fork;
