@@ -78,6 +78,7 @@
 //! | `memcg_slab_free_hook`              | [`slab::Accounting::slab_free_hook`]       |
 
 #![no_std]
+#![warn(missing_docs)]
 
 pub mod gfp;
 pub mod kmalloc;

@@ -5,27 +5,49 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(usize)]
 pub enum SlubStat {
+    /// Allocation from the CPU freelist (the fast path).
     AllocFastpath = 0,
+    /// Allocation that took the slow path.
     AllocSlowpath,
+    /// Free onto the CPU freelist (the object was in the CPU slab).
     FreeFastpath,
+    /// Free through `__slab_free` (a CAS on the slab state).
     FreeSlowpath,
+    /// Free into a frozen slab (another CPU slab or a CPU partial slab).
     FreeFrozen,
+    /// Free that put a full slab on a node partial list.
     FreeAddPartial,
+    /// Free that emptied a node partial slab and took it off the list.
     FreeRemovePartial,
+    /// CPU slab taken from a node partial list.
     AllocFromPartial,
+    /// New slab allocated from the page allocator.
     AllocSlab,
+    /// CPU freelist refilled from frees into the CPU slab.
     AllocRefill,
+    /// CPU slab given up because the allocation asked for another node.
     AllocNodeMismatch,
+    /// Slab given back to the page allocator.
     FreeSlab,
+    /// CPU slab flushed (CPU offline, shrink, drain request).
     CpuslabFlush,
+    /// CPU slab deactivated full.
     DeactivateFull,
+    /// CPU slab deactivated empty (and freed).
     DeactivateEmpty,
+    /// CPU slab deactivated to the head of a node partial list.
     DeactivateToHead,
+    /// CPU slab deactivated to the tail of a node partial list.
     DeactivateToTail,
+    /// CPU slab deactivated with objects freed into it by other CPUs.
     DeactivateRemoteFrees,
+    /// CPU slab taken from the CPU partial list.
     CpuPartialAlloc,
+    /// Slab put on the CPU partial list by a free.
     CpuPartialFree,
+    /// Slab moved from a node partial list to the CPU partial list.
     CpuPartialNode,
+    /// CPU partial list drained to the node lists (over its cap).
     CpuPartialDrain,
 }
 
