@@ -27,7 +27,17 @@ use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::ptr::{self, NonNull};
 
-/// A slab cache of `T` objects.
+/// A slab cache of `T` objects (`kmem_cache_create` for a Rust type): objects of one
+/// size packed in slabs, allocated and freed on the calling thread's CPU area without a
+/// lock, listed in `/proc/slabinfo`-style reports under its name.
+///
+/// ```
+/// let points = kmem::KmemCache::<[f64; 3]>::new("points").unwrap();
+/// let p = points.alloc([1.0, 2.0, 3.0]).unwrap(); // a KBox: freed to its cache on drop
+/// assert_eq!(p[1], 2.0);
+/// assert_eq!(points.raw().name(), "points");
+/// drop(p);
+/// ```
 pub struct KmemCache<T> {
     raw: &'static RawCache,
     constructed: bool,

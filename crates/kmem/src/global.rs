@@ -13,6 +13,19 @@ use std::alloc::{GlobalAlloc, Layout};
 use std::ptr::{self, NonNull};
 /// kmem as a Rust allocator: `#[global_allocator] static A: kmem::KmemAlloc = kmem::KmemAlloc;`
 /// It is a handle to the process heap ([`heap`]); every value is the same allocator.
+///
+/// ```
+/// #[global_allocator]
+/// static GLOBAL: kmem::KmemAlloc = kmem::KmemAlloc;
+///
+/// let v: Vec<u64> = (0..1000).collect(); // served by kmem's kmalloc caches
+/// assert_eq!(v.iter().sum::<u64>(), 499_500);
+///
+/// // An allocator_api2 collection on kmem, whatever the global allocator is:
+/// let mut w = allocator_api2::vec::Vec::new_in(kmem::KmemAlloc);
+/// w.push(7u8);
+/// assert_eq!(w[0], 7);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct KmemAlloc;
 
