@@ -13,11 +13,30 @@ use crate::sync::{AtomicUsize, Ordering};
 ///
 /// All methods may be called concurrently from any context that uses the allocator,
 /// and none of them may allocate through the allocator that calls them.
+///
+/// ## The span
+/// Besides this trait, a platform hands the allocator one span of address space
+/// ([`crate::PageAllocator::init`], [`crate::Kmem::init`]):
+/// - its base aligned to [`crate::page::SECTION_SIZE`] (128 MiB), always;
+/// - its length anything above 2 MiB (one section's memmap, [`crate::page::MEMMAP_PAGES`]
+///   pages) plus a page, whole pages; it need not be a multiple of the section size (the
+///   last section may be partial) and need not be backed by memory until
+///   [`Platform::section_online`] is called for a section of it;
+/// - no contents required: each section must read as zero once it is online.
+///
+/// A kernel without virtual memory to spare gives the physical memory it has, e.g.
+/// 48 MiB at a 128 MiB boundary: that is 46 MiB of pages after the 2 MiB memmap.
+/// Memory that starts off the boundary cannot be used as is: the allocator finds a
+/// page's section by masking its descriptor's address. `crates/kmem-core/examples/nostd`
+/// is a complete `no_std` platform over a `static` byte array.
 pub trait Platform: Sync {
     /// Brings the memory of one section online: `len` bytes at `addr` (inside the span
-    /// given to [`crate::PageAllocator::init`], aligned to the section size) must become
-    /// readable and writable, preferably backed by memory of node `nid`. Memory that the
-    /// platform brings online reads as zero. Returns false if it cannot.
+    /// given to [`crate::PageAllocator::init`], `addr` aligned to the section size;
+    /// `len` is the section size, or less for the span's last section when the span
+    /// ends inside it) must become readable and writable, preferably backed by memory
+    /// of node `nid`. Memory that the platform brings online reads as zero (a platform
+    /// over memory that was never written, such as `.bss`, has nothing to do). Returns
+    /// false if it cannot.
     ///
     /// # Safety
     /// `addr..addr + len` is a section of the span the allocator was given, and no one

@@ -10,8 +10,7 @@
 
 use super::descriptor::{MAX_ORDER, PAGE_SHIFT};
 use super::mmzone::{
-    MEMMAP_PAGES, PFN_SECTION_SHIFT, SECTION_MANAGED_PAGES, SECTION_OFFLINE, SECTION_ONLINE,
-    SECTION_SHIFT, SECTION_SIZE,
+    MEMMAP_PAGES, PFN_SECTION_SHIFT, SECTION_OFFLINE, SECTION_ONLINE, SECTION_SHIFT, SECTION_SIZE,
 };
 use super::PageAllocator;
 use crate::platform::Platform;
@@ -51,7 +50,6 @@ impl<P: Platform> PageAllocator<P> {
         if room == 0 {
             return false;
         }
-        let pages = room.min(SECTION_MANAGED_PAGES);
         // Prefer an offline section of this node (its address space is ours already).
         let reuse = (0..hp.next_section).find(|&s| {
             let sec = &self.sections[s];
@@ -66,19 +64,28 @@ impl<P: Platform> PageAllocator<P> {
                 }
                 let s = hp.next_section;
                 let addr = (self.base.load(Ordering::Relaxed) + (s << SECTION_SHIFT)) as *mut u8;
-                // SAFETY: section `s` lies in our span (checked against its length) and
-                // was never used: nobody else touches it.
-                if !unsafe { self.platform.section_online(addr, SECTION_SIZE, nid) } {
+                let len = self.section_span_bytes(s);
+                // SAFETY: section `s` lies in our span (checked against its length; `len`
+                // stops at the span's end) and was never used: nobody else touches it.
+                if !unsafe { self.platform.section_online(addr, len, nid) } {
                     return false;
                 }
                 hp.next_section += 1;
                 s
             }
         };
+        let pages = room.min((self.section_span_bytes(nr) >> PAGE_SHIFT) - MEMMAP_PAGES);
         hp.online_pages += pages;
         self.online_section(nr, nid, pages);
         drop(hp);
         true
+    }
+
+    /// The bytes of section `nr` inside the span: [`SECTION_SIZE`], or less for a
+    /// partial last section (always more than its memmap, see `init`).
+    fn section_span_bytes(&self, nr: usize) -> usize {
+        let span = self.span_len.load(Ordering::Relaxed);
+        (span - (nr << SECTION_SHIFT)).min(SECTION_SIZE)
     }
 
     /// `online_pages`: initialises a section's memmap and gives its pages to the zone.
@@ -185,10 +192,79 @@ impl<P: Platform> PageAllocator<P> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_platform::allocator;
-    use super::super::Config;
+    use super::super::mmzone::SECTION_MANAGED_PAGES;
+    use super::super::test_platform::{allocator, allocator_len};
+    use super::super::{Config, InitError, PAGE_SIZE};
     use super::*;
     use crate::gfp::Gfp;
+
+    #[test]
+    fn a_span_may_end_inside_a_section() {
+        // One whole section and 8 MiB of a second: its memmap (2 MiB) and 6 MiB of pages.
+        let len = SECTION_SIZE + (8 << 20);
+        let pa = allocator_len(len, Config::default()).unwrap();
+        assert!(pa.add_memory(0));
+        assert!(pa.add_memory(0));
+        assert!(!pa.add_memory(0), "the span ends in the second section");
+        let tail = (8 << 20) / PAGE_SIZE - MEMMAP_PAGES;
+        assert_eq!(pa.nr_managed_pages(), SECTION_MANAGED_PAGES + tail);
+        let base = pa.base.load(Ordering::Relaxed);
+        let last = (1 << PFN_SECTION_SHIFT) + MEMMAP_PAGES + tail - 1;
+        assert!(pa.pfn_to_page(last).is_some());
+        assert_eq!(pa.pfn_to_page(last + 1), None);
+        assert!(pa.in_span((base + len - 1) as *const u8));
+        assert!(!pa.in_span((base + len) as *const u8));
+        assert_eq!(pa.virt_to_page((base + len) as *const u8), None);
+        // The tail's pages are handed out, and none past the span's end.
+        let mut blocks = [None; 64];
+        for b in blocks.iter_mut() {
+            *b = pa.alloc_pages(None, Gfp::KERNEL | Gfp::NOWARN, 9);
+        }
+        let pfns = || blocks.iter().flatten().map(|&p| pa.page_to_pfn(p));
+        assert!(pfns().any(|pfn| pfn >> PFN_SECTION_SHIFT == 1));
+        assert!(pfns().all(|pfn| pfn + 512 <= last + 1));
+        for b in blocks.iter().flatten() {
+            // SAFETY: allocated above, freed once.
+            unsafe { pa.free_pages(None, *b, 9) };
+        }
+        assert_eq!(pa.nr_free_pages(), SECTION_MANAGED_PAGES + tail);
+    }
+
+    #[test]
+    fn a_small_span_is_a_partial_section() {
+        // 4 MiB: a 2 MiB memmap and 512 pages, all of them usable.
+        let pa = allocator_len(4 << 20, Config::default()).unwrap();
+        assert!(pa.add_memory(0));
+        assert!(!pa.add_memory(0));
+        assert_eq!(pa.nr_managed_pages(), 512);
+        // All but the watermark reserve can be allocated, all of it inside the span.
+        let mut pages = [None; 512];
+        for p in pages.iter_mut() {
+            *p = pa.alloc_pages(None, Gfp::KERNEL | Gfp::NOWARN, 0);
+        }
+        let got = pages.iter().flatten().count();
+        assert!((400..512).contains(&got), "{got} pages");
+        let base = pa.base.load(Ordering::Relaxed);
+        for p in pages.iter().flatten() {
+            let addr = pa.page_address(*p).as_ptr() as usize;
+            assert!(addr >= base + (2 << 20) && addr < base + (4 << 20));
+            // SAFETY: allocated above, freed once.
+            unsafe { pa.free_pages(None, *p, 0) };
+        }
+        assert_eq!(pa.nr_free_pages(), 512);
+        // A span of no more than one memmap holds nothing; a partial last section of
+        // no more than its memmap is dropped.
+        let memmap = MEMMAP_PAGES * PAGE_SIZE;
+        assert_eq!(
+            allocator_len(memmap + PAGE_SIZE - 1, Config::default()).err(),
+            Some(InitError::BadSpan)
+        );
+        let pa = allocator_len(SECTION_SIZE + memmap, Config::default()).unwrap();
+        assert!(pa.add_memory(0));
+        assert!(!pa.add_memory(0));
+        let end = pa.base.load(Ordering::Relaxed) + SECTION_SIZE;
+        assert!(!pa.in_span(end as *const u8));
+    }
 
     #[test]
     fn the_heap_bound_limits_what_comes_online() {

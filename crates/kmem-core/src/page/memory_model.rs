@@ -70,7 +70,7 @@ impl<P: Platform> PageAllocator<P> {
     #[inline]
     pub fn virt_to_page(&self, addr: *const u8) -> Option<NonNull<Page>> {
         let off = (addr as usize).wrapping_sub(self.base.load(Ordering::Relaxed));
-        if off >= self.nr_span_sections.load(Ordering::Relaxed) << SECTION_SHIFT {
+        if off >= self.span_len.load(Ordering::Relaxed) {
             return None;
         }
         self.pfn_to_page(off >> PAGE_SHIFT)
@@ -83,7 +83,7 @@ impl<P: Platform> PageAllocator<P> {
     #[inline]
     pub(crate) fn virt_to_page_any(&self, addr: *const u8) -> Option<NonNull<Page>> {
         let off = (addr as usize).wrapping_sub(self.base.load(Ordering::Relaxed));
-        if off >= self.nr_span_sections.load(Ordering::Relaxed) << SECTION_SHIFT {
+        if off >= self.span_len.load(Ordering::Relaxed) {
             return None;
         }
         let pfn = off >> PAGE_SHIFT;
@@ -111,7 +111,7 @@ impl<P: Platform> PageAllocator<P> {
     #[inline]
     pub fn in_span(&self, addr: *const u8) -> bool {
         let off = (addr as usize).wrapping_sub(self.base.load(Ordering::Relaxed));
-        off < self.nr_span_sections.load(Ordering::Relaxed) << SECTION_SHIFT
+        off < self.span_len.load(Ordering::Relaxed)
     }
 
     /// The node of a page.

@@ -1,9 +1,10 @@
 //! Nodes, zones and memory sections: the memory model.
 //!
 //! ## Sections
-//! The allocator owns one span of address space, aligned to [`SECTION_SIZE`]
-//! (128 MiB). Memory comes online one section at a time (`add_memory`, SPARSEMEM's
-//! unit). A section's first [`MEMMAP_PAGES`] pages hold its memmap — one 64-byte
+//! The allocator owns one span of address space, its base aligned to [`SECTION_SIZE`]
+//! (128 MiB); its length need not be a multiple of it (the last section may be
+//! partial: its memmap, then as many pages as the span holds). Memory comes online one
+//! section at a time (`add_memory`, SPARSEMEM's unit). A section's first [`MEMMAP_PAGES`] pages hold its memmap — one 64-byte
 //! [`Page`] for every page of the section — the way memory hotplug places it with
 //! `memmap_on_memory`; the rest are managed by the buddy allocator. So the allocator's
 //! own metadata comes from the memory it manages, and `pfn_to_page` / `page_to_pfn` /

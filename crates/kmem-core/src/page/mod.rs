@@ -128,7 +128,8 @@ impl Default for Config {
 pub enum InitError {
     /// Already initialised.
     AlreadyInitialized,
-    /// The span's base is not aligned to the section size, or it is empty.
+    /// The span's base is null or not aligned to the section size, or the span holds
+    /// no page beyond the first section's memmap.
     BadSpan,
     /// `nr_nodes` is 0 or above [`MAX_NUMNODES`], or `report_order` above `MAX_ORDER`.
     BadConfig,
@@ -144,8 +145,11 @@ pub struct PageAllocator<P: Platform> {
     initialized: AtomicBool,
     /// The span's first byte; pfn 0 is the page there.
     base: AtomicUsize,
-    /// Sections the span holds (bounded by [`MAX_SECTIONS`]).
+    /// Sections the span holds, the last one possibly partial (bounded by
+    /// [`MAX_SECTIONS`]).
     nr_span_sections: AtomicUsize,
+    /// The span's length in bytes: whole pages, ending inside the last section.
+    span_len: AtomicUsize,
     nr_nodes: AtomicUsize,
     max_pages: AtomicUsize,
     pub(crate) report_delay_ns: AtomicU64,
@@ -168,6 +172,7 @@ impl<P: Platform> PageAllocator<P> {
             initialized: AtomicBool::new(false),
             base: AtomicUsize::new(0),
             nr_span_sections: AtomicUsize::new(0),
+            span_len: AtomicUsize::new(0),
             nr_nodes: AtomicUsize::new(1),
             max_pages: AtomicUsize::new(0),
             report_delay_ns: AtomicU64::new(1_000_000_000),
@@ -182,9 +187,24 @@ impl<P: Platform> PageAllocator<P> {
         }
     }
 
-    /// Gives the allocator its span of address space: `len` bytes at `base` (aligned to
-    /// the section size). Memory in it comes online section by section as nodes need it
-    /// (through [`Platform::section_online`]).
+    /// Gives the allocator its span of address space: `len` bytes at `base`. Memory in
+    /// it comes online section by section as nodes need it (through
+    /// [`Platform::section_online`]); nothing in it is touched before that.
+    ///
+    /// What the span must be:
+    /// - `base` aligned to [`SECTION_SIZE`] (128 MiB): `page_to_pfn` finds a
+    ///   descriptor's section by masking its address, so this cannot be relaxed.
+    /// - `len` any length above [`MEMMAP_PAGES`] pages (2 MiB) plus one page; it is
+    ///   rounded down to whole pages and to at most [`MAX_SECTIONS`] sections. It need
+    ///   not be a multiple of the section size: the last section may be partial (its
+    ///   first 2 MiB are its memmap, the rest is managed), and a last partial section
+    ///   of no more than its memmap is left unused. A span of 4 MiB manages 512 pages.
+    /// - Its contents need not be anything at `init`: the platform makes each section
+    ///   read as zero when it brings it online (memory that was never written, like a
+    ///   `static` in `.bss` or a fresh anonymous mapping, already does).
+    ///
+    /// The allocator's own metadata (memmaps, slab and per-CPU structures) comes out of
+    /// the span, so the managed pages are all the memory there is.
     ///
     /// # Safety
     /// The span is reserved for this allocator alone for as long as it lives, and no
@@ -193,7 +213,14 @@ impl<P: Platform> PageAllocator<P> {
         if self.initialized.load(Ordering::Acquire) {
             return Err(InitError::AlreadyInitialized);
         }
-        if base.is_null() || (base as usize) & (SECTION_SIZE - 1) != 0 || len < SECTION_SIZE {
+        // Whole pages, whole sections at most MAX_SECTIONS, and no last partial section
+        // that would hold its memmap only.
+        let max_len = MAX_SECTIONS.saturating_mul(SECTION_SIZE);
+        let mut len = len.min(max_len) & !(PAGE_SIZE - 1);
+        if len & (SECTION_SIZE - 1) <= MEMMAP_PAGES << PAGE_SHIFT {
+            len &= !(SECTION_SIZE - 1);
+        }
+        if base.is_null() || (base as usize) & (SECTION_SIZE - 1) != 0 || len == 0 {
             return Err(InitError::BadSpan);
         }
         if config.nr_nodes == 0 || config.nr_nodes > MAX_NUMNODES || config.report_order > MAX_ORDER
@@ -202,7 +229,8 @@ impl<P: Platform> PageAllocator<P> {
         }
         self.base.store(base as usize, Ordering::Relaxed);
         self.nr_span_sections
-            .store((len >> SECTION_SHIFT).min(MAX_SECTIONS), Ordering::Relaxed);
+            .store(len.div_ceil(SECTION_SIZE), Ordering::Relaxed);
+        self.span_len.store(len, Ordering::Relaxed);
         self.nr_nodes.store(config.nr_nodes, Ordering::Relaxed);
         self.max_pages.store(config.max_pages, Ordering::Relaxed);
         self.report_delay_ns

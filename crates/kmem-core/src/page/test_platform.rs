@@ -62,7 +62,15 @@ impl Platform for TestPlatform {
 /// A fresh allocator over a private span of `sections` sections (leaked, as the
 /// allocator hands out `'static` memory).
 pub(crate) fn allocator(sections: usize, config: Config) -> &'static PageAllocator<TestPlatform> {
-    let len = sections * SECTION_SIZE;
+    allocator_len(sections * SECTION_SIZE, config).unwrap()
+}
+
+/// A fresh allocator over a private span of `len` bytes at a section-aligned base, or
+/// what `init` said about it.
+pub(crate) fn allocator_len(
+    len: usize,
+    config: Config,
+) -> Result<&'static PageAllocator<TestPlatform>, super::InitError> {
     // SAFETY: an anonymous private mapping with no address hint; one section more than
     // asked, so that the base can be aligned up to a section boundary.
     let raw = unsafe {
@@ -84,6 +92,6 @@ pub(crate) fn allocator(sections: usize, config: Config) -> &'static PageAllocat
             log: Mutex::new(String::new()),
         })));
     // SAFETY: the span is ours alone and nobody else uses the allocator yet.
-    unsafe { pa.init(base, len, config) }.unwrap();
-    pa
+    unsafe { pa.init(base, len, config) }?;
+    Ok(pa)
 }
