@@ -105,9 +105,10 @@ pub fn run(names: &[String], quick: bool, json: bool, plot: Option<&Path>) -> Re
 
     if let Some(dir) = plot {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let note = table::header(machine, ctx.reps, quick);
         for (suite, results) in &all {
             let path = dir.join(format!("{}.svg", suite.name));
-            plot::plot_suite(&path, suite.name, results)
+            plot::plot_suite(&path, suite.name, results, &note)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             eprintln!("kmem bench: wrote {}", path.display());
         }

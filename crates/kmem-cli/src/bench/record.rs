@@ -3,7 +3,7 @@
 //! With `--json`, `kmem bench` prints exactly one JSON document on stdout:
 //!
 //! ```json
-//! {"suite": "slab", "machine": {"cpus": 2, "tsc_ghz": 2.6},
+//! {"suite": "slab", "machine": {"cpus": 2, "tsc_ghz": 2.3, "tsc_source": "calibrated"},
 //!  "results": [
 //!   {"bench": "kmalloc_then_kfree", "allocator": "kmem", "param": 8, "op": "alloc",
 //!    "ns": 12.3, "cycles": 31.0, "ops": 10000}
@@ -14,14 +14,15 @@
 //! count or thread count the bench varies; `op` names what `ns` and `cycles` are per.
 //! A memory figure carries `bytes`, a plain count `value`; `mode` names a kmem
 //! configuration where a suite compares several. Absent figures are left out, not
-//! null. A document of several suites is `"suite": "all"` and names each result's
+//! null. `tsc_source` says where `tsc_ghz` comes from (`timing::tsc_freq`: a CPUID
+//! leaf, or `calibrated` against the clock). A document of several suites is `"suite": "all"` and names each result's
 //! suite in the result.
 //!
 //! Also here: how results group for presentation (benches in order of appearance,
 //! the distinct `(param, op)` rows of a bench, an allocator's column label), shared by
 //! the tables and the charts.
 
-use super::timing::{tsc_ghz, Timing};
+use super::timing::{tsc_freq, Timing};
 use serde::Serialize;
 
 /// One figure (a row of the output contract).
@@ -142,14 +143,18 @@ pub fn distinct<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
 pub struct Machine {
     pub cpus: usize,
     pub tsc_ghz: f64,
+    /// Where `tsc_ghz` comes from: `cpuid-0x15`, `cpuid-0x40000010`, `calibrated`, `none`.
+    pub tsc_source: &'static str,
 }
 
 impl Machine {
     /// This machine: its CPU count and its TSC frequency (0 without a TSC).
     pub fn detect() -> Self {
+        let tsc = tsc_freq();
         Machine {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            tsc_ghz: tsc_ghz(),
+            tsc_ghz: tsc.ghz,
+            tsc_source: tsc.source,
         }
     }
 }
@@ -214,6 +219,7 @@ pub(super) mod tests {
     const MACHINE: Machine = Machine {
         cpus: 2,
         tsc_ghz: 2.6,
+        tsc_source: "calibrated",
     };
 
     #[test]
@@ -224,6 +230,7 @@ pub(super) mod tests {
         assert_eq!(v["suite"], "page");
         assert_eq!(v["machine"]["cpus"], 2);
         assert_eq!(v["machine"]["tsc_ghz"], 2.6);
+        assert_eq!(v["machine"]["tsc_source"], "calibrated");
         let r0 = &v["results"][0];
         assert_eq!(r0["bench"], "page_pcp");
         assert_eq!(r0["allocator"], "kmem");
@@ -257,7 +264,7 @@ pub(super) mod tests {
         assert!(rows[2].get("bytes").is_none());
         // The fields keep the contract's order, pretty-printed.
         assert!(
-            doc.starts_with("{\n  \"suite\": \"all\",\n  \"machine\": {\n    \"cpus\": 2,\n    \"tsc_ghz\": 2.6\n  },\n  \"results\": [\n    {\n      \"suite\": \"page\",\n      \"bench\": \"page_pcp\",\n      \"allocator\": \"kmem\",\n      \"param\": 0,\n      \"op\": \"pair\",\n      \"ns\": 12.25,\n      \"cycles\": 31.0,\n      \"ops\": 10000\n    },"),
+            doc.starts_with("{\n  \"suite\": \"all\",\n  \"machine\": {\n    \"cpus\": 2,\n    \"tsc_ghz\": 2.6,\n    \"tsc_source\": \"calibrated\"\n  },\n  \"results\": [\n    {\n      \"suite\": \"page\",\n      \"bench\": \"page_pcp\",\n      \"allocator\": \"kmem\",\n      \"param\": 0,\n      \"op\": \"pair\",\n      \"ns\": 12.25,\n      \"cycles\": 31.0,\n      \"ops\": 10000\n    },"),
             "{doc}"
         );
     }

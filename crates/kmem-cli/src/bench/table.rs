@@ -8,9 +8,10 @@ use std::fmt::Write as _;
 /// The first line: the machine and how figures were taken.
 pub fn header(machine: Machine, reps: usize, quick: bool) -> String {
     format!(
-        "kmem bench: {} CPUs, TSC {:.3} GHz, median of {} repetitions{}",
+        "kmem bench: {} CPUs, TSC {:.3} GHz ({}), median of {} repetitions{}",
         machine.cpus,
         machine.tsc_ghz,
+        machine.tsc_source,
         reps,
         if quick { " (quick)" } else { "" }
     )
@@ -209,14 +210,15 @@ page_rss (MiB)
         let m = Machine {
             cpus: 2,
             tsc_ghz: 2.6,
+            tsc_source: "cpuid-0x15",
         };
         assert_eq!(
             header(m, 5, true),
-            "kmem bench: 2 CPUs, TSC 2.600 GHz, median of 5 repetitions (quick)"
+            "kmem bench: 2 CPUs, TSC 2.600 GHz (cpuid-0x15), median of 5 repetitions (quick)"
         );
         assert_eq!(
             header(m, 11, false),
-            "kmem bench: 2 CPUs, TSC 2.600 GHz, median of 11 repetitions"
+            "kmem bench: 2 CPUs, TSC 2.600 GHz (cpuid-0x15), median of 11 repetitions"
         );
     }
 }

@@ -145,17 +145,110 @@ pub fn rdtsc() -> Option<u64> {
     }
 }
 
-/// The TSC's frequency in GHz (three decimals), counted over 50 ms; 0 without a TSC.
-pub fn tsc_ghz() -> f64 {
-    let (Some(c0), t0) = (rdtsc(), Instant::now()) else {
-        return 0.0;
-    };
-    while t0.elapsed() < Duration::from_millis(50) {
-        std::hint::spin_loop();
+/// The TSC's frequency and where the figure comes from.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TscFreq {
+    /// GHz, three decimals; 0 without a TSC.
+    pub ghz: f64,
+    /// `cpuid-0x15` (the CPU's TSC/crystal ratio and crystal frequency),
+    /// `cpuid-0x40000010` (the hypervisor's TSC frequency), `calibrated` (counted
+    /// against the monotonic clock over [`CALIBRATION`]) or `none`.
+    pub source: &'static str,
+}
+
+/// How long the TSC is counted against the clock when the CPU does not state its rate.
+pub const CALIBRATION: Duration = Duration::from_millis(250);
+
+/// The TSC's frequency: what the CPU states where it states it exactly, else counted.
+///
+/// The CPU states it in CPUID leaf 0x15 (Intel since Skylake: TSC = crystal × EBX/EAX,
+/// used when the crystal frequency ECX is given) or, under a hypervisor that offers it,
+/// leaf 0x40000010 (EAX: TSC kHz). Anywhere else (AMD, most VMs, ARM has no TSC here) it
+/// is counted: the TSC against `Instant` over 250 ms, each end read as the tightest of
+/// five TSC–clock–TSC brackets, so one preemption or a slow clock read moves the figure
+/// by parts per million. The nominal frequency of the brand string ("@ 2.60GHz") or of
+/// leaf 0x16 is not used: it is rounded, absent on AMD and in many VMs, and under a
+/// hypervisor it names the host's part, not the rate the guest's TSC runs at (Linux
+/// calibrates the same way and prints its figure as "tsc: Detected … MHz").
+pub fn tsc_freq() -> TscFreq {
+    if rdtsc().is_none() {
+        return TscFreq {
+            ghz: 0.0,
+            source: "none",
+        };
     }
-    let (c1, dt) = (rdtsc().unwrap_or(c0), t0.elapsed());
-    let ghz = (c1 - c0) as f64 / dt.as_nanos() as f64;
-    (ghz * 1000.0).round() / 1000.0
+    if let Some((hz, source)) = cpuid_tsc_hz() {
+        return TscFreq {
+            ghz: round3(hz / 1e9),
+            source,
+        };
+    }
+    TscFreq {
+        ghz: round3(calibrate(CALIBRATION)),
+        source: "calibrated",
+    }
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+/// The TSC rate the CPU (or its hypervisor) states, in Hz, and the leaf it came from.
+fn cpuid_tsc_hz() -> Option<(f64, &'static str)> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::__cpuid;
+        // SAFETY: CPUID exists on every x86_64 CPU; a leaf above the maximum returns
+        // data of the highest basic leaf, never faults (the maximum is checked anyway).
+        #[allow(unused_unsafe)]
+        let leaf = |l: u32| unsafe { __cpuid(l) };
+        if leaf(0).eax >= 0x15 {
+            let r = leaf(0x15);
+            if r.eax != 0 && r.ebx != 0 && r.ecx != 0 {
+                let hz = r.ecx as f64 * r.ebx as f64 / r.eax as f64;
+                return Some((hz, "cpuid-0x15"));
+            }
+        }
+        // A hypervisor sets CPUID.1:ECX bit 31 and answers leaves 0x40000000 on.
+        if leaf(1).ecx & (1 << 31) != 0 && leaf(0x4000_0000).eax >= 0x4000_0010 {
+            let khz = leaf(0x4000_0010).eax;
+            if khz != 0 {
+                return Some((khz as f64 * 1e3, "cpuid-0x40000010"));
+            }
+        }
+        None
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        None
+    }
+}
+
+/// The TSC counted against the monotonic clock over `window`, in GHz.
+fn calibrate(window: Duration) -> f64 {
+    let (c0, t0) = tsc_at_now();
+    // The TSC is invariant (it keeps its rate through sleep states), so the window
+    // can sleep instead of spinning on a shared machine.
+    std::thread::sleep(window);
+    let (c1, t1) = tsc_at_now();
+    c1.wrapping_sub(c0) as f64 / (t1 - t0).as_nanos() as f64
+}
+
+/// A clock reading and the TSC at the same moment: of five TSC–clock–TSC brackets,
+/// the tightest, with the TSC at its middle.
+fn tsc_at_now() -> (u64, Instant) {
+    let mut best: Option<(u64, u64, Instant)> = None;
+    for _ in 0..5 {
+        let a = rdtsc().unwrap_or(0);
+        let t = Instant::now();
+        let b = rdtsc().unwrap_or(0);
+        let width = b.wrapping_sub(a);
+        if best.is_none_or(|(w, _, _)| width < w) {
+            best = Some((width, a.wrapping_add(width / 2), t));
+        }
+    }
+    let (_, c, t) = best.expect("five samples");
+    (c, t)
 }
 
 #[cfg(test)]
@@ -205,5 +298,28 @@ mod tests {
         assert_eq!(run, 6.0);
         assert_eq!((a.ns, a.cycles, a.ops), (4.0, Some(10.0), 4));
         assert_eq!((b.ns, b.cycles, b.ops), (2.0, None, 4));
+    }
+
+    #[test]
+    fn the_tsc_frequency_names_its_source() {
+        let f = tsc_freq();
+        if rdtsc().is_none() {
+            assert_eq!(
+                f,
+                TscFreq {
+                    ghz: 0.0,
+                    source: "none"
+                }
+            );
+            return;
+        }
+        assert!(
+            ["cpuid-0x15", "cpuid-0x40000010", "calibrated"].contains(&f.source),
+            "{f:?}"
+        );
+        assert!((0.1..20.0).contains(&f.ghz), "{f:?}");
+        // Counting over a short window lands within a few percent of the figure.
+        let counted = calibrate(Duration::from_millis(20));
+        assert!((counted / f.ghz - 1.0).abs() < 0.05, "{counted} vs {f:?}");
     }
 }
