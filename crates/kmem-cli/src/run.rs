@@ -1,10 +1,29 @@
-//! `kmem run [--stats] -- CMD ARGS…`: runs a program on kmem via `LD_PRELOAD`.
+//! `kmem run [--stats] -- CMD ARGS…`: runs a program on kmem via `LD_PRELOAD`, with
+//! the libkmem.so [`find_lib`] finds (see there for where it looks).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
-/// Where libkmem.so is: `KMEM_LIB`, else next to this binary, else in a cargo target
-/// directory above it (release, then debug).
+/// The library's file names: cargo's output, then the SONAME an installed copy has.
+const LIB_NAMES: [&str; 2] = ["libkmem.so", "libkmem.so.0"];
+
+/// What to do when the library is not found (one line).
+pub const NOT_FOUND_HELP: &str = "build it with `cargo build --release -p kmem-malloc` in kmem's source tree, then copy target/release/libkmem.so next to the kmem executable (or into a lib directory beside its bin directory, or /usr/local/lib), or set KMEM_LIB to its path";
+
+/// Where libkmem.so is. `kmem` does not embed the library (a binary crate cannot
+/// depend on a cdylib's artifact on stable cargo, and `cargo install` builds only the
+/// binary), so it looks, in order, for `libkmem.so` or `libkmem.so.0`:
+/// 1. `$KMEM_LIB` (a file; an error if it is not one);
+/// 2. next to the `kmem` executable (`cp target/release/libkmem.so ~/.cargo/bin/`
+///    after `cargo install`);
+/// 3. in `../lib` from the executable's directory (`~/.cargo/lib`, `/usr/local/lib`
+///    for `/usr/local/bin/kmem`, a `--root` prefix's lib);
+/// 4. in a cargo target directory: the one the executable sits in (release, then
+///    debug: `cargo run`, tests), then `$CARGO_TARGET_DIR/{release,debug}`;
+/// 5. in the standard library directories (`/usr/local/lib`, `/usr/lib/<multiarch>`,
+///    `/usr/lib64`, `/usr/lib`).
+///
+/// Otherwise an error whose text says where to get it ([`NOT_FOUND_HELP`]).
 pub fn find_lib() -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("KMEM_LIB") {
         let p = PathBuf::from(p);
@@ -15,23 +34,49 @@ pub fn find_lib() -> Result<PathBuf, String> {
         };
     }
     let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
-    let dir = exe.parent().unwrap_or(std::path::Path::new("."));
-    let mut candidates = vec![dir.join("libkmem.so")];
-    // target/<profile>/deps/… (tests) or target/<profile>/kmem.
+    candidate_dirs(&exe)
+        .iter()
+        .flat_map(|d| LIB_NAMES.iter().map(move |n| d.join(n)))
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "libkmem.so not found (not in KMEM_LIB, next to {}, in ../lib, a cargo target directory or the system library directories); {NOT_FOUND_HELP}",
+                exe.display()
+            )
+        })
+}
+
+/// The directories [`find_lib`] searches after `KMEM_LIB`, in order.
+fn candidate_dirs(exe: &Path) -> Vec<PathBuf> {
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let mut dirs = vec![dir.to_path_buf()];
+    if let Some(prefix) = dir.parent() {
+        dirs.push(prefix.join("lib"));
+    }
+    // target/<profile>/kmem, or target/<profile>/deps/… (tests).
     for up in [dir.parent(), dir.parent().and_then(|d| d.parent())]
         .into_iter()
         .flatten()
     {
-        candidates.push(up.join("release").join("libkmem.so"));
-        candidates.push(up.join("debug").join("libkmem.so"));
-        candidates.push(up.join("libkmem.so"));
+        dirs.push(up.join("release"));
+        dirs.push(up.join("debug"));
+        dirs.push(up.to_path_buf());
     }
-    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| {
-        format!(
-            "libkmem.so not found next to {} or in the cargo target directory; build it with `cargo build --release -p kmem-malloc`",
-            exe.display()
-        )
-    })
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        let t = PathBuf::from(t);
+        dirs.push(t.join("release"));
+        dirs.push(t.join("debug"));
+    }
+    let multiarch = format!("/usr/lib/{}-linux-gnu", std::env::consts::ARCH);
+    for d in [
+        "/usr/local/lib",
+        multiarch.as_str(),
+        "/usr/lib64",
+        "/usr/lib",
+    ] {
+        dirs.push(PathBuf::from(d));
+    }
+    dirs
 }
 
 /// Runs `cmd` with kmem preloaded; returns its exit code (128 + signal when killed).

@@ -1,4 +1,26 @@
 /* libkmem.so's own functions, beside the malloc family it replaces.
+ * (Link with -lkmem; the library's SONAME is libkmem.so.0. Every kmem_* function
+ * libkmem.so exports is declared here: crates/kmem-malloc/tests/header.rs checks.)
+ *
+ * Statistics: kmem_stats_get fills struct kmem_stats, the figures of
+ * kmem::stats::counters(), read together, in bytes:
+ *   allocated  handed to the program: slab objects in use times their size (as
+ *              /proc/slabinfo counts them: objects cached on a CPU's freelist
+ *              count as in use), page blocks, live huge mappings;
+ *   active     pages in use for the program: whole slabs, page blocks, huge
+ *              mappings (allocated plus the free space inside slabs);
+ *   resident   what kmem holds without having given it back: active, metadata,
+ *              free pages not yet given back, freed huge mappings kept for reuse
+ *              (an upper bound of the RSS kmem causes);
+ *   mapped     address space mapped: online sections (128 MiB each) and huge
+ *              mappings;
+ *   metadata   kmem's own memory: section memmaps and CPU areas;
+ *   retained   free pages given back to the OS (or never touched) but still
+ *              mapped for reuse.
+ * Always allocated <= active <= resident <= mapped, metadata <= resident and
+ * resident + retained <= mapped. Nothing is allocated to read them; all but
+ * allocated are read without a lock (allocated walks the slab caches' partial
+ * lists under their locks, as /proc/slabinfo does): not for signal handlers.
  *
  * Memory cgroups: account and limit what threads allocate. While a thread has a
  * group active (kmem_memcg_enter), everything it allocates through malloc and
@@ -14,6 +36,18 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+struct kmem_stats {
+    size_t allocated;
+    size_t active;
+    size_t resident;
+    size_t mapped;
+    size_t metadata;
+    size_t retained;
+};
+
+/* Fills *out with the figures above; 0, or -EINVAL when out is NULL. */
+int kmem_stats_get(struct kmem_stats *out);
 
 typedef struct kmem_memcg kmem_memcg;
 

@@ -19,6 +19,20 @@
 //! - Thread exit (a pthread key destructor) and fork (`pthread_atfork` handlers that
 //!   take every allocator lock) are handled by the heap itself.
 //!
+//! glibc's internal names (`__libc_malloc`, `__libc_free`, `__libc_calloc`,
+//! `__libc_realloc`, `__libc_memalign`, `__libc_valloc`, `__libc_pvalloc`: the ones
+//! glibc exports) are exported too, as the same functions: programs and libraries
+//! that call them directly (to reach "the real malloc" from their own wrappers) get
+//! kmem's memory, which kmem's `free` accepts.
+//!
+//! Statistics: `kmem_stats_get(struct kmem_stats *)` fills the six figures of
+//! `kmem::stats::counters` (allocated, active, resident, mapped, metadata, retained)
+//! without allocating.
+//!
+//! `include/kmem.h` declares every `kmem_*` function here; `tests/header.rs` checks
+//! that the two list the same names (and parameter counts) and compiles a program that
+//! calls each. The library's SONAME is `libkmem.so.0` (`build.rs`).
+//!
 //! Memory cgroups: `kmem_memcg_create`, `_remove`, `_set_max`, `_set_high`,
 //! `_enter`/`_leave`, `_usage`, `_stat` (declared in `include/kmem.h`) account and
 //! limit what a thread allocates, as kmem's `MemCgroup` does for Rust programs.
@@ -348,6 +362,94 @@ pub unsafe extern "C" fn mallinfo() -> Mallinfo {
         fordblks: c(m.fordblks),
         ..Mallinfo::default()
     }
+}
+
+// ---------------------------------------------------------------------------
+// glibc's internal names for the malloc family: the same functions.
+
+/// `__libc_malloc`: `malloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_malloc(size: size_t) -> *mut c_void {
+    // SAFETY: as malloc.
+    unsafe { malloc(size) }
+}
+
+/// `__libc_free`: `free`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_free(p: *mut c_void) {
+    // SAFETY: as free.
+    unsafe { free(p) }
+}
+
+/// `__libc_calloc`: `calloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_calloc(n: size_t, size: size_t) -> *mut c_void {
+    // SAFETY: as calloc.
+    unsafe { calloc(n, size) }
+}
+
+/// `__libc_realloc`: `realloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_realloc(p: *mut c_void, size: size_t) -> *mut c_void {
+    // SAFETY: as realloc.
+    unsafe { realloc(p, size) }
+}
+
+/// `__libc_memalign`: `memalign`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_memalign(align: size_t, size: size_t) -> *mut c_void {
+    // SAFETY: as memalign.
+    unsafe { memalign(align, size) }
+}
+
+/// `__libc_valloc`: `valloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_valloc(size: size_t) -> *mut c_void {
+    // SAFETY: as valloc.
+    unsafe { valloc(size) }
+}
+
+/// `__libc_pvalloc`: `pvalloc`.
+#[no_mangle]
+pub unsafe extern "C" fn __libc_pvalloc(size: size_t) -> *mut c_void {
+    // SAFETY: as pvalloc.
+    unsafe { pvalloc(size) }
+}
+
+// ---------------------------------------------------------------------------
+// Statistics (include/kmem.h).
+
+/// `struct kmem_stats` of kmem.h: `kmem::stats::Counters` in C's terms.
+#[repr(C)]
+pub struct KmemStats {
+    pub allocated: size_t,
+    pub active: size_t,
+    pub resident: size_t,
+    pub mapped: size_t,
+    pub metadata: size_t,
+    pub retained: size_t,
+}
+
+/// `kmem_stats_get(out)`: fills `*out` with the heap's figures, read together (see
+/// kmem.h); 0, or -EINVAL for a null `out`. Allocates nothing.
+#[no_mangle]
+pub unsafe extern "C" fn kmem_stats_get(out: *mut KmemStats) -> c_int {
+    if out.is_null() {
+        return -libc::EINVAL;
+    }
+    let c = kmem::stats::counters();
+    // SAFETY: the caller's structure.
+    unsafe {
+        out.write(KmemStats {
+            allocated: c.allocated,
+            active: c.active,
+            resident: c.resident,
+            mapped: c.mapped,
+            metadata: c.metadata,
+            retained: c.retained,
+        })
+    };
+    0
 }
 
 // ---------------------------------------------------------------------------

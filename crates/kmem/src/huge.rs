@@ -49,6 +49,9 @@ pub(crate) struct HugeList {
     head: SpinLock<HugeHead>,
     count: AtomicUsize,
     bytes: AtomicUsize,
+    /// Bytes in the cache slots (a statistic: stored under the lock after each change
+    /// of the slots, read without it).
+    cached: AtomicUsize,
 }
 
 /// A freed mapping kept for reuse: address, length, when it was freed (ns).
@@ -107,6 +110,7 @@ impl HugeList {
             head: SpinLock::new(HugeHead(ptr::null_mut(), [None; CACHE_SLOTS])),
             count: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
+            cached: AtomicUsize::new(0),
         }
     }
 
@@ -130,6 +134,17 @@ impl HugeList {
             self.count.load(Ordering::Relaxed),
             self.bytes.load(Ordering::Relaxed),
         )
+    }
+
+    /// Bytes of freed mappings kept mapped for reuse (the cache slots); no lock.
+    pub(crate) fn cached_bytes(&self) -> usize {
+        self.cached.load(Ordering::Relaxed)
+    }
+
+    /// Publishes the cache slots' total (called with the lock held, after a change).
+    fn note_cached(&self, head: &HugeHead) {
+        let total = head.1.iter().flatten().map(|c| c.len).sum();
+        self.cached.store(total, Ordering::Relaxed);
     }
 
     /// Maps `size` bytes aligned to `align`: a cached mapping that fits, else a fresh
@@ -210,9 +225,9 @@ impl HugeList {
                 best = Some((i, c.len));
             }
         }
-        let (i, _) = best?;
-        let c = head.1[i].take()?;
-        Some((c.addr, c.len))
+        let taken = best.and_then(|(i, _)| head.1[i].take());
+        self.note_cached(&head);
+        taken.map(|c| (c.addr, c.len))
     }
 
     /// Unmaps the cached mappings unused for `decay_ns` (run after each reporting
@@ -228,6 +243,7 @@ impl HugeList {
                 }
             }
         }
+        self.note_cached(&head);
     }
 
     /// Unmaps every cached mapping (`malloc_trim`); returns the bytes given back.
@@ -241,6 +257,7 @@ impl HugeList {
                 bytes += c.len;
             }
         }
+        self.note_cached(&head);
         bytes
     }
 
@@ -306,6 +323,7 @@ impl HugeList {
                         .expect("CACHE_SLOTS > 0");
                     evict = std::mem::replace(oldest, evict);
                 }
+                self.note_cached(&head);
             }
         }
         if let Some(c) = evict {

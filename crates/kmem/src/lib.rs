@@ -27,6 +27,7 @@
 
 mod cache;
 pub mod config;
+mod counters;
 pub mod global;
 pub mod heap;
 mod huge;

@@ -6,6 +6,15 @@
 //!
 //! Owns no state; no lock of its own (the core's walks take the slab and zone locks
 //! they need, one cache or zone at a time, so a snapshot is not one instant).
+//!
+//! The figures that cost nothing to read (no allocation; lock-free but for
+//! [`allocated`]) are here too: [`allocated`], [`active`], [`resident`], [`mapped`],
+//! [`metadata`], [`retained`], or all six at once with [`counters`] (defined in
+//! `counters.rs`).
+
+pub use crate::counters::{
+    active, allocated, counters, mapped, metadata, resident, retained, Counters,
+};
 
 use crate::heap::heap;
 use kmem_core::show_mem::write_buddyinfo_line;

@@ -231,6 +231,11 @@ impl Heap {
         self.huge.totals()
     }
 
+    /// Bytes of freed huge mappings kept mapped for reuse (see `huge`); no lock.
+    pub fn huge_cached_bytes(&self) -> usize {
+        self.huge.cached_bytes()
+    }
+
     /// The whole core allocator (pages and slab caches).
     pub fn kmem(&self) -> &Kmem<HeapPlatform> {
         &self.kmem
