@@ -24,6 +24,25 @@
 //! kernel's interfaces), then the front ends: [`global`] (GlobalAlloc and the Allocator
 //! API), `cache` (typed caches), [`mod@memcg`] (memory cgroups: accounting and limits
 //! per tenant), [`mod@stats`] (the snapshot). The private modules are re-exported here.
+//!
+//! ## Features
+//! - `serde` (off by default): `serde::Serialize` on the snapshot types ([`Stats`] and
+//!   its parts, [`memcg::MemcgStats`]).
+//!
+//! ## Platforms
+//! Linux only (a `compile_error!` elsewhere), with glibc or musl; tested on x86_64,
+//! compiled for aarch64. x86_64 adds the lockless (`cmpxchg16b`) and
+//! restartable-sequence per-CPU modes; elsewhere per-CPU mode takes the CPU area's
+//! lock. Stack traces (`slub_debug`'s `U`) need glibc's `backtrace` and are left empty
+//! with musl; the rseq modes and the rseq CPU-id fast path need glibc's rseq
+//! registration (2.35 or later): without it they fall back (`sched_getcpu`).
+
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "kmem runs on Linux only: its platform layer is built on Linux's mmap, madvise, \
+     getcpu, sysfs and rseq. On another system, use kmem-core (no_std) with your own \
+     implementation of kmem_core::Platform."
+);
 
 mod cache;
 pub mod config;

@@ -28,7 +28,6 @@
 
 use crate::heap::{heap, restore_active_objcg, set_active_objcg};
 use kmem_core::memcontrol::{self, write_memcg_files, MemcgError, MemcgFiles};
-use serde::Serialize;
 use std::fmt;
 use std::marker::PhantomData;
 
@@ -170,7 +169,8 @@ fn flush_local() {
 
 /// A group's figures (`memory.current`, `memory.max`, `memory.events`,
 /// `memory.stat`), bytes unless named otherwise.
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct MemcgStats {
     /// The group's name ("/" for the root).
     pub name: String,

@@ -1,5 +1,6 @@
-//! `kmem::stats()`: a snapshot of the heap's state, serde-serializable, whose Display
-//! prints the kernel's text formats (/proc/slabinfo, /proc/buddyinfo, /proc/vmstat).
+//! `kmem::stats()`: a snapshot of the heap's state, whose Display prints the kernel's
+//! text formats (/proc/slabinfo, /proc/buddyinfo, /proc/vmstat); with the `serde`
+//! feature its types implement `serde::Serialize`.
 //!
 //! Taking a snapshot allocates (it builds vectors and strings), so it is for programs
 //! and tools, not for paths that may run inside malloc.
@@ -21,12 +22,12 @@ use kmem_core::show_mem::write_buddyinfo_line;
 use kmem_core::slab::SlubStat;
 use kmem_core::slab::{write_slabinfo_header, write_slabinfo_row};
 use kmem_core::vmstat::{VmEvent, ZoneStat};
-use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt;
 
 /// The state of the heap at one moment.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Stats {
     /// Every slab cache: slabinfo figures and SLUB statistics.
     pub caches: Vec<CacheStats>,
@@ -45,7 +46,8 @@ pub struct Stats {
 }
 
 /// One cache.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CacheStats {
     pub name: String,
     pub active_objs: u64,
@@ -59,7 +61,8 @@ pub struct CacheStats {
 }
 
 /// One zone.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ZoneStats {
     pub node: usize,
     pub zone: String,
@@ -81,7 +84,8 @@ pub struct ZoneStats {
 }
 
 /// One /proc/vmstat line.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct VmstatItem {
     pub name: String,
     pub value: i64,

@@ -114,7 +114,8 @@ static HEAP: Heap = Heap {
 };
 
 /// The process heap, initialised on first use. If initialisation failed (no address
-/// space could be reserved), every allocation returns `None`.
+/// space could be reserved), one line on stderr says why and every allocation returns
+/// `None`.
 #[inline]
 pub fn heap() -> &'static Heap {
     if HEAP.state.load(Ordering::Acquire) != READY {
@@ -172,8 +173,9 @@ impl Heap {
         } else {
             usize::MAX
         };
-        let Some((base, len)) = self.kmem.pages.platform().os().reserve_span(want) else {
-            return false;
+        let (base, len) = match self.kmem.pages.platform().os().reserve_span(want) {
+            Ok(span) => span,
+            Err(e) => return init_failed(format_args!("{e}")),
         };
         let config = Config {
             nr_nodes: nodes,
@@ -183,10 +185,15 @@ impl Heap {
         };
         // SAFETY: the span was just reserved for the heap alone, and no other thread
         // uses the allocator before `state` becomes READY. HEAP is a static.
-        if unsafe { HEAP.kmem.init(base, len, config, os::online_cpus()) }.is_err() {
-            return false;
+        if let Err(e) = unsafe { HEAP.kmem.init(base, len, config, os::online_cpus()) } {
+            return init_failed(format_args!("cannot initialise the page allocator ({e:?})"));
         }
-        thread::create_exit_key(self)
+        if !thread::create_exit_key(self) {
+            return init_failed(format_args!(
+                "cannot create the thread-exit key (pthread_key_create failed)"
+            ));
+        }
+        true
     }
 
     /// Sets how kmem-core's slab layer reaches per-CPU freelists, once, before the
@@ -240,6 +247,17 @@ impl Heap {
     pub fn kmem(&self) -> &Kmem<HeapPlatform> {
         &self.kmem
     }
+}
+
+/// Reports why the heap could not initialise: one line on stderr, written without
+/// allocating (initialisation runs once, so the line appears once). Returns `false`,
+/// the result of the failed initialisation: from then on every allocation fails.
+#[cold]
+fn init_failed(cause: std::fmt::Arguments<'_>) -> bool {
+    use std::fmt::Write;
+    let mut w = crate::platform::linux::FdWriter::new(2);
+    let _ = writeln!(w, "kmem: {cause}; allocations will fail");
+    false
 }
 
 /// Huge mappings' descriptors are small kmalloc objects of this heap.

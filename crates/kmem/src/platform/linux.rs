@@ -21,6 +21,70 @@ pub struct LinuxPlatform {
     nr_nodes: AtomicUsize,
 }
 
+/// Why [`LinuxPlatform::reserve_span`] found no span: every size from `want` down to
+/// `smallest` was refused. Its Display (one phrase, no allocation) reads like
+/// "cannot reserve 1 TiB of address space, nor any span down to 128 MiB (mmap: Cannot
+/// allocate memory)".
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReserveError {
+    /// The first size asked for (bytes).
+    pub want: usize,
+    /// The last, smallest size asked for (bytes).
+    pub smallest: usize,
+    /// `mmap`'s errno for that last attempt.
+    pub errno: i32,
+}
+
+impl std::fmt::Display for ReserveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot reserve {} of address space", Bytes(self.want))?;
+        if self.smallest < self.want {
+            write!(f, ", nor any span down to {}", Bytes(self.smallest))?;
+        }
+        write!(f, " (mmap: {})", Errno(self.errno))
+    }
+}
+
+/// A byte count in the largest binary unit that divides it ("128 MiB", "1 TiB").
+struct Bytes(usize);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [&str; 5] = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+        let (mut n, mut unit) = (self.0, 0);
+        while unit + 1 < UNITS.len() && n >= 1024 && n % 1024 == 0 {
+            n /= 1024;
+            unit += 1;
+        }
+        write!(f, "{n} {}", UNITS[unit])
+    }
+}
+
+/// An errno value as the C library's message (`strerror_r`, into a stack buffer).
+pub struct Errno(pub i32);
+
+impl std::fmt::Display for Errno {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut buf = [0u8; 128];
+        // SAFETY: the XSI strerror_r writes a NUL-terminated message of at most
+        // `buf.len()` bytes into `buf` and allocates nothing.
+        let rc = unsafe { libc::strerror_r(self.0, buf.as_mut_ptr().cast(), buf.len()) };
+        let text = std::ffi::CStr::from_bytes_until_nul(&buf)
+            .ok()
+            .and_then(|c| c.to_str().ok())
+            .filter(|t| rc == 0 && !t.is_empty());
+        match text {
+            Some(t) => f.write_str(t),
+            None => write!(f, "errno {}", self.0),
+        }
+    }
+}
+
+/// The calling thread's `errno` (read without allocating).
+pub fn last_errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
 impl Default for LinuxPlatform {
     fn default() -> Self {
         Self::new()
@@ -55,12 +119,13 @@ impl LinuxPlatform {
     /// inaccessible (`PROT_NONE`: it costs no commit charge, whatever the overcommit
     /// policy) until [`Platform::section_online`] opens a section; pages are then
     /// committed when touched. Falls back to smaller spans if the address space is
-    /// limited.
-    pub fn reserve_span(&self, want: usize) -> Option<(*mut u8, usize)> {
+    /// limited; fails when not even one section can be had.
+    pub fn reserve_span(&self, want: usize) -> Result<(*mut u8, usize), ReserveError> {
         let mut len = want
             .div_ceil(SECTION_SIZE)
             .clamp(1, MAX_SECTIONS)
             .saturating_mul(SECTION_SIZE);
+        let first = len;
         loop {
             // SAFETY: an anonymous private mapping with no address hint affects no
             // existing memory.
@@ -88,10 +153,14 @@ impl LinuxPlatform {
                         libc::munmap((base + len) as *mut libc::c_void, end - (base + len));
                     }
                 }
-                return Some((base as *mut u8, len));
+                return Ok((base as *mut u8, len));
             }
             if len <= SECTION_SIZE {
-                return None;
+                return Err(ReserveError {
+                    want: first,
+                    smallest: len,
+                    errno: last_errno(),
+                });
             }
             len /= 2;
         }
@@ -190,8 +259,7 @@ impl Platform for LinuxPlatform {
         } else {
             (frames.len() + 3).min(buf.len())
         };
-        // SAFETY: backtrace fills at most `depth` entries of `buf`.
-        let n = unsafe { libc::backtrace(buf.as_mut_ptr(), depth as libc::c_int) }.max(0) as usize;
+        let n = backtrace(&mut buf[..depth]);
         let skip = if own.shared {
             buf[..n]
                 .iter()
@@ -255,6 +323,21 @@ impl Platform for LinuxPlatform {
             self.real_nodes.load(Ordering::Relaxed),
         )
     }
+}
+
+/// Fills `buf` with the return addresses of the calling stack, innermost first (glibc's
+/// `backtrace`); the number filled.
+#[cfg(target_env = "gnu")]
+fn backtrace(buf: &mut [*mut libc::c_void]) -> usize {
+    // SAFETY: backtrace fills at most `buf.len()` entries of `buf`.
+    unsafe { libc::backtrace(buf.as_mut_ptr(), buf.len() as libc::c_int) }.max(0) as usize
+}
+
+/// Other C libraries (musl) have no `backtrace`: no frames are recorded (a trace reads
+/// as empty).
+#[cfg(not(target_env = "gnu"))]
+fn backtrace(_buf: &mut [*mut libc::c_void]) -> usize {
+    0
 }
 
 /// The loaded object kmem's code lies in: its address range, and whether it is a

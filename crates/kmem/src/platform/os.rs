@@ -10,13 +10,19 @@
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
 
-/// glibc's `environ`: each entry a NUL-terminated `NAME=value`, first to last. Like
-/// `getenv`, the entries are valid while nobody calls `setenv` or `putenv`: kmem reads
-/// them once, at initialisation.
+extern "C" {
+    /// The C library's environment (POSIX; glibc and musl both define it).
+    #[link_name = "environ"]
+    static C_ENVIRON: *const *const libc::c_char;
+}
+
+/// The C library's `environ`: each entry a NUL-terminated `NAME=value`, first to last.
+/// Like `getenv`, the entries are valid while nobody calls `setenv` or `putenv`: kmem
+/// reads them once, at initialisation.
 fn environ() -> impl Iterator<Item = *const libc::c_char> {
-    // SAFETY: `environ` is glibc's NULL-terminated array of NUL-terminated strings (or
-    // null). Reading the pointer itself has no precondition.
-    let mut p = unsafe { ptr::addr_of!(libc::environ).read() } as *const *const libc::c_char;
+    // SAFETY: `environ` is the C library's NULL-terminated array of NUL-terminated
+    // strings (or null). Reading the pointer itself has no precondition.
+    let mut p = unsafe { ptr::addr_of!(C_ENVIRON).read() };
     std::iter::from_fn(move || {
         if p.is_null() {
             return None;
@@ -43,17 +49,18 @@ pub(crate) fn env_entries() -> impl Iterator<Item = &'static [u8]> {
 /// `name` holds no `=` or NUL.
 pub(crate) fn getenv(name: &[u8]) -> Option<&'static [u8]> {
     environ().find_map(|s| {
+        let s = s.cast::<u8>();
         // Compare in place, so that only the match is measured. SAFETY: the entry is
         // NUL-terminated and `name` has no NUL, so no read passes the terminator.
         let matches = name
             .iter()
             .enumerate()
-            .all(|(i, &b)| unsafe { *s.add(i) } as u8 == b);
+            .all(|(i, &b)| unsafe { *s.add(i) } == b);
         // SAFETY: `s[..name.len()]` matched non-NUL bytes, so `s[name.len()]` is in the
         // string; the value after the `=` is NUL-terminated too.
         unsafe {
-            (matches && *s.add(name.len()) as u8 == b'=')
-                .then(|| CStr::from_ptr(s.add(name.len() + 1)).to_bytes())
+            (matches && *s.add(name.len()) == b'=')
+                .then(|| CStr::from_ptr(s.add(name.len() + 1).cast()).to_bytes())
         }
     })
 }

@@ -25,7 +25,10 @@ fn setup() -> MutexGuard<'static, ()> {
 fn running_mode() -> PerCpuMode {
     kmem::platform::linux::rseq_init();
     let rseq = cfg!(target_arch = "x86_64") && kmem::platform::linux::rseq_offset().is_some();
-    let cas = cfg!(target_arch = "x86_64") && std::arch::is_x86_feature_detected!("cmpxchg16b");
+    #[cfg(target_arch = "x86_64")]
+    let cas = std::arch::is_x86_feature_detected!("cmpxchg16b");
+    #[cfg(not(target_arch = "x86_64"))]
+    let cas = false;
     match MODE {
         PerCpuMode::CpuLock => PerCpuMode::CpuLock,
         PerCpuMode::CpuRseq if rseq => PerCpuMode::CpuRseq,
