@@ -30,7 +30,20 @@ fn tmp() -> PathBuf {
     PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
 }
 
-/// Compiles a test program from tests/c with cc (or c++ for .cpp); returns its path.
+/// Where the C program `name` lives: this crate's `tests/c`, or, for the programs the
+/// `preload` benchmark runs too (`threads.c`, `map.cpp`, `work.py`), the CLI's
+/// `src/bench/programs`, their one home.
+fn source(name: &str) -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let own = here.join("tests/c").join(name);
+    if own.exists() {
+        own
+    } else {
+        here.join("../kmem-cli/src/bench/programs").join(name)
+    }
+}
+
+/// Compiles a test program (see [`source`]) with cc (or c++ for .cpp); returns its path.
 fn compile(name: &str) -> PathBuf {
     compile_with(name, &[])
 }
@@ -38,9 +51,7 @@ fn compile(name: &str) -> PathBuf {
 /// As [`compile`], with extra inputs (libkmem.so itself, for programs that call
 /// kmem's own functions).
 fn compile_with(name: &str, extra: &[&Path]) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/c")
-        .join(name);
+    let src = source(name);
     let out = tmp().join(name.replace('.', "_"));
     let cpp = name.ends_with(".cpp");
     let status = Command::new(if cpp { "c++" } else { "cc" })
@@ -182,7 +193,7 @@ fn same_output(prog: &Path, args: &[&str], stdin_file: Option<&Path>) -> String 
 
 #[test]
 fn python_builds_dicts_and_round_trips_json() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/work.py");
+    let script = source("work.py");
     let out = same_output(Path::new("python3"), &[script.to_str().unwrap()], None);
     assert!(out.starts_with(char::is_numeric));
 }
@@ -205,7 +216,7 @@ fn sort_of_a_large_file() {
 
 #[test]
 fn gcc_compiles_a_program() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/threads.c");
+    let src = source("threads.c");
     let obj = tmp().join("gcc-under-kmem.o");
     let status = Command::new("cc")
         .args(["-O2", "-c", "-o"])
@@ -322,4 +333,24 @@ fn threads_and_fork_in_per_cpu_mode() {
         "{}",
         text(&out.stderr)
     );
+}
+
+#[test]
+fn a_preload_without_address_space_says_why_once() {
+    // Under a 200 MB address-space limit the heap cannot reserve its span: one line
+    // names the cause, and the program's allocations fail (ls gives up).
+    let out = Command::new("sh")
+        .args(["-c", "ulimit -v 200000 && LD_PRELOAD=\"$0\" ls /"])
+        .arg(lib())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("kmem:")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with("kmem: cannot reserve ")
+            && lines[0].ends_with("; allocations will fail"),
+        "{err}"
+    );
+    assert!(!out.status.success(), "ls cannot allocate: {err}");
 }

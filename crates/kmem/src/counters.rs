@@ -35,10 +35,10 @@ use kmem_core::page::{MEMMAP_PAGES, SECTION_SIZE};
 use kmem_core::percpu::CPU_AREA_SIZE;
 use kmem_core::vmstat::ZoneStat;
 use kmem_core::PAGE_SIZE;
-use serde::Serialize;
 
 /// The six figures, read together (see the module doc for what each counts).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct Counters {
     /// Bytes handed to the program.
     pub allocated: usize,

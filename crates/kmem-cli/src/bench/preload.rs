@@ -24,9 +24,9 @@ pub const SUITE: Suite = Suite {
     report_lines,
 };
 
-const WORK_PY: &str = include_str!("../../../kmem-malloc/tests/c/work.py");
-const MAP_CPP: &str = include_str!("../../../kmem-malloc/tests/c/map.cpp");
-const THREADS_C: &str = include_str!("../../../kmem-malloc/tests/c/threads.c");
+const WORK_PY: &str = include_str!("programs/work.py");
+const MAP_CPP: &str = include_str!("programs/map.cpp");
+const THREADS_C: &str = include_str!("programs/threads.c");
 
 /// The peers: a name and the places their library may be.
 const PEERS: [(&str, &[&str]); 2] = [
