@@ -152,6 +152,17 @@ fn slab_bytes() -> (usize, usize) {
 }
 
 /// All six figures from one read, the invariants of the module doc holding.
+///
+/// ```
+/// let before = kmem::stats::counters();
+/// let big = kmem::heap().kmalloc(1 << 20, kmem::Gfp::KERNEL).expect("1 MiB");
+/// let c = kmem::stats::counters();
+/// assert!(c.allocated >= before.allocated + (1 << 20));
+/// assert!(c.allocated <= c.active && c.active <= c.resident && c.resident <= c.mapped);
+/// // SAFETY: ours, freed once.
+/// unsafe { kmem::heap().kfree(big.as_ptr()) };
+/// assert!(kmem::stats::allocated() < c.allocated);
+/// ```
 pub fn counters() -> Counters {
     let (slabs, in_use) = slab_bytes();
     let p = read_pages();

@@ -1,16 +1,53 @@
-//! kmem for Rust programs on Linux: the platform layer under kmem-core and the
-//! process heap.
+//! kmem for Rust programs on Linux: the Linux kernel's memory-allocation stack (kmem-core)
+//! as this process's heap.
 //!
-//! ```no_run
+//! ```
+//! #[global_allocator]
+//! static GLOBAL: kmem::KmemAlloc = kmem::KmemAlloc;
+//!
+//! let v: Vec<String> = (0..100).map(|i| i.to_string()).collect();
+//! assert_eq!(v[42], "42");
+//! ```
+//!
+//! ## The model in one page
+//! - **Pages.** The heap reserves one large span of address space and brings it online
+//!   in 128 MiB *sections*; every 4 KiB page has a small descriptor (`struct page`), so
+//!   any pointer finds its page, slab and cache by arithmetic, with no header in front
+//!   of an object. Free pages live in a buddy allocator (blocks of 2^order pages, split
+//!   and merged); free blocks that stay free for the decay interval (`KMEM_DECAY_MS`)
+//!   are given back to the OS, so RSS follows live memory.
+//! - **Caches.** Small objects come from *slab caches* (SLUB): a cache holds objects of
+//!   one size in slabs of a few pages. `malloc`-style requests go to the kmalloc caches
+//!   (8 B … 8 KiB); larger ones take whole page blocks, and above 4 MiB direct mappings.
+//!   [`KmemCache<T>`] is a cache of your own type, named in the reports.
+//! - **CPU areas.** Each cache and each page list has per-CPU state in a *CPU area*:
+//!   the allocation and free fast paths touch only that, without a lock. By default
+//!   every thread owns an area (plain loads and stores; a thread's exit gives its
+//!   cached slabs and pages back); with `KMEM_PERCPU=cpu` the threads running on one CPU
+//!   share that CPU's area (restartable sequences, a double-word CAS, or its lock), so
+//!   what the caches hold is bounded by the CPU count instead of the thread count.
+//! - **Accounting and debugging.** Memory cgroups ([`MemCgroup`]) charge allocations to a
+//!   group and refuse those past its limit; slub_debug (`KMEM_DEBUG=FZPU`) adds red
+//!   zones, poisoning, consistency checks and allocation tracks to chosen caches, with
+//!   reports in the kernel's format.
+//! - **Reading it.** [`stats()`](fn@stats) is a full snapshot for humans (slabinfo,
+//!   buddyinfo, vmstat); [`stats::allocated`], [`stats::resident`] and their siblings
+//!   are cheap counters for programs; [`heap()`] offers the kernel's own interfaces:
+//!
+//! ```
 //! use kmem::{heap, Gfp};
 //! let h = heap();
 //! let page = h.alloc_pages(Gfp::KERNEL, 0).expect("a page");
 //! let addr = h.page_address(page);
+//! let p = h.kmalloc(100, Gfp::KERNEL).expect("100 bytes");
+//! assert!(h.ksize(p.as_ptr()) >= 100); // its kmalloc class: kmalloc-128
+//! // SAFETY: our page and object, written within their sizes, then freed once.
 //! unsafe {
 //!     addr.as_ptr().write_bytes(0xab, 4096);
 //!     h.free_pages(page, 0);
+//!     h.kfree(p.as_ptr());
 //! }
-//! print!("{}", h.buddyinfo());
+//! assert!(h.buddyinfo().contains("Node 0"));
 //! ```
 //!
 //! As Rust's allocator: `#[global_allocator] static A: kmem::KmemAlloc = kmem::KmemAlloc;`
@@ -36,6 +73,8 @@
 //! lock. Stack traces (`slub_debug`'s `U`) need glibc's `backtrace` and are left empty
 //! with musl; the rseq modes and the rseq CPU-id fast path need glibc's rseq
 //! registration (2.35 or later): without it they fall back (`sched_getcpu`).
+
+#![warn(missing_docs)]
 
 #[cfg(not(target_os = "linux"))]
 compile_error!(

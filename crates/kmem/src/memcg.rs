@@ -1,16 +1,23 @@
 //! Memory cgroups for Rust programs: account and limit memory per tenant, request or
 //! subsystem inside one process (kmem-core's `memcontrol`).
 //!
-//! ```no_run
+//! ```
+//! #[global_allocator]
+//! static GLOBAL: kmem::KmemAlloc = kmem::KmemAlloc;
+//!
 //! use kmem::MemCgroup;
 //! let tenant = MemCgroup::new("tenant-a").expect("memory for the group");
 //! tenant.set_max(64 << 20);
 //! {
 //!     let _g = tenant.enter();
 //!     let v: Vec<u8> = Vec::with_capacity(1 << 20); // charged to tenant-a
+//!     assert!(tenant.usage() >= 1 << 20);
 //!     drop(v); // uncharged, whatever thread frees it
+//!     // Past memory.max an allocation fails (null) instead of growing the group.
+//!     let mut w: Vec<u8> = Vec::new();
+//!     assert!(w.try_reserve(128 << 20).is_err());
 //! }
-//! print!("{}", tenant.report());
+//! assert!(tenant.report().contains("memory.max 67108864"));
 //! ```
 //!
 //! While a [`MemcgGuard`] lives, every allocation of its thread through

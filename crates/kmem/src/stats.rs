@@ -49,12 +49,19 @@ pub struct Stats {
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct CacheStats {
+    /// The cache's name.
     pub name: String,
+    /// Objects allocated or held by CPU areas (slabinfo's `active_objs`).
     pub active_objs: u64,
+    /// Objects in all slabs.
     pub num_objs: u64,
+    /// Bytes per object, metadata and alignment included.
     pub objsize: u64,
+    /// Objects per slab.
     pub objperslab: u64,
+    /// Pages per slab.
     pub pagesperslab: u64,
+    /// Slabs.
     pub num_slabs: u64,
     /// SLUB stat items (`alloc_fastpath` …), summed over CPU areas.
     pub stats: BTreeMap<String, u64>,
@@ -64,15 +71,25 @@ pub struct CacheStats {
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ZoneStats {
+    /// The zone's node.
     pub node: usize,
+    /// The zone's name (`Normal`).
     pub zone: String,
+    /// Free pages in the buddy lists.
     pub free_pages: u64,
+    /// Pages the zone manages.
     pub managed_pages: u64,
+    /// Free pages given back to the OS (free page reporting).
     pub reported_pages: u64,
+    /// The `min` watermark, in pages.
     pub min: u64,
+    /// The `low` watermark, in pages.
     pub low: u64,
+    /// The `high` watermark, in pages.
     pub high: u64,
+    /// A per-CPU list's `high` (most pages it keeps).
     pub pcp_high: u64,
+    /// A per-CPU list's `batch` (pages moved at once).
     pub pcp_batch: u64,
     /// Pages on all per-CPU lists of this zone.
     pub pcp_pages: u64,
@@ -87,7 +104,9 @@ pub struct ZoneStats {
 #[derive(Clone, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct VmstatItem {
+    /// The counter's name, as /proc/vmstat prints it.
     pub name: String,
+    /// Its value.
     pub value: i64,
 }
 
