@@ -1,5 +1,7 @@
 //! The `kmem` command line.
 
+mod common;
+
 use std::process::Command;
 
 /// The `kmem` binary under test, with `args`.
@@ -56,21 +58,9 @@ fn kmem_stats_writes_the_exit_report() {
     assert_eq!(doc["suite"], "slabinfo");
 }
 
-/// Builds libkmem.so with the cargo running these tests (cargo test does not build a
-/// cdylib-only library); `kmem run` finds it in the target directory.
-fn build_lib() {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "kmem-malloc", "--manifest-path"])
-        .arg(root.join("Cargo.toml"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-}
-
 #[test]
 fn kmem_run_preloads_passes_the_exit_code_and_prints_stats() {
-    build_lib();
+    common::built_lib();
     let out = kmem(&[
         "run",
         "--stats",

@@ -2,26 +2,11 @@
 //! from any cargo target directory, finds libkmem.so next to itself or in `../lib`
 //! (as `libkmem.so` or its SONAME `libkmem.so.0`), and says how to get it otherwise.
 
+mod common;
+
+use common::built_lib;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// libkmem.so, built with the cargo running these tests (cargo test does not build a
-/// cdylib-only library); the target directory is the one the `kmem` binary is in.
-fn built_lib() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "-q", "-p", "kmem-malloc", "--manifest-path"])
-        .arg(root.join("Cargo.toml"))
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let lib = Path::new(env!("CARGO_BIN_EXE_kmem"))
-        .parent()
-        .unwrap()
-        .join("libkmem.so");
-    assert!(lib.is_file(), "{}", lib.display());
-    lib
-}
 
 /// Runs `<prefix>/bin/kmem run -- sh -c 'echo $LD_PRELOAD'` without KMEM_LIB or
 /// CARGO_TARGET_DIR.

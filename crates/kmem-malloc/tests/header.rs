@@ -4,36 +4,15 @@
 //! links against libkmem.so and runs; the library has its SONAME; glibc's internal
 //! malloc names reach kmem under the preload.
 
+mod common;
+
+use common::{lib, text};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// libkmem.so, built once for this test run with the cargo that runs it (`cargo test`
-/// does not build a cdylib-only library).
-fn lib() -> PathBuf {
-    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    LIB.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "kmem-malloc", "--manifest-path"])
-            .arg(root.join("Cargo.toml"))
-            .status()
-            .expect("cargo");
-        assert!(status.success(), "building libkmem.so");
-        let exe = std::env::current_exe().unwrap();
-        let lib = exe.parent().unwrap().parent().unwrap().join("libkmem.so");
-        assert!(lib.is_file(), "{} was not built", lib.display());
-        lib
-    })
-    .clone()
-}
-
 fn manifest(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Removes `/* */` and `//` comments (enough for kmem.h and lib.rs: no comment
@@ -177,7 +156,7 @@ fn a_program_calling_every_declared_function_compiles_links_and_runs() {
         );
     }
     let lib = lib();
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("header_c");
+    let out = common::tmp().join("header_c");
     let cc = Command::new("cc")
         .args([
             "-std=c11",
@@ -267,7 +246,7 @@ fn the_library_has_its_soname() {
 #[test]
 fn glibc_internal_malloc_names_are_kmem_under_the_preload() {
     let lib = lib();
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("libc_names_c");
+    let out = common::tmp().join("libc_names_c");
     let cc = Command::new("cc")
         .args(["-O1", "-w", "-o"])
         .arg(&out)

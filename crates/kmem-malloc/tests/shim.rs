@@ -2,33 +2,11 @@
 //! that must abort with a report, threads, fork, and real programs (python3, sort,
 //! gcc, a C++ program) whose output must match a run without the preload.
 
+mod common;
+
+use common::{lib, text, tmp};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-/// libkmem.so, built for this test run: `cargo test` does not build a cdylib-only
-/// library, so the tests build it once with the cargo that runs them (same profile and
-/// target directory) and use target/debug/libkmem.so.
-fn lib() -> PathBuf {
-    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    LIB.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "kmem-malloc", "--manifest-path"])
-            .arg(root.join("Cargo.toml"))
-            .status()
-            .expect("cargo");
-        assert!(status.success(), "building libkmem.so");
-        let exe = std::env::current_exe().unwrap();
-        let lib = exe.parent().unwrap().parent().unwrap().join("libkmem.so");
-        assert!(lib.is_file(), "{} was not built", lib.display());
-        lib
-    })
-    .clone()
-}
-
-fn tmp() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-}
 
 /// Where the C program `name` lives: this crate's `tests/c`, or, for the programs the
 /// `preload` benchmark runs too (`threads.c`, `map.cpp`, `work.py`), the CLI's
@@ -75,10 +53,6 @@ fn run_with(prog: &Path, args: &[&str], preload: bool, env: &[(&str, &str)]) -> 
         c.env(k, v);
     }
     c.output().unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]
