@@ -182,14 +182,7 @@ fn a_program_calling_every_declared_function_compiles_links_and_runs() {
         .expect("a C++ compiler");
     assert!(cxx.status.success(), "{}", text(&cxx.stderr));
     // Linked against the SONAME libkmem.so.0: the preload provides it.
-    let run = Command::new(&out).env("LD_PRELOAD", &lib).output().unwrap();
-    assert!(
-        run.status.success(),
-        "{}\n{}",
-        text(&run.stdout),
-        text(&run.stderr)
-    );
-    assert_eq!(text(&run.stdout), "header ok\n");
+    assert_runs_preloaded(&out, &lib, "header ok\n");
 }
 
 /// DT_SONAME of an ELF64 little-endian shared object, parsed from its section
@@ -255,15 +248,20 @@ fn glibc_internal_malloc_names_are_kmem_under_the_preload() {
         .output()
         .expect("a C compiler");
     assert!(cc.status.success(), "{}", text(&cc.stderr));
-    let run = Command::new(&out).env("LD_PRELOAD", &lib).output().unwrap();
+    assert_runs_preloaded(&out, &lib, "libc names ok\n");
+    // Without kmem the program says so (no kmem_stats_get): the check is real.
+    let run = Command::new(&out).output().unwrap();
+    assert!(!run.status.success());
+}
+
+/// Runs `prog` with `lib` preloaded; it must succeed and print exactly `expected`.
+fn assert_runs_preloaded(prog: &Path, lib: &Path, expected: &str) {
+    let run = Command::new(prog).env("LD_PRELOAD", lib).output().unwrap();
     assert!(
         run.status.success(),
         "{}\n{}",
         text(&run.stdout),
         text(&run.stderr)
     );
-    assert_eq!(text(&run.stdout), "libc names ok\n");
-    // Without kmem the program says so (no kmem_stats_get): the check is real.
-    let run = Command::new(&out).output().unwrap();
-    assert!(!run.status.success());
+    assert_eq!(text(&run.stdout), expected);
 }
