@@ -17,7 +17,7 @@ use crate::page::PageAllocator;
 use crate::page::{MAX_ORDER, PAGE_SIZE};
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
-use crate::slab::{accounting, Accounting, KmemCache, NoAccounting, ObjectLookup, SlabFlags, Slub};
+use crate::slab::{accounting, Accounting, KmemCache, ObjectLookup, SlabFlags, Slub};
 use core::fmt::{self, Write as _};
 use core::ptr::{self, NonNull};
 
@@ -78,7 +78,7 @@ pub struct KmallocCaches {
 
 impl KmallocCaches {
     /// Caches not set up yet ([`KmallocCaches::boot`] does).
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             sets: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES],
         }
@@ -86,7 +86,7 @@ impl KmallocCaches {
 
     /// Sets up every kmalloc cache through `create(cache, name, size, align, flags)`
     /// (the allocator's boot-cache constructor); stops at the first error.
-    pub fn boot<E>(
+    pub(crate) fn boot<E>(
         &self,
         mut create: impl FnMut(&KmemCache, &str, usize, usize, SlabFlags) -> Result<(), E>,
     ) -> Result<(), E> {
@@ -139,12 +139,6 @@ impl KmallocCaches {
     }
 }
 
-impl Default for KmallocCaches {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 /// kmalloc's operations, bound to the slab layer and the kmalloc caches. A small
 /// `Copy` view, taken by value: its methods get the pointers in registers, so building
 /// one costs the fast paths nothing.
@@ -163,7 +157,7 @@ impl<P: Platform> Copy for Kmalloc<'_, P> {}
 impl<'a, P: Platform> Kmalloc<'a, P> {
     /// kmalloc over `slub` with `caches`.
     #[inline]
-    pub fn new(slub: Slub<'a, P>, caches: &'a KmallocCaches) -> Self {
+    pub(crate) fn new(slub: Slub<'a, P>, caches: &'a KmallocCaches) -> Self {
         Self { slub, caches }
     }
 
@@ -347,22 +341,6 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
             self.kfree(cpu, p, acct);
         }
         Some(q)
-    }
-
-    /// [`Kmalloc::krealloc_with`] for unaccounted allocations.
-    ///
-    /// # Safety
-    /// As [`Kmalloc::krealloc_with`].
-    pub unsafe fn krealloc(
-        self,
-        cpu: Option<CpuRef<'_>>,
-        p: *mut u8,
-        new_size: usize,
-        gfp: Gfp,
-    ) -> Option<NonNull<u8>> {
-        let alloc = |size| self.kmalloc(cpu, size, gfp);
-        // SAFETY: forwarded from the caller.
-        unsafe { self.krealloc_with(cpu, p, new_size, gfp, alloc, &NoAccounting) }
     }
 }
 

@@ -200,7 +200,7 @@ impl<P: Platform> Copy for Memcg<'_, P> {}
 
 impl<'a, P: Platform> Memcg<'a, P> {
     /// The controller `state` over kmalloc `km`; objects of `boot` are never charged.
-    pub fn new(state: &'a MemcgState, km: Kmalloc<'a, P>, boot: &'a KmemCache) -> Self {
+    pub(crate) fn new(state: &'a MemcgState, km: Kmalloc<'a, P>, boot: &'a KmemCache) -> Self {
         Self { state, km, boot }
     }
 
@@ -271,7 +271,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
     pub(super) fn stock<'c>(&self, cpu: Option<CpuRef<'c>>) -> Option<&'c MemcgStock> {
         let c = cpu?;
         let off = self.state.stock_active.load(Relaxed);
-        // SAFETY: `off` was reserved in every CPU area by `memcg_init` (all-zero is
+        // SAFETY: `off` was reserved in every CPU area by `Memcg::init` (all-zero is
         // the empty stock); the caller owns the area.
         (off != 0).then(|| unsafe { &*c.area().ptr::<MemcgStock>(off) })
     }

@@ -130,6 +130,10 @@ impl Heap {
         }
     }
 
+    /// Frees `p` when it lies outside the page allocator's span (a huge mapping).
+    ///
+    /// # Safety
+    /// As [`Heap::dealloc`].
     #[cold]
     #[inline(never)]
     unsafe fn dealloc_outside(&self, p: *mut u8) -> bool {

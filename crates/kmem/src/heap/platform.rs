@@ -68,7 +68,9 @@ impl Platform for HeapPlatform {
         self.os.random_u64()
     }
 
-    #[inline(never)]
+    // Inlined: LinuxPlatform's trace skips a fixed number of frames (its own and the
+    // slab layer's capture), so this forwarder must not add one.
+    #[inline(always)]
     fn stack_trace(&self, frames: &mut [usize]) {
         self.os.stack_trace(frames)
     }

@@ -328,6 +328,7 @@ impl Platform for LinuxPlatform {
 /// Fills `buf` with the return addresses of the calling stack, innermost first (glibc's
 /// `backtrace`); the number filled.
 #[cfg(target_env = "gnu")]
+#[inline(always)]
 fn backtrace(buf: &mut [*mut libc::c_void]) -> usize {
     // SAFETY: backtrace fills at most `buf.len()` entries of `buf`.
     unsafe { libc::backtrace(buf.as_mut_ptr(), buf.len() as libc::c_int) }.max(0) as usize
@@ -336,6 +337,7 @@ fn backtrace(buf: &mut [*mut libc::c_void]) -> usize {
 /// Other C libraries (musl) have no `backtrace`: no frames are recorded (a trace reads
 /// as empty).
 #[cfg(not(target_env = "gnu"))]
+#[inline(always)]
 fn backtrace(_buf: &mut [*mut libc::c_void]) -> usize {
     0
 }
