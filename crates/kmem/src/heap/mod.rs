@@ -211,7 +211,9 @@ impl Heap {
     /// allocation (atexit may call calloc) is served.
     fn after_init(&self, env: &EnvConfig) {
         if env.debug.any() {
-            // Load the unwinder now (its first use allocates), for slub_debug's U.
+            // Load the unwinder now (its first use allocates), for slub_debug's U, and
+            // find kmem's own functions so that tracks start at the program's frame.
+            crate::platform::linux::prepare_stack_traces();
             let mut frames = [0usize; 2];
             self.kmem.pages.platform().stack_trace(&mut frames);
         }

@@ -249,12 +249,14 @@ impl Platform for LinuxPlatform {
             return;
         }
         // Skip kmem's own frames: all of them when kmem is a shared library of its own
-        // (libkmem.so); when it is linked into the program, the first three (this
-        // function, the capture, the debug processing). Unwinding costs per frame,
-        // so ask for no more than that.
+        // (libkmem.so: its module's range) or linked into a program whose symbol table
+        // names its functions (`own_code`, loaded when slub_debug is on); otherwise
+        // the first three (this function, the capture, the debug processing).
+        // Unwinding costs per frame, so ask for no more than needed.
         let own = own_module();
+        let linked = !own.shared && super::own_code::loaded();
         let mut buf = [std::ptr::null_mut::<libc::c_void>(); 24];
-        let depth = if own.shared {
+        let depth = if own.shared || linked {
             buf.len()
         } else {
             (frames.len() + 3).min(buf.len())
@@ -265,6 +267,8 @@ impl Platform for LinuxPlatform {
                 .iter()
                 .position(|&f| !own.contains(f as usize))
                 .unwrap_or(n)
+        } else if linked {
+            super::own_code::skip_own_frames(&buf[..n])
         } else {
             3
         };
@@ -322,6 +326,15 @@ impl Platform for LinuxPlatform {
             self.nr_nodes.load(Ordering::Relaxed),
             self.real_nodes.load(Ordering::Relaxed),
         )
+    }
+}
+
+/// Prepares slub_debug's stack traces (call once the heap is ready: it allocates): in
+/// a program that links kmem, finds kmem's functions in the executable's symbol table
+/// so traces skip exactly kmem's frames. Nothing to do for libkmem.so.
+pub(crate) fn prepare_stack_traces() {
+    if !own_module().shared {
+        super::own_code::load(super::own_code::main_program_bias());
     }
 }
 

@@ -6,6 +6,8 @@
 //!   randomness, stack traces), `getcpu`, sysfs nodes, glibc's rseq registration,
 //!   stderr writers;
 //! - [`rseq`]: the restartable sequences of per-CPU mode (x86_64);
+//! - `own_code`: where kmem's own functions lie in a program that links it (for
+//!   slub_debug's tracks);
 //! - `os`: thin wrappers over the other C library calls the crate needs (environment,
 //!   mappings, the thread-exit key, `atexit`/`pthread_atfork`, files, the CPU count).
 //!
@@ -18,6 +20,8 @@ pub mod linux;
 pub use linux::LinuxPlatform;
 #[cfg(target_os = "linux")]
 pub(crate) mod os;
+#[cfg(target_os = "linux")]
+pub(crate) mod own_code;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod rseq;
 
