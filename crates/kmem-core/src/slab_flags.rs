@@ -31,6 +31,10 @@ bitflags::bitflags! {
         const INIT_ON_FREE = 1 << 18;
         /// `CONFIG_SLAB_FREELIST_RANDOM`: each new slab's freelist in a random order.
         const RANDOM_FREELIST = 1 << 19;
+        /// `CONFIG_SLUB_STATS` for this cache: count every fast-path allocation and
+        /// free too (`alloc_cpu_sheaf`, `free_cpu_sheaf`); slow-path items are always
+        /// counted.
+        const STATS = 1 << 20;
         /// All slub_debug flags: a cache with any of them leaves the fast paths.
         const DEBUG = Self::CONSISTENCY_CHECKS.bits() | Self::RED_ZONE.bits()
             | Self::POISON.bits() | Self::STORE_USER.bits() | Self::TRACE.bits();

@@ -9,7 +9,7 @@ mod common;
 
 use common::{config, Rng, TestPlatform};
 use kmem_core::percpu::CpuArea;
-use kmem_core::slab::{PerCpuAccess, LOCKLESS_SUPPORTED};
+use kmem_core::slab::{FastPath, PerCpuAccess, SlubDesign, LOCKLESS_SUPPORTED};
 use kmem_core::{CpuRef, Gfp, Kmem, SlabFlags};
 use std::ptr::NonNull;
 use std::sync::Mutex;
@@ -41,7 +41,20 @@ fn free(k: &K, area: &CpuArea, s: &kmem_core::KmemCache, p: NonNull<u8>) {
 
 #[test]
 fn migrating_contexts_share_cpu_areas_safely() {
+    migrating_contexts(SlubDesign::CpuSlab);
+}
+
+/// The sheaves design in the same per-CPU setting: no lockless fast path (the CAS
+/// attempts decline), every sheaf operation under the area's lock, objects moving
+/// between areas and threads.
+#[test]
+fn migrating_contexts_share_cpu_sheaves_safely() {
+    migrating_contexts(SlubDesign::Sheaves);
+}
+
+fn migrating_contexts(design: SlubDesign) {
     let k: &'static K = Box::leak(Box::new(Kmem::new(TestPlatform::new())));
+    k.set_slub_design(design);
     let on = k.set_percpu_access(PerCpuAccess::Cas);
     let want = if LOCKLESS_SUPPORTED {
         PerCpuAccess::Cas
@@ -70,7 +83,11 @@ fn migrating_contexts_share_cpu_areas_safely() {
             .unwrap()
         })
         .collect();
-    assert_eq!(caches[0].config().access, on);
+    if design == SlubDesign::CpuSlab {
+        assert_eq!(caches[0].config().access, on);
+    } else {
+        assert_eq!(caches[0].config().fast, FastPath::Sheaf);
+    }
     let settle = || {
         for &area in &areas {
             let _lock = area.local_lock();

@@ -14,6 +14,7 @@
 
 use crate::platform::linux::write_stderr;
 use crate::platform::os;
+pub use kmem_core::slab::SlubDesign;
 use std::ffi::CStr;
 
 /// One environment variable of [`VARS`].
@@ -45,7 +46,7 @@ impl Var {
 }
 
 /// The variables, in the order they are read (and warned about).
-pub const VARS: [Var; 8] = [
+pub const VARS: [Var; 9] = [
     Var {
         name: c"KMEM_MAX",
         default: "no limit",
@@ -91,6 +92,21 @@ pub const VARS: [Var; 8] = [
                 (b"cpu-lock", PerCpuMode::CpuLock),
             ];
             keyword(v, &modes).map(|m| cfg.percpu = m).is_some()
+        },
+    },
+    Var {
+        name: c"KMEM_SLUB",
+        default: "`sheaves`",
+        help: "the slab layer's per-CPU design: `sheaves` (per-CPU arrays of objects and \
+               per-node barns, Linux 7.0) or `cpu-slab` (the CPU slab with `tid` and the \
+               lockless double-word CAS, Linux up to 6.17)",
+        expected: "sheaves or cpu-slab",
+        parse: |v, cfg| {
+            let designs: [(&[u8], _); 2] = [
+                (b"sheaves", SlubDesign::Sheaves),
+                (b"cpu-slab", SlubDesign::CpuSlab),
+            ];
+            keyword(v, &designs).map(|d| cfg.slub = d).is_some()
         },
     },
     Var {
@@ -177,6 +193,8 @@ pub struct EnvConfig {
     pub debug: DebugConfig,
     /// `KMEM_PERCPU`.
     pub percpu: PerCpuMode,
+    /// `KMEM_SLUB`.
+    pub slub: SlubDesign,
     /// `KMEM_STATS`.
     pub stats: StatsTarget,
     /// `KMEM_INIT`: zero objects on allocation.
@@ -206,6 +224,7 @@ impl EnvConfig {
         decay_ms: 1000,
         debug: DebugConfig::EMPTY,
         percpu: PerCpuMode::Thread,
+        slub: SlubDesign::Sheaves,
         stats: StatsTarget::None,
         init_on_alloc: false,
         init_on_free: false,
@@ -457,7 +476,7 @@ pub fn misspelling_of(name: &[u8]) -> Option<&'static Var> {
     if name.len() < 5 || !name[..5].eq_ignore_ascii_case(b"KMEM_") {
         return None;
     }
-    if VARS.iter().any(|v| v.name.to_bytes() == name) {
+    if VARS.iter().any(|v| v.name.to_bytes() == name) || OTHER_VARS.contains(&name) {
         return None;
     }
     VARS.iter()
@@ -466,6 +485,10 @@ pub fn misspelling_of(name: &[u8]) -> Option<&'static Var> {
         .min_by_key(|&(d, _)| d)
         .map(|(_, v)| v)
 }
+
+/// `KMEM_*` variables that are not the library's settings but are read by kmem's own
+/// tools (`kmem run`'s library path): never taken for misspellings.
+const OTHER_VARS: [&[u8]; 1] = [b"KMEM_LIB"];
 
 /// Most edits between a misspelt name and the variable it is taken for.
 pub const MAX_TYPOS: usize = 2;
@@ -699,6 +722,7 @@ mod tests {
         assert_eq!(hit("KMEM_MAZ"), Some("KMEM_MAX"), "a substitution");
         assert_eq!(hit("kmem_decay_ms"), Some("KMEM_DECAY_MS"), "case");
         assert_eq!(hit("KMEM_NUMA_FAK"), Some("KMEM_NUMA_FAKE"));
+        assert_eq!(hit("KMEM_SLAB"), Some("KMEM_SLUB"));
         for name in [
             "KMEM_PERCPU",
             "KMEM_STRESS_SECS",

@@ -47,7 +47,7 @@ impl<P: Platform> Kmem<P> {
         }
         let mut cfg = CacheConfig::calculate(name, size, align, flags, ctor, nr_cpus)?;
         self.harden(&mut cfg);
-        cfg.access = self.percpu_access();
+        self.choose_fast_path(&mut cfg);
         cfg.cpu_offset = self
             .pages
             .percpu()

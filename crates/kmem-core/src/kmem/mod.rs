@@ -23,7 +23,10 @@ use crate::page::Page;
 use crate::page::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker};
 use crate::percpu::{CpuRef, DRAIN_CACHES};
 use crate::platform::Platform;
-use crate::slab::{Accounting, CacheConfig, CacheList, KmemCache, PerCpuAccess, SlabFlags, Slub};
+use crate::slab::{
+    sheaf_capacity, Accounting, CacheConfig, CacheList, FastPath, KmemCache, PerCpuAccess,
+    SlabFlags, Slub, SlubDesign,
+};
 use crate::sync::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use core::ptr::NonNull;
 
@@ -40,6 +43,8 @@ pub struct Kmem<P: Platform> {
     memcg: MemcgState,
     /// How per-CPU freelists are reached ([`PerCpuAccess`] as u8).
     access: AtomicU8,
+    /// The slab layer's per-CPU design ([`SlubDesign`] as u8).
+    design: AtomicU8,
 }
 
 impl<P: Platform> Kmem<P> {
@@ -54,7 +59,49 @@ impl<P: Platform> Kmem<P> {
             nr_cpus: AtomicUsize::new(1),
             memcg: MemcgState::new(),
             access: AtomicU8::new(PerCpuAccess::Owned as u8),
+            design: AtomicU8::new(SlubDesign::Sheaves as u8),
         }
+    }
+
+    /// Chooses the slab layer's per-CPU design (see [`SlubDesign`]): call before
+    /// [`Kmem::init`]. Sheaves are the default.
+    pub fn set_slub_design(&self, design: SlubDesign) {
+        self.design.store(design as u8, Relaxed);
+    }
+
+    /// The slab layer's per-CPU design.
+    pub fn slub_design(&self) -> SlubDesign {
+        match self.design.load(Relaxed) {
+            1 => SlubDesign::CpuSlab,
+            _ => SlubDesign::Sheaves,
+        }
+    }
+
+    /// Picks a new cache's fast path, once: sheaves (with their capacity and the
+    /// kmalloc cache their memory comes from) unless the design is the CPU slab or the
+    /// cache stays off the fast paths (slub_debug, init_on_*); per-object statistics
+    /// only for caches that count them ([`SlabFlags::STATS`]).
+    pub(crate) fn choose_fast_path(&self, cfg: &mut CacheConfig) {
+        cfg.access = self.percpu_access();
+        if self.slub_design() == SlubDesign::CpuSlab || cfg.off_fast_paths() {
+            cfg.fast = FastPath::CpuSlab;
+            return;
+        }
+        let (capacity, bytes) = sheaf_capacity(cfg);
+        cfg.sheaf_capacity = capacity;
+        cfg.sheaf_cache = self
+            .kmalloc
+            .cache(bytes, crate::gfp::Gfp::KERNEL)
+            .map_or(0, |c| c as *const KmemCache as usize);
+        cfg.cpu_partial_slabs = 0;
+        cfg.fast = if cfg.flags.contains(SlabFlags::STATS) {
+            FastPath::SheafCounted
+        } else {
+            FastPath::Sheaf
+        };
+        // The lock holder works on sheaves with plain loads and stores: the lockless
+        // paths of the CPU-slab design (CAS, rseq freelists) find nothing to do.
+        cfg.access = PerCpuAccess::Owned;
     }
 
     /// How per-CPU freelists are reached (see [`PerCpuAccess`]): call before
@@ -98,7 +145,8 @@ impl<P: Platform> Kmem<P> {
                 | SlabFlags::INIT_ON_ALLOC
                 | SlabFlags::INIT_ON_FREE
                 | SlabFlags::RANDOM_FREELIST
-                | SlabFlags::NO_HARDEN)
+                | SlabFlags::NO_HARDEN
+                | SlabFlags::STATS)
     }
 
     /// Initialises the page allocator over the span (see [`PageAllocator::init`]) and
@@ -123,7 +171,7 @@ impl<P: Platform> Kmem<P> {
             let mut cfg = CacheConfig::calculate(name, size, align, flags, None, nr_cpus)
                 .ok_or(InitError::BadConfig)?;
             self.harden(&mut cfg);
-            cfg.access = self.percpu_access();
+            self.choose_fast_path(&mut cfg);
             cfg.cpu_offset = self
                 .pages
                 .percpu()
@@ -228,6 +276,13 @@ impl<P: Platform> Kmem<P> {
     pub fn shrink_all(&self, cpu: Option<CpuRef<'_>>) -> usize {
         self.pages.cpu_areas().request_all(DRAIN_CACHES);
         let slub = self.slub();
+        // Barns first: their sheaves are objects of kmalloc caches shrunk below.
+        if let Some(c) = cpu {
+            self.caches.for_each(|s| slub.flush_cpu_cache(c, s));
+        }
+        self.caches.for_each(|s| {
+            slub.shrink_barns(cpu, s);
+        });
         let mut pages = 0;
         self.caches.for_each(|s| {
             pages += slub.shrink(cpu, s) << s.config().order;

@@ -47,9 +47,16 @@ impl<'a, P: Platform> Slub<'a, P> {
         gfp: Gfp,
         nid: Option<usize>,
     ) -> Option<NonNull<u8>> {
+        let cfg = s.config();
         let obj = match cpu {
+            Some(c) if nid.is_none() && cfg.fast == FastPath::Sheaf => match s.cpu(c).sheaf_pop() {
+                Some(obj) => obj,
+                None => self.sheaf_alloc(c, s, gfp)?,
+            },
+            Some(c) if nid.is_none() && cfg.fast != FastPath::CpuSlab => {
+                self.sheaf_alloc(c, s, gfp)?
+            }
             Some(c) if nid.is_none() => {
-                let cfg = s.config();
                 let cc = s.cpu(c);
                 if cfg.access != PerCpuAccess::Owned {
                     return self.alloc_locked_lockless(c, s, gfp);
@@ -69,6 +76,8 @@ impl<'a, P: Platform> Slub<'a, P> {
                     self.slab_alloc_slow(c, s, gfp, nid)?
                 }
             }
+            // kmem_cache_alloc_node with a node bypasses the sheaves.
+            Some(_) if cfg.fast != FastPath::CpuSlab => self.alloc_nocpu(s, gfp, nid)?,
             Some(c) => self.slab_alloc_slow(c, s, gfp, nid)?,
             None => self.alloc_nocpu(s, gfp, nid)?,
         };

@@ -52,6 +52,17 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
             return;
         }
+        if let (Some(c), true) = (cpu, cfg.fast != FastPath::CpuSlab) {
+            // Sheaves: each object onto the CPU's sheaf (a full one is exchanged or
+            // flushed in bulk by the sheaf layer).
+            for o in objs.iter_mut() {
+                if let Some(p) = NonNull::new(core::mem::replace(o, ptr::null_mut())) {
+                    // SAFETY: forwarded from the caller.
+                    unsafe { self.free(Some(c), s, p) };
+                }
+            }
+            return;
+        }
         let mut i = 0;
         while i < objs.len() {
             let obj = objs[i];

@@ -18,6 +18,8 @@ pub struct KmemCacheNode {
     /// `list_lock`; unused by other caches).
     pub(crate) full: SpinLock<PageList>,
     pub(super) nr_slabs: AtomicUsize,
+    /// The node's barn of sheaves (sheaves design).
+    pub(crate) barn: super::barn::Barn,
 }
 
 impl KmemCacheNode {
@@ -26,6 +28,7 @@ impl KmemCacheNode {
             list_lock: SpinLock::new(PageList::new()),
             full: SpinLock::new(PageList::new()),
             nr_slabs: AtomicUsize::new(0),
+            barn: super::barn::Barn::new(),
         }
     }
 }

@@ -6,6 +6,7 @@
 //! `kmem_cache_cpu`, except for the lockless fast paths of per-CPU mode, which change the
 //! `(freelist, tid)` pair with a double-word CAS or a restartable sequence (see [`super`]).
 
+use super::sheaf::SlabSheaf;
 use super::*;
 use crate::page::Page;
 use crate::percpu::CpuRef;
@@ -24,6 +25,12 @@ pub struct KmemCacheCpu {
     pub(super) tid: AtomicUsize,
     pub(super) partial: AtomicPtr<Page>,
     pub(super) nr_partial: AtomicUsize,
+    /// Sheaves design: the main sheaf's `count | capacity << 32` (see `sheaf`).
+    pub(super) sheaf_len: AtomicU64,
+    /// Sheaves design: the main sheaf.
+    pub(super) main: AtomicPtr<SlabSheaf>,
+    /// Sheaves design: the spare sheaf.
+    pub(super) spare: AtomicPtr<SlabSheaf>,
     pub(super) stat: [AtomicU64; NR_SLUB_STAT],
 }
 

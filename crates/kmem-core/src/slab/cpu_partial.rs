@@ -96,6 +96,10 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// `flush_slab` + `unfreeze_partials`: all of this CPU's state of `s` goes back
     /// to the nodes (CPU going offline, shrink).
     pub fn flush_cpu_cache(&self, c: CpuRef<'_>, s: &KmemCache) {
+        if s.config().fast != FastPath::CpuSlab {
+            self.flush_cpu_sheaves(c, s);
+            return;
+        }
         let cc = s.cpu(c);
         let cur = self.take_cpu_freelist(c, s.config(), cc);
         if cur != 0 {

@@ -84,6 +84,21 @@ impl<'a, P: Platform> Slub<'a, P> {
         obj: usize,
     ) -> bool {
         if let Some(c) = cpu {
+            let fast = s.config().fast;
+            if fast == FastPath::Sheaf {
+                return match s.cpu(c).sheaf_push(obj) {
+                    Ok(()) => true,
+                    Err(false) => {
+                        // SAFETY: forwarded.
+                        unsafe { self.sheaf_free(c, s, obj) }
+                    }
+                    Err(true) => self.double_free(s, slab, obj),
+                };
+            }
+            if fast != FastPath::CpuSlab {
+                // SAFETY: forwarded.
+                return unsafe { self.sheaf_free(c, s, obj) };
+            }
             if s.config().access != PerCpuAccess::Owned {
                 // SAFETY: forwarded.
                 return unsafe { self.free_object_lockless(c, s, slab, obj) };

@@ -78,6 +78,13 @@ pub struct CacheConfig {
     /// How the per-CPU freelists are reached (owner only, lockless CAS, or the
     /// platform's restartable sequences).
     pub access: PerCpuAccess,
+    /// Which fast path the cache runs (sheaves, and how; or the CPU slab).
+    pub fast: FastPath,
+    /// Slots of the cache's sheaves (0: no sheaves, the CPU-slab path).
+    pub sheaf_capacity: usize,
+    /// The cache (a `&'static KmemCache` as an address) whose objects hold this
+    /// cache's sheaves; 0 without sheaves.
+    pub(crate) sheaf_cache: usize,
 }
 
 impl CacheConfig {
@@ -103,6 +110,9 @@ impl CacheConfig {
         random: 0,
         harden_mask: 0,
         access: PerCpuAccess::Owned,
+        fast: FastPath::CpuSlab,
+        sheaf_capacity: 0,
+        sheaf_cache: 0,
     };
 
     /// The cache's name.

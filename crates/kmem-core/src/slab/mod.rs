@@ -80,6 +80,7 @@
 
 pub mod accounting;
 mod alloc;
+pub mod barn;
 mod bulk;
 pub(crate) mod cache;
 mod cache_list;
@@ -92,7 +93,10 @@ mod layout;
 mod lockless;
 mod new_slab;
 mod partial;
+mod prefill;
+mod refill;
 mod report;
+pub mod sheaf;
 mod slabinfo;
 mod stat;
 mod state;
@@ -109,6 +113,7 @@ use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};
 pub use layout::{calculate_order, CacheConfig, Ctor};
 use lockless::Push;
+pub use sheaf::{sheaf_capacity, FastPath, SlabSheaf, SlubDesign};
 pub use slabinfo::{write_slabinfo_header, write_slabinfo_row, SlabRow};
 pub use stat::{SlubStat, NR_SLUB_STAT};
 pub(crate) use state::*;

@@ -161,6 +161,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         if let Some(c) = cpu {
             self.flush_cpu_cache(c, s);
         }
+        self.shrink_barns(cpu, s);
         let mut freed = 0;
         for nid in 0..self.pages.nr_nodes() {
             loop {

@@ -49,10 +49,42 @@ pub enum SlubStat {
     CpuPartialNode,
     /// CPU partial list drained to the node lists (over its cap).
     CpuPartialDrain,
+    /// Allocation from the CPU's main sheaf (counted per object only with statistics on).
+    AllocCpuSheaf,
+    /// Free onto the CPU's main sheaf (counted per object only with statistics on).
+    FreeCpuSheaf,
+    /// Sheaf refilled from slabs (one bulk allocation).
+    SheafRefill,
+    /// Sheaf flushed to slabs (one bulk free).
+    SheafFlush,
+    /// Main and spare sheaves swapped.
+    SheafSwap,
+    /// Full sheaf taken from the barn for an empty one.
+    BarnGet,
+    /// The barn had no full sheaf.
+    BarnGetFail,
+    /// Full sheaf handed to the barn.
+    BarnPut,
+    /// The barn had no room for a full sheaf (flushed instead).
+    BarnPutFail,
+    /// Sheaf allocated.
+    SheafAlloc,
+    /// Sheaf freed.
+    SheafFree,
+    /// Prefill served by the CPU's spare sheaf.
+    SheafPrefillFast,
+    /// Prefill served by the barn or a refill.
+    SheafPrefillSlow,
+    /// Prefill larger than the cache's sheaves.
+    SheafPrefillOversize,
+    /// Prefilled sheaf returned as the CPU's spare.
+    SheafReturnFast,
+    /// Prefilled sheaf returned to the barn or slabs.
+    SheafReturnSlow,
 }
 
 /// Number of [`SlubStat`] items.
-pub const NR_SLUB_STAT: usize = 22;
+pub const NR_SLUB_STAT: usize = 38;
 
 impl SlubStat {
     /// Every item, in order.
@@ -79,6 +111,22 @@ impl SlubStat {
         SlubStat::CpuPartialFree,
         SlubStat::CpuPartialNode,
         SlubStat::CpuPartialDrain,
+        SlubStat::AllocCpuSheaf,
+        SlubStat::FreeCpuSheaf,
+        SlubStat::SheafRefill,
+        SlubStat::SheafFlush,
+        SlubStat::SheafSwap,
+        SlubStat::BarnGet,
+        SlubStat::BarnGetFail,
+        SlubStat::BarnPut,
+        SlubStat::BarnPutFail,
+        SlubStat::SheafAlloc,
+        SlubStat::SheafFree,
+        SlubStat::SheafPrefillFast,
+        SlubStat::SheafPrefillSlow,
+        SlubStat::SheafPrefillOversize,
+        SlubStat::SheafReturnFast,
+        SlubStat::SheafReturnSlow,
     ];
     /// The name in `/sys/kernel/slab/<cache>/`.
     pub fn name(self) -> &'static str {
@@ -105,6 +153,22 @@ impl SlubStat {
             SlubStat::CpuPartialFree => "cpu_partial_free",
             SlubStat::CpuPartialNode => "cpu_partial_node",
             SlubStat::CpuPartialDrain => "cpu_partial_drain",
+            SlubStat::AllocCpuSheaf => "alloc_cpu_sheaf",
+            SlubStat::FreeCpuSheaf => "free_cpu_sheaf",
+            SlubStat::SheafRefill => "sheaf_refill",
+            SlubStat::SheafFlush => "sheaf_flush",
+            SlubStat::SheafSwap => "sheaf_swap",
+            SlubStat::BarnGet => "barn_get",
+            SlubStat::BarnGetFail => "barn_get_fail",
+            SlubStat::BarnPut => "barn_put",
+            SlubStat::BarnPutFail => "barn_put_fail",
+            SlubStat::SheafAlloc => "sheaf_alloc",
+            SlubStat::SheafFree => "sheaf_free",
+            SlubStat::SheafPrefillFast => "sheaf_prefill_fast",
+            SlubStat::SheafPrefillSlow => "sheaf_prefill_slow",
+            SlubStat::SheafPrefillOversize => "sheaf_prefill_oversize",
+            SlubStat::SheafReturnFast => "sheaf_return_fast",
+            SlubStat::SheafReturnSlow => "sheaf_return_slow",
         }
     }
 }

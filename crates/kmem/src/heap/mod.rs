@@ -200,6 +200,7 @@ impl Heap {
     /// core is initialised (the rest of what the core needs from the heap is
     /// [`HeapPlatform`]).
     fn configure_core(&self, mode: u8) {
+        self.kmem.set_slub_design(self.config().slub);
         self.kmem.set_percpu_access(match mode {
             MODE_CPU_CAS => PerCpuAccess::Cas,
             MODE_CPU_RSEQ => PerCpuAccess::Rseq,

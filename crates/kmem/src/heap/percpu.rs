@@ -376,7 +376,8 @@ impl Heap {
     }
 
     /// Bytes kept by per-CPU caches: the CPU areas themselves, pages on per-CPU lists,
-    /// and the slabs frozen for CPUs (CPU slabs and CPU partial slabs).
+    /// the slabs frozen for CPUs (CPU slabs and CPU partial slabs) and the CPUs'
+    /// sheaves with the objects in them.
     pub fn percpu_held_bytes(&self) -> usize {
         let pa = &self.kmem.pages;
         let areas: Vec<&CpuArea> = pa.cpu_areas().iter().filter(|a| a.is_owned()).collect();
@@ -387,7 +388,12 @@ impl Heap {
             * kmem_core::PAGE_SIZE;
         self.kmem.caches().for_each(|s| {
             for a in &areas {
-                bytes += s.cpu_of(a).held_slabs() * s.config().slab_bytes();
+                let cc = s.cpu_of(a);
+                bytes += cc.held_slabs() * s.config().slab_bytes();
+                // Sheaves: the objects they hold and their own memory.
+                bytes += cc.sheaf_objects() * s.config().size;
+                bytes += cc.sheaves_held()
+                    * (kmem_core::slab::sheaf::SHEAF_HEADER + 8 * s.config().sheaf_capacity);
             }
         });
         bytes

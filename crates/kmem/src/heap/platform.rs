@@ -115,6 +115,10 @@ fn slab_flags(env: &EnvConfig, name: &str) -> SlabFlags {
     if env.init_on_free {
         f |= SlabFlags::INIT_ON_FREE;
     }
+    if env.stats != crate::config::StatsTarget::None {
+        // The exit report shows the fast-path counts too.
+        f |= SlabFlags::STATS;
+    }
     for (bit, flag) in [
         (DebugFlags::F, SlabFlags::CONSISTENCY_CHECKS),
         (DebugFlags::Z, SlabFlags::RED_ZONE),

@@ -1,0 +1,163 @@
+//! The barn (`struct node_barn`): per cache and node, the sheaves no CPU holds — full
+//! ones (objects ready to hand out) and empty ones (room for frees) — so that a CPU
+//! whose sheaves ran out or filled up exchanges a whole sheaf instead of going to the
+//! slabs. Bonwick's depot, tcmalloc's transfer cache.
+//!
+//! Locking: the barn's spin lock covers its two lists and counts. Nothing else is
+//! taken under it (it is a leaf of the lock order): sheaves are put in and taken out
+//! under it; refilling, flushing and freeing sheaves happen after it is dropped.
+//! A sheaf on a barn list belongs to the barn: nobody else touches it.
+
+use super::sheaf::SlabSheaf;
+use crate::sync::{Ordering::Relaxed, SpinLock};
+use core::ptr::{self, NonNull};
+
+/// Most full sheaves a barn keeps; a CPU's full sheaf past it is flushed to the slabs
+/// (`MAX_FULL_SHEAVES`).
+pub const MAX_FULL_SHEAVES: usize = 10;
+/// Most empty sheaves a barn keeps; past it an empty sheaf is freed
+/// (`MAX_EMPTY_SHEAVES`).
+pub const MAX_EMPTY_SHEAVES: usize = 10;
+
+/// The two lists of a barn. Sheaves are linked through [`SlabSheaf::next`]; a "full"
+/// sheaf is any sheaf with objects (a CPU hands in partly filled ones when it goes
+/// offline), an empty one has none.
+///
+/// Invariant: `nr_full`/`nr_empty` are the lengths of the lists; every sheaf on
+/// `full` has at least one object and every one on `empty` none.
+pub struct BarnLists {
+    full: *mut SlabSheaf,
+    empty: *mut SlabSheaf,
+    nr_full: usize,
+    nr_empty: usize,
+}
+
+// SAFETY: the lists own the sheaves they link (type invariant); they move between
+// threads only under the barn's lock.
+unsafe impl Send for BarnLists {}
+
+impl BarnLists {
+    /// Empty lists.
+    pub const fn new() -> Self {
+        Self {
+            full: ptr::null_mut(),
+            empty: ptr::null_mut(),
+            nr_full: 0,
+            nr_empty: 0,
+        }
+    }
+
+    /// Full sheaves kept.
+    pub fn nr_full(&self) -> usize {
+        self.nr_full
+    }
+
+    /// Empty sheaves kept.
+    pub fn nr_empty(&self) -> usize {
+        self.nr_empty
+    }
+
+    fn push(head: &mut *mut SlabSheaf, sheaf: NonNull<SlabSheaf>) {
+        // SAFETY: the sheaf is handed to the lists (caller), nobody else touches it.
+        unsafe { sheaf.as_ref() }.next.store(*head, Relaxed);
+        *head = sheaf.as_ptr();
+    }
+
+    fn pop(head: &mut *mut SlabSheaf) -> Option<NonNull<SlabSheaf>> {
+        let sheaf = NonNull::new(*head)?;
+        // SAFETY: sheaves on the lists are live and the lists' own.
+        *head = unsafe { sheaf.as_ref() }.next.load(Relaxed);
+        Some(sheaf)
+    }
+
+    /// `barn_get_full_sheaf`: a sheaf with objects, if the barn has one.
+    pub fn get_full(&mut self) -> Option<NonNull<SlabSheaf>> {
+        let s = Self::pop(&mut self.full)?;
+        self.nr_full -= 1;
+        Some(s)
+    }
+
+    /// `barn_get_empty_sheaf`: an empty sheaf, if the barn has one.
+    pub fn get_empty(&mut self) -> Option<NonNull<SlabSheaf>> {
+        let s = Self::pop(&mut self.empty)?;
+        self.nr_empty -= 1;
+        Some(s)
+    }
+
+    /// `barn_put_full_sheaf`: keeps a sheaf with objects, unless the barn holds
+    /// [`MAX_FULL_SHEAVES`] already: then it is handed back (`Err`), for the caller to
+    /// flush to the slabs.
+    pub fn put_full(&mut self, sheaf: NonNull<SlabSheaf>) -> Result<(), NonNull<SlabSheaf>> {
+        if self.nr_full >= MAX_FULL_SHEAVES {
+            return Err(sheaf);
+        }
+        Self::push(&mut self.full, sheaf);
+        self.nr_full += 1;
+        Ok(())
+    }
+
+    /// `barn_put_empty_sheaf`: keeps an empty sheaf, unless the barn holds
+    /// [`MAX_EMPTY_SHEAVES`] already: then it is handed back (`Err`), to be freed.
+    pub fn put_empty(&mut self, sheaf: NonNull<SlabSheaf>) -> Result<(), NonNull<SlabSheaf>> {
+        if self.nr_empty >= MAX_EMPTY_SHEAVES {
+            return Err(sheaf);
+        }
+        Self::push(&mut self.empty, sheaf);
+        self.nr_empty += 1;
+        Ok(())
+    }
+
+    /// Takes every sheaf (shrinking): the full list and the empty list.
+    pub fn take_all(&mut self) -> (*mut SlabSheaf, *mut SlabSheaf) {
+        self.nr_full = 0;
+        self.nr_empty = 0;
+        (
+            core::mem::replace(&mut self.full, ptr::null_mut()),
+            core::mem::replace(&mut self.empty, ptr::null_mut()),
+        )
+    }
+}
+
+impl Default for BarnLists {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A cache's barn on one node (`struct node_barn`).
+pub struct Barn {
+    pub(crate) lists: SpinLock<BarnLists>,
+}
+
+impl Barn {
+    pub(crate) const fn new() -> Self {
+        Self {
+            lists: SpinLock::new(BarnLists::new()),
+        }
+    }
+
+    /// `barn_replace_empty_sheaf`: a full sheaf for an empty one (`None`: the barn has
+    /// no full sheaf; the empty one stays the caller's). The empty sheaf, if given and
+    /// the barn has no room for it, comes back as the second value, to be freed.
+    pub(crate) fn replace_empty(
+        &self,
+        empty: Option<NonNull<SlabSheaf>>,
+    ) -> Option<(NonNull<SlabSheaf>, Option<NonNull<SlabSheaf>>)> {
+        let mut l = self.lists.lock();
+        let full = l.get_full()?;
+        let extra = empty.and_then(|e| l.put_empty(e).err());
+        Some((full, extra))
+    }
+
+    /// `barn_replace_full_sheaf`: hands in a full sheaf and takes an empty one if the
+    /// barn has one (`Ok(None)`: it had none; the caller makes one). `Err(full)`: the
+    /// barn holds enough full sheaves; the caller flushes this one to the slabs.
+    pub(crate) fn replace_full(
+        &self,
+        full: NonNull<SlabSheaf>,
+    ) -> Result<Option<NonNull<SlabSheaf>>, NonNull<SlabSheaf>> {
+        let mut l = self.lists.lock();
+        l.put_full(full)?;
+        Ok(l.get_empty())
+    }
+}

@@ -1,0 +1,167 @@
+//! Between sheaves and slabs: `refill_sheaf` (one bulk allocation from the node's
+//! partial slabs, then new slabs) and `sheaf_flush` (one bulk free: the objects
+//! grouped by slab, each group given back with one `__slab_free`). These are the only
+//! places the sheaves design walks encoded freelists; a corrupted free pointer found
+//! here is reported and never followed.
+//!
+//! Locking: a refill takes the node's `list_lock` while it takes objects from partial
+//! slabs (no page allocation under it); a flush takes none of its own
+//! (`__slab_free` takes `list_lock` when a slab changes lists).
+
+use super::sheaf::{slot, SlabSheaf};
+use super::*;
+use crate::gfp::Gfp;
+use crate::percpu::CpuRef;
+use crate::platform::Platform;
+use crate::sync::Ordering::Relaxed;
+use core::ptr::NonNull;
+
+impl<P: Platform> Slub<'_, P> {
+    /// Fills `sheaf`'s slots from `len` up to its capacity with objects of `s` from
+    /// the partial slabs of the CPU's node, then from new slabs; returns the new
+    /// count (less than the capacity only when memory ran out).
+    pub(super) fn refill_sheaf(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+        sheaf: *mut SlabSheaf,
+        mut len: usize,
+    ) -> usize {
+        // SAFETY: a live sheaf the caller holds.
+        let cap = unsafe { &*sheaf }.capacity.load(Relaxed);
+        let nid = match cpu {
+            Some(c) => self.pages_local_node(c),
+            None => self.pages.platform().numa_node_id() % self.pages.nr_nodes(),
+        };
+        s.stat(cpu, SlubStat::SheafRefill);
+        while len < cap {
+            len = self.take_from_partial(s, nid, sheaf, len, cap);
+            if len == cap {
+                break;
+            }
+            // A new slab on the node's partial list, then take from it.
+            let Some(slab) = self.allocate_slab(cpu, s, gfp, Some(nid)) else {
+                break;
+            };
+            let nn = self.pages.page_to_nid(slab);
+            let mut list = s.node[nn].list_lock.lock();
+            self.add_partial(&mut list, slab, false);
+            drop(list);
+            if nn != nid {
+                // The node had no memory; the slab came from another one.
+                len = self.take_from_partial(s, nn, sheaf, len, cap);
+            }
+        }
+        len
+    }
+
+    /// Takes objects from node `nid`'s partial slabs into `sheaf` (slots `len..cap`),
+    /// under its `list_lock`; returns the new count.
+    fn take_from_partial(
+        &self,
+        s: &KmemCache,
+        nid: usize,
+        sheaf: *mut SlabSheaf,
+        mut len: usize,
+        cap: usize,
+    ) -> usize {
+        let cfg = s.config();
+        let mut list = s.node[nid].list_lock.lock();
+        while len < cap {
+            let Some(slab) = NonNull::new(list.first()) else {
+                break;
+            };
+            // SAFETY: a node-list slab: live and unfrozen; we hold the lock, so only
+            // frees change its state meanwhile, and they only push in front.
+            let sr = unsafe { slab.as_ref() };
+            let base = self.slab_base(slab);
+            loop {
+                let old = Slab::of(sr).state();
+                if old.list_empty() {
+                    self.remove_partial(&mut list, slab);
+                    break;
+                }
+                let mut obj = base + old.offset() as usize;
+                let mut k = 0;
+                let mut corrupt = false;
+                while len + k < cap && obj & 1 == 0 {
+                    // SAFETY: `obj` is on the slab's freelist, which only we take
+                    // from (list_lock); frees only push in front of its head.
+                    let next = unsafe { get_freepointer(cfg, obj) };
+                    if !same_slab(cfg, obj, next) {
+                        self.report_corrupt_link(cfg, obj, next);
+                        corrupt = true;
+                        break;
+                    }
+                    // SAFETY: slot `len + k` < capacity of the caller's sheaf.
+                    unsafe { *slot(sheaf, len + k) = obj };
+                    k += 1;
+                    obj = next;
+                }
+                if corrupt {
+                    // Keep what was taken; the rest of the slab is quarantined: counted
+                    // in use for good, off the list.
+                    let q = SlabState::new(END_OFFSET, cfg.objects as u64, false);
+                    if Slab::of(sr).cas_state(old, q) {
+                        len += k;
+                        self.remove_partial(&mut list, slab);
+                        break;
+                    }
+                    continue;
+                }
+                let new = SlabState::new((obj - base) as u64, old.inuse() + k as u64, false);
+                if Slab::of(sr).cas_state(old, new) {
+                    len += k;
+                    if new.list_empty() {
+                        self.remove_partial(&mut list, slab);
+                    }
+                    break;
+                }
+            }
+        }
+        len
+    }
+
+    /// Gives the objects in slots `0..len` of `sheaf` back to their slabs (one
+    /// `__slab_free` per run of objects of one slab) and leaves the sheaf empty.
+    pub(super) fn sheaf_flush(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        sheaf: *mut SlabSheaf,
+        len: usize,
+    ) {
+        if len == 0 {
+            return;
+        }
+        let cfg = s.config();
+        s.stat(cpu, SlubStat::SheafFlush);
+        let mut i = 0;
+        while i < len {
+            // SAFETY: slots 0..len hold objects of `s` the sheaf owns.
+            let head = unsafe { *slot(sheaf, i) };
+            let base = head & !(cfg.slab_bytes() - 1);
+            let mut tail = head;
+            let mut cnt = 1u64;
+            i += 1;
+            while i < len {
+                // SAFETY: as above.
+                let next = unsafe { *slot(sheaf, i) };
+                if next.wrapping_sub(base) >= cfg.slab_bytes() {
+                    break;
+                }
+                // SAFETY: both are free objects of this slab, owned by the sheaf.
+                unsafe { set_freepointer(cfg, tail, next) };
+                tail = next;
+                cnt += 1;
+                i += 1;
+            }
+            let slab = self.freelist_slab(head);
+            // SAFETY: a chain of the sheaf's objects of this slab, given up.
+            unsafe { self.slab_free(cpu, s, slab, head, tail, cnt) };
+        }
+        // SAFETY: a live sheaf the caller holds.
+        unsafe { &*sheaf }.size.store(0, Relaxed);
+    }
+}

@@ -1,0 +1,611 @@
+//! Per-CPU sheaves (`struct slab_sheaf`, `struct slub_percpu_sheaves`): the fast path
+//! of every cache without slub_debug in the sheaves design (Linux 6.18+, the only one
+//! since 7.0). A sheaf is an array of object pointers; each CPU area holds a *main*
+//! sheaf and a *spare* per cache. Allocation pops the main sheaf's top, a free pushes
+//! onto it — whatever slab the object lives in, so no free pays a CAS on a slab. An
+//! empty main is swapped with a spare that has objects, else exchanged at the node's
+//! [`Barn`] for a full sheaf, else refilled from the slabs with one bulk allocation; a
+//! full main likewise goes to the spare, the barn, or is flushed to the slabs with one
+//! bulk free. Only refill and flush read or write free pointers, so a pop decodes
+//! none and freelist hardening costs the fast path nothing.
+//!
+//! ## The main sheaf in the CPU area
+//! The main sheaf's fill level lives in the `kmem_cache_cpu`, not in the sheaf: one
+//! word `sheaf_len` = `count | capacity << 32`, next to the `main` pointer. A pop
+//! reads that word and the object at `main.objects[count - 1]`, then stores the word
+//! less one; a push stores the object at `objects[count]`, then the word plus one. An
+//! all-zero word (a fresh area, or a main sheaf taken by the slow path) has neither
+//! objects nor room, so both fast paths fall to the slow path without a null test.
+//! A sheaf's own `size` is valid whenever it is not some CPU's main sheaf.
+//!
+//! ## Who touches what
+//! The owner of the CPU area (thread mode; the local lock's holder in per-CPU mode)
+//! owns `sheaf_len`, `main`, `spare` and the sheaves they point to. With the
+//! platform's restartable sequences ([`FastPath::SheafRseq`]) the sequences also pop
+//! and push on the main sheaf, committing by their store of `sheaf_len` on their CPU;
+//! the lock holder then *takes* the word first ([`crate::Platform::take_cpu_freelist`]:
+//! set to 0 by a sequence on that CPU, so no sequence is half way through), works on
+//! the sheaves, and installs the new word last (Release). While the word is 0 no
+//! sequence touches `main`.
+//!
+//! Sheaf memory comes from a kmalloc cache through the no-CPU path (`alloc_nocpu`),
+//! which never touches sheaves: no recursion, even for the cache that holds sheaves.
+//!
+//! Locking: the barn's lock (a leaf) around list changes only; a node's `list_lock`
+//! while refilling from its partial slabs; flushes free through `__slab_free`.
+
+use super::barn::Barn;
+use super::*;
+use crate::gfp::Gfp;
+use crate::percpu::CpuRef;
+use crate::platform::Platform;
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
+use core::ptr::NonNull;
+
+/// A sheaf (`struct slab_sheaf`): a header and `capacity` object slots after it.
+///
+/// Invariants: while no CPU holds it as main, `size` objects are in slots
+/// `0..size`, each a free object of `cache` handed to nobody else, and
+/// `size <= capacity`. The word just before slot 0 is `capacity`, which is never an
+/// object address (the double-free test at an empty sheaf's top reads it).
+#[repr(C)]
+pub struct SlabSheaf {
+    /// Objects in the sheaf (not kept up to date while it is a CPU's main sheaf).
+    pub(super) size: AtomicUsize,
+    /// Link on a barn list.
+    pub(super) next: AtomicPtr<SlabSheaf>,
+    /// The cache whose objects it holds.
+    pub(super) cache: AtomicPtr<KmemCache>,
+    /// Slots after the header.
+    pub(super) capacity: AtomicUsize,
+}
+
+/// Bytes of a sheaf before its first slot.
+pub const SHEAF_HEADER: usize = core::mem::size_of::<SlabSheaf>();
+
+/// Where `sheaf_len` keeps the capacity.
+pub const SHEAF_CAP_SHIFT: u32 = 32;
+
+/// How a cache's fast path runs, chosen once when the cache is created (one compare
+/// on the fast path picks it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FastPath {
+    /// Sheaves, popped and pushed by the CPU area's owner with plain loads and stores;
+    /// no per-object statistics. The inline fast path.
+    Sheaf,
+    /// Sheaves as [`FastPath::Sheaf`], counting `alloc_cpu_sheaf` / `free_cpu_sheaf`
+    /// per object (statistics on).
+    SheafCounted,
+    /// Sheaves whose fast paths are the platform's restartable sequences; the lock
+    /// holder takes the main sheaf before it changes it.
+    SheafRseq,
+    /// The CPU-slab design (`kmem_cache_cpu` freelist and `tid`), reached as
+    /// [`CacheConfig::access`] says; also every slub_debug cache in either design.
+    #[default]
+    CpuSlab,
+}
+
+/// Which per-CPU design the slab layer runs (`KMEM_SLUB`): chosen once, before the
+/// allocator starts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SlubDesign {
+    /// Per-CPU sheaves and per-node barns (Linux 7.0).
+    #[default]
+    Sheaves,
+    /// The CPU slab with `tid` and the lockless double-word CAS (Linux up to 6.17).
+    CpuSlab,
+}
+
+/// The kernel's rule for a cache's sheaf capacity, from the objects a slab holds (at
+/// least enough to matter for small slabs, at most about a slab's worth), then grown
+/// so the sheaf fills its kmalloc size class. Returns (capacity, bytes).
+pub fn sheaf_capacity(cfg: &CacheConfig) -> (usize, usize) {
+    let want = cfg.objects.clamp(4, 120).max((16384 / cfg.size).min(32));
+    let bytes = SHEAF_HEADER + want * core::mem::size_of::<usize>();
+    let class = match bytes {
+        0..=64 => 64,
+        65..=96 => 96,
+        97..=128 => 128,
+        129..=192 => 192,
+        b => b.next_power_of_two(),
+    };
+    (
+        (class - SHEAF_HEADER) / core::mem::size_of::<usize>(),
+        class,
+    )
+}
+
+/// Slot `i` of `sheaf` (`i` may be `usize::MAX` for the word before slot 0).
+#[inline(always)]
+pub(super) fn slot(sheaf: *mut SlabSheaf, i: usize) -> *mut usize {
+    (sheaf as usize)
+        .wrapping_add(SHEAF_HEADER)
+        .wrapping_add(i.wrapping_mul(core::mem::size_of::<usize>())) as *mut usize
+}
+
+/// The main sheaf as the slow path holds it: the sheaf (may be null) and its count.
+#[derive(Clone, Copy)]
+pub(super) struct Main {
+    sheaf: *mut SlabSheaf,
+    len: usize,
+}
+
+impl Main {
+    fn cap(self) -> usize {
+        match NonNull::new(self.sheaf) {
+            // SAFETY: a live sheaf held by this CPU's owner.
+            Some(s) => unsafe { s.as_ref() }.capacity.load(Relaxed),
+            None => 0,
+        }
+    }
+}
+
+impl KmemCacheCpu {
+    /// The fast pop: the main sheaf's top object, or `None` when it has none.
+    #[inline(always)]
+    pub(super) fn sheaf_pop(&self) -> Option<usize> {
+        let w = self.sheaf_len.load(Relaxed);
+        let n = w as u32 as usize;
+        if n == 0 {
+            return None;
+        }
+        // SAFETY: a non-zero count means `main` is this CPU's main sheaf with `n`
+        // objects in slots 0..n (module docs); only the owner touches them.
+        let obj = unsafe { *slot(self.main.load(Relaxed), n - 1) };
+        self.sheaf_len.store(w - 1, Relaxed);
+        Some(obj)
+    }
+
+    /// The fast push: `obj` on the main sheaf's top. `Err(false)`: no room (or no
+    /// main sheaf); `Err(true)`: `obj` is already the top (a double free).
+    #[inline(always)]
+    pub(super) fn sheaf_push(&self, obj: usize) -> Result<(), bool> {
+        let w = self.sheaf_len.load(Relaxed);
+        let n = w as u32 as usize;
+        if n >= (w >> SHEAF_CAP_SHIFT) as usize {
+            return Err(false);
+        }
+        let main = self.main.load(Relaxed);
+        // SAFETY: room means a main sheaf with `n` objects and more slots; slot
+        // `n - 1` of an empty sheaf is its capacity word (never an object).
+        unsafe {
+            if *slot(main, n.wrapping_sub(1)) == obj {
+                return Err(true);
+            }
+            *slot(main, n) = obj;
+        }
+        self.sheaf_len.store(w + 1, Relaxed);
+        Ok(())
+    }
+
+    /// Objects the CPU's sheaves hold (statistics; racy against the owner).
+    pub fn sheaf_objects(&self) -> usize {
+        let spare = self.spare.load(Relaxed);
+        let in_spare = if spare.is_null() {
+            0
+        } else {
+            // SAFETY: sheaves are freed only by their owner; a racy read of a count.
+            unsafe { &*spare }.size.load(Relaxed)
+        };
+        (self.sheaf_len.load(Relaxed) as u32 as usize) + in_spare
+    }
+
+    /// Sheaves the CPU holds (statistics).
+    pub fn sheaves_held(&self) -> usize {
+        (!self.main.load(Relaxed).is_null()) as usize
+            + (!self.spare.load(Relaxed).is_null()) as usize
+    }
+}
+
+impl<P: Platform> Slub<'_, P> {
+    /// The barn of `s` for the CPU area `c` (its node's).
+    #[inline]
+    fn barn<'s>(&self, c: CpuRef<'_>, s: &'s KmemCache) -> &'s Barn {
+        &s.node[self.pages_local_node(c)].barn
+    }
+
+    /// Takes the main sheaf for the slow path (see the module docs): with restartable
+    /// sequences through the platform, which leaves the word 0.
+    fn take_main(&self, c: CpuRef<'_>, cfg: &CacheConfig, cc: &KmemCacheCpu) -> Main {
+        let w = if cfg.fast == FastPath::SheafRseq {
+            // SAFETY of the cast: `AtomicU64` and `AtomicUsize` have one layout on the
+            // 64-bit targets that run restartable sequences.
+            let word = &cc.sheaf_len as *const AtomicU64 as *const AtomicUsize;
+            // SAFETY: as above; the word lives as long as the area.
+            self.pages
+                .platform()
+                .take_cpu_freelist(c.area().id(), unsafe { &*word }) as u64
+        } else {
+            cc.sheaf_len.load(Relaxed)
+        };
+        Main {
+            sheaf: cc.main.load(Relaxed),
+            len: w as u32 as usize,
+        }
+    }
+
+    /// Installs `m` as the main sheaf (the word last, with Release: a sequence that
+    /// reads it sees the slots written before).
+    fn install_main(&self, cc: &KmemCacheCpu, m: Main) {
+        cc.main.store(m.sheaf, Relaxed);
+        let w = (m.len as u64) | ((m.cap() as u64) << SHEAF_CAP_SHIFT);
+        cc.sheaf_len.store(w, Release);
+    }
+
+    /// A new empty sheaf for `s` (`alloc_empty_sheaf`), from its sheaf cache through
+    /// the no-CPU path.
+    pub(super) fn alloc_empty_sheaf(
+        &self,
+        s: &KmemCache,
+        gfp: Gfp,
+        capacity: usize,
+    ) -> Option<NonNull<SlabSheaf>> {
+        let cfg = s.config();
+        let sc = if capacity == cfg.sheaf_capacity {
+            // SAFETY: set at creation to a cache that lives as long as the allocator.
+            unsafe { &*(cfg.sheaf_cache as *const KmemCache) }
+        } else {
+            return self.alloc_oversize_sheaf(s, gfp, capacity);
+        };
+        let p = self.alloc_nocpu(sc, gfp - Gfp::ZERO, None)?;
+        s.stat(None, SlubStat::SheafAlloc);
+        // SAFETY: a fresh object of the sheaf cache, big enough for the header and
+        // `capacity` slots (sheaf_capacity chose the cache by that size).
+        Some(unsafe { init_sheaf(p, s, capacity) })
+    }
+
+    /// A sheaf of a capacity other than the cache's (prefill of more objects): pages.
+    #[cold]
+    fn alloc_oversize_sheaf(
+        &self,
+        s: &KmemCache,
+        gfp: Gfp,
+        capacity: usize,
+    ) -> Option<NonNull<SlabSheaf>> {
+        let bytes = SHEAF_HEADER + capacity * core::mem::size_of::<usize>();
+        let order = crate::page::get_order(bytes);
+        let page = self
+            .pages
+            .alloc_pages_node(None, (gfp - Gfp::ZERO) | Gfp::COMP, order, None)?;
+        let p = self.pages.page_address(page).as_ptr() as usize;
+        // SAFETY: fresh pages, big enough.
+        Some(unsafe { init_sheaf(p, s, capacity) })
+    }
+
+    /// Frees an empty sheaf (`free_empty_sheaf`).
+    pub(super) fn free_empty_sheaf(&self, s: &KmemCache, sheaf: NonNull<SlabSheaf>) {
+        let p = sheaf.as_ptr() as usize;
+        s.stat(None, SlubStat::SheafFree);
+        match self.lookup(p as *const u8) {
+            ObjectLookup::Slab(sc, slab) => {
+                // SAFETY: the sheaf is an object of its sheaf cache, ours to give back.
+                unsafe { self.free_object(None, sc, slab, p) };
+            }
+            ObjectLookup::Large(head) => {
+                // SAFETY: an oversize sheaf's pages, ours; the order is on the head.
+                let order = unsafe { head.as_ref() }.order();
+                // SAFETY: as above.
+                unsafe { self.pages.free_pages(None, head, order) };
+            }
+            ObjectLookup::Bad(why) => self.report(s, None, why, p),
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // Slow paths.
+
+    /// `__pcs_replace_empty_main` + pop: the main sheaf ran out (or the cache counts
+    /// statistics, or runs restartable sequences): an object from the spare, the barn,
+    /// or the slabs.
+    #[inline(never)]
+    pub(super) fn sheaf_alloc(&self, c: CpuRef<'_>, s: &KmemCache, gfp: Gfp) -> Option<usize> {
+        let cfg = s.config();
+        let cc = s.cpu(c);
+        if cfg.fast == FastPath::SheafCounted {
+            if let Some(obj) = cc.sheaf_pop() {
+                cc.count(SlubStat::AllocCpuSheaf);
+                return Some(obj);
+            }
+        }
+        self.check_drain_request(c);
+        let mut m = self.take_main(c, cfg, cc);
+        if m.len == 0 {
+            m = self.replace_empty_main(c, s, gfp, m);
+            if m.len == 0 {
+                self.install_main(cc, m);
+                return None;
+            }
+        }
+        m.len -= 1;
+        // SAFETY: slots 0..len of the main sheaf hold objects (it is ours now).
+        let obj = unsafe { *slot(m.sheaf, m.len) };
+        self.install_main(cc, m);
+        cc.count(SlubStat::AllocCpuSheaf);
+        Some(obj)
+    }
+
+    /// An empty (or absent) main sheaf is replaced by one with objects, if any can be
+    /// had; the result may still be empty (memory ran out).
+    fn replace_empty_main(&self, c: CpuRef<'_>, s: &KmemCache, gfp: Gfp, m: Main) -> Main {
+        let cc = s.cpu(c);
+        let spare = cc.spare.load(Relaxed);
+        // SAFETY (reads of `spare`): the CPU's spare is its owner's.
+        if !spare.is_null() && unsafe { &*spare }.size.load(Relaxed) > 0 {
+            // The spare has objects: swap (the empty main becomes the spare).
+            cc.spare.store(m.sheaf, Relaxed);
+            set_size(m.sheaf, 0);
+            cc.count(SlubStat::SheafSwap);
+            // SAFETY: as above.
+            let len = unsafe { &*spare }.size.load(Relaxed);
+            return Main { sheaf: spare, len };
+        }
+        if let Some((full, extra)) = self.barn(c, s).replace_empty(NonNull::new(m.sheaf)) {
+            cc.count(SlubStat::BarnGet);
+            if let Some(e) = extra {
+                self.free_empty_sheaf(s, e);
+            }
+            // SAFETY: a barn sheaf, ours now.
+            let len = unsafe { full.as_ref() }.size.load(Relaxed);
+            return Main {
+                sheaf: full.as_ptr(),
+                len,
+            };
+        }
+        cc.count(SlubStat::BarnGetFail);
+        // Refill from the slabs: into the main sheaf, else the (empty) spare, else a
+        // new sheaf.
+        let sheaf = if !m.sheaf.is_null() {
+            m.sheaf
+        } else if !spare.is_null() {
+            cc.spare.store(core::ptr::null_mut(), Relaxed);
+            spare
+        } else {
+            match self.alloc_empty_sheaf(s, gfp, s.config().sheaf_capacity) {
+                Some(sh) => sh.as_ptr(),
+                None => return m,
+            }
+        };
+        let len = self.refill_sheaf(Some(c), s, gfp, sheaf, 0);
+        Main { sheaf, len }
+    }
+
+    /// `__pcs_replace_full_main` + push: the main sheaf is full (or absent, or the
+    /// cache counts statistics or runs restartable sequences): room from the spare,
+    /// the barn, a new sheaf, or a flush to the slabs; then `obj` goes on top.
+    /// Returns false for a double free at the top (reported).
+    ///
+    /// # Safety
+    /// `obj` is an object of `s` that the caller gives up.
+    #[inline(never)]
+    pub(super) unsafe fn sheaf_free(&self, c: CpuRef<'_>, s: &KmemCache, obj: usize) -> bool {
+        let cfg = s.config();
+        let cc = s.cpu(c);
+        if cfg.fast == FastPath::SheafCounted {
+            match cc.sheaf_push(obj) {
+                Ok(()) => {
+                    cc.count(SlubStat::FreeCpuSheaf);
+                    return true;
+                }
+                Err(true) => return self.double_free_at(s, obj),
+                Err(false) => {}
+            }
+        }
+        let mut m = self.take_main(c, cfg, cc);
+        if m.sheaf.is_null() || m.len >= m.cap() {
+            m = self.replace_full_main(c, s, m);
+            if m.sheaf.is_null() {
+                // No sheaf to be had: straight to the slab.
+                self.install_main(cc, m);
+                // SAFETY: forwarded from the caller.
+                return unsafe { self.free_to_slab(Some(c), s, obj) };
+            }
+        }
+        // SAFETY: slot `len - 1` of our main sheaf (its capacity word when empty).
+        if unsafe { *slot(m.sheaf, m.len.wrapping_sub(1)) } == obj {
+            self.install_main(cc, m);
+            return self.double_free_at(s, obj);
+        }
+        // SAFETY: the main sheaf is ours and has room.
+        unsafe { *slot(m.sheaf, m.len) = obj };
+        m.len += 1;
+        self.install_main(cc, m);
+        cc.count(SlubStat::FreeCpuSheaf);
+        true
+    }
+
+    /// A full (or absent) main sheaf is replaced by one with room: the spare if it has
+    /// room, else an empty sheaf from the barn (the full one goes there) or a new one;
+    /// when the barn holds enough full sheaves the main one is flushed to the slabs.
+    /// Null only when there was no sheaf at all and none could be made.
+    fn replace_full_main(&self, c: CpuRef<'_>, s: &KmemCache, m: Main) -> Main {
+        let cc = s.cpu(c);
+        let cap = s.config().sheaf_capacity;
+        let spare = cc.spare.load(Relaxed);
+        // SAFETY (reads of `spare`): the CPU's spare is its owner's.
+        if !spare.is_null() && unsafe { &*spare }.size.load(Relaxed) < cap {
+            cc.spare.store(m.sheaf, Relaxed);
+            set_size(m.sheaf, m.len);
+            cc.count(SlubStat::SheafSwap);
+            // SAFETY: as above.
+            let len = unsafe { &*spare }.size.load(Relaxed);
+            return Main { sheaf: spare, len };
+        }
+        let Some(full) = NonNull::new(m.sheaf) else {
+            // No main sheaf yet: an empty one from the barn, or a new one.
+            let empty = self.barn(c, s).lists.lock().get_empty();
+            let sheaf = empty.or_else(|| self.alloc_empty_sheaf(s, Gfp::NOWARN, cap));
+            return Main {
+                sheaf: sheaf.map_or(core::ptr::null_mut(), |p| p.as_ptr()),
+                len: 0,
+            };
+        };
+        if spare.is_null() {
+            // The full main becomes the spare; a fresh empty main.
+            if let Some(e) = self.barn(c, s).lists.lock().get_empty() {
+                set_size(m.sheaf, m.len);
+                cc.spare.store(m.sheaf, Relaxed);
+                return Main {
+                    sheaf: e.as_ptr(),
+                    len: 0,
+                };
+            }
+        }
+        set_size(m.sheaf, m.len);
+        match self.barn(c, s).replace_full(full) {
+            Ok(Some(empty)) => {
+                cc.count(SlubStat::BarnPut);
+                Main {
+                    sheaf: empty.as_ptr(),
+                    len: 0,
+                }
+            }
+            Ok(None) => {
+                cc.count(SlubStat::BarnPut);
+                match self.alloc_empty_sheaf(s, Gfp::NOWARN, cap) {
+                    Some(e) => Main {
+                        sheaf: e.as_ptr(),
+                        len: 0,
+                    },
+                    // The full one is in the barn now; the object goes to its slab.
+                    None => Main {
+                        sheaf: core::ptr::null_mut(),
+                        len: 0,
+                    },
+                }
+            }
+            Err(full) => {
+                cc.count(SlubStat::BarnPutFail);
+                self.sheaf_flush(Some(c), s, full.as_ptr(), m.len);
+                Main {
+                    sheaf: full.as_ptr(),
+                    len: 0,
+                }
+            }
+        }
+    }
+
+    /// A double free caught at a sheaf's top: reported, refused.
+    #[cold]
+    fn double_free_at(&self, s: &KmemCache, obj: usize) -> bool {
+        let slab = self.pages.virt_to_head_page(obj as *const u8);
+        self.report(s, slab, "Object already free", obj);
+        false
+    }
+
+    /// Frees `obj` straight into its slab (no sheaf could be had).
+    ///
+    /// # Safety
+    /// `obj` is an object of `s` that the caller gives up.
+    #[cold]
+    unsafe fn free_to_slab(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, obj: usize) -> bool {
+        let slab = self.freelist_slab(obj);
+        // SAFETY: forwarded from the caller.
+        unsafe { self.slab_free(cpu, s, slab, obj, obj, 1) }
+    }
+
+    /// `pcs_flush_all` for a CPU going offline (thread exit) or asked to flush: the
+    /// main and spare sheaves go to the barn — those with objects to its full list,
+    /// empty ones to its empty list — instead of their objects going back slab by
+    /// slab; what the barn has no room for is flushed to the slabs or freed.
+    pub(super) fn flush_cpu_sheaves(&self, c: CpuRef<'_>, s: &KmemCache) {
+        let cfg = s.config();
+        let cc = s.cpu(c);
+        let m = self.take_main(c, cfg, cc);
+        self.install_main(
+            cc,
+            Main {
+                sheaf: core::ptr::null_mut(),
+                len: 0,
+            },
+        );
+        set_size(m.sheaf, m.len);
+        let spare = cc.spare.swap(core::ptr::null_mut(), Relaxed);
+        for sheaf in [m.sheaf, spare].into_iter().filter_map(NonNull::new) {
+            self.sheaf_to_barn(Some(c), s, self.pages_local_node(c), sheaf);
+        }
+        cc.count(SlubStat::CpuslabFlush);
+    }
+
+    /// Hands a sheaf no CPU holds to node `nid`'s barn, or (no room) flushes it to the
+    /// slabs and frees it.
+    pub(super) fn sheaf_to_barn(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        nid: usize,
+        sheaf: NonNull<SlabSheaf>,
+    ) {
+        // SAFETY: the sheaf is the caller's.
+        let size = unsafe { sheaf.as_ref() }.size.load(Relaxed);
+        let standard =
+            unsafe { sheaf.as_ref() }.capacity.load(Relaxed) == s.config().sheaf_capacity;
+        let barn = &s.node[nid].barn;
+        let kept = standard && {
+            let mut l = barn.lists.lock();
+            if size > 0 {
+                l.put_full(sheaf).is_ok()
+            } else {
+                l.put_empty(sheaf).is_ok()
+            }
+        };
+        if !kept {
+            self.sheaf_flush(cpu, s, sheaf.as_ptr(), size);
+            self.free_empty_sheaf(s, sheaf);
+        }
+    }
+
+    /// Flushes every barn of `s` to the slabs and frees its sheaves (shrinking, memory
+    /// pressure, cache destruction). Returns the sheaves freed. The sheaves' memory
+    /// goes back to kmalloc caches: shrink those after (see `Kmem::shrink_all`).
+    pub fn shrink_barns(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
+        if s.config().sheaf_capacity == 0 {
+            return 0;
+        }
+        let mut freed = 0;
+        for nid in 0..self.pages.nr_nodes() {
+            let (mut full, mut empty) = s.node[nid].barn.lists.lock().take_all();
+            while let Some(sh) = NonNull::new(full) {
+                // SAFETY: taken from the barn: ours.
+                let r = unsafe { sh.as_ref() };
+                full = r.next.load(Relaxed);
+                self.sheaf_flush(cpu, s, sh.as_ptr(), r.size.load(Relaxed));
+                self.free_empty_sheaf(s, sh);
+                freed += 1;
+            }
+            while let Some(sh) = NonNull::new(empty) {
+                // SAFETY: as above.
+                empty = unsafe { sh.as_ref() }.next.load(Relaxed);
+                self.free_empty_sheaf(s, sh);
+                freed += 1;
+            }
+        }
+        freed
+    }
+}
+
+/// Records `len` as the size of a sheaf that stops being a CPU's main sheaf.
+#[inline]
+fn set_size(sheaf: *mut SlabSheaf, len: usize) {
+    if let Some(sh) = NonNull::new(sheaf) {
+        // SAFETY: a live sheaf the caller holds.
+        unsafe { sh.as_ref() }.size.store(len, Relaxed);
+    }
+}
+
+/// Writes an empty sheaf's header at `p`.
+///
+/// # Safety
+/// `p` is fresh memory of at least `SHEAF_HEADER + capacity` words, word aligned.
+unsafe fn init_sheaf(p: usize, s: &KmemCache, capacity: usize) -> NonNull<SlabSheaf> {
+    let sheaf = p as *mut SlabSheaf;
+    // SAFETY: fresh memory of the right size and alignment (caller).
+    unsafe {
+        sheaf.write(SlabSheaf {
+            size: AtomicUsize::new(0),
+            next: AtomicPtr::new(core::ptr::null_mut()),
+            cache: AtomicPtr::new(s as *const KmemCache as *mut KmemCache),
+            capacity: AtomicUsize::new(capacity),
+        });
+        NonNull::new_unchecked(sheaf)
+    }
+}
