@@ -36,7 +36,7 @@ enum Command {
     /// Run benchmark suites (all of them, quick, when none is named).
     Bench {
         /// Suites to run: page, slab, cache, debug, memcg, percpu, percpu_memory,
-        /// slabinfo, global, preload.
+        /// slabinfo, global, workloads, preload.
         suites: Vec<String>,
         /// Shorten every suite to a few seconds.
         #[arg(long)]

@@ -18,7 +18,7 @@ fn unknown_suite_is_a_clear_error() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.contains(
-            "unknown suite 'nosuch' (suites: page, slab, cache, debug, memcg, percpu, percpu_memory, slabinfo, global, preload)"
+            "unknown suite 'nosuch' (suites: page, slab, cache, debug, memcg, percpu, percpu_memory, slabinfo, global, workloads, preload)"
         ),
         "{err}"
     );

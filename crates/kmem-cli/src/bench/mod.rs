@@ -13,8 +13,9 @@
 //! - [`peers`]: the allocators kmem is compared with.
 //!
 //! The suites, a module each: `page`, `slab`, `cache`, `debug`, `memcg`, `percpu` (with
-//! `percpu_memory`), `slabinfo`, `global`, `preload`. A suite is a [`Suite`] value
-//! listed in [`SUITES`]; it measures through [`Ctx`] and returns [`BenchResult`]s.
+//! `percpu_memory`), `slabinfo`, `global`, `workloads`, `preload`. A suite is a
+//! [`Suite`] value listed in [`SUITES`]; it measures through [`Ctx`] and returns
+//! [`BenchResult`]s.
 
 pub mod cache;
 pub mod debug;
@@ -32,6 +33,7 @@ pub mod slab_test;
 pub mod slabinfo;
 pub mod table;
 pub mod timing;
+pub mod workloads;
 
 pub use record::BenchResult;
 pub use slab_test::{slab_test_lines, SlabTestNames};
@@ -63,6 +65,7 @@ pub const SUITES: &[Suite] = &[
     percpu::MEMORY,
     slabinfo::SUITE,
     global::SUITE,
+    workloads::SUITE,
     preload::SUITE,
 ];
 
@@ -148,6 +151,7 @@ mod tests {
                 "percpu_memory",
                 "slabinfo",
                 "global",
+                "workloads",
                 "preload"
             ]
         );
