@@ -3,9 +3,9 @@
 
 mod common;
 
-use common::{config, kmem, pattern, TestPlatform};
+use common::{config, kmem, kmem_cpu_slab, pattern, TestPlatform};
 use kmem_core::kmalloc::{KMALLOC_SIZES, NR_KMALLOC};
-use kmem_core::slab::SlubStat;
+use kmem_core::slab::{SlubDesign, SlubStat};
 use kmem_core::vmstat::VmEvent;
 use kmem_core::{CpuRef, Gfp, Kmem, SlabFlags, PAGE_SIZE};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -204,7 +204,7 @@ fn ctor(p: *mut u8) {
 
 #[test]
 fn constructor_runs_once_per_object_when_its_slab_is_made() {
-    let k = kmem(2, config(1, 0));
+    let k = kmem_cpu_slab(2, config(1, 0));
     let area = k.pages.cpu_area_get(0).unwrap();
     // SAFETY: owned by this thread.
     let cpu = Some(unsafe { CpuRef::new(area) });
@@ -232,13 +232,20 @@ fn constructor_runs_once_per_object_when_its_slab_is_made() {
 
 #[test]
 fn everything_freed_and_shrunk_gives_every_page_back() {
-    let k = kmem(4, config(1, 0));
+    everything_freed_and_shrunk(SlubDesign::CpuSlab);
+    everything_freed_and_shrunk(SlubDesign::Sheaves);
+}
+
+fn everything_freed_and_shrunk(design: SlubDesign) {
+    let k = common::kmem_design(4, config(1, 0), None, design);
     let area = k.pages.cpu_area_get(0).unwrap();
     // SAFETY: owned by this thread.
     let cpu = Some(unsafe { CpuRef::new(area) });
     let s = k
         .kmem_cache_create(cpu, "obj-200", 200, 8, SlabFlags::empty(), None)
         .unwrap();
+    // What creating the cache left cached (its struct's sheaves) goes back too.
+    k.shrink_all(cpu);
     k.pages.drain_local_pages(cpu.unwrap());
     let free_at_start = k.pages.nr_free_pages();
     let mut held = Vec::new();
@@ -267,8 +274,19 @@ fn everything_freed_and_shrunk_gives_every_page_back() {
         // SAFETY: ours.
         unsafe { k.kfree(cpu, p) };
     }
-    assert!(stat(k, s, SlubStat::AllocFastpath) > 0);
-    assert!(stat(k, s, SlubStat::FreeFastpath) > 0);
+    if design == SlubDesign::CpuSlab {
+        assert!(stat(k, s, SlubStat::AllocFastpath) > 0);
+        assert!(stat(k, s, SlubStat::FreeFastpath) > 0);
+    } else {
+        // Sheaves: refilled and flushed in bulk, swapped, exchanged at the barn.
+        for item in [
+            SlubStat::SheafRefill,
+            SlubStat::SheafFlush,
+            SlubStat::BarnPut,
+        ] {
+            assert!(stat(k, s, item) > 0, "{}", item.name());
+        }
+    }
     let freed = k.shrink_all(cpu);
     assert!(freed > 0);
     k.pages.drain_local_pages(cpu.unwrap());
@@ -465,7 +483,7 @@ fn bounded_heap_shrinks_caches_before_failing() {
 
 #[test]
 fn node_allocation_and_mismatch() {
-    let k = kmem(4, config(2, 0));
+    let k = kmem_cpu_slab(4, config(2, 0));
     let area = k.pages.cpu_area_get(0).unwrap();
     // SAFETY: owned by this thread.
     let cpu = Some(unsafe { CpuRef::new(area) });
@@ -637,7 +655,7 @@ fn double_frees_at_a_freelist_head_are_caught() {
 
 #[test]
 fn freelist_pointers_are_hardened() {
-    let k = kmem(2, config(1, 0));
+    let k = kmem_cpu_slab(2, config(1, 0));
     let area = k.pages.cpu_area_get(0).unwrap();
     // SAFETY: owned by this thread.
     let cpu = Some(unsafe { CpuRef::new(area) });
@@ -683,7 +701,7 @@ fn freelist_pointers_are_hardened() {
 
 #[test]
 fn init_on_alloc_free_and_random_freelists() {
-    let k = kmem(2, config(1, 0));
+    let k = kmem_cpu_slab(2, config(1, 0));
     let area = k.pages.cpu_area_get(0).unwrap();
     // SAFETY: owned by this thread.
     let cpu = Some(unsafe { CpuRef::new(area) });

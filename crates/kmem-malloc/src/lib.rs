@@ -58,17 +58,13 @@ fn set_errno(e: c_int) {
 }
 
 /// Allocates `size` bytes aligned to `align`; null with ENOMEM on failure.
-#[inline]
+#[inline(always)]
 fn alloc(size: usize, align: usize, zero: bool) -> *mut c_void {
     let Ok(layout) = Layout::from_size_align(size, align) else {
         set_errno(libc::ENOMEM);
         return ptr::null_mut();
     };
-    let p = if zero {
-        heap().alloc_zeroed(layout)
-    } else {
-        heap().alloc(layout)
-    };
+    let p = kmem::heap::alloc_layout(layout, zero);
     if p.is_null() {
         set_errno(libc::ENOMEM);
     }
@@ -82,7 +78,7 @@ fn alloc(size: usize, align: usize, zero: bool) -> *mut c_void {
 unsafe fn free_or_abort(p: *mut c_void) {
     // SAFETY: the caller's pointer; dealloc reports instead of freeing anything that
     // is not one of ours.
-    if !unsafe { heap().dealloc(p.cast()) } && !in_debug_cache(p) {
+    if !unsafe { kmem::heap::dealloc_ptr(p.cast()) } && !in_debug_cache(p) {
         abort_bad_pointer();
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! | figure      | what it counts |
 //! |-------------|----------------|
-//! | `allocated` | handed to the program: slab objects in use × object size (slabinfo's `active_objs` × `objsize`, so objects cached on CPU freelists count as in use, as in /proc/slabinfo), plus page blocks (large kmalloc, `alloc_pages`), plus live huge mappings |
+//! | `allocated` | handed to the program: slab objects in use × object size (slabinfo's `active_objs` × `objsize`, so objects cached for reuse — in sheaves and barns, or on CPU freelists — count as in use, as in /proc/slabinfo), plus page blocks (large kmalloc, `alloc_pages`), plus live huge mappings |
 //! | `active`    | pages in use for the program: whole slabs, page blocks, live huge mappings — the page allocator's allocated pages minus the CPU areas (metadata), plus live huge bytes |
 //! | `metadata`  | kmem's own memory: the memmaps of online sections (64 bytes of `struct page` per page) and the CPU areas (32 KiB each). Slab metadata lives in the memmap (SLUB keeps it in `struct page`), huge-mapping descriptors are small kmalloc objects (counted in `allocated`) |
 //! | `resident`  | what kmem holds without having given it back: `active` + `metadata` + free pages not reported (buddy lists and per-CPU lists) + freed huge mappings kept for reuse. An upper bound of the RSS kmem causes (a memmap page never touched is not faulted in) |

@@ -35,18 +35,18 @@ pub struct KmemAlloc;
 unsafe impl GlobalAlloc for KmemAlloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        heap().alloc(layout)
+        crate::heap::alloc_layout(layout, false)
     }
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, _layout: Layout) {
         // SAFETY: the GlobalAlloc contract: `ptr` came from this allocator.
-        unsafe { heap().dealloc(ptr) };
+        unsafe { crate::heap::dealloc_ptr(ptr) };
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        heap().alloc_zeroed(layout)
+        crate::heap::alloc_layout(layout, true)
     }
 
     #[inline]

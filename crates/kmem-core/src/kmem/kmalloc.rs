@@ -29,6 +29,27 @@ impl<P: Platform> Kmem<P> {
         self.kmalloc_ops().kmalloc(cpu, size, gfp)
     }
 
+    /// kmalloc's fast path alone, for malloc-like front ends: an object of the plain
+    /// kmalloc cache for `size` popped from `cpu`'s main sheaf, or `None` — then the
+    /// caller takes the regular path ([`Kmem::kmalloc`]), which refills, zeroes,
+    /// charges and reports as usual.
+    #[inline(always)]
+    pub fn kmalloc_fast(&self, cpu: CpuRef<'_>, size: usize) -> Option<NonNull<u8>> {
+        let s = &self.kmalloc.set(0)[crate::kmalloc::kmalloc_index(size)?];
+        self.slub().alloc_fast(cpu, s)
+    }
+
+    /// kfree's fast path alone (see [`crate::slab::Slub::free_fast`]): true when `p`
+    /// went onto `cpu`'s main sheaf; false sends the caller to [`Kmem::kfree`].
+    ///
+    /// # Safety
+    /// As [`Kmem::kfree`] when it returns true.
+    #[inline(always)]
+    pub unsafe fn kfree_fast(&self, cpu: CpuRef<'_>, p: *mut u8) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.slub().free_fast(cpu, p) }
+    }
+
     /// `kmalloc_node`: as [`Kmem::kmalloc`], on node `nid` if given.
     #[inline]
     pub fn kmalloc_node(

@@ -82,15 +82,21 @@ impl<P: Platform> PageAllocator<P> {
     /// paths (`virt_to_head_page`).
     #[inline]
     pub(crate) fn virt_to_page_any(&self, addr: *const u8) -> Option<NonNull<Page>> {
-        let off = (addr as usize).wrapping_sub(self.base.load(Ordering::Relaxed));
+        let base = self.base.load(Ordering::Relaxed);
+        let off = (addr as usize).wrapping_sub(base);
         if off >= self.span_len.load(Ordering::Relaxed) {
             return None;
         }
-        let pfn = off >> PAGE_SHIFT;
-        if !self.sections[pfn >> PFN_SECTION_SHIFT].online() {
+        // SAFETY: `span_len` is at most MAX_SECTIONS sections (set once by `init`,
+        // which clamps it), so the offset's section index is in the table.
+        let section = unsafe { self.sections.get_unchecked(off >> SECTION_SHIFT) };
+        if !section.online() {
             return None;
         }
-        NonNull::new(self.pfn_to_page_raw(pfn))
+        // The descriptor: in the section's memmap, at the section's start.
+        let page = base + (off & !(SECTION_SIZE - 1));
+        let idx = (off >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
+        NonNull::new((page as *mut Page).wrapping_add(idx))
     }
 
     /// The head page of the slab (or compound block) holding `addr` (`virt_to_slab`,

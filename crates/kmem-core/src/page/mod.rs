@@ -148,7 +148,9 @@ pub struct PageAllocator<P: Platform> {
     /// Sections the span holds, the last one possibly partial (bounded by
     /// [`MAX_SECTIONS`]).
     nr_span_sections: AtomicUsize,
-    /// The span's length in bytes: whole pages, ending inside the last section.
+    /// The span's length in bytes: whole pages, ending inside the last section, at
+    /// most `MAX_SECTIONS` sections (`init` clamps it, and `virt_to_page_any` relies on
+    /// it to index the section table unchecked).
     span_len: AtomicUsize,
     nr_nodes: AtomicUsize,
     max_pages: AtomicUsize,

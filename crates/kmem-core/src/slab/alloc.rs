@@ -77,7 +77,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 }
             }
             // kmem_cache_alloc_node with a node bypasses the sheaves.
-            Some(_) if cfg.fast != FastPath::CpuSlab => self.alloc_nocpu(s, gfp, nid)?,
+            Some(_) if cfg.fast != FastPath::CpuSlab => self.alloc_node_bypass(s, gfp, nid)?,
             Some(c) => self.slab_alloc_slow(c, s, gfp, nid)?,
             None => self.alloc_nocpu(s, gfp, nid)?,
         };
@@ -268,6 +268,21 @@ impl<'a, P: Platform> Slub<'a, P> {
         Slab::of(sr).set_state(SlabState::new(END_OFFSET, cfg.objects as u64, true));
         Slab::of(sr).set_frozen_by(cpu_tag(c));
         Some(self.take_first(cc, cfg, self.slab_base(slab) + cfg.red_left))
+    }
+
+    /// `kmem_cache_alloc_node` with a node in the sheaves design: from that node's
+    /// partial slabs or a new slab there; elsewhere only when the node has no memory
+    /// and the caller did not ask for `__GFP_THISNODE`.
+    #[cold]
+    #[inline(never)]
+    fn alloc_node_bypass(&self, s: &KmemCache, gfp: Gfp, nid: Option<usize>) -> Option<usize> {
+        self.alloc_nocpu(s, gfp | Gfp::THISNODE, nid).or_else(|| {
+            if gfp.contains(Gfp::THISNODE) {
+                None
+            } else {
+                self.alloc_nocpu(s, gfp, None)
+            }
+        })
     }
 
     pub(super) fn pages_local_node(&self, c: CpuRef<'_>) -> usize {

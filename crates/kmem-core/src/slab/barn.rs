@@ -107,6 +107,11 @@ impl BarnLists {
         Ok(())
     }
 
+    /// The heads of the full and the empty list (for a census under the lock).
+    pub fn heads(&self) -> [*mut SlabSheaf; 2] {
+        [self.full, self.empty]
+    }
+
     /// Takes every sheaf (shrinking): the full list and the empty list.
     pub fn take_all(&mut self) -> (*mut SlabSheaf, *mut SlabSheaf) {
         self.nr_full = 0;

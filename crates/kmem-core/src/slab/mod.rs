@@ -57,6 +57,8 @@
 //! | `alloc.rs`, `free.rs` | the fast paths and their slow paths |
 //! | `new_slab.rs`, `partial.rs`, `cpu_partial.rs` | making and discarding slabs; node partial lists; CPU partial slabs, deactivation, flushing |
 //! | `lockless.rs` | per-CPU mode's lockless fast paths |
+//! | `sheaf.rs`, `barn.rs` | the sheaves design: per-CPU main and spare sheaves, their slow paths, thread exit; the per-node barns |
+//! | `refill.rs`, `prefill.rs`, `census.rs` | sheaves to and from slabs (bulk refill and flush); prefilled sheaves; a census of where free objects wait |
 //! | `bulk.rs`, `accounting.rs` | bulk alloc/free; the [`Accounting`] interface |
 //! | `debug.rs`, `report.rs`, `slabinfo.rs` | slub_debug; reports; slabinfo, slabtop, statistics files |
 //!
@@ -84,6 +86,7 @@ pub mod barn;
 mod bulk;
 pub(crate) mod cache;
 mod cache_list;
+mod census;
 mod cpu;
 mod cpu_partial;
 pub mod debug;
@@ -108,6 +111,7 @@ pub use accounting::{has_obj_exts, Accounting, NoAccounting};
 pub use alloc::post_alloc_init;
 pub use cache::{KmemCache, KmemCacheNode};
 pub use cache_list::{CacheList, DestroyError};
+pub use census::SheafCensus;
 pub use cpu::{KmemCacheCpu, PerCpuAccess, LOCKLESS_SUPPORTED};
 use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};

@@ -197,7 +197,54 @@ impl KmemCacheCpu {
     }
 }
 
-impl<P: Platform> Slub<'_, P> {
+impl<'a, P: Platform> Slub<'a, P> {
+    /// The whole fast path of an allocation from `s` for a front end that will take
+    /// the regular path ([`Slub::alloc`]) when this says `None`: the pop from the main
+    /// sheaf, nothing else (no `gfp`: no zeroing, no refill).
+    #[inline(always)]
+    pub fn alloc_fast(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
+        if s.config().fast != FastPath::Sheaf {
+            return None;
+        }
+        NonNull::new(s.cpu(c).sheaf_pop()? as *mut u8)
+    }
+
+    /// The whole fast path of a free for a front end that takes the regular path
+    /// (`kfree`) when this returns false: `p` must be the start of an object of a
+    /// sheaf cache, not charged to a memory cgroup, with room on the main sheaf and
+    /// not already its top. Checks everything `kfree` checks before it pushes;
+    /// whatever it refuses (bad pointers included) the regular path handles and
+    /// reports.
+    ///
+    /// # Safety
+    /// If `p` is one of ours, the caller owns it and gives it up when this returns
+    /// true.
+    #[inline(always)]
+    pub unsafe fn free_fast(&self, c: CpuRef<'_>, p: *mut u8) -> bool {
+        let Some(head) = self.pages.virt_to_head_page(p) else {
+            return false;
+        };
+        // SAFETY: descriptors of online sections are valid.
+        let h = unsafe { head.as_ref() };
+        if !h.flags().contains(PageFlags::SLAB)
+            || accounting::slab_obj_exts(h) & accounting::OBJ_EXTS != 0
+        {
+            return false;
+        }
+        let s = Slab::of(h).cache();
+        let cfg = s.config();
+        if cfg.fast != FastPath::Sheaf {
+            return false;
+        }
+        // The start of an object: as `lookup` checks (no red zone in sheaf caches).
+        let off = p as usize & (cfg.slab_bytes() - 1);
+        let idx = cfg.obj_to_index(off);
+        if idx * cfg.size != off || idx >= cfg.objects {
+            return false;
+        }
+        s.cpu(c).sheaf_push(p as usize).is_ok()
+    }
+
     /// The barn of `s` for the CPU area `c` (its node's).
     #[inline]
     fn barn<'s>(&self, c: CpuRef<'_>, s: &'s KmemCache) -> &'s Barn {
@@ -339,6 +386,7 @@ impl<P: Platform> Slub<'_, P> {
             let len = unsafe { &*spare }.size.load(Relaxed);
             return Main { sheaf: spare, len };
         }
+        set_size(m.sheaf, 0);
         if let Some((full, extra)) = self.barn(c, s).replace_empty(NonNull::new(m.sheaf)) {
             cc.count(SlubStat::BarnGet);
             if let Some(e) = extra {
@@ -391,6 +439,13 @@ impl<P: Platform> Slub<'_, P> {
             }
         }
         let mut m = self.take_main(c, cfg, cc);
+        // A double free of the top of the main sheaf as it is (before a full one is
+        // replaced).
+        // SAFETY: slot `len - 1` of our main sheaf, or its capacity word when empty.
+        if !m.sheaf.is_null() && unsafe { *slot(m.sheaf, m.len.wrapping_sub(1)) } == obj {
+            self.install_main(cc, m);
+            return self.double_free_at(s, obj);
+        }
         if m.sheaf.is_null() || m.len >= m.cap() {
             m = self.replace_full_main(c, s, m);
             if m.sheaf.is_null() {
@@ -399,11 +454,6 @@ impl<P: Platform> Slub<'_, P> {
                 // SAFETY: forwarded from the caller.
                 return unsafe { self.free_to_slab(Some(c), s, obj) };
             }
-        }
-        // SAFETY: slot `len - 1` of our main sheaf (its capacity word when empty).
-        if unsafe { *slot(m.sheaf, m.len.wrapping_sub(1)) } == obj {
-            self.install_main(cc, m);
-            return self.double_free_at(s, obj);
         }
         // SAFETY: the main sheaf is ours and has room.
         unsafe { *slot(m.sheaf, m.len) = obj };

@@ -107,11 +107,33 @@ pub fn kmem(sections: usize, config: Config) -> &'static Kmem<TestPlatform> {
     kmem_with(sections, config, None)
 }
 
+/// As [`kmem`], in the slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`), for tests
+/// of that design's own behaviour (CPU slabs, their statistics and freelist order).
+#[allow(dead_code)]
+pub fn kmem_cpu_slab(sections: usize, config: Config) -> &'static Kmem<TestPlatform> {
+    kmem_design(sections, config, None, kmem_core::slab::SlubDesign::CpuSlab)
+}
+
 /// As [`kmem`], with a debug policy (slub_debug flags by cache name) set first.
 pub fn kmem_with(
     sections: usize,
     config: Config,
     policy: Option<fn(&str) -> kmem_core::SlabFlags>,
+) -> &'static Kmem<TestPlatform> {
+    kmem_design(
+        sections,
+        config,
+        policy,
+        kmem_core::slab::SlubDesign::Sheaves,
+    )
+}
+
+/// A fresh allocator in the given per-CPU design, with an optional debug policy.
+pub fn kmem_design(
+    sections: usize,
+    config: Config,
+    policy: Option<fn(&str) -> kmem_core::SlabFlags>,
+    design: kmem_core::slab::SlubDesign,
 ) -> &'static Kmem<TestPlatform> {
     let (base, len) = span(sections);
     let platform = TestPlatform {
@@ -119,6 +141,7 @@ pub fn kmem_with(
         ..TestPlatform::new()
     };
     let k: &'static Kmem<TestPlatform> = Box::leak(Box::new(Kmem::new(platform)));
+    k.set_slub_design(design);
     // SAFETY: the span is ours alone and nobody else uses the allocator yet.
     unsafe { k.init(base, len, config, 2) }.unwrap();
     k

@@ -2,11 +2,13 @@
 //! `kcalloc`, `krealloc`, `ksize`, `kfree`, each charged to (or uncharging) the
 //! thread's active memory cgroup.
 //!
-//! Fast paths: with a thread area (thread mode, attached) straight to the core with
-//! that area; otherwise through the per-CPU fallback (`percpu`). No lock of its own:
+//! Fast paths: one thread-local load (`thread::fast_cpu`); with the thread's area
+//! (thread mode, attached, no active memory cgroup) straight to the core with that
+//! area; otherwise, out of line, the memory cgroup's path or the per-CPU fallback
+//! (`percpu`). No lock of its own:
 //! the CPU area's rules apply (see `cpu`).
 
-use super::thread::{active_objcg, thread_cpu};
+use super::thread::{active_objcg, fast_cpu, thread_cpu};
 use super::Heap;
 use kmem_core::memcontrol::ObjCgroup;
 use kmem_core::slab::ObjectLookup;
@@ -19,6 +21,17 @@ impl Heap {
     /// Charged to the thread's active memory cgroup, if it has one.
     #[inline(always)]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        match fast_cpu() {
+            Some(c) => self.kmem.kmalloc(Some(c), size, gfp),
+            None => self.kmalloc_other(size, gfp),
+        }
+    }
+
+    /// [`Heap::kmalloc`] when the thread's fast word is 0: under an active memory
+    /// cgroup, in per-CPU mode, or before the thread has its area. Not `#[cold]`: it
+    /// is per-CPU mode's fast path.
+    #[inline(never)]
+    fn kmalloc_other(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
             None => match thread_cpu() {
                 Some(c) => self.kmem.kmalloc(Some(c), size, gfp),
@@ -30,8 +43,7 @@ impl Heap {
 
     /// [`Heap::kmalloc`] without a thread area: per-CPU mode (rseq or CAS fast path,
     /// else under the CPU area's lock), a thread's first allocation, the zone path.
-    /// Not `#[cold]`: it is per-CPU mode's fast path.
-    #[inline(never)]
+    #[inline(always)]
     fn kmalloc_percpu(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         self.percpu_fallback(
             || {
@@ -96,6 +108,20 @@ impl Heap {
     /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kfree(&self, p: *mut u8) -> bool {
+        match fast_cpu() {
+            // SAFETY: forwarded from the caller.
+            Some(c) => unsafe { self.kmem.kfree(Some(c), p) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.kfree_other(p) },
+        }
+    }
+
+    /// [`Heap::kfree`] when the thread's fast word is 0 (see [`Heap::kmalloc_other`]).
+    ///
+    /// # Safety
+    /// As [`Heap::kfree`].
+    #[inline(never)]
+    unsafe fn kfree_other(&self, p: *mut u8) -> bool {
         match thread_cpu() {
             // SAFETY: forwarded from the caller.
             Some(c) => unsafe { self.kmem.kfree(Some(c), p) },
@@ -108,7 +134,7 @@ impl Heap {
     ///
     /// # Safety
     /// As [`Heap::kfree`].
-    #[inline(never)]
+    #[inline(always)]
     unsafe fn kfree_percpu(&self, p: *mut u8) -> bool {
         self.percpu_fallback(
             || match self.kmem.slub().lookup(p) {

@@ -17,14 +17,63 @@
 //! No lock of its own: the kmalloc and page paths follow the CPU area's rules (see
 //! `cpu`), huge mappings the huge list's lock, taken inside `crate::huge`.
 
-use super::thread::active_objcg;
-use super::Heap;
+use super::thread::{active_objcg, fast_cpu};
+use super::{heap, Heap, HEAP};
 use kmem_core::kmalloc::{KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE};
 use kmem_core::page::get_order;
 use kmem_core::slab::ObjectLookup;
 use kmem_core::{Gfp, Platform, MAX_ORDER, PAGE_SIZE};
 use std::alloc::Layout;
 use std::ptr;
+
+/// [`Heap::alloc`] (or, `zeroed`, [`Heap::alloc_zeroed`]) for the allocator front
+/// ends ([`crate::KmemAlloc`], `malloc`): on a thread with its fast word, a small
+/// layout is one pop from the kmalloc cache's main sheaf, without the heap's READY
+/// test (a thread has an area only once the heap is ready); everything else out of
+/// line through [`heap`].
+#[inline(always)]
+pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
+    if !zeroed && layout.align() <= 8 {
+        if let Some(c) = fast_cpu() {
+            if let Some(p) = HEAP.kmem.kmalloc_fast(c, layout.size()) {
+                return p.as_ptr();
+            }
+        }
+    }
+    alloc_layout_slow(layout, zeroed)
+}
+
+#[inline(never)]
+fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
+    heap().alloc_gfp(layout, if zeroed { Gfp::ZERO } else { Gfp::KERNEL })
+}
+
+/// [`Heap::dealloc`] for the allocator front ends: on a thread with its fast word, one
+/// push onto the main sheaf when `p` is a plain slab object (see
+/// `kmem_core::slab::Slub::free_fast`); everything else, reports included, out of
+/// line.
+///
+/// # Safety
+/// As [`Heap::dealloc`].
+#[inline(always)]
+pub unsafe fn dealloc_ptr(p: *mut u8) -> bool {
+    if let Some(c) = fast_cpu() {
+        // SAFETY: forwarded from the caller.
+        if unsafe { HEAP.kmem.kfree_fast(c, p) } {
+            return true;
+        }
+    }
+    // SAFETY: forwarded from the caller.
+    unsafe { dealloc_slow(p) }
+}
+
+/// # Safety
+/// As [`Heap::dealloc`].
+#[inline(never)]
+unsafe fn dealloc_slow(p: *mut u8) -> bool {
+    // SAFETY: forwarded from the caller.
+    unsafe { heap().dealloc(p) }
+}
 
 impl Heap {
     /// Allocates for `layout` (see the module table); null when memory runs out.
@@ -40,7 +89,7 @@ impl Heap {
     }
 
     #[inline]
-    fn alloc_gfp(&self, layout: Layout, gfp: Gfp) -> *mut u8 {
+    pub(crate) fn alloc_gfp(&self, layout: Layout, gfp: Gfp) -> *mut u8 {
         let size = layout.size();
         if layout.align() <= 8 && size <= KMALLOC_MAX_CACHE_SIZE {
             return match self.kmalloc(size, gfp) {

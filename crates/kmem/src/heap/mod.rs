@@ -44,6 +44,7 @@ mod report;
 mod slab;
 mod thread;
 
+pub use layout::{alloc_layout, dealloc_ptr};
 pub use percpu::set_percpu_mode;
 pub use platform::HeapPlatform;
 pub(crate) use thread::{restore_active_objcg, set_active_objcg};

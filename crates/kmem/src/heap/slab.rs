@@ -7,7 +7,7 @@
 //! (`percpu`). No lock of its own: the CPU area's rules apply (see `cpu`).
 
 use super::percpu::zero_if_asked;
-use super::thread::{active_objcg, thread_cpu};
+use super::thread::{active_objcg, fast_cpu, thread_cpu};
 use super::{Heap, HEAP};
 use kmem_core::memcontrol::ObjCgroup;
 use kmem_core::slab::DestroyError;
@@ -55,6 +55,15 @@ impl Heap {
     /// `kmem_cache_alloc`, charged to the thread's active memory cgroup if any.
     #[inline]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        match fast_cpu() {
+            Some(c) => self.kmem.slub().alloc(Some(c), s, gfp),
+            None => self.kmem_cache_alloc_other(s, gfp),
+        }
+    }
+
+    /// [`Heap::kmem_cache_alloc`] when the thread's fast word is 0 (see `kmalloc`).
+    #[inline(never)]
+    fn kmem_cache_alloc_other(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
             None => match thread_cpu() {
                 Some(c) => self.kmem.slub().alloc(Some(c), s, gfp),
@@ -65,7 +74,7 @@ impl Heap {
     }
 
     /// [`Heap::kmem_cache_alloc`] without a thread area (see `Heap::kmalloc_percpu`).
-    #[inline(never)]
+    #[inline(always)]
     fn kmem_cache_alloc_percpu(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         self.percpu_fallback(
             || self.rseq_alloc(s, gfp).map(Some),
@@ -97,6 +106,20 @@ impl Heap {
     /// If `p` is an object of `s`, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
+        match fast_cpu() {
+            // SAFETY: forwarded from the caller.
+            Some(c) => unsafe { self.kmem.kmem_cache_free(Some(c), s, p) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe { self.kmem_cache_free_other(s, p) },
+        }
+    }
+
+    /// [`Heap::kmem_cache_free`] when the thread's fast word is 0.
+    ///
+    /// # Safety
+    /// As [`Heap::kmem_cache_free`].
+    #[inline(never)]
+    unsafe fn kmem_cache_free_other(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
         match thread_cpu() {
             // SAFETY: forwarded from the caller.
             Some(c) => unsafe { self.kmem.kmem_cache_free(Some(c), s, p) },
@@ -109,7 +132,7 @@ impl Heap {
     ///
     /// # Safety
     /// As [`Heap::kmem_cache_free`].
-    #[inline(never)]
+    #[inline(always)]
     unsafe fn kmem_cache_free_percpu(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
         self.percpu_fallback(
             || match self.kmem.slub().lookup(p.as_ptr()) {

@@ -13,11 +13,15 @@
 //! destructor ran: later allocations by other destructors use the zone path), or the
 //! area's address.
 //!
+//! The fast paths read none of these: they read one word, `platform::fast_tls`, which
+//! holds the area when the thread may use it directly (attached, no active memory
+//! cgroup) and 0 otherwise; every change of the slots above recomputes it.
+//!
 //! Locking: none. An area in a thread's slot is that thread's alone until the slot
 //! stops naming it (exit or [`Heap::detach_thread`]).
 
 use super::{Heap, HEAP, MODE_THREAD, READY};
-use crate::platform::os;
+use crate::platform::{fast_tls, os};
 use kmem_core::memcontrol::ObjCgroup;
 use kmem_core::{CpuArea, CpuRef, Platform};
 use std::cell::Cell;
@@ -36,6 +40,25 @@ thread_local! {
     /// The thread's active memory cgroup (`set_active_memcg`): the address of its
     /// objcg, or 0 (allocations are not charged).
     static ACTIVE_OBJCG: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Recomputes the thread's fast word (`platform::fast_tls`): its area when it may use
+/// it straight away — attached, no active memory cgroup — else 0, which sends every
+/// operation to the paths that look at the other slots.
+fn refresh_fast() {
+    let a = slot();
+    let fast = is_area(a) && ACTIVE_OBJCG.with(Cell::get) == 0;
+    fast_tls::set(if fast { a } else { 0 });
+}
+
+/// The fast paths' test: the thread's own CPU area, if it may use it without looking
+/// further (one thread-local load; a non-zero value also means the heap is READY).
+#[inline(always)]
+pub(crate) fn fast_cpu() -> Option<CpuRef<'static>> {
+    let v = fast_tls::get();
+    // SAFETY: a non-zero fast word is an area this thread owns (set from its area slot
+    // by `refresh_fast`, cleared before the area is given up); areas live forever.
+    (v != 0).then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
 }
 
 /// The thread's area slot (see the module doc).
@@ -65,6 +88,7 @@ pub(super) fn set_held_area(area: usize) {
 /// Marks this thread as the one initialising the heap (or clears the mark).
 pub(super) fn mark_initialising(on: bool) {
     THIS_AREA.with(|a| a.set(if on { ATTACHING } else { 0 }));
+    refresh_fast();
 }
 
 /// Whether this thread is initialising the heap (a nested call must not wait for it).
@@ -94,12 +118,15 @@ pub(crate) fn active_objcg() -> Option<&'static ObjCgroup> {
 /// Makes `objcg` the thread's active one (`set_active_memcg`); returns the previous.
 pub(crate) fn set_active_objcg(objcg: Option<&ObjCgroup>) -> usize {
     let v = objcg.map_or(0, |o| o as *const ObjCgroup as usize);
-    ACTIVE_OBJCG.with(|a| a.replace(v))
+    let prev = ACTIVE_OBJCG.with(|a| a.replace(v));
+    refresh_fast();
+    prev
 }
 
 /// Restores a value returned by [`set_active_objcg`].
 pub(crate) fn restore_active_objcg(prev: usize) {
     ACTIVE_OBJCG.with(|a| a.set(prev));
+    refresh_fast();
 }
 
 /// Creates the thread-exit key (initialisation); false if there is none to be had.
@@ -116,6 +143,7 @@ pub(super) fn create_exit_key(heap: &Heap) -> bool {
 /// The pthread key destructor: the thread's CPU goes offline.
 extern "C" fn thread_exit(value: *mut c_void) {
     THIS_AREA.with(|a| a.set(EXITED));
+    refresh_fast();
     if value.is_null() {
         return;
     }
@@ -144,6 +172,7 @@ impl Heap {
         // the zone path.)
         os::thread_key_set(self.exit_key.load(Ordering::Relaxed), ptr);
         THIS_AREA.with(|a| a.set(ptr as usize));
+        refresh_fast();
         // SAFETY: we own the area now.
         Some(unsafe { CpuRef::new(area) })
     }
@@ -157,6 +186,7 @@ impl Heap {
         }
         let v = slot();
         THIS_AREA.with(|a| a.set(EXITED));
+        refresh_fast();
         if is_area(v) {
             // Clearing the value stops the destructor from running for an area we
             // give back here.

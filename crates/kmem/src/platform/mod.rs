@@ -6,6 +6,7 @@
 //!   randomness, stack traces), `getcpu`, sysfs nodes, glibc's rseq registration,
 //!   stderr writers;
 //! - [`rseq`]: the restartable sequences of per-CPU mode (x86_64);
+//! - `fast_tls`: the fast paths' one thread-local word (initial-exec TLS on x86_64);
 //! - `own_code`: where kmem's own functions lie in a program that links it (for
 //!   slub_debug's tracks);
 //! - `os`: thin wrappers over the other C library calls the crate needs (environment,
@@ -14,6 +15,7 @@
 //! No locks; nothing here allocates through the heap (kmem may be the process's
 //! malloc).
 
+pub(crate) mod fast_tls;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "linux")]

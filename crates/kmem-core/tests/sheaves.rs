@@ -1,0 +1,403 @@
+//! The sheaves design: every object in exactly one place (handed out, one sheaf slot,
+//! or one slab freelist) after random operations, CPU flushes, thread exits (areas
+//! given back) and shrinks; the barn's exchanges; the prefill API; the double free on
+//! a sheaf's top; hardening on refill; statistics; node allocation bypassing sheaves.
+
+mod common;
+
+use common::{config, kmem, pattern, Rng};
+use kmem_core::slab::{FastPath, SlubDesign, SlubStat};
+use kmem_core::{CpuRef, Gfp, KmemCache, SlabFlags};
+use proptest::prelude::*;
+use std::collections::HashSet;
+use std::ptr::NonNull;
+
+type K = kmem_core::Kmem<common::TestPlatform>;
+
+fn stat(k: &K, s: &KmemCache, item: SlubStat) -> u64 {
+    s.stat_sum(k.pages.cpu_areas().iter(), item)
+}
+
+/// Checks the census of `s`: free objects (sheaves, barns, slab freelists) and `live`
+/// are disjoint, all objects of `s`, and together every object of its slabs.
+fn check_census(k: &K, s: &KmemCache, areas: &[CpuRef<'_>], live: &HashSet<usize>) {
+    let mut free = HashSet::new();
+    let mut twice = None;
+    let c = k.slub().census(s, areas, |o| {
+        if !free.insert(o) && twice.is_none() {
+            twice = Some(o);
+        }
+    });
+    assert_eq!(
+        c.foreign, None,
+        "a slot or link that is no object of the cache"
+    );
+    assert_eq!(twice, None, "an object waits in two places");
+    assert!(free.is_disjoint(live), "a handed-out object is also free");
+    assert_eq!(
+        live.len() + free.len(),
+        c.total,
+        "objects lost: {c:?}, {} live",
+        live.len()
+    );
+}
+
+#[derive(Clone, Debug)]
+enum Op {
+    Alloc {
+        cpu: usize,
+        n: usize,
+    },
+    Free {
+        cpu: usize,
+        n: usize,
+        seed: u64,
+    },
+    Flush {
+        cpu: usize,
+    },
+    /// The area's thread exits (the area goes back to the pool) and a new one comes.
+    Exit {
+        cpu: usize,
+    },
+    Shrink,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => (0..2usize, 1..300usize).prop_map(|(cpu, n)| Op::Alloc { cpu, n }),
+        4 => (0..2usize, 1..300usize, any::<u64>()).prop_map(|(cpu, n, seed)| Op::Free { cpu, n, seed }),
+        1 => (0..2usize).prop_map(|cpu| Op::Flush { cpu }),
+        1 => (0..2usize).prop_map(|cpu| Op::Exit { cpu }),
+        1 => Just(Op::Shrink),
+    ]
+}
+
+fn run(ops: Vec<Op>) {
+    let k = kmem(4, config(1, 0));
+    let mut areas = [
+        k.pages.cpu_area_get(0).unwrap(),
+        k.pages.cpu_area_get(0).unwrap(),
+    ];
+    // SAFETY (every `CpuRef::new` below): the test owns both areas, one at a time.
+    let cpu = |a| Some(unsafe { CpuRef::new(a) });
+    let s = k
+        .kmem_cache_create(cpu(areas[0]), "census-48", 48, 8, SlabFlags::empty(), None)
+        .unwrap();
+    assert_eq!(s.config().fast, FastPath::Sheaf);
+    let mut live: Vec<usize> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Alloc { cpu: i, n } => {
+                for _ in 0..n {
+                    let p = k.slub().alloc(cpu(areas[i]), s, Gfp::KERNEL).unwrap();
+                    let p = p.as_ptr() as usize;
+                    // SAFETY: ours, 48 bytes.
+                    unsafe { (p as *mut u64).write(pattern(p)) };
+                    live.push(p);
+                }
+            }
+            Op::Free { cpu: i, n, seed } => {
+                let mut r = Rng(seed | 1);
+                for _ in 0..n.min(live.len()) {
+                    let p = live.swap_remove(r.next() as usize % live.len());
+                    // SAFETY: still ours.
+                    assert_eq!(unsafe { (p as *const u64).read() }, pattern(p));
+                    // SAFETY: ours, given up.
+                    let ok = unsafe {
+                        k.slub()
+                            .free(cpu(areas[i]), s, NonNull::new(p as *mut u8).unwrap())
+                    };
+                    assert!(ok);
+                }
+            }
+            Op::Flush { cpu: i } => {
+                // SAFETY: owned.
+                k.slub()
+                    .flush_cpu_cache(unsafe { CpuRef::new(areas[i]) }, s);
+            }
+            Op::Exit { cpu: i } => {
+                // SAFETY: owned; not used again (replaced just below).
+                unsafe { k.pages.cpu_area_put(areas[i]) };
+                areas[i] = k.pages.cpu_area_get(0).unwrap();
+            }
+            Op::Shrink => {
+                k.shrink_all(None);
+            }
+        }
+        // SAFETY: owned.
+        let refs = [unsafe { CpuRef::new(areas[0]) }, unsafe {
+            CpuRef::new(areas[1])
+        }];
+        check_census(k, s, &refs, &live.iter().copied().collect());
+    }
+    assert!(
+        k.pages.platform().take_log().is_empty(),
+        "no reports for valid use"
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_object_is_in_exactly_one_place(ops in prop::collection::vec(op(), 1..60)) {
+        run(ops);
+    }
+}
+
+#[test]
+fn a_thread_exit_hands_its_sheaves_to_the_barn_and_the_next_thread_takes_them() {
+    let k = kmem(2, config(1, 0));
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this test.
+    let ca = Some(unsafe { CpuRef::new(a) });
+    let s = k
+        .kmem_cache_create(ca, "exit-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let cap = s.config().sheaf_capacity;
+    assert!(cap >= 4, "capacity {cap}");
+    let objs: Vec<_> = (0..3 * cap)
+        .map(|_| k.slub().alloc(ca, s, Gfp::KERNEL).unwrap())
+        .collect();
+    for &p in &objs {
+        // SAFETY: ours.
+        unsafe { k.slub().free(ca, s, p) };
+    }
+    let slabs_before = s.nr_slabs(0);
+    // SAFETY: owned; the thread "exits".
+    unsafe { k.pages.cpu_area_put(a) };
+    let census = k.slub().census(s, &[], |_| {});
+    assert!(
+        census.in_barns >= 2 * cap,
+        "sheaves went to the barn: {census:?}"
+    );
+    assert_eq!(s.nr_slabs(0), slabs_before, "no slab was unfrozen or freed");
+    // A new thread allocates: from the barn's full sheaves, no refill from slabs.
+    let b = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned.
+    let cb = Some(unsafe { CpuRef::new(b) });
+    let refills = stat(k, s, SlubStat::SheafRefill);
+    let again: HashSet<usize> = (0..2 * cap)
+        .map(|_| k.slub().alloc(cb, s, Gfp::KERNEL).unwrap().as_ptr() as usize)
+        .collect();
+    assert_eq!(again.len(), 2 * cap);
+    assert!(again
+        .iter()
+        .all(|p| objs.iter().any(|o| o.as_ptr() as usize == *p)));
+    assert!(stat(k, s, SlubStat::BarnGet) >= 1);
+    assert_eq!(
+        stat(k, s, SlubStat::SheafRefill),
+        refills,
+        "served by the barn"
+    );
+    for p in again {
+        // SAFETY: ours.
+        unsafe { k.slub().free(cb, s, NonNull::new(p as *mut u8).unwrap()) };
+    }
+    // Shrinking flushes the barns to the slabs and gives the pages back.
+    // SAFETY: owned.
+    unsafe { k.pages.cpu_area_put(b) };
+    k.shrink_all(None);
+    assert_eq!(s.nr_slabs(0), 0);
+    assert_eq!(k.slub().census(s, &[], |_| {}).barn_sheaves, 0);
+}
+
+#[test]
+fn prefilled_sheaves_guarantee_their_objects() {
+    let k = kmem(2, config(1, 0));
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this test.
+    let c = Some(unsafe { CpuRef::new(a) });
+    let s = k
+        .kmem_cache_create(c, "prefill-32", 32, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let debug = k
+        .kmem_cache_create(
+            c,
+            "prefill-dbg",
+            32,
+            8,
+            SlabFlags::RED_ZONE | SlabFlags::POISON,
+            None,
+        )
+        .unwrap();
+    assert_eq!(
+        debug.config().fast,
+        FastPath::CpuSlab,
+        "debug caches keep off sheaves"
+    );
+    let cap = s.config().sheaf_capacity;
+    for (cache, n) in [(s, 10), (s, cap), (s, 3 * cap + 1), (debug, 7)] {
+        let sheaf = k.slub().prefill_sheaf(c, cache, Gfp::KERNEL, n).unwrap();
+        assert!(k.slub().sheaf_size(sheaf) >= n);
+        let mut got = HashSet::new();
+        for _ in 0..n {
+            // SAFETY: a prefilled sheaf of `cache`, not returned yet.
+            let p = unsafe { k.slub().alloc_from_sheaf(cache, Gfp::ZERO, sheaf) }.unwrap();
+            // SAFETY: ours, 32 bytes, zeroed on request.
+            assert_eq!(unsafe { *(p.as_ptr() as *const [u8; 32]) }, [0; 32]);
+            assert!(got.insert(p.as_ptr() as usize), "handed out twice");
+        }
+        // SAFETY: ours; the rest goes back with the sheaf.
+        unsafe { k.slub().return_sheaf(c, cache, sheaf) };
+        for p in got {
+            // SAFETY: ours.
+            assert!(unsafe { k.slub().free(c, cache, NonNull::new(p as *mut u8).unwrap()) });
+        }
+    }
+    // A refill tops a sheaf up; a larger one swaps it for a bigger sheaf.
+    let mut sheaf = k.slub().prefill_sheaf(c, s, Gfp::KERNEL, 2).unwrap();
+    // SAFETY: ours.
+    unsafe {
+        let one = k.slub().alloc_from_sheaf(s, Gfp::KERNEL, sheaf).unwrap();
+        assert!(k.slub().free(c, s, one));
+        assert!(k
+            .slub()
+            .refill_prefilled_sheaf(c, s, Gfp::KERNEL, &mut sheaf, cap));
+        assert!(k.slub().sheaf_size(sheaf) >= cap);
+        assert!(k
+            .slub()
+            .refill_prefilled_sheaf(c, s, Gfp::KERNEL, &mut sheaf, 2 * cap));
+        assert!(k.slub().sheaf_size(sheaf) >= 2 * cap);
+        k.slub().return_sheaf(c, s, sheaf);
+    }
+    assert!(stat(k, s, SlubStat::SheafPrefillOversize) >= 2);
+    assert!(stat(k, s, SlubStat::SheafReturnFast) + stat(k, s, SlubStat::SheafReturnSlow) >= 4);
+    // Everything is accounted for, and goes back.
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(a) }];
+    check_census(k, s, &refs, &HashSet::new());
+    k.shrink_all(c);
+    assert_eq!(s.nr_slabs(0), 0);
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+#[test]
+fn a_double_free_on_the_sheaf_top_is_caught() {
+    let k = kmem(2, config(1, 0));
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this test.
+    let c = Some(unsafe { CpuRef::new(a) });
+    let p = k.kmalloc(c, 40, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: ours.
+    assert!(unsafe { k.kfree(c, p) });
+    // SAFETY: the bug under test.
+    assert!(!unsafe { k.kfree(c, p) }, "refused");
+    let log = k.pages.platform().take_log();
+    assert!(
+        log.contains("BUG kmalloc-64 (Not tainted): Object already free"),
+        "{log}"
+    );
+    // Only once in the sheaf: handed out once.
+    let x = k.kmalloc(c, 40, Gfp::KERNEL).unwrap().as_ptr();
+    let y = k.kmalloc(c, 40, Gfp::KERNEL).unwrap().as_ptr();
+    assert_eq!(x, p);
+    assert_ne!(y, p);
+}
+
+#[test]
+fn refill_never_follows_a_corrupted_free_pointer() {
+    let k = kmem(2, config(1, 0));
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this test.
+    let c = Some(unsafe { CpuRef::new(a) });
+    let s = k
+        .kmem_cache_create(c, "hard-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let cfg = *s.config();
+    // Objects back on a slab's freelist: allocate a slab's worth, free, flush, shrink
+    // the barn (not the slab: it stays partial while one object is held).
+    let objs: Vec<_> = (0..cfg.objects)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    let keep = objs[0];
+    for &p in &objs[1..] {
+        // SAFETY: ours.
+        unsafe { k.slub().free(c, s, p) };
+    }
+    // SAFETY: owned.
+    k.slub().flush_cpu_cache(unsafe { CpuRef::new(a) }, s);
+    k.slub().shrink_barns(c, s);
+    // Overwrite the free pointer of every free object (a use-after-free write).
+    let mut free = Vec::new();
+    k.slub().census(s, &[], |o| free.push(o));
+    assert!(free.len() > 4);
+    for &o in &free {
+        // SAFETY: the bug under test: a free object's free pointer word.
+        unsafe { ((o + cfg.offset) as *mut usize).write(0x4141_4141_4141) };
+    }
+    let mut seen = HashSet::new();
+    for _ in 0..3 * cfg.objects {
+        let p = k.slub().alloc(c, s, Gfp::KERNEL).unwrap().as_ptr() as usize;
+        assert!(
+            k.pages.virt_to_page(p as *const u8).is_some(),
+            "a wild pointer came out"
+        );
+        assert!(seen.insert(p), "handed out twice");
+    }
+    let l = k.pages.platform().take_log();
+    assert!(
+        l.contains("BUG hard-64 (Not tainted): Freepointer corrupt"),
+        "{l}"
+    );
+    let _ = keep;
+}
+
+#[test]
+fn statistics_per_object_only_when_asked_and_node_allocations_bypass_sheaves() {
+    let k = kmem(4, config(2, 0));
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this test.
+    let c = Some(unsafe { CpuRef::new(a) });
+    let plain = k
+        .kmem_cache_create(c, "plain-32", 32, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let counted = k
+        .kmem_cache_create(c, "counted-32", 32, 8, SlabFlags::STATS, None)
+        .unwrap();
+    assert_eq!(plain.config().fast, FastPath::Sheaf);
+    assert_eq!(counted.config().fast, FastPath::SheafCounted);
+    for s in [plain, counted] {
+        for _ in 0..100 {
+            let p = k.slub().alloc(c, s, Gfp::KERNEL).unwrap();
+            // SAFETY: ours.
+            unsafe { k.slub().free(c, s, p) };
+        }
+    }
+    assert_eq!(stat(k, counted, SlubStat::AllocCpuSheaf), 100);
+    assert_eq!(stat(k, counted, SlubStat::FreeCpuSheaf), 100);
+    assert!(
+        stat(k, plain, SlubStat::AllocCpuSheaf) < 100,
+        "counted per sheaf only"
+    );
+    // kmem_cache_alloc_node with a node: from that node's slabs, not the sheaf.
+    let p = k.slub().alloc_node(c, plain, Gfp::KERNEL, Some(1)).unwrap();
+    let nid = k
+        .pages
+        .page_to_nid(k.pages.virt_to_page(p.as_ptr()).unwrap());
+    assert_eq!(nid, 1);
+    // SAFETY: ours.
+    unsafe { k.slub().free(c, plain, p) };
+}
+
+#[test]
+fn the_cpu_slab_design_stays_selectable() {
+    let k = common::kmem_design(2, config(1, 0), None, SlubDesign::CpuSlab);
+    assert_eq!(k.slub_design(), SlubDesign::CpuSlab);
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this test.
+    let c = Some(unsafe { CpuRef::new(a) });
+    let s = k
+        .kmem_cache_create(c, "old-32", 32, 8, SlabFlags::empty(), None)
+        .unwrap();
+    assert_eq!(
+        (s.config().fast, s.config().sheaf_capacity),
+        (FastPath::CpuSlab, 0)
+    );
+    let p = k.slub().alloc(c, s, Gfp::KERNEL).unwrap();
+    // SAFETY: ours.
+    unsafe { k.slub().free(c, s, p) };
+    assert!(stat(k, s, SlubStat::AllocFastpath) + stat(k, s, SlubStat::AllocSlowpath) >= 1);
+    assert_eq!(stat(k, s, SlubStat::SheafRefill), 0);
+}
