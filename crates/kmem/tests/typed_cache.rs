@@ -78,10 +78,11 @@ fn constructed_objects_keep_their_state() {
     let per_slab = cache.raw().config().objects;
     let mut o = cache.alloc_constructed().unwrap();
     assert_eq!(*o, [7; 16], "as the constructor built it");
-    assert_eq!(
-        BUILT.load(Ordering::Relaxed),
-        per_slab,
-        "once per object of the new slab"
+    // A sheaf may be refilled from more than one new slab.
+    let built = BUILT.load(Ordering::Relaxed);
+    assert!(
+        built >= per_slab && built % per_slab == 0,
+        "once per object of each new slab: {built} built, {per_slab} per slab"
     );
     o[0] = 99;
     let addr = &*o as *const [u32; 16] as usize;
@@ -92,7 +93,7 @@ fn constructed_objects_keep_their_state() {
     assert_eq!(again[0], 99);
     assert_eq!(
         BUILT.load(Ordering::Relaxed),
-        per_slab,
+        built,
         "no new constructor calls"
     );
     drop(again);

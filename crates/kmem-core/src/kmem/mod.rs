@@ -94,13 +94,17 @@ impl<P: Platform> Kmem<P> {
             .cache(bytes, crate::gfp::Gfp::KERNEL)
             .map_or(0, |c| c as *const KmemCache as usize);
         cfg.cpu_partial_slabs = 0;
-        cfg.fast = if cfg.flags.contains(SlabFlags::STATS) {
+        cfg.fast = if cfg.access == PerCpuAccess::Rseq {
+            // The platform's sequences pop and push (no per-object statistics).
+            FastPath::SheafRseq
+        } else if cfg.flags.contains(SlabFlags::STATS) {
             FastPath::SheafCounted
         } else {
             FastPath::Sheaf
         };
-        // The lock holder works on sheaves with plain loads and stores: the lockless
-        // paths of the CPU-slab design (CAS, rseq freelists) find nothing to do.
+        // The lock holder works on sheaves with plain loads and stores (after taking
+        // the main sheaf with rseq): the lockless paths of the CPU-slab design (CAS,
+        // rseq freelists) find nothing to do.
         cfg.access = PerCpuAccess::Owned;
     }
 

@@ -34,6 +34,12 @@ pub struct KmemCacheCpu {
     pub(super) stat: [AtomicU64; NR_SLUB_STAT],
 }
 
+/// Offset of the main sheaf's `count | capacity << 32` word in a [`KmemCacheCpu`] (for
+/// the platform's restartable sequences).
+pub const SHEAF_LEN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, sheaf_len);
+/// Offset of the main sheaf pointer in a [`KmemCacheCpu`].
+pub const SHEAF_MAIN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, main);
+
 /// How the per-CPU freelists of shared CPU areas are reached (set once, before the
 /// allocator starts; every cache gets it in its [`CacheConfig::access`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -112,7 +112,9 @@ pub use alloc::post_alloc_init;
 pub use cache::{KmemCache, KmemCacheNode};
 pub use cache_list::{CacheList, DestroyError};
 pub use census::SheafCensus;
-pub use cpu::{KmemCacheCpu, PerCpuAccess, LOCKLESS_SUPPORTED};
+pub use cpu::{
+    KmemCacheCpu, PerCpuAccess, LOCKLESS_SUPPORTED, SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET,
+};
 use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};
 pub use layout::{calculate_order, CacheConfig, Ctor};

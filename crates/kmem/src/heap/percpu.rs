@@ -275,13 +275,20 @@ impl Heap {
                 return None;
             }
             let rseq = crate::platform::rseq::area()?;
-            // SAFETY: `rseq` is this thread's registered area; the table has
-            // MAX_CPU_IDS entries, null or CPU areas holding every cache's
+            // For both sequences: `rseq` is this thread's registered area; the table
+            // has MAX_CPU_IDS entries, null or CPU areas holding every cache's
             // `kmem_cache_cpu` at its offset; the caches run with `rseq` set (so the
             // slab layer changes a CPU freelist only by committing on that CPU, or
             // while it is empty).
-            let obj =
-                unsafe { crate::platform::rseq::pop(rseq, self.cpu_table.as_ptr().cast(), cfg) };
+            let table = self.cpu_table.as_ptr().cast();
+            let obj = if cfg.fast == kmem_core::slab::FastPath::SheafRseq {
+                // SAFETY: as above, for the sheaves design: the lock holder changes a
+                // CPU's main sheaf only after taking its word on that CPU.
+                unsafe { crate::platform::rseq::sheaf_pop(rseq, table, cfg) }
+            } else {
+                // SAFETY: as above.
+                unsafe { crate::platform::rseq::pop(rseq, table, cfg) }
+            };
             Some(zero_if_asked(s, gfp, NonNull::new(obj as *mut u8)?))
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
@@ -315,8 +322,15 @@ impl Heap {
             let area = rseq::area()?;
             let obj = p as usize;
             let base = obj & !(cfg.slab_bytes() - 1);
-            // SAFETY: as in `rseq_alloc`; the object is the caller's to give up.
-            match unsafe { rseq::push(area, self.cpu_table.as_ptr().cast(), cfg, obj, base) } {
+            let table = self.cpu_table.as_ptr().cast();
+            let pushed = if cfg.fast == kmem_core::slab::FastPath::SheafRseq {
+                // SAFETY: as in `rseq_alloc`; the object is the caller's to give up.
+                unsafe { rseq::sheaf_push(area, table, cfg, obj) }
+            } else {
+                // SAFETY: as in `rseq_alloc`; the object is the caller's to give up.
+                unsafe { rseq::push(area, table, cfg, obj, base) }
+            };
+            match pushed {
                 Pushed::Done => Some(true),
                 Pushed::AtHead => Some(self.kmem.slub().double_free(s, slab, obj)),
                 Pushed::No => None,

@@ -13,6 +13,9 @@
 //!   lies in the slab; commit `freelist = next`;
 //! - [`push`]: if `freelist` is in the object's slab (the CPU slab), write the
 //!   object's encoded free pointer and commit `freelist = obj`;
+//! - [`sheaf_pop`], [`sheaf_push`] (sheaves design): on the CPU's main sheaf, whose
+//!   `count | capacity << 32` word sits in the `kmem_cache_cpu`: read the word, read
+//!   or write the slot, commit the word less or plus one;
 //! - [`take_on`]: on CPU `cpu` only, commit `freelist = 0` and return the old value
 //!   (how the slab layer's lock holder takes a CPU freelist; see the rules in kmem-core's `slab` module).
 //!
@@ -27,7 +30,8 @@
 //! commit on that CPU, or work on it while it is empty) is the callers' contract.
 //! [`on_cpu`] changes the calling thread's affinity for the length of a call.
 
-use kmem_core::slab::CacheConfig;
+use kmem_core::slab::sheaf::SHEAF_HEADER;
+use kmem_core::slab::{CacheConfig, SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET};
 use std::mem::offset_of;
 
 /// A critical section's start: arm `rseq->rseq_cs` (offset 8) with the descriptor at
@@ -237,6 +241,127 @@ pub unsafe fn push(
             cc = out(reg) _,
             cur = out(reg) _,
             at = out(reg) _,
+            options(nostack),
+        );
+    }
+    match res {
+        1 => Pushed::Done,
+        2 => Pushed::AtHead,
+        _ => Pushed::No,
+    }
+}
+
+/// Pops an object from the main sheaf of the cache `cfg` on the CPU the thread runs
+/// on (sheaves design); 0 when there is none (no area for the CPU yet, or the sheaf is
+/// empty or taken by the lock holder: its word is 0).
+///
+/// # Safety
+/// `rseq` is the calling thread's registered `struct rseq`; `table` has
+/// [`TABLE_LEN`] entries, each null or a CPU area in which `cfg.cpu_offset` holds the
+/// cache's `kmem_cache_cpu`, and `cfg` is that cache's live config with
+/// `FastPath::SheafRseq` (no other context changes a CPU's main sheaf except by
+/// committing on that CPU, or after taking its word).
+#[inline]
+pub unsafe fn sheaf_pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
+    let obj: usize;
+    // SAFETY: the caller's contract. Inside the section every load is from the CPU
+    // table, the area's `kmem_cache_cpu`, or slot `count - 1` of the CPU's main sheaf
+    // (a non-zero word means the sheaf has `count` objects); the commit is the store
+    // of the word, the last instruction before label 22. Inputs are never written.
+    unsafe {
+        std::arch::asm!(
+            rseq_arm!(),
+            rseq_this_cpu!(),
+            "mov {w}, qword ptr [{cc} + {off_len}]",
+            "mov {n:e}, {w:e}",
+            "test {n:e}, {n:e}",
+            "jz 25f",
+            "mov {m}, qword ptr [{cc} + {off_main}]",
+            "mov {obj}, qword ptr [{m} + {n} * 8 + {hdr} - 8]",
+            "dec {w}",
+            "mov qword ptr [{cc} + {off_len}], {w}",
+            "22:",
+            "jmp 26f",
+            "25:",
+            "xor {obj:e}, {obj:e}",
+            "26:",
+            rseq_descriptor!(),
+            rseq = in(reg) rseq,
+            table = in(reg) table,
+            cfg = in(reg) cfg as *const CacheConfig,
+            len = const TABLE_LEN,
+            off_cpu = const offset_of!(CacheConfig, cpu_offset),
+            off_len = const SHEAF_LEN_OFFSET,
+            off_main = const SHEAF_MAIN_OFFSET,
+            hdr = const SHEAF_HEADER,
+            obj = out(reg) obj,
+            t = out(reg) _,
+            cc = out(reg) _,
+            w = out(reg) _,
+            n = out(reg) _,
+            m = out(reg) _,
+            options(nostack),
+        );
+    }
+    obj
+}
+
+/// Pushes `obj` (an object of the cache `cfg`, owned by the caller) onto the main
+/// sheaf of the CPU the thread runs on, if it has room. `AtHead`: `obj` is already the
+/// sheaf's top (a double free; not done).
+///
+/// # Safety
+/// As [`sheaf_pop`]; `obj` is the start of an object of the cache, and the caller
+/// gives it up.
+#[inline]
+pub unsafe fn sheaf_push(rseq: *mut u8, table: *const u8, cfg: &CacheConfig, obj: usize) -> Pushed {
+    let res: usize;
+    // SAFETY: the caller's contract. A non-zero word means a main sheaf with `count`
+    // objects and `capacity` slots; the slot store is beyond the committed count (a
+    // restart leaves it unused), and the commit is the store of the word, the last
+    // instruction before label 22. Slot `count - 1` of an empty sheaf is its capacity
+    // word, never an object. Inputs are never written.
+    unsafe {
+        std::arch::asm!(
+            rseq_arm!(),
+            rseq_this_cpu!(),
+            "mov {w}, qword ptr [{cc} + {off_len}]",
+            "mov {n:e}, {w:e}",
+            "mov {t}, {w}",
+            "shr {t}, 32",
+            "cmp {n}, {t}",
+            "jae 25f",
+            "mov {m}, qword ptr [{cc} + {off_main}]",
+            "cmp qword ptr [{m} + {n} * 8 + {hdr} - 8], {obj}",
+            "je 27f",
+            "mov qword ptr [{m} + {n} * 8 + {hdr}], {obj}",
+            "inc {w}",
+            "mov qword ptr [{cc} + {off_len}], {w}",
+            "22:",
+            "mov {res:e}, 1",
+            "jmp 26f",
+            "27:",
+            "mov {res:e}, 2",
+            "jmp 26f",
+            "25:",
+            "xor {res:e}, {res:e}",
+            "26:",
+            rseq_descriptor!(),
+            rseq = in(reg) rseq,
+            table = in(reg) table,
+            cfg = in(reg) cfg as *const CacheConfig,
+            obj = in(reg) obj,
+            len = const TABLE_LEN,
+            off_cpu = const offset_of!(CacheConfig, cpu_offset),
+            off_len = const SHEAF_LEN_OFFSET,
+            off_main = const SHEAF_MAIN_OFFSET,
+            hdr = const SHEAF_HEADER,
+            res = out(reg) res,
+            t = out(reg) _,
+            cc = out(reg) _,
+            w = out(reg) _,
+            n = out(reg) _,
+            m = out(reg) _,
             options(nostack),
         );
     }
