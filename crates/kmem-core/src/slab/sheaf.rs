@@ -60,6 +60,14 @@ pub struct SlabSheaf {
     pub(super) capacity: AtomicUsize,
 }
 
+impl SlabSheaf {
+    /// The next sheaf on the barn list this one is on (for walking lists taken out of
+    /// a barn with [`super::barn::BarnLists::take_all`]).
+    pub fn next_in_list(&self) -> *mut SlabSheaf {
+        self.next.load(Relaxed)
+    }
+}
+
 /// Bytes of a sheaf before its first slot.
 pub const SHEAF_HEADER: usize = core::mem::size_of::<SlabSheaf>();
 

@@ -1,0 +1,326 @@
+//! loom models of what the sheaves design relies on (`slab/sheaf.rs`, `slab/barn.rs`):
+//!
+//! 1. The main sheaf under restartable sequences (`cpu-rseq`): sections on a CPU pop
+//!    and push by reading the CPU's `count | capacity << 32` word, reading or writing a
+//!    slot, and committing the word; the area's lock holder, which may run on another
+//!    CPU, first *takes* the word (a section on that CPU that stores 0), then works on
+//!    the sheaves with plain accesses, then *installs* the main pointer and the word
+//!    (Release). A section is atomic against everything else on its CPU (the kernel
+//!    restarts it when preempted), modelled as a lock that sections and the take hold;
+//!    the lock holder's work and install run outside it. The slots are loom cells, so
+//!    a slot read that is not ordered after the lock holder's writes is a reported
+//!    race: the sections must read the word with Acquire (a plain load on x86).
+//! 2. The barn: kmem-core's own `BarnLists` under a lock, with CPUs exchanging full
+//!    and empty sheaves and a shrinker taking everything; a sheaf's objects, written
+//!    before it is put in the barn, are read by whoever takes it out.
+//!
+//! Each model checks that every object ends up exactly once: held by a context, in a
+//! sheaf's counted slots, or back in the slabs.
+
+use kmem_core::slab::barn::BarnLists;
+use kmem_core::slab::sheaf::SHEAF_HEADER;
+use kmem_core::slab::SlabSheaf;
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use loom::sync::{Arc, Mutex};
+use loom::thread;
+use std::ptr::NonNull;
+
+const CAP: usize = 2;
+const OBJECTS: usize = 4;
+
+/// Sheaf `i`'s slots.
+struct Slots([UnsafeCell<usize>; CAP]);
+
+impl Slots {
+    fn new() -> Self {
+        Slots([UnsafeCell::new(0), UnsafeCell::new(0)])
+    }
+    fn get(&self, i: usize) -> usize {
+        self.0[i].with(|p| unsafe { *p })
+    }
+    fn set(&self, i: usize, v: usize) {
+        self.0[i].with_mut(|p| unsafe { *p = v });
+    }
+}
+
+/// One CPU's sheaves: sheaf 0 starts as main with objects 1 and 2; sheaf 1 is the
+/// spare, empty; objects 3 and 4 are in the "slabs".
+struct Cpu {
+    word: AtomicU64,
+    main: AtomicUsize,
+    /// Only the lock holder touches it.
+    spare: AtomicUsize,
+    sheaves: [Slots; 2],
+    /// What runs on this CPU runs alone (a section, or the take).
+    on_cpu: Mutex<()>,
+    /// The area's local lock: one lock holder at a time.
+    local_lock: Mutex<()>,
+    slabs: Mutex<Vec<usize>>,
+}
+
+fn w(count: usize) -> u64 {
+    count as u64 | (CAP as u64) << 32
+}
+
+impl Cpu {
+    fn new() -> Self {
+        let c = Cpu {
+            word: AtomicU64::new(w(2)),
+            main: AtomicUsize::new(0),
+            spare: AtomicUsize::new(1),
+            sheaves: [Slots::new(), Slots::new()],
+            on_cpu: Mutex::new(()),
+            local_lock: Mutex::new(()),
+            slabs: Mutex::new(vec![3, 4]),
+        };
+        c.sheaves[0].set(0, 1);
+        c.sheaves[0].set(1, 2);
+        c
+    }
+
+    /// `rseq::sheaf_pop`.
+    fn pop(&self) -> Option<usize> {
+        let _cpu = self.on_cpu.lock().unwrap();
+        let wv = self.word.load(Ordering::Acquire);
+        let n = wv as u32 as usize;
+        if n == 0 {
+            return None;
+        }
+        let m = self.main.load(Ordering::Relaxed);
+        let obj = self.sheaves[m].get(n - 1);
+        self.word.store(wv - 1, Ordering::Relaxed);
+        Some(obj)
+    }
+
+    /// `rseq::sheaf_push`.
+    fn push(&self, obj: usize) -> bool {
+        let _cpu = self.on_cpu.lock().unwrap();
+        let wv = self.word.load(Ordering::Acquire);
+        let n = wv as u32 as usize;
+        if n >= (wv >> 32) as usize {
+            return false;
+        }
+        let m = self.main.load(Ordering::Relaxed);
+        assert_ne!(n.checked_sub(1).map(|i| self.sheaves[m].get(i)), Some(obj));
+        self.sheaves[m].set(n, obj);
+        self.word.store(wv + 1, Ordering::Relaxed);
+        true
+    }
+
+    /// The lock holder's allocation slow path (`sheaf_alloc`): take the word, then
+    /// swap with a spare that has objects or refill the main sheaf from the slabs,
+    /// pop one, install.
+    fn alloc_slow(&self) -> Option<usize> {
+        let _l = self.local_lock.lock().unwrap();
+        let taken = {
+            let _cpu = self.on_cpu.lock().unwrap();
+            let v = self.word.load(Ordering::Relaxed);
+            self.word.store(0, Ordering::Relaxed);
+            v
+        };
+        let (mut m, mut n) = (self.main.load(Ordering::Relaxed), taken as u32 as usize);
+        if n == 0 {
+            // The spare's count is known to the lock holder (here: refill it).
+            let spare = self.spare.load(Ordering::Relaxed);
+            let mut slabs = self.slabs.lock().unwrap();
+            let mut k = 0;
+            while k < CAP {
+                let Some(o) = slabs.pop() else { break };
+                self.sheaves[spare].set(k, o);
+                k += 1;
+            }
+            drop(slabs);
+            self.spare.store(m, Ordering::Relaxed);
+            (m, n) = (spare, k);
+        }
+        let obj = (n > 0).then(|| {
+            n -= 1;
+            self.sheaves[m].get(n)
+        });
+        self.main.store(m, Ordering::Relaxed);
+        self.word.store(w(n), Ordering::Release);
+        obj
+    }
+
+    /// The lock holder's free slow path (`sheaf_free` when the main sheaf is full):
+    /// take, flush the main sheaf to the slabs, push, install.
+    fn free_slow(&self, obj: usize) {
+        let _l = self.local_lock.lock().unwrap();
+        let taken = {
+            let _cpu = self.on_cpu.lock().unwrap();
+            let v = self.word.load(Ordering::Relaxed);
+            self.word.store(0, Ordering::Relaxed);
+            v
+        };
+        let m = self.main.load(Ordering::Relaxed);
+        let mut n = taken as u32 as usize;
+        if n >= CAP {
+            let mut slabs = self.slabs.lock().unwrap();
+            for i in 0..n {
+                slabs.push(self.sheaves[m].get(i));
+            }
+            n = 0;
+        }
+        self.sheaves[m].set(n, obj);
+        self.word.store(w(n + 1), Ordering::Release);
+    }
+
+    /// Every object once: held, in the main sheaf's counted slots, or in the slabs.
+    fn check(&self, held: &[usize]) {
+        let wv = self.word.load(Ordering::Acquire);
+        let m = self.main.load(Ordering::Relaxed);
+        let mut all: Vec<usize> = held.to_vec();
+        all.extend((0..wv as u32 as usize).map(|i| self.sheaves[m].get(i)));
+        all.extend(self.slabs.lock().unwrap().iter().copied());
+        all.sort();
+        assert_eq!(all, (1..=OBJECTS).collect::<Vec<_>>(), "lost or doubled");
+    }
+}
+
+fn alloc(c: &Cpu) -> Option<usize> {
+    c.pop().or_else(|| c.alloc_slow())
+}
+
+fn free(c: &Cpu, o: usize) {
+    if !c.push(o) {
+        c.free_slow(o);
+    }
+}
+
+#[test]
+fn rseq_sections_and_the_lock_holder_keep_every_object_once() {
+    loom::model(|| {
+        let cpu = Arc::new(Cpu::new());
+        // A thread that allocates three objects (emptying the main sheaf, so the slow
+        // path refills) and frees one, against one that frees into a full sheaf.
+        let c1 = cpu.clone();
+        let t1 = thread::spawn(move || {
+            let mut held = Vec::new();
+            for _ in 0..3 {
+                held.extend(alloc(&c1));
+            }
+            let back = held.pop();
+            if let Some(o) = back {
+                free(&c1, o);
+            }
+            held
+        });
+        let c2 = cpu.clone();
+        let t2 = thread::spawn(move || {
+            let mut held: Vec<usize> = alloc(&c2).into_iter().collect();
+            if let Some(o) = held.pop() {
+                free(&c2, o);
+            }
+            held
+        });
+        let mut held = t1.join().unwrap();
+        held.extend(t2.join().unwrap());
+        cpu.check(&held);
+    });
+}
+
+/// A sheaf for the barn model: a zeroed header (a valid empty sheaf: all its fields
+/// are atomics and null pointers) whose objects live in a loom cell beside it.
+struct ModelSheaf {
+    header: NonNull<SlabSheaf>,
+    objects: UnsafeCell<Vec<usize>>,
+}
+
+// SAFETY: the header is only reached through the barn's lists under the model's lock
+// (or after the threads joined); the objects through the loom cell.
+unsafe impl Send for ModelSheaf {}
+// SAFETY: as above.
+unsafe impl Sync for ModelSheaf {}
+
+impl ModelSheaf {
+    fn new(objects: Vec<usize>) -> Self {
+        let raw = Box::into_raw(Box::new([0u64; SHEAF_HEADER / 8]));
+        ModelSheaf {
+            // SAFETY: from Box::into_raw, never null.
+            header: unsafe { NonNull::new_unchecked(raw) }.cast(),
+            objects: UnsafeCell::new(objects),
+        }
+    }
+    fn ptr(&self) -> NonNull<SlabSheaf> {
+        self.header
+    }
+}
+
+impl Drop for ModelSheaf {
+    fn drop(&mut self) {
+        // SAFETY: made by Box::into_raw in `new`, freed once.
+        drop(unsafe { Box::from_raw(self.header.as_ptr().cast::<[u64; SHEAF_HEADER / 8]>()) });
+    }
+}
+
+#[test]
+fn the_barn_exchanges_sheaves_without_losing_one() {
+    assert_eq!(SHEAF_HEADER % 8, 0);
+    loom::model(|| {
+        // Three sheaves: 0 (CPU A's main; A fills it with objects 1 and 2 below), 1
+        // full (object 3, in the barn), 2 empty (CPU B's main).
+        let sheaves = Arc::new([
+            ModelSheaf::new(vec![]),
+            ModelSheaf::new(vec![3]),
+            ModelSheaf::new(vec![]),
+        ]);
+        let which = {
+            let s = sheaves.clone();
+            move |p: NonNull<SlabSheaf>| (0..3).find(|&i| s[i].ptr() == p).unwrap()
+        };
+        let barn = Arc::new(Mutex::new(BarnLists::new()));
+        barn.lock().unwrap().put_full(sheaves[1].ptr()).unwrap();
+        // CPU A: its main sheaf (0) is full: hand it in for an empty one.
+        let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
+        let a = thread::spawn(move || {
+            // Written before the put, read by whoever takes the sheaf out.
+            s[0].objects.with_mut(|v| unsafe { (*v).extend([1, 2]) });
+            let mut l = b.lock().unwrap();
+            l.put_full(s[0].ptr()).unwrap();
+            l.get_empty().map(&wh)
+        });
+        // CPU B: its main sheaf (2) is empty: exchange it for a full one.
+        let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
+        let bt = thread::spawn(move || {
+            let mut l = b.lock().unwrap();
+            let full = l.get_full();
+            if full.is_some() {
+                l.put_empty(s[2].ptr()).unwrap();
+            }
+            drop(l);
+            full.map(|f| {
+                let i = wh(f);
+                // Reading what the putter wrote.
+                let n = s[i].objects.with(|v| unsafe { (*v).len() });
+                (i, n)
+            })
+        });
+        let got_a = a.join().unwrap();
+        let got_b = bt.join().unwrap();
+        // Where each sheaf is now: A's hands, B's hands, or the barn.
+        let mut places = vec![0usize; 3];
+        if let Some(i) = got_a {
+            places[i] += 1;
+        }
+        match got_b {
+            Some((i, n)) => {
+                places[i] += 1;
+                assert_eq!(n, [2, 1, 0][i], "the sheaf's objects came with it");
+            }
+            None => places[2] += 1, // B kept its empty sheaf
+        }
+        let (mut full, mut empty) = barn.lock().unwrap().take_all();
+        let mut in_barn = 0;
+        for head in [&mut full, &mut empty] {
+            while let Some(p) = NonNull::new(*head) {
+                places[which(p)] += 1;
+                in_barn += 1;
+                // SAFETY: the model's sheaves are live; the lists are ours now.
+                *head = unsafe { p.as_ref() }.next_in_list();
+            }
+        }
+        assert!(in_barn >= 1);
+        assert_eq!(places, [1, 1, 1], "every sheaf in exactly one place");
+    });
+}
