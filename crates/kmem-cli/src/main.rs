@@ -48,11 +48,11 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         plot: Option<PathBuf>,
     },
-    /// A benchmark child of the `percpu` suites (measures in this process's
-    /// `KMEM_PERCPU` mode, prints JSON rows).
+    /// A benchmark child: measures kmem in this process's configuration
+    /// (`KMEM_PERCPU`, `KMEM_SLUB`) and prints JSON rows.
     #[command(hide = true)]
     BenchChild {
-        /// `times` or `held`.
+        /// `times`, `held` (the `percpu` suites), `workloads`, `cache` or `slab`.
         what: String,
         #[arg(long)]
         quick: bool,
@@ -69,7 +69,7 @@ fn main() -> ExitCode {
     });
     match command {
         Command::Run { stats, cmd } => run::run(stats, &cmd),
-        Command::BenchChild { what, quick } => match bench::percpu::child_main(&what, quick) {
+        Command::BenchChild { what, quick } => match bench::child::child_main(&what, quick) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("kmem bench-child: {e}");

@@ -9,8 +9,12 @@
 //! - `cross_thread_free`: one thread allocates 64-byte objects, another frees them
 //!   (op `elem`: wall time per object).
 //!
-//! Peers run the same loops with the same sizes through GlobalAlloc.
+//! Peers run the same loops with the same sizes through GlobalAlloc. `kmem-cpu-slab`
+//! is kmem in the slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`): the same loops
+//! on kmem's caches in a child process (`kmem bench-child cache`), since the design is
+//! fixed when the heap starts and this process's `kmem` runs sheaves.
 
+use super::child::{self, Child, KMEM_CPU_SLAB};
 use super::peers::Peer;
 use super::{BenchResult, Ctx, Suite};
 use kmem::{heap, Gfp, RawKmemCache as KmemCache, SlabFlags};
@@ -27,8 +31,19 @@ pub const SUITE: Suite = Suite {
 const OBJ: usize = 256;
 const N: usize = 256;
 
+/// kmem's part, run in a child in the CPU-slab design.
+pub const CHILD: Child = Child {
+    what: "cache",
+    measure: |ctx| measure(ctx, &[Who::Kmem(cache(OBJ))]),
+    steps: |_| BENCHES,
+};
+
+/// Measurements per allocator.
+const BENCHES: u64 = 4;
+
 fn steps(_quick: bool) -> u64 {
-    4 * 4
+    // kmem, kmem-cpu-slab and the peers.
+    BENCHES * (2 + Peer::ALL.len() as u64)
 }
 
 /// The allocator of one run: kmem's cache or a peer.
@@ -85,14 +100,23 @@ fn cache(size: usize) -> &'static KmemCache {
     unsafe { &*(p as *const KmemCache) }
 }
 
+/// kmem and the peers in this process, then kmem in the CPU-slab design (a child),
+/// beside kmem.
 fn run(ctx: &Ctx) -> Vec<BenchResult> {
-    let mut out = Vec::new();
-    let loops: u64 = if ctx.quick { 200_000 } else { 2_000_000 };
     let who: Vec<Who> = std::iter::once(Who::Kmem(cache(OBJ)))
         .chain(Peer::ALL.iter().map(|&p| Who::Peer(p)))
         .collect();
+    let mut out = measure(ctx, &who);
+    out.extend(child::cpu_slab(ctx, &CHILD));
+    child::beside_kmem(out)
+}
+
+/// Every bench with each of `who`.
+fn measure(ctx: &Ctx, who: &[Who]) -> Vec<BenchResult> {
+    let mut out = Vec::new();
+    let loops: u64 = if ctx.quick { 200_000 } else { 2_000_000 };
     let layout = Layout::from_size_align(OBJ, 8).unwrap();
-    for &w in &who {
+    for &w in who {
         ctx.status(format!("cache {}", w.name()));
         let t = ctx.measure(loops, |n| reuse(w, layout, n));
         out.push(BenchResult::time(
@@ -195,7 +219,8 @@ fn cross_thread(w: Who, layout: Layout, n: u64) {
     });
 }
 
-/// time_bench's lines for each allocator.
+/// time_bench's lines for each allocator; kmem against system and mimalloc, and the
+/// CPU-slab design against kmem.
 fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::from("\n");
@@ -233,5 +258,66 @@ fn report_lines(results: &[BenchResult]) -> String {
             k / m
         );
     }
+    let ratios: Vec<String> = [
+        "fastpath_reuse",
+        "n_pattern",
+        "fastpath_reuse_2t",
+        "cross_thread_free",
+    ]
+    .iter()
+    .filter_map(|&b| {
+        let (c, k) = (ns(b, KMEM_CPU_SLAB)?, ns(b, "kmem")?);
+        Some(format!("{b} {:.2}", c / k))
+    })
+    .collect();
+    if !ratios.is_empty() {
+        let _ = writeln!(
+            out,
+            "{KMEM_CPU_SLAB}/kmem (above 1: sheaves faster): {}",
+            ratios.join("  ")
+        );
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Timing;
+    use super::*;
+
+    #[test]
+    fn report_compares_the_cpu_slab_design_with_kmem_only() {
+        let t = |ns| Timing {
+            ns,
+            cycles: Some(ns * 2.0),
+            ops: 1,
+        };
+        let results = child::beside_kmem(vec![
+            BenchResult::time("fastpath_reuse", "kmem", 256, "pair", t(10.0)),
+            BenchResult::time("fastpath_reuse", "system", 256, "pair", t(20.0)),
+            BenchResult::time("fastpath_reuse", "mimalloc", 256, "pair", t(8.0)),
+            BenchResult::time("fastpath_reuse", KMEM_CPU_SLAB, 256, "pair", t(12.0)),
+            BenchResult::time("n_pattern", "kmem", 256, "elem", t(4.0)),
+            BenchResult::time("n_pattern", KMEM_CPU_SLAB, 256, "elem", t(6.0)),
+        ]);
+        let r = report_lines(&results);
+        let types: Vec<&str> = r.lines().filter(|l| l.starts_with("Type:")).collect();
+        assert_eq!(
+            types[..3],
+            [
+                "Type:kmem fastpath reuse Per elem: 20 cycles(tsc) 10.000 ns",
+                "Type:kmem alloc+free N-pattern Per elem: 8 cycles(tsc) 4.000 ns",
+                "Type:kmem-cpu-slab fastpath reuse Per elem: 24 cycles(tsc) 12.000 ns",
+            ]
+        );
+        assert!(r.contains(
+            "fastpath_reuse: kmem 10.00 ns, system 20.00 ns (2.00x), mimalloc 8.00 ns (kmem/mimalloc 1.25)\n"
+        ), "{r}");
+        assert!(
+            r.ends_with(
+                "kmem-cpu-slab/kmem (above 1: sheaves faster): fastpath_reuse 1.20  n_pattern 1.50\n"
+            ),
+            "{r}"
+        );
+    }
 }

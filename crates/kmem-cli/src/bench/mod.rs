@@ -10,14 +10,19 @@
 //! - [`progress`]: the progress bar on stderr;
 //! - [`slab_test`]: Christoph Lameter's slab_test, shared by the `slab` and `debug`
 //!   suites;
-//! - [`peers`]: the allocators kmem is compared with.
+//! - [`peers`]: the allocators kmem is compared with;
+//! - [`child`]: a suite's kmem part run in a child process, in another configuration
+//!   (`percpu`'s modes and designs; `kmem-cpu-slab`, the CPU-slab design, in
+//!   `workloads`, `cache` and `slab`).
 //!
 //! The suites, a module each: `page`, `slab`, `cache`, `debug`, `memcg`, `percpu` (with
 //! `percpu_memory`), `slabinfo`, `global`, `workloads`, `preload`. A suite is a
 //! [`Suite`] value listed in [`SUITES`]; it measures through [`Ctx`] and returns
-//! [`BenchResult`]s.
+//! [`BenchResult`]s. A suite's part that runs in a child process is a [`Child`] value
+//! listed in [`CHILDREN`].
 
 pub mod cache;
+pub mod child;
 pub mod debug;
 pub mod global;
 pub mod memcg;
@@ -35,6 +40,7 @@ pub mod table;
 pub mod timing;
 pub mod workloads;
 
+pub use child::Child;
 pub use record::BenchResult;
 pub use slab_test::{slab_test_lines, SlabTestNames};
 pub use timing::{Ctx, Timing};
@@ -67,6 +73,16 @@ pub const SUITES: &[Suite] = &[
     global::SUITE,
     workloads::SUITE,
     preload::SUITE,
+];
+
+/// The suites' parts that run in a benchmark child, by the name `kmem bench-child`
+/// takes.
+pub const CHILDREN: &[Child] = &[
+    percpu::TIMES,
+    percpu::HELD,
+    workloads::CHILD,
+    cache::CHILD,
+    slab::CHILD,
 ];
 
 /// The suites named (all when none is named), in the order named.

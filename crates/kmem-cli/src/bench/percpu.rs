@@ -1,11 +1,16 @@
-//! Suites `percpu` and `percpu_memory`: kmem in each per-CPU mode.
+//! Suites `percpu` and `percpu_memory`: kmem in each per-CPU mode, in both designs of
+//! the slab layer.
 //!
-//! The mode is fixed when the heap starts, so each mode runs in a child process
-//! (`kmem bench-child …` with `KMEM_PERCPU` set) that prints its figures as JSON; the
-//! parent labels them with the mode (`thread`: a CPU area per thread; `cpu-rseq`: a
-//! CPU area per CPU, alloc/free fast paths in restartable sequences, the rest under
-//! the area's local lock; `cpu-cas`: the same with a double-word CAS instead of rseq;
-//! `cpu-lock`: a CPU area per CPU, everything under its lock).
+//! The mode and the design are fixed when the heap starts, so each pair runs in a
+//! child process (`kmem bench-child …` with `KMEM_PERCPU` and `KMEM_SLUB` set, see
+//! [`child`]) that prints its figures as JSON; the parent labels them with the mode
+//! (`thread`: a CPU area per thread; `cpu-rseq`: a CPU area per CPU, alloc/free fast
+//! paths in restartable sequences, the rest under the area's local lock; `cpu-cas`:
+//! the same with a double-word CAS instead of rseq; `cpu-lock`: a CPU area per CPU,
+//! everything under its lock). The modes in the default design, per-CPU sheaves and
+//! per-node barns (`KMEM_SLUB=sheaves`), keep these names; in the CPU-slab design
+//! (`KMEM_SLUB=cpu-slab`: the CPU slab with `tid` and the double-word CAS) they are
+//! `thread/cpu-slab`, `cpu-rseq/cpu-slab`, `cpu-cas/cpu-slab`, `cpu-lock/cpu-slab`.
 //!
 //! - `percpu`: `fastpath_reuse` (alloc+free of one 256-byte object of a kmem_cache,
 //!   op `pair`), `fastpath_reuse_2t` (the same on 2 threads, param 2), `kmalloc_kfree`
@@ -14,95 +19,87 @@
 //! - `percpu_memory`, bench `held_after_threads`: N threads (param: 2, 64, 512) each
 //!   allocate and free a working set (objects of 16 B … 2 KiB and some pages) and wait;
 //!   with all of them alive, the bytes held by per-CPU caches — CPU areas, per-CPU
-//!   page lists, CPU slabs and CPU partial slabs (op `held`).
+//!   page lists, CPU slabs and CPU partial slabs, sheaves and the objects in them
+//!   (op `held`).
+//!
+//! The reports compare, in each design, the per-CPU modes with thread mode, then the
+//! CPU-slab design with sheaves mode by mode.
 
+use super::child::{self, Child, DESIGNS};
 use super::{BenchResult, Ctx, Suite, Timing};
 use kmem::{heap, Gfp, SlabFlags};
 use std::sync::{mpsc, Barrier};
 
 pub const SUITE: Suite = Suite {
     name: "percpu",
-    steps: |_| MODES.len() as u64,
+    steps: |quick| runs() * (TIMES.steps)(quick),
     run: run_times,
     report_lines: times_lines,
 };
 
 pub const MEMORY: Suite = Suite {
     name: "percpu_memory",
-    steps: |_| MODES.len() as u64,
+    steps: |quick| runs() * (HELD.steps)(quick),
     run: run_memory,
     report_lines: memory_lines,
+};
+
+/// The child of `percpu`: its five measurements.
+pub const TIMES: Child = Child {
+    what: "times",
+    measure: times,
+    steps: |_| 5,
+};
+
+/// The child of `percpu_memory`.
+pub const HELD: Child = Child {
+    what: "held",
+    measure: |_| held(),
+    steps: |_| 1,
 };
 
 /// The modes, as `KMEM_PERCPU` spells them.
 const MODES: [&str; 4] = ["thread", "cpu-rseq", "cpu-cas", "cpu-lock"];
 const THREADS: [u64; 3] = [2, 64, 512];
 
-/// Runs `kmem bench-child <what>` in `mode`; its results, labelled.
-fn child(ctx: &Ctx, what: &str, mode: &str) -> Vec<BenchResult> {
-    ctx.status(format!("{what} in mode {mode}"));
-    let exe = std::env::current_exe().expect("the kmem executable");
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args(["bench-child", what]).env("KMEM_PERCPU", mode);
-    if ctx.quick {
-        cmd.arg("--quick");
-    }
-    let out = cmd.output().expect("running a benchmark child");
-    ctx.tick();
-    if !out.status.success() {
-        eprintln!(
-            "kmem bench: the {what} child in mode {mode} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return Vec::new();
-    }
-    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap_or_default();
-    rows.iter()
-        .filter_map(|r| {
-            let bench = NAMES.iter().find(|n| r["bench"] == **n)?;
-            let op = OPS.iter().find(|n| r["op"] == **n)?;
-            Some(BenchResult {
-                mode: Some(mode.to_string()),
-                ns: r["ns"].as_f64(),
-                cycles: r["cycles"].as_f64(),
-                ops: r["ops"].as_u64(),
-                bytes: r["bytes"].as_u64(),
-                ..BenchResult::bytes(bench, "kmem", r["param"].as_u64().unwrap_or(0), op, 0)
-            })
-        })
-        .collect()
+/// Children per suite: every mode in every design.
+fn runs() -> u64 {
+    (MODES.len() * DESIGNS.len()) as u64
 }
 
-const NAMES: [&str; 5] = [
-    "fastpath_reuse",
-    "fastpath_reuse_2t",
-    "kmalloc_kfree",
-    "cross_thread_free",
-    "held_after_threads",
-];
-const OPS: [&str; 3] = ["pair", "elem", "held"];
+/// The mode column's label of `mode` in `design`: the mode alone in sheaves (the
+/// default), `mode/cpu-slab` in the CPU-slab design.
+fn label(mode: &str, design: &str) -> String {
+    if design == DESIGNS[0] {
+        mode.to_string()
+    } else {
+        format!("{mode}/{design}")
+    }
+}
+
+/// Runs `child` in every design and mode; its results, labelled.
+fn each_mode(ctx: &Ctx, c: &Child) -> Vec<BenchResult> {
+    let mut out = Vec::new();
+    for design in DESIGNS {
+        for mode in MODES {
+            let label = label(mode, design);
+            let env = [("KMEM_PERCPU", mode), ("KMEM_SLUB", design)];
+            let rows = child::run(ctx, c, &env, &format!("mode {label}"));
+            out.extend(rows.into_iter().map(|r| BenchResult {
+                mode: Some(label.clone()),
+                ..r
+            }));
+        }
+    }
+    out
+}
 
 fn run_times(ctx: &Ctx) -> Vec<BenchResult> {
-    MODES.iter().flat_map(|m| child(ctx, "times", m)).collect()
+    each_mode(ctx, &TIMES)
 }
 
 fn run_memory(ctx: &Ctx) -> Vec<BenchResult> {
-    MODES.iter().flat_map(|m| child(ctx, "held", m)).collect()
-}
-
-/// The child's side: measures in this process's mode and prints the JSON rows.
-pub fn child_main(what: &str, quick: bool) -> Result<(), String> {
-    let ctx = Ctx::quiet(quick);
-    let rows = match what {
-        "times" => times(&ctx),
-        "held" => held(),
-        _ => return Err(format!("unknown child bench '{what}'")),
-    };
-    println!(
-        "{}",
-        serde_json::to_string(&rows).map_err(|e| e.to_string())?
-    );
-    Ok(())
+    each_mode(ctx, &HELD)
 }
 
 fn times(ctx: &Ctx) -> Vec<BenchResult> {
@@ -240,45 +237,184 @@ fn get<'a>(
         .find(|r| r.bench == bench && r.mode.as_deref() == Some(mode) && r.param == param)
 }
 
+/// The benches of `percpu` and their params, in report order.
+const TIMED: [(&str, u64); 5] = [
+    ("fastpath_reuse", 256),
+    ("fastpath_reuse_2t", 2),
+    ("kmalloc_kfree", 32),
+    ("kmalloc_kfree", 256),
+    ("cross_thread_free", 64),
+];
+
+/// Per design, each per-CPU mode against thread mode; then the CPU-slab design
+/// against sheaves, mode by mode.
 fn times_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ = writeln!(out, "per-CPU modes against thread mode (ns):");
-    for (bench, param) in [
-        ("fastpath_reuse", 256),
-        ("fastpath_reuse_2t", 2),
-        ("kmalloc_kfree", 32),
-        ("kmalloc_kfree", 256),
-        ("cross_thread_free", 64),
-    ] {
-        let ns = |m| get(results, bench, m, param).and_then(|r| r.ns);
-        let Some(t) = ns("thread") else { continue };
-        let _ = write!(out, "  {bench:<18} {param:>4}  thread {t:>7.2}");
-        for m in &MODES[1..] {
-            if let Some(v) = ns(m) {
-                let _ = write!(out, "  {m} {v:>7.2} ({:.2}x)", v / t);
+    let ns = |bench, param, mode: &str, design| {
+        get(results, bench, &label(mode, design), param).and_then(|r| r.ns)
+    };
+    for design in DESIGNS {
+        if design == DESIGNS[0] {
+            let _ = writeln!(out, "per-CPU modes against thread mode (ns):");
+        } else {
+            let _ = writeln!(
+                out,
+                "per-CPU modes against thread mode, {design} design (ns):"
+            );
+        }
+        for (bench, param) in TIMED {
+            let Some(t) = ns(bench, param, "thread", design) else {
+                continue;
+            };
+            let _ = write!(out, "  {bench:<18} {param:>4}  thread {t:>7.2}");
+            for m in &MODES[1..] {
+                if let Some(v) = ns(bench, param, m, design) {
+                    let _ = write!(out, "  {m} {v:>7.2} ({:.2}x)", v / t);
+                }
+            }
+            let _ = writeln!(out);
+        }
+    }
+    let (new, old) = (DESIGNS[0], DESIGNS[1]);
+    let _ = writeln!(
+        out,
+        "{old} design against {new}, each mode ({old} ns / {new} ns):"
+    );
+    for (bench, param) in TIMED {
+        let mut line = format!("  {bench:<18} {param:>4}");
+        let mut any = false;
+        for m in MODES {
+            if let (Some(n), Some(o)) = (ns(bench, param, m, new), ns(bench, param, m, old)) {
+                let _ = write!(line, "  {m} {:.2}x", o / n);
+                any = true;
             }
         }
-        let _ = writeln!(out);
+        if any {
+            let _ = writeln!(out, "{line}");
+        }
     }
     out
 }
 
+/// Per design, with N threads alive: thread mode's bytes against cpu-rseq's; then
+/// thread mode's in the CPU-slab design against sheaves.
 fn memory_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let _ = writeln!(out, "bytes held by per-CPU caches with N threads alive:");
-    for n in THREADS {
-        let b = |m| get(results, "held_after_threads", m, n).and_then(|r| r.bytes);
-        if let (Some(t), Some(c)) = (b("thread"), b("cpu-rseq")) {
+    let b = |mode: &str, design, n| {
+        get(results, "held_after_threads", &label(mode, design), n).and_then(|r| r.bytes)
+    };
+    let kib = |x: u64| x as f64 / 1024.0;
+    for design in DESIGNS {
+        if design == DESIGNS[0] {
+            let _ = writeln!(out, "bytes held by per-CPU caches with N threads alive:");
+        } else {
             let _ = writeln!(
                 out,
-                "  {n:>4} threads  thread {:>9.1} KiB  cpu-rseq {:>8.1} KiB  ({:.1}x less)",
-                t as f64 / 1024.0,
-                c as f64 / 1024.0,
-                t as f64 / c.max(1) as f64
+                "bytes held by per-CPU caches with N threads alive, {design} design:"
             );
+        }
+        for n in THREADS {
+            if let (Some(t), Some(c)) = (b("thread", design, n), b("cpu-rseq", design, n)) {
+                let _ = writeln!(
+                    out,
+                    "  {n:>4} threads  thread {:>9.1} KiB  cpu-rseq {:>8.1} KiB  ({:.1}x less)",
+                    kib(t),
+                    kib(c),
+                    t as f64 / c.max(1) as f64
+                );
+            }
+        }
+    }
+    let (new, old) = (DESIGNS[0], DESIGNS[1]);
+    let _ = writeln!(
+        out,
+        "{old} design against {new} ({old} bytes / {new} bytes):"
+    );
+    for n in THREADS {
+        let mut line = format!("  {n:>4} threads");
+        let mut any = false;
+        for m in MODES {
+            if let (Some(x), Some(o)) = (b(m, new, n), b(m, old, n)) {
+                let _ = write!(line, "  {m} {:.2}x", o as f64 / x.max(1) as f64);
+                any = true;
+            }
+        }
+        if any {
+            let _ = writeln!(out, "{line}");
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(bench: &'static str, mode: &str, param: u64, ns: f64) -> BenchResult {
+        let t = Timing {
+            ns,
+            cycles: None,
+            ops: 1,
+        };
+        BenchResult {
+            mode: Some(mode.into()),
+            ..BenchResult::time(bench, "kmem", param, "pair", t)
+        }
+    }
+
+    fn held(mode: &str, n: u64, kib: u64) -> BenchResult {
+        BenchResult {
+            mode: Some(mode.into()),
+            ..BenchResult::bytes("held_after_threads", "kmem", n, "held", kib << 10)
+        }
+    }
+
+    #[test]
+    fn modes_keep_their_names_in_sheaves_and_carry_the_design_in_cpu_slab() {
+        assert_eq!(label("cpu-rseq", "sheaves"), "cpu-rseq");
+        assert_eq!(label("cpu-rseq", "cpu-slab"), "cpu-rseq/cpu-slab");
+        assert_eq!(runs(), 8);
+        assert_eq!((SUITE.steps)(true), 40);
+        assert_eq!((MEMORY.steps)(true), 8);
+    }
+
+    #[test]
+    fn times_report_each_design_then_cpu_slab_against_sheaves() {
+        let results = [
+            row("fastpath_reuse", "thread", 256, 5.0),
+            row("fastpath_reuse", "cpu-rseq", 256, 10.0),
+            row("fastpath_reuse", "thread/cpu-slab", 256, 10.0),
+            row("fastpath_reuse", "cpu-rseq/cpu-slab", 256, 15.0),
+        ];
+        assert_eq!(
+            times_lines(&results),
+            "per-CPU modes against thread mode (ns):\n\
+             \x20 fastpath_reuse      256  thread    5.00  cpu-rseq   10.00 (2.00x)\n\
+             per-CPU modes against thread mode, cpu-slab design (ns):\n\
+             \x20 fastpath_reuse      256  thread   10.00  cpu-rseq   15.00 (1.50x)\n\
+             cpu-slab design against sheaves, each mode (cpu-slab ns / sheaves ns):\n\
+             \x20 fastpath_reuse      256  thread 2.00x  cpu-rseq 1.50x\n"
+        );
+    }
+
+    #[test]
+    fn memory_report_gives_thread_over_cpu_rseq_in_each_design() {
+        let results = [
+            held("thread", 512, 4096),
+            held("cpu-rseq", 512, 512),
+            held("thread/cpu-slab", 512, 8192),
+            held("cpu-rseq/cpu-slab", 512, 1024),
+        ];
+        assert_eq!(
+            memory_lines(&results),
+            "bytes held by per-CPU caches with N threads alive:\n\
+             \x20  512 threads  thread    4096.0 KiB  cpu-rseq    512.0 KiB  (8.0x less)\n\
+             bytes held by per-CPU caches with N threads alive, cpu-slab design:\n\
+             \x20  512 threads  thread    8192.0 KiB  cpu-rseq   1024.0 KiB  (8.0x less)\n\
+             cpu-slab design against sheaves (cpu-slab bytes / sheaves bytes):\n\
+             \x20  512 threads  thread 2.00x  cpu-rseq 2.00x\n"
+        );
+    }
 }

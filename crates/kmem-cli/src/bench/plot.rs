@@ -5,7 +5,8 @@
 //! What a suite's figures become:
 //! - the timed benches with a single row (one param, one op — `global`, `preload`,
 //!   most of `cache`) share one panel of grouped bars: each column's time divided by
-//!   the bench's baseline — mimalloc where it ran, else the fastest peer, else the
+//!   the bench's baseline — mimalloc where it ran, else the fastest peer (system,
+//!   mimalloc, jemalloc; kmem in another design is no peer), else the
 //!   first column (the reference mode) — with the baseline's own time under the bench;
 //! - a bench over three or more params gets a line chart per op (`kmalloc_then_kfree`:
 //!   one for alloc, one for free), a line per allocator (and mode);
@@ -14,6 +15,8 @@
 //! Values are shown in the unit that reads best (ns, µs, ms; B, KiB, MiB), on a log
 //! axis where they span more than 12x.
 
+use super::child::KMEM_CPU_SLAB;
+use super::peers::Peer;
 use super::record::{benches, distinct, keys, BenchResult};
 use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
@@ -182,7 +185,7 @@ fn baseline<'a>(rows: &[&'a BenchResult]) -> &'a BenchResult {
         .find(|r| r.allocator == "mimalloc")
         .or_else(|| {
             rows.iter()
-                .filter(|r| r.allocator != "kmem")
+                .filter(|r| Peer::ALL.iter().any(|p| p.name() == r.allocator))
                 .min_by(|a, b| time(a).total_cmp(&time(b)))
         })
         .unwrap_or(&rows[0])
@@ -258,14 +261,14 @@ fn absolute(title: String, bench: &str, rows: &[&BenchResult], lines: bool) -> P
     }
 }
 
-/// Columns in the same order in every chart: kmem (and its modes, in run order), then
-/// system, mimalloc, jemalloc, then anything else.
+/// Columns in the same order in every chart: kmem (and its modes, in run order), kmem
+/// in the CPU-slab design, then system, mimalloc, jemalloc, then anything else.
 fn ordered(mut columns: Vec<String>) -> Vec<String> {
     let rank = |c: &String| {
-        ["kmem", "system", "mimalloc", "jemalloc"]
+        ["kmem", KMEM_CPU_SLAB, "system", "mimalloc", "jemalloc"]
             .iter()
             .position(|a| c == a || c.starts_with(&format!("{a}[")))
-            .unwrap_or(4)
+            .unwrap_or(5)
     };
     columns.sort_by_key(rank);
     columns
@@ -328,11 +331,12 @@ fn fmt_num(v: f64) -> String {
     }
 }
 
-/// The colour of a column: fixed for the four allocators, else by its place among the
-/// suite's columns.
+/// The colour of a column: fixed for the four allocators and kmem in the CPU-slab
+/// design (kmem's, lighter), else by its place among the suite's columns.
 fn color(name: &str, columns: &[String]) -> RGBColor {
-    const FIXED: [(&str, RGBColor); 4] = [
+    const FIXED: [(&str, RGBColor); 5] = [
         ("kmem", RGBColor(31, 119, 180)),
+        (KMEM_CPU_SLAB, RGBColor(120, 180, 225)),
         ("system", RGBColor(140, 140, 140)),
         ("mimalloc", RGBColor(44, 160, 44)),
         ("jemalloc", RGBColor(255, 127, 14)),
@@ -624,6 +628,26 @@ mod tests {
         assert!(p
             .title
             .contains("relative to the baseline under each bench"));
+    }
+
+    #[test]
+    fn kmem_in_the_cpu_slab_design_is_no_baseline_and_stands_beside_kmem() {
+        let results = vec![
+            BenchResult::time("larson", "kmem", 2, "op", t(40.0)),
+            BenchResult::time("larson", "system", 2, "op", t(80.0)),
+            BenchResult::time("larson", "jemalloc", 2, "op", t(50.0)),
+            BenchResult::time("larson", KMEM_CPU_SLAB, 2, "op", t(20.0)),
+        ];
+        let p = &panels("workloads", &results)[0];
+        assert_eq!(
+            p.categories,
+            [("larson".to_string(), Some("jemalloc 50 ns".to_string()))]
+        );
+        let columns: Vec<&str> = p.series.iter().map(|(c, _)| c.as_str()).collect();
+        assert_eq!(columns, ["kmem", KMEM_CPU_SLAB, "system", "jemalloc"]);
+        assert_eq!(p.series[1].1, [Some(0.4)]);
+        let all = distinct(results.iter().map(|r| r.column()));
+        assert_ne!(color(KMEM_CPU_SLAB, &all), color("jemalloc", &all));
     }
 
     #[test]

@@ -6,7 +6,11 @@
 //! - `kmalloc_kfree` (test 2): 10000 times kmalloc(N) then kfree at once (op `pair`).
 //!
 //! Sizes 8 … 16384. Peers allocate the same sizes (alignment 8) through GlobalAlloc.
+//! `kmem-cpu-slab` is kmem in the slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`):
+//! the same kmalloc tests in a child process (`kmem bench-child slab`), since the
+//! design is fixed when the heap starts and this process's `kmem` runs sheaves.
 
+use super::child::{self, Child, KMEM_CPU_SLAB};
 use super::peers::Peer;
 use super::{BenchResult, Ctx, Suite, Timing};
 use kmem::{heap, Gfp};
@@ -22,11 +26,28 @@ pub const SUITE: Suite = Suite {
 const SIZES: [u64; 12] = [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384];
 const COUNT: usize = 10_000;
 
+/// kmem's part, run in a child in the CPU-slab design.
+pub const CHILD: Child = Child {
+    what: "slab",
+    measure: |ctx| measure(ctx, &[]),
+    steps: |_| SIZES.len() as u64 * 2,
+};
+
 fn steps(_quick: bool) -> u64 {
-    SIZES.len() as u64 * 2 * 4
+    // Two measurements per size for kmem, kmem-cpu-slab and each peer.
+    SIZES.len() as u64 * 2 * (2 + Peer::ALL.len() as u64)
 }
 
+/// kmem and the peers in this process, then kmem in the CPU-slab design (a child),
+/// beside kmem.
 fn run(ctx: &Ctx) -> Vec<BenchResult> {
+    let mut out = measure(ctx, &Peer::ALL);
+    out.extend(child::cpu_slab(ctx, &CHILD));
+    child::beside_kmem(out)
+}
+
+/// Both tests at every size with kmem and each of `peers`.
+fn measure(ctx: &Ctx, peers: &[Peer]) -> Vec<BenchResult> {
     let mut out = Vec::new();
     let h = heap();
     let rounds: u64 = if ctx.quick { 2 } else { 10 };
@@ -57,7 +78,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
             }
         });
         out.extend(figures("kmem", size, t1, t2));
-        for peer in Peer::ALL {
+        for &peer in peers {
             let layout = Layout::from_size_align(size as usize, 8).unwrap();
             let t1 = ctx.alloc_then_free(
                 rounds,
@@ -97,8 +118,10 @@ fn figures(
     ]
 }
 
-/// slab_test's report, for kmem and each peer.
+/// slab_test's report, for kmem, the CPU-slab design (where it ran) and each peer;
+/// then the CPU-slab design against kmem.
 fn report_lines(results: &[BenchResult]) -> String {
+    use std::fmt::Write as _;
     let mut out = String::new();
     let cyc = |bench: &str, alloc: &str, size: u64, op: &str| {
         results
@@ -112,7 +135,12 @@ fn report_lines(results: &[BenchResult]) -> String {
         alloc: "kmalloc",
         free: "kfree",
     };
-    for alloc in ["kmem", "system", "mimalloc", "jemalloc"] {
+    let cpu_slab = results.iter().any(|r| r.allocator == KMEM_CPU_SLAB);
+    let allocs = ["kmem", KMEM_CPU_SLAB, "system", "mimalloc", "jemalloc"];
+    for alloc in allocs
+        .into_iter()
+        .filter(|&a| a != KMEM_CPU_SLAB || cpu_slab)
+    {
         super::slab_test_lines(
             &mut out,
             alloc,
@@ -127,5 +155,72 @@ fn report_lines(results: &[BenchResult]) -> String {
             |size| cyc("kmalloc_kfree", alloc, size, "pair"),
         );
     }
+    if cpu_slab {
+        let _ = writeln!(
+            out,
+            "\n{KMEM_CPU_SLAB}/kmem in cycles (above 1: sheaves faster)\n{:>8} {:>15} {:>13} {:>21}",
+            "size", "test 1 kmalloc", "test 1 kfree", "test 2 kmalloc/kfree"
+        );
+        let ratio = |bench, size, op| {
+            let (k, c) = (
+                cyc(bench, "kmem", size, op),
+                cyc(bench, KMEM_CPU_SLAB, size, op),
+            );
+            (k > 0.0 && c > 0.0).then(|| format!("{:.2}", c / k))
+        };
+        for size in SIZES {
+            let cells = [
+                ratio("kmalloc_then_kfree", size, "alloc"),
+                ratio("kmalloc_then_kfree", size, "free"),
+                ratio("kmalloc_kfree", size, "pair"),
+            ]
+            .map(|c| c.unwrap_or_else(|| "-".into()));
+            let _ = writeln!(
+                out,
+                "{size:>8} {:>15} {:>13} {:>21}",
+                cells[0], cells[1], cells[2]
+            );
+        }
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn report_adds_the_cpu_slab_design_beside_kmem_where_it_ran() {
+        let t = |cycles| Timing {
+            ns: 1.0,
+            cycles: Some(cycles),
+            ops: 1,
+        };
+        let mut results = Vec::new();
+        for (alloc, c) in [("kmem", 10.0), ("system", 30.0)] {
+            results.extend(figures(alloc, 8, [t(c), t(c)], t(c)));
+        }
+        let without = report_lines(&results);
+        assert!(!without.contains(KMEM_CPU_SLAB), "{without}");
+        results.extend(figures(KMEM_CPU_SLAB, 8, [t(15.0), t(5.0)], t(20.0)));
+        let with = report_lines(&child::beside_kmem(results));
+        let kmem = with.find("\nkmem: Single").unwrap();
+        let cpu_slab = with.find("\nkmem-cpu-slab: Single").unwrap();
+        let system = with.find("\nsystem: Single").unwrap();
+        assert!(kmem < cpu_slab && cpu_slab < system, "{with}");
+        assert!(with.contains("10000 times kmalloc(8) -> 15 cycles kfree -> 5 cycles\n"));
+        assert!(
+            with.contains(
+                "kmem-cpu-slab/kmem in cycles (above 1: sheaves faster)\n\
+                 \x20   size  test 1 kmalloc  test 1 kfree  test 2 kmalloc/kfree\n\
+                 \x20      8            1.50          0.50                  2.00\n"
+            ),
+            "{with}"
+        );
+        // Sizes without figures show dashes.
+        assert!(
+            with.contains("\n      16               -             -                     -\n"),
+            "{with}"
+        );
+    }
 }

@@ -31,6 +31,8 @@ pub fn table(suite: &str, results: &[BenchResult]) -> String {
 /// The table of one bench (`rows`: its figures, at least one).
 fn bench_table(out: &mut String, bench: &str, rows: &[&BenchResult]) {
     let cols = distinct(rows.iter().map(|r| r.column()));
+    // 20 characters a column, more where a label is longer (`kmem[cpu-rseq/cpu-slab]`).
+    let w = cols.iter().map(String::len).fold(20, usize::max);
     let is_mib = in_mib(rows);
     let timed = rows[0].ns.is_some();
     let several_ops = rows.iter().any(|r| r.op != rows[0].op);
@@ -46,7 +48,7 @@ fn bench_table(out: &mut String, bench: &str, rows: &[&BenchResult]) {
     let _ = writeln!(out, "\n{bench} ({unit})");
     let _ = write!(out, "{:>12}", "param/op");
     for c in &cols {
-        let _ = write!(out, " {c:>20}");
+        let _ = write!(out, " {c:>w$}");
     }
     let _ = writeln!(out);
     for (param, op) in keys(rows) {
@@ -61,7 +63,7 @@ fn bench_table(out: &mut String, bench: &str, rows: &[&BenchResult]) {
                 .iter()
                 .find(|r| r.param == param && r.op == op && &r.column() == c)
                 .map_or_else(|| "-".into(), |r| cell(r, is_mib));
-            let _ = write!(out, " {cell:>20}");
+            let _ = write!(out, " {cell:>w$}");
         }
         let _ = writeln!(out);
     }
@@ -203,6 +205,28 @@ page_rss (MiB)
    1024 peak                    -               1024.0
 ";
         assert_eq!(table("mix", &results), expected);
+    }
+
+    #[test]
+    fn a_long_column_label_widens_its_table() {
+        let t = Timing {
+            ns: 12.25,
+            cycles: Some(31.0),
+            ops: 10_000,
+        };
+        let row = |mode: &str| BenchResult {
+            mode: Some(mode.into()),
+            ..BenchResult::time("fastpath_reuse", "kmem", 256, "pair", t)
+        };
+        let out = table("percpu", &[row("thread"), row("cpu-rseq/cpu-slab")]);
+        let expected = "
+== suite percpu ==
+
+fastpath_reuse (ns per pair)
+    param/op            kmem[thread] kmem[cpu-rseq/cpu-slab]
+         256          12.2 ns 31 cyc          12.2 ns 31 cyc
+";
+        assert_eq!(out, expected);
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! Suite `workloads`: classic allocator workloads — long-lived servers whose threads
 //! come and go, producer/consumer pipelines, mixed object sizes — each allocator
 //! called through its `GlobalAlloc` (kmem's `KmemAlloc`, system, mimalloc, jemalloc) in
-//! this process, so the same code runs on all four.
+//! this process, so the same code runs on all four; and `kmem-cpu-slab`, kmem in the
+//! slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`), the same code through
+//! `KmemAlloc` in a child process (`kmem bench-child workloads`), since the design is
+//! fixed when the heap starts and this process's `kmem` runs sheaves.
 //!
 //! - `larson`: Larson and Krishnan's server benchmark (param = worker threads). Each
 //!   worker owns a window of 1,000 blocks of 8–1,000 bytes (sizes from the worker's
@@ -24,7 +27,12 @@
 //!   table before and emptying it after are not timed.
 //!
 //! op `op`: ns per malloc+free (wall time over all threads / number of pairs).
+//!
+//! The report gives Larson's throughput line per allocator, then per bench kmem's
+//! time against mimalloc's and the fastest peer's (system, mimalloc, jemalloc; never
+//! `kmem-cpu-slab`) and the CPU-slab design's against kmem's.
 
+use super::child::{self, Child, KMEM_CPU_SLAB};
 use super::timing::{phase, Phase};
 use super::{BenchResult, Ctx, Suite};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -38,6 +46,13 @@ pub const SUITE: Suite = Suite {
     steps,
     run,
     report_lines,
+};
+
+/// kmem's part, run in a child in the CPU-slab design.
+pub const CHILD: Child = Child {
+    what: "workloads",
+    measure: |ctx| measure(ctx, &allocators()[..1]),
+    steps: |quick| benches(quick),
 };
 
 /// An allocator under test, called through its `GlobalAlloc`.
@@ -94,15 +109,28 @@ fn larson_generations(quick: bool) -> u32 {
     }
 }
 
-fn steps(quick: bool) -> u64 {
-    (larson_threads(quick).len() as u64 + 2) * allocators().len() as u64
+/// Measurements per allocator.
+fn benches(quick: bool) -> u64 {
+    larson_threads(quick).len() as u64 + 2
 }
 
+fn steps(quick: bool) -> u64 {
+    benches(quick) * (allocators().len() as u64 + 1)
+}
+
+/// The in-process allocators, then kmem in the CPU-slab design (a child), beside kmem.
 fn run(ctx: &Ctx) -> Vec<BenchResult> {
+    let mut out = measure(ctx, &allocators());
+    out.extend(child::cpu_slab(ctx, &CHILD));
+    child::beside_kmem(out)
+}
+
+/// Every bench with each of `allocators`.
+fn measure(ctx: &Ctx, allocators: &[(&'static str, Alloc)]) -> Vec<BenchResult> {
     let mut out = Vec::new();
     let gens = larson_generations(ctx.quick);
     for &threads in larson_threads(ctx.quick) {
-        for (name, a) in allocators() {
+        for &(name, a) in allocators {
             ctx.status(format!("workloads larson {threads} {name}"));
             let ops = threads * u64::from(gens) * LARSON_K;
             let [t, _] = ctx.measure_phases(ops, |_| larson(a, threads as usize, gens, LARSON_K));
@@ -110,13 +138,13 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         }
     }
     let objects: u64 = if ctx.quick { 500_000 } else { 2_000_000 };
-    for (name, a) in allocators() {
+    for &(name, a) in allocators {
         ctx.status(format!("workloads xmalloc {name}"));
         let t = ctx.measure(objects, |n| xmalloc(a, XMALLOC_THREADS as usize, n));
         out.push(BenchResult::time("xmalloc", name, XMALLOC_THREADS, "op", t));
     }
     let steps: u64 = if ctx.quick { 1_000_000 } else { 4_000_000 };
-    for (name, a) in allocators() {
+    for &(name, a) in allocators {
         ctx.status(format!("workloads random_sizes {name}"));
         let [t, _] = ctx.measure_phases(steps, |n| random_sizes(a, RANDOM_MAX as usize, n));
         out.push(BenchResult::time("random_sizes", name, RANDOM_MAX, "op", t));
@@ -370,8 +398,9 @@ fn random_sizes(a: Alloc, max: usize, steps: u64) -> [Phase; 2] {
     [run, plus(fill, drain)]
 }
 
-/// Larson's throughput line for each allocator, then kmem's ratio to mimalloc and
-/// to the fastest peer for each bench and param.
+/// Larson's throughput line for each allocator, then for each bench and param kmem's
+/// ratio to mimalloc and to the fastest peer (kmem-cpu-slab is no peer), and the
+/// CPU-slab design's to kmem.
 fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::from("\n");
@@ -379,14 +408,17 @@ fn report_lines(results: &[BenchResult]) -> String {
         if let Some(ns) = r.ns {
             let _ = writeln!(
                 out,
-                "larson {} threads, {:>8}: Throughput = {:>10.0} operations per second",
+                "larson {} threads, {:>13}: Throughput = {:>10.0} operations per second",
                 r.param,
                 r.allocator,
                 1e9 / ns
             );
         }
     }
-    out.push_str("\nkmem time / peer time (below 1: kmem faster)\n");
+    out.push_str(
+        "\nkmem time / peer time (below 1: kmem faster); kmem-cpu-slab time / kmem time \
+         (above 1: sheaves faster)\n",
+    );
     let ns = |b: &str, p: u64, a: &str| {
         results
             .iter()
@@ -414,6 +446,9 @@ fn report_lines(results: &[BenchResult]) -> String {
             .min_by(|x, y| x.1.total_cmp(&y.1));
         if let Some((p, t)) = best {
             let _ = write!(out, "  kmem/best-peer {:.2} ({p})", k / t);
+        }
+        if let Some(c) = ns(bench, param, KMEM_CPU_SLAB) {
+            let _ = write!(out, "  {KMEM_CPU_SLAB}/kmem {:.2}", c / k);
         }
         out.push('\n');
     }
@@ -577,16 +612,29 @@ mod tests {
             BenchResult::time("larson", "system", 2, "op", t(100.0)),
             BenchResult::time("larson", "mimalloc", 2, "op", t(40.0)),
             BenchResult::time("larson", "jemalloc", 2, "op", t(25.0)),
+            // The CPU-slab design, fastest of all here: no peer of kmem's.
+            BenchResult::time("larson", KMEM_CPU_SLAB, 2, "op", t(20.0)),
             BenchResult::time("random_sizes", "kmem", 65536, "op", t(30.0)),
             BenchResult::time("random_sizes", "mimalloc", 65536, "op", t(60.0)),
         ];
         let r = report_lines(&results);
         assert!(
-            r.contains("larson 2 threads,     kmem: Throughput =   20000000 operations per second"),
+            r.contains(
+                "larson 2 threads,          kmem: Throughput =   20000000 operations per second"
+            ),
             "{r}"
         );
         assert!(
-            r.contains("larson 2 threads: kmem/mimalloc 1.25  kmem/best-peer 2.00 (jemalloc)\n"),
+            r.contains(
+                "larson 2 threads, kmem-cpu-slab: Throughput =   50000000 operations per second"
+            ),
+            "{r}"
+        );
+        assert!(
+            r.contains(
+                "larson 2 threads: kmem/mimalloc 1.25  kmem/best-peer 2.00 (jemalloc)  \
+                 kmem-cpu-slab/kmem 0.40\n"
+            ),
             "{r}"
         );
         assert!(
