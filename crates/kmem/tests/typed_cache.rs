@@ -81,7 +81,7 @@ fn constructed_objects_keep_their_state() {
     // A sheaf may be refilled from more than one new slab.
     let built = BUILT.load(Ordering::Relaxed);
     assert!(
-        built >= per_slab && built % per_slab == 0,
+        built >= per_slab && built.is_multiple_of(per_slab),
         "once per object of each new slab: {built} built, {per_slab} per slab"
     );
     o[0] = 99;

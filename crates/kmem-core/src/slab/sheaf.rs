@@ -384,14 +384,11 @@ impl<'a, P: Platform> Slub<'a, P> {
     fn replace_empty_main(&self, c: CpuRef<'_>, s: &KmemCache, gfp: Gfp, m: Main) -> Main {
         let cc = s.cpu(c);
         let spare = cc.spare.load(Relaxed);
-        // SAFETY (reads of `spare`): the CPU's spare is its owner's.
-        if !spare.is_null() && unsafe { &*spare }.size.load(Relaxed) > 0 {
+        if let Some(len) = held_size(spare).filter(|&n| n > 0) {
             // The spare has objects: swap (the empty main becomes the spare).
             cc.spare.store(m.sheaf, Relaxed);
             set_size(m.sheaf, 0);
             cc.count(SlubStat::SheafSwap);
-            // SAFETY: as above.
-            let len = unsafe { &*spare }.size.load(Relaxed);
             return Main { sheaf: spare, len };
         }
         set_size(m.sheaf, 0);
@@ -479,13 +476,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         let cc = s.cpu(c);
         let cap = s.config().sheaf_capacity;
         let spare = cc.spare.load(Relaxed);
-        // SAFETY (reads of `spare`): the CPU's spare is its owner's.
-        if !spare.is_null() && unsafe { &*spare }.size.load(Relaxed) < cap {
+        if let Some(len) = held_size(spare).filter(|&n| n < cap) {
             cc.spare.store(m.sheaf, Relaxed);
             set_size(m.sheaf, m.len);
             cc.count(SlubStat::SheafSwap);
-            // SAFETY: as above.
-            let len = unsafe { &*spare }.size.load(Relaxed);
             return Main { sheaf: spare, len };
         }
         let Some(full) = NonNull::new(m.sheaf) else {
@@ -594,9 +588,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         sheaf: NonNull<SlabSheaf>,
     ) {
         // SAFETY: the sheaf is the caller's.
-        let size = unsafe { sheaf.as_ref() }.size.load(Relaxed);
-        let standard =
-            unsafe { sheaf.as_ref() }.capacity.load(Relaxed) == s.config().sheaf_capacity;
+        let r = unsafe { sheaf.as_ref() };
+        let size = r.size.load(Relaxed);
+        let standard = r.capacity.load(Relaxed) == s.config().sheaf_capacity;
         let barn = &s.node[nid].barn;
         let kept = standard && {
             let mut l = barn.lists.lock();
@@ -639,6 +633,14 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
         freed
     }
+}
+
+/// The size of a sheaf the caller holds that is not a main sheaf (a CPU's spare, a
+/// sheaf taken from a barn), or `None` for none.
+#[inline]
+fn held_size(sheaf: *mut SlabSheaf) -> Option<usize> {
+    // SAFETY: a non-null sheaf the caller holds is live (freed only by its holder).
+    NonNull::new(sheaf).map(|s| unsafe { s.as_ref() }.size.load(Relaxed))
 }
 
 /// Records `len` as the size of a sheaf that stops being a CPU's main sheaf.
