@@ -37,9 +37,11 @@ impl Slots {
         Slots([UnsafeCell::new(0), UnsafeCell::new(0)])
     }
     fn get(&self, i: usize) -> usize {
+        // SAFETY: loom checks that this read is ordered after every write.
         self.0[i].with(|p| unsafe { *p })
     }
     fn set(&self, i: usize, v: usize) {
+        // SAFETY: loom checks that no other access races with this write.
         self.0[i].with_mut(|p| unsafe { *p = v });
     }
 }
@@ -275,6 +277,7 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
         let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
         let a = thread::spawn(move || {
             // Written before the put, read by whoever takes the sheaf out.
+            // SAFETY: loom checks the cell's accesses for races.
             s[0].objects.with_mut(|v| unsafe { (*v).extend([1, 2]) });
             let mut l = b.lock().unwrap();
             l.put_full(s[0].ptr()).unwrap();
@@ -292,6 +295,7 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
             full.map(|f| {
                 let i = wh(f);
                 // Reading what the putter wrote.
+                // SAFETY: loom checks the cell's accesses for races.
                 let n = s[i].objects.with(|v| unsafe { (*v).len() });
                 (i, n)
             })
