@@ -79,7 +79,7 @@ fn run(ops: Vec<Op>) {
         k.pages.cpu_area_get(0).unwrap(),
         k.pages.cpu_area_get(0).unwrap(),
     ];
-    // SAFETY (every `CpuRef::new` below): the test owns both areas, one at a time.
+    // SAFETY: the test owns both areas, one at a time (every `CpuRef::new` below).
     let cpu = |a| Some(unsafe { CpuRef::new(a) });
     let s = k
         .kmem_cache_create(cpu(areas[0]), "census-48", 48, 8, SlabFlags::empty(), None)
