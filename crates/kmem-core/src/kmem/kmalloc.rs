@@ -30,13 +30,17 @@ impl<P: Platform> Kmem<P> {
     }
 
     /// kmalloc's fast path alone, for malloc-like front ends: an object of the plain
-    /// kmalloc cache for `size` popped from `cpu`'s main sheaf, or `None` — then the
+    /// kmalloc cache for `size` popped from `cpu`'s main sheaf (`gfp` without
+    /// `__GFP_ZERO`, `__GFP_ACCOUNT` or `__GFP_RECLAIMABLE`), or `None` — then the
     /// caller takes the regular path ([`Kmem::kmalloc`]), which refills, zeroes,
     /// charges and reports as usual.
     #[inline(always)]
-    pub fn kmalloc_fast(&self, cpu: CpuRef<'_>, size: usize) -> Option<NonNull<u8>> {
+    pub fn kmalloc_fast(&self, cpu: CpuRef<'_>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE) {
+            return None;
+        }
         let s = &self.kmalloc.set(0)[crate::kmalloc::kmalloc_index(size)?];
-        self.slub().alloc_fast(cpu, s)
+        self.slub().alloc_fast(cpu, s, gfp)
     }
 
     /// kfree's fast path alone (see [`crate::slab::Slub::free_fast`]): true when `p`

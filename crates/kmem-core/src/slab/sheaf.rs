@@ -208,10 +208,11 @@ impl KmemCacheCpu {
 impl<'a, P: Platform> Slub<'a, P> {
     /// The whole fast path of an allocation from `s` for a front end that will take
     /// the regular path ([`Slub::alloc`]) when this says `None`: the pop from the main
-    /// sheaf, nothing else (no `gfp`: no zeroing, no refill).
+    /// sheaf, nothing else (no zeroing — `__GFP_ZERO` goes the regular way — and no
+    /// refill).
     #[inline(always)]
-    pub fn alloc_fast(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
-        if s.config().fast != FastPath::Sheaf {
+    pub fn alloc_fast(&self, c: CpuRef<'_>, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        if s.config().fast != FastPath::Sheaf || gfp.contains(Gfp::ZERO) {
             return None;
         }
         NonNull::new(s.cpu(c).sheaf_pop()? as *mut u8)
@@ -229,6 +230,30 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// true.
     #[inline(always)]
     pub unsafe fn free_fast(&self, c: CpuRef<'_>, p: *mut u8) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.free_fast_checked(c, p, None) }
+    }
+
+    /// [`Slub::free_fast`] for `kmem_cache_free(s, p)`: also refuses (for the regular
+    /// path to report) an object of another cache.
+    ///
+    /// # Safety
+    /// As [`Slub::free_fast`].
+    #[inline(always)]
+    pub unsafe fn free_fast_to(&self, c: CpuRef<'_>, s: &KmemCache, p: *mut u8) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.free_fast_checked(c, p, Some(s)) }
+    }
+
+    /// # Safety
+    /// As [`Slub::free_fast`].
+    #[inline(always)]
+    unsafe fn free_fast_checked(
+        &self,
+        c: CpuRef<'_>,
+        p: *mut u8,
+        want: Option<&KmemCache>,
+    ) -> bool {
         let Some(head) = self.pages.virt_to_head_page(p) else {
             return false;
         };
@@ -241,7 +266,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
         let s = Slab::of(h).cache();
         let cfg = s.config();
-        if cfg.fast != FastPath::Sheaf {
+        if cfg.fast != FastPath::Sheaf || want.is_some_and(|w| !core::ptr::eq(w, s)) {
             return false;
         }
         // The start of an object: as `lookup` checks (no red zone in sheaf caches).

@@ -21,15 +21,17 @@ impl Heap {
     /// Charged to the thread's active memory cgroup, if it has one.
     #[inline(always)]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        match fast_cpu() {
-            Some(c) => self.kmem.kmalloc(Some(c), size, gfp),
-            None => self.kmalloc_other(size, gfp),
+        if let Some(c) = fast_cpu() {
+            if let Some(p) = self.kmem.kmalloc_fast(c, size, gfp) {
+                return Some(p);
+            }
         }
+        self.kmalloc_other(size, gfp)
     }
 
-    /// [`Heap::kmalloc`] when the thread's fast word is 0: under an active memory
-    /// cgroup, in per-CPU mode, or before the thread has its area. Not `#[cold]`: it
-    /// is per-CPU mode's fast path.
+    /// [`Heap::kmalloc`] past its fast path: an empty sheaf, `__GFP_ZERO`, an active
+    /// memory cgroup, per-CPU mode, or a thread without its area yet. Not `#[cold]`:
+    /// it is per-CPU mode's fast path.
     #[inline(never)]
     fn kmalloc_other(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
@@ -108,15 +110,18 @@ impl Heap {
     /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kfree(&self, p: *mut u8) -> bool {
-        match fast_cpu() {
+        if let Some(c) = fast_cpu() {
             // SAFETY: forwarded from the caller.
-            Some(c) => unsafe { self.kmem.kfree(Some(c), p) },
-            // SAFETY: forwarded from the caller.
-            None => unsafe { self.kfree_other(p) },
+            if unsafe { self.kmem.kfree_fast(c, p) } {
+                return true;
+            }
         }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kfree_other(p) }
     }
 
-    /// [`Heap::kfree`] when the thread's fast word is 0 (see [`Heap::kmalloc_other`]).
+    /// [`Heap::kfree`] past its fast path (see [`Heap::kmalloc_other`]): a full sheaf,
+    /// a charged object, a large block, a bad pointer, per-CPU mode.
     ///
     /// # Safety
     /// As [`Heap::kfree`].

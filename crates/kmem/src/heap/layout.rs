@@ -35,7 +35,7 @@ use std::ptr;
 pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
     if !zeroed && layout.align() <= 8 {
         if let Some(c) = fast_cpu() {
-            if let Some(p) = HEAP.kmem.kmalloc_fast(c, layout.size()) {
+            if let Some(p) = HEAP.kmem.kmalloc_fast(c, layout.size(), Gfp::KERNEL) {
                 return p.as_ptr();
             }
         }

@@ -55,13 +55,15 @@ impl Heap {
     /// `kmem_cache_alloc`, charged to the thread's active memory cgroup if any.
     #[inline]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
-        match fast_cpu() {
-            Some(c) => self.kmem.slub().alloc(Some(c), s, gfp),
-            None => self.kmem_cache_alloc_other(s, gfp),
+        if let Some(c) = fast_cpu() {
+            if let Some(p) = self.kmem.slub().alloc_fast(c, s, gfp) {
+                return Some(p);
+            }
         }
+        self.kmem_cache_alloc_other(s, gfp)
     }
 
-    /// [`Heap::kmem_cache_alloc`] when the thread's fast word is 0 (see `kmalloc`).
+    /// [`Heap::kmem_cache_alloc`] past its fast path (see `Heap::kmalloc_other`).
     #[inline(never)]
     fn kmem_cache_alloc_other(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
@@ -106,15 +108,17 @@ impl Heap {
     /// If `p` is an object of `s`, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
-        match fast_cpu() {
+        if let Some(c) = fast_cpu() {
             // SAFETY: forwarded from the caller.
-            Some(c) => unsafe { self.kmem.kmem_cache_free(Some(c), s, p) },
-            // SAFETY: forwarded from the caller.
-            None => unsafe { self.kmem_cache_free_other(s, p) },
+            if unsafe { self.kmem.slub().free_fast_to(c, s, p.as_ptr()) } {
+                return true;
+            }
         }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmem_cache_free_other(s, p) }
     }
 
-    /// [`Heap::kmem_cache_free`] when the thread's fast word is 0.
+    /// [`Heap::kmem_cache_free`] past its fast path.
     ///
     /// # Safety
     /// As [`Heap::kmem_cache_free`].
