@@ -401,3 +401,28 @@ fn the_cpu_slab_design_stays_selectable() {
     assert!(stat(k, s, SlubStat::AllocFastpath) + stat(k, s, SlubStat::AllocSlowpath) >= 1);
     assert_eq!(stat(k, s, SlubStat::SheafRefill), 0);
 }
+
+#[test]
+fn per_cpu_state_leaves_room_for_many_caches() {
+    // Every cache takes its `kmem_cache_cpu` (sheaf pointers, statistics) in every CPU
+    // area: the boot caches plus at least 64 more must fit (the `debug` bench makes 60).
+    let k = kmem(2, config(1, 0));
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this test.
+    let c = Some(unsafe { CpuRef::new(a) });
+    for i in 0..64 {
+        let s = k
+            .kmem_cache_create(
+                c,
+                &format!("many-{i}"),
+                16 + 8 * i,
+                8,
+                SlabFlags::empty(),
+                None,
+            )
+            .unwrap_or_else(|| panic!("cache {i} did not fit"));
+        let p = k.slub().alloc(c, s, Gfp::KERNEL).unwrap();
+        // SAFETY: ours.
+        assert!(unsafe { k.slub().free(c, s, p) });
+    }
+}

@@ -151,7 +151,7 @@ impl KmemCache {
     ) -> u64 {
         let mut v = self.stat[item as usize].load(Relaxed);
         for a in areas {
-            v += self.cpu_of(a).stat[item as usize].load(Relaxed);
+            v += u64::from(self.cpu_of(a).stat[item as usize].load(Relaxed));
         }
         v
     }

@@ -10,7 +10,9 @@ use super::sheaf::SlabSheaf;
 use super::*;
 use crate::page::Page;
 use crate::percpu::CpuRef;
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed};
+use crate::sync::{
+    AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed,
+};
 
 /// A cache's per-CPU state (`struct kmem_cache_cpu`), in every CPU area at
 /// `cpu_offset`. All-zero is valid (no CPU slab, empty partial list).
@@ -31,7 +33,8 @@ pub struct KmemCacheCpu {
     pub(super) main: AtomicPtr<SlabSheaf>,
     /// Sheaves design: the spare sheaf.
     pub(super) spare: AtomicPtr<SlabSheaf>,
-    pub(super) stat: [AtomicU64; NR_SLUB_STAT],
+    /// SLUB statistics, `unsigned int` as the kernel's (wrapping; summed as u64).
+    pub(super) stat: [AtomicU32; NR_SLUB_STAT],
 }
 
 /// Offset of the main sheaf's `count | capacity << 32` word in a [`KmemCacheCpu`] (for
