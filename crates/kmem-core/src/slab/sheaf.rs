@@ -264,8 +264,13 @@ impl<'a, P: Platform> Slub<'a, P> {
         {
             return false;
         }
+        // From the page itself (no load through the cache): the CPU's sheaves of the
+        // slab's cache, so the push does not wait for the checks below.
+        let off_cpu = Slab::of(h).sheaf_cpu_offset();
         let s = Slab::of(h).cache();
         let cfg = s.config();
+        // (In the CPU-slab design the word is a local freelist's head: the cache's
+        // fast path tells which.)
         if cfg.fast != FastPath::Sheaf || want.is_some_and(|w| !core::ptr::eq(w, s)) {
             return false;
         }
@@ -275,7 +280,11 @@ impl<'a, P: Platform> Slub<'a, P> {
         if idx * cfg.size != off || idx >= cfg.objects {
             return false;
         }
-        s.cpu(c).sheaf_push(p as usize).is_ok()
+        // SAFETY: the slab's cache runs the inline sheaf path, so `off_cpu` is its
+        // `cpu_offset` (set with the slab), where every CPU area keeps its
+        // `kmem_cache_cpu`.
+        let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(off_cpu) };
+        cc.sheaf_push(p as usize).is_ok()
     }
 
     /// The barn of `s` for the CPU area `c` (its node's).

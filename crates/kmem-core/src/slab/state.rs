@@ -172,7 +172,7 @@ impl Chain {
 /// | word       | holds                                                             |
 /// |------------|-------------------------------------------------------------------|
 /// | `owner[0]` | the [`SlabState`] (freelist offset, `inuse`, `frozen`)            |
-/// | `owner[1]` | the head of the local freelist of the CPU that froze it (0: none) |
+/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the inline fast path ([`FastPath::Sheaf`]): the cache's `cpu_offset`, so that a free finds the CPU's sheaf from the page alone (their slabs are never frozen) |
 /// | `owner[2]` | the cache (`&KmemCache`), which outlives its slabs                |
 /// | `owner[3]` | frozen-by: bits 32.. the tag of the CPU area that froze the slab (area id + 1; 0 = none), bits 16..32 the offset of the local freelist's last object from the slab base, bits 0..16 how many objects the local freelist holds |
 ///
@@ -248,7 +248,13 @@ impl<'a> Slab<'a> {
     /// anybody, with an empty local freelist.
     pub(super) fn init(self, s: &KmemCache, st: SlabState) {
         self.set_state(st);
-        self.0.owner[1].store(0, Relaxed);
+        let cfg = s.config();
+        let sheaf_offset = if cfg.fast == FastPath::Sheaf {
+            cfg.cpu_offset
+        } else {
+            0
+        };
+        self.0.owner[1].store(sheaf_offset, Relaxed);
         self.0.owner[3].store(0, Relaxed);
         self.0.owner[2].store(s as *const KmemCache as usize, Relaxed);
     }
@@ -258,6 +264,13 @@ impl<'a> Slab<'a> {
         for w in &self.0.owner {
             w.store(0, Relaxed);
         }
+    }
+
+    /// The `cpu_offset` of the slab's cache if its fast path is [`FastPath::Sheaf`],
+    /// else 0 (see the table above).
+    #[inline(always)]
+    pub(crate) fn sheaf_cpu_offset(self) -> usize {
+        self.0.owner[1].load(Relaxed)
     }
 
     /// The tag of the CPU area that froze the slab (0: none recorded).
