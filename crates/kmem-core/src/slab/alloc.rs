@@ -312,51 +312,11 @@ impl<'a, P: Platform> Slub<'a, P> {
                 if nid.is_some() && n != first && gfp.contains(Gfp::THISNODE) {
                     continue;
                 }
-                let mut list = s.node[n].list_lock.lock();
-                if let Some(slab) = NonNull::new(list.first()) {
-                    // SAFETY: a node-list slab: live and unfrozen; we hold the lock.
-                    let sr = unsafe { slab.as_ref() };
-                    let base = self.slab_base(slab);
-                    loop {
-                        let old = Slab::of(sr).state();
-                        if old.list_empty() {
-                            // Cannot happen (rule 2); a full slab leaves the list.
-                            self.remove_partial(&mut list, slab);
-                            break;
-                        }
-                        let obj = base + old.offset() as usize;
-                        // SAFETY: `obj` heads the slab's freelist (unfrozen partial
-                        // slabs always have one, rule 2); frees only push in front of
-                        // it, and a changed head makes the CAS below fail.
-                        let next = unsafe { get_freepointer(cfg, obj) };
-                        if !same_slab(cfg, obj, next) {
-                            // Corrupt: the slab leaves the list with all its objects
-                            // counted in use (quarantined).
-                            self.report_corrupt_link(cfg, obj, next);
-                            Slab::of(sr).set_frozen(false);
-                            loop {
-                                let o = Slab::of(sr).state();
-                                if Slab::of(sr).cas_state(
-                                    o,
-                                    SlabState::new(END_OFFSET, cfg.objects as u64, false),
-                                ) {
-                                    break;
-                                }
-                            }
-                            self.remove_partial(&mut list, slab);
-                            break;
-                        }
-                        let new = SlabState::new((next - base) as u64, old.inuse() + 1, false);
-                        if Slab::of(sr).cas_state(old, new) {
-                            if new.list_empty() {
-                                self.remove_partial(&mut list, slab);
-                            }
-                            s.stat(None, SlubStat::AllocFromPartial);
-                            return Some(obj);
-                        }
-                    }
+                let mut one = [0usize; 1];
+                if self.take_from_partial(s, n, &mut one) == 1 {
+                    s.stat(None, SlubStat::AllocFromPartial);
+                    return Some(one[0]);
                 }
-                drop(list);
                 if attempt == 1 {
                     // Second round: a new slab on this node.
                     let slab = self.allocate_slab(None, s, gfp, Some(n))?;

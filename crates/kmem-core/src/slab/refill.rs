@@ -16,6 +16,12 @@ use crate::platform::Platform;
 use crate::sync::Ordering::Relaxed;
 use core::ptr::NonNull;
 
+/// Slots `len..cap` of a sheaf the caller holds, as a slice to fill.
+fn room<'a>(sheaf: *mut SlabSheaf, len: usize, cap: usize) -> &'a mut [usize] {
+    // SAFETY: a live sheaf the caller holds alone has `cap` slots; `len <= cap`.
+    unsafe { core::slice::from_raw_parts_mut(slot(sheaf, len), cap - len) }
+}
+
 impl<P: Platform> Slub<'_, P> {
     /// Fills `sheaf`'s slots from `len` up to its capacity with objects of `s` from
     /// the partial slabs of the CPU's node, then from new slabs; returns the new
@@ -36,7 +42,7 @@ impl<P: Platform> Slub<'_, P> {
         };
         s.stat(cpu, SlubStat::SheafRefill);
         while len < cap {
-            len = self.take_from_partial(s, nid, sheaf, len, cap);
+            len += self.take_from_partial(s, nid, room(sheaf, len, cap));
             if len == cap {
                 break;
             }
@@ -50,25 +56,21 @@ impl<P: Platform> Slub<'_, P> {
             drop(list);
             if nn != nid {
                 // The node had no memory; the slab came from another one.
-                len = self.take_from_partial(s, nn, sheaf, len, cap);
+                len += self.take_from_partial(s, nn, room(sheaf, len, cap));
             }
         }
         len
     }
 
-    /// Takes objects from node `nid`'s partial slabs into `sheaf` (slots `len..cap`),
-    /// under its `list_lock`; returns the new count.
-    fn take_from_partial(
-        &self,
-        s: &KmemCache,
-        nid: usize,
-        sheaf: *mut SlabSheaf,
-        mut len: usize,
-        cap: usize,
-    ) -> usize {
+    /// Takes up to `out.len()` objects from node `nid`'s partial slabs into `out`,
+    /// under its `list_lock`; returns how many. A slab left without free objects
+    /// leaves the list; one with a corrupted free pointer is reported and quarantined
+    /// (what was taken before the bad link is kept).
+    pub(super) fn take_from_partial(&self, s: &KmemCache, nid: usize, out: &mut [usize]) -> usize {
         let cfg = s.config();
+        let mut got = 0;
         let mut list = s.node[nid].list_lock.lock();
-        while len < cap {
+        while got < out.len() {
             let Some(slab) = NonNull::new(list.first()) else {
                 break;
             };
@@ -79,40 +81,36 @@ impl<P: Platform> Slub<'_, P> {
             loop {
                 let old = Slab::of(sr).state();
                 if old.list_empty() {
+                    // Cannot happen (rule 2); a full slab leaves the list.
                     self.remove_partial(&mut list, slab);
                     break;
                 }
                 let mut obj = base + old.offset() as usize;
-                let mut k = 0;
+                let mut k = got;
                 let mut corrupt = false;
-                while len + k < cap && obj & 1 == 0 {
+                while k < out.len() && obj & 1 == 0 {
                     // SAFETY: `obj` is on the slab's freelist, which only we take
-                    // from (list_lock); frees only push in front of its head.
+                    // from (list_lock); frees only push in front of its head, and a
+                    // changed head makes the CAS below fail.
                     let next = unsafe { get_freepointer(cfg, obj) };
                     if !same_slab(cfg, obj, next) {
                         self.report_corrupt_link(cfg, obj, next);
                         corrupt = true;
                         break;
                     }
-                    // SAFETY: slot `len + k` < capacity of the caller's sheaf.
-                    unsafe { *slot(sheaf, len + k) = obj };
+                    out[k] = obj;
                     k += 1;
                     obj = next;
                 }
-                if corrupt {
-                    // Keep what was taken; the rest of the slab is quarantined: counted
-                    // in use for good, off the list.
-                    let q = SlabState::new(END_OFFSET, cfg.objects as u64, false);
-                    if Slab::of(sr).cas_state(old, q) {
-                        len += k;
-                        self.remove_partial(&mut list, slab);
-                        break;
-                    }
-                    continue;
-                }
-                let new = SlabState::new((obj - base) as u64, old.inuse() + k as u64, false);
+                let new = if corrupt {
+                    // Keep what was taken; the rest of the slab is quarantined:
+                    // counted in use for good, off the list.
+                    SlabState::new(END_OFFSET, cfg.objects as u64, false)
+                } else {
+                    SlabState::new((obj - base) as u64, old.inuse() + (k - got) as u64, false)
+                };
                 if Slab::of(sr).cas_state(old, new) {
-                    len += k;
+                    got = k;
                     if new.list_empty() {
                         self.remove_partial(&mut list, slab);
                     }
@@ -120,7 +118,7 @@ impl<P: Platform> Slub<'_, P> {
                 }
             }
         }
-        len
+        got
     }
 
     /// Gives the objects in slots `0..len` of `sheaf` back to their slabs (one

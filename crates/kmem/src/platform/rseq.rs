@@ -82,6 +82,23 @@ macro_rules! rseq_descriptor {
     };
 }
 
+/// The end of a push section, after its commit: `{res}` = 1 (label 22, committed),
+/// 2 (label 27: the object is already on top, a double free) or 0 (label 25: not
+/// done), then label 26.
+macro_rules! rseq_push_end {
+    () => {
+        "22:\n\
+         mov {res:e}, 1\n\
+         jmp 26f\n\
+         27:\n\
+         mov {res:e}, 2\n\
+         jmp 26f\n\
+         25:\n\
+         xor {res:e}, {res:e}\n\
+         26:"
+    };
+}
+
 /// Entries of the CPU table the sections index (CPU ids at or past it: no area).
 pub const TABLE_LEN: usize = super::MAX_CPU_IDS;
 
@@ -215,15 +232,7 @@ pub unsafe fn push(
             "xor {t}, {cur}",
             "mov qword ptr [{at}], {t}",
             "mov qword ptr [{cc}], {obj}",
-            "22:",
-            "mov {res:e}, 1",
-            "jmp 26f",
-            "27:",
-            "mov {res:e}, 2",
-            "jmp 26f",
-            "25:",
-            "xor {res:e}, {res:e}",
-            "26:",
+            rseq_push_end!(),
             rseq_descriptor!(),
             rseq = in(reg) rseq,
             table = in(reg) table,
@@ -337,15 +346,7 @@ pub unsafe fn sheaf_push(rseq: *mut u8, table: *const u8, cfg: &CacheConfig, obj
             "mov qword ptr [{m} + {n} * 8 + {hdr}], {obj}",
             "inc {w}",
             "mov qword ptr [{cc} + {off_len}], {w}",
-            "22:",
-            "mov {res:e}, 1",
-            "jmp 26f",
-            "27:",
-            "mov {res:e}, 2",
-            "jmp 26f",
-            "25:",
-            "xor {res:e}, {res:e}",
-            "26:",
+            rseq_push_end!(),
             rseq_descriptor!(),
             rseq = in(reg) rseq,
             table = in(reg) table,
