@@ -1,11 +1,12 @@
 //! loom models of what the sheaves design relies on (`slab/sheaf.rs`, `slab/barn.rs`):
 //!
-//! 1. The main sheaf under restartable sequences (`cpu-rseq`): sections on a CPU pop
-//!    and push by reading the CPU's `count | capacity << 32` word, reading or writing a
-//!    slot, and committing the word; the area's lock holder, which may run on another
+//! 1. The sheaves under restartable sequences (`cpu-rseq`): sections on a CPU pop
+//!    from the main sheaf and push onto the spare by reading that sheaf's
+//!    `count | capacity << 32` word, reading or writing a slot, and committing the word; the area's lock holder, which may run on another
 //!    CPU, first *takes* the word (a section on that CPU that stores 0), then works on
 //!    the sheaves with plain accesses, then *installs* the main pointer and the word
-//!    (Release). A section is atomic against everything else on its CPU (the kernel
+//!    (Release) — here both words, since its slow paths may swap the two sheaves. A
+//!    section is atomic against everything else on its CPU (the kernel
 //!    restarts it when preempted), modelled as a lock that sections and the take hold;
 //!    the lock holder's work and install run outside it. The slots are loom cells, so
 //!    a slot read that is not ordered after the lock holder's writes is a reported
@@ -46,15 +47,16 @@ impl Slots {
     }
 }
 
-/// One CPU's sheaves: sheaf 0 starts as main with objects 1 and 2; sheaf 1 is the
-/// spare, empty; objects 3 and 4 are in the "slabs".
+/// One CPU's sheaves: sheaf 0 starts as main (allocations pop from it) with objects 1
+/// and 2; sheaf 1 is the spare (frees push onto it), empty; objects 3 and 4 are in
+/// the "slabs". Each sheaf has its `count | capacity << 32` word.
 struct Cpu {
-    word: AtomicU64,
+    main_word: AtomicU64,
+    spare_word: AtomicU64,
     main: AtomicUsize,
-    /// Only the lock holder touches it.
     spare: AtomicUsize,
     sheaves: [Slots; 2],
-    /// What runs on this CPU runs alone (a section, or the take).
+    /// What runs on this CPU runs alone (a section, or a take).
     on_cpu: Mutex<()>,
     /// The area's local lock: one lock holder at a time.
     local_lock: Mutex<()>,
@@ -68,7 +70,8 @@ fn w(count: usize) -> u64 {
 impl Cpu {
     fn new() -> Self {
         let c = Cpu {
-            word: AtomicU64::new(w(2)),
+            main_word: AtomicU64::new(w(2)),
+            spare_word: AtomicU64::new(w(0)),
             main: AtomicUsize::new(0),
             spare: AtomicUsize::new(1),
             sheaves: [Slots::new(), Slots::new()],
@@ -81,99 +84,124 @@ impl Cpu {
         c
     }
 
-    /// `rseq::sheaf_pop`.
+    /// `rseq::sheaf_pop`, on the main sheaf.
     fn pop(&self) -> Option<usize> {
         let _cpu = self.on_cpu.lock().unwrap();
-        let wv = self.word.load(Ordering::Acquire);
+        let wv = self.main_word.load(Ordering::Acquire);
         let n = wv as u32 as usize;
         if n == 0 {
             return None;
         }
         let m = self.main.load(Ordering::Relaxed);
         let obj = self.sheaves[m].get(n - 1);
-        self.word.store(wv - 1, Ordering::Relaxed);
+        self.main_word.store(wv - 1, Ordering::Relaxed);
         Some(obj)
     }
 
-    /// `rseq::sheaf_push`.
+    /// `rseq::sheaf_push`, on the spare sheaf.
     fn push(&self, obj: usize) -> bool {
         let _cpu = self.on_cpu.lock().unwrap();
-        let wv = self.word.load(Ordering::Acquire);
+        let wv = self.spare_word.load(Ordering::Acquire);
         let n = wv as u32 as usize;
         if n >= (wv >> 32) as usize {
             return false;
         }
-        let m = self.main.load(Ordering::Relaxed);
-        assert_ne!(n.checked_sub(1).map(|i| self.sheaves[m].get(i)), Some(obj));
-        self.sheaves[m].set(n, obj);
-        self.word.store(wv + 1, Ordering::Relaxed);
+        let f = self.spare.load(Ordering::Relaxed);
+        assert_ne!(n.checked_sub(1).map(|i| self.sheaves[f].get(i)), Some(obj));
+        self.sheaves[f].set(n, obj);
+        self.spare_word.store(wv + 1, Ordering::Relaxed);
         true
     }
 
-    /// The lock holder's allocation slow path (`sheaf_alloc`): take the word, then
-    /// swap with a spare that has objects or refill the main sheaf from the slabs,
-    /// pop one, install.
+    /// The lock holder's take of one word: a section on the CPU that stores 0.
+    fn take(&self, word: &AtomicU64) -> usize {
+        let _cpu = self.on_cpu.lock().unwrap();
+        let v = word.load(Ordering::Relaxed);
+        word.store(0, Ordering::Relaxed);
+        v as u32 as usize
+    }
+
+    /// The lock holder's install: the pointers, then the words (Release).
+    fn install(&self, (m, mn): (usize, usize), (f, fnn): (usize, usize)) {
+        self.main.store(m, Ordering::Relaxed);
+        self.spare.store(f, Ordering::Relaxed);
+        self.main_word.store(w(mn), Ordering::Release);
+        self.spare_word.store(w(fnn), Ordering::Release);
+    }
+
+    /// The lock holder's allocation slow path (`sheaf_alloc`): take both words; an
+    /// empty main swaps with a spare that has objects, else is refilled from the
+    /// slabs; pop one; install.
     fn alloc_slow(&self) -> Option<usize> {
         let _l = self.local_lock.lock().unwrap();
-        let taken = {
-            let _cpu = self.on_cpu.lock().unwrap();
-            let v = self.word.load(Ordering::Relaxed);
-            self.word.store(0, Ordering::Relaxed);
-            v
-        };
-        let (mut m, mut n) = (self.main.load(Ordering::Relaxed), taken as u32 as usize);
-        if n == 0 {
-            // The spare's count is known to the lock holder (here: refill it).
-            let spare = self.spare.load(Ordering::Relaxed);
-            let mut slabs = self.slabs.lock().unwrap();
-            let mut k = 0;
-            while k < CAP {
-                let Some(o) = slabs.pop() else { break };
-                self.sheaves[spare].set(k, o);
-                k += 1;
+        let mut mn = self.take(&self.main_word);
+        let mut fnn = self.take(&self.spare_word);
+        let (mut m, mut f) = (
+            self.main.load(Ordering::Relaxed),
+            self.spare.load(Ordering::Relaxed),
+        );
+        if mn == 0 {
+            if fnn > 0 {
+                std::mem::swap(&mut m, &mut f);
+                std::mem::swap(&mut mn, &mut fnn);
+            } else {
+                let mut slabs = self.slabs.lock().unwrap();
+                while mn < CAP {
+                    let Some(o) = slabs.pop() else { break };
+                    self.sheaves[m].set(mn, o);
+                    mn += 1;
+                }
             }
-            drop(slabs);
-            self.spare.store(m, Ordering::Relaxed);
-            (m, n) = (spare, k);
         }
-        let obj = (n > 0).then(|| {
-            n -= 1;
-            self.sheaves[m].get(n)
+        let obj = (mn > 0).then(|| {
+            mn -= 1;
+            self.sheaves[m].get(mn)
         });
-        self.main.store(m, Ordering::Relaxed);
-        self.word.store(w(n), Ordering::Release);
+        self.install((m, mn), (f, fnn));
         obj
     }
 
-    /// The lock holder's free slow path (`sheaf_free` when the main sheaf is full):
-    /// take, flush the main sheaf to the slabs, push, install.
+    /// The lock holder's free slow path (`sheaf_free` when the spare is full): take
+    /// both words; a full spare becomes the main sheaf if that one is empty, else is
+    /// flushed to the slabs; push; install.
     fn free_slow(&self, obj: usize) {
         let _l = self.local_lock.lock().unwrap();
-        let taken = {
-            let _cpu = self.on_cpu.lock().unwrap();
-            let v = self.word.load(Ordering::Relaxed);
-            self.word.store(0, Ordering::Relaxed);
-            v
-        };
-        let m = self.main.load(Ordering::Relaxed);
-        let mut n = taken as u32 as usize;
-        if n >= CAP {
-            let mut slabs = self.slabs.lock().unwrap();
-            for i in 0..n {
-                slabs.push(self.sheaves[m].get(i));
+        let mut mn = self.take(&self.main_word);
+        let mut fnn = self.take(&self.spare_word);
+        let (mut m, mut f) = (
+            self.main.load(Ordering::Relaxed),
+            self.spare.load(Ordering::Relaxed),
+        );
+        if fnn >= CAP {
+            if mn == 0 {
+                std::mem::swap(&mut m, &mut f);
+                std::mem::swap(&mut mn, &mut fnn);
+            } else {
+                let mut slabs = self.slabs.lock().unwrap();
+                for i in 0..fnn {
+                    slabs.push(self.sheaves[f].get(i));
+                }
+                fnn = 0;
             }
-            n = 0;
         }
-        self.sheaves[m].set(n, obj);
-        self.word.store(w(n + 1), Ordering::Release);
+        self.sheaves[f].set(fnn, obj);
+        self.install((m, mn), (f, fnn + 1));
     }
 
-    /// Every object once: held, in the main sheaf's counted slots, or in the slabs.
+    /// Every object once: held, in a sheaf's counted slots, or in the slabs.
     fn check(&self, held: &[usize]) {
-        let wv = self.word.load(Ordering::Acquire);
-        let m = self.main.load(Ordering::Relaxed);
+        let (mn, fnn) = (
+            self.main_word.load(Ordering::Acquire) as u32 as usize,
+            self.spare_word.load(Ordering::Acquire) as u32 as usize,
+        );
+        let (m, f) = (
+            self.main.load(Ordering::Relaxed),
+            self.spare.load(Ordering::Relaxed),
+        );
+        assert_ne!(m, f, "main and spare are two sheaves");
         let mut all: Vec<usize> = held.to_vec();
-        all.extend((0..wv as u32 as usize).map(|i| self.sheaves[m].get(i)));
+        all.extend((0..mn).map(|i| self.sheaves[m].get(i)));
+        all.extend((0..fnn).map(|i| self.sheaves[f].get(i)));
         all.extend(self.slabs.lock().unwrap().iter().copied());
         all.sort();
         assert_eq!(all, (1..=OBJECTS).collect::<Vec<_>>(), "lost or doubled");

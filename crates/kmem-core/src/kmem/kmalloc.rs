@@ -44,7 +44,7 @@ impl<P: Platform> Kmem<P> {
     }
 
     /// kfree's fast path alone (see [`crate::slab::Slub::free_fast`]): true when `p`
-    /// went onto `cpu`'s main sheaf; false sends the caller to [`Kmem::kfree`].
+    /// went onto `cpu`'s spare sheaf (frees go there); false sends the caller to [`Kmem::kfree`].
     ///
     /// # Safety
     /// As [`Kmem::kfree`] when it returns true.

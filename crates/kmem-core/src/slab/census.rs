@@ -59,9 +59,8 @@ impl<P: Platform> Slub<'_, P> {
                 c.in_cpu_sheaves += len;
             }
             let spare = cc.spare.load(Relaxed);
-            if let Some(sp) = NonNull::new(spare) {
-                // SAFETY: the caller owns the area, and so its spare.
-                let len = unsafe { sp.as_ref() }.size.load(Relaxed);
+            if !spare.is_null() {
+                let len = cc.spare_len.load(Relaxed) as u32 as usize;
                 walk(spare, len, |o| visit(o, &mut c));
                 c.in_cpu_sheaves += len;
             }

@@ -29,10 +29,12 @@ pub struct KmemCacheCpu {
     pub(super) nr_partial: AtomicUsize,
     /// Sheaves design: the main sheaf's `count | capacity << 32` (see `sheaf`).
     pub(super) sheaf_len: AtomicU64,
-    /// Sheaves design: the main sheaf.
+    /// Sheaves design: the main sheaf, which allocations pop from.
     pub(super) main: AtomicPtr<SlabSheaf>,
-    /// Sheaves design: the spare sheaf.
+    /// Sheaves design: the spare sheaf, which frees push onto.
     pub(super) spare: AtomicPtr<SlabSheaf>,
+    /// Sheaves design: the spare sheaf's `count | capacity << 32`.
+    pub(super) spare_len: AtomicU64,
     /// SLUB statistics, `unsigned int` as the kernel's (wrapping; summed as u64).
     pub(super) stat: [AtomicU32; NR_SLUB_STAT],
 }
@@ -42,6 +44,10 @@ pub struct KmemCacheCpu {
 pub const SHEAF_LEN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, sheaf_len);
 /// Offset of the main sheaf pointer in a [`KmemCacheCpu`].
 pub const SHEAF_MAIN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, main);
+/// Offset of the spare sheaf's `count | capacity << 32` word in a [`KmemCacheCpu`].
+pub const SPARE_LEN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, spare_len);
+/// Offset of the spare sheaf pointer in a [`KmemCacheCpu`].
+pub const SPARE_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, spare);
 
 /// How the per-CPU freelists of shared CPU areas are reached (set once, before the
 /// allocator starts; every cache gets it in its [`CacheConfig::access`]).

@@ -114,6 +114,7 @@ pub use cache_list::{CacheList, DestroyError};
 pub use census::SheafCensus;
 pub use cpu::{
     KmemCacheCpu, PerCpuAccess, LOCKLESS_SUPPORTED, SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET,
+    SPARE_LEN_OFFSET, SPARE_OFFSET,
 };
 use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};

@@ -4,9 +4,10 @@
 //! to N objects later, where it cannot fail or wait (under its own lock), takes a
 //! sheaf holding N objects first and allocates from it.
 //!
-//! A request up to the cache's capacity takes the CPU's spare or a barn sheaf when
-//! they hold enough, else a sheaf filled from the slabs; a larger one an *oversize*
-//! sheaf of its own capacity. Caches without sheaves (slub_debug, the CPU-slab design)
+//! A request up to the cache's capacity takes a barn sheaf (topped up from the slabs
+//! if it holds too few) or a sheaf filled from the slabs; a larger one an *oversize*
+//! sheaf of its own capacity. A returned sheaf goes to the barn (or, when the barn is
+//! full or the sheaf is oversize, its objects to the slabs). Caches without sheaves (slub_debug, the CPU-slab design)
 //! get oversize sheaves filled object by object, so every check runs.
 //!
 //! Locking: as the sheaf slow paths (the barn's lock; `list_lock` during a refill).
@@ -36,21 +37,17 @@ impl<P: Platform> Slub<'_, P> {
             let sheaf = self.alloc_empty_sheaf(s, gfp, size.max(1))?;
             return self.fill_to(cpu, s, gfp, sheaf, size);
         }
-        if let Some(c) = cpu {
-            let cc = s.cpu(c);
-            let spare = cc.spare.load(Relaxed);
-            // SAFETY: the CPU's spare is its owner's (the caller).
-            if !spare.is_null() && unsafe { &*spare }.size.load(Relaxed) >= size {
-                cc.spare.store(core::ptr::null_mut(), Relaxed);
-                s.stat(cpu, SlubStat::SheafPrefillFast);
-                // SAFETY: non-null checked.
-                return Some(unsafe { NonNull::new_unchecked(spare) });
-            }
-        }
         let nid = self.node_of(cpu);
         let from_barn = s.node[nid].barn.lists.lock().get_full();
         let sheaf = match from_barn {
-            Some(sh) => sh,
+            Some(sh) => {
+                // SAFETY: a barn sheaf, ours now.
+                if unsafe { sh.as_ref() }.size.load(Relaxed) >= size {
+                    s.stat(cpu, SlubStat::SheafPrefillFast);
+                    return Some(sh);
+                }
+                sh
+            }
             None => self.alloc_empty_sheaf(s, gfp, cap)?,
         };
         s.stat(cpu, SlubStat::SheafPrefillSlow);
@@ -175,7 +172,7 @@ impl<P: Platform> Slub<'_, P> {
     }
 
     /// `kmem_cache_return_sheaf`: gives back a prefilled sheaf and the objects left in
-    /// it: as the CPU's spare if it has none, else to the barn, else to the slabs.
+    /// it: to the barn, else (full barn, oversize sheaf) to the slabs.
     ///
     /// # Safety
     /// As [`Slub::alloc_from_sheaf`]; the caller stops using `sheaf`.
@@ -193,15 +190,7 @@ impl<P: Platform> Slub<'_, P> {
             self.drop_sheaf(cpu, s, sheaf);
             return;
         }
-        if let Some(c) = cpu {
-            let cc = s.cpu(c);
-            if cc.spare.load(Relaxed).is_null() {
-                cc.spare.store(sheaf.as_ptr(), Relaxed);
-                s.stat(cpu, SlubStat::SheafReturnFast);
-                return;
-            }
-        }
-        s.stat(cpu, SlubStat::SheafReturnSlow);
+        s.stat(cpu, SlubStat::SheafReturnFast);
         self.sheaf_to_barn(cpu, s, self.node_of(cpu), sheaf);
     }
 

@@ -71,15 +71,15 @@ pub enum SlubStat {
     SheafAlloc,
     /// Sheaf freed.
     SheafFree,
-    /// Prefill served by the CPU's spare sheaf.
+    /// Prefill served by a barn sheaf that held enough.
     SheafPrefillFast,
     /// Prefill served by the barn or a refill.
     SheafPrefillSlow,
     /// Prefill larger than the cache's sheaves.
     SheafPrefillOversize,
-    /// Prefilled sheaf returned as the CPU's spare.
+    /// Prefilled sheaf returned to the barn (or flushed when the barn is full).
     SheafReturnFast,
-    /// Prefilled sheaf returned to the barn or slabs.
+    /// Oversize (or sheafless cache's) prefilled sheaf returned to the slabs.
     SheafReturnSlow,
 }
 

@@ -49,7 +49,7 @@ fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
 }
 
 /// [`Heap::dealloc`] for the allocator front ends: on a thread with its fast word, one
-/// push onto the main sheaf when `p` is a plain slab object (see
+/// push onto the spare sheaf when `p` is a plain slab object (see
 /// `kmem_core::slab::Slub::free_fast`); everything else, reports included, out of
 /// line.
 ///

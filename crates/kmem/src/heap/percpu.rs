@@ -283,7 +283,7 @@ impl Heap {
             let table = self.cpu_table.as_ptr().cast();
             let obj = if cfg.fast == kmem_core::slab::FastPath::SheafRseq {
                 // SAFETY: as above, for the sheaves design: the lock holder changes a
-                // CPU's main sheaf only after taking its word on that CPU.
+                // CPU's sheaves only after taking their words on that CPU.
                 unsafe { crate::platform::rseq::sheaf_pop(rseq, table, cfg) }
             } else {
                 // SAFETY: as above.

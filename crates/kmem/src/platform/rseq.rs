@@ -13,9 +13,10 @@
 //!   lies in the slab; commit `freelist = next`;
 //! - [`push`]: if `freelist` is in the object's slab (the CPU slab), write the
 //!   object's encoded free pointer and commit `freelist = obj`;
-//! - [`sheaf_pop`], [`sheaf_push`] (sheaves design): on the CPU's main sheaf, whose
-//!   `count | capacity << 32` word sits in the `kmem_cache_cpu`: read the word, read
-//!   or write the slot, commit the word less or plus one;
+//! - [`sheaf_pop`], [`sheaf_push`] (sheaves design): on the CPU's main sheaf (pop)
+//!   or spare sheaf (push), whose `count | capacity << 32` words sit in the
+//!   `kmem_cache_cpu`: read the word, read or write the slot, commit the word less or
+//!   plus one;
 //! - [`take_on`]: on CPU `cpu` only, commit `freelist = 0` and return the old value
 //!   (how the slab layer's lock holder takes a CPU freelist; see the rules in kmem-core's `slab` module).
 //!
@@ -31,7 +32,9 @@
 //! [`on_cpu`] changes the calling thread's affinity for the length of a call.
 
 use kmem_core::slab::sheaf::SHEAF_HEADER;
-use kmem_core::slab::{CacheConfig, SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET};
+use kmem_core::slab::{
+    CacheConfig, SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET, SPARE_LEN_OFFSET, SPARE_OFFSET,
+};
 use std::mem::offset_of;
 
 /// A critical section's start: arm `rseq->rseq_cs` (offset 8) with the descriptor at
@@ -315,8 +318,8 @@ pub unsafe fn sheaf_pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> u
     obj
 }
 
-/// Pushes `obj` (an object of the cache `cfg`, owned by the caller) onto the main
-/// sheaf of the CPU the thread runs on, if it has room. `AtHead`: `obj` is already the
+/// Pushes `obj` (an object of the cache `cfg`, owned by the caller) onto the spare
+/// sheaf of the CPU the thread runs on (the one frees go to), if it has room. `AtHead`: `obj` is already the
 /// sheaf's top (a double free; not done).
 ///
 /// # Safety
@@ -325,7 +328,7 @@ pub unsafe fn sheaf_pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> u
 #[inline]
 pub unsafe fn sheaf_push(rseq: *mut u8, table: *const u8, cfg: &CacheConfig, obj: usize) -> Pushed {
     let res: usize;
-    // SAFETY: the caller's contract. A non-zero word means a main sheaf with `count`
+    // SAFETY: the caller's contract. A non-zero word means a spare sheaf with `count`
     // objects and `capacity` slots; the slot store is beyond the committed count (a
     // restart leaves it unused), and the commit is the store of the word, the last
     // instruction before label 22. Slot `count - 1` of an empty sheaf is its capacity
@@ -354,8 +357,8 @@ pub unsafe fn sheaf_push(rseq: *mut u8, table: *const u8, cfg: &CacheConfig, obj
             obj = in(reg) obj,
             len = const TABLE_LEN,
             off_cpu = const offset_of!(CacheConfig, cpu_offset),
-            off_len = const SHEAF_LEN_OFFSET,
-            off_main = const SHEAF_MAIN_OFFSET,
+            off_len = const SPARE_LEN_OFFSET,
+            off_main = const SPARE_OFFSET,
             hdr = const SHEAF_HEADER,
             res = out(reg) res,
             t = out(reg) _,
