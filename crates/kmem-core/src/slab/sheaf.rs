@@ -114,9 +114,10 @@ pub enum SlubDesign {
     CpuSlab,
 }
 
-/// The kernel's rule for a cache's sheaf capacity, from the objects a slab holds (at
-/// least enough to matter for small slabs, at most about a slab's worth), then grown
-/// so the sheaf fills its kmalloc size class. Returns (capacity, bytes).
+/// A cache's sheaf capacity, chosen as the kernel chooses it — from the objects a slab
+/// holds (clamped to 4..=120, and at least 32 for objects up to 512 bytes), then grown
+/// until the sheaf fills its own kmalloc size class (kmalloc-32's sheaves hold 124).
+/// Returns (capacity, bytes of the sheaf).
 pub fn sheaf_capacity(cfg: &CacheConfig) -> (usize, usize) {
     let want = cfg.objects.clamp(4, 120).max((16384 / cfg.size).min(32));
     let bytes = SHEAF_HEADER + want * core::mem::size_of::<usize>();
@@ -693,5 +694,38 @@ unsafe fn init_sheaf(p: usize, s: &KmemCache, capacity: usize) -> NonNull<SlabSh
             capacity: AtomicUsize::new(capacity),
         });
         NonNull::new_unchecked(sheaf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_fills_the_sheaf_s_size_class() {
+        for size in [8usize, 32, 64, 96, 256, 512, 1024, 4096, 8192] {
+            let cfg = CacheConfig::calculate("c", size, 8, SlabFlags::empty(), None, 2).unwrap();
+            let (cap, bytes) = sheaf_capacity(&cfg);
+            assert!(cap >= 4, "size {size}: capacity {cap}");
+            assert!(
+                cap >= cfg.objects.clamp(4, 120),
+                "size {size}: below a slab's worth"
+            );
+            assert_eq!(
+                SHEAF_HEADER + cap * 8,
+                bytes,
+                "size {size}: the class is filled"
+            );
+            assert!(
+                crate::kmalloc::kmalloc_index(bytes).is_some(),
+                "a kmalloc size"
+            );
+            assert_eq!(
+                crate::kmalloc::KMALLOC_SIZES[crate::kmalloc::kmalloc_index(bytes).unwrap()],
+                bytes
+            );
+        }
+        let k32 = CacheConfig::calculate("c", 32, 8, SlabFlags::empty(), None, 2).unwrap();
+        assert_eq!(sheaf_capacity(&k32).0, 124);
     }
 }
