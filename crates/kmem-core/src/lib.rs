@@ -46,11 +46,12 @@
 //! 7. `Zone::lock` ([`page::Zone`]): a zone's free lists, one zone at a time.
 //! 8. the CPU-area pool's free-list lock ([`percpu`]).
 //!
-//! Leaves, taken alone and never across a call into the allocator: a group's
-//! per-cache statistics table ([`memcontrol`]), the shrinker and CPU-offline hook
-//! tables of the page allocator (copied out under the lock, called without it).
-//! Fork takes 3, 4 (every cache, every node), 6, 7 (every zone) and 8 in this order
-//! ([`Kmem::fork_prepare`]).
+//! Leaves, taken alone and never across a call into the allocator: a barn's lists
+//! ([`slab::barn`]: sheaves are put in and taken out under it, nothing more), a
+//! group's per-cache statistics table ([`memcontrol`]), the shrinker and CPU-offline
+//! hook tables of the page allocator (copied out under the lock, called without it).
+//! Fork takes 3, 4 with each node's barn (every cache, every node), 6, 7 (every zone)
+//! and 8 in this order ([`Kmem::fork_prepare`]).
 //!
 //! ## Linux names, kmem names
 //! | Linux (mm/)                         | kmem                                       |

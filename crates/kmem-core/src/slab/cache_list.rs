@@ -81,6 +81,9 @@ impl CacheList {
             self.for_each_locked(|s| {
                 for node in &s.node[..nr_nodes] {
                     node.list_lock.lock_forever();
+                    // A leaf lock: a child must not find it held by a thread that
+                    // does not exist there.
+                    node.barn.lists.lock_forever();
                 }
             });
         }
@@ -95,6 +98,7 @@ impl CacheList {
         unsafe {
             self.for_each_locked(|s| {
                 for node in &s.node[..nr_nodes] {
+                    node.barn.lists.force_unlock();
                     node.list_lock.force_unlock();
                 }
             });
