@@ -98,7 +98,9 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     /// Frees a discarded slab's objcg vector (`memcontrol`), a plain kmalloc object
-    /// or large block (vectors never come from caches that have vectors).
+    /// or large block (vectors never come from caches that have vectors). The object
+    /// goes straight back to its slab, not onto a CPU's sheaf: shrinking must not
+    /// fill (or allocate) the sheaves it has just emptied.
     pub(super) fn free_slab_obj_exts(&self, cpu: Option<CpuRef<'_>>, head: &Page) {
         let data = head.private.swap(0, Relaxed);
         if data & accounting::OBJ_EXTS == 0 {
@@ -108,7 +110,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         match self.lookup(v) {
             // SAFETY: the vector, ours since its slab is being discarded.
             ObjectLookup::Slab(vs, vslab) => unsafe {
-                self.free_object(cpu, vs, vslab, v as usize);
+                self.free_object(None, vs, vslab, v as usize);
             },
             ObjectLookup::Large(vh) => {
                 // SAFETY: as above; a large block's order is on its head.
