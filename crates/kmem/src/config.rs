@@ -80,8 +80,9 @@ pub const VARS: [Var; 9] = [
         help: "`thread` (a CPU area per thread); `cpu` (a CPU area per CPU with the fastest \
                mechanism here: `cpu-rseq` where glibc registers rseq, else `cpu-cas` where the \
                CPU has `cmpxchg16b`, else `cpu-lock`); `cpu-rseq` (alloc/free fast paths in \
-               restartable sequences); `cpu-cas` (lockless fast paths with a double-word CAS); \
-               `cpu-lock` (every operation under the CPU area's lock)",
+               restartable sequences); `cpu-cas` (lockless fast paths with a double-word CAS, \
+               in the `cpu-slab` design; with sheaves it runs as `cpu-lock`); `cpu-lock` \
+               (every operation under the CPU area's lock)",
         expected: "thread, cpu, cpu-cas, cpu-rseq or cpu-lock",
         parse: |v, cfg| {
             let modes: [(&[u8], _); 5] = [
