@@ -6,6 +6,7 @@
 mod common;
 
 use common::{config, kmem, pattern, Rng};
+use kmem_core::percpu::CpuArea;
 use kmem_core::slab::{FastPath, SlubDesign, SlubStat};
 use kmem_core::{CpuRef, Gfp, KmemCache, SlabFlags};
 use proptest::prelude::*;
@@ -16,6 +17,14 @@ type K = kmem_core::Kmem<common::TestPlatform>;
 
 fn stat(k: &K, s: &KmemCache, item: SlubStat) -> u64 {
     s.stat_sum(k.pages.cpu_areas().iter(), item)
+}
+
+/// A CPU area of `k` for this test alone, and the owner's handle on it.
+fn own_area(k: &'static K) -> (&'static CpuArea, Option<CpuRef<'static>>) {
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: fresh from the pool: the calling test owns it until it puts it back, and
+    // uses this one handle on it.
+    (a, Some(unsafe { CpuRef::new(a) }))
 }
 
 /// Checks the census of `s`: free objects (sheaves, barns, slab freelists) and `live`
@@ -149,9 +158,7 @@ proptest! {
 #[test]
 fn a_thread_exit_hands_its_sheaves_to_the_barn_and_the_next_thread_takes_them() {
     let k = kmem(2, config(1, 0));
-    let a = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned by this test.
-    let ca = Some(unsafe { CpuRef::new(a) });
+    let (a, ca) = own_area(k);
     let s = k
         .kmem_cache_create(ca, "exit-64", 64, 8, SlabFlags::empty(), None)
         .unwrap();
@@ -174,9 +181,7 @@ fn a_thread_exit_hands_its_sheaves_to_the_barn_and_the_next_thread_takes_them() 
     );
     assert_eq!(s.nr_slabs(0), slabs_before, "no slab was unfrozen or freed");
     // A new thread allocates: from the barn's full sheaves, no refill from slabs.
-    let b = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned.
-    let cb = Some(unsafe { CpuRef::new(b) });
+    let (b, cb) = own_area(k);
     let refills = stat(k, s, SlubStat::SheafRefill);
     let again: HashSet<usize> = (0..2 * cap)
         .map(|_| k.slub().alloc(cb, s, Gfp::KERNEL).unwrap().as_ptr() as usize)
@@ -206,9 +211,7 @@ fn a_thread_exit_hands_its_sheaves_to_the_barn_and_the_next_thread_takes_them() 
 #[test]
 fn prefilled_sheaves_guarantee_their_objects() {
     let k = kmem(2, config(1, 0));
-    let a = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned by this test.
-    let c = Some(unsafe { CpuRef::new(a) });
+    let (a, c) = own_area(k);
     let s = k
         .kmem_cache_create(c, "prefill-32", 32, 8, SlabFlags::empty(), None)
         .unwrap();
@@ -276,9 +279,7 @@ fn prefilled_sheaves_guarantee_their_objects() {
 #[test]
 fn a_double_free_on_the_sheaf_top_is_caught() {
     let k = kmem(2, config(1, 0));
-    let a = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned by this test.
-    let c = Some(unsafe { CpuRef::new(a) });
+    let (_, c) = own_area(k);
     let p = k.kmalloc(c, 40, Gfp::KERNEL).unwrap().as_ptr();
     // SAFETY: ours.
     assert!(unsafe { k.kfree(c, p) });
@@ -305,9 +306,7 @@ fn a_double_free_on_the_sheaf_top_is_caught() {
 #[test]
 fn refill_never_follows_a_corrupted_free_pointer() {
     let k = kmem(2, config(1, 0));
-    let a = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned by this test.
-    let c = Some(unsafe { CpuRef::new(a) });
+    let (a, c) = own_area(k);
     let s = k
         .kmem_cache_create(c, "hard-64", 64, 8, SlabFlags::empty(), None)
         .unwrap();
@@ -353,9 +352,7 @@ fn refill_never_follows_a_corrupted_free_pointer() {
 #[test]
 fn statistics_per_object_only_when_asked_and_node_allocations_bypass_sheaves() {
     let k = kmem(4, config(2, 0));
-    let a = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned by this test.
-    let c = Some(unsafe { CpuRef::new(a) });
+    let (_, c) = own_area(k);
     let plain = k
         .kmem_cache_create(c, "plain-32", 32, 8, SlabFlags::empty(), None)
         .unwrap();
@@ -391,9 +388,7 @@ fn statistics_per_object_only_when_asked_and_node_allocations_bypass_sheaves() {
 fn the_cpu_slab_design_stays_selectable() {
     let k = common::kmem_design(2, config(1, 0), None, SlubDesign::CpuSlab);
     assert_eq!(k.slub_design(), SlubDesign::CpuSlab);
-    let a = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned by this test.
-    let c = Some(unsafe { CpuRef::new(a) });
+    let (_, c) = own_area(k);
     let s = k
         .kmem_cache_create(c, "old-32", 32, 8, SlabFlags::empty(), None)
         .unwrap();
@@ -413,9 +408,7 @@ fn per_cpu_state_leaves_room_for_many_caches() {
     // Every cache takes its `kmem_cache_cpu` (sheaf pointers, statistics) in every CPU
     // area: the boot caches plus at least 64 more must fit (the `debug` bench makes 60).
     let k = kmem(2, config(1, 0));
-    let a = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned by this test.
-    let c = Some(unsafe { CpuRef::new(a) });
+    let (a, c) = own_area(k);
     for i in 0..64 {
         let s = k
             .kmem_cache_create(
