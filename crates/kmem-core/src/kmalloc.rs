@@ -1,12 +1,23 @@
 //! kmalloc: general-purpose allocation by size (include/linux/slab.h, mm/slab_common.c).
 //!
-//! Sizes up to [`KMALLOC_MAX_CACHE_SIZE`] (8 KiB) come from the kmalloc caches —
-//! powers of two from 8 plus 96 and 192, the kernel's classes (`kmalloc_index`) —
-//! in three sets: plain, `kmalloc-cg-*` for `__GFP_ACCOUNT` callers and
-//! `kmalloc-rcl-*` for `__GFP_RECLAIMABLE` ones. Larger sizes come straight from the
-//! page allocator (`kmalloc_large`) as blocks of up to 4 MiB. Each cache's objects are
-//! aligned to the largest power of two dividing its size (kmalloc-96: 32), so an
-//! object of kmalloc-N for a power of two N is naturally aligned.
+//! Three sets of kmalloc caches: plain, `kmalloc-cg-*` for `__GFP_ACCOUNT` callers
+//! and `kmalloc-rcl-*` for `__GFP_RECLAIMABLE` ones.
+//! - The accounted and reclaimable sets have the kernel's classes (`kmalloc_index`):
+//!   powers of two from 8 to 8 KiB plus 96 and 192 ([`KMALLOC_SIZES`]).
+//! - The plain set, which malloc and `GlobalAlloc` use, has the kernel's classes up to
+//!   128 bytes with 48, 80 and 112 added (16-byte steps), then four classes per
+//!   doubling (2^k × 5/4, 6/4, 7/4, 8/4) up to [`KMALLOC_MAX_CACHE_SIZE`] (1 MiB)
+//!   ([`KMALLOC_PLAIN_SIZES`], [`kmalloc_plain_index`]): a request is rounded up by at
+//!   most 25% (12.5% on average on an even mix) instead of up to 100% (see
+//!   BENCHMARKS.md for the measured waste), and sizes the kernel never sees in bulk
+//!   (10–1000 KiB buffers) come from slabs and sheaves instead of the buddy lists.
+//!   Every kernel class is one of them, with the same name.
+//!
+//! Larger sizes (and accounted or reclaimable ones above 8 KiB) come straight from the
+//! page allocator (`kmalloc_large`) as blocks of up to 4 MiB. Each cache's objects
+//! are aligned to the largest power of two dividing its size, up to a page
+//! (kmalloc-96: 32, kmalloc-320: 64), so rounding a request up to its alignment and
+//! then to a class gives an object with that alignment.
 //!
 //! `kfree` finds what it frees from the pointer alone (`virt_to_page`): a slab object
 //! (its cache is in the slab's head page) or the head of a large block. Anything else
@@ -21,18 +32,88 @@ use crate::slab::{accounting, Accounting, KmemCache, ObjectLookup, SlabFlags, Sl
 use core::fmt::{self, Write as _};
 use core::ptr::{self, NonNull};
 
-/// The kmalloc size classes, in cache order.
+/// The kernel's kmalloc size classes (the accounted and reclaimable sets), in cache
+/// order.
 pub const KMALLOC_SIZES: [usize; NR_KMALLOC] = [
     8, 16, 32, 64, 96, 128, 192, 256, 512, 1024, 2048, 4096, 8192,
 ];
-/// Number of kmalloc caches per set.
+/// Number of caches in the accounted and reclaimable sets.
 pub const NR_KMALLOC: usize = 13;
+/// Largest size served by a cache of the accounted and reclaimable sets (the
+/// kernel's `KMALLOC_MAX_CACHE_SIZE`, two pages).
+pub const KMALLOC_KERNEL_MAX_CACHE_SIZE: usize = 8192;
+
+/// Number of caches in the plain set: 9 up to 128 bytes, then 4 per doubling up to
+/// 1 MiB.
+pub const NR_KMALLOC_PLAIN: usize = 9 + 4 * 13;
+/// The plain set's size classes, in cache order.
+pub const KMALLOC_PLAIN_SIZES: [usize; NR_KMALLOC_PLAIN] = plain_sizes();
+/// Largest size served by a kmalloc cache (the plain set's largest class).
+pub const KMALLOC_MAX_CACHE_SIZE: usize = 1 << 20;
 /// Sets of kmalloc caches: plain, cg (accounted), rcl (reclaimable).
 pub const NR_KMALLOC_TYPES: usize = 3;
-/// Largest size served by a kmalloc cache.
-pub const KMALLOC_MAX_CACHE_SIZE: usize = 8192;
 /// Largest size kmalloc serves at all (the largest buddy block).
 pub const KMALLOC_MAX_SIZE: usize = PAGE_SIZE << MAX_ORDER;
+
+/// Index of the plain set's first class above 1 KiB (1280).
+const PLAIN_ABOVE_1K: usize = 21;
+
+const fn plain_sizes() -> [usize; NR_KMALLOC_PLAIN] {
+    let mut out = [8, 16, 32, 48, 64, 80, 96, 112, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let mut i = 9;
+    let mut base = 128;
+    while i < NR_KMALLOC_PLAIN {
+        let mut q = 5;
+        while q <= 8 {
+            out[i] = base / 4 * q;
+            i += 1;
+            q += 1;
+        }
+        base *= 2;
+    }
+    out
+}
+
+/// The plain class index for sizes 1..=1024 by `(size - 1) / 8`.
+const PLAIN_SIZE_INDEX: [u8; 128] = plain_size_index();
+
+const fn plain_size_index() -> [u8; 128] {
+    let mut out = [0u8; 128];
+    let mut j = 0;
+    let mut class = 0;
+    while j < 128 {
+        let size = (j + 1) * 8;
+        while KMALLOC_PLAIN_SIZES[class] < size {
+            class += 1;
+        }
+        out[j] = class as u8;
+        j += 1;
+    }
+    out
+}
+
+const _: () = assert!(KMALLOC_PLAIN_SIZES[PLAIN_ABOVE_1K - 1] == 1024);
+const _: () = assert!(KMALLOC_PLAIN_SIZES[NR_KMALLOC_PLAIN - 1] == KMALLOC_MAX_CACHE_SIZE);
+
+/// The plain set's cache for `size` bytes (index into [`KMALLOC_PLAIN_SIZES`]), or
+/// `None` above [`KMALLOC_MAX_CACHE_SIZE`]. Size 0 gets the smallest cache. One table
+/// load up to 1 KiB; above, the doubling from the top bit and the quarter from the
+/// two bits below it.
+#[inline(always)]
+pub fn kmalloc_plain_index(size: usize) -> Option<usize> {
+    if size <= 1024 {
+        return Some(PLAIN_SIZE_INDEX[size.saturating_sub(1) >> 3] as usize);
+    }
+    if size > KMALLOC_MAX_CACHE_SIZE {
+        return None;
+    }
+    // size - 1 in [2^k, 2^(k+1)), k >= 10: class 2^k * (5 + quarter) / 4.
+    let k = (usize::BITS - 1 - (size - 1).leading_zeros()) as usize;
+    let quarter = ((size - 1) >> (k - 2)) & 3;
+    Some(PLAIN_ABOVE_1K + (k - 10) * 4 + quarter)
+}
 
 /// `size_index`: cache index for sizes 1..=192 by `(size - 1) / 8`.
 const SIZE_INDEX: [u8; 24] = [
@@ -42,14 +123,15 @@ const SIZE_INDEX: [u8; 24] = [
     6, 6, 6, 6, 6, 6, 6, 6, // 136-192
 ];
 
-/// `kmalloc_index`: the cache for `size` bytes (index into [`KMALLOC_SIZES`]), or
-/// `None` above [`KMALLOC_MAX_CACHE_SIZE`]. Size 0 gets the smallest cache.
+/// `kmalloc_index`: the kernel's class for `size` bytes (index into
+/// [`KMALLOC_SIZES`]; the accounted and reclaimable sets), or `None` above
+/// [`KMALLOC_KERNEL_MAX_CACHE_SIZE`]. Size 0 gets the smallest cache.
 #[inline]
 pub fn kmalloc_index(size: usize) -> Option<usize> {
     if size <= 192 {
         return Some(SIZE_INDEX[size.saturating_sub(1) / 8] as usize);
     }
-    if size > KMALLOC_MAX_CACHE_SIZE {
+    if size > KMALLOC_KERNEL_MAX_CACHE_SIZE {
         return None;
     }
     // 256 -> 7, 512 -> 8, ... 8192 -> 12.
@@ -73,19 +155,23 @@ pub fn kmalloc_type(gfp: Gfp) -> usize {
 /// `kmalloc-rcl-*`, each with one cache per size class. Embedded in the allocator and
 /// set up at boot, so they need no allocation.
 pub struct KmallocCaches {
-    sets: [[KmemCache; NR_KMALLOC]; NR_KMALLOC_TYPES],
+    plain: [KmemCache; NR_KMALLOC_PLAIN],
+    /// The accounted (0) and reclaimable (1) sets.
+    kernel: [[KmemCache; NR_KMALLOC]; NR_KMALLOC_TYPES - 1],
 }
 
 impl KmallocCaches {
     /// Caches not set up yet ([`KmallocCaches::boot`] does).
     pub(crate) const fn new() -> Self {
         Self {
-            sets: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES],
+            plain: [const { KmemCache::new() }; NR_KMALLOC_PLAIN],
+            kernel: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
         }
     }
 
     /// Sets up every kmalloc cache through `create(cache, name, size, align, flags)`
-    /// (the allocator's boot-cache constructor); stops at the first error.
+    /// (the allocator's boot-cache constructor), plain set first, smallest first;
+    /// stops at the first error.
     pub(crate) fn boot<E>(
         &self,
         mut create: impl FnMut(&KmemCache, &str, usize, usize, SlabFlags) -> Result<(), E>,
@@ -100,43 +186,71 @@ impl KmallocCaches {
                 2 => SlabFlags::RECLAIM_ACCOUNT,
                 _ => SlabFlags::empty(),
             };
-            for (i, &size) in KMALLOC_SIZES.iter().enumerate() {
+            let set = self.set(t);
+            for (i, s) in set.iter().enumerate() {
+                let size = if t == 0 {
+                    KMALLOC_PLAIN_SIZES[i]
+                } else {
+                    KMALLOC_SIZES[i]
+                };
                 name.clear();
                 let _ = write!(name, "{prefix}");
-                if size >= 1024 {
-                    let _ = write!(name, "{}k", size / 1024);
-                } else {
-                    let _ = write!(name, "{size}");
-                }
+                write_size(&mut name, size);
                 let align = (1usize << size.trailing_zeros()).min(PAGE_SIZE);
-                create(&self.sets[t][i], name.as_str(), size, align, flags)?;
+                create(s, name.as_str(), size, align, flags)?;
             }
         }
         Ok(())
     }
 
-    /// The cache serving `size` bytes for `gfp`, `None` above [`KMALLOC_MAX_CACHE_SIZE`].
+    /// The cache serving `size` bytes for `gfp`: `None` above
+    /// [`KMALLOC_MAX_CACHE_SIZE`] (plain) or [`KMALLOC_KERNEL_MAX_CACHE_SIZE`]
+    /// (accounted, reclaimable).
     #[inline]
     pub fn cache(&self, size: usize, gfp: Gfp) -> Option<&KmemCache> {
-        Some(&self.sets[kmalloc_type(gfp)][kmalloc_index(size)?])
+        match kmalloc_type(gfp) {
+            0 => self.plain(size),
+            t => Some(&self.kernel[t - 1][kmalloc_index(size)?]),
+        }
     }
 
-    /// The set of caches for `gfp` type `t` (0 plain, 1 cg, 2 rcl).
+    /// The plain cache serving `size` bytes, `None` above [`KMALLOC_MAX_CACHE_SIZE`].
+    #[inline(always)]
+    pub fn plain(&self, size: usize) -> Option<&KmemCache> {
+        Some(&self.plain[kmalloc_plain_index(size)?])
+    }
+
+    /// The set of caches of type `t` (0 plain, 1 cg, 2 rcl), smallest first.
     #[inline]
-    pub fn set(&self, t: usize) -> &[KmemCache; NR_KMALLOC] {
-        &self.sets[t]
+    pub fn set(&self, t: usize) -> &[KmemCache] {
+        match t {
+            0 => &self.plain,
+            t => &self.kernel[t - 1],
+        }
     }
 
     /// Whether `s` is one of the kmalloc caches.
     pub fn contains(&self, s: &KmemCache) -> bool {
-        self.sets.iter().flatten().any(|k| ptr::eq(k, s))
+        (0..NR_KMALLOC_TYPES).any(|t| self.set(t).iter().any(|k| ptr::eq(k, s)))
     }
 
     /// Whether `s` is one of the plain kmalloc caches (those never charged).
     pub fn is_plain(&self, s: &KmemCache) -> bool {
-        let plain = self.sets[0].as_ptr_range();
+        let plain = self.plain.as_ptr_range();
         (plain.start..plain.end).contains(&(s as *const KmemCache))
     }
+}
+
+/// A kmalloc class's name suffix as the kernel writes it: bytes, `Nk` for whole KiB,
+/// `NM` for whole MiB (kmalloc-96, kmalloc-1280, kmalloc-8k, kmalloc-1M).
+fn write_size(w: &mut impl fmt::Write, size: usize) {
+    let _ = if size >= 1 << 20 && size % (1 << 20) == 0 {
+        write!(w, "{}M", size >> 20)
+    } else if size >= 1024 && size % 1024 == 0 {
+        write!(w, "{}k", size / 1024)
+    } else {
+        write!(w, "{size}")
+    };
 }
 
 /// kmalloc's operations, bound to the slab layer and the kmalloc caches. A small
@@ -195,11 +309,8 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         gfp: Gfp,
         nid: Option<usize>,
     ) -> Option<NonNull<u8>> {
-        match kmalloc_index(size) {
-            Some(i) => {
-                self.slub()
-                    .alloc_node(cpu, &self.caches.sets[kmalloc_type(gfp)][i], gfp, nid)
-            }
+        match self.caches.cache(size, gfp) {
+            Some(s) => self.slub().alloc_node(cpu, s, gfp, nid),
             None => kmalloc_large(self.slub.pages, cpu, size, gfp, nid),
         }
     }
@@ -208,7 +319,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
     /// lockless pop). `None`: take the area's lock and call [`Kmalloc::kmalloc`].
     #[inline]
     pub fn kmalloc_lockless(self, area: &CpuArea, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        let s = &self.caches.sets[kmalloc_type(gfp)][kmalloc_index(size)?];
+        let s = self.caches.cache(size, gfp)?;
         let p = self.slub.alloc_lockless(area, s)?;
         // SAFETY: a new object of `s`, handed to our caller.
         unsafe { crate::slab::post_alloc_init(s, p, gfp) };
@@ -440,5 +551,52 @@ mod tests {
             assert_eq!(KMALLOC_SIZES[i], class, "size {size}");
         }
         assert_eq!(kmalloc_index(8193), None);
+    }
+
+    #[test]
+    fn plain_index_is_the_smallest_class_that_fits() {
+        // Every size up to 64 KiB, then around every class up to 1 MiB: the class
+        // holds the size and the class below does not.
+        let check = |size: usize| {
+            let i = kmalloc_plain_index(size).unwrap();
+            assert!(KMALLOC_PLAIN_SIZES[i] >= size.max(1), "size {size}");
+            if i > 0 {
+                assert!(KMALLOC_PLAIN_SIZES[i - 1] < size, "size {size}");
+            }
+        };
+        (0..=65536).for_each(check);
+        for &c in &KMALLOC_PLAIN_SIZES {
+            check(c - 1);
+            check(c);
+            if c < KMALLOC_MAX_CACHE_SIZE {
+                check(c + 1);
+            }
+        }
+        assert_eq!(kmalloc_plain_index(KMALLOC_MAX_CACHE_SIZE + 1), None);
+        // Four classes per doubling above 128 bytes, each a multiple of 16 from 16 on,
+        // and never more than 25% above the size it serves.
+        for w in KMALLOC_PLAIN_SIZES.windows(2) {
+            assert!(w[1] > w[0] && w[1] % 16 == 0);
+            assert!((w[1] - w[0]) * 4 <= w[0] + 3 || w[0] < 128, "{w:?}");
+        }
+        // The kernel's classes are all plain classes.
+        for c in KMALLOC_SIZES {
+            assert!(KMALLOC_PLAIN_SIZES.contains(&c));
+        }
+    }
+
+    #[test]
+    fn class_names_follow_the_kernel() {
+        for (size, want) in [
+            (96, "96"),
+            (1280, "1280"),
+            (8192, "8k"),
+            (10240, "10k"),
+            (1 << 20, "1M"),
+        ] {
+            let mut n = NameBuf::new();
+            write_size(&mut n, size);
+            assert_eq!(n.as_str(), want);
+        }
     }
 }

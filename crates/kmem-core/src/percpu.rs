@@ -1,6 +1,6 @@
 //! CPU areas: the per-CPU memory of the allocator, and the pool that recycles them.
 //!
-//! A [`CpuArea`] is one 32 KiB block from the allocator's own buddy lists. Its header
+//! A [`CpuArea`] is one 64 KiB block from the allocator's own buddy lists. Its header
 //! says who owns it; the rest holds per-CPU structures at offsets fixed when their
 //! owner is created (the page layer's `ZonePcp` of each zone at a fixed slot, later
 //! layers through [`PerCpuOffsets`]), as the kernel's percpu allocator places
@@ -33,8 +33,9 @@ use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering, SpinLock};
 use core::marker::PhantomData;
 use core::ptr::{self, NonNull};
 
-/// Buddy order of one CPU area (32 KiB).
-pub const CPU_AREA_ORDER: usize = 3;
+/// Buddy order of one CPU area (64 KiB: room for the `kmem_cache_cpu` of the 87
+/// kmalloc caches and over a hundred more caches).
+pub const CPU_AREA_ORDER: usize = 4;
 /// Size of one CPU area in bytes: 2^[`CPU_AREA_ORDER`] pages of 4 KiB (the page
 /// layer checks this against its `PAGE_SIZE`).
 pub const CPU_AREA_SIZE: usize = 4096 << CPU_AREA_ORDER;
@@ -66,6 +67,8 @@ pub struct CpuArea {
     node: AtomicU32,
     /// Work other contexts ask the owner to do (`DRAIN_*` bits).
     pub(crate) drain_request: AtomicU32,
+    /// Slab slow paths the owner ran (owner only; see `PageAllocator::housekeeping`).
+    pub(crate) slow_paths: AtomicU32,
     /// Link on the pool's free stack (pool lock).
     next_free: AtomicPtr<CpuArea>,
     /// The area's `local_lock`, for platforms where several contexts share an area
@@ -268,6 +271,7 @@ impl CpuAreaPool {
                 state: AtomicU32::new(AREA_OWNED),
                 node: AtomicU32::new(nid as u32),
                 drain_request: AtomicU32::new(0),
+                slow_paths: AtomicU32::new(0),
                 next_free: AtomicPtr::new(ptr::null_mut()),
                 local_lock: SpinLock::new(()),
             });

@@ -63,6 +63,13 @@ pub trait Platform: Sync {
     /// can age memory of its own the same way (Linux: cached huge mappings).
     fn reporting_pass(&self, _now_ns: u64) {}
 
+    /// Called from the allocator's periodic housekeeping (every
+    /// [`HOUSEKEEPING_INTERVAL`](crate::page::HOUSEKEEPING_INTERVAL)th slab slow path of
+    /// a CPU area; no locks of the core held but the area's local lock), so memory the
+    /// platform caches ages even while the program only allocates from per-CPU
+    /// caches (Linux: cached huge mappings past the decay interval are unmapped).
+    fn housekeeping(&self) {}
+
     /// 64 random bits for the freelist hardening key and randomised freelists. The
     /// default mixes the clock with a counter; a platform with a real source
     /// (Linux: getrandom) should use it.

@@ -309,7 +309,7 @@ fn bulk_alloc_fills_empty_slots_and_bulk_free_returns_them() {
         }
         // SAFETY: owned and no longer used.
         unsafe { pa.cpu_area_put(area) };
-        assert_eq!(pa.nr_allocated_pages(), pa.cpu_areas().nr_areas() << 3);
+        assert_eq!(pa.nr_allocated_pages(), pa.cpu_areas().nr_areas() << kmem_core::percpu::CPU_AREA_ORDER);
     }
 }
 
@@ -566,9 +566,10 @@ fn reports_have_the_kernel_formats() {
     kmem_core::show_mem::vmstat(pa, &mut vm).unwrap();
     let free_line = format!("nr_free_pages {}\n", pa.nr_free_pages());
     assert!(vm.starts_with(&free_line), "{vm}");
-    // One page, plus the eight of the CPU area itself.
-    assert!(vm.contains("pgalloc_normal 9\n"), "{vm}");
-    assert!(vm.contains("numa_hit 9\n"));
+    // One page, plus those of the CPU area itself.
+    let n = 1 + (1 << kmem_core::percpu::CPU_AREA_ORDER);
+    assert!(vm.contains(&format!("pgalloc_normal {n}\n")), "{vm}");
+    assert!(vm.contains(&format!("numa_hit {n}\n")));
     let mut mi = String::new();
     kmem_core::show_mem::show_free_areas(pa, &mut mi).unwrap();
     assert!(
@@ -680,7 +681,7 @@ fn threads_with_cross_thread_frees_lose_nothing() {
         }
     }
     // Everything is back: managed = free (areas excepted).
-    assert_eq!(pa.nr_allocated_pages(), pa.cpu_areas().nr_areas() << 3);
+    assert_eq!(pa.nr_allocated_pages(), pa.cpu_areas().nr_areas() << kmem_core::percpu::CPU_AREA_ORDER);
 }
 
 #[test]

@@ -86,7 +86,7 @@ fn write_past_the_end_is_caught_at_free() {
 #[test]
 fn write_before_the_start_is_caught_at_free() {
     let (k, cpu) = setup();
-    let p = k.kmalloc(Some(cpu), 100, Gfp::KERNEL).unwrap().as_ptr();
+    let p = k.kmalloc(Some(cpu), 120, Gfp::KERNEL).unwrap().as_ptr();
     // SAFETY: the bug under test: one byte before the object.
     unsafe { p.sub(1).write(0) };
     // SAFETY: our object (damaged).
@@ -132,8 +132,8 @@ fn write_after_free_is_caught_when_the_object_comes_back() {
 #[test]
 fn double_frees_at_and_away_from_the_head() {
     let (k, cpu) = setup();
-    let a = k.kmalloc(Some(cpu), 48, Gfp::KERNEL).unwrap().as_ptr();
-    let b = k.kmalloc(Some(cpu), 48, Gfp::KERNEL).unwrap().as_ptr();
+    let a = k.kmalloc(Some(cpu), 56, Gfp::KERNEL).unwrap().as_ptr();
+    let b = k.kmalloc(Some(cpu), 56, Gfp::KERNEL).unwrap().as_ptr();
     // SAFETY: the second free of each is the bug under test.
     unsafe {
         assert!(k.kfree(Some(cpu), a));
@@ -151,7 +151,7 @@ fn double_frees_at_and_away_from_the_head() {
     // a and b each come back once, never twice.
     let mut got = HashSet::new();
     for _ in 0..200 {
-        let p = k.kmalloc(Some(cpu), 48, Gfp::KERNEL).unwrap().as_ptr() as usize;
+        let p = k.kmalloc(Some(cpu), 56, Gfp::KERNEL).unwrap().as_ptr() as usize;
         assert!(got.insert(p), "handed out twice");
     }
 }
@@ -182,7 +182,7 @@ fn foreign_and_interior_pointers_are_refused() {
 #[test]
 fn overwritten_free_pointer_marks_the_slab_used() {
     let (k, cpu) = setup();
-    let cfg = *k.kmalloc_caches()[3].config(); // kmalloc-64
+    let cfg = *k.kmalloc_cache(64, Gfp::KERNEL).unwrap().config(); // kmalloc-64
     let a = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap().as_ptr();
     let b = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap().as_ptr();
     // SAFETY: ours.
@@ -213,7 +213,7 @@ fn overwritten_free_pointer_marks_the_slab_used() {
 #[test]
 fn validate_finds_each_kind_of_damage() {
     let (k, cpu) = setup();
-    let s = &k.kmalloc_caches()[5]; // kmalloc-128
+    let s = k.kmalloc_cache(128, Gfp::KERNEL).unwrap();
     let cfg = *s.config();
     let objs: Vec<*mut u8> = (0..6)
         .map(|_| k.kmalloc(Some(cpu), 128, Gfp::KERNEL).unwrap().as_ptr())
@@ -269,7 +269,7 @@ fn trace_and_per_cache_selection() {
     // SAFETY: owned by this thread.
     let cpu = Some(unsafe { CpuRef::new(area) });
     assert!(
-        !k.kmalloc_caches()[3].config().is_debug(),
+        !k.kmalloc_cache(64, Gfp::KERNEL).unwrap().config().is_debug(),
         "the policy names one cache"
     );
     let s = k

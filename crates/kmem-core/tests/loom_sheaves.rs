@@ -18,7 +18,7 @@
 //! Each model checks that every object ends up exactly once: held by a context, in a
 //! sheaf's counted slots, or back in the slabs.
 
-use kmem_core::slab::barn::BarnLists;
+use kmem_core::slab::barn::{BarnLists, MAX_FULL_SHEAVES};
 use kmem_core::slab::sheaf::SHEAF_HEADER;
 use kmem_core::slab::SlabSheaf;
 use loom::cell::UnsafeCell;
@@ -300,7 +300,7 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
             move |p: NonNull<SlabSheaf>| (0..3).find(|&i| s[i].ptr() == p).unwrap()
         };
         let barn = Arc::new(Mutex::new(BarnLists::new()));
-        barn.lock().unwrap().put_full(sheaves[1].ptr()).unwrap();
+        barn.lock().unwrap().put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES).unwrap();
         // CPU A: its main sheaf (0) is full: hand it in for an empty one.
         let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
         let a = thread::spawn(move || {
@@ -308,7 +308,7 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
             // SAFETY: loom checks the cell's accesses for races.
             s[0].objects.with_mut(|v| unsafe { (*v).extend([1, 2]) });
             let mut l = b.lock().unwrap();
-            l.put_full(s[0].ptr()).unwrap();
+            l.put_full(s[0].ptr(), MAX_FULL_SHEAVES).unwrap();
             l.get_empty().map(&wh)
         });
         // CPU B: its main sheaf (2) is empty: exchange it for a full one.

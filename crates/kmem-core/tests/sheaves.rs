@@ -287,7 +287,7 @@ fn a_double_free_on_the_sheaf_top_is_caught() {
     assert!(!unsafe { k.kfree(c, p) }, "refused");
     let log = k.pages.platform().take_log();
     assert!(
-        log.contains("BUG kmalloc-64 (Not tainted): Object already free"),
+        log.contains("BUG kmalloc-48 (Not tainted): Object already free"),
         "{log}"
     );
     // Only once in the sheaf: handed out again exactly once (frees wait in the spare

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{config, kmem, kmem_cpu_slab, pattern, TestPlatform};
-use kmem_core::kmalloc::{KMALLOC_SIZES, NR_KMALLOC};
+use kmem_core::kmalloc::{KMALLOC_PLAIN_SIZES, KMALLOC_SIZES, NR_KMALLOC_PLAIN};
 use kmem_core::slab::{SlubDesign, SlubStat};
 use kmem_core::vmstat::VmEvent;
 use kmem_core::{CpuRef, Gfp, Kmem, SlabFlags, PAGE_SIZE};
@@ -22,9 +22,15 @@ fn every_kmalloc_cache_aligns_and_sizes_its_objects() {
     let area = k.pages.cpu_area_get(0).unwrap();
     // SAFETY: owned by this thread.
     let cpu = Some(unsafe { CpuRef::new(area) });
-    for (i, &class) in KMALLOC_SIZES.iter().enumerate() {
+    for (i, &class) in KMALLOC_PLAIN_SIZES.iter().enumerate() {
         let s = &k.kmalloc_caches()[i];
         assert_eq!(s.config().object_size, class);
+        assert!(std::ptr::eq(k.kmalloc_cache(class, Gfp::KERNEL).unwrap(), s));
+        assert!(std::ptr::eq(k.kmalloc_cache(class - 1, Gfp::KERNEL).unwrap(), s));
+        if i > 0 {
+            let next = k.kmalloc_cache(KMALLOC_PLAIN_SIZES[i - 1] + 1, Gfp::KERNEL);
+            assert!(std::ptr::eq(next.unwrap(), s), "{}", s.name());
+        }
         let align = (1usize << class.trailing_zeros()).min(PAGE_SIZE);
         assert_eq!(s.config().size % align, 0, "{}", s.name());
         let mut held = Vec::new();
@@ -50,11 +56,20 @@ fn every_kmalloc_cache_aligns_and_sizes_its_objects() {
         }
     }
     let names: Vec<&str> = k.kmalloc_caches().iter().map(|s| s.name()).collect();
+    assert_eq!(names.len(), NR_KMALLOC_PLAIN);
     assert_eq!(names[0], "kmalloc-8");
-    assert_eq!(names[4], "kmalloc-96");
-    assert_eq!(names[NR_KMALLOC - 1], "kmalloc-8k");
+    assert_eq!(names[NR_KMALLOC_PLAIN - 1], "kmalloc-1M");
+    for name in ["kmalloc-48", "kmalloc-96", "kmalloc-1280", "kmalloc-8k", "kmalloc-10k"] {
+        assert!(names.contains(&name), "{name} missing from {names:?}");
+    }
+    // Every kernel class is a plain class of the same name.
+    for class in KMALLOC_SIZES {
+        let s = k.kmalloc_cache(class, Gfp::KERNEL).unwrap();
+        assert_eq!(s.config().object_size, class);
+    }
+    assert!(k.kmalloc_cache(KMALLOC_PLAIN_SIZES[NR_KMALLOC_PLAIN - 1] + 1, Gfp::KERNEL).is_none());
     // Seed 004's figure: 128 kmalloc-32 objects in one 4 KiB page.
-    let k32 = &k.kmalloc_caches()[2];
+    let k32 = k.kmalloc_cache(32, Gfp::KERNEL).unwrap();
     assert_eq!((k32.config().objects, k32.config().order), (128, 0));
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(area) };
@@ -73,7 +88,21 @@ fn accounted_and_reclaimable_callers_get_their_own_caches() {
     );
     assert_eq!(
         k.kmalloc_cache(3000, Gfp::KERNEL).unwrap().name(),
-        "kmalloc-4k"
+        "kmalloc-3k"
+    );
+    // The accounted and reclaimable sets keep the kernel's classes, up to 8 KiB.
+    assert_eq!(
+        k.kmalloc_cache(3000, Gfp::ACCOUNT).unwrap().name(),
+        "kmalloc-cg-4k"
+    );
+    assert_eq!(
+        k.kmalloc_cache(40, Gfp::RECLAIMABLE).unwrap().name(),
+        "kmalloc-rcl-64"
+    );
+    assert!(k.kmalloc_cache(8193, Gfp::ACCOUNT).is_none());
+    assert_eq!(
+        k.kmalloc_cache(100_000, Gfp::KERNEL).unwrap().name(),
+        "kmalloc-112k"
     );
     let p = k.kmalloc(None, 64, Gfp::ACCOUNT).unwrap();
     let q = k.kmalloc(None, 64, Gfp::KERNEL).unwrap();
@@ -94,22 +123,32 @@ fn accounted_and_reclaimable_callers_get_their_own_caches() {
 #[test]
 fn large_kmalloc_krealloc_kcalloc() {
     let k = kmem(2, config(1, 0));
-    let p = k.kmalloc(None, 100_000, Gfp::KERNEL).unwrap();
+    // Above the largest kmalloc cache (1 MiB): a page block.
+    let p = k.kmalloc(None, 1_100_000, Gfp::KERNEL).unwrap();
     assert_eq!(p.as_ptr() as usize % PAGE_SIZE, 0);
-    assert_eq!(k.ksize(p.as_ptr()), 128 * 1024);
+    assert_eq!(k.ksize(p.as_ptr()), 2 << 20);
+    assert!(matches!(
+        k.slub().lookup(p.as_ptr()),
+        kmem_core::slab::ObjectLookup::Large(_)
+    ));
     // SAFETY: ours.
-    unsafe { std::ptr::write_bytes(p.as_ptr(), 7, 100_000) };
+    unsafe { std::ptr::write_bytes(p.as_ptr(), 7, 1_100_000) };
     // In place while it fits.
     // SAFETY: ours.
-    let q = unsafe { k.krealloc(None, p.as_ptr(), 120_000, Gfp::KERNEL) }.unwrap();
+    let q = unsafe { k.krealloc(None, p.as_ptr(), 2_000_000, Gfp::KERNEL) }.unwrap();
     assert_eq!(q, p);
     // Moves when it grows out of its pages, keeping the contents.
     // SAFETY: ours.
-    let r = unsafe { k.krealloc(None, q.as_ptr(), 300_000, Gfp::KERNEL) }.unwrap();
+    let r = unsafe { k.krealloc(None, q.as_ptr(), 3_000_000, Gfp::KERNEL) }.unwrap();
     // SAFETY: ours.
-    assert!(unsafe { std::slice::from_raw_parts(r.as_ptr(), 100_000) }
+    assert!(unsafe { std::slice::from_raw_parts(r.as_ptr(), 1_100_000) }
         .iter()
         .all(|&b| b == 7));
+    // Accounted sizes above 8 KiB are page blocks too (the kernel's classes).
+    let a = k.kmalloc(None, 100_000, Gfp::ACCOUNT).unwrap();
+    assert_eq!(k.ksize(a.as_ptr()), 128 * 1024);
+    // SAFETY: ours.
+    unsafe { k.kfree(None, a.as_ptr()) };
     // Shrinks into a slab object by moving? No: in place, it still fits.
     // SAFETY: ours.
     let s = unsafe { k.krealloc(None, r.as_ptr(), 10, Gfp::KERNEL) }.unwrap();
@@ -464,7 +503,7 @@ fn bounded_heap_shrinks_caches_before_failing() {
         unsafe { k.kfree(cpu, o.as_ptr()) };
     }
     assert!(
-        k.kmalloc_caches()[8].nr_slabs(0) > 0,
+        k.kmalloc_cache(512, Gfp::KERNEL).unwrap().nr_slabs(0) > 0,
         "empty slabs are cached"
     );
     // Pages until the heap runs out: the shrinker must give the cached slabs back.
@@ -492,7 +531,7 @@ fn node_allocation_and_mismatch() {
     let nid = |p: *mut u8| k.pages.page_to_nid(k.pages.virt_to_page(p).unwrap());
     assert_eq!(nid(local.as_ptr()), 0);
     assert_eq!(nid(remote.as_ptr()), 1);
-    let s = &k.kmalloc_caches()[3];
+    let s = k.kmalloc_cache(64, Gfp::KERNEL).unwrap();
     assert!(stat(k, s, SlubStat::AllocNodeMismatch) >= 1);
     // Allocation without a CPU area also works, on any node.
     let n = k

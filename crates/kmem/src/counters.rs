@@ -8,7 +8,7 @@
 //! |-------------|----------------|
 //! | `allocated` | handed to the program: slab objects in use × object size (slabinfo's `active_objs` × `objsize`, so objects cached for reuse — in sheaves and barns, or on CPU freelists — count as in use, as in /proc/slabinfo), plus page blocks (large kmalloc, `alloc_pages`), plus live huge mappings |
 //! | `active`    | pages in use for the program: whole slabs, page blocks, live huge mappings — the page allocator's allocated pages minus the CPU areas (metadata), plus live huge bytes |
-//! | `metadata`  | kmem's own memory: the memmaps of online sections (64 bytes of `struct page` per page) and the CPU areas (32 KiB each). Slab metadata lives in the memmap (SLUB keeps it in `struct page`), huge-mapping descriptors are small kmalloc objects (counted in `allocated`) |
+//! | `metadata`  | kmem's own memory: the memmaps of online sections (64 bytes of `struct page` per page) and the CPU areas (64 KiB each). Slab metadata lives in the memmap (SLUB keeps it in `struct page`), huge-mapping descriptors are small kmalloc objects (counted in `allocated`) |
 //! | `resident`  | what kmem holds without having given it back: `active` + `metadata` + free pages not reported (buddy lists and per-CPU lists) + freed huge mappings kept for reuse. An upper bound of the RSS kmem causes (a memmap page never touched is not faulted in) |
 //! | `retained`  | free pages given back to the OS (reported, or never touched since their section came online) but still mapped for reuse: jemalloc's `retained` |
 //! | `mapped`    | address space mapped: online sections (128 MiB each) + live and cached huge mappings |
@@ -155,9 +155,10 @@ fn slab_bytes() -> (usize, usize) {
 ///
 /// ```
 /// let before = kmem::stats::counters();
-/// let big = kmem::heap().kmalloc(1 << 20, kmem::Gfp::KERNEL).expect("1 MiB");
+/// // Above the largest kmalloc cache: a page block, given back to the pages when freed.
+/// let big = kmem::heap().kmalloc(2 << 20, kmem::Gfp::KERNEL).expect("2 MiB");
 /// let c = kmem::stats::counters();
-/// assert!(c.allocated >= before.allocated + (1 << 20));
+/// assert!(c.allocated >= before.allocated + (2 << 20));
 /// assert!(c.allocated <= c.active && c.active <= c.resident && c.resident <= c.mapped);
 /// // SAFETY: ours, freed once.
 /// unsafe { kmem::heap().kfree(big.as_ptr()) };

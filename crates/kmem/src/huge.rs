@@ -5,10 +5,12 @@
 //! walks it only for pointers outside kmem's span.
 //!
 //! Freed mappings are not unmapped at once: like the buddy allocator's decay, up to
-//! [`CACHE_SLOTS`] of them (at most [`CACHE_MAX_BYTES`] in all) stay mapped, resident,
-//! for reuse by the next huge allocation of a similar size, and are unmapped once they
-//! have been unused for the decay interval (checked at the next huge allocation and
-//! after each free page reporting pass) or by [`HugeList::trim`]. A program that
+//! [`CACHE_SLOTS`] of them (at most [`CACHE_MAX_BYTES`] in all; the newest stay) stay
+//! mapped, resident, for reuse by the next huge allocation — the smallest that holds
+//! it, else the largest grown with `mremap` — and are unmapped once they have been
+//! unused for the decay interval (checked at the next huge allocation, after each
+//! free page reporting pass and at the allocator's periodic housekeeping) or by
+//! [`HugeList::trim`]. A program that
 //! repeatedly grows a Vec past 4 MiB then reuses the same memory instead of faulting in
 //! fresh pages each time (about 2 µs a page on these machines).
 //!
@@ -201,8 +203,11 @@ impl HugeList {
         addr as *mut u8
     }
 
-    /// Takes the smallest cached mapping of at least `len` (and at most twice that)
-    /// bytes, aligned to `align`; unmaps cached mappings older than the decay.
+    /// A cached mapping for `len` bytes aligned to `align`, after unmapping those
+    /// older than the decay: the smallest that holds `len` (taken whole: its pages are
+    /// resident, and it comes back whole), else the largest one grown to `len` with
+    /// `mremap` (its resident pages move along; only the new tail faults). Returns
+    /// (address, length).
     fn take_cached(
         &self,
         len: usize,
@@ -211,7 +216,8 @@ impl HugeList {
         decay_ns: u64,
     ) -> Option<(usize, usize)> {
         let mut head = self.head.lock();
-        let mut best: Option<(usize, usize)> = None;
+        let mut fit: Option<(usize, usize)> = None;
+        let mut grow: Option<(usize, usize)> = None;
         for (i, slot) in head.1.iter_mut().enumerate() {
             let Some(c) = *slot else { continue };
             if now_ns.saturating_sub(c.freed_ns) >= decay_ns {
@@ -220,14 +226,35 @@ impl HugeList {
                 unsafe { os::unmap(c.addr, c.len) };
                 continue;
             }
-            let fits = c.len >= len && c.len / 2 <= len && c.addr % align.max(PAGE_SIZE) == 0;
-            if fits && best.is_none_or(|(_, l)| l > c.len) {
-                best = Some((i, c.len));
+            if c.addr % align.max(PAGE_SIZE) != 0 {
+                continue;
+            }
+            if c.len >= len {
+                if fit.is_none_or(|(_, l)| l > c.len) {
+                    fit = Some((i, c.len));
+                }
+            } else if grow.is_none_or(|(_, l)| l < c.len) {
+                grow = Some((i, c.len));
             }
         }
-        let taken = best.and_then(|(i, _)| head.1[i].take());
+        // Growing may move the mapping: only for page alignment.
+        let grow = grow.filter(|_| align <= PAGE_SIZE);
+        let taken = fit.or(grow).and_then(|(i, _)| head.1[i].take());
         self.note_cached(&head);
-        taken.map(|c| (c.addr, c.len))
+        drop(head);
+        let c = taken?;
+        if c.len >= len {
+            return Some((c.addr, c.len));
+        }
+        // SAFETY: a cached mapping nobody uses, now ours.
+        match unsafe { os::remap(c.addr, c.len, len) } {
+            Some(addr) => Some((addr, len)),
+            None => {
+                // SAFETY: as above; mremap left it where it was.
+                unsafe { os::unmap(c.addr, c.len) };
+                None
+            }
+        }
     }
 
     /// Unmaps the cached mappings unused for `decay_ns` (run after each reporting
@@ -308,23 +335,32 @@ impl HugeList {
             len: desc.len,
             freed_ns: now_ns,
         });
+        let mut older = [None; CACHE_SLOTS];
         if desc.len <= CACHE_MAX_BYTES {
             let mut head = self.head.lock();
-            let cached: usize = head.1.iter().flatten().map(|c| c.len).sum();
-            if cached + desc.len <= CACHE_MAX_BYTES {
-                if let Some(slot) = head.1.iter_mut().find(|s| s.is_none()) {
-                    *slot = evict.take();
-                } else {
-                    // Replace the oldest.
-                    let oldest = head
-                        .1
-                        .iter_mut()
-                        .min_by_key(|s| s.map_or(0, |c| c.freed_ns))
-                        .expect("CACHE_SLOTS > 0");
-                    evict = std::mem::replace(oldest, evict);
-                }
-                self.note_cached(&head);
+            // The newest mapping stays; the oldest go until it fits the slots and
+            // the byte bound.
+            let mut cached: usize = head.1.iter().flatten().map(|c| c.len).sum();
+            let mut n = 0;
+            while head.1.iter().all(Option::is_some) || cached + desc.len > CACHE_MAX_BYTES {
+                let oldest = head
+                    .1
+                    .iter_mut()
+                    .filter(|s| s.is_some())
+                    .min_by_key(|s| s.map_or(0, |c| c.freed_ns))
+                    .expect("a slot is taken");
+                let c = oldest.take().expect("taken");
+                cached -= c.len;
+                older[n] = Some(c);
+                n += 1;
             }
+            let slot = head.1.iter_mut().find(|s| s.is_none()).expect("a free slot");
+            *slot = evict.take();
+            self.note_cached(&head);
+        }
+        for c in older.into_iter().flatten() {
+            // SAFETY: a cached mapping nobody uses, out of the cache.
+            unsafe { os::unmap(c.addr, c.len) };
         }
         if let Some(c) = evict {
             // SAFETY: the mapping belongs to the allocation the caller gives up (or

@@ -136,14 +136,15 @@ fn readers_allocate_nothing_keep_invariants_and_agree_with_the_snapshot() {
     );
 
     // A workload: small objects, page blocks, one huge mapping.
-    let small = Layout::from_size_align(100, 8).unwrap();
-    let block = Layout::from_size_align(64 << 10, 8).unwrap();
+    let small = Layout::from_size_align(128, 8).unwrap();
+    // Above the largest kmalloc cache (1 MiB): 512-page blocks.
+    let block = Layout::from_size_align((1 << 20) + 1, 8).unwrap();
     let huge = Layout::from_size_align((8 << 20) + 1, 8).unwrap();
     let mut held: Vec<(*mut u8, Layout)> = Vec::new();
     for _ in 0..1000 {
         held.push((h.alloc(small), small));
     }
-    for _ in 0..10 {
+    for _ in 0..4 {
         held.push((h.alloc(block), block));
     }
     held.push((h.alloc(huge), huge));
@@ -155,9 +156,9 @@ fn readers_allocate_nothing_keep_invariants_and_agree_with_the_snapshot() {
     let c1 = ks::counters();
     check_invariants(&c1, "loaded");
     assert!(c1.metadata > 0, "a section's memmap and a CPU area: {c1:?}");
-    let asked = 1000 * 100 + 10 * (64 << 10) + (8 << 20) + 1;
-    // Served: 1000 kmalloc-128 objects, ten 16-page blocks, 8 MiB + a page mapped.
-    let served = 1000 * 128 + 10 * (64 << 10) + (8 << 20) + PAGE_SIZE;
+    let asked = 1000 * 128 + 4 * ((1 << 20) + 1) + (8 << 20) + 1;
+    // Served: 1000 kmalloc-128 objects, four 512-page blocks, 8 MiB + a page mapped.
+    let served = 1000 * 128 + 4 * (2 << 20) + (8 << 20) + PAGE_SIZE;
     let grew = c1.allocated - c0.allocated;
     // Per-CPU slack: objects cached for reuse count as in use (as in /proc/slabinfo):
     // in the CPU-slab design at most a slab of kmalloc-128 and its CPU partial slabs;

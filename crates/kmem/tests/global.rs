@@ -99,9 +99,14 @@ fn realloc_keeps_contents_and_stays_in_place_when_it_can() {
         // Within kmalloc-64: same place.
         let q = realloc(p, layout, 60);
         assert_eq!(q, p);
-        // Shrinking a small object: same place.
-        let q = realloc(q, Layout::from_size_align(60, 8).unwrap(), 10);
+        // Shrinking that keeps half of the class: same place.
+        let q = realloc(q, Layout::from_size_align(60, 8).unwrap(), 40);
         assert_eq!(q, p);
+        // Shrinking below half: moves to a smaller class (the memory goes back).
+        let q = realloc(q, Layout::from_size_align(40, 8).unwrap(), 10);
+        assert_ne!(q, p);
+        assert_eq!(kmem::heap().usable_size(q), 16);
+        assert!(std::slice::from_raw_parts(q, 10).iter().all(|&b| b == 7));
         // Growing through the classes into pages and a huge mapping, and back.
         let mut cur = q;
         let mut cur_size = 10;
@@ -129,13 +134,13 @@ fn realloc_keeps_contents_and_stays_in_place_when_it_can() {
             cur = nq;
             cur_size = n;
         }
-        // A page block shrinks where it is.
-        let big = Layout::from_size_align(1 << 20, 8).unwrap();
+        // A page block (above the largest kmalloc cache, 1 MiB) shrinks where it is.
+        let big = Layout::from_size_align(4 << 20, 8).unwrap();
         let b = alloc(big);
-        let b2 = realloc(b, big, 70_000);
+        let b2 = realloc(b, big, 1_500_000);
         assert_eq!(b2, b, "page runs shrink in place");
-        assert_eq!(kmem::heap().usable_size(b2), 128 * 1024);
-        dealloc(b2, Layout::from_size_align(70_000, 8).unwrap());
+        assert_eq!(kmem::heap().usable_size(b2), 2 << 20);
+        dealloc(b2, Layout::from_size_align(1_500_000, 8).unwrap());
         dealloc(cur, Layout::from_size_align(cur_size, 8).unwrap());
     }
 }
@@ -313,5 +318,34 @@ fn fork_from_a_multithreaded_parent_allocates_in_the_child() {
     STOP.store(true, Ordering::Relaxed);
     for w in workers {
         w.join().unwrap();
+    }
+}
+
+#[test]
+fn growing_buffers_move_only_at_powers_of_two() {
+    // A buffer grown a few bytes at a time (a string being appended to) from 100
+    // bytes to 300 KiB: the classes between the powers of two do not make it move
+    // more often than the kernel's power-of-two classes would (once per power of two
+    // crossed), and every byte written survives the moves.
+    let (mut size, end) = (100usize, 300 << 10);
+    // SAFETY: non-zero sizes; each realloc gets the current pointer and layout.
+    unsafe {
+        let mut p = alloc(Layout::from_size_align(size, 8).unwrap());
+        p.write_bytes(0x3c, size);
+        let mut moves = 0;
+        while size < end {
+            let next = size + 1 + size / 64;
+            let q = realloc(p, Layout::from_size_align(size, 8).unwrap(), next);
+            assert!(!q.is_null());
+            if q != p {
+                moves += 1;
+                assert!(std::slice::from_raw_parts(q, size).iter().all(|&b| b == 0x3c));
+            }
+            q.add(size).write_bytes(0x3c, next - size);
+            (p, size) = (q, next);
+        }
+        let powers = (end.ilog2() - 100usize.ilog2()) as usize;
+        assert!(moves <= powers + 1, "{moves} moves for {powers} powers of two");
+        dealloc(p, Layout::from_size_align(size, 8).unwrap());
     }
 }

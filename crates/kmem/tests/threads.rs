@@ -62,7 +62,7 @@ fn ten_thousand_threads_stay_bounded_and_leak_nothing() {
         "peak {} pages",
         peak_pages - base_pages
     );
-    // At the end only the new CPU areas themselves (32 KiB each, kept for reuse) and
+    // At the end only the new CPU areas themselves (64 KiB each, kept for reuse) and
     // the slabs other live threads hold are left.
     assert!(
         end_pages <= base_pages + areas * 8 + 256,

@@ -14,6 +14,7 @@ use super::{BenchResult, Ctx, CHILDREN};
 use std::sync::Mutex;
 
 /// A suite's part that runs in a benchmark child.
+#[derive(Clone, Copy)]
 pub struct Child {
     /// What `kmem bench-child` is told to run.
     pub what: &'static str,

@@ -32,6 +32,7 @@ pub mod percpu;
 pub mod plot;
 pub mod preload;
 pub mod progress;
+pub mod sizes;
 pub mod record;
 pub mod slab;
 pub mod slab_test;
@@ -81,6 +82,10 @@ pub const CHILDREN: &[Child] = &[
     percpu::TIMES,
     percpu::HELD,
     workloads::CHILD,
+    sizes::RSS[0],
+    sizes::RSS[1],
+    sizes::RSS[2],
+    sizes::RSS[3],
     cache::CHILD,
     slab::CHILD,
 ];

@@ -33,6 +33,7 @@
 //! `kmem-cpu-slab`) and the CPU-slab design's against kmem's.
 
 use super::child::{self, Child, KMEM_CPU_SLAB};
+use super::sizes;
 use super::timing::{phase, Phase};
 use super::{BenchResult, Ctx, Suite};
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -56,14 +57,14 @@ pub const CHILD: Child = Child {
 };
 
 /// An allocator under test, called through its `GlobalAlloc`.
-type Alloc = &'static (dyn GlobalAlloc + Sync);
+pub(super) type Alloc = &'static (dyn GlobalAlloc + Sync);
 
 static KMEM: kmem::KmemAlloc = kmem::KmemAlloc;
 static SYSTEM: System = System;
 static MIMALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 static JEMALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
-fn allocators() -> [(&'static str, Alloc); 4] {
+pub(super) fn allocators() -> [(&'static str, Alloc); 4] {
     [
         ("kmem", &KMEM),
         ("system", &SYSTEM),
@@ -89,7 +90,7 @@ const XMALLOC_THREADS: u64 = 2;
 
 /// random_sizes: slots, largest size.
 const RANDOM_SLOTS: usize = 10_000;
-const RANDOM_MAX: u64 = 65536;
+pub(super) const RANDOM_MAX: u64 = 65536;
 
 /// The worker counts of `larson`.
 fn larson_threads(quick: bool) -> &'static [u64] {
@@ -111,17 +112,19 @@ fn larson_generations(quick: bool) -> u32 {
 
 /// Measurements per allocator.
 fn benches(quick: bool) -> u64 {
-    larson_threads(quick).len() as u64 + 2
+    larson_threads(quick).len() as u64 + 2 + sizes::benches()
 }
 
 fn steps(quick: bool) -> u64 {
-    benches(quick) * (allocators().len() as u64 + 1)
+    benches(quick) * (allocators().len() as u64 + 1) + sizes::RSS.len() as u64
 }
 
-/// The in-process allocators, then kmem in the CPU-slab design (a child), beside kmem.
+/// The in-process allocators, then kmem in the CPU-slab design (a child), beside kmem;
+/// then each allocator's memory figures from a fresh child (see `sizes`).
 fn run(ctx: &Ctx) -> Vec<BenchResult> {
     let mut out = measure(ctx, &allocators());
     out.extend(child::cpu_slab(ctx, &CHILD));
+    out.extend(sizes::memory_children(ctx));
     child::beside_kmem(out)
 }
 
@@ -149,15 +152,16 @@ fn measure(ctx: &Ctx, allocators: &[(&'static str, Alloc)]) -> Vec<BenchResult> 
         let [t, _] = ctx.measure_phases(steps, |n| random_sizes(a, RANDOM_MAX as usize, n));
         out.push(BenchResult::time("random_sizes", name, RANDOM_MAX, "op", t));
     }
+    out.extend(sizes::measure(ctx, allocators));
     out
 }
 
 /// A per-thread xorshift64 generator.
 #[derive(Clone, Copy, Debug)]
-struct Rng(u64);
+pub(super) struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Self {
+    pub(super) fn new(seed: u64) -> Self {
         // Any non-zero state will do; spread small seeds over the word.
         Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
@@ -174,7 +178,7 @@ impl Rng {
 
     /// Uniform in `0..n` (`n` > 0).
     #[inline]
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
     }
 }
@@ -385,6 +389,22 @@ fn random_size(rng: &mut Rng, max: usize) -> usize {
     (base + rng.below(base as u64) as usize).min(max)
 }
 
+/// random_sizes for the memory figures: fills the table, makes `steps` replacements
+/// (sizes up to [`RANDOM_MAX`]) and empties it, calling `sample` after the fill and
+/// every 10,000 steps.
+pub(super) fn random_sizes_table(a: Alloc, steps: u64, mut sample: impl FnMut()) {
+    let size = |rng: &mut Rng| random_size(rng, RANDOM_MAX as usize);
+    let mut w = Window::fill(a, RANDOM_SLOTS, 7, size);
+    sample();
+    let mut left = steps;
+    while left > 0 {
+        let k = left.min(10_000);
+        w.replace(k, size);
+        left -= k;
+        sample();
+    }
+}
+
 /// random_sizes: `steps` replacements in a table of 10,000 blocks of sizes up to
 /// `max`: the time of the steps, and of filling and emptying the table.
 fn random_sizes(a: Alloc, max: usize, steps: u64) -> [Phase; 2] {
@@ -422,7 +442,7 @@ fn report_lines(results: &[BenchResult]) -> String {
     let ns = |b: &str, p: u64, a: &str| {
         results
             .iter()
-            .find(|r| r.bench == b && r.param == p && r.allocator == a)
+            .find(|r| r.bench == b && r.param == p && r.allocator == a && r.ns.is_some())
             .and_then(|r| r.ns)
     };
     let keys = super::record::distinct(results.iter().map(|r| (r.bench, r.param)));
@@ -430,10 +450,10 @@ fn report_lines(results: &[BenchResult]) -> String {
         let Some(k) = ns(bench, param, "kmem") else {
             continue;
         };
-        let unit = if bench == "random_sizes" {
-            "B"
-        } else {
-            "threads"
+        let unit = match bench {
+            "random_sizes" | "medium" => "B",
+            "large_churn" => "MiB",
+            _ => "threads",
         };
         let label = format!("{bench} {param} {unit}");
         let _ = write!(out, "{label:>24}:");
@@ -449,6 +469,33 @@ fn report_lines(results: &[BenchResult]) -> String {
         }
         if let Some(c) = ns(bench, param, KMEM_CPU_SLAB) {
             let _ = write!(out, "  {KMEM_CPU_SLAB}/kmem {:.2}", c / k);
+        }
+        out.push('\n');
+    }
+    out.push_str(&memory_lines(results));
+    out
+}
+
+/// kmem's memory figures against mimalloc's and the smallest peer's.
+fn memory_lines(results: &[BenchResult]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let bytes = |b: &str, op: &str, a: &str| {
+        results
+            .iter()
+            .find(|r| r.bench == b && r.op == op && r.allocator == a)
+            .and_then(|r| r.bytes)
+    };
+    for (bench, op) in [("random_sizes", "peak_rss"), ("large_churn", "rss_after")] {
+        let Some(k) = bytes(bench, op, "kmem") else {
+            continue;
+        };
+        let mib = |b: u64| b as f64 / (1 << 20) as f64;
+        let _ = write!(out, "{:>24}: kmem {:.2} MiB", format!("{bench} {op}"), mib(k));
+        for p in PEERS {
+            if let Some(b) = bytes(bench, op, p) {
+                let _ = write!(out, "  {p} {:.2}", mib(b));
+            }
         }
         out.push('\n');
     }

@@ -39,7 +39,7 @@ impl<P: Platform> Kmem<P> {
         if gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE) {
             return None;
         }
-        let s = &self.kmalloc.set(0)[crate::kmalloc::kmalloc_index(size)?];
+        let s = self.kmalloc.plain(size)?;
         self.slub().alloc_fast(cpu, s, gfp)
     }
 

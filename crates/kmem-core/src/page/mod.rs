@@ -89,7 +89,7 @@ pub use pcp::{
     REPORT_CHECK_INTERVAL,
 };
 pub use report::show_free_areas;
-pub use reporting::SMALL_REPORT_MAX;
+pub use reporting::{HOUSEKEEPING_INTERVAL, SMALL_REPORT_MAX};
 
 use crate::percpu::{CpuAreaPool, CpuRef, PerCpuOffsets};
 use crate::platform::Platform;

@@ -50,7 +50,37 @@ pub const SMALL_REPORT_MAX: usize = 512;
 /// lock long on lists full of young blocks.
 const SCAN_MAX: usize = 1024;
 
+/// Every this many slab slow paths, a CPU area's owner does the housekeeping of
+/// [`PageAllocator::housekeeping`] (a power of two).
+pub const HOUSEKEEPING_INTERVAL: u32 = 16;
+
 impl<P: Platform> PageAllocator<P> {
+    /// Periodic housekeeping, from the slab layer's slow paths (every
+    /// [`HOUSEKEEPING_INTERVAL`]th of a CPU area: `cpu`'s owner, holding no reference
+    /// into its page lists): a reporting pass on every zone where one is due, then the
+    /// platform's own aging ([`Platform::housekeeping`]). So memory freed to the
+    /// pages, and memory the platform caches, goes back after the decay interval even
+    /// when the program then only allocates from per-CPU caches and never reaches the
+    /// page allocator's paths, which otherwise run the passes.
+    #[inline]
+    pub fn housekeeping_tick(&self, cpu: CpuRef<'_>) {
+        let area = cpu.area();
+        let n = area.slow_paths.load(Relaxed).wrapping_add(1);
+        area.slow_paths.store(n, Relaxed);
+        if n % HOUSEKEEPING_INTERVAL == 0 {
+            self.housekeeping(cpu);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn housekeeping(&self, cpu: CpuRef<'_>) {
+        for zone in &self.zones[..self.nr_nodes()] {
+            self.maybe_report(Some(cpu), zone);
+        }
+        self.platform.housekeeping();
+    }
+
     /// Runs a reporting pass on `zone` if one is due. Called without locks held, and
     /// with `cpu` only by the owner of that area when it holds no reference into the
     /// area's lists (the pass drains them).

@@ -104,6 +104,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let cc = s.cpu(c);
         cc.count(SlubStat::AllocSlowpath);
         self.check_drain_request(c);
+        self.pages.housekeeping_tick(c);
         // The slow path owns the CPU freelist from here until it installs a new one:
         // while it is 0, lockless contexts (per-CPU mode) leave it alone.
         let cur = self.take_cpu_freelist(c, cfg, cc);

@@ -84,11 +84,15 @@ impl BarnLists {
         Some(s)
     }
 
-    /// `barn_put_full_sheaf`: keeps a sheaf with objects, unless the barn holds
-    /// [`MAX_FULL_SHEAVES`] already: then it is handed back (`Err`), for the caller to
-    /// flush to the slabs.
-    pub fn put_full(&mut self, sheaf: NonNull<SlabSheaf>) -> Result<(), NonNull<SlabSheaf>> {
-        if self.nr_full >= MAX_FULL_SHEAVES {
+    /// `barn_put_full_sheaf`: keeps a sheaf with objects, unless the barn holds `max`
+    /// already (the cache's `barn_max_full`, at most [`MAX_FULL_SHEAVES`]): then it
+    /// is handed back (`Err`), for the caller to flush to the slabs.
+    pub fn put_full(
+        &mut self,
+        sheaf: NonNull<SlabSheaf>,
+        max: usize,
+    ) -> Result<(), NonNull<SlabSheaf>> {
+        if self.nr_full >= max {
             return Err(sheaf);
         }
         Self::push(&mut self.full, sheaf);
@@ -156,13 +160,15 @@ impl Barn {
 
     /// `barn_replace_full_sheaf`: hands in a full sheaf and takes an empty one if the
     /// barn has one (`Ok(None)`: it had none; the caller makes one). `Err(full)`: the
-    /// barn holds enough full sheaves; the caller flushes this one to the slabs.
+    /// barn holds `max_full` full sheaves already; the caller flushes this one to the
+    /// slabs.
     pub(crate) fn replace_full(
         &self,
         full: NonNull<SlabSheaf>,
+        max_full: usize,
     ) -> Result<Option<NonNull<SlabSheaf>>, NonNull<SlabSheaf>> {
         let mut l = self.lists.lock();
-        l.put_full(full)?;
+        l.put_full(full, max_full)?;
         Ok(l.get_empty())
     }
 }

@@ -3,7 +3,7 @@
 //! holds. Fixed when a cache is created; no locking.
 
 use super::*;
-use crate::page::PAGE_SIZE;
+use crate::page::{MAX_ORDER, PAGE_SIZE};
 
 /// An object constructor with a word of context: `f(object, data)` runs once on every
 /// object when its slab is made (the kernel's `ctor`, plus the context a typed cache
@@ -82,6 +82,8 @@ pub struct CacheConfig {
     pub fast: FastPath,
     /// Slots of the cache's sheaves (0: no sheaves, the CPU-slab path).
     pub sheaf_capacity: usize,
+    /// Most full sheaves a barn of this cache keeps (see `sheaf::barn_max_full`).
+    pub barn_max_full: usize,
     /// The cache (a `&'static KmemCache` as an address) whose objects hold this
     /// cache's sheaves; 0 without sheaves.
     pub(crate) sheaf_cache: usize,
@@ -112,6 +114,7 @@ impl CacheConfig {
         access: PerCpuAccess::Owned,
         fast: FastPath::CpuSlab,
         sheaf_capacity: 0,
+        barn_max_full: 0,
         sheaf_cache: 0,
     };
 
@@ -226,7 +229,14 @@ impl CacheConfig {
             order,
             slab_size: PAGE_SIZE << order,
             objects,
-            min_partial: ((usize::BITS - 1 - size.leading_zeros()) as usize / 2).clamp(5, 10),
+            // Empty slabs kept on the node: the kernel's 5..10, but none for slabs
+            // beyond SLUB_MAX_ORDER (up to 4 MiB each, which sheaves and barns
+            // already keep from churning).
+            min_partial: if order > SLUB_MAX_ORDER {
+                0
+            } else {
+                ((usize::BITS - 1 - size.leading_zeros()) as usize / 2).clamp(5, 10)
+            },
             cpu_partial_slabs: 0,
             flags,
             ctor,
@@ -262,7 +272,16 @@ impl CacheConfig {
 /// `calculate_order`: the smallest slab order whose tail waste is at most 1/16 of the
 /// slab (then 1/8, then 1/4) holding at least `slub_min_objects` objects (fewer if the
 /// largest order cannot), as `calc_slab_order` does. Returns (order, objects).
+///
+/// Objects above [`SLUB_LARGE_OBJECT`] (kmem's medium kmalloc classes, 10 KiB to
+/// 1 MiB, and caches that large) would fit a `SLUB_MAX_ORDER` slab once or twice,
+/// wasting up to half of it and making every few allocations a new slab: they get the
+/// smallest order up to `MAX_ORDER` that holds four of them (then two, then one) with
+/// at most 1/8 (then 1/4) of waste.
 pub fn calculate_order(size: usize, nr_cpus: usize) -> Option<(usize, usize)> {
+    if size > SLUB_LARGE_OBJECT {
+        return calculate_large_order(size);
+    }
     let fls = (usize::BITS - nr_cpus.max(1).leading_zeros()) as usize;
     let max_objects = (PAGE_SIZE << SLUB_MAX_ORDER) / size;
     let mut min_objects = (4 * (fls + 1)).min(max_objects).max(1);
@@ -290,6 +309,21 @@ pub fn calculate_order(size: usize, nr_cpus: usize) -> Option<(usize, usize)> {
             .unwrap_or(SLUB_MAX_ORDER);
         (order, (PAGE_SIZE << order) / size)
     })
+}
+
+/// [`calculate_order`] for objects above [`SLUB_LARGE_OBJECT`].
+fn calculate_large_order(size: usize) -> Option<(usize, usize)> {
+    for min_objects in [4, 2, 1] {
+        for fraction in [8, 4] {
+            for order in SLUB_MAX_ORDER..=MAX_ORDER {
+                let slab = PAGE_SIZE << order;
+                if slab / size >= min_objects && slab % size <= slab / fraction {
+                    return Some((order, slab / size));
+                }
+            }
+        }
+    }
+    (size <= PAGE_SIZE << MAX_ORDER).then(|| (MAX_ORDER, (PAGE_SIZE << MAX_ORDER) / size))
 }
 
 #[cfg(test)]

@@ -120,7 +120,7 @@ use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};
 pub use layout::{calculate_order, CacheConfig, Ctor};
 use lockless::Push;
-pub use sheaf::{sheaf_capacity, FastPath, SlabSheaf, SlubDesign};
+pub use sheaf::{barn_max_full, sheaf_capacity, FastPath, SlabSheaf, SlubDesign};
 pub use slabinfo::{write_slabinfo_header, write_slabinfo_row, SlabRow};
 pub use stat::{SlubStat, NR_SLUB_STAT};
 pub(crate) use state::*;
@@ -137,8 +137,14 @@ pub const CACHE_NAME_LEN: usize = 32;
 /// Largest slab order (`slub_max_order` = `PAGE_ALLOC_COSTLY_ORDER`).
 pub const SLUB_MAX_ORDER: usize = 3;
 
-/// Largest object a cache may hold (half of the largest slab).
-pub const MAX_OBJECT_SIZE: usize = PAGE_SIZE << (SLUB_MAX_ORDER - 1);
+/// Objects larger than this (a quarter of a `SLUB_MAX_ORDER` slab: 8 KiB) get slabs
+/// of higher orders, up to the largest buddy block, so that a slab holds several of
+/// them (see `layout::calculate_order`).
+pub const SLUB_LARGE_OBJECT: usize = (PAGE_SIZE << SLUB_MAX_ORDER) / 4;
+
+/// Largest object a cache may hold: a quarter of the largest buddy block (1 MiB), so
+/// a slab of large objects holds at least four.
+pub const MAX_OBJECT_SIZE: usize = (PAGE_SIZE << crate::page::MAX_ORDER) / 4;
 
 /// `tid` steps by this much per operation (room for a CPU number below it).
 pub const TID_STEP: usize = 1 << 12;

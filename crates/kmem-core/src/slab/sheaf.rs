@@ -114,11 +114,37 @@ pub enum SlubDesign {
     CpuSlab,
 }
 
+/// Most bytes of objects one sheaf holds: caches of objects above 256 KiB get smaller
+/// sheaves (down to 2 objects), so that a CPU's pair does not keep megabytes.
+pub const SHEAF_MAX_OBJECT_BYTES: usize = 1 << 20;
+
+/// Most bytes of objects the full sheaves of one barn hold: caches of large objects
+/// keep fewer than [`barn::MAX_FULL_SHEAVES`](super::barn::MAX_FULL_SHEAVES) (at
+/// least 2).
+pub const BARN_MAX_OBJECT_BYTES: usize = 4 << 20;
+
 /// A cache's sheaf capacity, chosen as the kernel chooses it — from the objects a slab
 /// holds (clamped to 4..=120, and at least 32 for objects up to 512 bytes), then grown
-/// until the sheaf fills its own kmalloc size class (kmalloc-32's sheaves hold 124).
+/// until the sheaf fills its own kmalloc size class (kmalloc-32's sheaves hold 124);
+/// for objects above 256 KiB, cut to [`SHEAF_MAX_OBJECT_BYTES`] of objects (at least 2).
 /// Returns (capacity, bytes of the sheaf).
 pub fn sheaf_capacity(cfg: &CacheConfig) -> (usize, usize) {
+    let (cap, bytes) = sheaf_fill_class(cfg);
+    (cap.min((SHEAF_MAX_OBJECT_BYTES / cfg.size).max(2)), bytes)
+}
+
+/// How many full sheaves a barn of the cache keeps: [`barn::MAX_FULL_SHEAVES`]
+/// (the kernel's 10), or fewer when they would hold more than
+/// [`BARN_MAX_OBJECT_BYTES`] of objects (at least 2).
+///
+/// [`barn::MAX_FULL_SHEAVES`]: super::barn::MAX_FULL_SHEAVES
+pub fn barn_max_full(cfg: &CacheConfig) -> usize {
+    let sheaf = (cfg.sheaf_capacity * cfg.size).max(1);
+    (BARN_MAX_OBJECT_BYTES / sheaf).clamp(2, super::barn::MAX_FULL_SHEAVES)
+}
+
+/// The kernel's rule for [`sheaf_capacity`]: (capacity, bytes) filling the class.
+fn sheaf_fill_class(cfg: &CacheConfig) -> (usize, usize) {
     let want = cfg.objects.clamp(4, 120).max((16384 / cfg.size).min(32));
     let bytes = SHEAF_HEADER + want * core::mem::size_of::<usize>();
     let class = match bytes {
@@ -426,6 +452,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
         }
         self.check_drain_request(c);
+        self.pages.housekeeping_tick(c);
         let mut m = self.take(c, cfg, cc, Which::Main);
         if m.len == 0 {
             let mut f = self.take(c, cfg, cc, Which::Spare);
@@ -553,7 +580,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             return f;
         }
         set_size(f.sheaf, f.len);
-        match self.barn(c, s).replace_full(full) {
+        match self.barn(c, s).replace_full(full, s.config().barn_max_full) {
             Ok(empty) => {
                 cc.count(SlubStat::BarnPut);
                 // (No empty sheaf in the barn and none to be made: the full one is in
@@ -622,7 +649,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let kept = standard && {
             let mut l = barn.lists.lock();
             if size > 0 {
-                l.put_full(sheaf).is_ok()
+                l.put_full(sheaf, s.config().barn_max_full).is_ok()
             } else {
                 l.put_empty(sheaf).is_ok()
             }

@@ -6,7 +6,7 @@
 //! the frozen-by tag belong to the CPU area that froze the slab.
 
 use super::*;
-use crate::page::{Page, PAGE_SIZE};
+use crate::page::{Page, MAX_ORDER, PAGE_SIZE};
 use crate::percpu::CpuRef;
 use crate::sync::Ordering::Relaxed;
 
@@ -131,7 +131,13 @@ pub(super) fn cpu_tag(c: CpuRef<'_>) -> usize {
     c.area().id() + 1
 }
 
-const _: () = assert!(PAGE_SIZE << SLUB_MAX_ORDER <= 1 << 16);
+/// Bit of the frozen-by word where the freezing CPU's tag starts; below it, the
+/// local freelist's tail offset (bits 16..40) and count (bits 0..16).
+const TAG_SHIFT: u32 = 40;
+const TAIL_MASK: usize = (1 << (TAG_SHIFT - 16)) - 1;
+// A slab's offsets fit the tail field, its object count the count field.
+const _: () = assert!(PAGE_SIZE << MAX_ORDER <= 1 << (TAG_SHIFT - 16));
+const _: () = assert!(crate::percpu::MAX_CPU_AREAS < 1 << (64 - TAG_SHIFT));
 
 /// Objects on a frozen slab's local freelist, from its frozen-by word.
 #[inline]
@@ -144,7 +150,7 @@ fn local_count(o3: usize) -> usize {
 #[inline]
 fn local_push(o3: usize, off: usize) -> usize {
     if local_count(o3) == 0 {
-        (o3 & !0xffff_ffff) | off << 16 | 1
+        (o3 >> TAG_SHIFT << TAG_SHIFT) | off << 16 | 1
     } else {
         o3 + 1
     }
@@ -174,10 +180,10 @@ impl Chain {
 /// | `owner[0]` | the [`SlabState`] (freelist offset, `inuse`, `frozen`)            |
 /// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the inline fast path ([`FastPath::Sheaf`]): the cache's `cpu_offset`, so that a free finds the CPU's sheaf from the page alone (their slabs are never frozen) |
 /// | `owner[2]` | the cache (`&KmemCache`), which outlives its slabs                |
-/// | `owner[3]` | frozen-by: bits 32.. the tag of the CPU area that froze the slab (area id + 1; 0 = none), bits 16..32 the offset of the local freelist's last object from the slab base, bits 0..16 how many objects the local freelist holds |
+/// | `owner[3]` | frozen-by: bits 40.. the tag of the CPU area that froze the slab (area id + 1; 0 = none), bits 16..40 the offset of the local freelist's last object from the slab base, bits 0..16 how many objects the local freelist holds |
 ///
-/// A slab spans at most `PAGE_SIZE << SLUB_MAX_ORDER` (32 KiB) bytes and objects, so
-/// offset and count fit their 16 bits. The state changes by compare-and-swap only;
+/// A slab spans at most `PAGE_SIZE << MAX_ORDER` (4 MiB) bytes and 65535 objects, so
+/// offset and count fit their 24 and 16 bits. The state changes by compare-and-swap only;
 /// the local freelist and the frozen-by word belong to the CPU area that froze the
 /// slab (or to whoever holds the slab alone: a new slab, one being discarded).
 #[derive(Clone, Copy)]
@@ -276,13 +282,13 @@ impl<'a> Slab<'a> {
     /// The tag of the CPU area that froze the slab (0: none recorded).
     #[inline(always)]
     pub(super) fn frozen_by(self) -> usize {
-        self.0.owner[3].load(Relaxed) >> 32
+        self.0.owner[3].load(Relaxed) >> TAG_SHIFT
     }
 
     /// Marks the slab as frozen by `tag`; its local freelist is empty then.
     #[inline]
     pub(super) fn set_frozen_by(self, tag: usize) {
-        self.0.owner[3].store(tag << 32, Relaxed);
+        self.0.owner[3].store(tag << TAG_SHIFT, Relaxed);
     }
 
     /// Objects on the local freelist.
@@ -320,7 +326,7 @@ impl<'a> Slab<'a> {
         let base = head & !(cfg.slab_bytes() - 1);
         Chain {
             head,
-            tail: base + (o3 >> 16 & 0xffff),
+            tail: base + (o3 >> 16 & TAIL_MASK),
             count: local_count(o3) as u64,
         }
     }

@@ -4,12 +4,15 @@
 //! How a [`Layout`] is served:
 //! | size / alignment                         | from                                   |
 //! |------------------------------------------|----------------------------------------|
-//! | ≤ 8 KiB, alignment ≤ 4 KiB               | a kmalloc cache: size rounded up to the alignment, so the class's natural alignment covers it (kmalloc-N for a power of two N is N-aligned; 96 is 32-, 192 is 64-aligned) |
+//! | ≤ 1 MiB, alignment ≤ 4 KiB               | a plain kmalloc cache (four classes per doubling; see `kmem_core::kmalloc`): size rounded up to the alignment, so the class's natural alignment covers it (kmalloc-N for a power of two N is N-aligned; 96 is 32-, 320 is 64-aligned, up to a page) |
 //! | ≤ 4 MiB, alignment ≤ 4 MiB               | a compound page block of the buddy allocator, naturally aligned to its size |
 //! | larger, or aligned beyond 4 MiB          | a direct mapping (the `huge` module)      |
 //!
-//! `realloc` stays in place while the object's class or the page block still holds
-//! the new size; a page block grows into the buddy blocks after it when they are free
+//! `realloc` stays in place while the object's class still holds the new size and at
+//! least half of the class is used; growing a little past a class moves the object
+//! to the power of two above it (see `realloc_target`), so growing buffers move no
+//! more often than with the kernel's power-of-two classes. A page block stays while
+//! it holds the new size, grows into the buddy blocks after it when they are free
 //! and shrinks by freeing its upper halves; a huge mapping moves with `mremap`.
 //! `alloc_zeroed` skips clearing page blocks whose memory is fresh from the OS (their
 //! pages were never touched or were given back: they read as zero).
@@ -73,6 +76,20 @@ pub unsafe fn dealloc_ptr(p: *mut u8) -> bool {
 unsafe fn dealloc_slow(p: *mut u8) -> bool {
     // SAFETY: forwarded from the caller.
     unsafe { heap().dealloc(p) }
+}
+
+/// The size to allocate when a kmalloc object of class `have` moves for `new_size`
+/// bytes. A small step past the class (at most a quarter: a string or buffer growing
+/// a little at a time) moves to the power of two at or above `new_size`, so that the
+/// classes between the powers of two (four per doubling) cost such a buffer no more
+/// moves than the kernel's power-of-two classes would: it stays in place until the
+/// next power of two. A bigger step (a vector doubling) or a shrink gets its own class.
+fn realloc_target(have: usize, new_size: usize) -> usize {
+    if new_size > have && new_size - have <= have / 4 && new_size <= KMALLOC_MAX_CACHE_SIZE {
+        new_size.next_power_of_two().min(KMALLOC_MAX_CACHE_SIZE)
+    } else {
+        new_size
+    }
 }
 
 impl Heap {
@@ -228,14 +245,18 @@ impl Heap {
     pub unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let align = layout.align();
         let pa = &self.kmem.pages;
+        // What to allocate if it moves.
+        let mut want = new_size;
         if pa.in_span(p) {
             match self.kmem.slub().lookup(p) {
                 ObjectLookup::Slab(s, _) => {
-                    // Same class or smaller: stays (no copy; a kmalloc object wastes at
-                    // most its class).
-                    if new_size <= s.config().object_size {
+                    let have = s.config().object_size;
+                    // Same class, or a shrink that keeps at least half of it: stays
+                    // (no copy; it wastes at most half its class).
+                    if new_size <= have && new_size >= have / 2 {
                         return p;
                     }
+                    want = realloc_target(have, new_size);
                 }
                 // A charged block moves (charging the new block, uncharging this).
                 ObjectLookup::Large(head) if self.kmem.memcg().page_objcg(head).is_some() => {}
@@ -266,7 +287,7 @@ impl Heap {
             }
         }
         // Move: allocate, copy what both hold, free.
-        let Ok(new_layout) = Layout::from_size_align(new_size, align) else {
+        let Ok(new_layout) = Layout::from_size_align(want, align) else {
             return ptr::null_mut();
         };
         let q = self.alloc(new_layout);

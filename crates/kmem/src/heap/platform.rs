@@ -64,6 +64,14 @@ impl Platform for HeapPlatform {
         HEAP.huge.age(now_ns, decay);
     }
 
+    /// Between reporting passes too: a program that freed its huge blocks and goes on
+    /// with small objects only gets the cached mappings' memory back after the decay.
+    fn housekeeping(&self) {
+        if HEAP.huge.cached_bytes() != 0 {
+            self.reporting_pass(self.now_ns());
+        }
+    }
+
     fn random_u64(&self) -> u64 {
         self.os.random_u64()
     }

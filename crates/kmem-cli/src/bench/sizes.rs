@@ -1,0 +1,172 @@
+//! The size benches of suite `workloads`: medium blocks, large blocks that come and
+//! go, and the memory random sizes cost.
+//!
+//! - `medium` (param = block size: 16 KiB, 64 KiB, 256 KiB): malloc a block, write
+//!   its first byte, free it, in a loop; op `pair` = ns per malloc+free. Above the
+//!   kernel's kmalloc caches (8 KiB), below any allocator's direct mappings.
+//! - `large_churn` (param = largest block in MiB, 25): blocks of 5–25 MiB (uniform,
+//!   from a fixed generator) allocated, every page written, freed, one after the
+//!   other; op `op` = ns per block. What decides it is whether the memory of one
+//!   block is still mapped for the next (a page fault costs ~2 µs here, ~4,000 per
+//!   block).
+//! - Memory, each allocator in a fresh child process (`kmem bench-child rss-NAME`), so
+//!   that no allocator reuses memory an earlier bench left it: `random_sizes` op
+//!   `peak_rss` (bytes: the highest resident memory while the 10,000-slot table is
+//!   filled and churned, minus the resident memory before), and `large_churn` op
+//!   `rss_after` (bytes: resident memory after the churn, after waiting the decay
+//!   interval (1 s, kmem's `KMEM_DECAY_MS` default) and keeping busy with small
+//!   allocations for 50 ms, as a running program would, minus the resident memory
+//!   before the churn).
+
+use super::child::{self, Child};
+use super::workloads::{allocators, random_sizes_table, Alloc, Rng, RANDOM_MAX};
+use super::{BenchResult, Ctx};
+use std::alloc::Layout;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// Block sizes of `medium`.
+pub const MEDIUM_SIZES: [u64; 3] = [16 << 10, 64 << 10, 256 << 10];
+/// `large_churn`: smallest and largest block, in MiB.
+const CHURN_MIN_MIB: usize = 5;
+pub const CHURN_MAX_MIB: u64 = 25;
+/// The decay interval `rss_after` waits (kmem's default `KMEM_DECAY_MS`).
+const DECAY: Duration = Duration::from_millis(1000);
+
+/// Measurements per allocator in the in-process part.
+pub fn benches() -> u64 {
+    MEDIUM_SIZES.len() as u64 + 1
+}
+
+/// The memory children, one per allocator.
+pub const RSS: [Child; 4] = [
+    Child {
+        what: "rss-kmem",
+        measure: |ctx| memory(ctx, 0),
+        steps: |_| 1,
+    },
+    Child {
+        what: "rss-system",
+        measure: |ctx| memory(ctx, 1),
+        steps: |_| 1,
+    },
+    Child {
+        what: "rss-mimalloc",
+        measure: |ctx| memory(ctx, 2),
+        steps: |_| 1,
+    },
+    Child {
+        what: "rss-jemalloc",
+        measure: |ctx| memory(ctx, 3),
+        steps: |_| 1,
+    },
+];
+
+/// `medium` and `large_churn` times with each of `allocators`.
+pub fn measure(ctx: &Ctx, allocators: &[(&'static str, Alloc)]) -> Vec<BenchResult> {
+    let mut out = Vec::new();
+    let pairs: u64 = if ctx.quick { 20_000 } else { 100_000 };
+    for size in MEDIUM_SIZES {
+        for &(name, a) in allocators {
+            ctx.status(format!("workloads medium {size} {name}"));
+            let t = ctx.measure(pairs, |n| medium(a, size as usize, n));
+            out.push(BenchResult::time("medium", name, size, "pair", t));
+        }
+    }
+    let blocks: u64 = if ctx.quick { 12 } else { 40 };
+    for &(name, a) in allocators {
+        ctx.status(format!("workloads large_churn {name}"));
+        let t = ctx.measure(blocks, |n| large_churn(a, &mut Rng::new(3), n));
+        out.push(BenchResult::time("large_churn", name, CHURN_MAX_MIB, "op", t).without_bytes());
+    }
+    out
+}
+
+/// The memory rows of every allocator, each from its own child.
+pub fn memory_children(ctx: &Ctx) -> Vec<BenchResult> {
+    let mut out = Vec::new();
+    for (c, (name, _)) in RSS.iter().zip(allocators()) {
+        out.extend(
+            child::run(ctx, c, &[], &format!("a fresh process ({name})"))
+                .into_iter()
+                .map(|r| BenchResult {
+                    allocator: name,
+                    ..r
+                }),
+        );
+    }
+    out
+}
+
+/// In a child: allocator `i`'s `peak_rss` and `rss_after` (labelled `kmem`; the
+/// parent relabels them).
+fn memory(ctx: &Ctx, i: usize) -> Vec<BenchResult> {
+    let a = allocators()[i].1;
+    let steps = if ctx.quick { 300_000 } else { 1_000_000 };
+    let before = kmem::rss_bytes();
+    let mut peak = before;
+    random_sizes_table(a, steps, || peak = peak.max(kmem::rss_bytes()));
+    let peak_rss = peak.saturating_sub(before) as u64;
+
+    let small = || {
+        let l = Layout::from_size_align(64, 8).expect("layout");
+        // SAFETY: a non-zero size, freed with its layout.
+        unsafe { a.dealloc(black_box(a.alloc(l)), l) };
+    };
+    keep_busy(small);
+    let before = kmem::rss_bytes();
+    large_churn(a, &mut Rng::new(3), if ctx.quick { 12 } else { 40 });
+    std::thread::sleep(DECAY);
+    keep_busy(small);
+    let after = kmem::rss_bytes().saturating_sub(before) as u64;
+    vec![
+        BenchResult::bytes("random_sizes", "kmem", RANDOM_MAX, "peak_rss", peak_rss),
+        BenchResult::bytes("large_churn", "kmem", CHURN_MAX_MIB, "rss_after", after),
+    ]
+}
+
+/// Allocates a little (bursts of 1000 pairs) for 50 ms, as a program that keeps
+/// running would.
+fn keep_busy(pair: impl Fn()) {
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_millis(50) {
+        for _ in 0..1000 {
+            pair();
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// `n` times: malloc `size` bytes, write the first, free.
+fn medium(a: Alloc, size: usize, n: u64) {
+    let l = Layout::from_size_align(size, 8).expect("layout");
+    for i in 0..n {
+        // SAFETY: a non-zero size.
+        let p = unsafe { a.alloc(l) };
+        assert!(!p.is_null(), "medium: out of memory");
+        // SAFETY: a fresh block of `size` bytes.
+        unsafe { p.write_volatile(i as u8) };
+        // SAFETY: allocated just above with `l`.
+        unsafe { a.dealloc(black_box(p), l) };
+    }
+}
+
+/// `n` blocks of 5–25 MiB, each allocated, written page by page and freed.
+fn large_churn(a: Alloc, rng: &mut Rng, n: u64) {
+    for _ in 0..n {
+        let mib = CHURN_MIN_MIB + rng.below((CHURN_MAX_MIB as usize - CHURN_MIN_MIB + 1) as u64) as usize;
+        let size = (mib << 20) + rng.below(1 << 20) as usize;
+        let l = Layout::from_size_align(size, 8).expect("layout");
+        // SAFETY: a non-zero size.
+        let p = unsafe { a.alloc(l) };
+        assert!(!p.is_null(), "large_churn: out of memory");
+        let mut off = 0;
+        while off < size {
+            // SAFETY: inside the block.
+            unsafe { p.add(off).write_volatile(1) };
+            off += 4096;
+        }
+        // SAFETY: allocated just above with `l`.
+        unsafe { a.dealloc(black_box(p), l) };
+    }
+}
