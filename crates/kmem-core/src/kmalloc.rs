@@ -59,9 +59,11 @@ pub const KMALLOC_MAX_SIZE: usize = PAGE_SIZE << MAX_ORDER;
 const PLAIN_ABOVE_1K: usize = 21;
 
 const fn plain_sizes() -> [usize; NR_KMALLOC_PLAIN] {
-    let mut out = [8, 16, 32, 48, 64, 80, 96, 112, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+    let mut out = [
+        8, 16, 32, 48, 64, 80, 96, 112, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        0, 0, 0, 0,
+    ];
     let mut i = 9;
     let mut base = 128;
     while i < NR_KMALLOC_PLAIN {
@@ -244,9 +246,9 @@ impl KmallocCaches {
 /// A kmalloc class's name suffix as the kernel writes it: bytes, `Nk` for whole KiB,
 /// `NM` for whole MiB (kmalloc-96, kmalloc-1280, kmalloc-8k, kmalloc-1M).
 fn write_size(w: &mut impl fmt::Write, size: usize) {
-    let _ = if size >= 1 << 20 && size % (1 << 20) == 0 {
+    let _ = if size >= 1 << 20 && size.is_multiple_of(1 << 20) {
         write!(w, "{}M", size >> 20)
-    } else if size >= 1024 && size % 1024 == 0 {
+    } else if size >= 1024 && size.is_multiple_of(1024) {
         write!(w, "{}k", size / 1024)
     } else {
         write!(w, "{size}")

@@ -309,7 +309,10 @@ fn bulk_alloc_fills_empty_slots_and_bulk_free_returns_them() {
         }
         // SAFETY: owned and no longer used.
         unsafe { pa.cpu_area_put(area) };
-        assert_eq!(pa.nr_allocated_pages(), pa.cpu_areas().nr_areas() << kmem_core::percpu::CPU_AREA_ORDER);
+        assert_eq!(
+            pa.nr_allocated_pages(),
+            pa.cpu_areas().nr_areas() << kmem_core::percpu::CPU_AREA_ORDER
+        );
     }
 }
 
@@ -681,7 +684,10 @@ fn threads_with_cross_thread_frees_lose_nothing() {
         }
     }
     // Everything is back: managed = free (areas excepted).
-    assert_eq!(pa.nr_allocated_pages(), pa.cpu_areas().nr_areas() << kmem_core::percpu::CPU_AREA_ORDER);
+    assert_eq!(
+        pa.nr_allocated_pages(),
+        pa.cpu_areas().nr_areas() << kmem_core::percpu::CPU_AREA_ORDER
+    );
 }
 
 #[test]

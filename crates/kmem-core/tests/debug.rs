@@ -269,7 +269,10 @@ fn trace_and_per_cache_selection() {
     // SAFETY: owned by this thread.
     let cpu = Some(unsafe { CpuRef::new(area) });
     assert!(
-        !k.kmalloc_cache(64, Gfp::KERNEL).unwrap().config().is_debug(),
+        !k.kmalloc_cache(64, Gfp::KERNEL)
+            .unwrap()
+            .config()
+            .is_debug(),
         "the policy names one cache"
     );
     let s = k

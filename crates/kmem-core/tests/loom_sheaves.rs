@@ -300,7 +300,10 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
             move |p: NonNull<SlabSheaf>| (0..3).find(|&i| s[i].ptr() == p).unwrap()
         };
         let barn = Arc::new(Mutex::new(BarnLists::new()));
-        barn.lock().unwrap().put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES).unwrap();
+        barn.lock()
+            .unwrap()
+            .put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES)
+            .unwrap();
         // CPU A: its main sheaf (0) is full: hand it in for an empty one.
         let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
         let a = thread::spawn(move || {

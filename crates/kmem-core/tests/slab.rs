@@ -25,8 +25,14 @@ fn every_kmalloc_cache_aligns_and_sizes_its_objects() {
     for (i, &class) in KMALLOC_PLAIN_SIZES.iter().enumerate() {
         let s = &k.kmalloc_caches()[i];
         assert_eq!(s.config().object_size, class);
-        assert!(std::ptr::eq(k.kmalloc_cache(class, Gfp::KERNEL).unwrap(), s));
-        assert!(std::ptr::eq(k.kmalloc_cache(class - 1, Gfp::KERNEL).unwrap(), s));
+        assert!(std::ptr::eq(
+            k.kmalloc_cache(class, Gfp::KERNEL).unwrap(),
+            s
+        ));
+        assert!(std::ptr::eq(
+            k.kmalloc_cache(class - 1, Gfp::KERNEL).unwrap(),
+            s
+        ));
         if i > 0 {
             let next = k.kmalloc_cache(KMALLOC_PLAIN_SIZES[i - 1] + 1, Gfp::KERNEL);
             assert!(std::ptr::eq(next.unwrap(), s), "{}", s.name());
@@ -59,7 +65,13 @@ fn every_kmalloc_cache_aligns_and_sizes_its_objects() {
     assert_eq!(names.len(), NR_KMALLOC_PLAIN);
     assert_eq!(names[0], "kmalloc-8");
     assert_eq!(names[NR_KMALLOC_PLAIN - 1], "kmalloc-1M");
-    for name in ["kmalloc-48", "kmalloc-96", "kmalloc-1280", "kmalloc-8k", "kmalloc-10k"] {
+    for name in [
+        "kmalloc-48",
+        "kmalloc-96",
+        "kmalloc-1280",
+        "kmalloc-8k",
+        "kmalloc-10k",
+    ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
     // Every kernel class is a plain class of the same name.
@@ -67,7 +79,9 @@ fn every_kmalloc_cache_aligns_and_sizes_its_objects() {
         let s = k.kmalloc_cache(class, Gfp::KERNEL).unwrap();
         assert_eq!(s.config().object_size, class);
     }
-    assert!(k.kmalloc_cache(KMALLOC_PLAIN_SIZES[NR_KMALLOC_PLAIN - 1] + 1, Gfp::KERNEL).is_none());
+    assert!(k
+        .kmalloc_cache(KMALLOC_PLAIN_SIZES[NR_KMALLOC_PLAIN - 1] + 1, Gfp::KERNEL)
+        .is_none());
     // Seed 004's figure: 128 kmalloc-32 objects in one 4 KiB page.
     let k32 = k.kmalloc_cache(32, Gfp::KERNEL).unwrap();
     assert_eq!((k32.config().objects, k32.config().order), (128, 0));

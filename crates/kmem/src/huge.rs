@@ -354,7 +354,11 @@ impl HugeList {
                 older[n] = Some(c);
                 n += 1;
             }
-            let slot = head.1.iter_mut().find(|s| s.is_none()).expect("a free slot");
+            let slot = head
+                .1
+                .iter_mut()
+                .find(|s| s.is_none())
+                .expect("a free slot");
             *slot = evict.take();
             self.note_cached(&head);
         }

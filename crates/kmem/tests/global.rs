@@ -339,13 +339,18 @@ fn growing_buffers_move_only_at_powers_of_two() {
             assert!(!q.is_null());
             if q != p {
                 moves += 1;
-                assert!(std::slice::from_raw_parts(q, size).iter().all(|&b| b == 0x3c));
+                assert!(std::slice::from_raw_parts(q, size)
+                    .iter()
+                    .all(|&b| b == 0x3c));
             }
             q.add(size).write_bytes(0x3c, next - size);
             (p, size) = (q, next);
         }
         let powers = (end.ilog2() - 100usize.ilog2()) as usize;
-        assert!(moves <= powers + 1, "{moves} moves for {powers} powers of two");
+        assert!(
+            moves <= powers + 1,
+            "{moves} moves for {powers} powers of two"
+        );
         dealloc(p, Layout::from_size_align(size, 8).unwrap());
     }
 }

@@ -153,6 +153,41 @@ fn slabinfo_lists_the_kmalloc_caches() {
 }
 
 #[test]
+fn medium_sizes_come_from_their_own_kmalloc_caches() {
+    // Between the powers of two and above the kernel's 8 KiB: kmalloc caches with
+    // their own names, exact usable sizes, and slabinfo rows that say what they hold.
+    let h = heap();
+    // Small classes' slabs depend on the number of CPUs (`slub_min_objects`); large
+    // objects get slabs of four or more (`calculate_order`).
+    let cfg = |size| *h.kmem().kmalloc_cache(size, Gfp::KERNEL).unwrap().config();
+    let small = |size| (cfg(size).objects, cfg(size).slab_bytes() / 4096);
+    for (size, name, class, (objs, pages)) in [
+        (300, "kmalloc-320", 320, small(320)),
+        (1100, "kmalloc-1280", 1280, small(1280)),
+        (40_000, "kmalloc-40k", 40960, (6, 64)),
+        (1 << 20, "kmalloc-1M", 1 << 20, (4, 1024)),
+    ] {
+        let p = h.kmalloc(size, Gfp::KERNEL).unwrap();
+        assert_eq!(h.ksize(p.as_ptr()), class, "{name}");
+        // SAFETY: ours, `class` bytes.
+        unsafe { p.as_ptr().write_bytes(0x11, class) };
+        let info = h.slabinfo();
+        let row = info
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} row in\n{info}"));
+        let fields: Vec<&str> = row.split_whitespace().collect();
+        // name active_objs num_objs objsize objperslab pagesperslab
+        assert_eq!(fields[3], class.to_string(), "{row}");
+        assert_eq!(fields[4], objs.to_string(), "{row}");
+        assert_eq!(fields[5], pages.to_string(), "{row}");
+        assert!(fields[1].parse::<usize>().unwrap() >= 1, "{row}");
+        // SAFETY: ours.
+        unsafe { h.kfree(p.as_ptr()) };
+    }
+}
+
+#[test]
 fn stats_snapshot_serializes_and_prints_kernel_formats() {
     let h = heap();
     let p = h.kmalloc(32, Gfp::KERNEL).unwrap();

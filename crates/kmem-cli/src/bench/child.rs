@@ -231,7 +231,20 @@ mod tests {
     #[test]
     fn every_child_has_its_own_name() {
         let names: Vec<_> = CHILDREN.iter().map(|c| c.what).collect();
-        assert_eq!(names, ["times", "held", "workloads", "cache", "slab"]);
+        assert_eq!(
+            names,
+            [
+                "times",
+                "held",
+                "workloads",
+                "rss-kmem",
+                "rss-system",
+                "rss-mimalloc",
+                "rss-jemalloc",
+                "cache",
+                "slab"
+            ]
+        );
         assert!(child_main("nosuch", true)
             .unwrap_err()
             .starts_with("unknown child bench 'nosuch' (children: times, held,"));

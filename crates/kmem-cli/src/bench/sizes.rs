@@ -154,7 +154,8 @@ fn medium(a: Alloc, size: usize, n: u64) {
 /// `n` blocks of 5–25 MiB, each allocated, written page by page and freed.
 fn large_churn(a: Alloc, rng: &mut Rng, n: u64) {
     for _ in 0..n {
-        let mib = CHURN_MIN_MIB + rng.below((CHURN_MAX_MIB as usize - CHURN_MIN_MIB + 1) as u64) as usize;
+        let mib =
+            CHURN_MIN_MIB + rng.below((CHURN_MAX_MIB as usize - CHURN_MIN_MIB + 1) as u64) as usize;
         let size = (mib << 20) + rng.below(1 << 20) as usize;
         let l = Layout::from_size_align(size, 8).expect("layout");
         // SAFETY: a non-zero size.
@@ -168,5 +169,159 @@ fn large_churn(a: Alloc, rng: &mut Rng, n: u64) {
         }
         // SAFETY: allocated just above with `l`.
         unsafe { a.dealloc(black_box(p), l) };
+    }
+}
+
+/// A set of size classes as the heap would serve a malloc of each size: the class (or
+/// page block) size and the tail waste per object of its slab.
+struct ClassSet {
+    /// (object size, tail bytes per object) per class, smallest first.
+    classes: Vec<(usize, f64)>,
+}
+
+impl ClassSet {
+    fn new(sizes: &[usize]) -> Self {
+        let classes = sizes
+            .iter()
+            .map(|&size| {
+                let align = (1usize << size.trailing_zeros()).min(4096);
+                let cfg = kmem_core::slab::CacheConfig::calculate(
+                    "class",
+                    size,
+                    align,
+                    kmem_core::SlabFlags::empty(),
+                    None,
+                    2,
+                )
+                .expect("a kmalloc class");
+                let tail = (cfg.slab_bytes() - cfg.objects * cfg.size) as f64 / cfg.objects as f64;
+                (cfg.size, tail)
+            })
+            .collect();
+        ClassSet { classes }
+    }
+
+    /// (footprint, internal waste, tail waste) of a malloc of `size` bytes: its class,
+    /// or above the largest class a page block of 2^order pages.
+    fn serve(&self, size: usize) -> (f64, f64, f64) {
+        match self.classes.iter().find(|&&(c, _)| c >= size) {
+            Some(&(c, tail)) => (c as f64 + tail, (c - size) as f64, tail),
+            None => {
+                let block = size.next_power_of_two().max(4096);
+                (block as f64, (block - size) as f64, 0.0)
+            }
+        }
+    }
+}
+
+/// The random_sizes mix with sizes up to `max`, exactly: (size, probability) for every
+/// size the generator can draw (see `workloads::random_size`).
+fn random_sizes_mix(max: usize) -> Vec<(usize, f64)> {
+    let top = (max / 8).ilog2();
+    let mut mix = Vec::new();
+    for k in 0..=top {
+        // P(trailing zeros = k), the last power taking every k >= top.
+        let p = if k < top {
+            0.5f64.powi(k as i32 + 1)
+        } else {
+            0.5f64.powi(top as i32)
+        };
+        let base = 8usize << k;
+        for size in base..2 * base {
+            mix.push((size.min(max), p / base as f64));
+        }
+    }
+    mix
+}
+
+/// Waste of the kmem classes and of the kernel's power-of-two classes on the
+/// random_sizes mix, per doubling of the request: (label, share of requests, kmem
+/// internal + tail %, power-of-two internal + tail %), then the whole mix.
+fn class_waste(max: usize) -> Vec<(String, f64, [f64; 2], [f64; 2])> {
+    let sets = [
+        ClassSet::new(&kmem_core::kmalloc::KMALLOC_PLAIN_SIZES),
+        ClassSet::new(&kmem_core::kmalloc::KMALLOC_SIZES),
+    ];
+    let mut rows = Vec::new();
+    let mut total = (0.0, [[0.0; 2]; 2], 0.0);
+    let mix = random_sizes_mix(max);
+    let mut k = 3;
+    while 1usize << k <= max {
+        let (lo, hi) = (1usize << k, 1usize << (k + 1));
+        let (mut share, mut req, mut waste) = (0.0, 0.0, [[0.0; 2]; 2]);
+        for &(size, p) in mix.iter().filter(|&&(s, _)| s >= lo && s < hi) {
+            share += p;
+            req += p * size as f64;
+            for (w, set) in waste.iter_mut().zip(&sets) {
+                let (_, internal, tail) = set.serve(size);
+                w[0] += p * internal;
+                w[1] += p * tail;
+            }
+        }
+        total.0 += share;
+        total.2 += req;
+        for (t, w) in total.1.iter_mut().zip(waste) {
+            t[0] += w[0];
+            t[1] += w[1];
+        }
+        let pct = |w: [f64; 2]| [100.0 * w[0] / req, 100.0 * w[1] / req];
+        rows.push((
+            format!("{lo}-{}", hi - 1),
+            share,
+            pct(waste[0]),
+            pct(waste[1]),
+        ));
+        k += 1;
+    }
+    let pct = |w: [f64; 2]| [100.0 * w[0] / total.2, 100.0 * w[1] / total.2];
+    rows.push(("all".to_string(), total.0, pct(total.1[0]), pct(total.1[1])));
+    rows
+}
+
+/// The class waste table of [`class_waste`] for the report.
+pub fn class_waste_lines() -> String {
+    use std::fmt::Write as _;
+    let mut out = String::from(
+        "\nsize classes on the random_sizes mix (8 B - 64 KiB, exact expectation), waste as % \
+         of the bytes asked: internal (class - request) + tail (slab tail per object)\n",
+    );
+    let _ = writeln!(
+        out,
+        "{:>14} {:>8} {:>22} {:>22}",
+        "request (B)", "share", "kmem (4 per doubling)", "power of two (kernel)"
+    );
+    for (label, share, k, p) in class_waste(RANDOM_MAX as usize) {
+        let _ = writeln!(
+            out,
+            "{label:>14} {:>7.2}% {:>9.1}% + {:>5.1}% {:>11.1}% + {:>5.1}%",
+            100.0 * share,
+            k[0],
+            k[1],
+            p[0],
+            p[1]
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mix_is_a_distribution_and_four_classes_per_doubling_waste_less() {
+        let mix = random_sizes_mix(65536);
+        let sum: f64 = mix.iter().map(|&(_, p)| p).sum();
+        assert!((sum - 1.0).abs() < 1e-9, "{sum}");
+        let rows = class_waste(65536);
+        let (_, share, kmem, pow2) = rows.last().unwrap();
+        assert!((share - 1.0).abs() < 1e-9);
+        // Power-of-two classes waste about a third of the bytes on a smooth mix;
+        // four classes per doubling at most a quarter, about a tenth on average.
+        assert!(pow2[0] > 25.0, "{pow2:?}");
+        assert!(
+            kmem[0] < 15.0 && kmem[0] + kmem[1] < pow2[0] + pow2[1],
+            "{kmem:?}"
+        );
     }
 }

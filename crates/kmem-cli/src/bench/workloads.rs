@@ -473,6 +473,7 @@ fn report_lines(results: &[BenchResult]) -> String {
         out.push('\n');
     }
     out.push_str(&memory_lines(results));
+    out.push_str(&sizes::class_waste_lines());
     out
 }
 
@@ -491,7 +492,12 @@ fn memory_lines(results: &[BenchResult]) -> String {
             continue;
         };
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
-        let _ = write!(out, "{:>24}: kmem {:.2} MiB", format!("{bench} {op}"), mib(k));
+        let _ = write!(
+            out,
+            "{:>24}: kmem {:.2} MiB",
+            format!("{bench} {op}"),
+            mib(k)
+        );
         for p in PEERS {
             if let Some(b) = bytes(bench, op, p) {
                 let _ = write!(out, "  {p} {:.2}", mib(b));

@@ -67,7 +67,7 @@ impl<P: Platform> PageAllocator<P> {
         let area = cpu.area();
         let n = area.slow_paths.load(Relaxed).wrapping_add(1);
         area.slow_paths.store(n, Relaxed);
-        if n % HOUSEKEEPING_INTERVAL == 0 {
+        if n.is_multiple_of(HOUSEKEEPING_INTERVAL) {
             self.housekeeping(cpu);
         }
     }
