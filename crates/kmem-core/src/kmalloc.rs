@@ -6,11 +6,13 @@
 //!   powers of two from 8 to 8 KiB plus 96 and 192 ([`KMALLOC_SIZES`]).
 //! - The plain set, which malloc and `GlobalAlloc` use, has the kernel's classes up to
 //!   128 bytes with 48, 80 and 112 added (16-byte steps), then four classes per
-//!   doubling (2^k × 5/4, 6/4, 7/4, 8/4) up to [`KMALLOC_MAX_CACHE_SIZE`] (1 MiB)
-//!   ([`KMALLOC_PLAIN_SIZES`], [`kmalloc_plain_index`]): a request is rounded up by at
-//!   most 25% (12.5% on average on an even mix) instead of up to 100% (see
-//!   BENCHMARKS.md for the measured waste), and sizes the kernel never sees in bulk
-//!   (10–1000 KiB buffers) come from slabs and sheaves instead of the buddy lists.
+//!   doubling (2^k × 5/4, 6/4, 7/4, 8/4) up to 8 KiB, then the powers of two up to
+//!   [`KMALLOC_MAX_CACHE_SIZE`] (1 MiB) ([`KMALLOC_PLAIN_SIZES`],
+//!   [`kmalloc_plain_index`]). Up to 8 KiB a request is rounded up by at most 25%
+//!   instead of up to 100%; above it, where a program has few objects of each size,
+//!   each class's cached objects and slabs cost more than the rounding saves (both
+//!   measured: BENCHMARKS.md, "Size classes"). Sizes the kernel never sees in bulk
+//!   (16 KiB – 1 MiB buffers) come from slabs and sheaves instead of the buddy lists.
 //!   Every kernel class is one of them, with the same name.
 //!
 //! Larger sizes (and accounted or reclaimable ones above 8 KiB) come straight from the
@@ -43,9 +45,9 @@ pub const NR_KMALLOC: usize = 13;
 /// kernel's `KMALLOC_MAX_CACHE_SIZE`, two pages).
 pub const KMALLOC_KERNEL_MAX_CACHE_SIZE: usize = 8192;
 
-/// Number of caches in the plain set: 9 up to 128 bytes, then 4 per doubling up to
-/// 1 MiB.
-pub const NR_KMALLOC_PLAIN: usize = 9 + 4 * 13;
+/// Number of caches in the plain set: 9 up to 128 bytes, 4 per doubling up to 8 KiB,
+/// then the powers of two up to 1 MiB.
+pub const NR_KMALLOC_PLAIN: usize = 9 + 4 * 6 + 7;
 /// The plain set's size classes, in cache order.
 pub const KMALLOC_PLAIN_SIZES: [usize; NR_KMALLOC_PLAIN] = plain_sizes();
 /// Largest size served by a kmalloc cache (the plain set's largest class).
@@ -57,16 +59,19 @@ pub const KMALLOC_MAX_SIZE: usize = PAGE_SIZE << MAX_ORDER;
 
 /// Index of the plain set's first class above 1 KiB (1280).
 const PLAIN_ABOVE_1K: usize = 21;
+/// Index of the plain set's first class above 8 KiB (16 KiB).
+const PLAIN_ABOVE_8K: usize = 33;
 
 const fn plain_sizes() -> [usize; NR_KMALLOC_PLAIN] {
-    let mut out = [
-        8, 16, 32, 48, 64, 80, 96, 112, 128, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
-        0, 0, 0, 0,
-    ];
-    let mut i = 9;
+    let mut out = [0; NR_KMALLOC_PLAIN];
+    let small = [8, 16, 32, 48, 64, 80, 96, 112, 128];
+    let mut i = 0;
+    while i < small.len() {
+        out[i] = small[i];
+        i += 1;
+    }
     let mut base = 128;
-    while i < NR_KMALLOC_PLAIN {
+    while base < 8192 {
         let mut q = 5;
         while q <= 8 {
             out[i] = base / 4 * q;
@@ -74,6 +79,11 @@ const fn plain_sizes() -> [usize; NR_KMALLOC_PLAIN] {
             q += 1;
         }
         base *= 2;
+    }
+    while i < NR_KMALLOC_PLAIN {
+        base *= 2;
+        out[i] = base;
+        i += 1;
     }
     out
 }
@@ -97,24 +107,30 @@ const fn plain_size_index() -> [u8; 128] {
 }
 
 const _: () = assert!(KMALLOC_PLAIN_SIZES[PLAIN_ABOVE_1K - 1] == 1024);
+const _: () = assert!(KMALLOC_PLAIN_SIZES[PLAIN_ABOVE_8K - 1] == 8192);
 const _: () = assert!(KMALLOC_PLAIN_SIZES[NR_KMALLOC_PLAIN - 1] == KMALLOC_MAX_CACHE_SIZE);
 
 /// The plain set's cache for `size` bytes (index into [`KMALLOC_PLAIN_SIZES`]), or
 /// `None` above [`KMALLOC_MAX_CACHE_SIZE`]. Size 0 gets the smallest cache. One table
-/// load up to 1 KiB; above, the doubling from the top bit and the quarter from the
-/// two bits below it.
+/// load up to 1 KiB; up to 8 KiB, the doubling from the top bit and the quarter from
+/// the two bits below it; above, the power of two.
 #[inline(always)]
 pub fn kmalloc_plain_index(size: usize) -> Option<usize> {
     if size <= 1024 {
         return Some(PLAIN_SIZE_INDEX[size.saturating_sub(1) >> 3] as usize);
     }
+    // size - 1 in [2^k, 2^(k+1)), k >= 10.
+    let k = (usize::BITS - 1 - (size - 1).leading_zeros()) as usize;
+    if size <= 8192 {
+        // Class 2^k * (5 + quarter) / 4.
+        let quarter = ((size - 1) >> (k - 2)) & 3;
+        return Some(PLAIN_ABOVE_1K + (k - 10) * 4 + quarter);
+    }
     if size > KMALLOC_MAX_CACHE_SIZE {
         return None;
     }
-    // size - 1 in [2^k, 2^(k+1)), k >= 10: class 2^k * (5 + quarter) / 4.
-    let k = (usize::BITS - 1 - (size - 1).leading_zeros()) as usize;
-    let quarter = ((size - 1) >> (k - 2)) & 3;
-    Some(PLAIN_ABOVE_1K + (k - 10) * 4 + quarter)
+    // Class 2^(k+1), k >= 13.
+    Some(PLAIN_ABOVE_8K + (k - 13))
 }
 
 /// `size_index`: cache index for sizes 1..=192 by `(size - 1) / 8`.
@@ -575,11 +591,15 @@ mod tests {
             }
         }
         assert_eq!(kmalloc_plain_index(KMALLOC_MAX_CACHE_SIZE + 1), None);
-        // Four classes per doubling above 128 bytes, each a multiple of 16 from 16 on,
-        // and never more than 25% above the size it serves.
+        // Four classes per doubling from 128 bytes to 8 KiB, then one: each a multiple
+        // of 16 from 16 on, never more than 25% above the size it serves up to 8 KiB.
         for w in KMALLOC_PLAIN_SIZES.windows(2) {
             assert!(w[1] > w[0] && w[1] % 16 == 0);
-            assert!((w[1] - w[0]) * 4 <= w[0] + 3 || w[0] < 128, "{w:?}");
+            if (128..8192).contains(&w[0]) {
+                assert!((w[1] - w[0]) * 4 <= w[0], "{w:?}");
+            } else if w[0] >= 8192 {
+                assert_eq!(w[1], 2 * w[0]);
+            }
         }
         // The kernel's classes are all plain classes.
         for c in KMALLOC_SIZES {

@@ -33,8 +33,8 @@ use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering, SpinLock};
 use core::marker::PhantomData;
 use core::ptr::{self, NonNull};
 
-/// Buddy order of one CPU area (64 KiB: room for the `kmem_cache_cpu` of the 87
-/// kmalloc caches and over a hundred more caches).
+/// Buddy order of one CPU area (64 KiB: the `kmem_cache_cpu` of the 66 kmalloc
+/// caches and of a hundred more caches fit).
 pub const CPU_AREA_ORDER: usize = 4;
 /// Size of one CPU area in bytes: 2^[`CPU_AREA_ORDER`] pages of 4 KiB (the page
 /// layer checks this against its `PAGE_SIZE`).

@@ -70,7 +70,7 @@ fn every_kmalloc_cache_aligns_and_sizes_its_objects() {
         "kmalloc-96",
         "kmalloc-1280",
         "kmalloc-8k",
-        "kmalloc-10k",
+        "kmalloc-16k",
     ] {
         assert!(names.contains(&name), "{name} missing from {names:?}");
     }
@@ -116,7 +116,7 @@ fn accounted_and_reclaimable_callers_get_their_own_caches() {
     assert!(k.kmalloc_cache(8193, Gfp::ACCOUNT).is_none());
     assert_eq!(
         k.kmalloc_cache(100_000, Gfp::KERNEL).unwrap().name(),
-        "kmalloc-112k"
+        "kmalloc-128k"
     );
     let p = k.kmalloc(None, 64, Gfp::ACCOUNT).unwrap();
     let q = k.kmalloc(None, 64, Gfp::KERNEL).unwrap();

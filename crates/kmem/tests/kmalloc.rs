@@ -164,7 +164,7 @@ fn medium_sizes_come_from_their_own_kmalloc_caches() {
     for (size, name, class, (objs, pages)) in [
         (300, "kmalloc-320", 320, small(320)),
         (1100, "kmalloc-1280", 1280, small(1280)),
-        (40_000, "kmalloc-40k", 40960, (6, 64)),
+        (40_000, "kmalloc-64k", 65536, (4, 64)),
         (1 << 20, "kmalloc-1M", 1 << 20, (4, 1024)),
     ] {
         let p = h.kmalloc(size, Gfp::KERNEL).unwrap();

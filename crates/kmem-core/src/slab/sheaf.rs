@@ -114,19 +114,22 @@ pub enum SlubDesign {
     CpuSlab,
 }
 
-/// Most bytes of objects one sheaf holds: caches of objects above 256 KiB get smaller
-/// sheaves (down to 2 objects), so that a CPU's pair does not keep megabytes.
-pub const SHEAF_MAX_OBJECT_BYTES: usize = 1 << 20;
+/// Most bytes of objects one sheaf holds: caches of objects above 1 KiB get smaller
+/// sheaves (down to 2 objects), so that the freed objects a CPU keeps for reuse are
+/// bounded in bytes, not only in count. Measured on the random_sizes mix: with the
+/// kernel's count-based capacities, the sheaves of the medium classes held more
+/// memory than the objects in use.
+pub const SHEAF_MAX_OBJECT_BYTES: usize = 32 << 10;
 
 /// Most bytes of objects the full sheaves of one barn hold: caches of large objects
 /// keep fewer than [`barn::MAX_FULL_SHEAVES`](super::barn::MAX_FULL_SHEAVES) (at
 /// least 2).
-pub const BARN_MAX_OBJECT_BYTES: usize = 4 << 20;
+pub const BARN_MAX_OBJECT_BYTES: usize = 256 << 10;
 
 /// A cache's sheaf capacity, chosen as the kernel chooses it — from the objects a slab
 /// holds (clamped to 4..=120, and at least 32 for objects up to 512 bytes), then grown
 /// until the sheaf fills its own kmalloc size class (kmalloc-32's sheaves hold 124);
-/// for objects above 256 KiB, cut to [`SHEAF_MAX_OBJECT_BYTES`] of objects (at least 2).
+/// then cut to [`SHEAF_MAX_OBJECT_BYTES`] of objects (at least 2).
 /// Returns (capacity, bytes of the sheaf).
 pub fn sheaf_capacity(cfg: &CacheConfig) -> (usize, usize) {
     let (cap, bytes) = sheaf_fill_class(cfg);
@@ -730,7 +733,7 @@ mod tests {
 
     #[test]
     fn capacity_fills_the_sheaf_s_size_class() {
-        for size in [8usize, 32, 64, 96, 256, 512, 1024, 4096, 8192] {
+        for size in [8usize, 32, 64, 96, 256, 512, 1024] {
             let cfg = CacheConfig::calculate("c", size, 8, SlabFlags::empty(), None, 2).unwrap();
             let (cap, bytes) = sheaf_capacity(&cfg);
             assert!(cap >= 4, "size {size}: capacity {cap}");
@@ -751,5 +754,25 @@ mod tests {
         }
         let k32 = CacheConfig::calculate("c", 32, 8, SlabFlags::empty(), None, 2).unwrap();
         assert_eq!(sheaf_capacity(&k32).0, 124);
+    }
+
+    #[test]
+    fn large_objects_get_sheaves_and_barns_bounded_in_bytes() {
+        for size in [2048usize, 4096, 8192, 10240, 65536, 1 << 20] {
+            let mut cfg =
+                CacheConfig::calculate("c", size, 8, SlabFlags::empty(), None, 2).unwrap();
+            let (cap, bytes) = sheaf_capacity(&cfg);
+            assert!(cap >= 2, "size {size}: capacity {cap}");
+            assert!(
+                cap * size <= SHEAF_MAX_OBJECT_BYTES.max(2 * size),
+                "size {size}: {cap} objects"
+            );
+            // The sheaf's memory still has room for its slots.
+            assert!(SHEAF_HEADER + cap * 8 <= bytes);
+            cfg.sheaf_capacity = cap;
+            let full = barn_max_full(&cfg);
+            assert!((2..=super::super::barn::MAX_FULL_SHEAVES).contains(&full));
+            assert!(full * cap * size <= BARN_MAX_OBJECT_BYTES.max(2 * cap * size));
+        }
     }
 }
