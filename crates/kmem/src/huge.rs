@@ -525,4 +525,38 @@ mod tests {
         list.trim();
         assert_eq!(owner.live.get(), 0);
     }
+
+    #[test]
+    fn the_cache_keeps_the_newest_and_grows_the_largest_when_none_fits() {
+        let (list, owner) = (HugeList::new(), Owner::default());
+        const M: usize = 1 << 20;
+        // Mappings of 20, 30, 12, 8, 10 and 6 MiB freed in turn. The 8 MiB one goes
+        // past the 64 MiB bound: the oldest (20) goes. The 6 MiB one finds the four
+        // slots taken: the oldest (30) goes.
+        let sizes = [20 * M, 30 * M, 12 * M, 8 * M, 10 * M, 6 * M];
+        let ps: Vec<*mut u8> = sizes
+            .iter()
+            .map(|&n| list.alloc(&owner, n, 8, false, 0, 1000))
+            .collect();
+        for (t, &p) in ps.iter().enumerate() {
+            free(&list, &owner, p, t as u64);
+        }
+        assert_eq!(list.cached_bytes(), 36 * M);
+        // 9 MiB: the smallest that holds it (10 MiB), whole.
+        let a = list.alloc(&owner, 9 * M, 8, false, 10, 1000);
+        assert_eq!(a, ps[4]);
+        assert_eq!(list.size_of(a), Some(10 * M));
+        // 16 MiB: none holds it; the largest (12 MiB) grows, its contents kept.
+        // SAFETY: cached mapping of ours, 12 MiB, nobody uses it.
+        unsafe { ps[2].write(0x42) };
+        let b = list.alloc(&owner, 16 * M, 8, false, 11, 1000);
+        assert_eq!(list.size_of(b), Some(16 * M));
+        // SAFETY: ours, grown from the 12 MiB mapping.
+        assert_eq!(unsafe { b.read() }, 0x42, "the resident pages moved along");
+        assert_eq!(list.cached_bytes(), 14 * M);
+        free(&list, &owner, a, 12);
+        free(&list, &owner, b, 12);
+        assert_eq!(list.trim(), 40 * M);
+        assert_eq!(owner.live.get(), 0);
+    }
 }

@@ -11,6 +11,8 @@ pub struct TestPlatform {
     pub clock: AtomicU64,
     pub reported_bytes: AtomicUsize,
     pub onlined: AtomicUsize,
+    /// Calls of [`Platform::housekeeping`].
+    pub housekeeping: AtomicUsize,
     pub log: Mutex<String>,
     pub echo: bool,
     /// slub_debug flags by cache name ([`Platform::slab_flags`]).
@@ -23,6 +25,7 @@ impl TestPlatform {
             clock: AtomicU64::new(1_000_000_000),
             reported_bytes: AtomicUsize::new(0),
             onlined: AtomicUsize::new(0),
+            housekeeping: AtomicUsize::new(0),
             log: Mutex::new(String::new()),
             echo: std::env::var_os("KMEM_TEST_ECHO").is_some(),
             policy: None,
@@ -49,6 +52,9 @@ impl Platform for TestPlatform {
     }
     fn now_ns(&self) -> u64 {
         self.clock.load(Ordering::Relaxed)
+    }
+    fn housekeeping(&self) {
+        self.housekeeping.fetch_add(1, Ordering::Relaxed);
     }
     fn stack_trace(&self, frames: &mut [usize]) {
         // A recognisable "call site" for the U tests.
