@@ -82,7 +82,7 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn run(ops: Vec<Op>) {
+fn run(ops: Vec<Op>, size: usize) {
     let k = kmem(4, config(1, 0));
     let mut areas = [
         k.pages.cpu_area_get(0).unwrap(),
@@ -91,9 +91,14 @@ fn run(ops: Vec<Op>) {
     // SAFETY: the test owns both areas, one at a time (every `CpuRef::new` below).
     let cpu = |a| Some(unsafe { CpuRef::new(a) });
     let s = k
-        .kmem_cache_create(cpu(areas[0]), "census-48", 48, 8, SlabFlags::empty(), None)
+        .kmem_cache_create(cpu(areas[0]), "census", size, 8, SlabFlags::empty(), None)
         .unwrap();
     assert_eq!(s.config().fast, FastPath::Sheaf);
+    if size > kmem_core::slab::SLUB_LARGE_OBJECT {
+        let cfg = s.config();
+        assert!(cfg.order > kmem_core::slab::SLUB_MAX_ORDER && cfg.objects >= 4);
+        assert_eq!(cfg.sheaf_capacity, 2);
+    }
     let mut live: Vec<usize> = Vec::new();
     for op in ops {
         match op {
@@ -101,7 +106,7 @@ fn run(ops: Vec<Op>) {
                 for _ in 0..n {
                     let p = k.slub().alloc(cpu(areas[i]), s, Gfp::KERNEL).unwrap();
                     let p = p.as_ptr() as usize;
-                    // SAFETY: ours, 48 bytes.
+                    // SAFETY: ours, at least 48 bytes.
                     unsafe { (p as *mut u64).write(pattern(p)) };
                     live.push(p);
                 }
@@ -151,7 +156,14 @@ proptest! {
 
     #[test]
     fn every_object_is_in_exactly_one_place(ops in prop::collection::vec(op(), 1..60)) {
-        run(ops);
+        run(ops, 48);
+    }
+
+    /// A large-object cache: slabs beyond `SLUB_MAX_ORDER`, sheaves of two objects,
+    /// barns bounded in bytes.
+    #[test]
+    fn every_large_object_is_in_exactly_one_place(ops in prop::collection::vec(op(), 1..30)) {
+        run(ops, 20_000);
     }
 }
 
