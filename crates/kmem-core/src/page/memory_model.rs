@@ -96,7 +96,31 @@ impl<P: Platform> PageAllocator<P> {
         // The descriptor: in the section's memmap, at the section's start.
         let page = base + (off & !(SECTION_SIZE - 1));
         let idx = (off >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
-        NonNull::new((page as *mut Page).wrapping_add(idx))
+        // SAFETY: the section's memmap lies in the span, which does not start at 0
+        // (`span_len` is 0 until `init` sets `base` to a mapping's address).
+        Some(unsafe { NonNull::new_unchecked((page as *mut Page).wrapping_add(idx)) })
+    }
+
+    /// The head page of the slab holding `addr` (`virt_to_slab`), or `None` if `addr`
+    /// is not in a slab. For the free fast paths: an object in a slab's first page
+    /// costs one load of its flags.
+    #[inline(always)]
+    pub fn virt_to_slab(&self, addr: *const u8) -> Option<&Page> {
+        let page = self.virt_to_page_any(addr)?;
+        // SAFETY: descriptors of online sections are valid, and live as long as the
+        // allocator (sections never go away while their pages are in use; a
+        // descriptor of a free page reads as neither slab nor tail).
+        let p = unsafe { &*page.as_ptr() };
+        let flags = p.flags();
+        if flags.contains(PageFlags::SLAB) {
+            return Some(p);
+        }
+        if !flags.contains(PageFlags::TAIL) {
+            return None;
+        }
+        // SAFETY: a tail page's `owner[0]` is its head's descriptor (valid as above).
+        let head = unsafe { (p.owner[0].load(Ordering::Relaxed) as *const Page).as_ref()? };
+        head.flags().contains(PageFlags::SLAB).then_some(head)
     }
 
     /// The head page of the slab (or compound block) holding `addr` (`virt_to_slab`,

@@ -38,6 +38,10 @@ impl KmemCacheNode {
 /// Invariant: `config` is written only while the cache is being created, before
 /// `active` is set and before anybody else can see the cache; afterwards it is
 /// read-only.
+///
+/// `repr(C)` and 64-byte aligned, the config first: the fields the fast paths read
+/// share one cache line (see [`CacheConfig`]).
+#[repr(C, align(64))]
 pub struct KmemCache {
     config: UnsafeCell<CacheConfig>,
     active: AtomicUsize,

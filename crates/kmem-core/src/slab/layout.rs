@@ -33,24 +33,39 @@ impl Ctor {
 }
 
 /// What a cache is, fixed when it is created.
+///
+/// `repr(C)`, the fields the fast paths read first: a cache is 64-byte aligned and
+/// starts with its config, so an allocation or free reads one cache line of it.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct CacheConfig {
+    /// Which fast path the cache runs (sheaves, and how; or the CPU slab).
+    pub fast: FastPath,
+    /// How the per-CPU freelists are reached (owner only, lockless CAS, or the
+    /// platform's restartable sequences).
+    pub access: PerCpuAccess,
+    /// Bytes per object in the slab, free pointer and alignment included (`size`).
+    pub size: usize,
+    /// `PAGE_SIZE << order`, kept so the fast paths need no shift.
+    slab_size: usize,
+    /// `2^32 / size`, rounded up: `off * reciprocal >> 32` is the object index.
+    pub(super) reciprocal: u64,
+    /// Objects per slab (`oo_objects`).
+    pub objects: usize,
+    /// Offset of the [`KmemCacheCpu`] in every CPU area.
+    pub cpu_offset: usize,
+    /// Offset of the free pointer in a free object.
+    pub offset: usize,
+    /// Slots of the cache's sheaves (0: no sheaves, the CPU-slab path).
+    pub sheaf_capacity: usize,
     name: [u8; CACHE_NAME_LEN],
     name_len: usize,
     /// The size the user asked for (`object_size`).
     pub object_size: usize,
-    /// Bytes per object in the slab, free pointer and alignment included (`size`).
-    pub size: usize,
     /// Object alignment.
     pub align: usize,
-    /// Offset of the free pointer in a free object.
-    pub offset: usize,
     /// Slab order (`oo_order`).
     pub order: usize,
-    /// `PAGE_SIZE << order`, kept so the fast paths need no shift.
-    slab_size: usize,
-    /// Objects per slab (`oo_objects`).
-    pub objects: usize,
     /// Node partial slabs kept even when empty (`min_partial`).
     pub min_partial: usize,
     /// Most slabs on a CPU's partial list (`cpu_partial_slabs`).
@@ -59,10 +74,6 @@ pub struct CacheConfig {
     pub flags: SlabFlags,
     /// Runs once on every object when its slab is made.
     pub ctor: Option<Ctor>,
-    /// Offset of the [`KmemCacheCpu`] in every CPU area.
-    pub cpu_offset: usize,
-    /// `2^32 / size`, rounded up: `off * reciprocal >> 32` is the object index.
-    pub(super) reciprocal: u64,
     /// Bytes of left red zone before each object (debug caches with Z; else 0): an
     /// object starts `red_left` bytes into its slot.
     pub red_left: usize,
@@ -75,19 +86,15 @@ pub struct CacheConfig {
     pub random: usize,
     /// All ones when hardened, else 0.
     pub harden_mask: usize,
-    /// How the per-CPU freelists are reached (owner only, lockless CAS, or the
-    /// platform's restartable sequences).
-    pub access: PerCpuAccess,
-    /// Which fast path the cache runs (sheaves, and how; or the CPU slab).
-    pub fast: FastPath,
-    /// Slots of the cache's sheaves (0: no sheaves, the CPU-slab path).
-    pub sheaf_capacity: usize,
     /// Most full sheaves a barn of this cache keeps (see `sheaf::barn_max_full`).
     pub barn_max_full: usize,
     /// The cache (a `&'static KmemCache` as an address) whose objects hold this
     /// cache's sheaves; 0 without sheaves.
     pub(crate) sheaf_cache: usize,
 }
+
+// The fast paths' fields share the first cache line.
+const _: () = assert!(core::mem::offset_of!(CacheConfig, sheaf_capacity) + 8 <= 64);
 
 impl CacheConfig {
     pub(super) const EMPTY: CacheConfig = CacheConfig {

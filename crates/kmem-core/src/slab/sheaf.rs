@@ -310,14 +310,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         p: *mut u8,
         want: Option<&KmemCache>,
     ) -> bool {
-        let Some(head) = self.pages.virt_to_head_page(p) else {
+        let Some(h) = self.pages.virt_to_slab(p) else {
             return false;
         };
-        // SAFETY: descriptors of online sections are valid.
-        let h = unsafe { head.as_ref() };
-        if !h.flags().contains(PageFlags::SLAB)
-            || accounting::slab_obj_exts(h) & accounting::OBJ_EXTS != 0
-        {
+        if accounting::slab_obj_exts(h) & accounting::OBJ_EXTS != 0 {
             return false;
         }
         // From the page itself (no load through the cache): the CPU's sheaves of the
