@@ -26,9 +26,8 @@ impl<'a, P: Platform> Slub<'a, P> {
     // Slab creation and destruction.
 
     /// `allocate_slab`: pages for a new slab of `s` on `nid`, every object on the
-    /// slab's freelist (and through the constructor). The slab comes back with its
-    /// state `state(inuse, frozen)` and the freelist either kept in the slab or
-    /// returned to the caller (`take`).
+    /// slab's freelist (and through the constructor), the slab unfrozen with no
+    /// object in use.
     pub(crate) fn allocate_slab(
         &self,
         cpu: Option<CpuRef<'_>>,
@@ -36,6 +35,23 @@ impl<'a, P: Platform> Slub<'a, P> {
         gfp: Gfp,
         nid: Option<usize>,
     ) -> Option<NonNull<Page>> {
+        self.allocate_slab_taking(cpu, s, gfp, nid, &mut [])
+            .map(|(slab, _)| slab)
+    }
+
+    /// [`Slub::allocate_slab`] that hands the first objects (in freelist order) to
+    /// the caller instead: up to `out.len()` of them go into `out`, in use, without
+    /// ever being linked (a sheaf refill from a new slab writes and then walks no free
+    /// pointer for them); the rest make the freelist. Returns the slab and how many
+    /// objects went into `out` (all of them: the slab is full and belongs on no list).
+    pub(crate) fn allocate_slab_taking(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+        nid: Option<usize>,
+        out: &mut [usize],
+    ) -> Option<(NonNull<Page>, usize)> {
         let cfg = s.config();
         let gfp = (gfp - Gfp::ZERO) | Gfp::COMP;
         let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
@@ -52,30 +68,38 @@ impl<'a, P: Platform> Slub<'a, P> {
                 (ctor.f)(obj as *mut u8, ctor.data);
             }
         }
-        // Chain every object, ending in the end token: first to last, or
-        // (CONFIG_SLAB_FREELIST_RANDOM) in the order of a random permutation.
-        // Index arithmetic without a division per object: `stride < objects`, so one
-        // subtraction wraps it.
+        // Every object in order: first to last, or (CONFIG_SLAB_FREELIST_RANDOM) in
+        // the order of a random permutation; the first `taken` to the caller, the rest
+        // chained, ending in the end token. Index arithmetic without a division per
+        // object: `stride < objects`, so one subtraction wraps it.
         let (start, stride) = self.freelist_order(cfg);
         let n = cfg.objects;
+        let taken = out.len().min(n);
         let at = |i: usize| base + i * cfg.size + cfg.red_left;
         let mut i = start;
+        let mut first = None;
         for k in 0..n {
             let mut j = i + stride;
             if j >= n {
                 j -= n;
             }
-            let next = if k + 1 < n { at(j) } else { base | 1 };
-            // SAFETY: the object lies in our new slab.
-            unsafe { set_freepointer(cfg, at(i), next) };
+            if k < taken {
+                out[k] = at(i);
+            } else {
+                first.get_or_insert(at(i));
+                let next = if k + 1 < n { at(j) } else { base | 1 };
+                // SAFETY: the object lies in our new slab.
+                unsafe { set_freepointer(cfg, at(i), next) };
+            }
             i = j;
         }
-        Slab::of(head).init(s, SlabState::new((at(start) - base) as u64, 0, false));
+        let off = first.map_or(END_OFFSET, |f| (f - base) as u64);
+        Slab::of(head).init(s, SlabState::new(off, taken as u64, false));
         head.private.store(0, Relaxed);
         let nid = self.pages.page_to_nid(slab);
         s.node[nid].nr_slabs.fetch_add(1, Relaxed);
         s.stat(cpu, SlubStat::AllocSlab);
-        Some(slab)
+        Some((slab, taken))
     }
 
     /// The order of a new slab's freelist, as `(start, stride)`: object `k` of the

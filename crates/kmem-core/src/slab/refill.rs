@@ -46,17 +46,18 @@ impl<P: Platform> Slub<'_, P> {
             if len == cap {
                 break;
             }
-            // A new slab on the node's partial list, then take from it.
-            let Some(slab) = self.allocate_slab(cpu, s, gfp, Some(nid)) else {
+            // A new slab: its first objects straight into the sheaf, the rest (if
+            // any) on the partial list of the slab's node.
+            let Some((slab, took)) =
+                self.allocate_slab_taking(cpu, s, gfp, Some(nid), room(sheaf, len, cap))
+            else {
                 break;
             };
-            let nn = self.pages.page_to_nid(slab);
-            let mut list = s.node[nn].list_lock.lock();
-            self.add_partial(&mut list, slab, false);
-            drop(list);
-            if nn != nid {
-                // The node had no memory; the slab came from another one.
-                len += self.take_from_partial(s, nn, room(sheaf, len, cap));
+            len += took;
+            if took < s.config().objects {
+                let nn = self.pages.page_to_nid(slab);
+                let mut list = s.node[nn].list_lock.lock();
+                self.add_partial(&mut list, slab, false);
             }
         }
         len
