@@ -76,24 +76,24 @@ impl<'a, P: Platform> Slub<'a, P> {
         let n = cfg.objects;
         let taken = out.len().min(n);
         let at = |i: usize| base + i * cfg.size + cfg.red_left;
+        let step = |i: usize| if i + stride >= n { i + stride - n } else { i + stride };
         let mut i = start;
-        let mut first = None;
-        for k in 0..n {
-            let mut j = i + stride;
-            if j >= n {
-                j -= n;
-            }
-            if k < taken {
-                out[k] = at(i);
-            } else {
-                first.get_or_insert(at(i));
-                let next = if k + 1 < n { at(j) } else { base | 1 };
-                // SAFETY: the object lies in our new slab.
-                unsafe { set_freepointer(cfg, at(i), next) };
-            }
+        for o in &mut out[..taken] {
+            *o = at(i);
+            i = step(i);
+        }
+        let off = if taken < n {
+            (at(i) - base) as u64
+        } else {
+            END_OFFSET
+        };
+        for k in taken..n {
+            let j = step(i);
+            let next = if k + 1 < n { at(j) } else { base | 1 };
+            // SAFETY: the object lies in our new slab.
+            unsafe { set_freepointer(cfg, at(i), next) };
             i = j;
         }
-        let off = first.map_or(END_OFFSET, |f| (f - base) as u64);
         Slab::of(head).init(s, SlabState::new(off, taken as u64, false));
         head.private.store(0, Relaxed);
         let nid = self.pages.page_to_nid(slab);
