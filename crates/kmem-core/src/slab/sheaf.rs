@@ -271,7 +271,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         if s.config().fast != FastPath::Sheaf || gfp.contains(Gfp::ZERO) {
             return None;
         }
-        NonNull::new(s.cpu(c).sheaf_pop()? as *mut u8)
+        let obj = s.cpu(c).sheaf_pop()?;
+        // SAFETY: a sheaf slot below its count holds an object's address, never 0.
+        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
     }
 
     /// The whole fast path of a free for a front end that takes the regular path
