@@ -76,7 +76,13 @@ impl<'a, P: Platform> Slub<'a, P> {
         let n = cfg.objects;
         let taken = out.len().min(n);
         let at = |i: usize| base + i * cfg.size + cfg.red_left;
-        let step = |i: usize| if i + stride >= n { i + stride - n } else { i + stride };
+        let step = |i: usize| {
+            if i + stride >= n {
+                i + stride - n
+            } else {
+                i + stride
+            }
+        };
         let mut i = start;
         for o in &mut out[..taken] {
             *o = at(i);
