@@ -24,11 +24,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a program with libkmem.so preloaded (kmem as its malloc).
+    /// Run a program with libkmem.so preloaded (kmem as its malloc); each option sets
+    /// the KMEM_* variable named in its help, checked before the program starts.
     Run {
-        /// Print the program's slabinfo, buddyinfo and vmstat when it exits.
-        #[arg(long)]
-        stats: bool,
+        #[command(flatten)]
+        opts: run::RunOptions,
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
@@ -68,7 +68,7 @@ fn main() -> ExitCode {
         plot: None,
     });
     match command {
-        Command::Run { stats, cmd } => run::run(stats, &cmd),
+        Command::Run { opts, cmd } => run::run(&opts, &cmd),
         Command::BenchChild { what, quick } => match bench::child::child_main(&what, quick) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

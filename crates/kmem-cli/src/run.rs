@@ -1,5 +1,7 @@
-//! `kmem run [--stats] -- CMD ARGS…`: runs a program on kmem via `LD_PRELOAD`, with
-//! the libkmem.so [`find_lib`] finds (see there for where it looks).
+//! `kmem run [OPTIONS] -- CMD ARGS…`: runs a program on kmem via `LD_PRELOAD`, with
+//! the libkmem.so [`find_lib`] finds (see there for where it looks). The options are
+//! the `KMEM_*` environment variables as flags ([`RunOptions`]), each value checked
+//! with the heap's own parser before the program starts.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -79,8 +81,71 @@ fn candidate_dirs(exe: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-/// Runs `cmd` with kmem preloaded; returns its exit code (128 + signal when killed).
-pub fn run(stats: bool, cmd: &[String]) -> ExitCode {
+/// `kmem run`'s options: each sets one `KMEM_*` variable for the program (the README's
+/// configuration table says what each means).
+#[derive(clap::Args, Debug, Default)]
+pub struct RunOptions {
+    /// slub_debug (KMEM_DEBUG): FZPU when given alone, or the kernel's syntax
+    /// (`--debug=FZ,kmalloc-64;P`)
+    #[arg(long, value_name = "FLAGS", num_args = 0..=1, default_missing_value = "FZPU", require_equals = true)]
+    pub debug: Option<String>,
+    /// Bound on the heap (KMEM_MAX): bytes with K/M/G, e.g. `--max=512M`
+    #[arg(long, value_name = "SIZE")]
+    pub max: Option<String>,
+    /// Per-CPU mode (KMEM_PERCPU): `cpu` when given alone, or thread, cpu-rseq, cpu-cas,
+    /// cpu-lock
+    #[arg(long, value_name = "MODE", num_args = 0..=1, default_missing_value = "cpu", require_equals = true)]
+    pub percpu: Option<String>,
+    /// The slab layer's per-CPU design (KMEM_SLUB): sheaves or cpu-slab
+    #[arg(long, value_name = "DESIGN")]
+    pub slub: Option<String>,
+    /// Print slabinfo, buddyinfo and vmstat at exit (KMEM_STATS): to stderr, or
+    /// `--stats=FILE`
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "stderr", require_equals = true)]
+    pub stats: Option<String>,
+    /// How long free memory waits before going back to the OS (KMEM_DECAY_MS), in ms
+    #[arg(long, value_name = "MS")]
+    pub decay_ms: Option<String>,
+}
+
+impl RunOptions {
+    /// The variables to set, each checked: `Err` names the first one the heap would
+    /// refuse, and what it expects.
+    pub fn env(&self) -> Result<Vec<(&'static str, String)>, String> {
+        let flags = [
+            ("--debug", "KMEM_DEBUG", &self.debug),
+            ("--max", "KMEM_MAX", &self.max),
+            ("--percpu", "KMEM_PERCPU", &self.percpu),
+            ("--slub", "KMEM_SLUB", &self.slub),
+            ("--stats", "KMEM_STATS", &self.stats),
+            ("--decay-ms", "KMEM_DECAY_MS", &self.decay_ms),
+        ];
+        let mut out = Vec::new();
+        for (flag, name, value) in flags {
+            let Some(v) = value else { continue };
+            let var = kmem::config::var(name).expect("every flag is a known variable");
+            if !var.accepts(v) {
+                return Err(format!(
+                    "{flag}={v}: not a valid {name} (expected {})",
+                    var.expected()
+                ));
+            }
+            out.push((name, v.clone()));
+        }
+        Ok(out)
+    }
+}
+
+/// Runs `cmd` with kmem preloaded and `opts` in its environment; returns its exit
+/// code (128 + signal when killed), 2 when an option or the library is wrong.
+pub fn run(opts: &RunOptions, cmd: &[String]) -> ExitCode {
+    let env = match opts.env() {
+        Ok(env) => env,
+        Err(e) => {
+            eprintln!("kmem run: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let lib = match find_lib() {
         Ok(l) => l,
         Err(e) => {
@@ -94,10 +159,7 @@ pub fn run(stats: bool, cmd: &[String]) -> ExitCode {
         preload.push(old);
     }
     let mut c = Command::new(&cmd[0]);
-    c.args(&cmd[1..]).env("LD_PRELOAD", preload);
-    if stats {
-        c.env("KMEM_STATS", "stderr");
-    }
+    c.args(&cmd[1..]).env("LD_PRELOAD", preload).envs(env);
     match c.status() {
         Ok(status) => {
             use std::os::unix::process::ExitStatusExt;

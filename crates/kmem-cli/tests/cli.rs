@@ -86,3 +86,59 @@ fn kmem_run_preloads_passes_the_exit_code_and_prints_stats() {
     assert!(String::from_utf8_lossy(&out.stderr)
         .contains("kmem run: KMEM_LIB=/nonexistent/libkmem.so is not a file"));
 }
+
+#[test]
+fn kmem_run_flags_set_the_environment_and_are_checked() {
+    common::built_lib();
+    let out = kmem(&[
+        "run",
+        "--debug",
+        "--max=64M",
+        "--percpu=cpu-rseq",
+        "--slub=cpu-slab",
+        "--decay-ms=50",
+        "--stats=/dev/null",
+        "--",
+        "sh",
+        "-c",
+        "echo \"$KMEM_DEBUG|$KMEM_MAX|$KMEM_PERCPU|$KMEM_SLUB|$KMEM_DECAY_MS|$KMEM_STATS\"",
+    ])
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+        "FZPU|64M|cpu-rseq|cpu-slab|50|/dev/null"
+    );
+    // A value the heap would ignore stops `kmem run` before the program starts.
+    for (flag, var) in [
+        ("--percpu=sometimes", "KMEM_PERCPU"),
+        ("--max=lots", "KMEM_MAX"),
+        ("--debug=Q", "KMEM_DEBUG"),
+        ("--slub=slob", "KMEM_SLUB"),
+    ] {
+        let out = kmem(&["run", flag, "--", "sh", "-c", "echo ran"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag}");
+        assert!(out.stdout.is_empty(), "{flag}: the program ran");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!("kmem run: {flag}: not a valid {var} (expected ")),
+            "{err}"
+        );
+    }
+    // One line of help each.
+    let help = kmem(&["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for flag in [
+        "--debug",
+        "--max",
+        "--percpu",
+        "--slub",
+        "--stats",
+        "--decay-ms",
+    ] {
+        assert!(help.contains(flag), "{flag} missing from\n{help}");
+    }
+}

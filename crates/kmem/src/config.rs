@@ -43,6 +43,23 @@ impl Var {
     pub fn help(&self) -> &'static str {
         self.help
     }
+
+    /// What a valid value looks like (`thread, cpu, cpu-cas, cpu-rseq or cpu-lock`).
+    pub fn expected(&self) -> &'static str {
+        self.expected
+    }
+
+    /// Whether the heap would accept `value` (it would warn and use the default
+    /// otherwise): `kmem run` checks its flags with this before starting the program.
+    pub fn accepts(&self, value: &str) -> bool {
+        let mut scratch = EnvConfig::DEFAULT;
+        (self.parse)(value.as_bytes(), &mut scratch)
+    }
+}
+
+/// The variable called `name` (`KMEM_DEBUG`), if it is one of [`VARS`].
+pub fn var(name: &str) -> Option<&'static Var> {
+    VARS.iter().find(|v| v.name() == name)
 }
 
 /// The variables, in the order they are read (and warned about).
