@@ -291,7 +291,7 @@ fn rss_run<B>(
 /// Goes on allocating a little (bursts of 1000 pairs) for 50 ms, as a program that
 /// keeps running would. Done before "before" too, so both readings see the allocator
 /// in the same steady state.
-fn keep_busy(pair: impl Fn()) {
+pub(super) fn keep_busy(pair: impl Fn()) {
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_millis(50) {
         for _ in 0..1000 {

@@ -20,11 +20,12 @@
 //!   before the churn).
 
 use super::child::{self, Child};
+use super::page::keep_busy;
 use super::workloads::{allocators, random_sizes_table, Alloc, Rng, RANDOM_MAX};
 use super::{BenchResult, Ctx};
 use std::alloc::Layout;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Block sizes of `medium`.
 pub const MEDIUM_SIZES: [u64; 3] = [16 << 10, 64 << 10, 256 << 10];
@@ -39,29 +40,22 @@ pub fn benches() -> u64 {
     MEDIUM_SIZES.len() as u64 + 1
 }
 
-/// The memory children, one per allocator.
+/// The memory children, one per allocator (in the order of `workloads::allocators`).
 pub const RSS: [Child; 4] = [
-    Child {
-        what: "rss-kmem",
-        measure: |ctx| memory(ctx, 0),
-        steps: |_| 1,
-    },
-    Child {
-        what: "rss-system",
-        measure: |ctx| memory(ctx, 1),
-        steps: |_| 1,
-    },
-    Child {
-        what: "rss-mimalloc",
-        measure: |ctx| memory(ctx, 2),
-        steps: |_| 1,
-    },
-    Child {
-        what: "rss-jemalloc",
-        measure: |ctx| memory(ctx, 3),
-        steps: |_| 1,
-    },
+    rss_child::<0>("rss-kmem"),
+    rss_child::<1>("rss-system"),
+    rss_child::<2>("rss-mimalloc"),
+    rss_child::<3>("rss-jemalloc"),
 ];
+
+/// The memory child of allocator `I`.
+const fn rss_child<const I: usize>(what: &'static str) -> Child {
+    Child {
+        what,
+        measure: |ctx| memory(ctx, I),
+        steps: |_| 1,
+    }
+}
 
 /// `medium` and `large_churn` times with each of `allocators`.
 pub fn measure(ctx: &Ctx, allocators: &[(&'static str, Alloc)]) -> Vec<BenchResult> {
@@ -127,18 +121,6 @@ fn memory(ctx: &Ctx, i: usize) -> Vec<BenchResult> {
         BenchResult::bytes("random_sizes", "kmem", RANDOM_MAX, "peak_rss", peak_rss),
         BenchResult::bytes("large_churn", "kmem", CHURN_MAX_MIB, "rss_after", after),
     ]
-}
-
-/// Allocates a little (bursts of 1000 pairs) for 50 ms, as a program that keeps
-/// running would.
-fn keep_busy(pair: impl Fn()) {
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_millis(50) {
-        for _ in 0..1000 {
-            pair();
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// `n` times: malloc `size` bytes, write the first, free.
