@@ -4,12 +4,14 @@
 //!
 //! Fast paths: one thread-local load (`thread::fast_cpu`); with the thread's area
 //! (thread mode, attached, no active memory cgroup) straight to the core with that
-//! area; otherwise, out of line, the memory cgroup's path or the per-CPU fallback
-//! (`percpu`). No lock of its own:
+//! area; otherwise, out of line, the restartable sequence when the word says per-CPU
+//! rseq mode (`thread::RSEQ_TAG`), else the memory cgroup's path or the per-CPU
+//! fallback (`percpu`). No lock of its own:
 //! the CPU area's rules apply (see `cpu`).
 
-use super::thread::{active_objcg, fast_cpu, thread_cpu};
+use super::thread::{active_objcg, enable_rseq_fast, fast_cpu, thread_cpu, RSEQ_TAG};
 use super::Heap;
+use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
 use kmem_core::slab::ObjectLookup;
 use kmem_core::Gfp;
@@ -34,6 +36,17 @@ impl Heap {
     /// it is per-CPU mode's fast path.
     #[inline(never)]
     fn kmalloc_other(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if fast_tls::get() == RSEQ_TAG {
+            // Per-CPU rseq mode, no active memory cgroup: the restartable pop first,
+            // as `kmalloc_percpu` would, without looking at the other slots.
+            if let Some(p) = self
+                .kmem
+                .kmalloc_cache(size, gfp)
+                .and_then(|s| self.rseq_alloc(s, gfp))
+            {
+                return Some(p);
+            }
+        }
         match active_objcg() {
             None => match thread_cpu() {
                 Some(c) => self.kmem.kmalloc(Some(c), size, gfp),
@@ -47,6 +60,10 @@ impl Heap {
     /// else under the CPU area's lock), a thread's first allocation, the zone path.
     #[inline(always)]
     fn kmalloc_percpu(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if self.rseq_fast_paths() {
+            // From now on the front ends take the rseq fast paths directly.
+            enable_rseq_fast();
+        }
         self.percpu_fallback(
             || {
                 self.kmem
@@ -127,6 +144,13 @@ impl Heap {
     /// As [`Heap::kfree`].
     #[inline(never)]
     unsafe fn kfree_other(&self, p: *mut u8) -> bool {
+        if fast_tls::get() == RSEQ_TAG {
+            // As in `kmalloc_other`: the restartable push first.
+            // SAFETY: forwarded from the caller.
+            if let Some(done) = unsafe { self.rseq_free_ptr(p) } {
+                return done;
+            }
+        }
         match thread_cpu() {
             // SAFETY: forwarded from the caller.
             Some(c) => unsafe { self.kmem.kfree(Some(c), p) },

@@ -20,8 +20,9 @@
 //! No lock of its own: the kmalloc and page paths follow the CPU area's rules (see
 //! `cpu`), huge mappings the huge list's lock, taken inside `crate::huge`.
 
-use super::thread::{active_objcg, fast_cpu};
+use super::thread::{active_objcg, fast_cpu, RSEQ_TAG};
 use super::{heap, Heap, HEAP};
+use crate::platform::fast_tls;
 use kmem_core::kmalloc::{KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE};
 use kmem_core::page::get_order;
 use kmem_core::slab::ObjectLookup;
@@ -32,8 +33,9 @@ use std::ptr;
 /// [`Heap::alloc`] (or, `zeroed`, [`Heap::alloc_zeroed`]) for the allocator front
 /// ends ([`crate::KmemAlloc`], `malloc`): on a thread with its fast word, a small
 /// layout is one pop from the kmalloc cache's main sheaf, without the heap's READY
-/// test (a thread has an area only once the heap is ready); everything else out of
-/// line through [`heap`].
+/// test (a thread has an area only once the heap is ready); in per-CPU rseq mode
+/// (the word is `RSEQ_TAG`) one restartable pop from the CPU's sheaf; everything
+/// else out of line through [`heap`].
 #[inline(always)]
 pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
     if !zeroed && layout.align() <= 8 {
@@ -41,9 +43,21 @@ pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
             if let Some(p) = HEAP.kmem.kmalloc_fast(c, layout.size(), Gfp::KERNEL) {
                 return p.as_ptr();
             }
+        } else if fast_tls::get() == RSEQ_TAG {
+            return alloc_rseq(layout);
         }
     }
     alloc_layout_slow(layout, zeroed)
+}
+
+/// [`alloc_layout`] in per-CPU rseq mode: a pop from the CPU's sheaf in a restartable
+/// sequence, else the regular path.
+#[inline(never)]
+fn alloc_rseq(layout: Layout) -> *mut u8 {
+    match HEAP.rseq_alloc_plain(layout.size()) {
+        Some(p) => p.as_ptr(),
+        None => alloc_layout_slow(layout, false),
+    }
 }
 
 #[inline(never)]
@@ -65,9 +79,27 @@ pub unsafe fn dealloc_ptr(p: *mut u8) -> bool {
         if unsafe { HEAP.kmem.kfree_fast(c, p) } {
             return true;
         }
+    } else if fast_tls::get() == RSEQ_TAG {
+        // SAFETY: forwarded from the caller.
+        return unsafe { dealloc_rseq(p) };
     }
     // SAFETY: forwarded from the caller.
     unsafe { dealloc_slow(p) }
+}
+
+/// [`dealloc_ptr`] in per-CPU rseq mode: a push onto the CPU's sheaf in a restartable
+/// sequence, else the regular path.
+///
+/// # Safety
+/// As [`Heap::dealloc`].
+#[inline(never)]
+unsafe fn dealloc_rseq(p: *mut u8) -> bool {
+    // SAFETY: forwarded from the caller.
+    match unsafe { HEAP.rseq_free_ptr(p) } {
+        Some(done) => done,
+        // SAFETY: forwarded from the caller.
+        None => unsafe { dealloc_slow(p) },
+    }
 }
 
 /// # Safety

@@ -21,6 +21,7 @@ use super::{Heap, HEAP, UNINIT};
 use super::{MODE_CPU_CAS, MODE_CPU_LOCK, MODE_CPU_RSEQ, MODE_THREAD};
 use crate::config::PerCpuMode;
 use crate::platform::linux::write_stderr;
+use kmem_core::slab::ObjectLookup;
 use kmem_core::sync::SpinLockGuard;
 use kmem_core::{CpuArea, CpuRef, Gfp, KmemCache, Page};
 use std::ptr::NonNull;
@@ -262,6 +263,37 @@ impl Heap {
             .load(Ordering::Acquire);
         // SAFETY: table entries are null or areas that live forever.
         unsafe { p.as_ref() }
+    }
+
+    /// Whether the front ends may take the rseq fast paths (per-CPU rseq mode, the
+    /// heap READY): see `thread::RSEQ_TAG`.
+    pub(super) fn rseq_fast_paths(&self) -> bool {
+        self.state.load(Ordering::Acquire) == super::READY
+            && self.mode.load(Ordering::Relaxed) == MODE_CPU_RSEQ
+    }
+
+    /// The front ends' allocation fast path in per-CPU rseq mode (the thread's fast
+    /// word is `RSEQ_TAG`): an object of the plain kmalloc cache for `size` from the
+    /// CPU's sheaf, or `None` (the regular path refills, zeroes and reports).
+    #[inline(always)]
+    pub(super) fn rseq_alloc_plain(&self, size: usize) -> Option<NonNull<u8>> {
+        let s = self.kmem.kmalloc_cache(size, Gfp::KERNEL)?;
+        self.rseq_alloc(s, Gfp::KERNEL)
+    }
+
+    /// The front ends' free fast path in per-CPU rseq mode: `Some(true)` when `p` went
+    /// onto the CPU's sheaf, `Some(false)` for a double free on its top (reported, not
+    /// done), `None` for everything the regular path handles (and reports).
+    ///
+    /// # Safety
+    /// As [`Heap::dealloc`].
+    #[inline(always)]
+    pub(super) unsafe fn rseq_free_ptr(&self, p: *mut u8) -> Option<bool> {
+        match self.kmem.slub().lookup(p) {
+            // SAFETY: a checked object of `slab`, given up by the caller.
+            ObjectLookup::Slab(s, slab) => unsafe { self.rseq_free(s, slab, p) },
+            _ => None,
+        }
     }
 
     /// `cpu-rseq`: pops an object of `s` from the CPU freelist of the CPU the thread

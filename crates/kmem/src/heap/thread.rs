@@ -15,7 +15,9 @@
 //!
 //! The fast paths read none of these: they read one word, `platform::fast_tls`, which
 //! holds the area when the thread may use it directly (attached, no active memory
-//! cgroup) and 0 otherwise; every change of the slots above recomputes it.
+//! cgroup), [`RSEQ_TAG`] in per-CPU mode with restartable sequences (no active memory
+//! cgroup: the fast paths go straight to the CPU's sheaves), and 0 otherwise; every
+//! change of the slots above recomputes it.
 //!
 //! Locking: none. An area in a thread's slot is that thread's alone until the slot
 //! stops naming it (exit or [`Heap::detach_thread`]).
@@ -42,13 +44,35 @@ thread_local! {
     static ACTIVE_OBJCG: Cell<usize> = const { Cell::new(0) };
 }
 
+/// The fast word of a thread in per-CPU mode with restartable sequences and no active
+/// memory cgroup (no area's address is this small).
+pub(crate) const RSEQ_TAG: usize = 1;
+
 /// Recomputes the thread's fast word (`platform::fast_tls`): its area when it may use
-/// it straight away — attached, no active memory cgroup — else 0, which sends every
-/// operation to the paths that look at the other slots.
+/// it straight away — attached, no active memory cgroup — [`RSEQ_TAG`] in per-CPU rseq
+/// mode without an active memory cgroup (once the heap is READY), else 0, which sends
+/// every operation to the paths that look at the other slots.
 fn refresh_fast() {
     let a = slot();
-    let fast = is_area(a) && ACTIVE_OBJCG.with(Cell::get) == 0;
-    fast_tls::set(if fast { a } else { 0 });
+    let plain = ACTIVE_OBJCG.with(Cell::get) == 0;
+    let v = if is_area(a) && plain {
+        a
+    } else if plain && HEAP.rseq_fast_paths() {
+        RSEQ_TAG
+    } else {
+        0
+    };
+    fast_tls::set(v);
+}
+
+/// Per-CPU rseq mode: sets the thread's fast word to [`RSEQ_TAG`] if it may take the
+/// rseq fast paths (no active memory cgroup) and it is not set yet. Called from the
+/// per-CPU paths, once the heap is READY.
+#[inline]
+pub(super) fn enable_rseq_fast() {
+    if fast_tls::get() == 0 && ACTIVE_OBJCG.with(Cell::get) == 0 {
+        fast_tls::set(RSEQ_TAG);
+    }
 }
 
 /// The fast paths' test: the thread's own CPU area, if it may use it without looking
@@ -56,9 +80,10 @@ fn refresh_fast() {
 #[inline(always)]
 pub(crate) fn fast_cpu() -> Option<CpuRef<'static>> {
     let v = fast_tls::get();
-    // SAFETY: a non-zero fast word is an area this thread owns (set from its area slot
-    // by `refresh_fast`, cleared before the area is given up); areas live forever.
-    (v != 0).then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
+    // SAFETY: a fast word above RSEQ_TAG is an area this thread owns (set from its
+    // area slot by `refresh_fast`, cleared before the area is given up); areas live
+    // forever.
+    (v > RSEQ_TAG).then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
 }
 
 /// The thread's area slot (see the module doc).

@@ -251,3 +251,54 @@ fn racing_threads_never_share_an_object() {
     });
     assert!(h.validate().is_empty());
 }
+
+/// A thread that allocated outside any group (in rseq mode its fast paths go straight
+/// to the CPU's sheaves from then on) and then enters one: every allocation inside
+/// comes from the accounted caches (charged), through the kernel API and through the
+/// `GlobalAlloc` front end alike, and after it leaves none does.
+#[test]
+fn entering_a_group_after_plain_allocations_charges() {
+    let _s = setup();
+    let g = kmem::MemCgroup::new("percpu-late-tenant").unwrap();
+    let cache = |p: usize| {
+        heap()
+            .kmem()
+            .slub()
+            .cache_of(p as *const u8)
+            .map(|s| s.name().to_string())
+    };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let h = heap();
+            let layout = std::alloc::Layout::from_size_align(64, 8).unwrap();
+            let round = |n| -> Vec<usize> {
+                (0..n)
+                    .flat_map(|_| {
+                        let a = h.kmalloc(64, Gfp::KERNEL).unwrap().as_ptr() as usize;
+                        let b = kmem::heap::alloc_layout(layout, false) as usize;
+                        assert_ne!(b, 0);
+                        [a, b]
+                    })
+                    .collect()
+            };
+            let plain = round(1000);
+            let inside = {
+                let _in = g.enter();
+                round(1000)
+            };
+            let outside = round(1000);
+            for &p in plain.iter().chain(&outside) {
+                assert_eq!(cache(p).as_deref(), Some("kmalloc-64"));
+            }
+            for &p in &inside {
+                assert_eq!(cache(p).as_deref(), Some("kmalloc-cg-64"), "not charged");
+            }
+            for p in plain.into_iter().chain(inside).chain(outside) {
+                // SAFETY: allocated above, freed once.
+                unsafe { h.kfree(p as *mut u8) };
+            }
+        });
+    });
+    heap().flush_cpu_caches();
+    assert!(g.usage() <= kmem::PAGE_SIZE, "{:?}", g.stat());
+}
