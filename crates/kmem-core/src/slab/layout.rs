@@ -44,6 +44,8 @@ pub struct CacheConfig {
     /// How the per-CPU freelists are reached (owner only, lockless CAS, or the
     /// platform's restartable sequences).
     pub access: PerCpuAccess,
+    /// Creation flags.
+    pub flags: SlabFlags,
     /// Bytes per object in the slab, free pointer and alignment included (`size`).
     pub size: usize,
     /// `PAGE_SIZE << order`, kept so the fast paths need no shift.
@@ -70,8 +72,6 @@ pub struct CacheConfig {
     pub min_partial: usize,
     /// Most slabs on a CPU's partial list (`cpu_partial_slabs`).
     pub cpu_partial_slabs: usize,
-    /// Creation flags.
-    pub flags: SlabFlags,
     /// Runs once on every object when its slab is made.
     pub ctor: Option<Ctor>,
     /// Bytes of left red zone before each object (debug caches with Z; else 0): an

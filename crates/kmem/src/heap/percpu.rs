@@ -303,7 +303,9 @@ impl Heap {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
             let cfg = s.config();
-            if cfg.off_fast_paths() {
+            // (A sheaf cache is never off the fast paths: debug caches run the CPU-slab
+            // path in either design.)
+            if cfg.fast != kmem_core::slab::FastPath::SheafRseq && cfg.off_fast_paths() {
                 return None;
             }
             let rseq = crate::platform::rseq::area()?;
