@@ -106,6 +106,9 @@ pub struct RunOptions {
     /// How long free memory waits before going back to the OS (KMEM_DECAY_MS), in ms
     #[arg(long, value_name = "MS")]
     pub decay_ms: Option<String>,
+    /// What follows a report (KMEM_ON_ERROR): abort (SIGABRT) or continue
+    #[arg(long, value_name = "POLICY")]
+    pub on_error: Option<String>,
 }
 
 impl RunOptions {
@@ -119,6 +122,7 @@ impl RunOptions {
             ("--slub", "KMEM_SLUB", &self.slub),
             ("--stats", "KMEM_STATS", &self.stats),
             ("--decay-ms", "KMEM_DECAY_MS", &self.decay_ms),
+            ("--on-error", "KMEM_ON_ERROR", &self.on_error),
         ];
         let mut out = Vec::new();
         for (flag, name, value) in flags {

@@ -98,17 +98,18 @@ fn kmem_run_flags_set_the_environment_and_are_checked() {
         "--slub=cpu-slab",
         "--decay-ms=50",
         "--stats=/dev/null",
+        "--on-error=continue",
         "--",
         "sh",
         "-c",
-        "echo \"$KMEM_DEBUG|$KMEM_MAX|$KMEM_PERCPU|$KMEM_SLUB|$KMEM_DECAY_MS|$KMEM_STATS\"",
+        "echo \"$KMEM_DEBUG|$KMEM_MAX|$KMEM_PERCPU|$KMEM_SLUB|$KMEM_DECAY_MS|$KMEM_STATS|$KMEM_ON_ERROR\"",
     ])
     .output()
     .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim_end(),
-        "FZPU|64M|cpu-rseq|cpu-slab|50|/dev/null"
+        "FZPU|64M|cpu-rseq|cpu-slab|50|/dev/null|continue"
     );
     // A value the heap would ignore stops `kmem run` before the program starts.
     for (flag, var) in [
@@ -116,6 +117,7 @@ fn kmem_run_flags_set_the_environment_and_are_checked() {
         ("--max=lots", "KMEM_MAX"),
         ("--debug=Q", "KMEM_DEBUG"),
         ("--slub=slob", "KMEM_SLUB"),
+        ("--on-error=retry", "KMEM_ON_ERROR"),
     ] {
         let out = kmem(&["run", flag, "--", "sh", "-c", "echo ran"])
             .output()

@@ -63,6 +63,13 @@ pub trait Platform: Sync {
     /// can age memory of its own the same way (Linux: cached huge mappings).
     fn reporting_pass(&self, _now_ns: u64) {}
 
+    /// Called after each report of a bad object (`BUG <cache> (Not tainted): …`:
+    /// corruption found by slub_debug or the hardened paths, a bad or double free), once
+    /// it is printed and before the allocator quarantines the object and goes on. A
+    /// platform may stop there (the kernel's `panic_on_warn`; the Linux heap's
+    /// `KMEM_ON_ERROR=abort`). Locks of the allocator may be held.
+    fn after_bug_report(&self) {}
+
     /// Called from the allocator's periodic housekeeping (every
     /// [`HOUSEKEEPING_INTERVAL`](crate::page::HOUSEKEEPING_INTERVAL)th slab slow path of
     /// a CPU area; no locks of the core held but the area's local lock), so memory the

@@ -15,7 +15,9 @@
 //! - `free`/`realloc` of a pointer kmem did not hand out (a stack address, garbage, an
 //!   interior pointer, one allocated before the preload, an object already free at a
 //!   freelist's head) prints a report in the kernel's style naming the address and the
-//!   reason, then aborts: no silent corruption.
+//!   reason, then aborts: no silent corruption. Under `KMEM_DEBUG` every slub_debug
+//!   report aborts too, unless `KMEM_ON_ERROR=continue` (the library marks the heap
+//!   as serving a C program when it is loaded).
 //! - Thread exit (a pthread key destructor) and fork (`pthread_atfork` handlers that
 //!   take every allocator lock) are handled by the heap itself.
 //!
@@ -50,6 +52,18 @@ use std::ptr;
 
 /// The alignment `malloc` asks the heap for (the class size gives 16 above 8 bytes).
 const MALLOC_ALIGN: usize = 8;
+
+/// The library's load-time constructor (an `.init_array` entry, run by the dynamic
+/// linker before the program's `main`): tells the heap it serves a C program, so that
+/// under `KMEM_DEBUG` a report ends the program unless `KMEM_ON_ERROR=continue`.
+#[used]
+#[link_section = ".init_array"]
+static MARK_C_FRONT_END: extern "C" fn() = {
+    extern "C" fn mark() {
+        kmem::heap::set_c_front_end();
+    }
+    mark
+};
 
 #[inline]
 fn set_errno(e: c_int) {

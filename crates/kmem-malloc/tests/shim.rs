@@ -222,8 +222,30 @@ fn slub_debug_through_the_shim() {
         ("freepointer", "Freepointer corrupt"),
         ("interior", "Invalid object pointer"),
     ];
+    use std::os::unix::process::ExitStatusExt;
     for (what, reason) in cases {
+        // The default for C programs under slub_debug: the report, then SIGABRT.
         let out = run_with(&prog, &[what], true, &[("KMEM_DEBUG", "FZPU")]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{what}: {err}");
+        assert!(err.contains(reason), "{what}: {err}");
+        assert!(
+            err.contains("kmem: aborting after the report above (KMEM_ON_ERROR=abort)")
+                || err.contains("kmem: bad pointer passed to free"),
+            "{what}: {err}"
+        );
+        assert_ne!(
+            text(&out.stdout),
+            "done\n",
+            "{what}: stopped before the end"
+        );
+        // KMEM_ON_ERROR=continue: the kernel's way, quarantine and go on.
+        let out = run_with(
+            &prog,
+            &[what],
+            true,
+            &[("KMEM_DEBUG", "FZPU"), ("KMEM_ON_ERROR", "continue")],
+        );
         let err = text(&out.stderr);
         assert!(out.status.success(), "{what}: the program goes on\n{err}");
         assert_eq!(text(&out.stdout), "done\n", "{what}: {err}");
@@ -236,7 +258,6 @@ fn slub_debug_through_the_shim() {
     }
     // The same errors without debugging: the immediate double free still aborts.
     let out = run_with(&prog, &["double-head"], true, &[]);
-    use std::os::unix::process::ExitStatusExt;
     assert_eq!(out.status.signal(), Some(libc::SIGABRT));
     // A pointer that belongs to no cache is reported and aborts, debugging or not.
     let out = run_with(&prog, &["foreign"], true, &[("KMEM_DEBUG", "FZPU")]);
@@ -251,7 +272,10 @@ fn slub_debug_through_the_shim() {
         &prog,
         &["past-end"],
         true,
-        &[("KMEM_DEBUG", "FZPU,kmalloc-64")],
+        &[
+            ("KMEM_DEBUG", "FZPU,kmalloc-64"),
+            ("KMEM_ON_ERROR", "continue"),
+        ],
     );
     assert!(
         text(&out.stderr).contains("INFO: Allocated in main+0x"),

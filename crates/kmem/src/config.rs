@@ -63,7 +63,7 @@ pub fn var(name: &str) -> Option<&'static Var> {
 }
 
 /// The variables, in the order they are read (and warned about).
-pub const VARS: [Var; 9] = [
+pub const VARS: [Var; 10] = [
     Var {
         name: c"KMEM_MAX",
         default: "no limit",
@@ -187,6 +187,20 @@ pub const VARS: [Var; 9] = [
         },
     },
     Var {
+        name: c"KMEM_ON_ERROR",
+        default: "`abort` for C programs (libkmem.so) under `KMEM_DEBUG`, else `continue`",
+        help: "what follows a report of heap misuse or corruption: `abort` (the report, \
+               then SIGABRT, as ASan and glibc do) or `continue` (the kernel's way: \
+               quarantine the object and go on); without `KMEM_DEBUG`, libkmem.so \
+               aborts on a bad free either way",
+        expected: "abort or continue",
+        parse: |v, cfg| {
+            let modes: [(&[u8], _); 2] =
+                [(b"abort", OnError::Abort), (b"continue", OnError::Continue)];
+            keyword(v, &modes).map(|m| cfg.on_error = m).is_some()
+        },
+    },
+    Var {
         name: c"KMEM_DECAY_MS",
         default: "1000",
         help: "how long freed memory stays resident before it is given back to the OS",
@@ -221,6 +235,19 @@ pub struct EnvConfig {
     pub init_on_free: bool,
     /// `KMEM_HARDEN`.
     pub harden: Harden,
+    /// `KMEM_ON_ERROR`.
+    pub on_error: OnError,
+}
+
+/// What follows a report of heap misuse or corruption (`KMEM_ON_ERROR`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnError {
+    /// Not set: abort for the C front end under `KMEM_DEBUG`, else continue.
+    Default,
+    /// The report, then SIGABRT.
+    Abort,
+    /// Quarantine and go on (the kernel's slub_debug).
+    Continue,
 }
 
 /// Always-on hardening (`KMEM_HARDEN`).
@@ -247,6 +274,7 @@ impl EnvConfig {
         init_on_alloc: false,
         init_on_free: false,
         harden: Harden::On,
+        on_error: OnError::Default,
     };
 }
 
@@ -682,6 +710,23 @@ mod tests {
         assert!(!DebugConfig::parse(b"-").unwrap().any());
         assert!(DebugConfig::parse(b"FQ").is_err());
         assert!(DebugConfig::parse(b"F,,x").is_err());
+    }
+
+    #[test]
+    fn on_error_values() {
+        assert_eq!(with(&[]).on_error, OnError::Default);
+        assert_eq!(with(&[("KMEM_ON_ERROR", "abort")]).on_error, OnError::Abort);
+        assert_eq!(
+            with(&[("KMEM_ON_ERROR", "continue")]).on_error,
+            OnError::Continue
+        );
+        assert_eq!(
+            with(&[("KMEM_ON_ERROR", "panic")]).on_error,
+            OnError::Default
+        );
+        let v = var("KMEM_ON_ERROR").unwrap();
+        assert!(v.accepts("abort") && v.accepts("continue") && !v.accepts("Abort"));
+        assert_eq!(v.expected(), "abort or continue");
     }
 
     #[test]

@@ -62,7 +62,7 @@ use kmem_core::slab::PerCpuAccess;
 use kmem_core::{Config, CpuArea, Kmem, PageAllocator, Platform};
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU8, Ordering};
 
 /// The heap's `mode` (see `percpu`): one CPU area per thread.
 const MODE_THREAD: u8 = 0;
@@ -96,6 +96,20 @@ pub struct Heap {
     area_cpu: [AtomicU32; kmem_core::percpu::MAX_CPU_AREAS],
     /// Serialises making CPU areas (and fork against it).
     table_lock: kmem_core::sync::SpinLock<()>,
+    /// `KMEM_ON_ERROR` resolved at initialisation: abort after a report.
+    abort_on_error: AtomicBool,
+}
+
+/// Set by libkmem.so when it is loaded (`set_c_front_end`): the heap serves a C
+/// program, whose default after a slub_debug report is to abort.
+static C_FRONT_END: AtomicBool = AtomicBool::new(false);
+
+/// Tells the heap it serves a C program through libkmem.so (its load-time
+/// constructor calls this): then `KMEM_ON_ERROR` defaults to `abort` under
+/// `KMEM_DEBUG`, as C programmers expect of a memory checker. No effect once the heap
+/// is initialised.
+pub fn set_c_front_end() {
+    C_FRONT_END.store(true, Ordering::Relaxed);
 }
 
 // SAFETY: `env` is written only during initialisation, before any other thread can
@@ -112,6 +126,7 @@ static HEAP: Heap = Heap {
     cpu_table: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CPU_IDS],
     area_cpu: [const { AtomicU32::new(0) }; kmem_core::percpu::MAX_CPU_AREAS],
     table_lock: kmem_core::sync::SpinLock::new(()),
+    abort_on_error: AtomicBool::new(false),
 };
 
 /// The process heap, initialised on first use. If initialisation failed (no address
@@ -151,6 +166,12 @@ impl Heap {
         config::warn_unknown_vars();
         let mode = percpu::resolve_mode(env.percpu);
         self.mode.store(mode, Ordering::Relaxed);
+        let abort = match env.on_error {
+            config::OnError::Abort => true,
+            config::OnError::Continue => false,
+            config::OnError::Default => C_FRONT_END.load(Ordering::Relaxed) && env.debug.any(),
+        };
+        self.abort_on_error.store(abort, Ordering::Relaxed);
         // SAFETY: only the initialising thread gets here, before READY.
         unsafe { *self.env.get() = env };
         let ok = self.do_init(env, mode);

@@ -58,6 +58,16 @@ impl Platform for HeapPlatform {
         self.os.log(text)
     }
 
+    /// `KMEM_ON_ERROR=abort`: the report is out; stop the program.
+    fn after_bug_report(&self) {
+        if HEAP
+            .abort_on_error
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            abort_after_report();
+        }
+    }
+
     /// Huge mappings cached for reuse age with the same decay interval as free pages.
     fn reporting_pass(&self, now_ns: u64) {
         let decay = HEAP.config().decay_ms.saturating_mul(1_000_000);
@@ -139,4 +149,15 @@ fn slab_flags(env: &EnvConfig, name: &str) -> SlabFlags {
         }
     }
     f
+}
+
+/// Ends the program after a report (`KMEM_ON_ERROR=abort`): one line, then SIGABRT.
+#[cold]
+#[inline(never)]
+fn abort_after_report() -> ! {
+    crate::platform::linux::write_stderr(
+        b"kmem: aborting after the report above (KMEM_ON_ERROR=abort)\n",
+    );
+    // SAFETY: abort has no preconditions.
+    unsafe { libc::abort() }
 }
