@@ -127,6 +127,13 @@ fn write_after_free_is_caught_when_the_object_comes_back() {
     // SAFETY: ours.
     unsafe { k.kfree(Some(cpu), q) };
     never_handed_out(k, cpu, 32, &[p]);
+    // The quarantined object now looks allocated (red zones included): a later walk
+    // of the cache reports nothing more about it.
+    let _ = log(k);
+    let s = k.kmalloc_cache(32, Gfp::KERNEL).unwrap();
+    let mut found = 0;
+    k.slub().validate(s, &mut |_| found += 1);
+    assert_eq!(found, 0, "{}", log(k));
 }
 
 #[test]

@@ -256,6 +256,35 @@ fn slub_debug_through_the_shim() {
         assert!(err.contains(reason), "{what}: {err}");
         assert!(err.contains("Slab 0x"), "{what}: {err}");
     }
+    // A write after free that no later allocation notices: validation at exit finds
+    // it (and, by default for a C program, aborts there, after `main` returned).
+    let out = run_with(
+        &prog,
+        &["after-free-unseen"],
+        true,
+        &[("KMEM_DEBUG", "FZPU")],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{err}");
+    assert!(err.contains("Poison overwritten"), "{err}");
+    let out = run_with(
+        &prog,
+        &["after-free-unseen"],
+        true,
+        &[("KMEM_DEBUG", "FZPU"), ("KMEM_ON_ERROR", "continue")],
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(text(&out.stdout), "done\n", "{err}");
+    assert_eq!(err.matches("Poison overwritten").count(), 1, "{err}");
+    assert!(
+        err.contains("BUG kmalloc-3k (Not tainted): Poison overwritten"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kmem: validate at exit found 1 problem(s)"),
+        "{err}"
+    );
     // The same errors without debugging: the immediate double free still aborts.
     let out = run_with(&prog, &["double-head"], true, &[]);
     assert_eq!(out.status.signal(), Some(libc::SIGABRT));

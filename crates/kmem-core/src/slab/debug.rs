@@ -324,6 +324,7 @@ impl<P: Platform> Slub<'_, P> {
                     to,
                     POISON_FREE,
                 );
+                self.quarantine_object(cfg, obj);
                 self.log_fix(s, "Marking object used (quarantined)");
                 continue;
             }
@@ -338,6 +339,7 @@ impl<P: Platform> Slub<'_, P> {
                     to,
                     RED_INACTIVE,
                 );
+                self.quarantine_object(cfg, obj);
                 self.log_fix(s, "Marking object used (quarantined)");
                 continue;
             }
@@ -466,6 +468,21 @@ impl<P: Platform> Slub<'_, P> {
         let nid = self.pages.page_to_nid(slab);
         // SAFETY: as in alloc_debug.
         unsafe { s.node[nid].full.lock().push_head(slab.as_ptr()) };
+    }
+
+    /// An object taken off the freelist and kept out of use after a report: it counts
+    /// as allocated from now on, so its red zones get the allocated pattern, and later
+    /// checks (validate, the exit validation) see a consistent object instead of
+    /// reporting the same damage again as a red zone mismatch.
+    fn quarantine_object(&self, cfg: &CacheConfig, obj: usize) {
+        if cfg.flags.contains(SlabFlags::RED_ZONE) {
+            fill(obj - cfg.red_left, cfg.red_left, RED_ACTIVE);
+            fill(
+                obj + cfg.object_size,
+                cfg.rz_end - cfg.object_size,
+                RED_ACTIVE,
+            );
+        }
     }
 
     // -----------------------------------------------------------------------

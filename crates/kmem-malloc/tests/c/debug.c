@@ -15,6 +15,12 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "past-end")) { v[64] = 'X'; free(p); }
     if (!strcmp(what, "before-start")) { v[-1] = 'X'; free(p); }
     if (!strcmp(what, "after-free")) { free(p); v[10] = 'U'; for (int i = 0; i < 100; i++) free(malloc(64)); }
+    if (!strcmp(what, "after-free-unseen")) {
+        /* A size nothing else in the program allocates: no later allocation checks it. */
+        volatile char *w = malloc(3000);
+        free((char *)w);
+        w[10] = 'U';
+    }
     if (!strcmp(what, "double-head")) { free(p); free(p); }
     if (!strcmp(what, "interior")) { free(p + 16); free(p); }
     if (!strcmp(what, "foreign")) { char local[64]; volatile char *l = local; l[0] = 0; free((char *)l); }

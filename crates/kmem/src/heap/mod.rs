@@ -242,6 +242,8 @@ impl Heap {
         }
         if env.stats != config::StatsTarget::None {
             os::at_exit(report::stats_at_exit);
+        } else if env.debug.any() {
+            os::at_exit(report::validate_at_exit);
         }
         fork::register();
     }
