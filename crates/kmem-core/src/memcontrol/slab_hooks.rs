@@ -155,7 +155,12 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if !self.obj_cgroup_charge(cpu, objcg, s, size) {
             return None;
         }
-        let Some(obj) = self.km.slub().alloc(cpu, s, gfp) else {
+        // The sheaf pop first (as an unaccounted allocation would), else the regular
+        // path (refill, zeroing, reports).
+        let obj = cpu
+            .and_then(|c| self.km.slub().alloc_fast(c, s, gfp))
+            .or_else(|| self.km.slub().alloc(cpu, s, gfp));
+        let Some(obj) = obj else {
             self.obj_cgroup_uncharge(cpu, objcg, s, size);
             return None;
         };
