@@ -104,6 +104,15 @@ fn find_not(addr: usize, len: usize, value: u8) -> Option<usize> {
         .map(|j| addr + j)
 }
 
+/// Both red zones of `obj` (a red-zoned cache) set to `value`: `RED_ACTIVE` while
+/// allocated, `RED_INACTIVE` while free.
+fn fill_redzones(cfg: &CacheConfig, obj: usize, value: u8) {
+    if cfg.flags.contains(SlabFlags::RED_ZONE) {
+        fill(obj - cfg.red_left, cfg.red_left, value);
+        fill(obj + cfg.object_size, cfg.rz_end - cfg.object_size, value);
+    }
+}
+
 fn fill(addr: usize, len: usize, value: u8) {
     // SAFETY: callers pass ranges inside a slab of ours that they own.
     unsafe { ptr::write_bytes(addr as *mut u8, value, len) };
@@ -144,14 +153,7 @@ impl<P: Platform> Slub<'_, P> {
             fill(obj, cfg.object_size - 1, POISON_FREE);
             fill(obj + cfg.object_size - 1, 1, POISON_END);
         }
-        if cfg.flags.contains(SlabFlags::RED_ZONE) {
-            fill(obj - cfg.red_left, cfg.red_left, RED_INACTIVE);
-            fill(
-                obj + cfg.object_size,
-                cfg.rz_end - cfg.object_size,
-                RED_INACTIVE,
-            );
-        }
+        fill_redzones(cfg, obj, RED_INACTIVE);
     }
 
     /// Red zones of `obj` hold `value`? Else the first wrong byte.
@@ -344,14 +346,7 @@ impl<P: Platform> Slub<'_, P> {
                 continue;
             }
             drop(list);
-            if cfg.flags.contains(SlabFlags::RED_ZONE) {
-                fill(obj - cfg.red_left, cfg.red_left, RED_ACTIVE);
-                fill(
-                    obj + cfg.object_size,
-                    cfg.rz_end - cfg.object_size,
-                    RED_ACTIVE,
-                );
-            }
+            fill_redzones(cfg, obj, RED_ACTIVE);
             if cfg.flags.contains(SlabFlags::INIT_ON_ALLOC) {
                 fill(obj, cfg.object_size, 0);
             }
@@ -475,14 +470,7 @@ impl<P: Platform> Slub<'_, P> {
     /// checks (validate, the exit validation) see a consistent object instead of
     /// reporting the same damage again as a red zone mismatch.
     fn quarantine_object(&self, cfg: &CacheConfig, obj: usize) {
-        if cfg.flags.contains(SlabFlags::RED_ZONE) {
-            fill(obj - cfg.red_left, cfg.red_left, RED_ACTIVE);
-            fill(
-                obj + cfg.object_size,
-                cfg.rz_end - cfg.object_size,
-                RED_ACTIVE,
-            );
-        }
+        fill_redzones(cfg, obj, RED_ACTIVE);
     }
 
     // -----------------------------------------------------------------------
