@@ -328,7 +328,13 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         nid: Option<usize>,
     ) -> Option<NonNull<u8>> {
         match self.caches.cache(size, gfp) {
-            Some(s) => self.slub().alloc_node(cpu, s, gfp, nid),
+            Some(s) => {
+                let p = self.slub().alloc_node(cpu, s, gfp, nid)?;
+                if s.config().flags.contains(SlabFlags::STORE_USER) {
+                    self.slub().set_orig_size(s, p.as_ptr() as usize, size);
+                }
+                Some(p)
+            }
             None => kmalloc_large(self.slub.pages, cpu, size, gfp, nid),
         }
     }

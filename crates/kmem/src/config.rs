@@ -63,7 +63,7 @@ pub fn var(name: &str) -> Option<&'static Var> {
 }
 
 /// The variables, in the order they are read (and warned about).
-pub const VARS: [Var; 10] = [
+pub const VARS: [Var; 12] = [
     Var {
         name: c"KMEM_MAX",
         default: "no limit",
@@ -207,6 +207,34 @@ pub const VARS: [Var; 10] = [
         expected: "milliseconds",
         parse: |v, cfg| parse_u64(v).map(|n| cfg.decay_ms = n).is_some(),
     },
+    Var {
+        name: c"KMEM_LIVE",
+        default: "250",
+        help: "the live view `kmem top` reads (`/dev/shm/kmem.PID`, owner-only): published \
+               by allocation slow paths at most every this many milliseconds; `off` (or \
+               `0`) publishes nothing",
+        expected: "milliseconds or off",
+        parse: |v, cfg| {
+            if v == b"off" {
+                cfg.live_ms = 0;
+                return true;
+            }
+            parse_u64(v).map(|n| cfg.live_ms = n).is_some()
+        },
+    },
+    Var {
+        name: c"KMEM_LEAKS",
+        default: "off",
+        help: "with `KMEM_DEBUG` tracks (`U`): at exit, report the objects still allocated \
+               that nothing points to (kmemleak's unreferenced objects), grouped by \
+               allocation site, largest first; `1` or `on`",
+        expected: "1, on, 0 or off",
+        parse: |v, cfg| {
+            let modes: [(&[u8], _); 4] =
+                [(b"1", true), (b"on", true), (b"0", false), (b"off", false)];
+            keyword(v, &modes).map(|m| cfg.leaks = m).is_some()
+        },
+    },
 ];
 
 // KMEM_NUMA_FAKE's `expected` names the limit.
@@ -237,6 +265,10 @@ pub struct EnvConfig {
     pub harden: Harden,
     /// `KMEM_ON_ERROR`.
     pub on_error: OnError,
+    /// `KMEM_LIVE`: the live view's publishing interval in ms (0 = off).
+    pub live_ms: u64,
+    /// `KMEM_LEAKS`: the leak report at exit.
+    pub leaks: bool,
 }
 
 /// What follows a report of heap misuse or corruption (`KMEM_ON_ERROR`).
@@ -275,6 +307,8 @@ impl EnvConfig {
         init_on_free: false,
         harden: Harden::On,
         on_error: OnError::Default,
+        live_ms: 250,
+        leaks: false,
     };
 }
 

@@ -89,9 +89,15 @@ mod counters;
 pub mod global;
 pub mod heap;
 mod huge;
+/// The live view `kmem top` reads: the heap's state published in shared memory.
+pub mod live;
 pub mod memcg;
 pub mod platform;
+/// Allocation sites (`alloc_calls`, `free_calls`) of the caches with slub_debug tracks.
+pub mod sites;
 pub mod stats;
+/// Code addresses to function names (`name+0xoff/0xsize`) for site and leak reports.
+pub mod symbolize;
 
 pub use cache::{KBox, KmemCache};
 pub use global::KmemAlloc;

@@ -98,13 +98,15 @@ impl<'a, P: Platform> Slub<'a, P> {
         nid: Option<usize>,
     ) -> Option<usize> {
         let cfg = s.config();
+        // Debug caches too: their every allocation comes here, and the platform's
+        // housekeeping (publishing the live view, aging caches) must still run.
+        self.pages.housekeeping_tick(c);
         if cfg.off_fast_paths() {
             return self.alloc_debug(Some(c), s, gfp, nid);
         }
         let cc = s.cpu(c);
         cc.count(SlubStat::AllocSlowpath);
         self.check_drain_request(c);
-        self.pages.housekeeping_tick(c);
         // The slow path owns the CPU freelist from here until it installs a new one:
         // while it is 0, lockless contexts (per-CPU mode) leave it alone.
         let cur = self.take_cpu_freelist(c, cfg, cc);

@@ -63,7 +63,9 @@ pub struct Track {
     pub cpu: u32,
     /// Process id.
     pub pid: u32,
-    _pad: u32,
+    /// The allocation track: the bytes the caller asked for (kmalloc's `orig_size`;
+    /// the cache's object size for `kmem_cache_alloc`). The free track: 0.
+    pub size: u32,
 }
 
 /// A problem `validate` (or a check) found.
@@ -205,7 +207,10 @@ impl<P: Platform> Slub<'_, P> {
             tid,
             cpu: cpu.map_or(u32::MAX, |c| c.area().id() as u32),
             pid,
-            _pad: 0,
+            size: match which {
+                Track2::Alloc => cfg.object_size as u32,
+                Track2::Free => 0,
+            },
         };
         let at = obj + cfg.track_off + which as usize * TRACK_SIZE;
         // SAFETY: the track slots lie in the object's slot, ours under the list lock;
@@ -387,6 +392,9 @@ impl<P: Platform> Slub<'_, P> {
             return false;
         }
         if let Some((bad, from, to)) = self.check_redzones(cfg, obj, RED_ACTIVE) {
+            // The free happened: its track says so (and, being newer than the
+            // allocation track, marks the object as quarantined, not in use).
+            self.set_track(cfg, obj, Track2::Free, cpu, &frames);
             drop(list);
             self.report_bytes(
                 s,
@@ -812,6 +820,9 @@ pub(crate) unsafe fn init_on_free(s: &CacheConfig, obj: usize) {
         ptr::write_bytes((obj + fp_end) as *mut u8, 0, end - fp_end);
     }
 }
+
+mod locations;
+pub use locations::TrackedObject;
 
 #[cfg(test)]
 mod tests;

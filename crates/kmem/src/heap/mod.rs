@@ -246,6 +246,7 @@ impl Heap {
             os::at_exit(report::validate_at_exit);
         }
         fork::register();
+        crate::live::start(env.live_ms);
     }
 
     /// The configuration read from the environment at initialisation.

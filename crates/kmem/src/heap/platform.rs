@@ -77,9 +77,11 @@ impl Platform for HeapPlatform {
     /// Between reporting passes too: a program that freed its huge blocks and goes on
     /// with small objects only gets the cached mappings' memory back after the decay.
     fn housekeeping(&self) {
+        let now = self.now_ns();
         if HEAP.huge.cached_bytes() != 0 {
-            self.reporting_pass(self.now_ns());
+            self.reporting_pass(now);
         }
+        crate::live::tick(now);
     }
 
     fn random_u64(&self) -> u64 {

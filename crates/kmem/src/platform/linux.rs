@@ -552,7 +552,7 @@ pub fn online_nodes() -> usize {
 
 /// Reads a small file into `buf` with open/read/close (no allocation); `None` if it
 /// cannot be read or is empty.
-fn read_small_file<'a>(path: &std::ffi::CStr, buf: &'a mut [u8]) -> Option<&'a [u8]> {
+pub(crate) fn read_small_file<'a>(path: &std::ffi::CStr, buf: &'a mut [u8]) -> Option<&'a [u8]> {
     // SAFETY: open/read/close on a NUL-terminated path, into a buffer we own.
     let n = unsafe {
         let fd = libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);

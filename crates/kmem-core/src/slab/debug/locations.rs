@@ -1,0 +1,135 @@
+//! The objects a tracking cache (`SLAB_STORE_USER`, slub_debug's `U`) has handed out,
+//! each with its allocation and free tracks: what the kernel builds
+//! `/sys/kernel/slab/<cache>/alloc_calls` and `free_calls` from (`list_locations`), and
+//! what a leak scan (kmemleak) starts from. Also `set_orig_size`, kmalloc's record of
+//! the size it was asked for.
+//!
+//! Locking: the walk holds each node's `list_lock`, then its `full` list's lock (as
+//! `validate`), while the callback runs: the callback must not allocate or free.
+//! A debug cache keeps every slab on those two lists (it never has CPU slabs or
+//! sheaves), so the walk sees every object.
+
+use super::{Track, Track2, TRACK_SIZE};
+use crate::platform::Platform;
+use crate::slab::{get_freepointer, KmemCache, Slab, SlabFlags, Slub};
+use crate::sync::Ordering::Relaxed;
+use core::ptr::{self, NonNull};
+
+/// Most objects a slab may hold for the walk to see its objects (the free bitmap on
+/// the stack has this many bits; debug slabs hold far fewer).
+const MAX_WALK_OBJECTS: usize = 4096;
+
+/// One allocated object of a tracking cache.
+#[derive(Clone, Copy, Debug)]
+pub struct TrackedObject {
+    /// The object's address.
+    pub addr: usize,
+    /// The cache's object size (what the object may hold).
+    pub object_size: usize,
+    /// Where it was allocated (`size`: the bytes asked for).
+    pub alloc: Track,
+    /// Where its slot was last freed (a previous life; zero if none). Newer than
+    /// `alloc` when the object was quarantined by a check instead of being handed
+    /// out or freed: see [`TrackedObject::quarantined`].
+    pub free: Track,
+}
+
+impl TrackedObject {
+    /// Whether slub_debug took this object out of use after a failed check (at an
+    /// allocation: its free track is the last one and no allocation track followed;
+    /// at a free: the free was recorded, then refused). Such an object counts as
+    /// allocated in slabinfo but belongs to nobody.
+    pub fn quarantined(&self) -> bool {
+        self.free.when_ns > self.alloc.when_ns
+    }
+}
+
+impl<P: Platform> Slub<'_, P> {
+    /// Calls `f` on every allocated object of `s` with its tracks, slab by slab, node
+    /// by node (the locking rules are in the module doc: `f` must not allocate).
+    /// Returns false, without calling `f`, if `s` keeps no tracks. A slab whose
+    /// freelist is corrupt is skipped (which of its objects are free is unknown;
+    /// `validate` reports it).
+    pub fn for_each_tracked(&self, s: &KmemCache, f: &mut dyn FnMut(&TrackedObject)) -> bool {
+        let cfg = s.config();
+        if !cfg.flags.contains(SlabFlags::STORE_USER) {
+            return false;
+        }
+        for nid in 0..self.pages.nr_nodes() {
+            let node = &s.node[nid];
+            let list = node.list_lock.lock();
+            let full = node.full.lock();
+            for l in [&*list, &*full] {
+                let mut p = l.first();
+                while let Some(slab) = NonNull::new(p) {
+                    // SAFETY: slabs on the lists are live; we hold the locks.
+                    p = unsafe { slab.as_ref() }.next.load(Relaxed);
+                    self.tracked_in_slab(s, slab, f);
+                }
+            }
+        }
+        true
+    }
+
+    fn tracked_in_slab(
+        &self,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        f: &mut dyn FnMut(&TrackedObject),
+    ) {
+        let cfg = s.config();
+        if cfg.objects > MAX_WALK_OBJECTS {
+            return;
+        }
+        let base = self.slab_base(slab);
+        // SAFETY: a live slab (the caller holds its list lock).
+        let st = Slab::of(unsafe { slab.as_ref() }).state();
+        let mut free = [0u64; MAX_WALK_OBJECTS / 64];
+        let mut p = base + st.offset() as usize;
+        let mut count = 0;
+        while p != base | 1 {
+            if p & 1 != 0 || !self.valid_link(cfg, base, p) || count >= cfg.objects {
+                return;
+            }
+            let idx = (p - base - cfg.red_left) / cfg.size;
+            free[idx / 64] |= 1 << (idx % 64);
+            count += 1;
+            // SAFETY: a valid free object of this slab (checked just above).
+            p = unsafe { get_freepointer(cfg, p) };
+        }
+        for idx in 0..cfg.objects {
+            if free[idx / 64] & (1 << (idx % 64)) != 0 {
+                continue;
+            }
+            let obj = base + idx * cfg.size + cfg.red_left;
+            let (Some(alloc), Some(free)) = (
+                self.get_track(cfg, obj, Track2::Alloc),
+                self.get_track(cfg, obj, Track2::Free),
+            ) else {
+                return;
+            };
+            f(&TrackedObject {
+                addr: obj,
+                object_size: cfg.object_size,
+                alloc,
+                free,
+            });
+        }
+    }
+
+    /// Records in `obj`'s allocation track that the caller asked for `size` bytes
+    /// (kmalloc's `orig_size`). No effect on a cache without tracks.
+    pub fn set_orig_size(&self, s: &KmemCache, obj: usize, size: usize) {
+        let cfg = s.config();
+        if !cfg.flags.contains(SlabFlags::STORE_USER) {
+            return;
+        }
+        let at = obj + cfg.track_off + Track2::Alloc as usize * TRACK_SIZE;
+        let field = at + core::mem::offset_of!(Track, size);
+        // SAFETY: the allocation track lies in the object's slot, which the caller
+        // was just handed (no other context writes it); unaligned-safe write.
+        unsafe { ptr::write_unaligned(field as *mut u32, size.min(u32::MAX as usize) as u32) };
+    }
+}
+
+use crate::page::Page;
