@@ -2,10 +2,12 @@
 //!
 //! `kmem bench [SUITE…] [--quick] [--json] [--plot DIR]` — with no suite, every suite
 //! in quick form; readable tables, or with `--json` one JSON document (its fields:
-//! `bench::record`). `kmem run [--stats] -- CMD…` runs a program on libkmem.so.
+//! `bench::record`). `kmem run [OPTIONS] -- CMD…` runs a program on libkmem.so;
+//! `kmem top [PID]` shows a running program's heap (its live view).
 
 mod bench;
 mod run;
+mod top;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -32,6 +34,12 @@ enum Command {
         /// The program and its arguments.
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
         cmd: Vec<String>,
+    },
+    /// Show the live heap of a process running on kmem, slabtop-style (refreshing
+    /// every second); without PID, list the processes on kmem.
+    Top {
+        #[command(flatten)]
+        opts: top::TopOptions,
     },
     /// Run benchmark suites (all of them, quick, when none is named).
     Bench {
@@ -69,6 +77,7 @@ fn main() -> ExitCode {
     });
     match command {
         Command::Run { opts, cmd } => run::run(&opts, &cmd),
+        Command::Top { opts } => top::top(&opts),
         Command::BenchChild { what, quick } => match bench::child::child_main(&what, quick) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

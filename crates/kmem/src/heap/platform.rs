@@ -72,6 +72,7 @@ impl Platform for HeapPlatform {
     fn reporting_pass(&self, now_ns: u64) {
         let decay = HEAP.config().decay_ms.saturating_mul(1_000_000);
         HEAP.huge.age(now_ns, decay);
+        crate::live::tick(now_ns);
     }
 
     /// Between reporting passes too: a program that freed its huge blocks and goes on

@@ -1,0 +1,120 @@
+//! The live view read from another process: a child program on kmem (this test binary
+//! again, with `KmemAlloc` as its global allocator and no live-view code of its own)
+//! holds objects and keeps allocating; the parent reads the child's view through
+//! `kmem::live` and checks it against the report the child printed itself. Also: the
+//! segment is owner-only, removed at a normal exit, and a killed child's stale
+//! segment is recognised and removed.
+
+use kmem::live;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[global_allocator]
+static GLOBAL: kmem::KmemAlloc = kmem::KmemAlloc;
+
+const CHILD: &str = "KMEM_TEST_LIVE_CHILD";
+/// Objects the child holds, and their size (kmalloc-224).
+const HELD: usize = 20_000;
+const CACHE: &str = "kmalloc-224";
+
+fn child() {
+    let held: Vec<Box<[u8; 200]>> = (0..HELD).map(|_| Box::new([1u8; 200])).collect();
+    let s = kmem::stats();
+    let row = s
+        .caches
+        .iter()
+        .find(|c| c.name == CACHE)
+        .expect("the cache");
+    println!(
+        "report {} {} {} {}",
+        row.active_objs,
+        row.num_objs,
+        row.num_slabs,
+        s.caches
+            .iter()
+            .find(|c| c.name == "kmalloc-48")
+            .map_or(0, |c| c.objperslab)
+    );
+    std::io::stdout().flush().unwrap();
+    if std::env::var_os("KMEM_TEST_LIVE_EXIT").is_some() {
+        return;
+    }
+    // Keep allocating (other sizes) until killed: slow paths publish the view.
+    loop {
+        let churn: Vec<Box<[u8; 40]>> = (0..2000).map(|_| Box::new([2u8; 40])).collect();
+        drop(std::hint::black_box(churn));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    #[allow(unreachable_code)]
+    drop(held);
+}
+
+fn spawn(exit: bool) -> (std::process::Child, Vec<u64>, impl BufRead) {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "live_view_from_another_process", "--nocapture"])
+        .env(CHILD, "1")
+        .env("KMEM_LIVE", "20")
+        .stdout(Stdio::piped());
+    if exit {
+        cmd.env("KMEM_TEST_LIVE_EXIT", "1");
+    }
+    let mut c = cmd.spawn().unwrap();
+    let mut out = BufReader::new(c.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "child ended early");
+        if let Some(r) = line.strip_prefix("report ") {
+            let v = r.split_whitespace().map(|x| x.parse().unwrap()).collect();
+            return (c, v, out);
+        }
+    }
+}
+
+#[test]
+fn live_view_from_another_process() {
+    if std::env::var_os(CHILD).is_some() {
+        return child();
+    }
+    let (mut c, own, _out) = spawn(false);
+    let pid = c.id();
+    let path = live::segment_file(pid);
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "owner-only segment");
+    // A fresh publish (the child keeps allocating, so it answers the request).
+    let before = live::read(pid).unwrap().publishes;
+    let s = live::refresh(pid, Duration::from_secs(5)).unwrap();
+    assert!(s.publishes > before, "the child published again");
+    assert_eq!(s.pid, pid);
+    let row = s.cache(CACHE).expect("the cache in the live view");
+    // The child's own figures; objects cached per CPU area may differ by one area's
+    // cache: a sheaf pair (at most 128 objects each) and a slab.
+    let slack = 2 * 128 + row.objperslab;
+    assert!(own[0] >= HELD as u64, "child report {own:?}");
+    assert!(
+        row.active_objs.abs_diff(own[0]) <= slack,
+        "live {row:?} vs own {own:?}"
+    );
+    assert!(row.num_objs.abs_diff(own[1]) <= slack, "{row:?} vs {own:?}");
+    assert!(
+        row.num_slabs.abs_diff(own[2]) <= slack.div_ceil(row.objperslab),
+        "{row:?} vs {own:?}"
+    );
+    assert!(s.counters.allocated >= HELD * 200, "{:?}", s.counters);
+    assert!(s.rss_bytes >= (HELD * 200) as u64);
+    assert!(live::processes().iter().any(|p| p.pid == pid));
+    // Killed: its segment stays, stale; the listing recognises and removes it.
+    c.kill().unwrap();
+    c.wait().unwrap();
+    assert!(path.exists(), "a killed process cannot remove its segment");
+    assert!(!live::processes().iter().any(|p| p.pid == pid));
+    assert!(!path.exists(), "the stale segment was removed");
+    // A normal exit removes its own.
+    let (mut c, _, out) = spawn(true);
+    let path = live::segment_file(c.id());
+    let rest: Vec<String> = out.lines().map(Result::unwrap).collect();
+    assert!(c.wait().unwrap().success(), "{rest:?}");
+    assert!(!path.exists(), "removed at exit");
+}
