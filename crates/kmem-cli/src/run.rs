@@ -109,6 +109,13 @@ pub struct RunOptions {
     /// What follows a report (KMEM_ON_ERROR): abort (SIGABRT) or continue
     #[arg(long, value_name = "POLICY")]
     pub on_error: Option<String>,
+    /// Report leaks at exit, by allocation site (KMEM_LEAKS=1; tracks every cache
+    /// unless --debug is given, which then needs U)
+    #[arg(long)]
+    pub leaks: bool,
+    /// The live view for `kmem top` (KMEM_LIVE): published at most every MS ms, or off
+    #[arg(long, value_name = "MS")]
+    pub live: Option<String>,
 }
 
 impl RunOptions {
@@ -123,6 +130,7 @@ impl RunOptions {
             ("--stats", "KMEM_STATS", &self.stats),
             ("--decay-ms", "KMEM_DECAY_MS", &self.decay_ms),
             ("--on-error", "KMEM_ON_ERROR", &self.on_error),
+            ("--live", "KMEM_LIVE", &self.live),
         ];
         let mut out = Vec::new();
         for (flag, name, value) in flags {
@@ -135,6 +143,9 @@ impl RunOptions {
                 ));
             }
             out.push((name, v.clone()));
+        }
+        if self.leaks {
+            out.push(("KMEM_LEAKS", "1".to_string()));
         }
         Ok(out)
     }

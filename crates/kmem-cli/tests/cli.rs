@@ -99,17 +99,19 @@ fn kmem_run_flags_set_the_environment_and_are_checked() {
         "--decay-ms=50",
         "--stats=/dev/null",
         "--on-error=continue",
+        "--leaks",
+        "--live=off",
         "--",
         "sh",
         "-c",
-        "echo \"$KMEM_DEBUG|$KMEM_MAX|$KMEM_PERCPU|$KMEM_SLUB|$KMEM_DECAY_MS|$KMEM_STATS|$KMEM_ON_ERROR\"",
+        "echo \"$KMEM_DEBUG|$KMEM_MAX|$KMEM_PERCPU|$KMEM_SLUB|$KMEM_DECAY_MS|$KMEM_STATS|$KMEM_ON_ERROR|$KMEM_LEAKS|$KMEM_LIVE\"",
     ])
     .output()
     .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim_end(),
-        "FZPU|64M|cpu-rseq|cpu-slab|50|/dev/null|continue"
+        "FZPU|64M|cpu-rseq|cpu-slab|50|/dev/null|continue|1|off"
     );
     // A value the heap would ignore stops `kmem run` before the program starts.
     for (flag, var) in [
@@ -118,6 +120,7 @@ fn kmem_run_flags_set_the_environment_and_are_checked() {
         ("--debug=Q", "KMEM_DEBUG"),
         ("--slub=slob", "KMEM_SLUB"),
         ("--on-error=retry", "KMEM_ON_ERROR"),
+        ("--live=often", "KMEM_LIVE"),
     ] {
         let out = kmem(&["run", flag, "--", "sh", "-c", "echo ran"])
             .output()
@@ -143,4 +146,96 @@ fn kmem_run_flags_set_the_environment_and_are_checked() {
     ] {
         assert!(help.contains(flag), "{flag} missing from\n{help}");
     }
+}
+
+/// `kmem top` on a C program started with `kmem run --debug=U`: the listing names it,
+/// `--once` shows its caches, `--json` parses, and `--sites` names both call sites with
+/// their counts and sizes (symbolised from the program's symbol table).
+#[test]
+fn kmem_top_shows_a_running_program_and_its_allocation_sites() {
+    use std::io::BufRead;
+    common::built_lib();
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/sites.c");
+    let prog = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("top_sites");
+    let ok = Command::new("cc")
+        .args(["-O1", "-g", "-o"])
+        .arg(&prog)
+        .arg(&src)
+        .status()
+        .expect("a C compiler");
+    assert!(ok.success());
+    let mut child = kmem(&["run", "--debug=U", "--live=20", "--"])
+        .arg(&prog)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid: u32 = line
+        .strip_prefix("ready ")
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {line:?}"));
+    let run = |args: &[&str]| {
+        let out = kmem(args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let p = pid.to_string();
+    let list = run(&["top"]);
+    assert!(
+        list.lines()
+            .any(|l| l.split_whitespace().next() == Some(p.as_str()) && l.contains("top_sites")),
+        "{list}"
+    );
+    let once = run(&["top", "--once", &p]);
+    assert!(
+        once.starts_with(&format!("kmem top - pid {pid} (top_sites)")),
+        "{once}"
+    );
+    assert!(
+        once.contains("OBJS ACTIVE  USE OBJ SIZE") && once.contains(" kmalloc-"),
+        "{once}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run(&["top", "--json", &p])).unwrap();
+    assert_eq!(json["pid"], pid);
+    assert!(json["caches"].as_array().unwrap().len() > 10);
+    let sites = run(&["top", &p, "--sites"]);
+    let line_of = |name: &str| {
+        sites
+            .lines()
+            .find(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|s| s.starts_with(&format!("{name}+0x")))
+            })
+            .unwrap_or_else(|| panic!("no {name} in {sites}"))
+            .to_string()
+    };
+    let a = line_of("site_a");
+    let b = line_of("site_b");
+    assert!(
+        a.trim_start().starts_with("50 ") && a.contains(" size=40 "),
+        "{a}"
+    );
+    assert!(
+        b.trim_start().starts_with("20 ") && b.contains(" size=300 "),
+        "{b}"
+    );
+    assert!(a.contains(&format!(" pid={pid}")), "{a}");
+    // One cache: site_b's objects are kmalloc-320's only.
+    let one = run(&["top", &p, "--sites=kmalloc-320"]);
+    assert!(
+        one.contains("site_b+0x") && !one.contains("site_a+0x"),
+        "{one}"
+    );
+    // `kmem run` waits for the program: stop the program, then it returns.
+    let _ = Command::new("kill").args(["-9", &p]).status();
+    child.wait().unwrap();
 }

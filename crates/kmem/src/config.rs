@@ -526,6 +526,12 @@ pub fn from_lookup<'a>(get: impl Fn(&CStr) -> Option<&'a [u8]>) -> EnvConfig {
             }
         }
     }
+    if cfg.leaks && !cfg.debug.any() {
+        // The leak report needs allocation tracks: KMEM_LEAKS alone tracks every cache.
+        if let Ok(d) = DebugConfig::parse(b"U") {
+            cfg.debug = d;
+        }
+    }
     cfg
 }
 

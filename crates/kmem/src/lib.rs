@@ -89,6 +89,8 @@ mod counters;
 pub mod global;
 pub mod heap;
 mod huge;
+/// Leak detection (kmemleak): tracked objects that nothing points to.
+pub mod leaks;
 /// The live view `kmem top` reads: the heap's state published in shared memory.
 pub mod live;
 pub mod memcg;

@@ -95,3 +95,138 @@ fn tracks_start_at_the_program_s_frame() {
         sites[1]
     );
 }
+
+const SITES_CHILD: &str = "KMEM_TEST_SITES_CHILD";
+
+/// Objects kept through a global: referenced, not leaks.
+static KEPT: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+/// Objects whose only record is hidden (XORed): nothing points to them.
+static HIDDEN: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+const MASK: usize = 0x5a5a_5a5a_5a5a_5a5a;
+
+#[inline(never)]
+fn keep_here() {
+    let p = heap().kmalloc(72, Gfp::KERNEL).expect("an object").as_ptr();
+    KEPT.lock().unwrap().push(p as usize);
+}
+
+#[inline(never)]
+fn hide_here() {
+    let p = heap()
+        .kmalloc(200, Gfp::KERNEL)
+        .expect("an object")
+        .as_ptr();
+    HIDDEN
+        .lock()
+        .unwrap()
+        .push(std::hint::black_box(p as usize) ^ MASK);
+}
+
+/// Overwrites the dead stack below the caller, where hidden pointers may linger.
+#[inline(never)]
+fn scrub() {
+    let mut junk = [0u8; 32 * 1024];
+    std::hint::black_box(&mut junk);
+}
+
+fn sites_child() {
+    for _ in 0..30 {
+        keep_here();
+    }
+    for _ in 0..12 {
+        hide_here();
+    }
+    scrub();
+    let h = heap();
+    // alloc_calls as data: kmalloc-80 holds the 30 kept objects, from keep_here.
+    let calls = h.alloc_calls(Some("kmalloc-80"));
+    assert_eq!(calls.len(), 1, "{calls:?}");
+    let top = &calls[0].locations[0];
+    println!(
+        "alloc_calls {} {:#x} {} {} {} {}",
+        top.count,
+        top.addr,
+        top.size_min,
+        top.size_max,
+        top.pid_min,
+        std::process::id()
+    );
+    let leaks = h.leaks();
+    assert!(leaks.tracking);
+    let leaked: Vec<(u64, u64, usize)> = leaks
+        .unreferenced
+        .iter()
+        .map(|s| (s.location.count, s.location.size_sum, s.location.addr))
+        .collect();
+    println!(
+        "leaks {:?} sites {:#x} {:#x}",
+        leaked, keep_here as *const () as usize, hide_here as *const () as usize
+    );
+}
+
+/// `Heap::alloc_calls` and `Heap::leaks` under `KMEM_DEBUG=U`: the sites of objects in
+/// use with their counts and requested sizes, and a leak scan that reports the objects
+/// whose only record is hidden while the ones a global keeps are not.
+#[test]
+fn allocation_sites_and_leaks_as_data() {
+    if std::env::var_os(SITES_CHILD).is_some() {
+        return sites_child();
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "allocation_sites_and_leaks_as_data",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(SITES_CHILD, "1")
+        .env("KMEM_DEBUG", "U")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls: Vec<usize> = stdout
+        .split("alloc_calls ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{stdout}"))
+        .split_whitespace()
+        .take(6)
+        .map(|v| {
+            v.strip_prefix("0x").map_or_else(
+                || v.parse().unwrap(),
+                |h| usize::from_str_radix(h, 16).unwrap(),
+            )
+        })
+        .collect();
+    let line = stdout.split("leaks ").nth(1).unwrap();
+    let hex = |w: &str| usize::from_str_radix(w.trim_start_matches("0x"), 16).unwrap();
+    let words: Vec<&str> = line
+        .split(" sites ")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    let (keep_at, hide_at) = (hex(words[0]), hex(words[1]));
+    assert_eq!(calls[0], 30, "{stdout}");
+    assert!((keep_at..keep_at + 2048).contains(&calls[1]), "{stdout}");
+    assert_eq!((calls[2], calls[3]), (72, 72), "requested sizes: {stdout}");
+    assert_eq!(calls[4], calls[5], "the allocating pid: {stdout}");
+    // The hidden objects are the leak: one site, hide_here, 12 × 200 bytes.
+    assert!(line.starts_with("[(12, 2400, "), "{stdout}");
+    let leak_at: usize = line
+        .trim_start_matches("[(12, 2400, ")
+        .split(')')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((hide_at..hide_at + 2048).contains(&leak_at), "{stdout}");
+    assert!(
+        !line.contains("30, 2160"),
+        "kept objects reported: {stdout}"
+    );
+}

@@ -137,6 +137,15 @@ impl<P: Platform> PageAllocator<P> {
         }
     }
 
+    /// The allocator's span: its base address and length in bytes.
+    #[inline]
+    pub fn span(&self) -> (usize, usize) {
+        (
+            self.base.load(Ordering::Relaxed),
+            self.span_len.load(Ordering::Relaxed),
+        )
+    }
+
     /// Whether `addr` lies in the allocator's span (managed or not).
     #[inline]
     pub fn in_span(&self, addr: *const u8) -> bool {

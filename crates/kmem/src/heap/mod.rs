@@ -245,6 +245,10 @@ impl Heap {
         } else if env.debug.any() {
             os::at_exit(report::validate_at_exit);
         }
+        if env.leaks {
+            // Registered after the validation: runs before it (atexit is LIFO).
+            os::at_exit(crate::leaks::leaks_at_exit);
+        }
         fork::register();
         crate::live::start(env.live_ms);
     }

@@ -4,8 +4,11 @@
 //! exit.
 //!
 //! The `String` reports allocate (they are for programs and tools); the exit report
-//! ([`Heap::write_report`]) does not: it writes straight to its destination. No lock of
-//! its own: the core takes the slab and page allocator locks it needs while walking.
+//! ([`Heap::write_report`]) does not: it writes straight to its destination; only the
+//! allocation sites appended at exit under `KMEM_DEBUG=U` allocate (the atexit handler
+//! runs outside the allocator). Also the data behind `alloc_calls`, `free_calls` and the
+//! leak scan. No lock of its own: the core takes the slab and page allocator locks it
+//! needs while walking.
 
 use super::{Heap, HEAP};
 use crate::config::StatsTarget;
@@ -23,6 +26,24 @@ fn text(write: impl FnOnce(&mut String) -> fmt::Result) -> String {
 }
 
 impl Heap {
+    /// `/sys/kernel/slab/<cache>/alloc_calls` as data: the objects in use of every cache
+    /// with slub_debug tracks (`KMEM_DEBUG=U`), or of the cache named, grouped by the
+    /// site that allocated them (see [`crate::sites`]).
+    pub fn alloc_calls(&self, cache: Option<&str>) -> Vec<crate::sites::CacheLocations> {
+        crate::sites::locations(crate::sites::Calls::Alloc, cache)
+    }
+
+    /// `free_calls`: the same objects grouped by where their slots were last freed.
+    pub fn free_calls(&self, cache: Option<&str>) -> Vec<crate::sites::CacheLocations> {
+        crate::sites::locations(crate::sites::Calls::Free, cache)
+    }
+
+    /// A leak scan now (kmemleak; see [`crate::leaks`]): the tracked objects in use
+    /// that nothing points to, by allocation site.
+    pub fn leaks(&self) -> crate::leaks::LeakReport {
+        crate::leaks::scan()
+    }
+
     /// Writes the exit report (slabinfo, buddyinfo, vmstat, memory cgroups) to `w`, without
     /// allocating.
     pub fn write_report(&self, w: &mut dyn fmt::Write) -> fmt::Result {
@@ -111,6 +132,29 @@ pub(super) extern "C" fn validate_at_exit() {
     }
 }
 
+/// The exit report's allocation sites: every tracking cache's `alloc_calls`
+/// (symbolised), after a blank line; nothing when no cache keeps tracks. Allocates.
+fn write_alloc_calls(w: &mut dyn fmt::Write) -> fmt::Result {
+    let caches = crate::sites::locations(crate::sites::Calls::Alloc, None);
+    if caches.iter().all(|c| c.locations.is_empty()) {
+        return Ok(());
+    }
+    let mut sym = crate::symbolize::Symbolizer::for_self().ok();
+    writeln!(w)?;
+    writeln!(w, "alloc_calls: objects in use by allocation site")?;
+    for c in caches.iter().filter(|c| !c.locations.is_empty()) {
+        writeln!(w, "{}:", c.cache)?;
+        for l in &c.locations {
+            l.write(w, &mut |a, w| match sym.as_mut() {
+                Some(s) => w.write_str(&s.symbolize(a)),
+                None => write!(w, "0x{a:x}"),
+            })?;
+            writeln!(w)?;
+        }
+    }
+    Ok(())
+}
+
 /// `KMEM_STATS`: the report at process exit (registered with `atexit` once the heap is
 /// ready); under `KMEM_DEBUG` it validates first, after flushing this thread's per-CPU
 /// caches (see [`validate_at_exit`]).
@@ -132,6 +176,7 @@ pub(super) extern "C" fn stats_at_exit() {
     };
     let mut w = FdWriter::new(fd);
     let _ = h.write_report(&mut w);
+    let _ = write_alloc_calls(&mut w);
     w.flush();
     if fd != 2 {
         os::close_fd(fd);
