@@ -57,14 +57,18 @@
 //! Modules, from the bottom up (each uses only those before it): [`platform`] (Linux:
 //! mmap, madvise, getcpu, sysfs, rseq, the C library calls), [`config`] (the
 //! environment, read without allocating), `huge` (direct mappings beyond the buddy
-//! allocator), [`mod@heap`] (the process heap: CPU areas per thread or per CPU, the
-//! kernel's interfaces), then the front ends: [`global`] (GlobalAlloc and the Allocator
+//! allocator), [`sites`] (allocation-site aggregation) and [`symbolize`] (code
+//! addresses to names), [`mod@heap`] (the process heap: CPU areas per thread or per
+//! CPU, the kernel's interfaces, its counters, the live view's publishing and the leak
+//! scan, [`leaks`]), then the front ends: [`global`] (GlobalAlloc and the Allocator
 //! API), `cache` (typed caches), [`mod@memcg`] (memory cgroups: accounting and limits
-//! per tenant), [`mod@stats`] (the snapshot). The private modules are re-exported here.
+//! per tenant), [`mod@stats`] (the snapshot), [`live`] (reading any kmem process's
+//! live view, `kmem top`'s data). The private modules are re-exported here.
 //!
 //! ## Features
 //! - `serde` (off by default): `serde::Serialize` on the snapshot types ([`Stats`] and
-//!   its parts, [`memcg::MemcgStats`]).
+//!   its parts, [`memcg::MemcgStats`], [`live::Snapshot`], [`sites::Location`],
+//!   [`leaks::LeakReport`]).
 //!
 //! ## Platforms
 //! Linux only (a `compile_error!` elsewhere), with glibc or musl; tested on x86_64,
@@ -85,25 +89,19 @@ compile_error!(
 
 mod cache;
 pub mod config;
-mod counters;
 pub mod global;
 pub mod heap;
 mod huge;
-/// Leak detection (kmemleak): tracked objects that nothing points to.
-pub mod leaks;
-/// The live view `kmem top` reads: the heap's state published in shared memory.
 pub mod live;
 pub mod memcg;
 pub mod platform;
-/// Allocation sites (`alloc_calls`, `free_calls`) of the caches with slub_debug tracks.
 pub mod sites;
 pub mod stats;
-/// Code addresses to function names (`name+0xoff/0xsize`) for site and leak reports.
 pub mod symbolize;
 
 pub use cache::{KBox, KmemCache};
 pub use global::KmemAlloc;
-pub use heap::{heap, Heap};
+pub use heap::{heap, leaks, Heap};
 pub use kmem_core::slab::KmemCache as RawKmemCache;
 pub use kmem_core::{Gfp, Page, PageFlags, SlabFlags, MAX_ORDER, PAGE_SIZE};
 pub use memcg::{MemCgroup, MemcgGuard};

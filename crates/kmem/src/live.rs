@@ -4,13 +4,13 @@
 //! ## The segment
 //! Each process on kmem keeps a file in shared memory, `/dev/shm/kmem.PID`, mode 0600
 //! (only its user, or root, can read it), mapped shared by the process. It holds a
-//! binary [`Header`] (4 KiB), then a text body: one record per line, `key fields…`
+//! binary header (4 KiB), then a text body: one record per line, `key fields…`
 //! (the format is [`Snapshot::parse`]'s). The file is sparse: only the pages written
 //! take memory.
 //!
 //! ## Publishing
 //! The heap publishes from its slow paths: the slab layer's housekeeping tick (every
-//! 16th slow path of a CPU area, debug caches included) calls [`tick`], which publishes
+//! 16th slow path of a CPU area, debug caches included) calls the writer (`heap/live.rs`), which publishes
 //! when `KMEM_LIVE` milliseconds have passed since the last time or a reader asked
 //! (`request` in the header). So the fast paths do nothing for the view, and a
 //! process that stops allocating shows its last state, with its time. Publishing
@@ -30,452 +30,12 @@
 //!
 //! Locking: `busy` (try-only) serialises writers; nothing else of its own.
 
-use crate::sites::{Calls, Location, LocationTable};
-use std::cell::UnsafeCell;
-use std::fmt::{self, Write as _};
-use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
-
-const MAGIC: [u8; 8] = *b"KMEMLIVE";
-const VERSION: u32 = 1;
-/// Bytes before the body.
-const HEADER_BYTES: usize = 4096;
-/// Bytes of the segment (a sparse file: only pages written take memory).
-pub const SEGMENT_BYTES: usize = 1 << 20;
-/// Site slots of one cache's walk while publishing.
-const SITE_SLOTS: usize = 1024;
-/// Where the segments live.
-pub const DIR: &str = "/dev/shm";
-
-/// The segment's binary header.
-#[repr(C)]
-struct Header {
-    magic: [u8; 8],
-    version: u32,
-    pid: u32,
-    /// The process's start time (`/proc/PID/stat` field 22): tells a reused pid.
-    start_ticks: u64,
-    interval_ms: u64,
-    /// Odd while the body is being written.
-    seq: AtomicU64,
-    /// Body bytes.
-    len: AtomicU64,
-    /// When the body was written (CLOCK_REALTIME, ns).
-    published_unix_ns: AtomicU64,
-    /// How many times.
-    publishes: AtomicU64,
-    /// Readers add 1 to ask for a publish at the next tick.
-    request: AtomicU64,
-}
-
-const NOT_STARTED: u8 = 0;
-const ACTIVE: u8 = 1;
-const OFF: u8 = 2;
-
-struct Writer {
-    seg: AtomicPtr<u8>,
-    state: AtomicU8,
-    busy: AtomicBool,
-    last_ns: AtomicU64,
-    served: AtomicU64,
-    /// Used only by the thread holding `busy`.
-    sites: UnsafeCell<[Location; SITE_SLOTS]>,
-}
-
-// SAFETY: `sites` is used only by the thread that set `busy`; the rest is atomics.
-unsafe impl Sync for Writer {}
-
-static WRITER: Writer = Writer {
-    seg: AtomicPtr::new(std::ptr::null_mut()),
-    state: AtomicU8::new(NOT_STARTED),
-    busy: AtomicBool::new(false),
-    last_ns: AtomicU64::new(0),
-    served: AtomicU64::new(0),
-    sites: UnsafeCell::new([Location::EMPTY; SITE_SLOTS]),
+use crate::heap::live::{
+    publish_now, start_ticks_of, unix_ns, Header, HEADER_BYTES, MAGIC, OFF, VERSION, WRITER,
 };
-
-/// `/dev/shm/kmem.PID`, NUL-terminated, in `buf`.
-fn segment_path(pid: u32, buf: &mut [u8; 48]) -> &std::ffi::CStr {
-    let mut c = Cursor::new(&mut buf[..]);
-    let _ = write!(c, "{DIR}/kmem.{pid}\0");
-    let n = c.len;
-    std::ffi::CStr::from_bytes_with_nul(&buf[..n]).unwrap_or(c"/dev/shm/kmem.invalid")
-}
-
-fn pid() -> u32 {
-    // SAFETY: getpid has no preconditions.
-    unsafe { libc::getpid() as u32 }
-}
-
-/// Field 22 of `/proc/self/stat` (the start time in clock ticks), without allocating.
-fn own_start_ticks() -> u64 {
-    let mut buf = [0u8; 1024];
-    crate::platform::linux::read_small_file(c"/proc/self/stat", &mut buf)
-        .and_then(start_ticks_of)
-        .unwrap_or(0)
-}
-
-/// Field 22 of a `/proc/PID/stat` text (after the parenthesised command name, which
-/// may hold spaces).
-fn start_ticks_of(stat: &[u8]) -> Option<u64> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = &stat[close + 1..];
-    // Fields after ')' start at 3 (state); field 22 is the 20th of them.
-    let f = rest
-        .split(|&b| b == b' ')
-        .filter(|f| !f.is_empty())
-        .nth(19)?;
-    std::str::from_utf8(f).ok()?.trim().parse().ok()
-}
-
-/// Called when the heap is ready: makes the segment and publishes once, unless
-/// `KMEM_LIVE=off`; registers the removal at exit.
-pub(crate) fn start(interval_ms: u64) {
-    if interval_ms == 0 {
-        WRITER.state.store(OFF, Ordering::Relaxed);
-        return;
-    }
-    crate::platform::os::at_exit(remove_at_exit);
-    publish_now();
-}
-
-/// After `fork`, in the child: forget the parent's segment (its next tick makes its
-/// own).
-pub(crate) fn after_fork_child() {
-    let w = &WRITER;
-    if w.state.load(Ordering::Relaxed) != ACTIVE {
-        return;
-    }
-    let seg = w.seg.swap(std::ptr::null_mut(), Ordering::Relaxed);
-    if !seg.is_null() {
-        // SAFETY: our mapping of SEGMENT_BYTES; the child has one thread, which is
-        // not publishing (fork is not called from inside the allocator).
-        unsafe { libc::munmap(seg.cast(), SEGMENT_BYTES) };
-    }
-    w.busy.store(false, Ordering::Relaxed);
-    w.state.store(NOT_STARTED, Ordering::Relaxed);
-}
-
-extern "C" fn remove_at_exit() {
-    let w = &WRITER;
-    if w.state.swap(OFF, Ordering::AcqRel) == ACTIVE {
-        let mut buf = [0u8; 48];
-        // SAFETY: unlinking our own segment's path (a NUL-terminated string).
-        unsafe { libc::unlink(segment_path(pid(), &mut buf).as_ptr()) };
-    }
-}
-
-/// The housekeeping tick's part: publish when due or asked (see the module doc).
-#[inline]
-pub(crate) fn tick(now_ns: u64) {
-    let w = &WRITER;
-    let state = w.state.load(Ordering::Relaxed);
-    if state == OFF {
-        return;
-    }
-    let interval = crate::heap().config().live_ms.saturating_mul(1_000_000);
-    if state == ACTIVE {
-        // SAFETY: ACTIVE: `seg` is our mapping (it is never unmapped while ACTIVE
-        // but in a single-threaded fork child).
-        let h = unsafe { &*(w.seg.load(Ordering::Acquire) as *const Header) };
-        let asked = h.request.load(Ordering::Relaxed) != w.served.load(Ordering::Relaxed);
-        if !asked && now_ns.saturating_sub(w.last_ns.load(Ordering::Relaxed)) < interval {
-            return;
-        }
-    }
-    publish_now();
-}
-
-/// Publishes now (making the segment first if needed) unless another thread is.
-fn publish_now() {
-    let w = &WRITER;
-    if w.busy.swap(true, Ordering::Acquire) {
-        return;
-    }
-    if w.state.load(Ordering::Relaxed) == NOT_STARTED {
-        match create() {
-            Some(seg) => {
-                w.seg.store(seg, Ordering::Release);
-                w.state.store(ACTIVE, Ordering::Release);
-            }
-            None => w.state.store(OFF, Ordering::Relaxed),
-        }
-    }
-    if w.state.load(Ordering::Relaxed) == ACTIVE {
-        let seg = w.seg.load(Ordering::Acquire);
-        let now = kmem_core::Platform::now_ns(crate::heap().page_allocator().platform());
-        w.last_ns.store(now, Ordering::Relaxed);
-        // SAFETY: ACTIVE: our mapping; we hold `busy`, so we are its only writer.
-        unsafe { publish_body(seg, now) };
-    }
-    w.busy.store(false, Ordering::Release);
-}
-
-/// Opens (or makes) `/dev/shm/kmem.PID`, sizes and maps it, writes the header.
-fn create() -> Option<*mut u8> {
-    let mut buf = [0u8; 48];
-    let path = segment_path(pid(), &mut buf);
-    // SAFETY: plain system calls on a NUL-terminated path and our own descriptor;
-    // the mapping is checked before use.
-    unsafe {
-        let fd = libc::open(
-            path.as_ptr(),
-            libc::O_RDWR | libc::O_CREAT | libc::O_CLOEXEC | libc::O_NOFOLLOW,
-            0o600,
-        );
-        if fd < 0 {
-            return None;
-        }
-        // A file left by this pid before an exec, or a stale one of a dead process
-        // with a reused pid: ours now (only the owner could open it).
-        libc::fchmod(fd, 0o600);
-        let mut st: libc::stat = std::mem::zeroed();
-        if libc::fstat(fd, &mut st) != 0
-            || ((st.st_size as usize) < SEGMENT_BYTES
-                && libc::ftruncate(fd, SEGMENT_BYTES as libc::off_t) != 0)
-        {
-            libc::close(fd);
-            return None;
-        }
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            SEGMENT_BYTES,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd,
-            0,
-        );
-        libc::close(fd);
-        if p == libc::MAP_FAILED {
-            return None;
-        }
-        let h = p as *mut Header;
-        // Mark the body as being written before the identity changes.
-        (*h).seq.fetch_or(1, Ordering::Relaxed);
-        (*h).magic = MAGIC;
-        (*h).version = VERSION;
-        (*h).pid = pid();
-        (*h).start_ticks = own_start_ticks();
-        (*h).interval_ms = crate::heap().config().live_ms;
-        (*h).len.store(0, Ordering::Relaxed);
-        (*h).seq.fetch_add(1, Ordering::Release);
-        Some(p.cast())
-    }
-}
-
-/// Writes the body under the sequence count.
-///
-/// # Safety
-/// `seg` is our mapping of [`SEGMENT_BYTES`]; the caller is its only writer.
-unsafe fn publish_body(seg: *mut u8, now_ns: u64) {
-    // SAFETY: the caller's contract: the header lies at the start of our mapping.
-    let h = unsafe { &*(seg as *const Header) };
-    let req = h.request.load(Ordering::Relaxed);
-    let s = h.seq.load(Ordering::Relaxed);
-    h.seq.store(s | 1, Ordering::Relaxed);
-    fence(Ordering::Release);
-    // SAFETY: the body is the rest of the mapping, written only by us (`busy`).
-    let body = unsafe {
-        std::slice::from_raw_parts_mut(seg.add(HEADER_BYTES), SEGMENT_BYTES - HEADER_BYTES)
-    };
-    let mut c = Cursor::new(body);
-    let _ = write_body(&mut c, now_ns);
-    h.len.store(c.len as u64, Ordering::Relaxed);
-    h.published_unix_ns.store(unix_ns(), Ordering::Relaxed);
-    h.publishes.fetch_add(1, Ordering::Relaxed);
-    h.seq.store((s | 1) + 1, Ordering::Release);
-    WRITER.served.store(req, Ordering::Relaxed);
-}
-
-fn unix_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// A name as one field: whitespace becomes `_`.
-struct Field<'a>(&'a str);
-
-impl fmt::Display for Field<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            return f.write_char('-');
-        }
-        for ch in self.0.chars() {
-            f.write_char(if ch.is_whitespace() { '_' } else { ch })?;
-        }
-        Ok(())
-    }
-}
-
-/// The body (see [`Snapshot::parse`] for the records). Never allocates.
-fn write_body(w: &mut Cursor<'_>, now_ns: u64) -> fmt::Result {
-    use kmem_core::vmstat::{VmEvent, ZoneStat};
-    let heap = crate::heap();
-    let kmem = heap.kmem();
-    let pa = heap.page_allocator();
-    writeln!(w, "kmem-live {VERSION}")?;
-    writeln!(w, "pid {}", pid())?;
-    let mut comm = [0u8; 64];
-    let comm = crate::platform::linux::read_small_file(c"/proc/self/comm", &mut comm)
-        .and_then(|b| std::str::from_utf8(b).ok())
-        .unwrap_or("?")
-        .trim();
-    writeln!(w, "comm {}", Field(comm))?;
-    use crate::config::PerCpuMode;
-    let mode = match heap.percpu_mode() {
-        PerCpuMode::Thread => "thread",
-        PerCpuMode::Cpu => "cpu",
-        PerCpuMode::CpuCas => "cpu-cas",
-        PerCpuMode::CpuRseq => "cpu-rseq",
-        PerCpuMode::CpuLock => "cpu-lock",
-    };
-    writeln!(w, "mode {mode}")?;
-    writeln!(
-        w,
-        "slub {}",
-        match kmem.slub_design() {
-            kmem_core::slab::SlubDesign::Sheaves => "sheaves",
-            kmem_core::slab::SlubDesign::CpuSlab => "cpu-slab",
-        }
-    )?;
-    writeln!(w, "interval_ms {}", heap.config().live_ms)?;
-    let c = crate::counters::counters();
-    writeln!(
-        w,
-        "counters {} {} {} {} {} {}",
-        c.allocated, c.active, c.resident, c.mapped, c.metadata, c.retained
-    )?;
-    writeln!(w, "rss {}", crate::platform::linux::rss_bytes())?;
-    let (live, bytes) = heap.huge_totals();
-    writeln!(w, "huge {live} {bytes} {}", heap.huge_cached_bytes())?;
-    for nid in 0..pa.nr_nodes() {
-        let z = pa.zone(nid);
-        writeln!(
-            w,
-            "zone {nid} {} {} {} {} {}",
-            Field(z.name()),
-            pa.zone_page_state_snapshot(nid, ZoneStat::NrFreePages)
-                .max(0),
-            z.managed_pages(),
-            pa.nr_pcp_pages(nid),
-            pa.zone_page_state_snapshot(nid, ZoneStat::NrFreeReported)
-                .max(0)
-        )?;
-        write!(w, "buddy {nid}")?;
-        for n in pa.free_area_counts(nid) {
-            write!(w, " {n}")?;
-        }
-        writeln!(w)?;
-    }
-    for i in ZoneStat::ALL {
-        let v: isize = (0..pa.nr_nodes())
-            .map(|n| pa.zone_page_state_snapshot(n, i))
-            .sum();
-        writeln!(w, "vm {} {v}", i.name())?;
-    }
-    for e in VmEvent::ALL {
-        writeln!(w, "vm {} {}", e.name(), pa.event(e))?;
-    }
-    let slub = kmem.slub();
-    let mut result = Ok(());
-    kmem.caches().for_each(|s| {
-        if result.is_err() {
-            return;
-        }
-        let r = slub.slab_row(s);
-        result = writeln!(
-            w,
-            "cache {} {} {} {} {} {} {}",
-            Field(s.name()),
-            r.active_objs,
-            r.num_objs,
-            r.objsize,
-            r.objperslab,
-            r.pagesperslab,
-            r.num_slabs
-        );
-    });
-    result?;
-    // Sites, for caches with tracks. SAFETY of the slots: only the `busy` holder
-    // (our caller) uses them.
-    // SAFETY: see the line above.
-    let slots = unsafe { &mut *WRITER.sites.get() };
-    kmem.caches().for_each(|s| {
-        if result.is_err() || !s.config().flags.contains(kmem_core::SlabFlags::STORE_USER) {
-            return;
-        }
-        for which in [Calls::Alloc, Calls::Free] {
-            let mut t = LocationTable::new(&mut slots[..]);
-            slub.for_each_tracked(s, &mut |o| t.add(o, which, now_ns));
-            let kind = match which {
-                Calls::Alloc => "alloc",
-                Calls::Free => "free",
-            };
-            for l in t.iter() {
-                if result.is_ok() {
-                    result = write_site(w, kind, s.name(), l);
-                }
-            }
-            if t.dropped > 0 && result.is_ok() {
-                result = writeln!(w, "dropped {kind} {} {}", Field(s.name()), t.dropped);
-            }
-        }
-    });
-    result?;
-    writeln!(w, "end")
-}
-
-fn write_site(w: &mut Cursor<'_>, kind: &str, cache: &str, l: &Location) -> fmt::Result {
-    write!(
-        w,
-        "site {kind} {} {:x} {} {} {} {} {} {} {} {} {} {:x} ",
-        Field(cache),
-        l.addr,
-        l.count,
-        l.size_sum,
-        l.size_min,
-        l.size_max,
-        l.age_min_ms,
-        l.age_sum_ms,
-        l.age_max_ms,
-        l.pid_min,
-        l.pid_max,
-        l.cpus
-    )?;
-    for (i, f) in l.stack.iter().enumerate() {
-        write!(w, "{}{f:x}", if i == 0 { "" } else { "," })?;
-    }
-    writeln!(w)
-}
-
-/// A `fmt::Write` over a byte buffer that stops at the end (no allocation).
-struct Cursor<'a> {
-    buf: &'a mut [u8],
-    len: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn new(buf: &'a mut [u8]) -> Self {
-        Cursor { buf, len: 0 }
-    }
-}
-
-impl fmt::Write for Cursor<'_> {
-    fn write_str(&mut self, s: &str) -> fmt::Result {
-        let b = s.as_bytes();
-        if self.len + b.len() > self.buf.len() {
-            return Err(fmt::Error);
-        }
-        self.buf[self.len..self.len + b.len()].copy_from_slice(b);
-        self.len += b.len();
-        Ok(())
-    }
-}
-
+pub use crate::heap::live::{DIR, SEGMENT_BYTES};
+use crate::sites::{Calls, Location};
+use std::sync::atomic::{fence, Ordering};
 // ---------------------------------------------------------------------------
 // Reading (another process, or this one): allocates freely.
 
@@ -557,7 +117,7 @@ pub struct Snapshot {
     /// How many times the process has published.
     pub publishes: u64,
     /// `kmem::stats::counters()`.
-    pub counters: crate::counters::Counters,
+    pub counters: crate::stats::Counters,
     /// Resident memory of the process (bytes).
     pub rss_bytes: u64,
     /// Live huge mappings.
@@ -613,7 +173,7 @@ impl Snapshot {
                 "slub" => s.slub = text(1),
                 "interval_ms" => s.interval_ms = num(1)?,
                 "counters" => {
-                    s.counters = crate::counters::Counters {
+                    s.counters = crate::stats::Counters {
                         allocated: num(1)? as usize,
                         active: num(2)? as usize,
                         resident: num(3)? as usize,
@@ -982,14 +542,14 @@ mod tests {
             .map(|_| h.kmalloc(100, crate::Gfp::KERNEL).unwrap())
             .collect();
         publish();
-        let s = read(pid()).expect("own live view");
-        assert_eq!(s.pid, pid());
+        let s = read(std::process::id()).expect("own live view");
+        assert_eq!(s.pid, std::process::id());
         let c = s.cache("kmalloc-112").expect("kmalloc-112 row");
         assert!(c.active_objs >= 1000, "{c:?}");
         assert!(s.counters.allocated > 0 && s.rss_bytes > 0);
         assert!(!s.zones.is_empty() && !s.zones[0].buddyinfo.is_empty());
         let mine = processes();
-        assert!(mine.iter().any(|p| p.pid == pid()), "{mine:?}");
+        assert!(mine.iter().any(|p| p.pid == std::process::id()), "{mine:?}");
         for p in v {
             // SAFETY: allocated above, freed once.
             unsafe { h.kfree(p.as_ptr()) };

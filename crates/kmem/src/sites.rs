@@ -5,9 +5,9 @@
 //! asked for, the ages, and the pids and CPU areas involved.
 //!
 //! [`LocationTable`] aggregates without allocating (its slots are given to it), so the
-//! live view (`live`) fills one while publishing from inside the allocator; the data API
-//! ([`locations`], also `Heap::alloc_calls` / `Heap::free_calls`) and the reports
-//! allocate their tables first, then walk, then sort.
+//! live view fills one while publishing from inside the allocator; the data API
+//! (`Heap::alloc_calls` / `Heap::free_calls`) and the reports allocate their tables
+//! first, then walk, then sort.
 //!
 //! Locking: none of its own. The walk (`Slub::for_each_tracked`) holds one cache
 //! node's list locks at a time while the table is filled.
@@ -22,7 +22,7 @@ pub enum Calls {
     /// Where the objects in use were allocated (`alloc_calls`).
     Alloc,
     /// Where the slots of the objects in use were last freed (`free_calls`: a
-    /// previous life of the slot; "<not-available>" for a slot never freed).
+    /// previous life of the slot; `<not-available>` for a slot never freed).
     Free,
 }
 
@@ -278,60 +278,4 @@ pub struct CacheLocations {
     pub locations: Vec<Location>,
     /// Objects of sites beyond the table's room (not listed).
     pub dropped: u64,
-}
-
-/// Slots per cache walk of [`locations`].
-const DATA_SLOTS: usize = 4096;
-/// Most caches and sites [`locations`] returns (its buffers are allocated before the
-/// walk, which runs under the cache list lock and must not allocate).
-const DATA_CACHES: usize = 1024;
-const DATA_SITES: usize = 16384;
-
-/// `alloc_calls` / `free_calls` of every tracking cache of the process heap (or only
-/// of the cache named `cache`), most objects first. Caches without tracks are left
-/// out (the kernel has no such file for them).
-pub fn locations(which: Calls, cache: Option<&str>) -> Vec<CacheLocations> {
-    let h = crate::heap();
-    let kmem = h.kmem();
-    let slub = kmem.slub();
-    let now = kmem_core::Platform::now_ns(h.page_allocator().platform());
-    let mut slots = vec![Location::default(); DATA_SLOTS];
-    let mut names: Vec<(kmem_core::slab::SlabRow, u64)> = Vec::with_capacity(DATA_CACHES);
-    let mut sites: Vec<(usize, Location)> = Vec::with_capacity(DATA_SITES);
-    kmem.caches().for_each(|s| {
-        if !s.config().flags.contains(kmem_core::SlabFlags::STORE_USER)
-            || cache.is_some_and(|c| c != s.name())
-            || names.len() == names.capacity()
-        {
-            return;
-        }
-        let mut t = LocationTable::new(&mut slots);
-        slub.for_each_tracked(s, &mut |o| t.add(o, which, now));
-        let mut dropped = t.dropped;
-        for l in t.iter() {
-            if sites.len() < sites.capacity() {
-                sites.push((names.len(), *l));
-            } else {
-                dropped += l.count;
-            }
-        }
-        let row = kmem_core::slab::SlabRow::new(s.name(), 0, 0, 0, 0, 0, 0);
-        names.push((row, dropped));
-    });
-    let mut out: Vec<CacheLocations> = names
-        .iter()
-        .map(|(row, dropped)| CacheLocations {
-            cache: row.name().to_string(),
-            locations: Vec::new(),
-            dropped: *dropped,
-        })
-        .collect();
-    for (i, l) in sites {
-        out[i].locations.push(l);
-    }
-    for c in &mut out {
-        c.locations
-            .sort_by_key(|l| (std::cmp::Reverse(l.count), l.addr));
-    }
-    out
 }

@@ -13,7 +13,7 @@
 //! [`metadata`], [`retained`], or all six at once with [`counters`] (defined in
 //! `counters.rs`).
 
-pub use crate::counters::{
+pub use crate::heap::counters::{
     active, allocated, counters, mapped, metadata, resident, retained, Counters,
 };
 

@@ -38,6 +38,7 @@ fn child() {
             .map_or(0, |c| c.objperslab)
     );
     std::io::stdout().flush().unwrap();
+    std::hint::black_box(&held);
     if std::env::var_os("KMEM_TEST_LIVE_EXIT").is_some() {
         return;
     }
@@ -47,10 +48,10 @@ fn child() {
         drop(std::hint::black_box(churn));
         std::thread::sleep(Duration::from_millis(1));
     }
-    #[allow(unreachable_code)]
-    drop(held);
 }
 
+// The caller waits for (or kills) the child it gets back.
+#[allow(clippy::zombie_processes)]
 fn spawn(exit: bool) -> (std::process::Child, Vec<u64>, impl BufRead) {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args(["--exact", "live_view_from_another_process", "--nocapture"])

@@ -79,7 +79,7 @@ pub struct Problem {
     pub slab: usize,
 }
 
-enum Track2 {
+pub(super) enum Track2 {
     Alloc = 0,
     Free = 1,
 }
@@ -218,7 +218,7 @@ impl<P: Platform> Slub<'_, P> {
         unsafe { ptr::write_unaligned(at as *mut Track, t) };
     }
 
-    fn get_track(&self, cfg: &CacheConfig, obj: usize, which: Track2) -> Option<Track> {
+    pub(super) fn get_track(&self, cfg: &CacheConfig, obj: usize, which: Track2) -> Option<Track> {
         if !cfg.flags.contains(SlabFlags::STORE_USER) {
             return None;
         }
@@ -255,7 +255,7 @@ impl<P: Platform> Slub<'_, P> {
     }
 
     /// Whether `p` is a freelist value of this slab: its end token or an object.
-    fn valid_link(&self, cfg: &CacheConfig, base: usize, p: usize) -> bool {
+    pub(super) fn valid_link(&self, cfg: &CacheConfig, base: usize, p: usize) -> bool {
         if p == base | 1 {
             return true;
         }
@@ -821,8 +821,7 @@ pub(crate) unsafe fn init_on_free(s: &CacheConfig, obj: usize) {
     }
 }
 
-mod locations;
-pub use locations::TrackedObject;
+pub use super::locations::TrackedObject;
 
 #[cfg(test)]
 mod tests;

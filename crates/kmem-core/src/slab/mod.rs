@@ -93,6 +93,7 @@ pub mod debug;
 mod free;
 mod freelist;
 mod layout;
+mod locations;
 mod lockless;
 mod new_slab;
 mod partial;

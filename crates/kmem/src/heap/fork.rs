@@ -50,5 +50,5 @@ extern "C" fn fork_parent() {
 /// After `fork`, in the child: release (see the module doc for the areas).
 extern "C" fn fork_child() {
     fork_parent();
-    crate::live::after_fork_child();
+    super::live::after_fork_child();
 }

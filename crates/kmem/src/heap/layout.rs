@@ -181,7 +181,7 @@ impl Heap {
     }
 
     fn huge_alloc(&self, size: usize, align: usize, zero: bool) -> *mut u8 {
-        crate::live::tick(kmem_core::Platform::now_ns(self.kmem.pages.platform()));
+        super::live::tick(kmem_core::Platform::now_ns(self.kmem.pages.platform()));
         // KMEM_MAX bounds the whole heap: the buddy allocator's memory and these.
         let max = self.config().max_bytes;
         if max != 0 {

@@ -13,7 +13,11 @@
 //!   family, `kmem_cache_*`);
 //! - `layout`: allocation by [`std::alloc::Layout`] (kmalloc, page blocks or huge
 //!   mappings), the body of [`crate::KmemAlloc`];
-//! - `report`: text reports, `validate`, the `KMEM_STATS` exit report;
+//! - `report`: text reports, `validate`, the `KMEM_STATS` exit report, allocation
+//!   sites as data;
+//! - `counters`: the cheap statistics (`kmem::stats::counters()` and its parts);
+//! - `live`: publishing the live view (`kmem top`'s data; the reader is `crate::live`);
+//! - `leaks`: the leak scan (kmemleak), public as `kmem::leaks`;
 //! - `fork`: the `pthread_atfork` handlers;
 //! - `platform`: [`HeapPlatform`], kmem-core's platform for the heap (the OS primitives
 //!   plus the heap's slab flags, rseq take, yield and huge-mapping aging).
@@ -33,10 +37,13 @@
 //! order its crate docs number them; fork's prepare handler takes them all in that
 //! order.
 
+pub(crate) mod counters;
 mod cpu;
 mod fork;
 mod kmalloc;
 mod layout;
+pub mod leaks;
+pub(crate) mod live;
 mod pages;
 mod percpu;
 mod platform;
@@ -247,10 +254,10 @@ impl Heap {
         }
         if env.leaks {
             // Registered after the validation: runs before it (atexit is LIFO).
-            os::at_exit(crate::leaks::leaks_at_exit);
+            os::at_exit(leaks::leaks_at_exit);
         }
         fork::register();
-        crate::live::start(env.live_ms);
+        live::start(env.live_ms);
     }
 
     /// The configuration read from the environment at initialisation.

@@ -72,7 +72,7 @@ impl Platform for HeapPlatform {
     fn reporting_pass(&self, now_ns: u64) {
         let decay = HEAP.config().decay_ms.saturating_mul(1_000_000);
         HEAP.huge.age(now_ns, decay);
-        crate::live::tick(now_ns);
+        super::live::tick(now_ns);
     }
 
     /// Between reporting passes too: a program that freed its huge blocks and goes on
@@ -82,7 +82,7 @@ impl Platform for HeapPlatform {
         if HEAP.huge.cached_bytes() != 0 {
             self.reporting_pass(now);
         }
-        crate::live::tick(now);
+        super::live::tick(now);
     }
 
     fn random_u64(&self) -> u64 {

@@ -30,18 +30,18 @@ impl Heap {
     /// with slub_debug tracks (`KMEM_DEBUG=U`), or of the cache named, grouped by the
     /// site that allocated them (see [`crate::sites`]).
     pub fn alloc_calls(&self, cache: Option<&str>) -> Vec<crate::sites::CacheLocations> {
-        crate::sites::locations(crate::sites::Calls::Alloc, cache)
+        locations(crate::sites::Calls::Alloc, cache)
     }
 
     /// `free_calls`: the same objects grouped by where their slots were last freed.
     pub fn free_calls(&self, cache: Option<&str>) -> Vec<crate::sites::CacheLocations> {
-        crate::sites::locations(crate::sites::Calls::Free, cache)
+        locations(crate::sites::Calls::Free, cache)
     }
 
     /// A leak scan now (kmemleak; see [`crate::leaks`]): the tracked objects in use
     /// that nothing points to, by allocation site.
-    pub fn leaks(&self) -> crate::leaks::LeakReport {
-        crate::leaks::scan()
+    pub fn leaks(&self) -> super::leaks::LeakReport {
+        super::leaks::scan()
     }
 
     /// Writes the exit report (slabinfo, buddyinfo, vmstat, memory cgroups) to `w`, without
@@ -135,7 +135,7 @@ pub(super) extern "C" fn validate_at_exit() {
 /// The exit report's allocation sites: every tracking cache's `alloc_calls`
 /// (symbolised), after a blank line; nothing when no cache keeps tracks. Allocates.
 fn write_alloc_calls(w: &mut dyn fmt::Write) -> fmt::Result {
-    let caches = crate::sites::locations(crate::sites::Calls::Alloc, None);
+    let caches = locations(crate::sites::Calls::Alloc, None);
     if caches.iter().all(|c| c.locations.is_empty()) {
         return Ok(());
     }
@@ -181,4 +181,63 @@ pub(super) extern "C" fn stats_at_exit() {
     if fd != 2 {
         os::close_fd(fd);
     }
+}
+
+/// Slots per cache walk of [`locations`].
+const DATA_SLOTS: usize = 4096;
+/// Most caches and sites [`locations`] returns (its buffers are allocated before the
+/// walk, which runs under the cache list lock and must not allocate).
+const DATA_CACHES: usize = 1024;
+const DATA_SITES: usize = 16384;
+
+/// `alloc_calls` / `free_calls` of every tracking cache of the process heap (or only
+/// of the cache named `cache`), most objects first. Caches without tracks are left
+/// out (the kernel has no such file for them).
+pub(crate) fn locations(
+    which: crate::sites::Calls,
+    cache: Option<&str>,
+) -> Vec<crate::sites::CacheLocations> {
+    let h = &HEAP;
+    let kmem = h.kmem();
+    let slub = kmem.slub();
+    let now = kmem_core::Platform::now_ns(h.page_allocator().platform());
+    let mut slots = vec![crate::sites::Location::default(); DATA_SLOTS];
+    let mut names: Vec<(kmem_core::slab::SlabRow, u64)> = Vec::with_capacity(DATA_CACHES);
+    let mut sites: Vec<(usize, crate::sites::Location)> = Vec::with_capacity(DATA_SITES);
+    kmem.caches().for_each(|s| {
+        if !s.config().flags.contains(kmem_core::SlabFlags::STORE_USER)
+            || cache.is_some_and(|c| c != s.name())
+            || names.len() == names.capacity()
+        {
+            return;
+        }
+        let mut t = crate::sites::LocationTable::new(&mut slots);
+        slub.for_each_tracked(s, &mut |o| t.add(o, which, now));
+        let mut dropped = t.dropped;
+        for l in t.iter() {
+            if sites.len() < sites.capacity() {
+                sites.push((names.len(), *l));
+            } else {
+                dropped += l.count;
+            }
+        }
+        let row = kmem_core::slab::SlabRow::new(s.name(), 0, 0, 0, 0, 0, 0);
+        names.push((row, dropped));
+    });
+    let mut out: Vec<crate::sites::CacheLocations> = names
+        .iter()
+        .map(|(row, dropped)| crate::sites::CacheLocations {
+            cache: row.name().to_string(),
+            locations: Vec::new(),
+            dropped: *dropped,
+        })
+        .collect();
+    for (i, l) in sites {
+        out[i].locations.push(l);
+    }
+    for c in &mut out {
+        c.locations
+            .sort_by_key(|l| (std::cmp::Reverse(l.count), l.addr));
+    }
+    out
 }

@@ -30,7 +30,7 @@
 //! Each figure is exact when nothing allocates or frees meanwhile; under concurrent
 //! use it is a sum of values read at slightly different moments.
 
-use crate::heap::heap;
+use super::heap;
 use kmem_core::page::{MEMMAP_PAGES, SECTION_SIZE};
 use kmem_core::percpu::CPU_AREA_SIZE;
 use kmem_core::vmstat::ZoneStat;

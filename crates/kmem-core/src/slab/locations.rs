@@ -9,7 +9,7 @@
 //! A debug cache keeps every slab on those two lists (it never has CPU slabs or
 //! sheaves), so the walk sees every object.
 
-use super::{Track, Track2, TRACK_SIZE};
+use super::debug::{Track, Track2, TRACK_SIZE};
 use crate::platform::Platform;
 use crate::slab::{get_freepointer, KmemCache, Slab, SlabFlags, Slub};
 use crate::sync::Ordering::Relaxed;

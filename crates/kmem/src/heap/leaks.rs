@@ -272,7 +272,7 @@ const SITE_SLOTS: usize = 8192;
 
 /// Scans the process heap for unreferenced tracked objects (see the module doc).
 pub fn scan() -> LeakReport {
-    let h = crate::heap();
+    let h = super::heap();
     let kmem = h.kmem();
     let slub = kmem.slub();
     let pa = h.page_allocator();
@@ -446,7 +446,7 @@ impl Scanner<'_> {
 
 /// The span's roots: each online section's memmap and its allocated blocks that are
 /// not slabs of tracked caches.
-fn scan_span(h: &crate::Heap, sc: &mut Scanner<'_>) {
+fn scan_span(h: &super::Heap, sc: &mut Scanner<'_>) {
     let pa = h.page_allocator();
     let slub = h.kmem().slub();
     let (base, len) = pa.span();
