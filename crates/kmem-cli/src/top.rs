@@ -53,9 +53,9 @@ fn run(o: &TopOptions) -> Result<(), String> {
     let Some(pid) = o.pid else {
         return list(o.json);
     };
-    let wait = Duration::from_millis(300);
-    let fetch = || {
-        live::refresh(pid, wait).map_err(|e| {
+    let fetch = |sites: bool| {
+        let wait = Duration::from_millis(if sites { 1000 } else { 300 });
+        live::refresh(pid, wait, sites).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 format!("no live view for pid {pid} (not running on kmem, KMEM_LIVE=off, or gone)")
             } else {
@@ -64,7 +64,7 @@ fn run(o: &TopOptions) -> Result<(), String> {
         })
     };
     if let Some(cache) = &o.sites {
-        let s = fetch()?;
+        let s = fetch(true)?;
         let which = if o.free { Calls::Free } else { Calls::Alloc };
         let cache = (!cache.is_empty()).then_some(cache.as_str());
         let text = sites_text(&s, which, cache, o.json)?;
@@ -72,7 +72,7 @@ fn run(o: &TopOptions) -> Result<(), String> {
         return Ok(());
     }
     if o.json {
-        let s = fetch()?;
+        let s = fetch(false)?;
         println!(
             "{}",
             serde_json::to_string_pretty(&s).map_err(|e| e.to_string())?
@@ -80,12 +80,12 @@ fn run(o: &TopOptions) -> Result<(), String> {
         return Ok(());
     }
     if o.once {
-        print!("{}", screen(&fetch()?, o.limit));
+        print!("{}", screen(&fetch(false)?, o.limit));
         return Ok(());
     }
     let delay = Duration::from_secs_f64(o.delay.max(0.1));
     loop {
-        let s = match fetch() {
+        let s = match fetch(false) {
             Ok(s) => s,
             Err(e) if live::segment_file(pid).exists() => return Err(e),
             Err(_) => {
@@ -254,17 +254,11 @@ pub fn screen(s: &Snapshot, limit: usize) -> String {
             c.name
         );
     }
-    if !s.sites.is_empty() {
+    if s.tracking > 0 {
         let _ = writeln!(
             w,
-            "\n {} allocation sites tracked (KMEM_DEBUG=U): kmem top {} --sites",
-            s.sites
-                .iter()
-                .filter(|x| x.calls == Calls::Alloc)
-                .map(|x| x.location.addr)
-                .collect::<std::collections::BTreeSet<_>>()
-                .len(),
-            s.pid
+            "\n {} caches keep allocation tracks (KMEM_DEBUG=U): kmem top {} --sites",
+            s.tracking, s.pid
         );
     }
     w
@@ -298,6 +292,12 @@ fn sites_text(
             .entry(site.location.addr)
             .and_modify(|l| l.merge(&site.location))
             .or_insert(site.location);
+    }
+    if s.sites_published_unix_ns == 0 && s.tracking > 0 {
+        return Err(format!(
+            "pid {}: no allocation sites published yet (a process publishes from its allocation slow paths: it may be idle)",
+            s.pid
+        ));
     }
     if !any_cache {
         return Err(match cache {
@@ -345,7 +345,7 @@ fn sites_text(
     let mut w = String::new();
     let _ = writeln!(
         w,
-        "{} of pid {} ({}), {}; published {} ms ago",
+        "{} of pid {} ({}), {}; walked {} ms ago",
         match which {
             Calls::Alloc => "alloc_calls",
             Calls::Free => "free_calls",
@@ -353,7 +353,7 @@ fn sites_text(
         s.pid,
         s.comm,
         cache.map_or("all tracking caches".to_string(), |c| format!("cache {c}")),
-        s.age_ms()
+        s.sites_age_ms().unwrap_or(0)
     );
     for l in &rows {
         let _ = l.write(&mut w, &mut |a, w| w.write_str(&name(a)));

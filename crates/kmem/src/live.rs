@@ -4,23 +4,28 @@
 //! ## The segment
 //! Each process on kmem keeps a file in shared memory, `/dev/shm/kmem.PID`, mode 0600
 //! (only its user, or root, can read it), mapped shared by the process. It holds a
-//! binary header (4 KiB), then a text body: one record per line, `key fields…`
-//! (the format is [`Snapshot::parse`]'s). The file is sparse: only the pages written
-//! take memory.
+//! binary header (4 KiB), then two text regions, one record per line, `key fields…`
+//! (the format is [`Snapshot::parse`]'s): the main text (caches, pages, counters) up to
+//! the middle of the file, the allocation sites in the second half. The file is
+//! sparse: only the pages written take memory.
 //!
 //! ## Publishing
-//! The heap publishes from its slow paths: the slab layer's housekeeping tick (every
-//! 16th slow path of a CPU area, debug caches included) calls the writer (`heap/live.rs`), which publishes
-//! when `KMEM_LIVE` milliseconds have passed since the last time or a reader asked
-//! (`request` in the header). So the fast paths do nothing for the view, and a
-//! process that stops allocating shows its last state, with its time. Publishing
-//! walks the caches (slabinfo's figures, under each cache's node locks, one at a
-//! time), reads the page allocator's counters, `/proc/self/statm`, and, for caches
-//! with slub_debug tracks, aggregates allocation sites into a fixed table: it never
-//! allocates. One thread publishes at a time (`busy`); others skip.
+//! The heap publishes from its slow paths (the writer is `heap/live.rs`): the slab
+//! layer's housekeeping tick (every 16th slow path of a CPU area, debug caches
+//! included), free page reporting passes and huge allocations. The main text is
+//! rewritten when `KMEM_LIVE` milliseconds have passed since the last time or a reader
+//! asked (`request` in the header); it walks the caches (slabinfo's figures, under each
+//! cache's node locks, one at a time) and reads the page allocator's counters and
+//! `/proc/self/statm`: about 40 µs with the 67 kmalloc caches. The sites (caches with
+//! slub_debug tracks only) walk every tracked object, so they are rewritten when a
+//! reader asks (`sites_request`) or when the time since the last walk is at least 100
+//! times what it cost (at most 1% of one CPU). Nothing there allocates; one thread
+//! publishes at a time (`busy`, try-only); others skip. So the fast paths do nothing
+//! for the view, and a process that stops allocating shows its last state, with its
+//! age.
 //!
-//! The body is guarded by a sequence count (`seq`: odd while being written), as the
-//! kernel's seqlocks: a reader copies the body and retries if `seq` moved.
+//! Each region is guarded by its own sequence count (`seq`: odd while being written),
+//! as the kernel's seqlocks: a reader copies the text and retries if `seq` moved.
 //!
 //! ## Lifetime
 //! Made when the heap is ready (or, in a child after `fork`, at its first tick: the
@@ -28,14 +33,16 @@
 //! dies without running it leaves a stale file; [`processes`] recognises it (no such
 //! pid, or a pid whose start time differs from the header's) and removes it.
 //!
-//! Locking: `busy` (try-only) serialises writers; nothing else of its own.
+//! Locking: none here (the reader maps the file and copies under the sequence counts).
 
 use crate::heap::live::{
-    publish_now, start_ticks_of, unix_ns, Header, HEADER_BYTES, MAGIC, OFF, VERSION, WRITER,
+    publish_now, start_ticks_of, unix_ns, Header, Region, HEADER_BYTES, MAGIC, OFF, SITES_OFFSET,
+    VERSION, WRITER,
 };
 pub use crate::heap::live::{DIR, SEGMENT_BYTES};
 use crate::sites::{Calls, Location};
 use std::sync::atomic::{fence, Ordering};
+
 // ---------------------------------------------------------------------------
 // Reading (another process, or this one): allocates freely.
 
@@ -132,8 +139,13 @@ pub struct Snapshot {
     pub vmstat: Vec<(String, i64)>,
     /// Every cache.
     pub caches: Vec<LiveCache>,
-    /// Allocation sites of caches with tracks.
+    /// Caches with slub_debug tracks (`KMEM_DEBUG=U`).
+    pub tracking: u64,
+    /// Allocation sites of caches with tracks (walked less often than the rest: see
+    /// `sites_published_unix_ns`).
     pub sites: Vec<LiveSite>,
+    /// When the sites were walked (Unix time, ns; 0: never).
+    pub sites_published_unix_ns: u64,
     /// Site objects left out for lack of room, per cache and kind.
     pub sites_dropped: u64,
 }
@@ -250,6 +262,7 @@ impl Snapshot {
                     });
                 }
                 "dropped" => s.sites_dropped += num(3)?,
+                "tracking" => s.tracking = num(1)?,
                 "end" => ended = true,
                 _ => {}
             }
@@ -258,6 +271,12 @@ impl Snapshot {
             return Err("truncated body (no `end` record)".into());
         }
         Ok(s)
+    }
+
+    /// Milliseconds since the sites were walked (`None`: never).
+    pub fn sites_age_ms(&self) -> Option<u64> {
+        (self.sites_published_unix_ns != 0)
+            .then(|| unix_ns().saturating_sub(self.sites_published_unix_ns) / 1_000_000)
     }
 
     /// Milliseconds since it was published.
@@ -374,27 +393,30 @@ impl Mapped {
         unsafe { &*(self.ptr as *const Header) }
     }
 
-    /// The body, copied under the sequence count, with the header's figures.
-    fn read(&self) -> std::io::Result<(String, u64, u64)> {
-        let h = self.header();
+    /// The text of region `r` (at `from`, at most `cap` bytes), copied under its
+    /// sequence count, with its time and count.
+    fn read(&self, r: &Region, from: usize, cap: usize) -> std::io::Result<(String, u64, u64)> {
+        if from >= self.len {
+            return Ok((String::new(), 0, 0));
+        }
         for _ in 0..1000 {
-            let s1 = h.seq.load(Ordering::Acquire);
+            let s1 = r.seq.load(Ordering::Acquire);
             if s1 & 1 == 1 {
                 std::thread::sleep(std::time::Duration::from_micros(100));
                 continue;
             }
-            let len = (h.len.load(Ordering::Relaxed) as usize).min(self.len - HEADER_BYTES);
+            let len = (r.len.load(Ordering::Relaxed) as usize)
+                .min(cap)
+                .min(self.len - from);
             let mut body = vec![0u8; len];
-            // SAFETY: `len` bytes after the header lie inside the mapping; the
-            // writer may change them meanwhile, which the sequence check catches
-            // (volatile-free byte copy: any bytes are valid u8).
-            unsafe {
-                std::ptr::copy_nonoverlapping(self.ptr.add(HEADER_BYTES), body.as_mut_ptr(), len)
-            };
-            let published = h.published_unix_ns.load(Ordering::Relaxed);
-            let publishes = h.publishes.load(Ordering::Relaxed);
+            // SAFETY: `len` bytes at `from` lie inside the mapping; the writer may
+            // change them meanwhile, which the sequence check catches (any bytes are
+            // valid u8).
+            unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(from), body.as_mut_ptr(), len) };
+            let published = r.published_unix_ns.load(Ordering::Relaxed);
+            let publishes = r.publishes.load(Ordering::Relaxed);
             fence(Ordering::Acquire);
-            if h.seq.load(Ordering::Relaxed) == s1 {
+            if r.seq.load(Ordering::Relaxed) == s1 {
                 let text = String::from_utf8_lossy(&body).into_owned();
                 return Ok((text, published, publishes));
             }
@@ -434,24 +456,39 @@ pub fn read(pid: u32) -> std::io::Result<Snapshot> {
 }
 
 fn snapshot_of(m: &Mapped) -> std::io::Result<Snapshot> {
-    let (text, published, publishes) = m.read()?;
-    let mut s = Snapshot::parse(&text)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let h = m.header();
+    let (text, published, publishes) =
+        m.read(&h.main, HEADER_BYTES, SITES_OFFSET - HEADER_BYTES)?;
+    let bad = |e| std::io::Error::new(std::io::ErrorKind::InvalidData, e);
+    let mut s = Snapshot::parse(&text).map_err(bad)?;
     s.published_unix_ns = published;
     s.publishes = publishes;
+    let (sites, published, publishes) = m.read(&h.sites, SITES_OFFSET, m.len - SITES_OFFSET)?;
+    if publishes > 0 && !sites.is_empty() {
+        let t = Snapshot::parse(&sites).map_err(bad)?;
+        s.sites = t.sites;
+        s.sites_dropped = t.sites_dropped;
+        s.sites_published_unix_ns = published;
+    }
     Ok(s)
 }
 
-/// Asks process `pid` to publish at its next allocation slow path and waits up to
-/// `wait` for it; then returns its snapshot (the fresh one, or the last one if the
-/// process did not allocate meanwhile: see [`Snapshot::age_ms`]).
-pub fn refresh(pid: u32, wait: std::time::Duration) -> std::io::Result<Snapshot> {
+/// Asks process `pid` to publish at its next allocation slow path (with its
+/// allocation sites too if `sites`) and waits up to `wait` for it; then returns its
+/// snapshot (the fresh one, or the last one if the process did not allocate
+/// meanwhile: see [`Snapshot::age_ms`]).
+pub fn refresh(pid: u32, wait: std::time::Duration, sites: bool) -> std::io::Result<Snapshot> {
     let m = Mapped::open(pid)?;
-    let before = m.header().publishes.load(Ordering::Acquire);
+    let h = m.header();
+    let region = if sites { &h.sites } else { &h.main };
+    let before = region.publishes.load(Ordering::Acquire);
     if m.writable {
-        m.header().request.fetch_add(1, Ordering::Relaxed);
+        if sites {
+            h.sites_request.fetch_add(1, Ordering::Relaxed);
+        }
+        h.request.fetch_add(1, Ordering::Relaxed);
         let until = std::time::Instant::now() + wait;
-        while m.header().publishes.load(Ordering::Acquire) == before
+        while region.publishes.load(Ordering::Acquire) == before
             && std::time::Instant::now() < until
         {
             std::thread::sleep(std::time::Duration::from_millis(5));
@@ -528,11 +565,11 @@ mod tests {
 
     #[test]
     fn a_body_without_end_is_truncated() {
-        assert!(Snapshot::parse("kmem-live 1\npid 3\n").is_err());
-        let s = Snapshot::parse("kmem-live 1\npid 3\ncache a 1 2 3 4 5 6\nend\n").unwrap();
+        assert!(Snapshot::parse("kmem-live 2\npid 3\n").is_err());
+        let s = Snapshot::parse("kmem-live 2\npid 3\ncache a 1 2 3 4 5 6\nend\n").unwrap();
         assert_eq!(s.pid, 3);
         assert_eq!(s.cache("a").unwrap().num_slabs, 6);
-        assert!(Snapshot::parse("kmem-live 2\nend\n").is_err());
+        assert!(Snapshot::parse("kmem-live 1\nend\n").is_err());
     }
 
     #[test]

@@ -86,7 +86,7 @@ fn live_view_from_another_process() {
     assert_eq!(mode & 0o777, 0o600, "owner-only segment");
     // A fresh publish (the child keeps allocating, so it answers the request).
     let before = live::read(pid).unwrap().publishes;
-    let s = live::refresh(pid, Duration::from_secs(5)).unwrap();
+    let s = live::refresh(pid, Duration::from_secs(5), false).unwrap();
     assert!(s.publishes > before, "the child published again");
     assert_eq!(s.pid, pid);
     let row = s.cache(CACHE).expect("the cache in the live view");

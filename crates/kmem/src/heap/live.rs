@@ -11,7 +11,7 @@ use std::fmt::{self, Write as _};
 use std::sync::atomic::{fence, AtomicBool, AtomicPtr, AtomicU64, AtomicU8, Ordering};
 
 pub(crate) const MAGIC: [u8; 8] = *b"KMEMLIVE";
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 /// Bytes before the body.
 pub(crate) const HEADER_BYTES: usize = 4096;
 /// Bytes of the segment (a sparse file: only pages written take memory).
@@ -20,6 +20,19 @@ pub const SEGMENT_BYTES: usize = 1 << 20;
 const SITE_SLOTS: usize = 1024;
 /// Where the segments live.
 pub const DIR: &str = "/dev/shm";
+
+/// One text region of the segment, guarded by its own sequence count.
+#[repr(C)]
+pub(crate) struct Region {
+    /// Odd while the text is being written.
+    pub(crate) seq: AtomicU64,
+    /// Text bytes.
+    pub(crate) len: AtomicU64,
+    /// When it was written (CLOCK_REALTIME, ns).
+    pub(crate) published_unix_ns: AtomicU64,
+    /// How many times.
+    pub(crate) publishes: AtomicU64,
+}
 
 /// The segment's binary header.
 #[repr(C)]
@@ -30,17 +43,22 @@ pub(crate) struct Header {
     /// The process's start time (`/proc/PID/stat` field 22): tells a reused pid.
     pub(crate) start_ticks: u64,
     pub(crate) interval_ms: u64,
-    /// Odd while the body is being written.
-    pub(crate) seq: AtomicU64,
-    /// Body bytes.
-    pub(crate) len: AtomicU64,
-    /// When the body was written (CLOCK_REALTIME, ns).
-    pub(crate) published_unix_ns: AtomicU64,
-    /// How many times.
-    pub(crate) publishes: AtomicU64,
     /// Readers add 1 to ask for a publish at the next tick.
     pub(crate) request: AtomicU64,
+    /// Readers add 1 to ask for the allocation sites too.
+    pub(crate) sites_request: AtomicU64,
+    /// The main text (caches, pages, counters), at [`HEADER_BYTES`].
+    pub(crate) main: Region,
+    /// The allocation sites, at [`SITES_OFFSET`]: rewritten only when walked (see
+    /// [`publish_now`]), so they stay readable between walks.
+    pub(crate) sites: Region,
 }
+
+/// Where the sites region starts (the main text ends there).
+pub(crate) const SITES_OFFSET: usize = SEGMENT_BYTES / 2;
+/// A sites walk costs at most this fraction of the time (1/N) between walks, unless
+/// a reader asks.
+const SITES_COST_SHARE: u64 = 100;
 
 pub(crate) const NOT_STARTED: u8 = 0;
 pub(crate) const ACTIVE: u8 = 1;
@@ -52,6 +70,9 @@ pub(crate) struct Writer {
     busy: AtomicBool,
     last_ns: AtomicU64,
     served: AtomicU64,
+    sites_served: AtomicU64,
+    /// No sites walk before this (platform clock, ns) unless asked.
+    sites_next_ns: AtomicU64,
     /// Used only by the thread holding `busy`.
     sites: UnsafeCell<[Location; SITE_SLOTS]>,
 }
@@ -65,6 +86,8 @@ pub(crate) static WRITER: Writer = Writer {
     busy: AtomicBool::new(false),
     last_ns: AtomicU64::new(0),
     served: AtomicU64::new(0),
+    sites_served: AtomicU64::new(0),
+    sites_next_ns: AtomicU64::new(0),
     sites: UnsafeCell::new([Location::EMPTY; SITE_SLOTS]),
 };
 
@@ -152,7 +175,8 @@ pub(crate) fn tick(now_ns: u64) {
         // SAFETY: ACTIVE: `seg` is our mapping (it is never unmapped while ACTIVE
         // but in a single-threaded fork child).
         let h = unsafe { &*(w.seg.load(Ordering::Acquire) as *const Header) };
-        let asked = h.request.load(Ordering::Relaxed) != w.served.load(Ordering::Relaxed);
+        let asked = h.request.load(Ordering::Relaxed) != w.served.load(Ordering::Relaxed)
+            || h.sites_request.load(Ordering::Relaxed) != w.sites_served.load(Ordering::Relaxed);
         if !asked && now_ns.saturating_sub(w.last_ns.load(Ordering::Relaxed)) < interval {
             return;
         }
@@ -180,7 +204,33 @@ pub(crate) fn publish_now() {
         let now = kmem_core::Platform::now_ns(super::heap().page_allocator().platform());
         w.last_ns.store(now, Ordering::Relaxed);
         // SAFETY: ACTIVE: our mapping; we hold `busy`, so we are its only writer.
-        unsafe { publish_body(seg, now) };
+        let h = unsafe { &*(seg as *const Header) };
+        let req = h.request.load(Ordering::Relaxed);
+        // SAFETY: as above; the main region lies between the header and the sites.
+        unsafe { publish_region(seg, &h.main, HEADER_BYTES, SITES_OFFSET, |c| write_body(c)) };
+        w.served.store(req, Ordering::Relaxed);
+        // The sites: when a reader asks, else when the last walk's cost is paid off.
+        let sreq = h.sites_request.load(Ordering::Relaxed);
+        let tracking = super::heap().config().debug.any();
+        if tracking
+            && (sreq != w.sites_served.load(Ordering::Relaxed)
+                || now >= w.sites_next_ns.load(Ordering::Relaxed))
+        {
+            let t0 = std::time::Instant::now();
+            // SAFETY: as above; the sites region is the segment's second half.
+            unsafe {
+                publish_region(seg, &h.sites, SITES_OFFSET, SEGMENT_BYTES, |c| {
+                    write_sites(c, now)
+                })
+            };
+            let cost = t0.elapsed().as_nanos() as u64;
+            let interval = super::heap().config().live_ms.saturating_mul(1_000_000);
+            w.sites_next_ns.store(
+                now + interval.max(cost.saturating_mul(SITES_COST_SHARE)),
+                Ordering::Relaxed,
+            );
+            w.sites_served.store(sreq, Ordering::Relaxed);
+        }
     }
     w.busy.store(false, Ordering::Release);
 }
@@ -224,41 +274,46 @@ fn create() -> Option<*mut u8> {
             return None;
         }
         let h = p as *mut Header;
-        // Mark the body as being written before the identity changes.
-        (*h).seq.fetch_or(1, Ordering::Relaxed);
+        // Mark the texts as being written before the identity changes.
+        (*h).main.seq.fetch_or(1, Ordering::Relaxed);
+        (*h).sites.seq.fetch_or(1, Ordering::Relaxed);
         (*h).magic = MAGIC;
         (*h).version = VERSION;
         (*h).pid = pid();
         (*h).start_ticks = own_start_ticks();
         (*h).interval_ms = super::heap().config().live_ms;
-        (*h).len.store(0, Ordering::Relaxed);
-        (*h).seq.fetch_add(1, Ordering::Release);
+        (*h).main.len.store(0, Ordering::Relaxed);
+        (*h).sites.len.store(0, Ordering::Relaxed);
+        (*h).main.seq.fetch_add(1, Ordering::Release);
+        (*h).sites.seq.fetch_add(1, Ordering::Release);
         Some(p.cast())
     }
 }
 
-/// Writes the body under the sequence count.
+/// Writes `[from, to)` of the segment with `write`, under `r`'s sequence count.
 ///
 /// # Safety
-/// `seg` is our mapping of [`SEGMENT_BYTES`]; the caller is its only writer.
-unsafe fn publish_body(seg: *mut u8, now_ns: u64) {
-    // SAFETY: the caller's contract: the header lies at the start of our mapping.
-    let h = unsafe { &*(seg as *const Header) };
-    let req = h.request.load(Ordering::Relaxed);
-    let s = h.seq.load(Ordering::Relaxed);
-    h.seq.store(s | 1, Ordering::Relaxed);
+/// `seg` is our mapping of [`SEGMENT_BYTES`]; the caller is its only writer
+/// (`busy`); `from..to` is the region `r` describes.
+unsafe fn publish_region(
+    seg: *mut u8,
+    r: &Region,
+    from: usize,
+    to: usize,
+    write: impl FnOnce(&mut Cursor<'_>) -> fmt::Result,
+) {
+    let s = r.seq.load(Ordering::Relaxed);
+    r.seq.store(s | 1, Ordering::Relaxed);
     fence(Ordering::Release);
-    // SAFETY: the body is the rest of the mapping, written only by us (`busy`).
-    let body = unsafe {
-        std::slice::from_raw_parts_mut(seg.add(HEADER_BYTES), SEGMENT_BYTES - HEADER_BYTES)
-    };
+    // SAFETY: the caller's contract: `from..to` is inside our mapping, written only
+    // by us.
+    let body = unsafe { std::slice::from_raw_parts_mut(seg.add(from), to - from) };
     let mut c = Cursor::new(body);
-    let _ = write_body(&mut c, now_ns);
-    h.len.store(c.len as u64, Ordering::Relaxed);
-    h.published_unix_ns.store(unix_ns(), Ordering::Relaxed);
-    h.publishes.fetch_add(1, Ordering::Relaxed);
-    h.seq.store((s | 1) + 1, Ordering::Release);
-    WRITER.served.store(req, Ordering::Relaxed);
+    let _ = write(&mut c);
+    r.len.store(c.len as u64, Ordering::Relaxed);
+    r.published_unix_ns.store(unix_ns(), Ordering::Relaxed);
+    r.publishes.fetch_add(1, Ordering::Relaxed);
+    r.seq.store((s | 1) + 1, Ordering::Release);
 }
 
 pub(crate) fn unix_ns() -> u64 {
@@ -287,7 +342,7 @@ impl fmt::Display for Field<'_> {
 }
 
 /// The body (see `crate::live::Snapshot::parse` for the records). Never allocates.
-fn write_body(w: &mut Cursor<'_>, now_ns: u64) -> fmt::Result {
+fn write_body(w: &mut Cursor<'_>) -> fmt::Result {
     use kmem_core::vmstat::{VmEvent, ZoneStat};
     let heap = super::heap();
     let kmem = heap.kmem();
@@ -375,10 +430,22 @@ fn write_body(w: &mut Cursor<'_>, now_ns: u64) -> fmt::Result {
         );
     });
     result?;
-    // Sites, for caches with tracks. SAFETY of the slots: only the `busy` holder
-    // (our caller) uses them.
-    // SAFETY: see the line above.
+    let mut tracking = 0;
+    kmem.caches().for_each(|s| {
+        tracking += usize::from(s.config().flags.contains(kmem_core::SlabFlags::STORE_USER));
+    });
+    writeln!(w, "tracking {tracking}")?;
+    writeln!(w, "end")
+}
+
+/// The sites region: every tracking cache's `alloc_calls` and `free_calls`, then `end`.
+/// Never allocates.
+fn write_sites(w: &mut Cursor<'_>, now_ns: u64) -> fmt::Result {
+    let kmem = super::heap().kmem();
+    let slub = kmem.slub();
+    // SAFETY: the slots are used only by the `busy` holder: our caller.
     let slots = unsafe { &mut *WRITER.sites.get() };
+    let mut result = Ok(());
     kmem.caches().for_each(|s| {
         if result.is_err() || !s.config().flags.contains(kmem_core::SlabFlags::STORE_USER) {
             return;
