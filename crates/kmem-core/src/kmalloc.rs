@@ -330,7 +330,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         match self.caches.cache(size, gfp) {
             Some(s) => {
                 let p = self.slub().alloc_node(cpu, s, gfp, nid)?;
-                if s.config().flags.contains(SlabFlags::STORE_USER) {
+                if s.config().orig_off != 0 {
                     self.slub().set_orig_size(s, p.as_ptr() as usize, size);
                 }
                 Some(p)
@@ -390,6 +390,11 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
     /// its pages). 0 for a pointer kmalloc did not hand out.
     pub fn ksize(self, p: *const u8) -> usize {
         match self.slub.lookup(p) {
+            // A cache that records requested sizes (slub_debug Z or U) answers with
+            // the request: its slack is red zone, not the caller's.
+            ObjectLookup::Slab(s, _) if s.config().orig_off != 0 => {
+                self.slub.orig_size(s, p as usize)
+            }
             ObjectLookup::Slab(s, _) => s.config().object_size,
             ObjectLookup::Large(head) => {
                 // SAFETY: the head of a live large block.
@@ -455,16 +460,35 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         if p.is_null() {
             return alloc(new_size);
         }
-        let old = self.ksize(p);
-        if old == 0 {
-            // SAFETY: reports the bad pointer; frees nothing.
-            unsafe { self.kfree(cpu, p, acct) };
-            return None;
-        }
-        if new_size <= old {
-            if gfp.contains(Gfp::ZERO) && new_size < old {
-                // SAFETY: the tail of our own allocation.
-                unsafe { ptr::write_bytes(p.add(new_size), 0, old - new_size) };
+        // What the block holds (`cap`) and what the caller asked for last (`old`; less
+        // than `cap` only for a cache that records requested sizes: slub_debug).
+        let (cap, old, slab_cache) = match self.slub.lookup(p) {
+            ObjectLookup::Slab(s, _) => (
+                s.config().object_size,
+                self.slub.orig_size(s, p as usize),
+                Some(s),
+            ),
+            ObjectLookup::Large(head) => {
+                // SAFETY: the head of a live large block.
+                let bytes = PAGE_SIZE << unsafe { head.as_ref() }.order();
+                (bytes, bytes, None)
+            }
+            ObjectLookup::Bad(_) => {
+                // SAFETY: reports the bad pointer; frees nothing.
+                unsafe { self.kfree(cpu, p, acct) };
+                return None;
+            }
+        };
+        if new_size <= cap {
+            // In place (as the kernel's __do_krealloc: while the object holds it).
+            if gfp.contains(Gfp::ZERO) && new_size != old {
+                let (from, to) = (old.min(new_size), old.max(new_size));
+                // SAFETY: inside our own object.
+                unsafe { ptr::write_bytes(p.add(from), 0, to - from) };
+            }
+            if let Some(s) = slab_cache {
+                // The new request (and kmalloc red zone) of a recording cache.
+                self.slub.set_orig_size(s, p as usize, new_size);
             }
             // SAFETY: non-null checked above.
             return Some(unsafe { NonNull::new_unchecked(p) });

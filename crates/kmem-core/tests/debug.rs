@@ -341,3 +341,48 @@ fn debug_objects_keep_their_alignment_and_size() {
     }
     assert_eq!(log(k), "");
 }
+
+/// kmalloc red zoning at the requested size (`orig_size`): the slack between the size
+/// asked for and the class is red zone, so a write there is caught at free and by
+/// `validate`; `ksize` answers with the request; an in-place krealloc moves the zone.
+#[test]
+fn write_into_the_slack_of_the_class_is_caught() {
+    let (k, cpu) = setup();
+    let p = k.kmalloc(Some(cpu), 20, Gfp::KERNEL).unwrap().as_ptr();
+    assert_eq!(k.ksize(p), 20, "ksize is the request under Z");
+    // SAFETY: the bug under test: byte 24 of a 20-byte request (kmalloc-32's slack).
+    unsafe { p.add(24).write(b'X') };
+    // SAFETY: our object (damaged).
+    assert!(
+        !unsafe { k.kfree(Some(cpu), p) },
+        "a damaged object is not freed"
+    );
+    let l = log(k);
+    assert!(
+        l.contains("BUG kmalloc-32 (Not tainted): kmalloc Redzone overwritten"),
+        "{l}"
+    );
+    assert!(l.contains("First byte 0x58 instead of 0xcc"), "{l}");
+    // The bytes asked for are the caller's: no report.
+    let q = k.kmalloc(Some(cpu), 20, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: inside the 20 bytes asked for.
+    unsafe { q.write_bytes(7, 20) };
+    // In place to 30 bytes: the zone now starts at 30.
+    // SAFETY: ours.
+    let r = unsafe { k.krealloc(Some(cpu), q, 30, Gfp::KERNEL) }
+        .unwrap()
+        .as_ptr();
+    assert_eq!((r, k.ksize(r)), (q, 30));
+    // SAFETY: inside the 30 bytes now asked for.
+    unsafe { r.add(29).write(1) };
+    // SAFETY: ours, intact.
+    assert!(unsafe { k.kfree(Some(cpu), r) });
+    assert!(log(k).is_empty(), "valid use reports nothing");
+    // validate sees the slack of a live object.
+    let v = k.kmalloc(Some(cpu), 40, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: the bug under test: byte 44 of a 40-byte request (kmalloc-48).
+    unsafe { v.add(44).write(b'Y') };
+    let mut found = Vec::new();
+    k.validate_all(&mut |p| found.push(p.what));
+    assert!(found.contains(&"kmalloc Redzone overwritten"), "{found:?}");
+}

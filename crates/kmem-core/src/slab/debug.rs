@@ -136,17 +136,58 @@ impl<P: Platform> Slub<'_, P> {
                 POISON_INUSE,
             );
         }
-        if cfg.flags.contains(SlabFlags::STORE_USER) {
+        if cfg.flags.contains(SlabFlags::STORE_USER) || cfg.orig_off != 0 {
             fill(obj + cfg.track_off, self.tracks_len(cfg), 0);
         }
     }
 
+    /// Bytes of metadata after the free pointer: the tracks, then the `orig_size` word.
     fn tracks_len(&self, cfg: &CacheConfig) -> usize {
-        if cfg.flags.contains(SlabFlags::STORE_USER) {
+        let tracks = if cfg.flags.contains(SlabFlags::STORE_USER) {
             2 * TRACK_SIZE
         } else {
             0
+        };
+        if cfg.orig_off != 0 {
+            cfg.orig_off + core::mem::size_of::<usize>() - cfg.track_off
+        } else {
+            tracks
         }
+    }
+
+    /// The size the caller asked for (`get_orig_size`): the `orig_size` word, or the
+    /// object size for caches without one.
+    pub(super) fn get_orig_size(&self, cfg: &CacheConfig, obj: usize) -> usize {
+        if cfg.orig_off == 0 {
+            return cfg.object_size;
+        }
+        // SAFETY: the word lies in the object's slot (layout); unaligned-safe read.
+        let v = unsafe { ptr::read_unaligned((obj + cfg.orig_off) as *const usize) };
+        v.min(cfg.object_size)
+    }
+
+    /// Writes the `orig_size` word (no effect without one).
+    pub(super) fn put_orig_size(&self, cfg: &CacheConfig, obj: usize, size: usize) {
+        if cfg.orig_off != 0 {
+            // SAFETY: as in `get_orig_size`; the object is the caller's.
+            unsafe { ptr::write_unaligned((obj + cfg.orig_off) as *mut usize, size) };
+        }
+    }
+
+    /// An allocated object's kmalloc red zone: the bytes between the size asked for and
+    /// the object size must still hold `RED_ACTIVE`. Else the first wrong byte, and the
+    /// zone.
+    fn check_kmalloc_redzone(
+        &self,
+        cfg: &CacheConfig,
+        obj: usize,
+    ) -> Option<(usize, usize, usize)> {
+        if !cfg.flags.contains(SlabFlags::RED_ZONE) || cfg.orig_off == 0 {
+            return None;
+        }
+        let orig = self.get_orig_size(cfg, obj);
+        let end = obj + cfg.object_size;
+        find_not(obj + orig, cfg.object_size - orig, RED_ACTIVE).map(|bad| (bad, obj + orig, end))
     }
 
     /// Poison and inactive red zones of a free object.
@@ -356,6 +397,7 @@ impl<P: Platform> Slub<'_, P> {
                 fill(obj, cfg.object_size, 0);
             }
             self.set_track(cfg, obj, Track2::Alloc, cpu, &frames);
+            self.put_orig_size(cfg, obj, cfg.object_size);
             if cfg.flags.contains(SlabFlags::TRACE) {
                 self.trace(s, "alloc", obj, new);
             }
@@ -400,6 +442,22 @@ impl<P: Platform> Slub<'_, P> {
                 s,
                 slab,
                 "Redzone overwritten",
+                obj,
+                bad,
+                from,
+                to,
+                RED_ACTIVE,
+            );
+            self.log_fix(s, "Object not freed (quarantined)");
+            return false;
+        }
+        if let Some((bad, from, to)) = self.check_kmalloc_redzone(cfg, obj) {
+            self.set_track(cfg, obj, Track2::Free, cpu, &frames);
+            drop(list);
+            self.report_bytes(
+                s,
+                slab,
+                "kmalloc Redzone overwritten",
                 obj,
                 bad,
                 from,
@@ -479,6 +537,7 @@ impl<P: Platform> Slub<'_, P> {
     /// reporting the same damage again as a red zone mismatch.
     fn quarantine_object(&self, cfg: &CacheConfig, obj: usize) {
         fill_redzones(cfg, obj, RED_ACTIVE);
+        self.put_orig_size(cfg, obj, cfg.object_size);
     }
 
     // -----------------------------------------------------------------------
@@ -744,6 +803,23 @@ impl<P: Platform> Slub<'_, P> {
                     Some((bad, last.unwrap_or(bad), first, zone, from)),
                 );
                 problems += 1;
+            }
+            if !is_free {
+                if let Some((bad, from, to)) = self.check_kmalloc_redzone(cfg, obj) {
+                    let last = (bad..to).rev().find(|&a| {
+                        // SAFETY: inside the slot.
+                        unsafe { (a as *const u8).read() != RED_ACTIVE }
+                    });
+                    // SAFETY: inside the slot.
+                    let first = unsafe { (bad as *const u8).read() };
+                    report(
+                        "kmalloc Redzone overwritten",
+                        obj,
+                        self,
+                        Some((bad, last.unwrap_or(bad), first, RED_ACTIVE, from)),
+                    );
+                    problems += 1;
+                }
             }
             if is_free {
                 if let Some((bad, from, _)) = self.check_poison(cfg, obj) {

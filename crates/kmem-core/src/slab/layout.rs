@@ -81,6 +81,10 @@ pub struct CacheConfig {
     pub rz_end: usize,
     /// Offset of the two tracks (alloc, free) from the object's start (with U).
     pub track_off: usize,
+    /// Debug caches with red zones or tracks: offset from the object of the word that
+    /// holds the size the caller asked for (kmalloc's `orig_size`; the object size for
+    /// `kmem_cache_alloc`), after the tracks; 0: none.
+    pub orig_off: usize,
     /// Freelist hardening: a stored free pointer is `ptr ^ random ^ (swab(address of
     /// the pointer) & harden_mask)` (CONFIG_SLAB_FREELIST_HARDENED); 0 and 0 when off.
     pub random: usize,
@@ -116,6 +120,7 @@ impl CacheConfig {
         red_left: 0,
         rz_end: 0,
         track_off: 0,
+        orig_off: 0,
         random: 0,
         harden_mask: 0,
         access: PerCpuAccess::Owned,
@@ -197,7 +202,7 @@ impl CacheConfig {
             align = align.max(ralign);
         }
         let mut size = object_size.next_multiple_of(word);
-        let (mut red_left, mut rz_end, mut track_off) = (0, 0, 0);
+        let (mut red_left, mut rz_end, mut track_off, mut orig_off) = (0, 0, 0, 0);
         // The free pointer: in the middle of the object (a use-after-free write at
         // the start does not hit it), or after the object when a constructor's
         // contents must survive while the object is free, or when debugging (poison
@@ -216,6 +221,12 @@ impl CacheConfig {
             size = track_off;
             if flags.contains(SlabFlags::STORE_USER) {
                 size += 2 * crate::slab::debug::TRACK_SIZE;
+            }
+            if flags.intersects(SlabFlags::RED_ZONE | SlabFlags::STORE_USER) {
+                // orig_size: red zones start at the requested size, and sites and
+                // leak reports show it.
+                orig_off = size;
+                size += word;
             }
             size += red_left;
             off
@@ -251,6 +262,7 @@ impl CacheConfig {
             red_left,
             rz_end,
             track_off,
+            orig_off,
             ..CacheConfig::EMPTY
         };
         // set_cpu_partial (the kernel's current values): objects a CPU keeps on

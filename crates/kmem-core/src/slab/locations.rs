@@ -117,18 +117,41 @@ impl<P: Platform> Slub<'_, P> {
         }
     }
 
-    /// Records in `obj`'s allocation track that the caller asked for `size` bytes
-    /// (kmalloc's `orig_size`). No effect on a cache without tracks.
+    /// Records that the caller asked for `size` bytes of `obj` (kmalloc's
+    /// `set_orig_size`, also after an in-place krealloc): the `orig_size` word, the
+    /// allocation track's size, and, for a red-zoned cache, the kmalloc red zone
+    /// between `size` and the object size (`RED_ACTIVE`, checked at free and by
+    /// `validate`). No effect on a cache without debug metadata.
     pub fn set_orig_size(&self, s: &KmemCache, obj: usize, size: usize) {
         let cfg = s.config();
-        if !cfg.flags.contains(SlabFlags::STORE_USER) {
+        if cfg.orig_off == 0 {
             return;
         }
-        let at = obj + cfg.track_off + Track2::Alloc as usize * TRACK_SIZE;
-        let field = at + core::mem::offset_of!(Track, size);
-        // SAFETY: the allocation track lies in the object's slot, which the caller
-        // was just handed (no other context writes it); unaligned-safe write.
-        unsafe { ptr::write_unaligned(field as *mut u32, size.min(u32::MAX as usize) as u32) };
+        let size = size.min(cfg.object_size);
+        self.put_orig_size(cfg, obj, size);
+        if cfg.flags.contains(SlabFlags::RED_ZONE) {
+            // SAFETY: the slack lies inside the object, which the caller owns.
+            unsafe {
+                ptr::write_bytes(
+                    (obj + size) as *mut u8,
+                    super::debug::RED_ACTIVE,
+                    cfg.object_size - size,
+                )
+            };
+        }
+        if cfg.flags.contains(SlabFlags::STORE_USER) {
+            let at = obj + cfg.track_off + Track2::Alloc as usize * TRACK_SIZE;
+            let field = at + core::mem::offset_of!(Track, size);
+            // SAFETY: the allocation track lies in the object's slot, which the
+            // caller owns (no other context writes it); unaligned-safe write.
+            unsafe { ptr::write_unaligned(field as *mut u32, size as u32) };
+        }
+    }
+
+    /// The size the caller asked for when it allocated `obj` (its `orig_size`), or the
+    /// object size for a cache that does not record it.
+    pub fn orig_size(&self, s: &KmemCache, obj: usize) -> usize {
+        self.get_orig_size(s.config(), obj)
     }
 }
 

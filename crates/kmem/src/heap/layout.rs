@@ -287,6 +287,8 @@ impl Heap {
                     // Same class, or a shrink that keeps at least half of it: stays
                     // (no copy; it wastes at most half its class).
                     if new_size <= have && new_size >= have / 2 {
+                        // A cache that records requests (slub_debug): the new one.
+                        self.kmem.slub().set_orig_size(s, p as usize, new_size);
                         return p;
                     }
                     want = realloc_target(have, new_size);

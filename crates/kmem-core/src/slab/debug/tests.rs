@@ -48,12 +48,14 @@ fn all(addr: usize, len: usize, value: u8) -> bool {
 #[test]
 fn debug_slot_layout_is_red_zone_object_red_zone_free_pointer_tracks() {
     assert_eq!(TRACK_SIZE, TRACK_FRAMES * WORD + 8 + 4 * 4);
-    // Whole words: [rz 8][object 40][rz 8][fp 8][alloc track][free track], no padding.
+    // Whole words: [rz 8][object 40][rz 8][fp 8][alloc track][free track][orig_size],
+    // no padding.
     let cfg = CacheConfig::calculate("dbg", 40, 8, ZPU, None, 2).unwrap();
     assert!(cfg.is_debug() && cfg.off_fast_paths());
     assert_eq!((cfg.red_left, cfg.rz_end), (WORD, 40 + WORD));
     assert_eq!((cfg.offset, cfg.track_off), (48, 56));
-    assert_eq!(cfg.size, WORD + 56 + 2 * TRACK_SIZE);
+    assert_eq!(cfg.orig_off, 56 + 2 * TRACK_SIZE);
+    assert_eq!(cfg.size, WORD + 56 + 2 * TRACK_SIZE + WORD);
     assert_eq!(cfg.objects, cfg.slab_bytes() / cfg.size);
     // A size that is not whole words: the right red zone covers the rest of the last
     // word and one word more.
@@ -64,13 +66,19 @@ fn debug_slot_layout_is_red_zone_object_red_zone_free_pointer_tracks() {
     let al = CacheConfig::calculate("dbg", 100, 64, ZPU, None, 2).unwrap();
     assert_eq!((al.red_left, al.rz_end, al.offset), (64, 112, 112));
     assert_eq!(al.track_off, 120);
-    assert_eq!(al.size, (64 + 120 + 2 * TRACK_SIZE).next_multiple_of(64));
+    assert_eq!(
+        al.size,
+        (64 + 120 + 2 * TRACK_SIZE + WORD).next_multiple_of(64)
+    );
     assert_eq!(al.size, 320);
-    // Without U there are no tracks; without Z no red zones.
+    // Without U there are no tracks (the orig_size word stays, for the kmalloc red
+    // zone); without Z or U no orig_size word; without Z no red zones.
     let zp = CacheConfig::calculate("dbg", 40, 8, ZPU - SlabFlags::STORE_USER, None, 2).unwrap();
-    assert_eq!((zp.red_left, zp.offset, zp.size), (8, 48, 8 + 56));
+    assert_eq!((zp.red_left, zp.offset, zp.orig_off), (8, 48, 56));
+    assert_eq!(zp.size, 8 + 56 + WORD);
     let p = CacheConfig::calculate("dbg", 40, 8, SlabFlags::POISON, None, 2).unwrap();
     assert_eq!((p.red_left, p.rz_end, p.offset, p.size), (0, 40, 40, 48));
+    assert_eq!(p.orig_off, 0);
     // A constructor keeps the object's contents: no poisoning.
     fn ctor(_: *mut u8) {}
     let c = CacheConfig::calculate("dbg", 40, 8, ZPU, Some(Ctor::plain(ctor)), 2).unwrap();
@@ -84,9 +92,9 @@ fn a_new_debug_object_is_poisoned_with_inactive_red_zones() {
     let slub = env.slub();
     let base = slab_base_of(env, p);
     let tracks = 2 * TRACK_SIZE;
-    let pad = cfg.track_off + tracks;
+    let pad = cfg.track_off + tracks + WORD;
     let pad_len = cfg.size - cfg.red_left - pad;
-    assert_eq!(pad_len, 24);
+    assert_eq!(pad_len, 16);
     for obj in objects(cfg, base).filter(|&o| o != p) {
         assert!(
             all(obj, cfg.object_size - 1, POISON_FREE),
