@@ -207,7 +207,7 @@ pub(crate) fn publish_now() {
         let h = unsafe { &*(seg as *const Header) };
         let req = h.request.load(Ordering::Relaxed);
         // SAFETY: as above; the main region lies between the header and the sites.
-        unsafe { publish_region(seg, &h.main, HEADER_BYTES, SITES_OFFSET, |c| write_body(c)) };
+        unsafe { publish_region(seg, &h.main, HEADER_BYTES, SITES_OFFSET, write_body) };
         w.served.store(req, Ordering::Relaxed);
         // The sites: when a reader asks, else when the last walk's cost is paid off.
         let sreq = h.sites_request.load(Ordering::Relaxed);
