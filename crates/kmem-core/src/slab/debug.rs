@@ -87,7 +87,7 @@ pub(super) enum Track2 {
 /// The first byte in `[addr, addr + len)` that is not `value`.
 /// Compares a word at a time (poison checks of large objects run on every
 /// allocation), then finds the byte within the first word that differs.
-fn find_not(addr: usize, len: usize, value: u8) -> Option<usize> {
+pub(super) fn find_not(addr: usize, len: usize, value: u8) -> Option<usize> {
     const W: usize = core::mem::size_of::<u64>();
     let splat = u64::from_ne_bytes([value; W]);
     let mut i = 0;
@@ -153,41 +153,6 @@ impl<P: Platform> Slub<'_, P> {
         } else {
             tracks
         }
-    }
-
-    /// The size the caller asked for (`get_orig_size`): the `orig_size` word, or the
-    /// object size for caches without one.
-    pub(super) fn get_orig_size(&self, cfg: &CacheConfig, obj: usize) -> usize {
-        if cfg.orig_off == 0 {
-            return cfg.object_size;
-        }
-        // SAFETY: the word lies in the object's slot (layout); unaligned-safe read.
-        let v = unsafe { ptr::read_unaligned((obj + cfg.orig_off) as *const usize) };
-        v.min(cfg.object_size)
-    }
-
-    /// Writes the `orig_size` word (no effect without one).
-    pub(super) fn put_orig_size(&self, cfg: &CacheConfig, obj: usize, size: usize) {
-        if cfg.orig_off != 0 {
-            // SAFETY: as in `get_orig_size`; the object is the caller's.
-            unsafe { ptr::write_unaligned((obj + cfg.orig_off) as *mut usize, size) };
-        }
-    }
-
-    /// An allocated object's kmalloc red zone: the bytes between the size asked for and
-    /// the object size must still hold `RED_ACTIVE`. Else the first wrong byte, and the
-    /// zone.
-    fn check_kmalloc_redzone(
-        &self,
-        cfg: &CacheConfig,
-        obj: usize,
-    ) -> Option<(usize, usize, usize)> {
-        if !cfg.flags.contains(SlabFlags::RED_ZONE) || cfg.orig_off == 0 {
-            return None;
-        }
-        let orig = self.get_orig_size(cfg, obj);
-        let end = obj + cfg.object_size;
-        find_not(obj + orig, cfg.object_size - orig, RED_ACTIVE).map(|bad| (bad, obj + orig, end))
     }
 
     /// Poison and inactive red zones of a free object.

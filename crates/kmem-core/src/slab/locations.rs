@@ -1,17 +1,19 @@
 //! The objects a tracking cache (`SLAB_STORE_USER`, slub_debug's `U`) has handed out,
 //! each with its allocation and free tracks: what the kernel builds
 //! `/sys/kernel/slab/<cache>/alloc_calls` and `free_calls` from (`list_locations`), and
-//! what a leak scan (kmemleak) starts from. Also `set_orig_size`, kmalloc's record of
-//! the size it was asked for.
+//! what a leak scan (kmemleak) starts from. Also `orig_size`, kmalloc's record of the
+//! size it was asked for (a word after the tracks in a cache with red zones or
+//! tracks), and the kmalloc red zone it bounds: the slack between the request and
+//! the object size holds `RED_ACTIVE` while the object is allocated.
 //!
 //! Locking: the walk holds each node's `list_lock`, then its `full` list's lock (as
 //! `validate`), while the callback runs: the callback must not allocate or free.
 //! A debug cache keeps every slab on those two lists (it never has CPU slabs or
 //! sheaves), so the walk sees every object.
 
-use super::debug::{Track, Track2, TRACK_SIZE};
+use super::debug::{find_not, Track, Track2, RED_ACTIVE, TRACK_SIZE};
 use crate::platform::Platform;
-use crate::slab::{get_freepointer, KmemCache, Slab, SlabFlags, Slub};
+use crate::slab::{get_freepointer, CacheConfig, KmemCache, Slab, SlabFlags, Slub};
 use crate::sync::Ordering::Relaxed;
 use core::ptr::{self, NonNull};
 
@@ -117,6 +119,41 @@ impl<P: Platform> Slub<'_, P> {
         }
     }
 
+    /// The size the caller asked for (`get_orig_size`): the `orig_size` word, or the
+    /// object size for caches without one.
+    pub(super) fn get_orig_size(&self, cfg: &CacheConfig, obj: usize) -> usize {
+        if cfg.orig_off == 0 {
+            return cfg.object_size;
+        }
+        // SAFETY: the word lies in the object's slot (layout); unaligned-safe read.
+        let v = unsafe { ptr::read_unaligned((obj + cfg.orig_off) as *const usize) };
+        v.min(cfg.object_size)
+    }
+
+    /// Writes the `orig_size` word (no effect without one).
+    pub(super) fn put_orig_size(&self, cfg: &CacheConfig, obj: usize, size: usize) {
+        if cfg.orig_off != 0 {
+            // SAFETY: as in `get_orig_size`; the object is the caller's.
+            unsafe { ptr::write_unaligned((obj + cfg.orig_off) as *mut usize, size) };
+        }
+    }
+
+    /// An allocated object's kmalloc red zone: the bytes between the size asked for and
+    /// the object size must still hold `RED_ACTIVE`. Else the first wrong byte, and the
+    /// zone.
+    pub(super) fn check_kmalloc_redzone(
+        &self,
+        cfg: &CacheConfig,
+        obj: usize,
+    ) -> Option<(usize, usize, usize)> {
+        if !cfg.flags.contains(SlabFlags::RED_ZONE) || cfg.orig_off == 0 {
+            return None;
+        }
+        let orig = self.get_orig_size(cfg, obj);
+        let end = obj + cfg.object_size;
+        find_not(obj + orig, cfg.object_size - orig, RED_ACTIVE).map(|bad| (bad, obj + orig, end))
+    }
+
     /// Records that the caller asked for `size` bytes of `obj` (kmalloc's
     /// `set_orig_size`, also after an in-place krealloc): the `orig_size` word, the
     /// allocation track's size, and, for a red-zoned cache, the kmalloc red zone
@@ -132,11 +169,7 @@ impl<P: Platform> Slub<'_, P> {
         if cfg.flags.contains(SlabFlags::RED_ZONE) {
             // SAFETY: the slack lies inside the object, which the caller owns.
             unsafe {
-                ptr::write_bytes(
-                    (obj + size) as *mut u8,
-                    super::debug::RED_ACTIVE,
-                    cfg.object_size - size,
-                )
+                ptr::write_bytes((obj + size) as *mut u8, RED_ACTIVE, cfg.object_size - size)
             };
         }
         if cfg.flags.contains(SlabFlags::STORE_USER) {
