@@ -433,3 +433,68 @@ fn leaks_are_reported_by_allocation_site_at_exit() {
     assert!(out.status.success());
     assert!(!text(&out.stderr).contains("kmemleak"));
 }
+
+/// KFENCE with every allocation sampled (`KMEM_KFENCE=all`): an overflow and an
+/// underflow fault on the guard pages, a use after free faults on the freed page, a
+/// double free and a damaged canary are reported at the free — each in KFENCE's
+/// format, then the program stops with SIGABRT.
+#[test]
+fn kfence_catches_out_of_bounds_and_use_after_free() {
+    use std::os::unix::process::ExitStatusExt;
+    let prog = compile("kfence.c");
+    let cases = [
+        (
+            "over",
+            "BUG: KFENCE: out-of-bounds write in main+",
+            "1B right of kfence-#",
+        ),
+        (
+            "under",
+            "BUG: KFENCE: out-of-bounds write in main+",
+            "1B left of kfence-#",
+        ),
+        (
+            "uaf",
+            "BUG: KFENCE: use-after-free write in main+",
+            "freed by task ",
+        ),
+        (
+            "double",
+            "BUG: KFENCE: invalid free in main+",
+            "Invalid free of 0x",
+        ),
+        (
+            "canary",
+            "BUG: KFENCE: memory corruption in main+",
+            "Corrupted memory at 0x",
+        ),
+    ];
+    for (what, bug, detail) in cases {
+        let out = run_with(&prog, &[what], true, &[("KMEM_KFENCE", "all")]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{what}: {err}");
+        assert!(err.contains(bug) && err.contains(detail), "{what}: {err}");
+        assert!(
+            err.contains(", size=32, cache=kmalloc-32\n"),
+            "{what}: {err}"
+        );
+        assert!(err.contains("allocated by task "), "{what}: {err}");
+        assert!(!text(&out.stdout).contains("survived"), "{what}");
+    }
+    // Without KFENCE the same overflow goes unnoticed (what the pool is for).
+    let out = run_with(&prog, &["over"], true, &[("KMEM_KFENCE", "off")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// A program with its own SIGSEGV handler keeps it working: with samples taken (and
+/// kmem's handler installed, chaining to the program's) and without.
+#[test]
+fn programs_with_their_own_sigsegv_handler_still_work() {
+    let prog = compile("kfence.c");
+    let out = run_with(&prog, &["handler"], true, &[("KMEM_KFENCE", "20")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "recovered 1 1 chained 1\n");
+    let out = run_with(&prog, &["handler"], true, &[("KMEM_KFENCE", "off")]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "recovered 1 1 chained 0\n");
+}

@@ -63,7 +63,7 @@ pub fn var(name: &str) -> Option<&'static Var> {
 }
 
 /// The variables, in the order they are read (and warned about).
-pub const VARS: [Var; 12] = [
+pub const VARS: [Var; 13] = [
     Var {
         name: c"KMEM_MAX",
         default: "no limit",
@@ -223,6 +223,23 @@ pub const VARS: [Var; 12] = [
         },
     },
     Var {
+        name: c"KMEM_KFENCE",
+        default: "100",
+        help: "KFENCE: one allocation of up to a page every this many milliseconds goes \
+               on a guarded page of its own (out-of-bounds accesses and uses after free \
+               fault and are reported); `all`: every such allocation while slots last; \
+               `off` (or `0`): none",
+        expected: "milliseconds, all or off",
+        parse: |v, cfg| {
+            match v {
+                b"off" => cfg.kfence_ms = 0,
+                b"all" => cfg.kfence_ms = crate::kfence::ALL,
+                _ => return parse_u64(v).map(|n| cfg.kfence_ms = n).is_some(),
+            }
+            true
+        },
+    },
+    Var {
         name: c"KMEM_LEAKS",
         default: "off",
         help: "with `KMEM_DEBUG` tracks (`U`): at exit, report the objects still allocated \
@@ -269,6 +286,9 @@ pub struct EnvConfig {
     pub live_ms: u64,
     /// `KMEM_LEAKS`: the leak report at exit.
     pub leaks: bool,
+    /// `KMEM_KFENCE`: the sample interval in ms (0 = off, `kfence::ALL` = every
+    /// allocation).
+    pub kfence_ms: u64,
 }
 
 /// What follows a report of heap misuse or corruption (`KMEM_ON_ERROR`).
@@ -309,6 +329,7 @@ impl EnvConfig {
         on_error: OnError::Default,
         live_ms: 250,
         leaks: false,
+        kfence_ms: 100,
     };
 }
 

@@ -92,6 +92,7 @@ pub mod config;
 pub mod global;
 pub mod heap;
 mod huge;
+mod kfence;
 pub mod live;
 pub mod memcg;
 pub mod platform;

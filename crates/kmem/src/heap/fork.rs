@@ -28,6 +28,7 @@ extern "C" fn fork_prepare() {
         area.lock_for_fork();
     }
     HEAP.huge.lock_for_fork();
+    crate::kfence::lock_for_fork();
     HEAP.kmem.fork_prepare();
 }
 
@@ -39,6 +40,7 @@ extern "C" fn fork_parent() {
     // SAFETY: after fork_prepare, on the same thread.
     unsafe {
         HEAP.kmem.fork_release();
+        crate::kfence::unlock_after_fork();
         HEAP.huge.unlock_after_fork();
         for area in HEAP.cpu_areas() {
             area.unlock_after_fork();

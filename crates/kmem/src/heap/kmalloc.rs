@@ -36,6 +36,11 @@ impl Heap {
     /// it is per-CPU mode's fast path.
     #[inline(never)]
     fn kmalloc_other(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if crate::kfence::should_sample(size) {
+            if let Some(p) = self.kfence_alloc(size, gfp) {
+                return Some(p);
+            }
+        }
         if fast_tls::get() == RSEQ_TAG {
             // Per-CPU rseq mode, no active memory cgroup: the restartable pop first,
             // as `kmalloc_percpu` would, without looking at the other slots.
@@ -107,6 +112,10 @@ impl Heap {
     /// # Safety
     /// `p` is null or an allocation of this heap that the caller owns.
     pub unsafe fn krealloc(&self, p: *mut u8, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if crate::kfence::owns(p) {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.kfence_realloc(p, size, gfp) };
+        }
         // SAFETY: forwarded from the caller.
         unsafe {
             self.kmem
@@ -116,6 +125,9 @@ impl Heap {
 
     /// `ksize`: the usable size of the allocation at `p` (0 if it is not one).
     pub fn ksize(&self, p: *const u8) -> usize {
+        if crate::kfence::owns(p) {
+            return crate::kfence::size_of(p).unwrap_or(0);
+        }
         self.kmem.ksize(p)
     }
 
@@ -144,6 +156,9 @@ impl Heap {
     /// As [`Heap::kfree`].
     #[inline(never)]
     unsafe fn kfree_other(&self, p: *mut u8) -> bool {
+        if crate::kfence::owns(p) {
+            return self.kfence_free(p);
+        }
         if fast_tls::get() == RSEQ_TAG {
             // As in `kmalloc_other`: the restartable push first.
             // SAFETY: forwarded from the caller.

@@ -236,6 +236,9 @@ impl Heap {
     #[cold]
     #[inline(never)]
     unsafe fn dealloc_outside(&self, p: *mut u8) -> bool {
+        if crate::kfence::owns(p) {
+            return self.kfence_free(p);
+        }
         let now = self.kmem.pages.platform().now_ns();
         // SAFETY: forwarded from the caller.
         match unsafe { self.huge.free(p, now) } {
@@ -261,7 +264,7 @@ impl Heap {
     /// How many bytes the allocation at `p` really has (`malloc_usable_size`): its
     /// class size, its pages, or its mapping; 0 if it is not one of ours.
     pub fn usable_size(&self, p: *const u8) -> usize {
-        if self.kmem.pages.in_span(p) {
+        if self.kmem.pages.in_span(p) || crate::kfence::owns(p) {
             self.ksize(p)
         } else {
             self.huge.size_of(p).unwrap_or(0)

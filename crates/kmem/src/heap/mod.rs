@@ -48,6 +48,7 @@ mod pages;
 mod percpu;
 mod platform;
 mod report;
+mod sampled;
 mod slab;
 mod thread;
 
@@ -192,6 +193,8 @@ impl Heap {
 
     fn do_init(&self, env: EnvConfig, mode: u8) -> bool {
         crate::platform::linux::rseq_init();
+        // The KFENCE pool (a mapping, no allocation), before any thread's fast word.
+        crate::kfence::init(env.kfence_ms);
         self.configure_core(mode);
         let nodes = self.kmem.pages.platform().os().setup(env.numa_fake);
         let max_pages = env.max_bytes >> PAGE_SHIFT;
@@ -251,6 +254,9 @@ impl Heap {
             os::at_exit(report::stats_at_exit);
         } else if env.debug.any() {
             os::at_exit(report::validate_at_exit);
+        }
+        if env.kfence_ms != 0 {
+            os::at_exit(sampled::kfence_check_at_exit);
         }
         if env.leaks {
             // Registered after the validation: runs before it (atexit is LIFO).

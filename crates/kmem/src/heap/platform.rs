@@ -83,6 +83,7 @@ impl Platform for HeapPlatform {
             self.reporting_pass(now);
         }
         super::live::tick(now);
+        crate::kfence::tick(now);
     }
 
     fn random_u64(&self) -> u64 {

@@ -54,7 +54,8 @@ pub(crate) const RSEQ_TAG: usize = 1;
 /// every operation to the paths that look at the other slots.
 fn refresh_fast() {
     let a = slot();
-    let plain = ACTIVE_OBJCG.with(Cell::get) == 0;
+    // KMEM_KFENCE=all: every allocation must reach the slow path that samples.
+    let plain = ACTIVE_OBJCG.with(Cell::get) == 0 && !crate::kfence::every_allocation();
     let v = if is_area(a) && plain {
         a
     } else if plain && HEAP.rseq_fast_paths() {
@@ -70,7 +71,10 @@ fn refresh_fast() {
 /// per-CPU paths, once the heap is READY.
 #[inline]
 pub(super) fn enable_rseq_fast() {
-    if fast_tls::get() == 0 && ACTIVE_OBJCG.with(Cell::get) == 0 {
+    if fast_tls::get() == 0
+        && ACTIVE_OBJCG.with(Cell::get) == 0
+        && !crate::kfence::every_allocation()
+    {
         fast_tls::set(RSEQ_TAG);
     }
 }

@@ -279,36 +279,7 @@ impl Platform for LinuxPlatform {
     }
 
     fn symbolize(&self, addr: usize, w: &mut dyn std::fmt::Write) -> std::fmt::Result {
-        let mut info: libc::Dl_info = libc::Dl_info {
-            dli_fname: std::ptr::null(),
-            dli_fbase: std::ptr::null_mut(),
-            dli_sname: std::ptr::null(),
-            dli_saddr: std::ptr::null_mut(),
-        };
-        // SAFETY: dladdr fills `info` for an address; it does not allocate.
-        let found = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } != 0;
-        if found && !info.dli_sname.is_null() {
-            // SAFETY: dladdr returned a NUL-terminated symbol name.
-            let name = unsafe { std::ffi::CStr::from_ptr(info.dli_sname) };
-            write!(
-                w,
-                "{}+0x{:x}",
-                name.to_str().unwrap_or("?"),
-                addr - info.dli_saddr as usize
-            )
-        } else if found && !info.dli_fname.is_null() {
-            // SAFETY: dladdr returned a NUL-terminated file name.
-            let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
-            let file = file.to_str().unwrap_or("?");
-            let short = file.rsplit('/').next().unwrap_or(file);
-            write!(
-                w,
-                "0x{addr:x} ({short}+0x{:x})",
-                addr - info.dli_fbase as usize
-            )
-        } else {
-            write!(w, "0x{addr:x}")
-        }
+        symbolize(addr, w)
     }
 
     fn thread_and_pid(&self) -> (u32, u32) {
@@ -646,6 +617,41 @@ pub fn current_cpu() -> usize {
     // SAFETY: sched_getcpu has no preconditions.
     let c = unsafe { libc::sched_getcpu() };
     c.max(0) as usize
+}
+
+/// An address as `symbol+0xoff` (or `0xaddr (module+0xoff)`, or `0xaddr`), from the
+/// dynamic symbol tables (`dladdr`); never allocates.
+pub fn symbolize(addr: usize, w: &mut dyn std::fmt::Write) -> std::fmt::Result {
+    let mut info: libc::Dl_info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr fills `info` for an address; it does not allocate.
+    let found = unsafe { libc::dladdr(addr as *const libc::c_void, &mut info) } != 0;
+    if found && !info.dli_sname.is_null() {
+        // SAFETY: dladdr returned a NUL-terminated symbol name.
+        let name = unsafe { std::ffi::CStr::from_ptr(info.dli_sname) };
+        write!(
+            w,
+            "{}+0x{:x}",
+            name.to_str().unwrap_or("?"),
+            addr - info.dli_saddr as usize
+        )
+    } else if found && !info.dli_fname.is_null() {
+        // SAFETY: dladdr returned a NUL-terminated file name.
+        let file = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+        let file = file.to_str().unwrap_or("?");
+        let short = file.rsplit('/').next().unwrap_or(file);
+        write!(
+            w,
+            "0x{addr:x} ({short}+0x{:x})",
+            addr - info.dli_fbase as usize
+        )
+    } else {
+        write!(w, "0x{addr:x}")
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,108 @@
+//! The heap's side of KFENCE (`crate::kfence`): taking a sampled allocation on the
+//! kmalloc slow path, and freeing, sizing and moving pool objects wherever a pointer
+//! outside the span may arrive (`kfree`, `dealloc`, `ksize`, `krealloc`). The pool
+//! and the reports are `kfence`'s; nothing here is on a fast path.
+
+use super::Heap;
+use crate::kfence::{self, FreeOutcome};
+use kmem_core::{Gfp, Platform, PAGE_SIZE};
+use std::ptr::NonNull;
+
+/// Who and where: pid, thread id, CPU.
+fn ids(h: &Heap) -> (u32, u32, u32) {
+    let (tid, pid) = h.kmem.pages.platform().thread_and_pid();
+    (pid, tid, crate::platform::linux::current_cpu() as u32)
+}
+
+impl Heap {
+    /// A sampled kmalloc of `size` bytes from the KFENCE pool, if one is due and a
+    /// slot is free (`None`: allocate as usual). Accounted allocations are not sampled.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn kfence_alloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if gfp.intersects(Gfp::ACCOUNT) || super::thread::active_objcg().is_some() {
+            return None;
+        }
+        // kmalloc's alignment: natural for powers of two, else malloc's 16 bytes.
+        let align = if size.is_power_of_two() { size } else { 16 }.min(PAGE_SIZE);
+        let cache = self.kmem.kmalloc_cache(size, gfp)?;
+        let mut frames = [0usize; 8];
+        self.kmem.pages.platform().stack_trace(&mut frames);
+        let p = kfence::alloc(
+            size,
+            align,
+            gfp.contains(Gfp::ZERO),
+            cache.name(),
+            &frames,
+            ids(self),
+        )?;
+        NonNull::new(p)
+    }
+
+    /// Frees a pool object (`kfence::owns(p)`): true if freed. A damaged canary is
+    /// reported, the object freed, and `KMEM_ON_ERROR` applied; an invalid or double
+    /// free is reported and refused (false).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn kfence_free(&self, p: *mut u8) -> bool {
+        let mut frames = [0usize; 8];
+        self.kmem.pages.platform().stack_trace(&mut frames);
+        match kfence::free(p, &frames, ids(self)) {
+            FreeOutcome::Freed => true,
+            FreeOutcome::Corrupted => {
+                self.after_kfence_report();
+                true
+            }
+            FreeOutcome::Invalid => false,
+        }
+    }
+
+    /// After a KFENCE report of damage found at a free or at exit: stop the program
+    /// unless `KMEM_ON_ERROR=continue`; a C program (libkmem.so) stops by default, as
+    /// on a fault, a Rust program goes on (the kernel's way).
+    fn after_kfence_report(&self) {
+        use crate::config::OnError;
+        let abort = match self.config().on_error {
+            OnError::Abort => true,
+            OnError::Continue => false,
+            OnError::Default => super::C_FRONT_END.load(std::sync::atomic::Ordering::Relaxed),
+        };
+        if abort {
+            crate::platform::linux::write_stderr(b"kmem: aborting after the KFENCE report above\n");
+            // SAFETY: abort has no preconditions.
+            unsafe { libc::abort() };
+        }
+    }
+
+    /// krealloc of a pool object: always moves (to a regular allocation, or another
+    /// sample), copying what both hold.
+    ///
+    /// # Safety
+    /// `p` is a live pool object owned by the caller.
+    #[cold]
+    #[inline(never)]
+    pub(super) unsafe fn kfence_realloc(
+        &self,
+        p: *mut u8,
+        size: usize,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        let Some(old) = kfence::size_of(p) else {
+            self.kfence_free(p);
+            return None;
+        };
+        let q = self.kmalloc(size, gfp)?;
+        // SAFETY: both are ours; `old.min(size)` bytes are valid in each; distinct.
+        unsafe { std::ptr::copy_nonoverlapping(p, q.as_ptr(), old.min(size)) };
+        self.kfence_free(p);
+        Some(q)
+    }
+}
+
+/// `KMEM_KFENCE` on: at exit, the canaries of the sampled objects still allocated
+/// (registered with `atexit` once the heap is ready).
+pub(super) extern "C" fn kfence_check_at_exit() {
+    if kfence::check_live() > 0 {
+        super::HEAP.after_kfence_report();
+    }
+}

@@ -1,0 +1,719 @@
+//! KFENCE: sampled allocations on guarded pages, so out-of-bounds accesses and uses
+//! after free of those objects are caught by the MMU at the faulting instruction, in
+//! production, at no cost to the other allocations (the kernel's mm/kfence).
+//!
+//! ## The pool
+//! One private mapping of `2 * NUM_OBJECTS + 2` pages: object pages at odd indices,
+//! guard pages (never accessible) around each. A sampled allocation (up to a page)
+//! takes a free object page (made readable and writable) and sits at its start or at
+//! its end (alternately: underflows then hit the guard page before, overflows the one
+//! after); the rest of the page is filled with a canary (`0xaa ^ (address & 7)`),
+//! checked at free. A freed object page is made inaccessible again and its slot goes
+//! to the back of a FIFO, so it stays protected for as long as possible: a use after
+//! free faults.
+//!
+//! ## Faults
+//! A `SIGSEGV` handler, installed at the first sampled allocation (so a runtime that
+//! installs its own handler at start, as Rust's stack-overflow guard does, is found
+//! and chained to), turns a fault inside the pool into a report in KFENCE's format —
+//! out-of-bounds or use-after-free, read or write, the faulting address and
+//! instruction, the object with its allocation (and free) stack — then stops the
+//! program (SIGABRT: the access cannot be retried). A fault elsewhere goes to the
+//! handler that was there before (or the default action). The handler is
+//! async-signal-safe as far as a report allows: no allocation, no lock, writes with
+//! `write(2)`; it names functions with `dladdr` and unwinds with `backtrace`, loaded
+//! before the first sample.
+//!
+//! ## Sampling
+//! `KMEM_KFENCE=MS` arms one sample every MS milliseconds (the kernel's
+//! `kfence.sample_interval`, 100 by default): the heap's housekeeping tick arms it, and
+//! the next allocation that reaches the heap's slow path (an empty sheaf, a debug
+//! cache, per-CPU mode) takes it, so the fast paths carry nothing for KFENCE.
+//! `KMEM_KFENCE=all` samples every allocation of up to a page while slots last (the
+//! heap then turns its fast paths off); `off` disables it.
+//!
+//! Locking: `FREE` (a spin lock, a leaf) guards the FIFO of free slots; a slot's
+//! metadata belongs to whoever moved its state (free → allocated by the allocator,
+//! allocated → freed by the one free that wins the compare-exchange).
+
+use crate::platform::linux::{symbolize, FdWriter};
+use kmem_core::sync::SpinLock;
+use kmem_core::PAGE_SIZE;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+/// Objects in the pool (the kernel's CONFIG_KFENCE_NUM_OBJECTS default).
+pub const NUM_OBJECTS: usize = 255;
+const POOL_PAGES: usize = 2 * NUM_OBJECTS + 2;
+/// Frames kept per stack.
+const FRAMES: usize = 8;
+
+const UNUSED: u8 = 0;
+const ALLOCATED: u8 = 1;
+const FREED: u8 = 2;
+
+/// Where and when an object was allocated or freed.
+#[derive(Clone, Copy)]
+struct Stack {
+    frames: [usize; FRAMES],
+    pid: u32,
+    tid: u32,
+    cpu: u32,
+    when_ns: u64,
+}
+
+const EMPTY_STACK: Stack = Stack {
+    frames: [0; FRAMES],
+    pid: 0,
+    tid: 0,
+    cpu: 0,
+    when_ns: 0,
+};
+
+/// One slot's metadata (`struct kfence_metadata`).
+struct Meta {
+    state: AtomicU8,
+    addr: AtomicUsize,
+    size: AtomicUsize,
+    /// The kmalloc cache the object stands in for (`kmalloc-64`), NUL-padded.
+    cache: std::cell::UnsafeCell<[u8; 24]>,
+    alloc: std::cell::UnsafeCell<Stack>,
+    free: std::cell::UnsafeCell<Stack>,
+}
+
+// SAFETY: the UnsafeCell fields are written only by the owner of the slot's state
+// transition (module doc) and read by reports after it.
+unsafe impl Sync for Meta {}
+
+#[allow(clippy::declare_interior_mutable_const)]
+const META: Meta = Meta {
+    state: AtomicU8::new(UNUSED),
+    addr: AtomicUsize::new(0),
+    size: AtomicUsize::new(0),
+    cache: std::cell::UnsafeCell::new([0; 24]),
+    alloc: std::cell::UnsafeCell::new(EMPTY_STACK),
+    free: std::cell::UnsafeCell::new(EMPTY_STACK),
+};
+
+static METAS: [Meta; NUM_OBJECTS] = [META; NUM_OBJECTS];
+
+/// The FIFO of free slots (indices), oldest freed first.
+struct Fifo {
+    slots: [u16; NUM_OBJECTS],
+    head: usize,
+    len: usize,
+}
+
+static FREE: SpinLock<Fifo> = SpinLock::new(Fifo {
+    slots: [0; NUM_OBJECTS],
+    head: 0,
+    len: 0,
+});
+
+/// The pool's base (0: not made).
+static POOL: AtomicUsize = AtomicUsize::new(0);
+/// 0: off; u64::MAX: every allocation; else the sample interval in ns.
+static INTERVAL_NS: AtomicU64 = AtomicU64::new(0);
+static NEXT_NS: AtomicU64 = AtomicU64::new(0);
+static ARMED: AtomicBool = AtomicBool::new(false);
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static HANDLER: AtomicBool = AtomicBool::new(false);
+/// The `SIGSEGV` action before ours: written once by `install_handler` before ours is
+/// installed, read by the handler after.
+struct OldAction(std::cell::UnsafeCell<std::mem::MaybeUninit<libc::sigaction>>);
+// SAFETY: written once before any reader can run (see above).
+unsafe impl Sync for OldAction {}
+static OLD_ACTION: OldAction =
+    OldAction(std::cell::UnsafeCell::new(std::mem::MaybeUninit::zeroed()));
+/// Process start (monotonic ns), for report times.
+static START_NS: AtomicU64 = AtomicU64::new(0);
+
+/// `KMEM_KFENCE`'s every-allocation setting.
+pub const ALL: u64 = u64::MAX;
+
+fn now_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec we pass.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Makes the pool (one mapping, every page inaccessible) and sets the sampling:
+/// `interval_ms` (0: off; [`ALL`]: every allocation). False if the pool cannot be
+/// mapped (KFENCE stays off).
+pub(crate) fn init(interval_ms: u64) -> bool {
+    if interval_ms == 0 {
+        return false;
+    }
+    // SAFETY: a fresh private anonymous mapping with no access.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            POOL_PAGES * PAGE_SIZE,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return false;
+    }
+    {
+        let mut f = FREE.lock();
+        for (i, s) in f.slots.iter_mut().enumerate() {
+            *s = i as u16;
+        }
+        f.head = 0;
+        f.len = NUM_OBJECTS;
+    }
+    START_NS.store(now_ns(), Ordering::Relaxed);
+    let ns = if interval_ms == ALL {
+        ALL
+    } else {
+        interval_ms.saturating_mul(1_000_000)
+    };
+    INTERVAL_NS.store(ns, Ordering::Relaxed);
+    NEXT_NS.store(now_ns().saturating_add(ns), Ordering::Relaxed);
+    POOL.store(p as usize, Ordering::Release);
+    true
+}
+
+/// Whether every allocation is sampled (the heap's fast paths are off).
+pub(crate) fn every_allocation() -> bool {
+    INTERVAL_NS.load(Ordering::Relaxed) == ALL
+}
+
+/// The housekeeping tick: arms one sample when the interval has passed.
+#[inline]
+pub(crate) fn tick(now_ns: u64) {
+    let interval = INTERVAL_NS.load(Ordering::Relaxed);
+    if interval == 0 || interval == ALL || ARMED.load(Ordering::Relaxed) {
+        return;
+    }
+    if now_ns >= NEXT_NS.load(Ordering::Relaxed) {
+        NEXT_NS.store(now_ns.saturating_add(interval), Ordering::Relaxed);
+        ARMED.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Whether this allocation of `size` bytes is to be sampled (takes the armed sample).
+#[inline]
+pub(crate) fn should_sample(size: usize) -> bool {
+    if size == 0 || size > PAGE_SIZE {
+        return false;
+    }
+    let interval = INTERVAL_NS.load(Ordering::Relaxed);
+    interval == ALL || (interval != 0 && ARMED.swap(false, Ordering::Relaxed))
+}
+
+/// Whether `p` lies in the pool.
+#[inline]
+pub(crate) fn owns(p: *const u8) -> bool {
+    let base = POOL.load(Ordering::Relaxed);
+    base != 0 && (p as usize).wrapping_sub(base) < POOL_PAGES * PAGE_SIZE
+}
+
+fn page_of(slot: usize) -> usize {
+    POOL.load(Ordering::Relaxed) + (2 * slot + 1) * PAGE_SIZE
+}
+
+fn canary(addr: usize) -> u8 {
+    0xaa ^ (addr & 7) as u8
+}
+
+/// A sampled allocation of `size` bytes (≤ a page), aligned to `align` (a power of
+/// two ≤ a page), standing in for kmalloc cache `cache`; `frames` its allocation
+/// stack. `None` when no slot is free (the caller allocates as usual).
+pub(crate) fn alloc(
+    size: usize,
+    align: usize,
+    zero: bool,
+    cache: &str,
+    frames: &[usize],
+    ids: (u32, u32, u32),
+) -> Option<*mut u8> {
+    if !HANDLER.swap(true, Ordering::AcqRel) {
+        install_handler();
+    }
+    let slot = {
+        let mut f = FREE.lock();
+        if f.len == 0 {
+            return None;
+        }
+        let s = f.slots[f.head] as usize;
+        f.head = (f.head + 1) % NUM_OBJECTS;
+        f.len -= 1;
+        s
+    };
+    let page = page_of(slot);
+    // SAFETY: the slot's page is ours (just taken off the FIFO); it lies in the pool.
+    if unsafe {
+        libc::mprotect(
+            page as *mut libc::c_void,
+            PAGE_SIZE,
+            libc::PROT_READ | libc::PROT_WRITE,
+        )
+    } != 0
+    {
+        push_free(slot);
+        return None;
+    }
+    let n = ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    let addr = if n.is_multiple_of(2) {
+        page
+    } else {
+        (page + PAGE_SIZE - size) & !(align - 1)
+    };
+    // SAFETY: the page is readable and writable now and ours.
+    unsafe {
+        for a in page..addr {
+            (a as *mut u8).write(canary(a));
+        }
+        for a in addr + size..page + PAGE_SIZE {
+            (a as *mut u8).write(canary(a));
+        }
+        if zero {
+            std::ptr::write_bytes(addr as *mut u8, 0, size);
+        }
+    }
+    let m = &METAS[slot];
+    m.addr.store(addr, Ordering::Relaxed);
+    m.size.store(size, Ordering::Relaxed);
+    let mut st = EMPTY_STACK;
+    for (d, s) in st.frames.iter_mut().zip(frames) {
+        *d = *s;
+    }
+    (st.pid, st.tid, st.cpu) = ids;
+    st.when_ns = now_ns();
+    // SAFETY: the slot is ours until its state says ALLOCATED (module doc).
+    unsafe {
+        *m.alloc.get() = st;
+        *m.free.get() = EMPTY_STACK;
+        let c = &mut *m.cache.get();
+        *c = [0; 24];
+        let b = cache.as_bytes();
+        c[..b.len().min(24)].copy_from_slice(&b[..b.len().min(24)]);
+    }
+    m.state.store(ALLOCATED, Ordering::Release);
+    Some(addr as *mut u8)
+}
+
+fn push_free(slot: usize) {
+    let mut f = FREE.lock();
+    let tail = (f.head + f.len) % NUM_OBJECTS;
+    f.slots[tail] = slot as u16;
+    f.len += 1;
+}
+
+/// The slot of the object page holding `p`, if `p` is on one (not a guard page).
+fn slot_of(p: usize) -> Option<usize> {
+    let off = p.checked_sub(POOL.load(Ordering::Relaxed))?;
+    let page = off / PAGE_SIZE;
+    (page % 2 == 1 && page < 2 * NUM_OBJECTS + 1).then_some(page / 2)
+}
+
+/// The bytes the program asked for at `p` (a pool object's start), if it is one.
+pub(crate) fn size_of(p: *const u8) -> Option<usize> {
+    let m = &METAS[slot_of(p as usize)?];
+    (m.state.load(Ordering::Acquire) == ALLOCATED && m.addr.load(Ordering::Relaxed) == p as usize)
+        .then(|| m.size.load(Ordering::Relaxed))
+}
+
+/// The first byte of `slot`'s canary that is wrong, if any (the slot's page must be
+/// accessible: an allocated object's).
+fn damaged_canary(slot: usize) -> Option<usize> {
+    let m = &METAS[slot];
+    let (p, size) = (
+        m.addr.load(Ordering::Relaxed),
+        m.size.load(Ordering::Relaxed),
+    );
+    let page = page_of(slot);
+    (page..p).chain(p + size..page + PAGE_SIZE).find(|&a| {
+        // SAFETY: the page is accessible while the object is allocated.
+        unsafe { (a as *const u8).read() != canary(a) }
+    })
+}
+
+/// At exit: the canaries of the objects still allocated (an overflow of an object
+/// never freed is otherwise never seen). Reports each damaged one; returns how many.
+pub(crate) fn check_live() -> usize {
+    if POOL.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    let mut n = 0;
+    for (slot, m) in METAS.iter().enumerate() {
+        if m.state.load(Ordering::Acquire) != ALLOCATED {
+            continue;
+        }
+        if let Some(bad) = damaged_canary(slot) {
+            report_corruption(bad, slot, &[]);
+            n += 1;
+        }
+    }
+    n
+}
+
+/// What [`free`] found.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum FreeOutcome {
+    /// Freed.
+    Freed,
+    /// Freed, but the canary around it was damaged (reported).
+    Corrupted,
+    /// Not freed: not an object's start, or already free (reported).
+    Invalid,
+}
+
+/// Frees a pool object (`p` in the pool: see [`owns`]); `frames` is the free's stack.
+pub(crate) fn free(p: *mut u8, frames: &[usize], ids: (u32, u32, u32)) -> FreeOutcome {
+    let p = p as usize;
+    let Some(slot) = slot_of(p) else {
+        report_invalid_free(p, None, frames);
+        return FreeOutcome::Invalid;
+    };
+    let m = &METAS[slot];
+    if m.addr.load(Ordering::Relaxed) != p
+        || m.state
+            .compare_exchange(ALLOCATED, FREED, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+    {
+        report_invalid_free(p, Some(slot), frames);
+        return FreeOutcome::Invalid;
+    }
+    let page = page_of(slot);
+    let bad = damaged_canary(slot);
+    let mut st = EMPTY_STACK;
+    for (d, s) in st.frames.iter_mut().zip(frames) {
+        *d = *s;
+    }
+    (st.pid, st.tid, st.cpu) = ids;
+    st.when_ns = now_ns();
+    // SAFETY: we won the state change: the slot's free record is ours.
+    unsafe { *m.free.get() = st };
+    if let Some(bad) = bad {
+        report_corruption(bad, slot, frames);
+    }
+    // SAFETY: the slot's page, ours until it goes back on the FIFO.
+    unsafe { libc::mprotect(page as *mut libc::c_void, PAGE_SIZE, libc::PROT_NONE) };
+    push_free(slot);
+    if bad.is_some() {
+        FreeOutcome::Corrupted
+    } else {
+        FreeOutcome::Freed
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Reports.
+
+const RULE: &str = "==================================================================";
+
+fn write_frames(w: &mut FdWriter, frames: &[usize]) {
+    for &f in frames.iter().take_while(|&&f| f != 0) {
+        let _ = w.write_str(" ");
+        let _ = symbolize(f, w);
+        let _ = w.write_str("\n");
+    }
+}
+
+fn first_function(w: &mut FdWriter, frames: &[usize]) {
+    match frames.first() {
+        Some(&f) if f != 0 => {
+            let _ = symbolize(f, w);
+        }
+        // No stack: found by the check at exit.
+        _ => {
+            let _ = w.write_str("exit");
+        }
+    }
+}
+
+fn write_object(w: &mut FdWriter, slot: usize) {
+    let m = &METAS[slot];
+    let addr = m.addr.load(Ordering::Relaxed);
+    let size = m.size.load(Ordering::Relaxed);
+    // SAFETY: written before the state change that published the slot; reports
+    // only read it.
+    let (cache, alloc, free) = unsafe { (*m.cache.get(), *m.alloc.get(), *m.free.get()) };
+    let name_len = cache.iter().position(|&b| b == 0).unwrap_or(cache.len());
+    let _ = writeln!(
+        w,
+        "kfence-#{slot}: 0x{addr:016x}-0x{:016x}, size={size}, cache={}\n",
+        addr + size.max(1) - 1,
+        std::str::from_utf8(&cache[..name_len]).unwrap_or("?")
+    );
+    let start = START_NS.load(Ordering::Relaxed);
+    let secs = |t: u64| {
+        let d = t.saturating_sub(start);
+        (d / 1_000_000_000, d % 1_000_000_000 / 1000)
+    };
+    let (s, us) = secs(alloc.when_ns);
+    let _ = writeln!(
+        w,
+        "allocated by task {} on cpu {} at {s}.{us:06}s:",
+        alloc.tid, alloc.cpu
+    );
+    write_frames(w, &alloc.frames);
+    if m.state.load(Ordering::Acquire) == FREED && free.when_ns != 0 {
+        let (s, us) = secs(free.when_ns);
+        let _ = writeln!(
+            w,
+            "\nfreed by task {} on cpu {} at {s}.{us:06}s:",
+            free.tid, free.cpu
+        );
+        write_frames(w, &free.frames);
+    }
+}
+
+fn write_tail(w: &mut FdWriter) {
+    let mut comm = [0u8; 32];
+    let comm = crate::platform::linux::read_small_file(c"/proc/self/comm", &mut comm)
+        .and_then(|b| std::str::from_utf8(b).ok())
+        .unwrap_or("?")
+        .trim();
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let _ = writeln!(
+        w,
+        "\nCPU: {} PID: {pid} Comm: {comm}\n{RULE}",
+        crate::platform::linux::current_cpu()
+    );
+    w.flush();
+}
+
+fn report_invalid_free(p: usize, slot: Option<usize>, frames: &[usize]) {
+    let mut w = FdWriter::new(2);
+    let _ = write!(w, "{RULE}\nBUG: KFENCE: invalid free in ");
+    first_function(&mut w, frames);
+    let _ = writeln!(w, "\n");
+    match slot {
+        Some(s) => {
+            let _ = writeln!(w, "Invalid free of 0x{p:016x} (in kfence-#{s}):");
+        }
+        None => {
+            let _ = writeln!(w, "Invalid free of 0x{p:016x}:");
+        }
+    }
+    write_frames(&mut w, frames);
+    if let Some(s) = slot {
+        let _ = writeln!(w);
+        write_object(&mut w, s);
+    }
+    write_tail(&mut w);
+}
+
+fn report_corruption(bad: usize, slot: usize, frames: &[usize]) {
+    let mut w = FdWriter::new(2);
+    let _ = write!(w, "{RULE}\nBUG: KFENCE: memory corruption in ");
+    first_function(&mut w, frames);
+    // The damaged bytes around the first one, as the kernel shows them: `!` wrong,
+    // `.` intact.
+    let _ = write!(w, "\n\nCorrupted memory at 0x{bad:016x} [");
+    let page = page_of(slot);
+    let m = &METAS[slot];
+    let (addr, size) = (
+        m.addr.load(Ordering::Relaxed),
+        m.size.load(Ordering::Relaxed),
+    );
+    for a in bad..(bad + 16).min(page + PAGE_SIZE) {
+        if (addr..addr + size).contains(&a) {
+            break;
+        }
+        // SAFETY: the page is still accessible (the caller protects it after).
+        let ok = unsafe { (a as *const u8).read() } == canary(a);
+        let _ = w.write_str(if ok { " ." } else { " !" });
+    }
+    let _ = writeln!(w, " ] (in kfence-#{slot}):");
+    write_frames(&mut w, frames);
+    let _ = writeln!(w);
+    write_object(&mut w, slot);
+    write_tail(&mut w);
+}
+
+/// The fault report (from the signal handler): `addr` faulted, `write` or read,
+/// at instruction `ip`.
+fn report_fault(addr: usize, write: bool, ip: usize) {
+    let base = POOL.load(Ordering::Relaxed);
+    let page = (addr - base) / PAGE_SIZE;
+    let rw = if write { "write" } else { "read" };
+    let mut w = FdWriter::new(2);
+    // On an object page: a use after free (the page is protected only when free).
+    // On a guard page: out of bounds of the nearest object.
+    let (kind, slot) = if page % 2 == 1 && page / 2 < NUM_OBJECTS {
+        ("use-after-free", page / 2)
+    } else {
+        let before = page
+            .checked_sub(1)
+            .map(|p| p / 2)
+            .filter(|&s| s < NUM_OBJECTS);
+        let after = (page / 2 < NUM_OBJECTS).then_some(page / 2);
+        let dist = |s: usize| {
+            let m = &METAS[s];
+            let (a, n) = (
+                m.addr.load(Ordering::Relaxed),
+                m.size.load(Ordering::Relaxed),
+            );
+            if addr < a {
+                a - addr
+            } else {
+                addr.saturating_sub(a + n)
+            }
+        };
+        let live = |s: &usize| METAS[*s].state.load(Ordering::Acquire) != UNUSED;
+        let s = match (before.filter(live), after.filter(live)) {
+            (Some(b), Some(a)) => {
+                if dist(b) <= dist(a) {
+                    b
+                } else {
+                    a
+                }
+            }
+            (Some(b), None) => b,
+            (None, Some(a)) => a,
+            (None, None) => before.or(after).unwrap_or(0),
+        };
+        ("out-of-bounds", s)
+    };
+    let _ = write!(w, "{RULE}\nBUG: KFENCE: {kind} {rw} in ");
+    let _ = symbolize(ip, &mut w);
+    let _ = writeln!(w, "\n");
+    let m = &METAS[slot];
+    let (a, n) = (
+        m.addr.load(Ordering::Relaxed),
+        m.size.load(Ordering::Relaxed),
+    );
+    if kind == "out-of-bounds" {
+        let (d, side) = if addr < a {
+            (a - addr, "left")
+        } else {
+            (addr - (a + n) + 1, "right")
+        };
+        let _ = writeln!(
+            w,
+            "Out-of-bounds {rw} at 0x{addr:016x} ({d}B {side} of kfence-#{slot}):"
+        );
+    } else {
+        let _ = writeln!(
+            w,
+            "Use-after-free {rw} at 0x{addr:016x} (in kfence-#{slot}):"
+        );
+    }
+    let _ = write!(w, " ");
+    let _ = symbolize(ip, &mut w);
+    let _ = writeln!(w);
+    let mut frames = [0usize; 16];
+    raw_backtrace(&mut frames);
+    // Skip this handler's frames, up to the signal trampoline's caller.
+    let from = frames
+        .iter()
+        .position(|&f| f == ip)
+        .map_or(frames.len(), |i| i + 1);
+    write_frames(&mut w, &frames[from..]);
+    let _ = writeln!(w);
+    write_object(&mut w, slot);
+    write_tail(&mut w);
+}
+
+fn raw_backtrace(frames: &mut [usize]) {
+    #[cfg(target_env = "gnu")]
+    {
+        let mut buf = [std::ptr::null_mut::<libc::c_void>(); 16];
+        let n = frames.len().min(buf.len());
+        // SAFETY: backtrace fills at most `n` entries of `buf` (loaded before the
+        // first sample, so it does not allocate here).
+        let got = unsafe { libc::backtrace(buf.as_mut_ptr(), n as libc::c_int) }.max(0) as usize;
+        for (d, s) in frames.iter_mut().zip(&buf[..got]) {
+            *d = *s as usize;
+        }
+    }
+    #[cfg(not(target_env = "gnu"))]
+    let _ = frames;
+}
+
+// ---------------------------------------------------------------------------
+// The SIGSEGV handler.
+
+fn install_handler() {
+    // Load the unwinder now: its first use allocates, which a signal handler must not.
+    let mut frames = [0usize; 2];
+    raw_backtrace(&mut frames);
+    // SAFETY: installing a handler; the old action is saved once, before any fault
+    // can run ours (HANDLER was false until the caller swapped it).
+    unsafe {
+        let mut act: libc::sigaction = std::mem::zeroed();
+        act.sa_sigaction = on_segv as *const () as usize;
+        act.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_NODEFER;
+        libc::sigemptyset(&mut act.sa_mask);
+        libc::sigaction(libc::SIGSEGV, &act, (*OLD_ACTION.0.get()).as_mut_ptr());
+    }
+}
+
+extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    if owns(addr as *const u8) {
+        let (write, ip) = fault_context(uctx);
+        report_fault(addr, write, ip);
+        crate::platform::linux::write_stderr(b"kmem: KFENCE fault: aborting\n");
+        // SAFETY: restoring SIGABRT's default so abort ends the process.
+        unsafe {
+            libc::signal(libc::SIGABRT, libc::SIG_DFL);
+            libc::abort();
+        }
+    }
+    // Not ours: the handler that was there before.
+    // SAFETY: OLD_ACTION was written by install_handler before ours was installed.
+    let old = unsafe { (*OLD_ACTION.0.get()).assume_init_ref() };
+    let h = old.sa_sigaction;
+    if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // Back to the default action; the access faults again and ends the process
+        // as it would have without us.
+        // SAFETY: resetting a signal's action.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    } else if old.sa_flags & libc::SA_SIGINFO != 0 {
+        // SAFETY: the previous handler, called as it was registered.
+        let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+            unsafe { std::mem::transmute(h) };
+        f(sig, info, uctx);
+    } else {
+        // SAFETY: as above, a plain handler.
+        let f: extern "C" fn(libc::c_int) = unsafe { std::mem::transmute(h) };
+        f(sig);
+    }
+}
+
+/// Whether the faulting access wrote, and the faulting instruction.
+fn fault_context(uctx: *mut libc::c_void) -> (bool, usize) {
+    #[cfg(all(target_arch = "x86_64", target_env = "gnu"))]
+    {
+        // SAFETY: the kernel passes a ucontext_t to SA_SIGINFO handlers.
+        let uc = unsafe { &*(uctx as *const libc::ucontext_t) };
+        let err = uc.uc_mcontext.gregs[libc::REG_ERR as usize] as usize;
+        let ip = uc.uc_mcontext.gregs[libc::REG_RIP as usize] as usize;
+        (err & 2 != 0, ip)
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_env = "gnu")))]
+    {
+        let _ = uctx;
+        (false, 0)
+    }
+}
+
+/// `pthread_atfork` prepare: takes the FIFO's lock (a leaf: after every other
+/// allocator lock), so a child never inherits it held.
+pub(crate) fn lock_for_fork() {
+    FREE.lock_forever();
+}
+
+/// After `fork`, in parent and child: releases what [`lock_for_fork`] took.
+///
+/// # Safety
+/// Called once after `lock_for_fork`, by the thread that called it (or its child).
+pub(crate) unsafe fn unlock_after_fork() {
+    // SAFETY: the caller's contract.
+    unsafe { FREE.force_unlock() };
+}

@@ -1,0 +1,66 @@
+//! KFENCE through the Rust interfaces: at a short sample interval, allocations that
+//! reach the slow path are sometimes placed in the pool (outside the heap's span);
+//! such an object has its requested size as `ksize`, keeps its contents through
+//! `krealloc`, and frees cleanly. The test runs itself again as a child with
+//! `KMEM_KFENCE` set (read once, when the heap starts).
+
+use kmem::{heap, Gfp};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const CHILD: &str = "KMEM_TEST_KFENCE_CHILD";
+
+fn child() {
+    let h = heap();
+    let start = Instant::now();
+    let mut sampled = None;
+    while sampled.is_none() && start.elapsed() < Duration::from_secs(5) {
+        let ps: Vec<_> = (0..200)
+            .map(|i| h.kmalloc(24 + i % 100, Gfp::KERNEL).expect("memory"))
+            .collect();
+        for (i, p) in ps.into_iter().enumerate() {
+            if sampled.is_none() && !h.page_allocator().in_span(p.as_ptr()) {
+                sampled = Some((p, 24 + i % 100));
+                continue;
+            }
+            // SAFETY: allocated above, freed once.
+            unsafe { h.kfree(p.as_ptr()) };
+        }
+    }
+    let (p, size) = sampled.expect("a sampled allocation within 5 s");
+    assert_eq!(h.ksize(p.as_ptr()), size, "ksize is the request");
+    // SAFETY: inside the object.
+    unsafe { p.as_ptr().write_bytes(0x5a, size) };
+    // SAFETY: ours; moves out of the pool slot.
+    let q = unsafe { h.krealloc(p.as_ptr(), size + 1000, Gfp::KERNEL) }.expect("memory");
+    assert_ne!(q, p);
+    // SAFETY: the first `size` bytes were copied.
+    let copied = unsafe { std::slice::from_raw_parts(q.as_ptr(), size) };
+    assert!(copied.iter().all(|&b| b == 0x5a));
+    // SAFETY: ours, freed once.
+    assert!(unsafe { h.kfree(q.as_ptr()) });
+    println!("sampled ok");
+}
+
+#[test]
+fn sampled_objects_behave_as_kmalloc_objects() {
+    if std::env::var_os(CHILD).is_some() {
+        return child();
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sampled_objects_behave_as_kmalloc_objects",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("KMEM_KFENCE", "5")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("sampled ok"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
