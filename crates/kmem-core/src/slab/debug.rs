@@ -696,7 +696,7 @@ impl<P: Platform> Slub<'_, P> {
         n
     }
 
-    fn validate_slab(
+    pub(super) fn validate_slab(
         &self,
         s: &KmemCache,
         cfg: &CacheConfig,

@@ -155,6 +155,11 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// `discard_slab`: gives an empty slab's pages back.
     pub(crate) fn discard_slab(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: NonNull<Page>) {
         let cfg = s.config();
+        if cfg.flags.contains(SlabFlags::CONSISTENCY_CHECKS) {
+            // `free_slab`'s check_object on every object: a write after free into an
+            // object nobody took again is still seen when its slab goes.
+            self.validate_slab(s, cfg, slab, &mut |_| {});
+        }
         let nid = self.pages.page_to_nid(slab);
         s.node[nid].nr_slabs.fetch_sub(1, Relaxed);
         // SAFETY: the slab is empty and on no list: its descriptors are ours.
