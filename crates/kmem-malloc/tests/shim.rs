@@ -549,7 +549,8 @@ fn misuse_battery_against_glibc() {
             (false, false) => 'm',
         }
     };
-    let modes: [(&str, bool, &[(&str, &str)]); 4] = [
+    type Mode<'a> = (&'a str, bool, &'a [(&'a str, &'a str)]);
+    let modes: [Mode<'_>; 4] = [
         ("glibc", false, &[]),
         ("kmem", true, &[]),
         ("kmem KMEM_KFENCE=all", true, &[("KMEM_KFENCE", "all")]),
