@@ -12,7 +12,8 @@
 //! ## Publishing
 //! The heap publishes from its slow paths (the writer is `heap/live.rs`): the slab
 //! layer's housekeeping tick (every 16th slow path of a CPU area, debug caches
-//! included), free page reporting passes and huge allocations. The main text is
+//! included: where an allocation holds no allocator lock) and huge allocations; not
+//! from free paths, which may run under the cache list's lock. The main text is
 //! rewritten when `KMEM_LIVE` milliseconds have passed since the last time or a reader
 //! asked (`request` in the header); it walks the caches (slabinfo's figures, under each
 //! cache's node locks, one at a time) and reads the page allocator's counters and

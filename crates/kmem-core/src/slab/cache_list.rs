@@ -61,6 +61,12 @@ impl CacheList {
         }
     }
 
+    /// Whether some context holds the list lock now (a hint: a caller that may hold it
+    /// itself checks before walking, rather than wait for itself).
+    pub fn is_locked(&self) -> bool {
+        self.lock.is_locked()
+    }
+
     /// Calls `f` on every cache, under the list lock.
     pub fn for_each(&self, mut f: impl FnMut(&KmemCache)) {
         let _g = self.lock.lock();

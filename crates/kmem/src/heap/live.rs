@@ -187,6 +187,13 @@ pub(crate) fn tick(now_ns: u64) {
 /// Publishes now (making the segment first if needed) unless another thread is.
 pub(crate) fn publish_now() {
     let w = &WRITER;
+    // Publishing walks the cache list under its lock: never from a context that may
+    // hold it (this thread would wait for itself). The callers run where no allocator
+    // lock is held; this is the guard for the one lock a free path may hold above
+    // them (a CPU area's flush walks the caches and frees).
+    if super::heap().kmem().caches().is_locked() {
+        return;
+    }
     if w.busy.swap(true, Ordering::Acquire) {
         return;
     }

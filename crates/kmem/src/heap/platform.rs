@@ -72,7 +72,6 @@ impl Platform for HeapPlatform {
     fn reporting_pass(&self, now_ns: u64) {
         let decay = HEAP.config().decay_ms.saturating_mul(1_000_000);
         HEAP.huge.age(now_ns, decay);
-        super::live::tick(now_ns);
     }
 
     /// Between reporting passes too: a program that freed its huge blocks and goes on
