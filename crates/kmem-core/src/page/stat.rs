@@ -147,10 +147,9 @@ impl<P: Platform> PageAllocator<P> {
 }
 
 impl<P: Platform> PageAllocator<P> {
-    /// Counts a refused object free (reported by the slab layer) as a bad page event.
     /// Counts a reported bad object (the end of every `BUG` report) and lets the
     /// platform act on it ([`Platform::after_bug_report`]).
-    pub(crate) fn count_bad_object(&self) {
+    pub fn count_bad_object(&self) {
         self.zones[0].events[VmEvent::BadPage as usize].fetch_add(1, Ordering::Relaxed);
         self.platform.after_bug_report();
     }

@@ -41,6 +41,12 @@ impl Heap {
                 return Some(p);
             }
         }
+        if size > kmem_core::kmalloc::KMALLOC_MAX_CACHE_SIZE
+            && self.zoned_blocks()
+            && active_objcg().is_none()
+        {
+            return self.kmalloc_zoned_block(size, gfp);
+        }
         if fast_tls::get() == RSEQ_TAG {
             // Per-CPU rseq mode, no active memory cgroup: the restartable pop first,
             // as `kmalloc_percpu` would, without looking at the other slots.
@@ -116,6 +122,16 @@ impl Heap {
             // SAFETY: forwarded from the caller.
             return unsafe { self.kfence_realloc(p, size, gfp) };
         }
+        if let Some(old) = self.zoned_size(p) {
+            // A red-zoned block always moves (its tail follows the size).
+            let q = self.kmalloc(size, gfp)?;
+            // SAFETY: both are ours; `old.min(size)` bytes are valid in each; distinct.
+            unsafe {
+                std::ptr::copy_nonoverlapping(p, q.as_ptr(), old.min(size));
+                self.kfree(p);
+            }
+            return Some(q);
+        }
         // SAFETY: forwarded from the caller.
         unsafe {
             self.kmem
@@ -127,6 +143,9 @@ impl Heap {
     pub fn ksize(&self, p: *const u8) -> usize {
         if crate::kfence::owns(p) {
             return crate::kfence::size_of(p).unwrap_or(0);
+        }
+        if let Some(n) = self.zoned_size(p) {
+            return n;
         }
         self.kmem.ksize(p)
     }
@@ -158,6 +177,10 @@ impl Heap {
     unsafe fn kfree_other(&self, p: *mut u8) -> bool {
         if crate::kfence::owns(p) {
             return self.kfence_free(p);
+        }
+        if self.zoned_blocks() && !self.zoned_free_check(p) {
+            // An overwritten red zone: reported, the block kept (quarantined).
+            return true;
         }
         if fast_tls::get() == RSEQ_TAG {
             // As in `kmalloc_other`: the restartable push first.

@@ -153,9 +153,16 @@ impl Heap {
     #[inline(never)]
     fn alloc_aligned(&self, size: usize, align: usize, gfp: Gfp) -> *mut u8 {
         let p = if align <= PAGE_SIZE {
-            // Round up to the alignment: the class then has it naturally.
-            let Some(sz) = size.max(align).checked_next_multiple_of(align) else {
-                return ptr::null_mut();
+            // Round up to the alignment: the class then has it naturally. Above the
+            // classes, blocks are page-aligned: the size stays exact (a red-zoned block's
+            // zone starts right after it).
+            let sz = if size > KMALLOC_MAX_CACHE_SIZE {
+                size
+            } else {
+                let Some(sz) = size.max(align).checked_next_multiple_of(align) else {
+                    return ptr::null_mut();
+                };
+                sz
             };
             if sz <= KMALLOC_MAX_SIZE {
                 self.kmalloc(sz, gfp).map(|p| p.as_ptr())
@@ -181,6 +188,14 @@ impl Heap {
     }
 
     fn huge_alloc(&self, size: usize, align: usize, zero: bool) -> *mut u8 {
+        if self.zoned_blocks() {
+            return self.huge_alloc_zoned(size, align, zero);
+        }
+        self.huge_alloc_raw(size, align, zero)
+    }
+
+    /// A huge mapping of `size` bytes, charged to the active memory cgroup if any.
+    pub(super) fn huge_alloc_raw(&self, size: usize, align: usize, zero: bool) -> *mut u8 {
         super::live::tick(kmem_core::Platform::now_ns(self.kmem.pages.platform()));
         // KMEM_MAX bounds the whole heap: the buddy allocator's memory and these.
         let max = self.config().max_bytes;
@@ -239,6 +254,10 @@ impl Heap {
         if crate::kfence::owns(p) {
             return self.kfence_free(p);
         }
+        if self.zoned_blocks() && !self.zoned_free_check(p) {
+            // An overwritten red zone: reported, the mapping kept (quarantined).
+            return true;
+        }
         let now = self.kmem.pages.platform().now_ns();
         // SAFETY: forwarded from the caller.
         match unsafe { self.huge.free(p, now) } {
@@ -266,6 +285,8 @@ impl Heap {
     pub fn usable_size(&self, p: *const u8) -> usize {
         if self.kmem.pages.in_span(p) || crate::kfence::owns(p) {
             self.ksize(p)
+        } else if let Some(n) = self.zoned_size(p) {
+            n
         } else {
             self.huge.size_of(p).unwrap_or(0)
         }
@@ -296,8 +317,10 @@ impl Heap {
                     }
                     want = realloc_target(have, new_size);
                 }
-                // A charged block moves (charging the new block, uncharging this).
-                ObjectLookup::Large(head) if self.kmem.memcg().page_objcg(head).is_some() => {}
+                // A charged block moves (charging the new block, uncharging this), and
+                // so does a red-zoned one (its tail follows the size).
+                ObjectLookup::Large(head)
+                    if self.kmem.memcg().page_objcg(head).is_some() || self.zoned_blocks() => {}
                 ObjectLookup::Large(head) => {
                     // SAFETY: the head of a live block of ours.
                     let old = unsafe { head.as_ref() }.order();
@@ -318,7 +341,7 @@ impl Heap {
                 }
                 ObjectLookup::Bad(_) => {}
             }
-        } else if align <= PAGE_SIZE && new_size > KMALLOC_MAX_SIZE {
+        } else if align <= PAGE_SIZE && new_size > KMALLOC_MAX_SIZE && !self.zoned_blocks() {
             // SAFETY: forwarded from the caller.
             if let Some(q) = unsafe { self.huge.remap(p, new_size) } {
                 return q;

@@ -47,6 +47,7 @@ pub(crate) mod live;
 mod pages;
 mod percpu;
 mod platform;
+mod redzone;
 mod report;
 mod sampled;
 mod slab;
@@ -106,6 +107,9 @@ pub struct Heap {
     table_lock: kmem_core::sync::SpinLock<()>,
     /// `KMEM_ON_ERROR` resolved at initialisation: abort after a report.
     abort_on_error: AtomicBool,
+    /// `KMEM_DEBUG` gives Z to `kmalloc-large`: page blocks and huge mappings carry a
+    /// red zone (`redzone`). Set at initialisation.
+    zoned_blocks: AtomicBool,
 }
 
 /// Set by libkmem.so when it is loaded (`set_c_front_end`): the heap serves a C
@@ -135,6 +139,7 @@ static HEAP: Heap = Heap {
     area_cpu: [const { AtomicU32::new(0) }; kmem_core::percpu::MAX_CPU_AREAS],
     table_lock: kmem_core::sync::SpinLock::new(()),
     abort_on_error: AtomicBool::new(false),
+    zoned_blocks: AtomicBool::new(false),
 };
 
 /// The process heap, initialised on first use. If initialisation failed (no address
@@ -180,6 +185,11 @@ impl Heap {
             config::OnError::Default => C_FRONT_END.load(Ordering::Relaxed) && env.debug.any(),
         };
         self.abort_on_error.store(abort, Ordering::Relaxed);
+        let z = env
+            .debug
+            .flags_for("kmalloc-large")
+            .has(config::DebugFlags::Z);
+        self.zoned_blocks.store(z, Ordering::Relaxed);
         // SAFETY: only the initialising thread gets here, before READY.
         unsafe { *self.env.get() = env };
         let ok = self.do_init(env, mode);

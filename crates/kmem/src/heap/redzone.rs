@@ -1,0 +1,163 @@
+//! `KMEM_DEBUG=Z` beyond the slab caches: page blocks (kmalloc above kmalloc-1M) and
+//! huge mappings get a red zone after the bytes asked for, checked when they are freed.
+//!
+//! A canary tail, not a guard page: a page block lives inside the buddy allocator's
+//! span, where the page after it belongs to someone else and cannot be made
+//! inaccessible, and a huge mapping ends at a page boundary, so a guard page would only
+//! catch an overflow that crosses it (a one-byte overflow of `malloc(5 MiB + 1)` would
+//! land in the slack of the last page, unseen). The tail starts exactly at the size
+//! asked for, as the slab caches' kmalloc red zone does: every block is allocated
+//! [`TRAILER`] bytes larger, the bytes from the request to the last word hold
+//! `RED_ACTIVE` (`0xcc`), and the last word holds the size asked for (so
+//! `malloc_usable_size` answers it, and the check knows where the zone starts). An
+//! overflow is found at `free`, reported in slub_debug's format, and the block is
+//! quarantined (not freed) as a slab object would be; then `KMEM_ON_ERROR` applies.
+//!
+//! Which blocks: those of the pseudo cache `kmalloc-large`, i.e. when `KMEM_DEBUG`
+//! gives Z to every cache or names `kmalloc-large`. Reallocations of such blocks always
+//! move (the in-place growth and shrink paths would move the tail). No lock of its own.
+
+use super::Heap;
+use kmem_core::kmalloc::{KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE};
+use kmem_core::slab::debug::RED_ACTIVE;
+use kmem_core::slab::ObjectLookup;
+use kmem_core::{Gfp, PAGE_SIZE};
+use std::fmt::Write as _;
+use std::ptr::NonNull;
+
+/// Bytes added to each red-zoned block: at least 16 of red zone, and the size word.
+pub(super) const TRAILER: usize = 24;
+const WORD: usize = std::mem::size_of::<usize>();
+
+impl Heap {
+    /// Whether page blocks and huge mappings carry a red zone (`kmalloc-large` has Z).
+    #[inline]
+    pub(super) fn zoned_blocks(&self) -> bool {
+        self.zoned_blocks.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A red-zoned block of `size` bytes (above the kmalloc caches): a page block, or a
+    /// huge mapping when the trailer does not fit the largest block.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn kmalloc_zoned_block(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        let inner = size.checked_add(TRAILER)?;
+        let p = if inner <= KMALLOC_MAX_SIZE {
+            self.kmem
+                .kmalloc(super::thread::thread_cpu(), inner, gfp)?
+                .as_ptr()
+        } else {
+            let p = self.huge_alloc_raw(inner, PAGE_SIZE, gfp.contains(Gfp::ZERO));
+            NonNull::new(p)?.as_ptr()
+        };
+        let end = p as usize + self.block_len(p)?;
+        write_trailer(p as usize, size, end);
+        NonNull::new(p)
+    }
+
+    /// A red-zoned huge mapping of `size` bytes (see the module doc).
+    pub(super) fn huge_alloc_zoned(&self, size: usize, align: usize, zero: bool) -> *mut u8 {
+        let Some(inner) = size.checked_add(TRAILER) else {
+            return std::ptr::null_mut();
+        };
+        let p = self.huge_alloc_raw(inner, align, zero);
+        if let Some(len) = (!p.is_null()).then(|| self.huge.size_of(p)).flatten() {
+            write_trailer(p as usize, size, p as usize + len);
+        }
+        p
+    }
+
+    /// The whole length of the block at `p` (a page block or huge mapping).
+    fn block_len(&self, p: *const u8) -> Option<usize> {
+        if self.kmem.pages.in_span(p) {
+            match self.kmem.slub().lookup(p) {
+                // SAFETY: the head of a live block of ours.
+                ObjectLookup::Large(head) => Some(PAGE_SIZE << unsafe { head.as_ref() }.order()),
+                _ => None,
+            }
+        } else {
+            self.huge.size_of(p)
+        }
+    }
+
+    /// Whether `p` is a red-zoned block: a page block or huge mapping while zoning is
+    /// on (`None` for anything else).
+    fn zoned_len(&self, p: *const u8) -> Option<usize> {
+        if !self.zoned_blocks() {
+            return None;
+        }
+        self.block_len(p).filter(|&len| len >= TRAILER)
+    }
+
+    /// The size asked for at `p`, if it is a red-zoned block (`malloc_usable_size`).
+    pub(super) fn zoned_size(&self, p: *const u8) -> Option<usize> {
+        let len = self.zoned_len(p)?;
+        // SAFETY: the last word of a live block of ours.
+        let n = unsafe { ((p as usize + len - WORD) as *const usize).read_unaligned() };
+        Some(n.min(len - TRAILER))
+    }
+
+    /// Before a red-zoned block at `p` is freed: true if its zone is intact (free it),
+    /// false if it was overwritten (reported; the caller keeps it, quarantined).
+    #[cold]
+    #[inline(never)]
+    pub(super) fn zoned_free_check(&self, p: *const u8) -> bool {
+        let (Some(len), Some(size)) = (self.zoned_len(p), self.zoned_size(p)) else {
+            return true;
+        };
+        let start = p as usize + size;
+        let end = p as usize + len - WORD;
+        let Some(bad) = (start..end).find(|&a| {
+            // SAFETY: inside the live block.
+            unsafe { (a as *const u8).read() != RED_ACTIVE }
+        }) else {
+            return true;
+        };
+        let last = (bad..end)
+            .rev()
+            .find(|&a| {
+                // SAFETY: as above.
+                unsafe { (a as *const u8).read() != RED_ACTIVE }
+            })
+            .unwrap_or(bad);
+        // SAFETY: as above.
+        let first = unsafe { (bad as *const u8).read() };
+        let mut w = crate::platform::linux::FdWriter::new(2);
+        let _ = writeln!(
+            w,
+            "=============================================================================\n\
+             BUG kmalloc-large (Not tainted): Redzone overwritten\n\
+             -----------------------------------------------------------------------------\n"
+        );
+        let _ = writeln!(
+            w,
+            "INFO: 0x{bad:016x}-0x{last:016x} @offset={}. First byte 0x{first:02x} instead of 0x{RED_ACTIVE:02x}",
+            bad - p as usize
+        );
+        let _ = writeln!(
+            w,
+            "INFO: Block 0x{:016x} size={size} ({} bytes {})",
+            p as usize,
+            len,
+            if self.kmem.pages.in_span(p) {
+                "of pages"
+            } else {
+                "mapped"
+            }
+        );
+        let _ = writeln!(w, "FIX kmalloc-large: Object not freed (quarantined)");
+        w.flush();
+        self.kmem.pages.count_bad_object();
+        false
+    }
+}
+
+fn write_trailer(p: usize, size: usize, end: usize) {
+    // SAFETY: `[p + size, end)` is the tail of the block just allocated for us.
+    unsafe {
+        std::ptr::write_bytes((p + size) as *mut u8, RED_ACTIVE, end - WORD - (p + size));
+        ((end - WORD) as *mut usize).write_unaligned(size);
+    }
+}
+
+const _: () = assert!(KMALLOC_MAX_CACHE_SIZE < KMALLOC_MAX_SIZE);

@@ -1,0 +1,93 @@
+//! `KMEM_DEBUG=Z` on blocks above the kmalloc caches: a page block (2 MB) and a huge
+//! mapping (6 MB) carry a red zone from the size asked for; an overflow by one byte is
+//! reported at free in slub_debug's format (and the block kept), intact blocks free
+//! silently and keep their contents through realloc, and the usable size is the
+//! request. The test runs itself again as a child with `KMEM_DEBUG=Z` (read once, when
+//! the heap starts) and `KMEM_ON_ERROR=continue`.
+
+use kmem::{heap, Gfp};
+use std::alloc::Layout;
+use std::process::Command;
+
+const CHILD: &str = "KMEM_TEST_REDZONE_BLOCKS_CHILD";
+
+fn child() {
+    let h = heap();
+    for size in [2_000_000usize, 6_000_000] {
+        // Intact: filled to the last byte asked for, grown (moves), freed.
+        let layout = Layout::from_size_align(size, 8).unwrap();
+        let p = h.alloc(layout);
+        assert!(!p.is_null());
+        assert_eq!(h.usable_size(p), size, "usable size is the request");
+        // SAFETY: `size` bytes are ours.
+        unsafe { p.write_bytes(0x33, size) };
+        // SAFETY: ours, for `layout`.
+        let q = unsafe { h.realloc(p, layout, size + 4096) };
+        assert_eq!(h.usable_size(q), size + 4096);
+        // SAFETY: the old bytes were copied.
+        assert_eq!(unsafe { q.add(size - 1).read() }, 0x33);
+        // SAFETY: ours.
+        assert!(unsafe { h.dealloc(q) });
+        // One byte past the end: reported at free.
+        let p = h.alloc(layout);
+        // SAFETY: the bug under test.
+        unsafe { p.add(size).write(0x41) };
+        // SAFETY: ours (damaged): reported and kept.
+        unsafe { h.dealloc(p) };
+    }
+    // kmalloc above the caches takes the same path.
+    let p = h.kmalloc(1_500_000, Gfp::KERNEL).unwrap().as_ptr();
+    assert_eq!(h.ksize(p), 1_500_000);
+    // SAFETY: ours.
+    assert!(unsafe { h.kfree(p) });
+    println!("blocks done");
+}
+
+#[test]
+fn overflows_of_page_blocks_and_huge_mappings_are_reported() {
+    if std::env::var_os(CHILD).is_some() {
+        return child();
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "overflows_of_page_blocks_and_huge_mappings_are_reported",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("KMEM_DEBUG", "Z")
+        .env("KMEM_ON_ERROR", "continue")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("blocks done"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stderr
+            .matches("BUG kmalloc-large (Not tainted): Redzone overwritten")
+            .count(),
+        2,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("@offset=2000000. First byte 0x41 instead of 0xcc"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("@offset=6000000. First byte 0x41 instead of 0xcc"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("bytes of pages)") && stderr.contains("bytes mapped)"),
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr
+            .matches("FIX kmalloc-large: Object not freed (quarantined)")
+            .count(),
+        2
+    );
+}
