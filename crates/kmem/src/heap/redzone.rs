@@ -7,9 +7,10 @@
 //! catch an overflow that crosses it (a one-byte overflow of `malloc(5 MiB + 1)` would
 //! land in the slack of the last page, unseen). The tail starts exactly at the size
 //! asked for, as the slab caches' kmalloc red zone does: every block is allocated
-//! [`TRAILER`] bytes larger, the bytes from the request to the last word hold
-//! `RED_ACTIVE` (`0xcc`), and the last word holds the size asked for (so
-//! `malloc_usable_size` answers it, and the check knows where the zone starts). An
+//! [`TRAILER`] bytes larger, the bytes from the request to the last two words hold
+//! `RED_ACTIVE` (`0xcc`), then a magic word and the size asked for (so
+//! `malloc_usable_size` answers it, and the check knows where the zone starts; a block
+//! within 24 bytes of kmalloc's 4 MiB limit has no room and no magic: unzoned). An
 //! overflow is found at `free`, reported in slub_debug's format, and the block is
 //! quarantined (not freed) as a slab object would be; then `KMEM_ON_ERROR` applies.
 //!
@@ -25,8 +26,11 @@ use kmem_core::{Gfp, PAGE_SIZE};
 use std::fmt::Write as _;
 use std::ptr::NonNull;
 
-/// Bytes added to each red-zoned block: at least 16 of red zone, and the size word.
+/// Bytes added to each red-zoned block: at least 8 of red zone, a magic word and the
+/// size word.
 pub(super) const TRAILER: usize = 24;
+/// Marks a block that has a trailer (xored with the size it records).
+const TRAILER_MAGIC: usize = 0x6b6d_656d_5a5a_7a6e;
 const WORD: usize = std::mem::size_of::<usize>();
 
 impl Heap {
@@ -36,20 +40,18 @@ impl Heap {
         self.zoned_blocks.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// A red-zoned block of `size` bytes (above the kmalloc caches): a page block, or a
-    /// huge mapping when the trailer does not fit the largest block.
+    /// A red-zoned page block of `size` bytes (above the kmalloc caches). A request
+    /// within [`TRAILER`] bytes of kmalloc's limit gets a plain block (no room for the
+    /// zone; its missing trailer magic tells it apart).
     #[cold]
     #[inline(never)]
     pub(super) fn kmalloc_zoned_block(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        let cpu = super::thread::thread_cpu();
         let inner = size.checked_add(TRAILER)?;
-        let p = if inner <= KMALLOC_MAX_SIZE {
-            self.kmem
-                .kmalloc(super::thread::thread_cpu(), inner, gfp)?
-                .as_ptr()
-        } else {
-            let p = self.huge_alloc_raw(inner, PAGE_SIZE, gfp.contains(Gfp::ZERO));
-            NonNull::new(p)?.as_ptr()
-        };
+        if inner > KMALLOC_MAX_SIZE {
+            return self.kmem.kmalloc(cpu, size, gfp);
+        }
+        let p = self.kmem.kmalloc(cpu, inner, gfp)?.as_ptr();
         let end = p as usize + self.block_len(p)?;
         write_trailer(p as usize, size, end);
         NonNull::new(p)
@@ -92,9 +94,15 @@ impl Heap {
     /// The size asked for at `p`, if it is a red-zoned block (`malloc_usable_size`).
     pub(super) fn zoned_size(&self, p: *const u8) -> Option<usize> {
         let len = self.zoned_len(p)?;
-        // SAFETY: the last word of a live block of ours.
-        let n = unsafe { ((p as usize + len - WORD) as *const usize).read_unaligned() };
-        Some(n.min(len - TRAILER))
+        let end = p as usize + len;
+        // SAFETY: the last two words of a live block of ours.
+        let (magic, n) = unsafe {
+            (
+                ((end - 2 * WORD) as *const usize).read_unaligned(),
+                ((end - WORD) as *const usize).read_unaligned(),
+            )
+        };
+        (magic == TRAILER_MAGIC ^ n && n <= len - TRAILER).then_some(n)
     }
 
     /// Before a red-zoned block at `p` is freed: true if its zone is intact (free it),
@@ -106,7 +114,7 @@ impl Heap {
             return true;
         };
         let start = p as usize + size;
-        let end = p as usize + len - WORD;
+        let end = p as usize + len - 2 * WORD;
         let Some(bad) = (start..end).find(|&a| {
             // SAFETY: inside the live block.
             unsafe { (a as *const u8).read() != RED_ACTIVE }
@@ -155,7 +163,12 @@ impl Heap {
 fn write_trailer(p: usize, size: usize, end: usize) {
     // SAFETY: `[p + size, end)` is the tail of the block just allocated for us.
     unsafe {
-        std::ptr::write_bytes((p + size) as *mut u8, RED_ACTIVE, end - WORD - (p + size));
+        std::ptr::write_bytes(
+            (p + size) as *mut u8,
+            RED_ACTIVE,
+            end - 2 * WORD - (p + size),
+        );
+        ((end - 2 * WORD) as *mut usize).write_unaligned(TRAILER_MAGIC ^ size);
         ((end - WORD) as *mut usize).write_unaligned(size);
     }
 }
