@@ -64,3 +64,42 @@ fn sampled_objects_behave_as_kmalloc_objects() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Every allocation sampled (`KMEM_KFENCE=all`): objects of every small size and
+/// alignment still have kmalloc's alignment (at least 8, natural for powers of two)
+/// wherever they sit on their page.
+#[test]
+fn sampled_objects_keep_kmalloc_alignment() {
+    if std::env::var_os(CHILD).is_some() {
+        let h = heap();
+        for size in 1..=300usize {
+            let p = h.kmalloc(size, Gfp::KERNEL).expect("memory").as_ptr() as usize;
+            let want = if size.is_power_of_two() {
+                size.max(8)
+            } else {
+                8
+            };
+            assert_eq!(p % want, 0, "kmalloc({size}) at {p:#x}");
+            // SAFETY: allocated just above.
+            unsafe { h.kfree(p as *mut u8) };
+        }
+        println!("aligned ok");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "sampled_objects_keep_kmalloc_alignment",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("KMEM_KFENCE", "all")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("aligned ok"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

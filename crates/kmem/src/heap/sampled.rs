@@ -23,8 +23,13 @@ impl Heap {
         if gfp.intersects(Gfp::ACCOUNT) || super::thread::active_objcg().is_some() {
             return None;
         }
-        // kmalloc's alignment: natural for powers of two, else malloc's 16 bytes.
-        let align = if size.is_power_of_two() { size } else { 16 }.min(PAGE_SIZE);
+        // kmalloc's alignment: at least 8, natural for powers of two, else malloc's 16.
+        let align = if size.is_power_of_two() {
+            size.max(8)
+        } else {
+            16
+        }
+        .min(PAGE_SIZE);
         let cache = self.kmem.kmalloc_cache(size, gfp)?;
         let mut frames = [0usize; 8];
         self.kmem.pages.platform().stack_trace(&mut frames);
