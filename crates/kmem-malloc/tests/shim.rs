@@ -497,6 +497,18 @@ fn programs_with_their_own_sigsegv_handler_still_work() {
     let out = run_with(&prog, &["handler"], true, &[("KMEM_KFENCE", "off")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "recovered 1 1 chained 0\n");
+    // Without a handler of its own, a SIGSEGV sent to the program still ends it once
+    // kmem's handler is installed (the default action is restored and the signal
+    // raised again).
+    use std::os::unix::process::ExitStatusExt;
+    let out = run_with(&prog, &["sent"], true, &[("KMEM_KFENCE", "1")]);
+    assert_eq!(text(&out.stdout), "kmem handler 1\n");
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGSEGV),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// The heap-misuse battery (`battery.c`): every case at 8 B, 4 KiB and 256 KiB under

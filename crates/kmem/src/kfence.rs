@@ -654,8 +654,12 @@ fn install_handler() {
 
 extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let code = unsafe { (*info).si_code };
+    // A fault (si_code > 0) carries its address; a signal sent by a process does not.
+    let fault = code > 0;
+    // SAFETY: as above.
     let addr = unsafe { (*info).si_addr() } as usize;
-    if owns(addr as *const u8) {
+    if fault && owns(addr as *const u8) {
         let (write, ip) = fault_context(uctx);
         report_fault(addr, write, ip);
         crate::platform::linux::write_stderr(b"kmem: KFENCE fault: aborting\n");
@@ -669,11 +673,20 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut l
     // SAFETY: OLD_ACTION was written by install_handler before ours was installed.
     let old = unsafe { (*OLD_ACTION.0.get()).assume_init_ref() };
     let h = old.sa_sigaction;
-    if h == libc::SIG_DFL || h == libc::SIG_IGN {
-        // Back to the default action; the access faults again and ends the process
-        // as it would have without us.
-        // SAFETY: resetting a signal's action.
-        unsafe { libc::signal(sig, libc::SIG_DFL) };
+    if h == libc::SIG_IGN && !fault {
+        // A sent SIGSEGV the program ignores: ignored.
+    } else if h == libc::SIG_DFL || h == libc::SIG_IGN {
+        // Back to the default action, as without us: a fault happens again when the
+        // access is retried (the kernel kills for an ignored fault too); a sent
+        // signal is raised again.
+        // SAFETY: resetting a signal's action, then raising it (SA_NODEFER: delivered
+        // now, to the default action).
+        unsafe {
+            libc::signal(sig, libc::SIG_DFL);
+            if !fault {
+                libc::raise(sig);
+            }
+        }
     } else if old.sa_flags & libc::SA_SIGINFO != 0 {
         // SAFETY: the previous handler, called as it was registered.
         let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =

@@ -48,6 +48,24 @@ int main(int argc, char **argv) {
         printf("recovered %d %d chained %d\n", a, b, cur.sa_handler != on_segv);
         return 0;
     }
+    if (!strcmp(c, "sent")) {
+        /* No handler of its own: once kmem's is installed (samples taken), a SIGSEGV
+         * sent by a process still ends the program, as without kmem. */
+        void *volatile p[64];
+        for (int k = 0; k < 20000; k++) {
+            for (int i = 0; i < 64; i++)
+                p[i] = malloc(i * 13 + 1);
+            for (int i = 0; i < 64; i++)
+                free(p[i]);
+        }
+        struct sigaction cur;
+        sigaction(SIGSEGV, NULL, &cur);
+        printf("kmem handler %d\n", cur.sa_handler != SIG_DFL);
+        fflush(stdout);
+        kill(getpid(), SIGSEGV);
+        printf("still alive\n");
+        return 0;
+    }
     volatile char *a = malloc(32), *b = malloc(32);
     /* Which one starts its page, which one ends it. */
     volatile char *left = ((unsigned long)a & 4095) == 0 ? a : b;
