@@ -398,37 +398,18 @@ impl<P: Platform> Slub<'_, P> {
             self.report_object(s, slab, "Object already free", obj, None);
             return false;
         }
-        if let Some((bad, from, to)) = self.check_redzones(cfg, obj, RED_ACTIVE) {
+        let damaged = match self.check_redzones(cfg, obj, RED_ACTIVE) {
+            Some(zone) => Some(("Redzone overwritten", zone)),
+            None => self
+                .check_kmalloc_redzone(cfg, obj)
+                .map(|zone| ("kmalloc Redzone overwritten", zone)),
+        };
+        if let Some((what, (bad, from, to))) = damaged {
             // The free happened: its track says so (and, being newer than the
             // allocation track, marks the object as quarantined, not in use).
             self.set_track(cfg, obj, Track2::Free, cpu, &frames);
             drop(list);
-            self.report_bytes(
-                s,
-                slab,
-                "Redzone overwritten",
-                obj,
-                bad,
-                from,
-                to,
-                RED_ACTIVE,
-            );
-            self.log_fix(s, "Object not freed (quarantined)");
-            return false;
-        }
-        if let Some((bad, from, to)) = self.check_kmalloc_redzone(cfg, obj) {
-            self.set_track(cfg, obj, Track2::Free, cpu, &frames);
-            drop(list);
-            self.report_bytes(
-                s,
-                slab,
-                "kmalloc Redzone overwritten",
-                obj,
-                bad,
-                from,
-                to,
-                RED_ACTIVE,
-            );
+            self.report_bytes(s, slab, what, obj, bad, from, to, RED_ACTIVE);
             self.log_fix(s, "Object not freed (quarantined)");
             return false;
         }
@@ -679,6 +660,14 @@ impl<P: Platform> Slub<'_, P> {
     pub fn validate(&self, s: &KmemCache, found: &mut dyn FnMut(Problem)) -> usize {
         let cfg = s.config();
         let mut n = 0;
+        self.for_each_listed_slab(s, &mut |slab| n += self.validate_slab(s, cfg, slab, found));
+        n
+    }
+
+    /// Calls `f` on every slab of `s` on the node lists and the full lists (a debug
+    /// cache keeps its full slabs there), node by node, holding that node's
+    /// `list_lock` and then its `full` lock while `f` runs.
+    pub(super) fn for_each_listed_slab(&self, s: &KmemCache, f: &mut dyn FnMut(NonNull<Page>)) {
         for nid in 0..self.pages.nr_nodes() {
             let node = &s.node[nid];
             let list = node.list_lock.lock();
@@ -687,13 +676,11 @@ impl<P: Platform> Slub<'_, P> {
                 let mut p = l.first();
                 while let Some(slab) = NonNull::new(p) {
                     // SAFETY: slabs on the lists are live; we hold the locks.
-                    let sr = unsafe { slab.as_ref() };
-                    p = sr.next.load(Relaxed);
-                    n += self.validate_slab(s, cfg, slab, found);
+                    p = unsafe { slab.as_ref() }.next.load(Relaxed);
+                    f(slab);
                 }
             }
         }
-        n
     }
 
     pub(super) fn validate_slab(

@@ -14,7 +14,6 @@
 use super::debug::{find_not, Track, Track2, RED_ACTIVE, TRACK_SIZE};
 use crate::platform::Platform;
 use crate::slab::{get_freepointer, CacheConfig, KmemCache, Slab, SlabFlags, Slub};
-use crate::sync::Ordering::Relaxed;
 use core::ptr::{self, NonNull};
 
 /// Most objects a slab may hold for the walk to see its objects (the free bitmap on
@@ -57,19 +56,7 @@ impl<P: Platform> Slub<'_, P> {
         if !cfg.flags.contains(SlabFlags::STORE_USER) {
             return false;
         }
-        for nid in 0..self.pages.nr_nodes() {
-            let node = &s.node[nid];
-            let list = node.list_lock.lock();
-            let full = node.full.lock();
-            for l in [&*list, &*full] {
-                let mut p = l.first();
-                while let Some(slab) = NonNull::new(p) {
-                    // SAFETY: slabs on the lists are live; we hold the locks.
-                    p = unsafe { slab.as_ref() }.next.load(Relaxed);
-                    self.tracked_in_slab(s, slab, f);
-                }
-            }
-        }
+        self.for_each_listed_slab(s, &mut |slab| self.tracked_in_slab(s, slab, f));
         true
     }
 
