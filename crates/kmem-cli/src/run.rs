@@ -116,6 +116,10 @@ pub struct RunOptions {
     /// The live view for `kmem top` (KMEM_LIVE): published at most every MS ms, or off
     #[arg(long, value_name = "MS")]
     pub live: Option<String>,
+    /// KFENCE sampling (KMEM_KFENCE): one allocation every MS ms on a guarded page,
+    /// `all`, or `off`
+    #[arg(long, value_name = "MS")]
+    pub kfence: Option<String>,
 }
 
 impl RunOptions {
@@ -131,6 +135,7 @@ impl RunOptions {
             ("--decay-ms", "KMEM_DECAY_MS", &self.decay_ms),
             ("--on-error", "KMEM_ON_ERROR", &self.on_error),
             ("--live", "KMEM_LIVE", &self.live),
+            ("--kfence", "KMEM_KFENCE", &self.kfence),
         ];
         let mut out = Vec::new();
         for (flag, name, value) in flags {

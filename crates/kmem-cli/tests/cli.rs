@@ -101,17 +101,18 @@ fn kmem_run_flags_set_the_environment_and_are_checked() {
         "--on-error=continue",
         "--leaks",
         "--live=off",
+        "--kfence=all",
         "--",
         "sh",
         "-c",
-        "echo \"$KMEM_DEBUG|$KMEM_MAX|$KMEM_PERCPU|$KMEM_SLUB|$KMEM_DECAY_MS|$KMEM_STATS|$KMEM_ON_ERROR|$KMEM_LEAKS|$KMEM_LIVE\"",
+        "echo \"$KMEM_DEBUG|$KMEM_MAX|$KMEM_PERCPU|$KMEM_SLUB|$KMEM_DECAY_MS|$KMEM_STATS|$KMEM_ON_ERROR|$KMEM_LEAKS|$KMEM_LIVE|$KMEM_KFENCE\"",
     ])
     .output()
     .unwrap();
     assert!(out.status.success(), "{out:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim_end(),
-        "FZPU|64M|cpu-rseq|cpu-slab|50|/dev/null|continue|1|off"
+        "FZPU|64M|cpu-rseq|cpu-slab|50|/dev/null|continue|1|off|all"
     );
     // A value the heap would ignore stops `kmem run` before the program starts.
     for (flag, var) in [
@@ -121,6 +122,7 @@ fn kmem_run_flags_set_the_environment_and_are_checked() {
         ("--slub=slob", "KMEM_SLUB"),
         ("--on-error=retry", "KMEM_ON_ERROR"),
         ("--live=often", "KMEM_LIVE"),
+        ("--kfence=sometimes", "KMEM_KFENCE"),
     ] {
         let out = kmem(&["run", flag, "--", "sh", "-c", "echo ran"])
             .output()
