@@ -4,8 +4,9 @@
 //! snapshot, `--json` one JSON document, `--sites [CACHE]` the allocation sites
 //! (`alloc_calls`, or `free_calls` with `--free`) of caches with slub_debug tracks.
 
-use kmem::live::{self, LiveCache, Snapshot};
+use kmem::live::{self, Snapshot};
 use kmem::sites::{Calls, Location};
+use kmem::stats::CacheStats;
 use kmem::symbolize::Symbolizer;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -208,7 +209,7 @@ pub fn screen(s: &Snapshot, limit: usize) -> String {
     let objs: u64 = s.caches.iter().map(|c| c.num_objs).sum();
     let active: u64 = s.caches.iter().map(|c| c.active_objs).sum();
     let slabs: u64 = s.caches.iter().map(|c| c.num_slabs).sum();
-    let bytes: u64 = s.caches.iter().map(LiveCache::bytes).sum();
+    let bytes: u64 = s.caches.iter().map(CacheStats::bytes).sum();
     let active_bytes: u64 = s.caches.iter().map(|c| c.active_objs * c.objsize).sum();
     let used_caches = s.caches.iter().filter(|c| c.num_slabs > 0).count() as u64;
     let _ = writeln!(
@@ -238,7 +239,7 @@ pub fn screen(s: &Snapshot, limit: usize) -> String {
         w,
         "  OBJS ACTIVE  USE OBJ SIZE  SLABS OBJ/SLAB CACHE SIZE NAME"
     );
-    let mut rows: Vec<&LiveCache> = s.caches.iter().filter(|c| c.num_slabs > 0).collect();
+    let mut rows: Vec<&CacheStats> = s.caches.iter().filter(|c| c.num_slabs > 0).collect();
     rows.sort_by_key(|c| (std::cmp::Reverse(c.bytes()), c.name.clone()));
     for c in rows.iter().take(limit) {
         let _ = writeln!(

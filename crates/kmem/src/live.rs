@@ -42,37 +42,11 @@ use crate::heap::live::{
 };
 pub use crate::heap::live::{DIR, SEGMENT_BYTES};
 use crate::sites::{Calls, Location};
+use crate::stats::CacheStats;
 use std::sync::atomic::{fence, Ordering};
 
 // ---------------------------------------------------------------------------
 // Reading (another process, or this one): allocates freely.
-
-/// A cache's row in a snapshot (slabinfo's figures).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize))]
-pub struct LiveCache {
-    /// The cache's name (whitespace shown as `_`).
-    pub name: String,
-    /// Objects allocated or cached by CPUs.
-    pub active_objs: u64,
-    /// Objects in all slabs.
-    pub num_objs: u64,
-    /// Bytes per object slot.
-    pub objsize: u64,
-    /// Objects per slab.
-    pub objperslab: u64,
-    /// Pages per slab.
-    pub pagesperslab: u64,
-    /// Slabs.
-    pub num_slabs: u64,
-}
-
-impl LiveCache {
-    /// Bytes of its slabs.
-    pub fn bytes(&self) -> u64 {
-        self.num_slabs * self.pagesperslab * kmem_core::PAGE_SIZE as u64
-    }
-}
 
 /// A zone in a snapshot.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -139,7 +113,9 @@ pub struct Snapshot {
     /// /proc/vmstat.
     pub vmstat: Vec<(String, i64)>,
     /// Every cache.
-    pub caches: Vec<LiveCache>,
+    /// Every cache: slabinfo's figures (`stats`, the SLUB statistics, is not
+    /// published: empty).
+    pub caches: Vec<CacheStats>,
     /// Caches with slub_debug tracks (`KMEM_DEBUG=U`).
     pub tracking: u64,
     /// Allocation sites of caches with tracks (walked less often than the rest: see
@@ -224,7 +200,7 @@ impl Snapshot {
                         .ok_or_else(|| format!("bad value in `{line}`"))?;
                     s.vmstat.push((text(1), v));
                 }
-                "cache" => s.caches.push(LiveCache {
+                "cache" => s.caches.push(CacheStats {
                     name: text(1),
                     active_objs: num(2)?,
                     num_objs: num(3)?,
@@ -232,6 +208,7 @@ impl Snapshot {
                     objperslab: num(5)?,
                     pagesperslab: num(6)?,
                     num_slabs: num(7)?,
+                    stats: Default::default(),
                 }),
                 "site" => {
                     let calls = if f.get(1) == Some(&"free") {
@@ -286,7 +263,7 @@ impl Snapshot {
     }
 
     /// The cache called `name`.
-    pub fn cache(&self, name: &str) -> Option<&LiveCache> {
+    pub fn cache(&self, name: &str) -> Option<&CacheStats> {
         self.caches.iter().find(|c| c.name == name)
     }
 }

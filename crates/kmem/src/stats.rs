@@ -194,6 +194,13 @@ pub fn stats() -> Stats {
     }
 }
 
+impl CacheStats {
+    /// Bytes of its slabs.
+    pub fn bytes(&self) -> u64 {
+        self.num_slabs * self.pagesperslab * kmem_core::PAGE_SIZE as u64
+    }
+}
+
 impl fmt::Display for CacheStats {
     /// The cache's /proc/slabinfo row.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
