@@ -30,7 +30,9 @@ use crate::page::PageAllocator;
 use crate::page::{MAX_ORDER, PAGE_SIZE};
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
-use crate::slab::{accounting, Accounting, KmemCache, ObjectLookup, SlabFlags, Slub};
+use crate::slab::{accounting, Accounting, FastPath, KmemCache, ObjectLookup, SlabFlags, Slub};
+use crate::sync::AtomicU32;
+use crate::sync::Ordering::Relaxed;
 use core::fmt::{self, Write as _};
 use core::ptr::{self, NonNull};
 
@@ -176,7 +178,16 @@ pub struct KmallocCaches {
     plain: [KmemCache; NR_KMALLOC_PLAIN],
     /// The accounted (0) and reclaimable (1) sets.
     kernel: [[KmemCache; NR_KMALLOC]; NR_KMALLOC_TYPES - 1],
+    /// For sizes up to [`SMALL_FAST_MAX`], by `(size + 7) / 8`: the `cpu_offset` of
+    /// the plain class's per-CPU sheaves when that cache runs the inline sheaf path,
+    /// else 0. Written once by [`KmallocCaches::boot`] (caches' configs never change
+    /// after it), so kmalloc's fast path goes from the size to the CPU's sheaf with
+    /// one table load and no load through the cache.
+    small_fast: [AtomicU32; SMALL_FAST_MAX / 8 + 1],
 }
+
+/// The largest size [`KmallocCaches::small_fast`] covers.
+pub const SMALL_FAST_MAX: usize = 1024;
 
 impl KmallocCaches {
     /// Caches not set up yet ([`KmallocCaches::boot`] does).
@@ -184,6 +195,7 @@ impl KmallocCaches {
         Self {
             plain: [const { KmemCache::new() }; NR_KMALLOC_PLAIN],
             kernel: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
+            small_fast: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
         }
     }
 
@@ -218,7 +230,23 @@ impl KmallocCaches {
                 create(s, name.as_str(), size, align, flags)?;
             }
         }
+        for (j, slot) in self.small_fast.iter().enumerate() {
+            let cfg = self.plain[PLAIN_SIZE_INDEX[j.saturating_sub(1)] as usize].config();
+            let inline = cfg.fast == FastPath::Sheaf && cfg.cpu_offset != 0;
+            let off = u32::try_from(cfg.cpu_offset).ok().filter(|_| inline);
+            slot.store(off.unwrap_or(0), Relaxed);
+        }
         Ok(())
+    }
+
+    /// See [`KmallocCaches::small_fast`]: for `size <= SMALL_FAST_MAX`, the
+    /// `cpu_offset` of its class's sheaves if the fast path may pop them, else 0.
+    #[inline(always)]
+    pub fn small_fast(&self, size: usize) -> usize {
+        // SAFETY: the caller keeps `size <= SMALL_FAST_MAX`, so the index is in the
+        // table (checked in debug builds).
+        debug_assert!(size <= SMALL_FAST_MAX);
+        unsafe { self.small_fast.get_unchecked((size + 7) >> 3) }.load(Relaxed) as usize
     }
 
     /// The cache serving `size` bytes for `gfp`: `None` above

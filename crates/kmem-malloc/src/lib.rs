@@ -78,6 +78,12 @@ fn alloc(size: usize, align: usize, zero: bool) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return ptr::null_mut();
     };
+    alloc_valid(layout, zero)
+}
+
+/// [`alloc`] of a layout already known valid.
+#[inline(always)]
+fn alloc_valid(layout: Layout, zero: bool) -> *mut c_void {
     let p = kmem::heap::alloc_layout(layout, zero);
     if p.is_null() {
         set_errno(libc::ENOMEM);
@@ -120,6 +126,14 @@ fn abort_bad_pointer() -> ! {
 /// `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
+    if size <= kmem::heap::SMALL_FAST_MAX {
+        // SAFETY: a size this small with a power-of-two alignment is a valid layout
+        // (no overflow when rounded up), so the fast path skips that check.
+        return alloc_valid(
+            unsafe { Layout::from_size_align_unchecked(size, MALLOC_ALIGN) },
+            false,
+        );
+    }
     alloc(size, MALLOC_ALIGN, false)
 }
 

@@ -4,6 +4,7 @@
 
 use super::Kmem;
 use crate::gfp::Gfp;
+use crate::kmalloc::SMALL_FAST_MAX;
 use crate::memcontrol::ObjCgroup;
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
@@ -36,8 +37,18 @@ impl<P: Platform> Kmem<P> {
     /// charges and reports as usual.
     #[inline(always)]
     pub fn kmalloc_fast(&self, cpu: CpuRef<'_>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        if gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE) {
+        if gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO) {
             return None;
+        }
+        if size <= SMALL_FAST_MAX {
+            let off = self.kmalloc.small_fast(size);
+            if off == 0 {
+                return None;
+            }
+            // SAFETY: `off` is the `cpu_offset` of a plain kmalloc cache on the inline
+            // sheaf path (`small_fast`), where every CPU area keeps its
+            // `kmem_cache_cpu`.
+            return unsafe { crate::slab::sheaf_pop_at(cpu, off) };
         }
         let s = self.kmalloc.plain(size)?;
         self.slub().alloc_fast(cpu, s, gfp)

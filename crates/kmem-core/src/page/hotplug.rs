@@ -71,6 +71,9 @@ impl<P: Platform> PageAllocator<P> {
                     return false;
                 }
                 hp.next_section += 1;
+                let used =
+                    (hp.next_section << SECTION_SHIFT).min(self.span_len.load(Ordering::Relaxed));
+                self.used_len.store(used, Ordering::Release);
                 s
             }
         };

@@ -123,6 +123,36 @@ impl<P: Platform> PageAllocator<P> {
         head.flags().contains(PageFlags::SLAB).then_some(head)
     }
 
+    /// [`PageAllocator::virt_to_slab`] for the free fast path: one range check, against
+    /// the sections ever used rather than the span, and no look at the section's state.
+    /// Every descriptor there is mapped, and one of an offline section reads as a free
+    /// page or zeros, never as a slab (a section goes offline only when all its pages
+    /// are free), so the flags alone decide.
+    #[inline]
+    pub fn virt_to_slab_used(&self, addr: *const u8) -> Option<&Page> {
+        let base = self.base.load(Ordering::Relaxed);
+        let off = (addr as usize).wrapping_sub(base);
+        if off >= self.used_len.load(Ordering::Acquire) {
+            return None;
+        }
+        let section = base + (off & !(SECTION_SIZE - 1));
+        let idx = (off >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
+        // SAFETY: the section was brought online once (below `used_len`), so its
+        // memmap is mapped for as long as the allocator lives.
+        let p = unsafe { &*(section as *const Page).wrapping_add(idx) };
+        let flags = p.flags();
+        if flags.contains(PageFlags::SLAB) {
+            return Some(p);
+        }
+        if !flags.contains(PageFlags::TAIL) {
+            return None;
+        }
+        // SAFETY: a tail page's `owner[0]` is its head's descriptor, in the same
+        // section (blocks never cross sections) or null.
+        let head = unsafe { (p.owner[0].load(Ordering::Relaxed) as *const Page).as_ref()? };
+        head.flags().contains(PageFlags::SLAB).then_some(head)
+    }
+
     /// The head page of the slab (or compound block) holding `addr` (`virt_to_slab`,
     /// `compound_head`), or `None` if `addr` is not in a page the allocator manages.
     #[inline]

@@ -152,6 +152,12 @@ pub struct PageAllocator<P: Platform> {
     /// most `MAX_SECTIONS` sections (`init` clamps it, and `virt_to_page_any` relies on
     /// it to index the section table unchecked).
     span_len: AtomicUsize,
+    /// Bytes from the base that sections ever brought online cover (`next_section`
+    /// sections, clamped to the span): mapped for good, so a descriptor anywhere in
+    /// them can be read, whether its section is online or offline now (an offline
+    /// section's memmap reads as free pages or zeros). Only grows, with a release
+    /// store after the section is mapped. The free fast path's one range check.
+    used_len: AtomicUsize,
     nr_nodes: AtomicUsize,
     max_pages: AtomicUsize,
     pub(crate) report_delay_ns: AtomicU64,
@@ -175,6 +181,7 @@ impl<P: Platform> PageAllocator<P> {
             base: AtomicUsize::new(0),
             nr_span_sections: AtomicUsize::new(0),
             span_len: AtomicUsize::new(0),
+            used_len: AtomicUsize::new(0),
             nr_nodes: AtomicUsize::new(1),
             max_pages: AtomicUsize::new(0),
             report_delay_ns: AtomicU64::new(1_000_000_000),

@@ -121,7 +121,7 @@ use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};
 pub use layout::{calculate_order, CacheConfig, Ctor};
 use lockless::Push;
-pub use sheaf::{barn_max_full, sheaf_capacity, FastPath, SlabSheaf, SlubDesign};
+pub use sheaf::{barn_max_full, sheaf_capacity, sheaf_pop_at, FastPath, SlabSheaf, SlubDesign};
 pub use slabinfo::{write_slabinfo_header, write_slabinfo_row, SlabRow};
 pub use stat::{SlubStat, NR_SLUB_STAT};
 pub(crate) use state::*;
@@ -213,8 +213,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             // A slab is a buddy block: aligned to its size, so the offset of `ptr` in
             // it is its low bits.
             let off = (ptr as usize & (cfg.slab_bytes() - 1)).wrapping_sub(cfg.red_left);
-            let idx = cfg.obj_to_index(off);
-            if idx * cfg.size != off || idx >= cfg.objects {
+            if !cfg.is_object_start(off) {
                 return ObjectLookup::Bad("Invalid object pointer");
             }
             ObjectLookup::Slab(s, head)

@@ -59,13 +59,15 @@ impl<'a, P: Platform> Slub<'a, P> {
         // SAFETY: the block was just allocated: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
         head.set_flags(PageFlags::HEAD | PageFlags::SLAB);
-        for i in 0..cfg.objects {
-            let obj = base + i * cfg.size + cfg.red_left;
-            if cfg.is_debug() {
-                self.init_debug_object(cfg, obj);
-            }
-            if let Some(ctor) = cfg.ctor {
-                (ctor.f)(obj as *mut u8, ctor.data);
+        if cfg.is_debug() || cfg.ctor.is_some() {
+            for i in 0..cfg.objects {
+                let obj = base + i * cfg.size + cfg.red_left;
+                if cfg.is_debug() {
+                    self.init_debug_object(cfg, obj);
+                }
+                if let Some(ctor) = cfg.ctor {
+                    (ctor.f)(obj as *mut u8, ctor.data);
+                }
             }
         }
         // Every object in order: first to last, or (CONFIG_SLAB_FREELIST_RANDOM) in

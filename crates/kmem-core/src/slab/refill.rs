@@ -11,6 +11,7 @@
 use super::sheaf::{slot, SlabSheaf};
 use super::*;
 use crate::gfp::Gfp;
+use crate::page::Page;
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::sync::Ordering::Relaxed;
@@ -156,11 +157,53 @@ impl<P: Platform> Slub<'_, P> {
                 cnt += 1;
                 i += 1;
             }
-            let slab = self.freelist_slab(head);
+            let slab = self.freelist_slab(base);
             // SAFETY: a chain of the sheaf's objects of this slab, given up.
-            unsafe { self.slab_free(cpu, s, slab, head, tail, cnt) };
+            if !unsafe { self.flush_run_plain(cpu, s, slab, base, head, tail, cnt) } {
+                // SAFETY: as above.
+                unsafe { self.slab_free(cpu, s, slab, head, tail, cnt) };
+            }
         }
         // SAFETY: a live sheaf the caller holds.
         unsafe { &*sheaf }.size.store(0, Relaxed);
+    }
+
+    /// The common case of a flushed run, inline: the slab is on its node's partial
+    /// list, keeps objects in use after the run and no CPU owns it, so the free is one
+    /// CAS and changes no list (`FreeDecision::Plain` without the lock). Returns false,
+    /// having changed nothing the caller relies on, for every other case (or a lost
+    /// race): `__slab_free` then does the whole job, the reports included.
+    ///
+    /// # Safety
+    /// As [`Slub::slab_free`]; `base` is the slab's address.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn flush_run_plain(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        base: usize,
+        head: usize,
+        tail: usize,
+        cnt: u64,
+    ) -> bool {
+        // SAFETY: a live slab of `s` (the caller's objects are in it).
+        let sr = Slab::of(unsafe { slab.as_ref() });
+        let old = sr.state();
+        if old.frozen() || old.list_empty() || old.inuse() <= cnt {
+            return false;
+        }
+        let prior = base + old.offset() as usize;
+        if prior == head {
+            return false; // a double free: `__slab_free` reports it
+        }
+        // SAFETY: our objects (caller); `__slab_free` rewrites it if the CAS fails.
+        unsafe { set_freepointer(s.config(), tail, prior) };
+        if !sr.cas_state(old, old.after_free((head - base) as u64, cnt, false)) {
+            return false;
+        }
+        s.stat(cpu, SlubStat::FreeSlowpath);
+        true
     }
 }

@@ -202,6 +202,22 @@ enum Which {
     Spare,
 }
 
+/// kmalloc's fast path after its size table (`KmallocCaches::small_fast`): the top
+/// object of the main sheaf of the `kmem_cache_cpu` at `cpu_offset` in `c`'s area.
+///
+/// # Safety
+/// `cpu_offset` is the `cpu_offset` of a cache whose fast path is
+/// [`FastPath::Sheaf`].
+#[inline(always)]
+pub unsafe fn sheaf_pop_at(c: CpuRef<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
+    // SAFETY: the caller's contract: every CPU area keeps the cache's
+    // `kmem_cache_cpu` at that offset.
+    let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(cpu_offset) };
+    let obj = cc.sheaf_pop()?;
+    // SAFETY: a sheaf slot below its count holds an object's address, never 0.
+    Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+}
+
 impl KmemCacheCpu {
     /// The fast pop: the main sheaf's top object, or `None` when it has none.
     #[inline(always)]
@@ -312,7 +328,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         p: *mut u8,
         want: Option<&KmemCache>,
     ) -> bool {
-        let Some(h) = self.pages.virt_to_slab(p) else {
+        let Some(h) = self.pages.virt_to_slab_used(p) else {
             return false;
         };
         if accounting::slab_obj_exts(h) & accounting::OBJ_EXTS != 0 {
@@ -329,9 +345,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             return false;
         }
         // The start of an object: as `lookup` checks (no red zone in sheaf caches).
-        let off = p as usize & (cfg.slab_bytes() - 1);
-        let idx = cfg.obj_to_index(off);
-        if idx * cfg.size != off || idx >= cfg.objects {
+        if !cfg.is_object_start(p as usize & (cfg.slab_bytes() - 1)) {
             return false;
         }
         // SAFETY: the slab's cache runs the inline sheaf path, so `off_cpu` is its

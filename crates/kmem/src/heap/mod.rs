@@ -53,6 +53,7 @@ mod sampled;
 mod slab;
 mod thread;
 
+pub use kmem_core::kmalloc::SMALL_FAST_MAX;
 pub use layout::{alloc_layout, dealloc_ptr};
 pub use percpu::set_percpu_mode;
 pub use platform::HeapPlatform;
