@@ -316,6 +316,73 @@ fn a_double_free_on_the_sheaf_top_is_caught() {
 }
 
 #[test]
+fn a_double_free_reaching_its_slab_through_a_flush_is_caught() {
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let s = k
+        .kmem_cache_create(c, "df-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let n = s.config().objects;
+    let objs: Vec<_> = (0..n)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    // SAFETY: owned throughout.
+    let flush = || k.slub().flush_cpu_cache(unsafe { CpuRef::new(a) }, s);
+    let flush_all = || {
+        flush();
+        k.slub().shrink_barns(c, s);
+    };
+    let census = || {
+        let mut free = HashSet::new();
+        k.slub().census(s, &[], |o| {
+            free.insert(o);
+        });
+        free
+    };
+    // (The refill may have made a second slab: its rest is free from the start.)
+    flush_all();
+    let before = census();
+    // x's slab all in use: x goes back alone and heads the slab's freelist.
+    let x = objs[n / 2];
+    let y = objs[n / 3];
+    // SAFETY: ours.
+    assert!(unsafe { k.slub().free(c, s, x) });
+    flush_all();
+    let slow = stat(k, s, SlubStat::FreeSlowpath);
+    // y into the now partial slab: the flush's plain, inline free.
+    // SAFETY: ours.
+    assert!(unsafe { k.slub().free(c, s, y) });
+    flush_all();
+    assert_eq!(stat(k, s, SlubStat::FreeSlowpath), slow + 1);
+    let mut want = before.clone();
+    want.extend([x.as_ptr() as usize, y.as_ptr() as usize]);
+    assert_eq!(census(), want);
+    assert!(k.pages.platform().take_log().is_empty());
+    // y again: the sheaf takes it (its top is not y), the flush finds y at the head
+    // of its slab's freelist and reports instead of linking it twice.
+    // SAFETY: the bug under test.
+    unsafe { k.slub().free(c, s, y) };
+    flush_all();
+    let log = k.pages.platform().take_log();
+    assert!(
+        log.contains("BUG df-64 (Not tainted): Object already free"),
+        "{log}"
+    );
+    let again: Vec<usize> = (0..2 * n + before.len())
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap().as_ptr() as usize)
+        .collect();
+    assert_eq!(
+        again.iter().filter(|&&p| p == y.as_ptr() as usize).count(),
+        1
+    );
+    assert_eq!(
+        again.iter().filter(|&&p| p == x.as_ptr() as usize).count(),
+        1
+    );
+    assert_eq!(again.iter().collect::<HashSet<_>>().len(), again.len());
+}
+
+#[test]
 fn refill_never_follows_a_corrupted_free_pointer() {
     let k = kmem(2, config(1, 0));
     let (a, c) = own_area(k);
@@ -413,6 +480,46 @@ fn the_cpu_slab_design_stays_selectable() {
     unsafe { k.slub().free(c, s, p) };
     assert!(stat(k, s, SlubStat::AllocFastpath) + stat(k, s, SlubStat::AllocSlowpath) >= 1);
     assert_eq!(stat(k, s, SlubStat::SheafRefill), 0);
+}
+
+#[test]
+fn kmallocs_fast_path_pops_the_class_of_every_small_size() {
+    let k = kmem(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let cpu = c.unwrap();
+    for size in 0..=kmem_core::kmalloc::SMALL_FAST_MAX {
+        // The regular path fills the class's main sheaf; then the fast path pops it.
+        let p = k.kmalloc(c, size, Gfp::KERNEL).unwrap();
+        let q = k
+            .kmalloc_fast(cpu, size, Gfp::KERNEL)
+            .expect("a filled sheaf");
+        let want = k.kmalloc_cache(size, Gfp::KERNEL).unwrap();
+        for o in [p, q] {
+            let got = k.slub().cache_of(o.as_ptr()).unwrap();
+            assert!(std::ptr::eq(got, want), "size {size}: {}", got.name());
+            assert!(k.ksize(o.as_ptr()) >= size);
+        }
+        // Zeroed, accounted and reclaimable requests take the regular path.
+        for gfp in [
+            Gfp::KERNEL | Gfp::ZERO,
+            Gfp::KERNEL | Gfp::ACCOUNT,
+            Gfp::KERNEL | Gfp::RECLAIMABLE,
+        ] {
+            assert!(k.kmalloc_fast(cpu, size, gfp).is_none());
+        }
+        // SAFETY: ours, freed once.
+        unsafe {
+            assert!(k.kfree(c, p.as_ptr()));
+            assert!(k.kfree(c, q.as_ptr()));
+        }
+    }
+    // Caches on the CPU-slab path (this design, or slub_debug) have no fast pop.
+    let old = common::kmem_design(2, config(1, 0), None, SlubDesign::CpuSlab);
+    let (_, c) = own_area(old);
+    let p = old.kmalloc(c, 32, Gfp::KERNEL).unwrap();
+    assert!(old.kmalloc_fast(c.unwrap(), 32, Gfp::KERNEL).is_none());
+    // SAFETY: ours.
+    unsafe { old.kfree(c, p.as_ptr()) };
 }
 
 #[test]

@@ -300,6 +300,37 @@ mod tests {
     }
 
     #[test]
+    fn the_free_fast_paths_lookup_reads_only_sections_ever_used() {
+        use super::super::descriptor::PageFlags;
+        let pa = allocator(2, Config::default());
+        assert!(pa.add_memory(0));
+        let base = pa.base.load(Ordering::Relaxed);
+        // The second section of the span was never used: nothing of it is read.
+        let unused = (base + SECTION_SIZE + (MEMMAP_PAGES + 3) * PAGE_SIZE) as *const u8;
+        assert!(pa.in_span(unused));
+        assert!(pa.virt_to_slab_used(unused).is_none());
+        let page = pa.alloc_pages(None, Gfp::KERNEL, 0).unwrap();
+        let addr = pa.page_address(page).as_ptr();
+        assert!(pa.virt_to_slab_used(addr).is_none(), "a page, not a slab");
+        // SAFETY: allocated above, ours.
+        let pr = unsafe { page.as_ref() };
+        let flags = pr.flags();
+        pr.set_flags(flags | PageFlags::SLAB);
+        let found = pa.virt_to_slab_used(addr.wrapping_add(100)).unwrap();
+        assert!(core::ptr::eq(found, pr));
+        pr.set_flags(flags);
+        // SAFETY: allocated above.
+        unsafe { pa.free_pages(None, page, 0) };
+        assert_eq!(pa.report_free_pages(), 512);
+        assert!(!pa.sections[0].online());
+        // Offline: its memmap is still mapped and reads as no slab.
+        assert!(pa.virt_to_slab_used(addr).is_none());
+        assert!(pa
+            .virt_to_slab_used(base.wrapping_sub(8) as *const u8)
+            .is_none());
+    }
+
+    #[test]
     fn a_wholly_reported_section_goes_offline_and_comes_back() {
         let pa = allocator(1, Config::default());
         assert!(pa.add_memory(0));
