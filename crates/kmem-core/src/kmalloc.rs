@@ -243,9 +243,9 @@ impl KmallocCaches {
     /// `cpu_offset` of its class's sheaves if the fast path may pop them, else 0.
     #[inline(always)]
     pub fn small_fast(&self, size: usize) -> usize {
+        debug_assert!(size <= SMALL_FAST_MAX);
         // SAFETY: the caller keeps `size <= SMALL_FAST_MAX`, so the index is in the
         // table (checked in debug builds).
-        debug_assert!(size <= SMALL_FAST_MAX);
         unsafe { self.small_fast.get_unchecked((size + 7) >> 3) }.load(Relaxed) as usize
     }
 
