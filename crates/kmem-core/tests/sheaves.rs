@@ -523,6 +523,77 @@ fn kmallocs_fast_path_pops_the_class_of_every_small_size() {
 }
 
 #[test]
+fn barns_grow_while_used_and_give_idle_sheaves_back_after_the_decay_interval() {
+    use kmem_core::slab::barn::{BARN_KEEP_SHEAVES, MAX_FULL_SHEAVES};
+    let k = kmem(
+        2,
+        kmem_core::Config {
+            report_delay_ns: 1_000_000,
+            ..config(1, 0)
+        },
+    );
+    let (a, c) = own_area(k);
+    let pf = k.pages.platform();
+    let s = k
+        .kmem_cache_create(c, "decay-32", 32, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let cfg = *s.config();
+    let max_full = cfg.barn_max_full;
+    assert!(
+        max_full > BARN_KEEP_SHEAVES && max_full <= MAX_FULL_SHEAVES,
+        "{max_full}"
+    );
+    // A table built and dropped: its sheaves go to the barn, up to its bound.
+    let n = (max_full + 4) * cfg.sheaf_capacity;
+    let objs: Vec<_> = (0..n)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    for &p in &objs {
+        // SAFETY: ours.
+        unsafe { k.slub().free(c, s, p) };
+    }
+    // SAFETY: owned by this test.
+    let refs = [unsafe { CpuRef::new(a) }];
+    let barn = |k: &K| k.slub().census(s, &refs, |_| {}).barn_sheaves;
+    assert!(barn(k) >= max_full, "{} sheaves in the barn", barn(k));
+    // Built again: whole sheaves from the barn, no refill from the slabs.
+    let refills = stat(k, s, SlubStat::SheafRefill);
+    let again: Vec<_> = (0..n)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    assert!(stat(k, s, SlubStat::SheafRefill) - refills <= 6);
+    for &p in &again {
+        // SAFETY: ours.
+        unsafe { k.slub().free(c, s, p) };
+    }
+    let full = barn(k);
+    // Then the program moves on to other work (slow paths of another cache tick the
+    // housekeeping): after a decay interval of disuse, and one more to see it, the
+    // barn keeps BARN_KEEP_SHEAVES full and empty sheaves at most; the rest went back
+    // to the slabs, every object in exactly one place.
+    let interval = kmem_core::page::HOUSEKEEPING_INTERVAL as usize;
+    for _ in 0..3 {
+        pf.advance(2_000_000);
+        for _ in 0..2 * interval {
+            let v: Vec<_> = (0..300)
+                .map(|_| k.kmalloc(c, 200, Gfp::KERNEL).unwrap())
+                .collect();
+            for o in v {
+                // SAFETY: ours.
+                unsafe { k.kfree(c, o.as_ptr()) };
+            }
+        }
+    }
+    let left = barn(k);
+    assert!(
+        left <= 2 * BARN_KEEP_SHEAVES,
+        "{full} sheaves before, {left} after"
+    );
+    check_census(k, s, &refs, &HashSet::new());
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+#[test]
 fn per_cpu_state_leaves_room_for_many_caches() {
     // Every cache takes its `kmem_cache_cpu` (sheaf pointers, statistics) in every CPU
     // area: the boot caches plus at least 100 more must fit (the `debug` bench makes 60).

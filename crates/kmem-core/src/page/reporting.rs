@@ -62,14 +62,17 @@ impl<P: Platform> PageAllocator<P> {
     /// pages, and memory the platform caches, goes back after the decay interval even
     /// when the program then only allocates from per-CPU caches and never reaches the
     /// page allocator's paths, which otherwise run the passes.
+    /// Returns whether the housekeeping ran (the slab layer then does its own).
     #[inline]
-    pub fn housekeeping_tick(&self, cpu: CpuRef<'_>) {
+    pub fn housekeeping_tick(&self, cpu: CpuRef<'_>) -> bool {
         let area = cpu.area();
         let n = area.slow_paths.load(Relaxed).wrapping_add(1);
         area.slow_paths.store(n, Relaxed);
         if n.is_multiple_of(HOUSEKEEPING_INTERVAL) {
             self.housekeeping(cpu);
+            return true;
         }
+        false
     }
 
     #[cold]

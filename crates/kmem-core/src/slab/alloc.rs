@@ -100,7 +100,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let cfg = s.config();
         // Debug caches too: their every allocation comes here, and the platform's
         // housekeeping (publishing the live view, aging caches) must still run.
-        self.pages.housekeeping_tick(c);
+        self.housekeeping_tick(c);
         if cfg.off_fast_paths() {
             return self.alloc_debug(Some(c), s, gfp, nid);
         }

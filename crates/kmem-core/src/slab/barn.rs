@@ -12,12 +12,20 @@ use super::sheaf::SlabSheaf;
 use crate::sync::{Ordering::Relaxed, SpinLock};
 use core::ptr::{self, NonNull};
 
-/// Most full sheaves a barn keeps; a CPU's full sheaf past it is flushed to the slabs
-/// (`MAX_FULL_SHEAVES`).
-pub const MAX_FULL_SHEAVES: usize = 10;
+/// Most full sheaves a barn keeps (`MAX_FULL_SHEAVES`); a CPU's full sheaf past it
+/// (or past the cache's byte bound, `sheaf::barn_max_full`) is flushed to the slabs.
+/// The kernel keeps 10; kmem lets a barn grow to 64 while it is in use, so that a
+/// program that frees a few thousand objects and allocates them again (a tree or a
+/// table dropped and rebuilt) exchanges whole sheaves instead of going through the
+/// slabs, and gives the sheaves beyond [`BARN_KEEP_SHEAVES`] back once they sat unused
+/// through a decay interval ([`BarnLists::take_idle`]).
+pub const MAX_FULL_SHEAVES: usize = 64;
 /// Most empty sheaves a barn keeps; past it an empty sheaf is freed
 /// (`MAX_EMPTY_SHEAVES`).
-pub const MAX_EMPTY_SHEAVES: usize = 10;
+pub const MAX_EMPTY_SHEAVES: usize = 64;
+/// Full and empty sheaves a barn keeps however long they sit unused (the kernel's
+/// limit for both).
+pub const BARN_KEEP_SHEAVES: usize = 10;
 
 /// The two lists of a barn. Sheaves are linked through [`SlabSheaf::next`]; a "full"
 /// sheaf is any sheaf with objects (a CPU hands in partly filled ones when it goes
@@ -30,6 +38,9 @@ pub struct BarnLists {
     empty: *mut SlabSheaf,
     nr_full: usize,
     nr_empty: usize,
+    /// The fewest full (`.0`) and empty (`.1`) sheaves the lists held since the last
+    /// [`BarnLists::take_idle`]: that many sat unused all the while.
+    low: (usize, usize),
 }
 
 // SAFETY: the lists own the sheaves they link (type invariant); they move between
@@ -44,6 +55,7 @@ impl BarnLists {
             empty: ptr::null_mut(),
             nr_full: 0,
             nr_empty: 0,
+            low: (0, 0),
         }
     }
 
@@ -74,6 +86,7 @@ impl BarnLists {
     pub fn get_full(&mut self) -> Option<NonNull<SlabSheaf>> {
         let s = Self::pop(&mut self.full)?;
         self.nr_full -= 1;
+        self.low.0 = self.low.0.min(self.nr_full);
         Some(s)
     }
 
@@ -81,7 +94,42 @@ impl BarnLists {
     pub fn get_empty(&mut self) -> Option<NonNull<SlabSheaf>> {
         let s = Self::pop(&mut self.empty)?;
         self.nr_empty -= 1;
+        self.low.1 = self.low.1.min(self.nr_empty);
         Some(s)
+    }
+
+    /// The decay of a barn: takes off the lists (as two chains linked through
+    /// [`SlabSheaf::next`], for the caller to flush and free) the sheaves beyond
+    /// [`BARN_KEEP_SHEAVES`] that sat unused since the last call — as many as the
+    /// lists never went below — and starts a new period.
+    pub fn take_idle(&mut self) -> (*mut SlabSheaf, *mut SlabSheaf) {
+        let idle = [
+            self.low
+                .0
+                .min(self.nr_full)
+                .saturating_sub(BARN_KEEP_SHEAVES),
+            self.low
+                .1
+                .min(self.nr_empty)
+                .saturating_sub(BARN_KEEP_SHEAVES),
+        ];
+        let mut out = [ptr::null_mut(); 2];
+        for _ in 0..idle[0] {
+            let Some(sh) = Self::pop(&mut self.full) else {
+                break;
+            };
+            Self::push(&mut out[0], sh);
+            self.nr_full -= 1;
+        }
+        for _ in 0..idle[1] {
+            let Some(sh) = Self::pop(&mut self.empty) else {
+                break;
+            };
+            Self::push(&mut out[1], sh);
+            self.nr_empty -= 1;
+        }
+        self.low = (self.nr_full, self.nr_empty);
+        (out[0], out[1])
     }
 
     /// `barn_put_full_sheaf`: keeps a sheaf with objects, unless the barn holds `max`
@@ -120,6 +168,7 @@ impl BarnLists {
     pub fn take_all(&mut self) -> (*mut SlabSheaf, *mut SlabSheaf) {
         self.nr_full = 0;
         self.nr_empty = 0;
+        self.low = (0, 0);
         (
             core::mem::replace(&mut self.full, ptr::null_mut()),
             core::mem::replace(&mut self.empty, ptr::null_mut()),

@@ -6,13 +6,16 @@
 //! while allocating.
 
 use super::KmemCache;
-use crate::sync::{AtomicPtr, Ordering::Relaxed, SpinLock};
+use crate::sync::{AtomicPtr, AtomicU64, Ordering::Relaxed, SpinLock};
 use core::ptr;
 
 /// The list of every cache (`slab_caches`).
 pub struct CacheList {
     pub(crate) lock: SpinLock<()>,
     head: AtomicPtr<KmemCache>,
+    /// When the barns' decay last ran (the platform's clock, ns); whoever moves it
+    /// runs the next one.
+    pub(crate) barn_decay_ns: AtomicU64,
 }
 
 impl CacheList {
@@ -20,6 +23,7 @@ impl CacheList {
         Self {
             lock: SpinLock::new(()),
             head: AtomicPtr::new(ptr::null_mut()),
+            barn_decay_ns: AtomicU64::new(0),
         }
     }
 
@@ -48,10 +52,10 @@ impl CacheList {
     }
 
     /// Calls `f` on every cache without taking the list lock: the caller holds it
-    /// (the fork handlers).
+    /// (the fork handlers, the barns' decay).
     ///
     /// # Safety
-    /// The caller holds the list lock, taken with `lock_forever`.
+    /// The caller holds the list lock (the fork handlers took it with `lock_forever`).
     pub(crate) unsafe fn for_each_locked(&self, mut f: impl FnMut(&KmemCache)) {
         let mut p = self.head.load(Relaxed);
         // SAFETY: caches on the list are live while the lock is held (caller).
