@@ -78,12 +78,6 @@ fn alloc(size: usize, align: usize, zero: bool) -> *mut c_void {
         set_errno(libc::ENOMEM);
         return ptr::null_mut();
     };
-    alloc_valid(layout, zero)
-}
-
-/// [`alloc`] of a layout already known valid.
-#[inline(always)]
-fn alloc_valid(layout: Layout, zero: bool) -> *mut c_void {
     let p = kmem::heap::alloc_layout(layout, zero);
     if p.is_null() {
         set_errno(libc::ENOMEM);
@@ -96,9 +90,19 @@ fn alloc_valid(layout: Layout, zero: bool) -> *mut c_void {
 /// quarantined by the debug layer: the program goes on, as the kernel's does.
 #[inline]
 unsafe fn free_or_abort(p: *mut c_void) {
+    // SAFETY: the caller's pointer; the fast path takes only plain objects of ours.
+    if !unsafe { kmem::heap::dealloc_fast(p.cast()) } {
+        // SAFETY: as above.
+        unsafe { free_other(p) }
+    }
+}
+
+/// [`free_or_abort`] past the fast path (a tail call from `free`).
+#[inline(never)]
+unsafe extern "C" fn free_other(p: *mut c_void) {
     // SAFETY: the caller's pointer; dealloc reports instead of freeing anything that
     // is not one of ours.
-    if !unsafe { kmem::heap::dealloc_ptr(p.cast()) } && !in_debug_cache(p) {
+    if !unsafe { kmem::heap::dealloc_other(p.cast()) } && !in_debug_cache(p) {
         abort_bad_pointer();
     }
 }
@@ -127,13 +131,17 @@ fn abort_bad_pointer() -> ! {
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
     if size <= kmem::heap::SMALL_FAST_MAX {
-        // SAFETY: a size this small with a power-of-two alignment is a valid layout
-        // (no overflow when rounded up), so the fast path skips that check.
-        return alloc_valid(
-            unsafe { Layout::from_size_align_unchecked(size, MALLOC_ALIGN) },
-            false,
-        );
+        let p = kmem::heap::alloc_small_fast(size);
+        if !p.is_null() {
+            return p.cast();
+        }
     }
+    malloc_other(size)
+}
+
+/// `malloc` past its fast path (a tail call).
+#[inline(never)]
+extern "C" fn malloc_other(size: size_t) -> *mut c_void {
     alloc(size, MALLOC_ALIGN, false)
 }
 

@@ -2,7 +2,7 @@
 //! different limits, the enter guard, typed caches, removal with live objects,
 //! huge and page-block allocations, the statistics snapshot.
 
-use kmem::{heap, KmemAlloc, KmemCache, MemCgroup};
+use kmem::{heap, Gfp, KmemAlloc, KmemCache, MemCgroup};
 use std::collections::HashMap;
 
 #[global_allocator]
@@ -104,6 +104,54 @@ fn the_guard_charges_only_while_it_lives_and_nests() {
     drop((outside, in_a, in_b, in_a_again, after));
     assert_eq!(a.stat().slab_unreclaimable, 0);
     assert_eq!(b.stat().slab_unreclaimable, 0);
+}
+
+#[test]
+fn charged_kmalloc_objects_freed_outside_the_group_are_uncharged() {
+    // Objects charged in a group, freed by threads outside any group (their frees
+    // would otherwise take the inline fast path): every byte comes back.
+    let g = MemCgroup::new("freed_outside").unwrap();
+    // Allocated on a thread that then exits (its memcg stock goes back).
+    let objs: Vec<usize> = std::thread::scope(|s| {
+        s.spawn(|| {
+            let v = {
+                let _g = g.enter();
+                (0..2000)
+                    .map(|i| {
+                        let p = heap().kmalloc(24 + (i % 5) * 40, Gfp::KERNEL).unwrap();
+                        p.as_ptr() as usize
+                    })
+                    .collect()
+            };
+            heap().detach_thread();
+            v
+        })
+        .join()
+        .unwrap()
+    });
+    let charged = g.stat().slab_unreclaimable;
+    assert!(charged >= 2000 * 24, "{charged}");
+    let (here, there) = objs.split_at(1000);
+    for &p in here {
+        // SAFETY: ours, freed once.
+        unsafe { heap().kfree(p as *mut u8) };
+    }
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for &p in there {
+                // SAFETY: as above.
+                unsafe { heap().kfree(p as *mut u8) };
+            }
+            heap().detach_thread();
+        });
+    });
+    assert_eq!(g.stat().slab_unreclaimable, 0);
+    // What stays charged is the stocks' spare bytes, not the objects.
+    assert!(
+        g.usage() <= charged as usize / 8,
+        "usage {} of {charged}",
+        g.usage()
+    );
 }
 
 #[derive(Debug)]

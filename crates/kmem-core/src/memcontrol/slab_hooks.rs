@@ -7,7 +7,7 @@ use crate::gfp::Gfp;
 use crate::page::{Page, PAGE_SHIFT, PAGE_SIZE};
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
-use crate::slab::{Accounting, KmemCache, NoAccounting};
+use crate::slab::{Accounting, KmemCache, NoAccounting, Slab};
 use crate::sync::{
     AtomicPtr, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
@@ -62,19 +62,22 @@ impl<'a, P: Platform> Memcg<'a, P> {
             .kcalloc(cpu, n, core::mem::size_of::<usize>(), Gfp::KERNEL)?;
         let new = v.as_ptr() as usize | MEMCG_DATA_OBJEXTS;
         // Another context may have set one (a slab can change hands): keep theirs.
-        match h.private.compare_exchange(0, new, AcqRel, Acquire) {
-            Ok(_) => Some(new),
+        let data = match h.private.compare_exchange(0, new, AcqRel, Acquire) {
+            Ok(_) => new,
             Err(cur) if cur & MEMCG_DATA_OBJEXTS != 0 => {
                 // SAFETY: our unused vector.
                 unsafe { self.km.kfree(cpu, v.as_ptr(), &NoAccounting) };
-                Some(cur)
+                cur
             }
             Err(_) => {
                 // A stale word (left from the page allocator): replace it.
                 h.private.store(new, Release);
-                Some(new)
+                new
             }
-        }
+        };
+        // Before any object of the slab is charged: frees leave the inline path.
+        Slab::of(h).stop_inline_frees();
+        Some(data)
     }
 
     /// `memcg_slab_free_hook`: the object's objcg, if any, is uncharged. Called before

@@ -8,7 +8,7 @@
 use super::*;
 use crate::page::{Page, MAX_ORDER, PAGE_SIZE};
 use crate::percpu::CpuRef;
-use crate::sync::Ordering::Relaxed;
+use crate::sync::Ordering::{Relaxed, Release};
 
 /// The slab's one-word state in `owner[0]` of its head page:
 /// bits 0..32 freelist offset from the slab base (1 = the end token), bits 32..48
@@ -178,7 +178,7 @@ impl Chain {
 /// | word       | holds                                                             |
 /// |------------|-------------------------------------------------------------------|
 /// | `owner[0]` | the [`SlabState`] (freelist offset, `inuse`, `frozen`)            |
-/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the inline fast path ([`FastPath::Sheaf`]): the cache's `cpu_offset`, so that a free finds the CPU's sheaf from the page alone (their slabs are never frozen) |
+/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the inline fast path ([`FastPath::Sheaf`]): the cache's `cpu_offset`, so that a free finds the CPU's sheaf from the page alone (their slabs are never frozen), or 0 once the slab has an objcg vector |
 /// | `owner[2]` | the cache (`&KmemCache`), which outlives its slabs                |
 /// | `owner[3]` | frozen-by: bits 40.. the tag of the CPU area that froze the slab (area id + 1; 0 = none), bits 16..40 the offset of the local freelist's last object from the slab base, bits 0..16 how many objects the local freelist holds |
 ///
@@ -272,8 +272,20 @@ impl<'a> Slab<'a> {
         }
     }
 
-    /// The `cpu_offset` of the slab's cache if its fast path is [`FastPath::Sheaf`],
-    /// else 0 (see the table above).
+    /// The slab got an objcg vector (`memcontrol`): from now on its frees take the
+    /// regular path, which uncharges, so a slab of a cache on the inline sheaf path
+    /// stops naming the CPU's sheaves (its `owner[1]` becomes 0). A free that read the
+    /// old value frees an object allocated before the vector, never charged: a
+    /// charged object is handed out only after this store, and its free happens after
+    /// its allocation.
+    pub(crate) fn stop_inline_frees(self) {
+        if self.cache().config().fast == FastPath::Sheaf {
+            self.0.owner[1].store(0, Release);
+        }
+    }
+
+    /// The `cpu_offset` of the slab's cache if its fast path is [`FastPath::Sheaf`]
+    /// and the slab has no objcg vector, else 0 (see the table above).
     #[inline(always)]
     pub(crate) fn sheaf_cpu_offset(self) -> usize {
         self.0.owner[1].load(Relaxed)

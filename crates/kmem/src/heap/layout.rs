@@ -30,6 +30,18 @@ use kmem_core::{Gfp, Platform, MAX_ORDER, PAGE_SIZE};
 use std::alloc::Layout;
 use std::ptr;
 
+/// kmalloc's fast path alone for `malloc(size)` (`size <= SMALL_FAST_MAX`, alignment
+/// 8): the top of the thread's main sheaf of the class, or null for
+/// [`alloc_layout`] to do the rest (the front end keeps the fast path free of the
+/// call's register saves that way).
+#[inline(always)]
+pub fn alloc_small_fast(size: usize) -> *mut u8 {
+    match fast_cpu().and_then(|c| HEAP.kmem.kmalloc_fast(c, size, Gfp::KERNEL)) {
+        Some(p) => p.as_ptr(),
+        None => core::ptr::null_mut(),
+    }
+}
+
 /// [`Heap::alloc`] (or, `zeroed`, [`Heap::alloc_zeroed`]) for the allocator front
 /// ends ([`crate::KmemAlloc`], `malloc`): on a thread with its fast word, a small
 /// layout is one pop from the kmalloc cache's main sheaf, without the heap's READY
@@ -74,12 +86,30 @@ fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
 /// As [`Heap::dealloc`].
 #[inline(always)]
 pub unsafe fn dealloc_ptr(p: *mut u8) -> bool {
-    if let Some(c) = fast_cpu() {
-        // SAFETY: forwarded from the caller.
-        if unsafe { HEAP.kmem.kfree_fast(c, p) } {
-            return true;
-        }
-    } else if fast_tls::get() == RSEQ_TAG {
+    // SAFETY: forwarded from the caller.
+    unsafe { dealloc_fast(p) || dealloc_other(p) }
+}
+
+/// The fast path of [`dealloc_ptr`] alone: true when `p` went onto the thread's spare
+/// sheaf; false leaves `p` untouched, for [`dealloc_other`]. A front end that calls
+/// the two itself keeps the fast path free of the call's register saves (the other
+/// becomes a tail call).
+///
+/// # Safety
+/// As [`Heap::dealloc`] when it returns true.
+#[inline(always)]
+pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
+    // SAFETY: forwarded from the caller.
+    fast_cpu().is_some_and(|c| unsafe { HEAP.kmem.kfree_fast(c, p) })
+}
+
+/// Everything [`dealloc_fast`] leaves: per-CPU rseq mode, the slow paths, reports.
+///
+/// # Safety
+/// As [`Heap::dealloc`].
+#[inline(never)]
+pub unsafe fn dealloc_other(p: *mut u8) -> bool {
+    if fast_tls::get() == RSEQ_TAG {
         // SAFETY: forwarded from the caller.
         return unsafe { dealloc_rseq(p) };
     }
