@@ -332,16 +332,18 @@ impl<'a, P: Platform> Slub<'a, P> {
             return false;
         };
         // From the page itself (no load through the cache): the CPU's sheaves of the
-        // slab's cache, so the push does not wait for the checks below. 0 when the
-        // cache is not on the inline sheaf path, and once the slab has an objcg vector
-        // (its frees uncharge on the regular path; see `Slab::stop_inline_frees`).
+        // slab's cache, so the push does not wait for the checks below. 0 once the slab
+        // has an objcg vector (its frees uncharge on the regular path; see
+        // `Slab::stop_inline_frees`).
         let off_cpu = Slab::of(h).sheaf_cpu_offset();
         if off_cpu == 0 {
             return false;
         }
         let s = Slab::of(h).cache();
         let cfg = s.config();
-        if want.is_some_and(|w| !core::ptr::eq(w, s)) {
+        // (In the CPU-slab design the word is a local freelist's head: the cache's
+        // fast path tells which.)
+        if cfg.fast != FastPath::Sheaf || want.is_some_and(|w| !core::ptr::eq(w, s)) {
             return false;
         }
         // The start of an object: as `lookup` checks (no red zone in sheaf caches).
