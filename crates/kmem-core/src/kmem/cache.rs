@@ -48,10 +48,10 @@ impl<P: Platform> Kmem<P> {
         let mut cfg = CacheConfig::calculate(name, size, align, flags, ctor, nr_cpus)?;
         self.harden(&mut cfg);
         self.choose_fast_path(&mut cfg);
-        cfg.cpu_offset = self
-            .pages
-            .percpu()
-            .alloc(core::mem::size_of::<crate::slab::KmemCacheCpu>(), 16)?;
+        cfg.cpu_offset = self.pages.percpu().alloc(
+            core::mem::size_of::<crate::slab::KmemCacheCpu>(),
+            core::mem::align_of::<crate::slab::KmemCacheCpu>(),
+        )?;
         let mem = self.slub().alloc(cpu, &self.kmem_cache, Gfp::KERNEL)?;
         let s = mem.as_ptr() as *mut KmemCache;
         // SAFETY: a fresh object of `kmem_cache`, sized and aligned for a KmemCache;

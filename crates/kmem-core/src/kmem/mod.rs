@@ -180,7 +180,10 @@ impl<P: Platform> Kmem<P> {
             cfg.cpu_offset = self
                 .pages
                 .percpu()
-                .alloc(core::mem::size_of::<crate::slab::KmemCacheCpu>(), 16)
+                .alloc(
+                    core::mem::size_of::<crate::slab::KmemCacheCpu>(),
+                    core::mem::align_of::<crate::slab::KmemCacheCpu>(),
+                )
                 .ok_or(InitError::BadConfig)?;
             // SAFETY: the boot caches are not visible to anybody before init returns.
             unsafe { s.set_config(cfg) };

@@ -21,23 +21,44 @@ use crate::sync::{
 /// slab, or that slab's end token; the CPU slab is the slab its value lies in.
 /// `partial` heads a list of frozen slabs linked through `Page::next`, `nr_partial`
 /// long.
-#[repr(C, align(16))]
+///
+/// Layout: the first 64 bytes (the struct is 64-byte aligned) hold everything the
+/// sheaves design's fast paths read, so a free reads this line and the slab's page
+/// descriptor and nothing of the cache: the spare sheaf and its word, the checks of an
+/// object's start (`free_*`, copies of the cache's layout written with the spare sheaf,
+/// see [`KmemCacheCpu::set_free_checks`]; all zero, as in a fresh area, refuses every
+/// pointer), the main sheaf and its word. The CPU-slab design's `(freelist, tid)` pair
+/// follows, 16-byte aligned for its double-word CAS.
+#[repr(C, align(64))]
 pub struct KmemCacheCpu {
-    pub(super) freelist: AtomicUsize,
-    pub(super) tid: AtomicUsize,
-    pub(super) partial: AtomicPtr<Page>,
-    pub(super) nr_partial: AtomicUsize,
+    /// Sheaves design: the spare sheaf's `count | capacity << 32`.
+    pub(super) spare_len: AtomicU64,
+    /// Sheaves design: the spare sheaf, which frees push onto.
+    pub(super) spare: AtomicPtr<SlabSheaf>,
+    /// The cache's `slab_bytes() - 1` (0 until the first spare sheaf is installed).
+    pub(super) free_mask: AtomicUsize,
+    /// The cache's `CacheConfig::start_check`.
+    pub(super) free_start_check: AtomicU64,
+    /// The cache's `CacheConfig::objects_end`.
+    pub(super) free_objects_end: AtomicUsize,
     /// Sheaves design: the main sheaf's `count | capacity << 32` (see `sheaf`).
     pub(super) sheaf_len: AtomicU64,
     /// Sheaves design: the main sheaf, which allocations pop from.
     pub(super) main: AtomicPtr<SlabSheaf>,
-    /// Sheaves design: the spare sheaf, which frees push onto.
-    pub(super) spare: AtomicPtr<SlabSheaf>,
-    /// Sheaves design: the spare sheaf's `count | capacity << 32`.
-    pub(super) spare_len: AtomicU64,
+    pub(super) nr_partial: AtomicUsize,
+    pub(super) freelist: AtomicUsize,
+    pub(super) tid: AtomicUsize,
+    pub(super) partial: AtomicPtr<Page>,
     /// SLUB statistics, `unsigned int` as the kernel's (wrapping; summed as u64).
     pub(super) stat: [AtomicU32; NR_SLUB_STAT],
 }
+
+// The fast paths' words share the first cache line; the CAS pair is 16-byte aligned.
+const _: () = assert!(core::mem::offset_of!(KmemCacheCpu, main) + 8 <= 64);
+const _: () = assert!(core::mem::offset_of!(KmemCacheCpu, freelist) % 16 == 0);
+const _: () = assert!(
+    core::mem::offset_of!(KmemCacheCpu, tid) == core::mem::offset_of!(KmemCacheCpu, freelist) + 8
+);
 
 /// Offset of the main sheaf's `count | capacity << 32` word in a [`KmemCacheCpu`] (for
 /// the platform's restartable sequences).

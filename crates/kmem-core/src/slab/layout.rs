@@ -158,6 +158,18 @@ impl CacheConfig {
         (off as u64).wrapping_mul(self.start_check) < self.start_check && off < self.objects_end
     }
 
+    /// See [`CacheConfig::is_object_start`] (for the per-CPU copy of the checks).
+    #[inline]
+    pub(crate) fn start_check(&self) -> u64 {
+        self.start_check
+    }
+
+    /// The end of the last object's slot in a slab (`objects * size`).
+    #[inline]
+    pub(crate) fn objects_end(&self) -> usize {
+        self.objects_end
+    }
+
     /// Bytes a slab spans.
     #[inline]
     pub fn slab_bytes(&self) -> usize {

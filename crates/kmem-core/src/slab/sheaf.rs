@@ -256,6 +256,27 @@ impl KmemCacheCpu {
         Ok(())
     }
 
+    /// Copies what the free fast path checks of an object (`free_mask`,
+    /// `free_start_check`, `free_objects_end`) from the cache's layout: written with
+    /// every spare sheaf installed, before its word, so a spare with room always comes
+    /// with the checks of the cache it belongs to (a `cpu_offset` is reused only after
+    /// its cache's sheaves were flushed).
+    fn set_free_checks(&self, cfg: &CacheConfig) {
+        self.free_mask.store(cfg.slab_bytes() - 1, Relaxed);
+        self.free_start_check.store(cfg.start_check(), Relaxed);
+        self.free_objects_end.store(cfg.objects_end(), Relaxed);
+    }
+
+    /// Whether `p` starts an object of the cache whose spare sheaf this is (see
+    /// [`CacheConfig::is_object_start`]), from this line alone; false before the
+    /// first spare sheaf is installed.
+    #[inline(always)]
+    fn is_object_start(&self, p: usize) -> bool {
+        let off = (p & self.free_mask.load(Relaxed)) as u64;
+        let check = self.free_start_check.load(Relaxed);
+        off.wrapping_mul(check) < check && (off as usize) < self.free_objects_end.load(Relaxed)
+    }
+
     /// The word and pointer of one of the CPU's sheaves.
     fn parts(&self, which: Which) -> (&AtomicU64, &AtomicPtr<SlabSheaf>) {
         match which {
@@ -332,28 +353,22 @@ impl<'a, P: Platform> Slub<'a, P> {
             return false;
         };
         // From the page itself (no load through the cache): the CPU's sheaves of the
-        // slab's cache, so the push does not wait for the checks below. 0 once the slab
-        // has an objcg vector (its frees uncharge on the regular path; see
-        // `Slab::stop_inline_frees`).
-        let off_cpu = Slab::of(h).sheaf_cpu_offset();
-        if off_cpu == 0 {
+        // slab's cache, tagged (see `Slab::inline_sheaves`); untagged when the cache is
+        // not on the inline sheaf path, or the slab has an objcg vector.
+        let Some(off_cpu) = Slab::of(h).inline_sheaves() else {
+            return false;
+        };
+        if want.is_some_and(|w| !core::ptr::eq(w, Slab::of(h).cache())) {
             return false;
         }
-        let s = Slab::of(h).cache();
-        let cfg = s.config();
-        // (In the CPU-slab design the word is a local freelist's head: the cache's
-        // fast path tells which.)
-        if cfg.fast != FastPath::Sheaf || want.is_some_and(|w| !core::ptr::eq(w, s)) {
-            return false;
-        }
-        // The start of an object: as `lookup` checks (no red zone in sheaf caches).
-        if !cfg.is_object_start(p as usize & (cfg.slab_bytes() - 1)) {
-            return false;
-        }
-        // SAFETY: the slab's cache runs the inline sheaf path, so `off_cpu` is its
-        // `cpu_offset` (set with the slab), where every CPU area keeps its
-        // `kmem_cache_cpu`.
+        // SAFETY: a tagged word is the slab's cache's `cpu_offset` (set with the slab),
+        // where every CPU area keeps its `kmem_cache_cpu`.
         let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(off_cpu) };
+        // The object checks come from the same line as the spare sheaf, copied from
+        // the cache with it: the cache itself is not read.
+        if !cc.is_object_start(p as usize) {
+            return false;
+        }
         cc.sheaf_push(p as usize).is_ok()
     }
 
@@ -388,6 +403,12 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// sequence that reads it sees the slots written before).
     fn install(&self, cc: &KmemCacheCpu, which: Which, h: Held) {
         let (word, ptr) = cc.parts(which);
+        if which == Which::Spare && !h.sheaf.is_null() {
+            // SAFETY: a sheaf a CPU installs is live and one of its cache's; its
+            // header names the cache (`init_sheaf`), which outlives its sheaves.
+            let s = unsafe { &*(*h.sheaf).cache.load(Relaxed) };
+            cc.set_free_checks(s.config());
+        }
         ptr.store(h.sheaf, Relaxed);
         let w = (h.len as u64) | ((h.cap() as u64) << SHEAF_CAP_SHIFT);
         word.store(w, Release);

@@ -172,13 +172,18 @@ impl Chain {
     };
 }
 
+/// Marks `owner[1]` as a `cpu_offset` of the inline sheaf path (offsets of
+/// `kmem_cache_cpu`, 64-byte aligned, have bit 0 clear; so do object addresses).
+pub(crate) const INLINE_SHEAVES_TAG: usize = 1;
+const _: () = assert!(core::mem::align_of::<KmemCacheCpu>() > INLINE_SHEAVES_TAG);
+
 /// A slab, seen through its head page's descriptor: the one place that knows which
 /// word of `Page::owner` holds what.
 ///
 /// | word       | holds                                                             |
 /// |------------|-------------------------------------------------------------------|
 /// | `owner[0]` | the [`SlabState`] (freelist offset, `inuse`, `frozen`)            |
-/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the inline fast path ([`FastPath::Sheaf`]): the cache's `cpu_offset`, so that a free finds the CPU's sheaf from the page alone (their slabs are never frozen), or 0 once the slab has an objcg vector |
+/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the inline fast path ([`FastPath::Sheaf`]): the cache's `cpu_offset` with [`INLINE_SHEAVES_TAG`], so that a free finds the CPU's sheaf from the page alone (their slabs are never frozen), or 0 once the slab has an objcg vector |
 /// | `owner[2]` | the cache (`&KmemCache`), which outlives its slabs                |
 /// | `owner[3]` | frozen-by: bits 40.. the tag of the CPU area that froze the slab (area id + 1; 0 = none), bits 16..40 the offset of the local freelist's last object from the slab base, bits 0..16 how many objects the local freelist holds |
 ///
@@ -256,7 +261,7 @@ impl<'a> Slab<'a> {
         self.set_state(st);
         let cfg = s.config();
         let sheaf_offset = if cfg.fast == FastPath::Sheaf {
-            cfg.cpu_offset
+            cfg.cpu_offset | INLINE_SHEAVES_TAG
         } else {
             0
         };
@@ -285,10 +290,14 @@ impl<'a> Slab<'a> {
     }
 
     /// The `cpu_offset` of the slab's cache if its fast path is [`FastPath::Sheaf`]
-    /// and the slab has no objcg vector, else 0 (see the table above).
+    /// and the slab has no objcg vector (the word then carries
+    /// [`INLINE_SHEAVES_TAG`]), else `None` (see the table above): the free fast path
+    /// reads it from the page without looking at the cache. In the CPU-slab design
+    /// the word is a local freelist's head, an object address: never odd.
     #[inline(always)]
-    pub(crate) fn sheaf_cpu_offset(self) -> usize {
-        self.0.owner[1].load(Relaxed)
+    pub(crate) fn inline_sheaves(self) -> Option<usize> {
+        let w = self.0.owner[1].load(Relaxed);
+        (w & INLINE_SHEAVES_TAG != 0).then(|| w - INLINE_SHEAVES_TAG)
     }
 
     /// The tag of the CPU area that froze the slab (0: none recorded).

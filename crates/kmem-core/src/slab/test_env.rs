@@ -46,11 +46,10 @@ impl SlabEnv {
         let Some(mut cfg) = CacheConfig::calculate(name, size, align, flags, None, 2) else {
             return false;
         };
-        let Some(off) = self
-            .pages
-            .percpu()
-            .alloc(core::mem::size_of::<KmemCacheCpu>(), 16)
-        else {
+        let Some(off) = self.pages.percpu().alloc(
+            core::mem::size_of::<KmemCacheCpu>(),
+            core::mem::align_of::<KmemCacheCpu>(),
+        ) else {
             return false;
         };
         cfg.cpu_offset = off;
