@@ -7,8 +7,15 @@
 //! taken under it (it is a leaf of the lock order): sheaves are put in and taken out
 //! under it; refilling, flushing and freeing sheaves happen after it is dropped.
 //! A sheaf on a barn list belongs to the barn: nobody else touches it.
+//!
+//! The barns' decay and shrinking (flushing barn sheaves to the slabs) are here too;
+//! they take the barn's lock only to take sheaves off its lists, the cache list's lock
+//! (try-lock, from the housekeeping) to walk the caches.
 
 use super::sheaf::SlabSheaf;
+use super::{KmemCache, Slub};
+use crate::percpu::CpuRef;
+use crate::platform::Platform;
 use crate::sync::{Ordering::Relaxed, SpinLock};
 use core::ptr::{self, NonNull};
 
@@ -219,5 +226,102 @@ impl Barn {
         let mut l = self.lists.lock();
         l.put_full(full, max_full)?;
         Ok(l.get_empty())
+    }
+}
+
+impl<P: Platform> Slub<'_, P> {
+    /// The slab layer's part of the housekeeping (see
+    /// [`crate::page::PageAllocator::housekeeping_tick`]): once per decay interval,
+    /// the barns' decay ([`Slub::decay_barns`]).
+    #[inline]
+    pub(super) fn housekeeping_tick(&self, c: CpuRef<'_>) {
+        if self.pages.housekeeping_tick(c) {
+            self.maybe_decay_barns(c);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn maybe_decay_barns(&self, c: CpuRef<'_>) {
+        let now = self.pages.platform().now_ns();
+        let delay = self.pages.report_delay_ns.load(Relaxed);
+        let last = self.caches.barn_decay_ns.load(Relaxed);
+        if now.saturating_sub(last) < delay
+            || self
+                .caches
+                .barn_decay_ns
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_err()
+        {
+            return;
+        }
+        // Never waits for the list lock: its holder may be this thread, further up.
+        let Some(_g) = self.caches.lock.try_lock() else {
+            return;
+        };
+        // SAFETY: the list lock is held.
+        unsafe {
+            self.caches.for_each_locked(|s| {
+                self.decay_barns(Some(c), s);
+            })
+        };
+    }
+
+    /// The barns' decay for `s`: the sheaves each barn kept beyond
+    /// [`super::barn::BARN_KEEP_SHEAVES`] and nobody took since the last decay are
+    /// flushed to the slabs and freed ([`super::barn::BarnLists::take_idle`]).
+    /// Returns the sheaves freed.
+    pub fn decay_barns(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
+        if s.config().sheaf_capacity == 0 {
+            return 0;
+        }
+        let mut freed = 0;
+        for nid in 0..self.pages.nr_nodes() {
+            let (full, empty) = s.node[nid].barn.lists.lock().take_idle();
+            freed += self.free_sheaf_chains(cpu, s, full, empty);
+        }
+        freed
+    }
+
+    /// Flushes and frees the sheaves of two chains taken off a barn (linked through
+    /// [`SlabSheaf::next`]): returns how many.
+    fn free_sheaf_chains(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        mut full: *mut SlabSheaf,
+        mut empty: *mut SlabSheaf,
+    ) -> usize {
+        let mut freed = 0;
+        while let Some(sh) = NonNull::new(full) {
+            // SAFETY: taken from the barn: ours.
+            let r = unsafe { sh.as_ref() };
+            full = r.next.load(Relaxed);
+            self.sheaf_flush(cpu, s, sh.as_ptr(), r.size.load(Relaxed));
+            self.free_empty_sheaf(s, sh);
+            freed += 1;
+        }
+        while let Some(sh) = NonNull::new(empty) {
+            // SAFETY: as above.
+            empty = unsafe { sh.as_ref() }.next.load(Relaxed);
+            self.free_empty_sheaf(s, sh);
+            freed += 1;
+        }
+        freed
+    }
+
+    /// Flushes every barn of `s` to the slabs and frees its sheaves (shrinking, memory
+    /// pressure, cache destruction). Returns the sheaves freed. The sheaves' memory
+    /// goes back to kmalloc caches: shrink those after (see `Kmem::shrink_all`).
+    pub fn shrink_barns(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
+        if s.config().sheaf_capacity == 0 {
+            return 0;
+        }
+        let mut freed = 0;
+        for nid in 0..self.pages.nr_nodes() {
+            let (full, empty) = s.node[nid].barn.lists.lock().take_all();
+            freed += self.free_sheaf_chains(cpu, s, full, empty);
+        }
+        freed
     }
 }
