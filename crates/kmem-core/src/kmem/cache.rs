@@ -83,6 +83,10 @@ impl<P: Platform> Kmem<P> {
             return Err(DestroyError::NotDestroyable);
         }
         let slub = self.slub();
+        // Off the list first: walkers of the list (the barns' decay, `shrink_all`, the
+        // statistics) leave it alone from here on, and one already working on it
+        // finishes before `remove` gets the list lock. Put back if it survives.
+        self.caches.remove(s);
         for area in self.pages.cpu_areas().iter() {
             // SAFETY: nobody uses `s` meanwhile (caller), so its per-CPU state in any
             // area is ours to flush: the owners do not touch it.
@@ -97,10 +101,10 @@ impl<P: Platform> Kmem<P> {
             live += s.nr_slabs(nid) * s.config().objects - s.count_partial_free(nid);
         }
         if slabs > 0 {
+            self.caches.add(s);
             slub.report_objects_remaining(s, live, slabs);
             return Err(DestroyError::ObjectsRemaining(live));
         }
-        self.caches.remove(s);
         s.deactivate();
         // SAFETY: `s` is an object of kmem_cache that nobody uses any more (caller).
         unsafe { slub.free(cpu, &self.kmem_cache, NonNull::from(s).cast::<u8>()) };

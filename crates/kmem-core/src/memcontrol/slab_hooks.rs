@@ -61,6 +61,10 @@ impl<'a, P: Platform> Memcg<'a, P> {
             .km
             .kcalloc(cpu, n, core::mem::size_of::<usize>(), Gfp::KERNEL)?;
         let new = v.as_ptr() as usize | MEMCG_DATA_OBJEXTS;
+        // Frees leave the inline path before the vector is published: whoever sees
+        // the vector (and charges an object of the slab) sees this first (the publish
+        // below is a release), and so does whoever frees that object.
+        Slab::of(h).stop_inline_frees();
         // Another context may have set one (a slab can change hands): keep theirs.
         let data = match h.private.compare_exchange(0, new, AcqRel, Acquire) {
             Ok(_) => new,
@@ -75,8 +79,6 @@ impl<'a, P: Platform> Memcg<'a, P> {
                 new
             }
         };
-        // Before any object of the slab is charged: frees leave the inline path.
-        Slab::of(h).stop_inline_frees();
         Some(data)
     }
 

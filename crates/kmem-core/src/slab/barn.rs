@@ -256,7 +256,9 @@ impl<P: Platform> Slub<'_, P> {
             return;
         }
         // Never waits for the list lock: its holder may be this thread, further up.
+        // Busy: the next tick tries again.
         let Some(_g) = self.caches.lock.try_lock() else {
+            self.caches.barn_decay_ns.store(last, Relaxed);
             return;
         };
         // SAFETY: the list lock is held.

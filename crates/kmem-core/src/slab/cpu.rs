@@ -60,6 +60,9 @@ const _: () = assert!(
     core::mem::offset_of!(KmemCacheCpu, tid) == core::mem::offset_of!(KmemCacheCpu, freelist) + 8
 );
 
+/// Offset of the CPU freelist in a [`KmemCacheCpu`] (the CPU-slab design's
+/// restartable sequences pop and push there).
+pub const FREELIST_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, freelist);
 /// Offset of the main sheaf's `count | capacity << 32` word in a [`KmemCacheCpu`] (for
 /// the platform's restartable sequences).
 pub const SHEAF_LEN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, sheaf_len);

@@ -259,8 +259,8 @@ impl KmemCacheCpu {
     /// Copies what the free fast path checks of an object (`free_mask`,
     /// `free_start_check`, `free_objects_end`) from the cache's layout: written with
     /// every spare sheaf installed, before its word, so a spare with room always comes
-    /// with the checks of the cache it belongs to (a `cpu_offset` is reused only after
-    /// its cache's sheaves were flushed).
+    /// with its cache's checks (a `cpu_offset` belongs to one cache for good: per-CPU
+    /// offsets are never given back).
     fn set_free_checks(&self, cfg: &CacheConfig) {
         self.free_mask.store(cfg.slab_bytes() - 1, Relaxed);
         self.free_start_check.store(cfg.start_check(), Relaxed);

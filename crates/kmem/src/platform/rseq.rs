@@ -33,7 +33,8 @@
 
 use kmem_core::slab::sheaf::SHEAF_HEADER;
 use kmem_core::slab::{
-    CacheConfig, SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET, SPARE_LEN_OFFSET, SPARE_OFFSET,
+    CacheConfig, FREELIST_OFFSET, SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET, SPARE_LEN_OFFSET,
+    SPARE_OFFSET,
 };
 use std::mem::offset_of;
 
@@ -125,7 +126,7 @@ pub fn area() -> Option<*mut u8> {
 /// # Safety
 /// `rseq` is the calling thread's registered `struct rseq`; `table` has
 /// [`TABLE_LEN`] entries, each null or a CPU area in which `cfg.cpu_offset` holds the
-/// cache's `kmem_cache_cpu` (freelist first), and `cfg` is that cache's live config
+/// cache's `kmem_cache_cpu` (its freelist at [`FREELIST_OFFSET`]), and `cfg` is that cache's live config
 /// with `rseq` set (no other context changes a CPU's freelist except by committing on
 /// that CPU, or while it is empty).
 #[inline]
@@ -140,7 +141,7 @@ pub unsafe fn pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
         std::arch::asm!(
             rseq_arm!(),
             rseq_this_cpu!(),
-            "mov {obj}, qword ptr [{cc}]",
+            "mov {obj}, qword ptr [{cc} + {off_fl}]",
             "test {obj}, {obj}",
             "jz 25f",
             "test {obj}, 1",
@@ -156,7 +157,7 @@ pub unsafe fn pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
             "xor {at}, {next}",
             "cmp {at}, {slab}",
             "jae 25f",
-            "mov qword ptr [{cc}], {next}",
+            "mov qword ptr [{cc} + {off_fl}], {next}",
             "22:",
             "jmp 26f",
             "25:",
@@ -170,6 +171,7 @@ pub unsafe fn pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
             len = const TABLE_LEN,
             off_cpu = const offset_of!(CacheConfig, cpu_offset),
             off_fp = const offset_of!(CacheConfig, offset),
+            off_fl = const FREELIST_OFFSET,
             off_mask = const offset_of!(CacheConfig, harden_mask),
             off_random = const offset_of!(CacheConfig, random),
             obj = out(reg) obj,
@@ -217,7 +219,7 @@ pub unsafe fn push(
         std::arch::asm!(
             rseq_arm!(),
             rseq_this_cpu!(),
-            "mov {cur}, qword ptr [{cc}]",
+            "mov {cur}, qword ptr [{cc} + {off_fl}]",
             "test {cur}, {cur}",
             "jz 25f",
             "mov {t}, {cur}",
@@ -234,7 +236,7 @@ pub unsafe fn push(
             "xor {t}, qword ptr [{cfg} + {off_random}]",
             "xor {t}, {cur}",
             "mov qword ptr [{at}], {t}",
-            "mov qword ptr [{cc}], {obj}",
+            "mov qword ptr [{cc} + {off_fl}], {obj}",
             rseq_push_end!(),
             rseq_descriptor!(),
             rseq = in(reg) rseq,
@@ -246,6 +248,7 @@ pub unsafe fn push(
             len = const TABLE_LEN,
             off_cpu = const offset_of!(CacheConfig, cpu_offset),
             off_fp = const offset_of!(CacheConfig, offset),
+            off_fl = const FREELIST_OFFSET,
             off_mask = const offset_of!(CacheConfig, harden_mask),
             off_random = const offset_of!(CacheConfig, random),
             res = out(reg) res,
