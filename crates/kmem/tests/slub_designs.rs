@@ -1,7 +1,9 @@
 //! The process heap in each slab design (`KMEM_SLUB=sheaves` and `KMEM_SLUB=cpu-slab`),
 //! each in a child process (the design is fixed when the heap starts): mixed sizes,
 //! frees in random order and on other threads, kmem_cache objects, the heap's inline
-//! fast paths and their slow paths, every object's contents checked while held.
+//! fast paths and their slow paths, every object's contents checked while held; and
+//! the CPU-slab design's restartable sequences in `KMEM_PERCPU=cpu-rseq` (they must pop
+//! without the lock).
 
 use kmem::{heap, Gfp, SlabFlags};
 use std::process::Command;
@@ -109,4 +111,77 @@ fn both_designs_run_the_heap() {
         assert!(out.status.success(), "KMEM_SLUB={env}:\n{stdout}\n{stderr}");
         assert!(stdout.contains(&format!("design {want}")), "{stdout}");
     }
+}
+
+const RSEQ_CHILD: &str = "SLUB_DESIGNS_RSEQ_CHILD";
+
+/// In the CPU-slab design with `KMEM_PERCPU=cpu-rseq`, pops and pushes on a CPU's
+/// freelist are restartable sequences that count nothing; every allocation on the
+/// locked path counts `alloc_fastpath` or `alloc_slowpath`. So once the CPU freelist
+/// is warm, the count stays far below the allocations: it would match them if the
+/// sequences missed the freelist's word (they did once, when `kmem_cache_cpu`'s
+/// layout changed) and everything fell back to the lock.
+fn rseq_workload() {
+    use kmem::config::PerCpuMode;
+    use kmem_core::slab::{SlubDesign, SlubStat};
+    let h = heap();
+    assert_eq!(h.kmem().slub_design(), SlubDesign::CpuSlab);
+    if h.percpu_mode() != PerCpuMode::CpuRseq {
+        // No restartable sequences on this machine: nothing to tell apart.
+        println!("rseq unavailable");
+        return;
+    }
+    let s = h
+        .kmem_cache_create("designs-rseq-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let round = |n: usize| {
+        let v: Vec<_> = (0..n)
+            .map(|_| h.kmem_cache_alloc(s, Gfp::KERNEL).unwrap())
+            .collect();
+        for p in v {
+            // SAFETY: ours, freed once.
+            unsafe { h.kmem_cache_free(s, p) };
+        }
+    };
+    round(200);
+    let locked_pops = || {
+        let areas = || h.kmem().pages.cpu_areas().iter();
+        s.stat_sum(areas(), SlubStat::AllocFastpath) + s.stat_sum(areas(), SlubStat::AllocSlowpath)
+    };
+    let before = locked_pops();
+    let n = 20_000;
+    for _ in 0..n / 20 {
+        round(20);
+    }
+    let locked = locked_pops() - before;
+    assert!(
+        locked < n as u64 / 4,
+        "{locked} of {n} pops took the locked path"
+    );
+    println!("rseq pops {}", n as u64 - locked);
+}
+
+#[test]
+fn the_cpu_slab_designs_restartable_sequences_pop_without_the_lock() {
+    if std::env::var_os(RSEQ_CHILD).is_some() {
+        return rseq_workload();
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "the_cpu_slab_designs_restartable_sequences_pop_without_the_lock",
+            "--nocapture",
+        ])
+        .env(RSEQ_CHILD, "1")
+        .env("KMEM_SLUB", "cpu-slab")
+        .env("KMEM_PERCPU", "cpu-rseq")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("rseq pops") || stdout.contains("rseq unavailable"),
+        "{stdout}"
+    );
 }
