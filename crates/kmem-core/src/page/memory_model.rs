@@ -18,6 +18,23 @@ use core::ptr::NonNull;
 // `pfn_to_page_raw` is only called with pfns of online sections inside the span, whose
 // memmaps are mapped for as long as the allocator lives (sections are never unmapped).
 
+/// The slab whose page `p` describes: `p` itself if it heads a slab, its head if it
+/// is a tail page of one, else `None`. `p` is a descriptor in a mapped memmap.
+#[inline(always)]
+fn slab_head(p: &Page) -> Option<&Page> {
+    let flags = p.flags();
+    if flags.contains(PageFlags::SLAB) {
+        return Some(p);
+    }
+    if !flags.contains(PageFlags::TAIL) {
+        return None;
+    }
+    // SAFETY: a tail page's `owner[0]` is its head's descriptor, in the same section
+    // (blocks never cross sections), whose memmap is mapped as `p`'s is; or null.
+    let head = unsafe { (p.owner[0].load(Ordering::Relaxed) as *const Page).as_ref()? };
+    head.flags().contains(PageFlags::SLAB).then_some(head)
+}
+
 impl<P: Platform> PageAllocator<P> {
     /// Page frame number of `page` (offset from the span base, in pages).
     #[inline]
@@ -102,25 +119,15 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// The head page of the slab holding `addr` (`virt_to_slab`), or `None` if `addr`
-    /// is not in a slab. For the free fast paths: an object in a slab's first page
-    /// costs one load of its flags.
+    /// is not in a slab: an object in a slab's first page costs one load of its flags
+    /// (the free fast path uses [`PageAllocator::virt_to_slab_used`]).
     #[inline(always)]
     pub fn virt_to_slab(&self, addr: *const u8) -> Option<&Page> {
         let page = self.virt_to_page_any(addr)?;
         // SAFETY: descriptors of online sections are valid, and live as long as the
         // allocator (sections never go away while their pages are in use; a
         // descriptor of a free page reads as neither slab nor tail).
-        let p = unsafe { &*page.as_ptr() };
-        let flags = p.flags();
-        if flags.contains(PageFlags::SLAB) {
-            return Some(p);
-        }
-        if !flags.contains(PageFlags::TAIL) {
-            return None;
-        }
-        // SAFETY: a tail page's `owner[0]` is its head's descriptor (valid as above).
-        let head = unsafe { (p.owner[0].load(Ordering::Relaxed) as *const Page).as_ref()? };
-        head.flags().contains(PageFlags::SLAB).then_some(head)
+        slab_head(unsafe { &*page.as_ptr() })
     }
 
     /// [`PageAllocator::virt_to_slab`] for the free fast path: one range check, against
@@ -139,18 +146,7 @@ impl<P: Platform> PageAllocator<P> {
         let idx = (off >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
         // SAFETY: the section was brought online once (below `used_len`), so its
         // memmap is mapped for as long as the allocator lives.
-        let p = unsafe { &*(section as *const Page).wrapping_add(idx) };
-        let flags = p.flags();
-        if flags.contains(PageFlags::SLAB) {
-            return Some(p);
-        }
-        if !flags.contains(PageFlags::TAIL) {
-            return None;
-        }
-        // SAFETY: a tail page's `owner[0]` is its head's descriptor, in the same
-        // section (blocks never cross sections) or null.
-        let head = unsafe { (p.owner[0].load(Ordering::Relaxed) as *const Page).as_ref()? };
-        head.flags().contains(PageFlags::SLAB).then_some(head)
+        slab_head(unsafe { &*(section as *const Page).wrapping_add(idx) })
     }
 
     /// The head page of the slab (or compound block) holding `addr` (`virt_to_slab`,
