@@ -100,17 +100,24 @@ fn both_designs_run_the_heap() {
         return workload();
     }
     for (env, want) in [("sheaves", "Sheaves"), ("cpu-slab", "CpuSlab")] {
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "both_designs_run_the_heap", "--nocapture"])
-            .env(CHILD, "1")
-            .env("KMEM_SLUB", env)
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "KMEM_SLUB={env}:\n{stdout}\n{stderr}");
+        let stdout = run_child("both_designs_run_the_heap", CHILD, &[("KMEM_SLUB", env)]);
         assert!(stdout.contains(&format!("design {want}")), "{stdout}");
     }
+}
+
+/// Runs test `name` of this binary in a child process with `marker` and `env` set (the
+/// child does the work); checks it succeeded and returns what it printed.
+fn run_child(name: &str, marker: &str, env: &[(&str, &str)]) -> String {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env(marker, "1")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{env:?}:\n{stdout}\n{stderr}");
+    stdout
 }
 
 const RSEQ_CHILD: &str = "SLUB_DESIGNS_RSEQ_CHILD";
@@ -166,20 +173,11 @@ fn the_cpu_slab_designs_restartable_sequences_pop_without_the_lock() {
     if std::env::var_os(RSEQ_CHILD).is_some() {
         return rseq_workload();
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "the_cpu_slab_designs_restartable_sequences_pop_without_the_lock",
-            "--nocapture",
-        ])
-        .env(RSEQ_CHILD, "1")
-        .env("KMEM_SLUB", "cpu-slab")
-        .env("KMEM_PERCPU", "cpu-rseq")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let stdout = run_child(
+        "the_cpu_slab_designs_restartable_sequences_pop_without_the_lock",
+        RSEQ_CHILD,
+        &[("KMEM_SLUB", "cpu-slab"), ("KMEM_PERCPU", "cpu-rseq")],
+    );
     assert!(
         stdout.contains("rseq pops") || stdout.contains("rseq unavailable"),
         "{stdout}"
