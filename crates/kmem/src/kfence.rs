@@ -207,7 +207,10 @@ pub(crate) fn should_sample(size: usize) -> bool {
         return false;
     }
     let interval = INTERVAL_NS.load(Ordering::Relaxed);
-    interval == ALL || (interval != 0 && ARMED.swap(false, Ordering::Relaxed))
+    // Read before the swap: a swap is a locked write to a line every thread reads,
+    // and between samples (all but one allocation per interval) nothing is armed.
+    interval == ALL
+        || (interval != 0 && ARMED.load(Ordering::Relaxed) && ARMED.swap(false, Ordering::Relaxed))
 }
 
 /// Whether `p` lies in the pool.
