@@ -213,6 +213,14 @@ pub(crate) fn should_sample(size: usize) -> bool {
         || (interval != 0 && ARMED.load(Ordering::Relaxed) && ARMED.swap(false, Ordering::Relaxed))
 }
 
+/// Whether the next allocation that reaches [`should_sample`] would be sampled (it
+/// does not take the sample): paths that bypass it step aside then.
+#[inline]
+pub(crate) fn sample_pending() -> bool {
+    let interval = INTERVAL_NS.load(Ordering::Relaxed);
+    interval == ALL || (interval != 0 && ARMED.load(Ordering::Relaxed))
+}
+
 /// Whether `p` lies in the pool.
 #[inline]
 pub(crate) fn owns(p: *const u8) -> bool {

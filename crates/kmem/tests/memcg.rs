@@ -106,6 +106,65 @@ fn the_guard_charges_only_while_it_lives_and_nests() {
     assert_eq!(b.stat().slab_unreclaimable, 0);
 }
 
+/// Charged objects of `g` waiting in the CPU areas' objcg sheaves.
+fn waiting_in_objcg_sheaves(g: &MemCgroup) -> usize {
+    let k = heap().kmem();
+    let objcg = g.raw().objcg() as *const _;
+    k.pages
+        .cpu_areas()
+        .iter()
+        .filter_map(|a| k.memcg().memcg_stock_of(a))
+        .map(|st| st.objcg_sheaves())
+        .filter(|&(o, _)| o == objcg)
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[test]
+fn a_threads_charged_frees_wait_charged_for_its_next_allocations() {
+    let g = MemCgroup::new("objcg-sheaves").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _in = g.enter();
+            let h = heap();
+            let p: Vec<_> = (0..4)
+                .map(|_| h.kmalloc(40, Gfp::KERNEL).unwrap().as_ptr())
+                .collect();
+            let boxed = Box::new([7u8; 200]);
+            let at = std::ptr::addr_of!(*boxed) as *mut u8;
+            for &q in &p {
+                // SAFETY: allocated above, freed once.
+                assert!(unsafe { h.kfree(q) });
+            }
+            drop(boxed);
+            // (A KFENCE sample, outside the span, goes back to KFENCE instead.)
+            let sampled = p
+                .iter()
+                .chain([&at])
+                .filter(|&&q| !h.page_allocator().in_span(q))
+                .count();
+            assert_eq!(waiting_in_objcg_sheaves(&g), 5 - sampled);
+            // The next charged allocations of the class take them back.
+            let again: Vec<_> = (0..4)
+                .map(|_| h.kmalloc(40, Gfp::KERNEL).unwrap().as_ptr())
+                .collect();
+            let reused = again.iter().filter(|q| p.contains(q)).count();
+            assert!(reused >= 4 - sampled, "{reused} of {p:?} in {again:?}");
+            for q in again {
+                // SAFETY: allocated above, freed once.
+                unsafe { h.kfree(q) };
+            }
+            drop((p, _in));
+            // As its exit would (which the scope does not wait for).
+            h.detach_thread();
+        });
+    });
+    // The thread's area going back gave every waiting object back, uncharged.
+    assert_eq!(waiting_in_objcg_sheaves(&g), 0);
+    assert_eq!(g.usage(), 0);
+    assert_eq!(g.stat().slab_unreclaimable, 0);
+}
+
 #[test]
 fn charged_kmalloc_objects_freed_outside_the_group_are_uncharged() {
     // Objects charged in a group, freed by threads outside any group (their frees

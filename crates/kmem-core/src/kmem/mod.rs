@@ -251,8 +251,10 @@ impl<P: Platform> Kmem<P> {
         // SAFETY: registered by `init` with a `&'static Kmem<P>`.
         let kmem = unsafe { &*(data as *const Self) };
         let slub = kmem.slub();
-        kmem.caches.for_each(|s| slub.flush_cpu_cache(cpu, s));
+        // The stock first: its objcg sheaves give their objects back through this
+        // area's sheaves, flushed next.
         kmem.memcg().memcg_drain_stock(cpu);
+        kmem.caches.for_each(|s| slub.flush_cpu_cache(cpu, s));
     }
 
     /// `pthread_atfork` prepare: takes every allocator lock in the lock order — the
@@ -279,13 +281,16 @@ impl<P: Platform> Kmem<P> {
     }
 
     /// Shrinks every cache (`kmem_cache_shrink` on each): flushes the caller's CPU
-    /// state, asks other owners to flush theirs, frees empty slabs. Returns the pages
-    /// freed.
+    /// state (its memcg stock first: the objects its objcg sheaves keep go back),
+    /// asks other owners to flush theirs, frees empty slabs. Returns the pages freed.
     pub fn shrink_all(&self, cpu: Option<CpuRef<'_>>) -> usize {
-        self.pages.cpu_areas().request_all(DRAIN_CACHES);
+        self.pages
+            .cpu_areas()
+            .request_all(DRAIN_CACHES | crate::percpu::DRAIN_STOCK);
         let slub = self.slub();
         // Barns first: their sheaves are objects of kmalloc caches shrunk below.
         if let Some(c) = cpu {
+            self.memcg().memcg_drain_stock(c);
             self.caches.for_each(|s| slub.flush_cpu_cache(c, s));
         }
         self.caches.for_each(|s| {

@@ -53,6 +53,7 @@
 mod charge;
 mod counter;
 mod group;
+mod objcg_sheaf;
 mod report;
 mod slab_hooks;
 mod stock;
@@ -61,6 +62,7 @@ mod test_env;
 
 pub use counter::PageCounter;
 pub use group::{MemCgroup, ObjCgroup};
+pub use objcg_sheaf::{ObjcgSheaves, OBJCG_SHEAF_BYTES, OBJCG_SHEAF_CLASSES, OBJCG_SHEAF_SLOTS};
 pub use report::{write_memcg_files, MemcgFiles};
 pub use stock::MemcgStock;
 

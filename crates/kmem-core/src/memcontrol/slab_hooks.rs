@@ -100,6 +100,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         self.memcg_slab_free_hook_exts(cpu, s, data, obj);
     }
 
+    /// The free hook on a slab with an objcg vector (`data`): uncharges the object.
     #[inline]
     pub(super) fn memcg_slab_free_hook_exts(
         &self,
@@ -196,7 +197,14 @@ impl<'a, P: Platform> Memcg<'a, P> {
     ) -> Option<NonNull<u8>> {
         match crate::kmalloc::kmalloc_index(size) {
             // The kmalloc-cg caches are always accountable.
-            Some(i) => self.slab_alloc_charged(cpu, &self.km.caches().set(1)[i], gfp, objcg),
+            Some(i) => {
+                if let (Some(c), Some(st)) = (cpu, self.stock(cpu)) {
+                    if let Some(p) = self.objcg_sheaf_alloc(c, st, i, gfp, objcg) {
+                        return Some(p);
+                    }
+                }
+                self.slab_alloc_charged(cpu, &self.km.caches().set(1)[i], gfp, objcg)
+            }
             None => self.kmalloc_large_objcg(cpu, size, gfp, objcg),
         }
     }

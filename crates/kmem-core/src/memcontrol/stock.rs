@@ -33,6 +33,9 @@ pub struct MemcgStock {
     pub(super) objcg_pages_delta: AtomicIsize,
     pub(super) cached: AtomicPtr<MemCgroup>,
     pub(super) nr_pages: AtomicUsize,
+    /// Charged kmalloc objects kept between a free and the next charged allocation
+    /// (`objcg_sheaf`); given back first when the stock is drained.
+    pub(super) sheaves: ObjcgSheaves,
 }
 
 impl MemcgStock {
@@ -43,6 +46,10 @@ impl MemcgStock {
     /// Pre-charged pages in the stock and whose.
     pub fn page_stock(&self) -> (*const MemCgroup, usize) {
         (self.cached.load(Relaxed), self.nr_pages.load(Relaxed))
+    }
+    /// Charged objects kept in the stock's objcg sheaves, and whose.
+    pub fn objcg_sheaves(&self) -> (*const ObjCgroup, usize) {
+        self.sheaves.held()
     }
 }
 
@@ -300,9 +307,18 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
         // SAFETY: as in `stock` (regardless of whether stocks are enabled now).
         let st = unsafe { &*c.area().ptr::<MemcgStock>(off) };
+        self.flush_objcg_sheaves(c, st);
         self.drain_obj_stock(st);
         self.drain_page_stock(st);
         c.area().drain_request.fetch_and(!DRAIN_STOCK, Relaxed);
+    }
+
+    /// Flushes the statistics the caller's stock caches into its group, keeping its
+    /// charges and the objects its objcg sheaves hold (which count as allocated).
+    pub fn memcg_flush_stats(&self, cpu: Option<CpuRef<'_>>) {
+        if let Some(st) = self.stock(cpu) {
+            self.flush_stock_stats(st);
+        }
     }
 
     #[inline]

@@ -9,7 +9,7 @@
 //! fallback (`percpu`). No lock of its own:
 //! the CPU area's rules apply (see `cpu`).
 
-use super::thread::{active_objcg, enable_rseq_fast, fast_cpu, thread_cpu, RSEQ_TAG};
+use super::thread::{active_objcg, charged_cpu, enable_rseq_fast, fast_cpu, thread_cpu, RSEQ_TAG};
 use super::Heap;
 use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
@@ -26,6 +26,15 @@ impl Heap {
         if let Some(c) = fast_cpu() {
             if let Some(p) = self.kmem.kmalloc_fast(c, size, gfp) {
                 return Some(p);
+            }
+        } else if let Some((c, cg)) = charged_cpu() {
+            // An attached thread with an active memory cgroup: an object kept charged
+            // to its objcg in its area's objcg sheaves, unless KFENCE is about to
+            // sample.
+            if !crate::kfence::sample_pending() {
+                if let Some(p) = self.kmem.memcg().kmalloc_objcg_fast(c, size, gfp, cg) {
+                    return Some(p);
+                }
             }
         }
         self.kmalloc_other(size, gfp)
@@ -163,6 +172,13 @@ impl Heap {
             if unsafe { self.kmem.kfree_fast(c, p) } {
                 return true;
             }
+        } else if let Some((c, cg)) = charged_cpu() {
+            // A thread with an active memory cgroup: an object charged to it may stay
+            // charged in its area's objcg sheaves.
+            // SAFETY: forwarded from the caller.
+            if let Some(done) = unsafe { self.kmem.memcg().kfree_objcg_fast(c, p, cg) } {
+                return done;
+            }
         }
         // SAFETY: forwarded from the caller.
         unsafe { self.kfree_other(p) }
@@ -188,6 +204,12 @@ impl Heap {
             if let Some(done) = unsafe { self.rseq_free_ptr(p) } {
                 return done;
             }
+        }
+        if let Some((c, _)) = charged_cpu() {
+            // A thread with an active memory cgroup: its area without a
+            // `thread_local!` access (a free it may keep charged in its objcg sheaves).
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.kmem.kfree(Some(c), p) };
         }
         match thread_cpu() {
             // SAFETY: forwarded from the caller.

@@ -20,7 +20,7 @@
 //! No lock of its own: the kmalloc and page paths follow the CPU area's rules (see
 //! `cpu`), huge mappings the huge list's lock, taken inside `crate::huge`.
 
-use super::thread::{active_objcg, fast_cpu, RSEQ_TAG};
+use super::thread::{active_objcg, charged_cpu, fast_cpu, RSEQ_TAG};
 use super::{heap, Heap, HEAP};
 use crate::platform::fast_tls;
 use kmem_core::kmalloc::{KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE};
@@ -74,7 +74,21 @@ fn alloc_rseq(layout: Layout) -> *mut u8 {
 
 #[inline(never)]
 fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
-    heap().alloc_gfp(layout, if zeroed { Gfp::ZERO } else { Gfp::KERNEL })
+    let gfp = if zeroed { Gfp::ZERO } else { Gfp::KERNEL };
+    if let Some((c, cg)) = charged_cpu() {
+        // An attached thread with an active memory cgroup: an object kept charged to
+        // its objcg in its area's objcg sheaves, unless KFENCE is about to sample.
+        if layout.align() <= 8 && !crate::kfence::sample_pending() {
+            if let Some(p) = HEAP
+                .kmem
+                .memcg()
+                .kmalloc_objcg_fast(c, layout.size(), gfp, cg)
+            {
+                return p.as_ptr();
+            }
+        }
+    }
+    heap().alloc_gfp(layout, gfp)
 }
 
 /// [`Heap::dealloc`] for the allocator front ends: on a thread with its fast word, one
@@ -109,6 +123,14 @@ pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
 /// As [`Heap::dealloc`].
 #[inline(never)]
 pub unsafe fn dealloc_other(p: *mut u8) -> bool {
+    if let Some((c, cg)) = charged_cpu() {
+        // A thread with an active memory cgroup: an object charged to it may stay
+        // charged in its area's objcg sheaves.
+        // SAFETY: forwarded from the caller.
+        if let Some(done) = unsafe { HEAP.kmem.memcg().kfree_objcg_fast(c, p, cg) } {
+            return done;
+        }
+    }
     if fast_tls::get() == RSEQ_TAG {
         // SAFETY: forwarded from the caller.
         return unsafe { dealloc_rseq(p) };

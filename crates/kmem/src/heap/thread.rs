@@ -52,10 +52,15 @@ pub(crate) const RSEQ_TAG: usize = 1;
 /// it straight away — attached, no active memory cgroup — [`RSEQ_TAG`] in per-CPU rseq
 /// mode without an active memory cgroup (once the heap is READY), else 0, which sends
 /// every operation to the paths that look at the other slots.
+///
+/// Also the charged words: the area and the active objcg of an attached thread with
+/// an active memory cgroup (else 0), read by [`charged_cpu`].
 fn refresh_fast() {
     let a = slot();
+    let objcg = ACTIVE_OBJCG.with(Cell::get);
     // KMEM_KFENCE=all: every allocation must reach the slow path that samples.
-    let plain = ACTIVE_OBJCG.with(Cell::get) == 0 && !crate::kfence::every_allocation();
+    let every = crate::kfence::every_allocation();
+    let plain = objcg == 0 && !every;
     let v = if is_area(a) && plain {
         a
     } else if plain && HEAP.rseq_fast_paths() {
@@ -64,6 +69,30 @@ fn refresh_fast() {
         0
     };
     fast_tls::set(v);
+    let charged = is_area(a) && objcg != 0 && !every;
+    fast_tls::set_word::<{ fast_tls::CHARGED_AREA }>(if charged { a } else { 0 });
+    fast_tls::set_word::<{ fast_tls::CHARGED_OBJCG }>(if charged { objcg } else { 0 });
+}
+
+/// The charged paths' test: the thread's own CPU area and its active objcg, when it
+/// is attached and has an active memory cgroup (two loads of initial-exec words).
+#[inline(always)]
+pub(crate) fn charged_cpu() -> Option<(CpuRef<'static>, &'static ObjCgroup)> {
+    let a = fast_tls::get_word::<{ fast_tls::CHARGED_AREA }>();
+    if a == 0 {
+        return None;
+    }
+    let objcg = fast_tls::get_word::<{ fast_tls::CHARGED_OBJCG }>();
+    // SAFETY: a non-zero charged area word is an area this thread owns and the objcg
+    // of its active memory cgroup (set together by `refresh_fast` from the area slot
+    // and the active objcg, cleared with them); areas live forever, and the active
+    // group's objcg lives while it is active (see `active_objcg`).
+    Some(unsafe {
+        (
+            CpuRef::new(&*(a as *const CpuArea)),
+            &*(objcg as *const ObjCgroup),
+        )
+    })
 }
 
 /// Per-CPU rseq mode: sets the thread's fast word to [`RSEQ_TAG`] if it may take the

@@ -1,21 +1,34 @@
-//! The one thread-local word the allocation and free fast paths read: the calling
-//! thread's CPU area when it may use it directly (thread mode, attached, no active
-//! memory cgroup), else 0 (see `heap::thread`).
+//! The thread-local words the allocation and free paths read without `thread_local!`:
+//! word [`FAST`], the calling thread's CPU area when it may use it directly (thread
+//! mode, attached, no active memory cgroup), else 0 or a tag (see `heap::thread`); and
+//! words [`CHARGED_AREA`] and [`CHARGED_OBJCG`], the area and the active memory
+//! cgroup's objcg of an attached thread-mode thread that has one (else 0), for the
+//! charged paths.
 //!
-//! On x86_64 Linux the word is an *initial-exec* TLS variable declared in assembly and
-//! read with one `fs:`-relative load. Rust's `thread_local!` in a shared library
-//! (`libkmem.so`) uses the general-dynamic model, which calls `__tls_get_addr` on every
-//! access — more instructions than the rest of the fast path. Initial-exec is what
-//! glibc's own malloc and mimalloc use: the variable lives in the static TLS block,
-//! always present for a library loaded at start (`LD_PRELOAD`, a link-time
-//! dependency); a library opened later with `dlopen` needs 8 bytes of glibc's static
-//! TLS surplus. Elsewhere the word is a plain `thread_local!`.
+//! On x86_64 Linux the words are an *initial-exec* TLS variable declared in assembly
+//! and each is read with one `fs:`-relative load. Rust's `thread_local!` in a shared
+//! library (`libkmem.so`) uses the general-dynamic model, which calls `__tls_get_addr`
+//! on every access — more instructions than the rest of the fast path. Initial-exec is
+//! what glibc's own malloc and mimalloc use: the variable lives in the static TLS
+//! block, always present for a library loaded at start (`LD_PRELOAD`, a link-time
+//! dependency); a library opened later with `dlopen` needs 24 bytes of glibc's static
+//! TLS surplus. Elsewhere the words are a plain `thread_local!`.
 //!
-//! No locks; each thread reads and writes only its own word.
+//! No locks; each thread reads and writes only its own words.
+
+/// The fast paths' word.
+pub const FAST: usize = 0;
+/// The charged paths' area word.
+pub const CHARGED_AREA: usize = 1;
+/// The charged paths' objcg word.
+pub const CHARGED_OBJCG: usize = 2;
+const WORDS: usize = 3;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod imp {
-    // The variable: 8 bytes of zero-initialised TLS, hidden (never resolved outside
+    use super::WORDS;
+
+    // The variable: 24 bytes of zero-initialised TLS, hidden (never resolved outside
     // the library or program that contains it).
     core::arch::global_asm!(
         ".pushsection .tbss,\"awT\",@nobits",
@@ -23,42 +36,46 @@ mod imp {
         ".globl kmem_tls_fast_area",
         ".hidden kmem_tls_fast_area",
         ".type kmem_tls_fast_area, @object",
-        ".size kmem_tls_fast_area, 8",
+        ".size kmem_tls_fast_area, 24",
         "kmem_tls_fast_area:",
-        ".zero 8",
+        ".zero 24",
         ".popsection",
     );
 
-    /// The calling thread's word.
+    /// The calling thread's word `W`.
     #[inline(always)]
-    pub fn get() -> usize {
+    pub fn get_word<const W: usize>() -> usize {
+        const { assert!(W < WORDS) };
         let v: usize;
         // SAFETY: an initial-exec access to the TLS variable above: the GOT entry
         // holds its offset from the thread pointer (fs), set by the dynamic linker
-        // (or the offset itself once the linker relaxes it in an executable). Reads
-        // only this thread's word.
+        // (or the offset itself once the linker relaxes it in an executable); word
+        // `W` < WORDS lies inside it. Reads only this thread's word.
         unsafe {
             core::arch::asm!(
                 "mov {t}, qword ptr [rip + kmem_tls_fast_area@GOTTPOFF]",
-                "mov {v}, qword ptr fs:[{t}]",
+                "mov {v}, qword ptr fs:[{t} + {off}]",
                 t = out(reg) _,
                 v = out(reg) v,
+                off = const W * 8,
                 options(nostack, readonly, preserves_flags),
             );
         }
         v
     }
 
-    /// Sets the calling thread's word.
+    /// Sets the calling thread's word `W`.
     #[inline]
-    pub fn set(v: usize) {
-        // SAFETY: as in `get`; writes only this thread's word.
+    pub fn set_word<const W: usize>(v: usize) {
+        const { assert!(W < WORDS) };
+        // SAFETY: as in `get_word`; writes only this thread's word.
         unsafe {
             core::arch::asm!(
                 "mov {t}, qword ptr [rip + kmem_tls_fast_area@GOTTPOFF]",
-                "mov qword ptr fs:[{t}], {v}",
+                "mov qword ptr fs:[{t} + {off}], {v}",
                 t = out(reg) _,
                 v = in(reg) v,
+                off = const W * 8,
                 options(nostack, preserves_flags),
             );
         }
@@ -67,26 +84,39 @@ mod imp {
 
 #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
 mod imp {
+    use super::WORDS;
     use std::cell::Cell;
 
     thread_local! {
-        static FAST_AREA: Cell<usize> = const { Cell::new(0) };
+        static WORDS_TLS: [Cell<usize>; WORDS] = const { [const { Cell::new(0) }; WORDS] };
     }
 
-    /// The calling thread's word.
+    /// The calling thread's word `W`.
     #[inline(always)]
-    pub fn get() -> usize {
-        FAST_AREA.with(Cell::get)
+    pub fn get_word<const W: usize>() -> usize {
+        WORDS_TLS.with(|w| w[W].get())
     }
 
-    /// Sets the calling thread's word.
+    /// Sets the calling thread's word `W`.
     #[inline]
-    pub fn set(v: usize) {
-        FAST_AREA.with(|c| c.set(v));
+    pub fn set_word<const W: usize>(v: usize) {
+        WORDS_TLS.with(|w| w[W].set(v));
     }
 }
 
-pub use imp::{get, set};
+pub use imp::{get_word, set_word};
+
+/// The calling thread's fast word ([`FAST`]).
+#[inline(always)]
+pub fn get() -> usize {
+    get_word::<FAST>()
+}
+
+/// Sets the calling thread's fast word ([`FAST`]).
+#[inline]
+pub fn set(v: usize) {
+    set_word::<FAST>(v)
+}
 
 #[cfg(test)]
 mod tests {
@@ -104,5 +134,32 @@ mod tests {
         .unwrap();
         assert_eq!(super::get(), 0x1234_5678, "untouched by the other thread");
         super::set(before);
+    }
+
+    #[test]
+    fn the_charged_words_are_distinct_from_the_fast_word() {
+        use super::{get_word, set_word, CHARGED_AREA, CHARGED_OBJCG, FAST};
+        let saved = (
+            get_word::<FAST>(),
+            get_word::<CHARGED_AREA>(),
+            get_word::<CHARGED_OBJCG>(),
+        );
+        set_word::<FAST>(1);
+        set_word::<CHARGED_AREA>(2);
+        set_word::<CHARGED_OBJCG>(3);
+        assert_eq!(
+            (
+                get_word::<FAST>(),
+                get_word::<CHARGED_AREA>(),
+                get_word::<CHARGED_OBJCG>()
+            ),
+            (1, 2, 3)
+        );
+        std::thread::spawn(|| assert_eq!(get_word::<CHARGED_OBJCG>(), 0))
+            .join()
+            .unwrap();
+        set_word::<FAST>(saved.0);
+        set_word::<CHARGED_AREA>(saved.1);
+        set_word::<CHARGED_OBJCG>(saved.2);
     }
 }

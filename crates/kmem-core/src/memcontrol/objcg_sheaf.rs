@@ -1,0 +1,329 @@
+//! Objcg sheaves: charged kmalloc objects kept per CPU area, charged, between a free
+//! and the next allocation charged to the same objcg — the charge moves at the sheaf's
+//! boundary, not with every object.
+//!
+//! Every charged allocation otherwise pays for a charge (the stock), an allocation, the
+//! objcg's store in the slab's vector, and at its free the vector's lookup, an
+//! uncharge and the free: four to five times an unaccounted pair. Here a free of a
+//! charged object from one of the small `kmalloc-cg-*` classes whose objcg is the one
+//! the area's sheaves hold pushes it, still charged and still recorded in its slab's
+//! vector, on its class's sheaf; the next charged kmalloc of that class and objcg pops
+//! it and is done. Objects leave charged: usage and the group statistics count them
+//! as allocated while they wait (at most [`OBJCG_SHEAF_BYTES`] per class and area, as
+//! the stock's pre-charged pages count as usage).
+//!
+//! The sheaves live in the area's [`MemcgStock`] and follow its rules: only the area's
+//! owner touches them, and [`Memcg::memcg_drain_stock`] (thread exit, reclaim at
+//! `memory.max` or `memory.high`, drain requests, group removal, exact statistics)
+//! first gives every object back — uncharged, cleared from its vector, freed. They
+//! hold one objcg at a time, with a reference: a free of another objcg's object
+//! retags empty sheaves and otherwise takes the usual path; a charged allocation for
+//! another objcg flushes them.
+//!
+//! Only caches on a sheaf fast path take part: slub_debug and init_on_* caches run
+//! their checks, poisoning and zeroing per object, and the CPU-slab design keeps its
+//! per-object charges. A double free of the object on top of a class's sheaf is
+//! caught, as the slab layer's sheaves catch it.
+
+use super::*;
+use crate::gfp::Gfp;
+use crate::kmalloc::KMALLOC_SIZES;
+use crate::slab::{FastPath, ObjectLookup};
+use crate::sync::{AtomicPtr, AtomicU8};
+use core::ptr::NonNull;
+
+/// Classes with objcg sheaves: every accounted kmalloc class, `kmalloc-cg-8` …
+/// `kmalloc-cg-8k`.
+pub const OBJCG_SHEAF_CLASSES: usize = crate::kmalloc::NR_KMALLOC;
+/// Slots of a class's sheaf (the smallest classes use all of them).
+pub const OBJCG_SHEAF_SLOTS: usize = 16;
+/// Bytes of objects a class's sheaf holds at most (at least two objects).
+pub const OBJCG_SHEAF_BYTES: usize = 2048;
+
+/// Objects a class's sheaf holds, by class.
+const CAPACITY: [u8; OBJCG_SHEAF_CLASSES] = {
+    let mut out = [0u8; OBJCG_SHEAF_CLASSES];
+    let mut i = 0;
+    while i < OBJCG_SHEAF_CLASSES {
+        let n = OBJCG_SHEAF_BYTES / KMALLOC_SIZES[i];
+        out[i] = if n > OBJCG_SHEAF_SLOTS {
+            OBJCG_SHEAF_SLOTS as u8
+        } else if n < 2 {
+            2
+        } else {
+            n as u8
+        };
+        i += 1;
+    }
+    out
+};
+
+/// A CPU area's objcg sheaves, in its [`MemcgStock`]. All-zero is the valid empty,
+/// untagged state. Only the area's owner touches them (atomics for the shared type
+/// of CPU-area memory; every access is `Relaxed`).
+///
+/// Invariants: `held` is the sum of `len`; `objs[i][..len[i]]` are objects of the
+/// accounted class `i`, each charged to `objcg` and recorded for it in its slab's
+/// vector, owned by nobody else; `objcg` is null only when `held` is 0, and non-null
+/// it holds a reference on the objcg.
+#[repr(C)]
+pub struct ObjcgSheaves {
+    objcg: AtomicPtr<ObjCgroup>,
+    held: AtomicUsize,
+    len: [AtomicU8; OBJCG_SHEAF_CLASSES],
+    objs: [[AtomicUsize; OBJCG_SHEAF_SLOTS]; OBJCG_SHEAF_CLASSES],
+}
+
+impl ObjcgSheaves {
+    /// Charged objects waiting here, and for which objcg (statistics and tests).
+    pub fn held(&self) -> (*const ObjCgroup, usize) {
+        (self.objcg.load(Relaxed), self.held.load(Relaxed))
+    }
+
+    /// Takes the top object of class `i`'s sheaf, if any.
+    #[inline]
+    fn pop(&self, i: usize) -> Option<usize> {
+        let n = self.len[i].load(Relaxed) as usize;
+        if n == 0 {
+            return None;
+        }
+        self.len[i].store(n as u8 - 1, Relaxed);
+        self.held.store(self.held.load(Relaxed) - 1, Relaxed);
+        Some(self.objs[i][n - 1].load(Relaxed))
+    }
+}
+
+/// What [`Memcg::objcg_sheaf_keep`] did with a freed object.
+enum Keep {
+    Kept,
+    NoRoom,
+    DoubleFree,
+}
+
+impl<'a, P: Platform> Memcg<'a, P> {
+    /// The objcg sheaf class of `s`: its index when it is one of the accounted
+    /// kmalloc classes with sheaves and on a sheaf fast path.
+    #[inline]
+    fn objcg_sheaf_class(&self, s: &KmemCache) -> Option<usize> {
+        let set = self.km.caches().set(1);
+        let off = (s as *const KmemCache as usize).wrapping_sub(set.as_ptr() as usize);
+        let i = off / core::mem::size_of::<KmemCache>();
+        (i < OBJCG_SHEAF_CLASSES && s.config().fast != FastPath::CpuSlab).then_some(i)
+    }
+
+    /// A charged kmalloc of class `i` for `objcg` from the sheaves of `c`'s stock
+    /// `st`: the object is charged and recorded already. `None` sends the caller to
+    /// the charging path; sheaves holding another objcg's objects are flushed first.
+    #[inline]
+    pub(super) fn objcg_sheaf_alloc(
+        &self,
+        c: CpuRef<'_>,
+        st: &MemcgStock,
+        i: usize,
+        gfp: Gfp,
+        objcg: &ObjCgroup,
+    ) -> Option<NonNull<u8>> {
+        if i >= OBJCG_SHEAF_CLASSES {
+            return None;
+        }
+        let sh = &st.sheaves;
+        if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
+            if sh.held.load(Relaxed) != 0 {
+                self.flush_objcg_sheaves(c, st);
+            }
+            return None;
+        }
+        let obj = sh.pop(i)?;
+        if gfp.contains(Gfp::ZERO) {
+            let n = self.km.caches().set(1)[i].config().object_size;
+            // SAFETY: a whole object of class `i`, now the caller's.
+            unsafe { ptr::write_bytes(obj as *mut u8, 0, n) };
+        }
+        // SAFETY: objects in the sheaves are non-null object addresses.
+        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+    }
+
+    /// Keeps `obj` of `s`, charged to `objcg`, on its class's sheaf when the sheaves
+    /// hold `objcg` (or nothing: they take `objcg` then) and have room: `Some(true)`.
+    /// A double free caught on top of the sheaf is reported: `Some(false)`. `None`:
+    /// nothing done.
+    #[inline(always)]
+    fn objcg_sheaf_keep(
+        &self,
+        st: &MemcgStock,
+        s: &KmemCache,
+        objcg: &ObjCgroup,
+        obj: usize,
+    ) -> Option<bool> {
+        let i = self.objcg_sheaf_class(s)?;
+        match self.objcg_sheaf_push(&st.sheaves, i, objcg, obj) {
+            Keep::Kept => Some(true),
+            Keep::NoRoom => None,
+            Keep::DoubleFree => {
+                self.objcg_sheaf_double_free(s, obj);
+                Some(false)
+            }
+        }
+    }
+
+    /// Reports a double free caught on top of an objcg sheaf.
+    #[cold]
+    #[inline(never)]
+    fn objcg_sheaf_double_free(&self, s: &KmemCache, obj: usize) {
+        let slab = self.km.pages().virt_to_head_page(obj as *const u8);
+        self.km.slub().report(s, slab, "Object already free", obj);
+    }
+
+    #[inline(always)]
+    fn objcg_sheaf_push(&self, sh: &ObjcgSheaves, i: usize, objcg: &ObjCgroup, obj: usize) -> Keep {
+        let tag = sh.objcg.load(Relaxed);
+        if !ptr::eq(tag, objcg) && !Self::objcg_sheaf_retag(sh, objcg) {
+            return Keep::NoRoom;
+        }
+        let n = sh.len[i].load(Relaxed) as usize;
+        if n >= CAPACITY[i] as usize {
+            return Keep::NoRoom;
+        }
+        if n > 0 && sh.objs[i][n - 1].load(Relaxed) == obj {
+            return Keep::DoubleFree;
+        }
+        sh.objs[i][n].store(obj, Relaxed);
+        sh.len[i].store(n as u8 + 1, Relaxed);
+        sh.held.store(sh.held.load(Relaxed) + 1, Relaxed);
+        Keep::Kept
+    }
+
+    /// Empty sheaves take `objcg` (true); sheaves holding objects keep theirs (false).
+    #[cold]
+    #[inline(never)]
+    fn objcg_sheaf_retag(sh: &ObjcgSheaves, objcg: &ObjCgroup) -> bool {
+        if sh.held.load(Relaxed) != 0 {
+            return false;
+        }
+        objcg.get();
+        let old = sh
+            .objcg
+            .swap(objcg as *const ObjCgroup as *mut ObjCgroup, Relaxed);
+        // SAFETY: a non-null tag holds a reference (type invariant), dropped here.
+        if let Some(old) = unsafe { old.as_ref() } {
+            old.put();
+        }
+        true
+    }
+
+    /// Gives every object of `c`'s objcg sheaves (in stock `st`) back: cleared from
+    /// its vector, uncharged, freed; the sheaves end empty and untagged.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn flush_objcg_sheaves(&self, c: CpuRef<'_>, st: &MemcgStock) {
+        let sh = &st.sheaves;
+        // Untagged first: the frees below never come back here.
+        let tag = sh.objcg.swap(ptr::null_mut(), Relaxed);
+        let slub = self.km.slub();
+        for i in 0..OBJCG_SHEAF_CLASSES {
+            let s = &self.km.caches().set(1)[i];
+            while let Some(obj) = sh.pop(i) {
+                let ObjectLookup::Slab(found, slab) = slub.lookup(obj as *const u8) else {
+                    debug_assert!(false, "an objcg sheaf held a non-object");
+                    continue;
+                };
+                debug_assert!(ptr::eq(found, s));
+                // SAFETY: the head page of the object's live slab.
+                let data = memcg_data(unsafe { slab.as_ref() });
+                if data & MEMCG_DATA_OBJEXTS != 0 {
+                    self.memcg_slab_free_hook_exts(Some(c), s, data, obj);
+                }
+                // SAFETY: an object of `s` the sheaf owned (type invariant), now
+                // uncharged; given up here.
+                unsafe { slub.free_object(Some(c), s, slab, obj) };
+            }
+        }
+        // SAFETY: a non-null tag holds a reference (type invariant), dropped here.
+        if let Some(old) = unsafe { tag.as_ref() } {
+            old.put();
+        }
+    }
+}
+
+impl<'a, P: Platform> Memcg<'a, P> {
+    /// Charged kmalloc's fast path for the owner of `c`: `size` bytes charged to
+    /// `objcg`, from `c`'s objcg sheaves. `None` when they have no object of the
+    /// class for `objcg` (the caller takes [`Memcg::kmalloc_objcg`]).
+    #[inline]
+    pub fn kmalloc_objcg_fast(
+        &self,
+        c: CpuRef<'_>,
+        size: usize,
+        gfp: Gfp,
+        objcg: &ObjCgroup,
+    ) -> Option<NonNull<u8>> {
+        let i = crate::kmalloc::kmalloc_index(size)?;
+        let st = self.stock(Some(c))?;
+        self.objcg_sheaf_alloc(c, st, i, gfp, objcg)
+    }
+}
+
+impl<'a, P: Platform> Memcg<'a, P> {
+    /// Charged kfree's fast path for the owner of `c`, running charged to `objcg`:
+    /// keeps `p` in `c`'s objcg sheaves when it is an object of a class with sheaves
+    /// charged to `objcg`, and the sheaves hold (or can take) `objcg` and have room:
+    /// `Some(true)`. A double free caught on top of the sheaf is reported:
+    /// `Some(false)`. `None` leaves `p` untouched for the regular free (which
+    /// uncharges it).
+    ///
+    /// # Safety
+    /// If `p` is an object, the caller owns it and gives it up when this returns
+    /// `Some(true)`.
+    #[inline]
+    pub unsafe fn kfree_objcg_fast(
+        &self,
+        c: CpuRef<'_>,
+        p: *mut u8,
+        objcg: &ObjCgroup,
+    ) -> Option<bool> {
+        let st = self.stock(Some(c))?;
+        let ObjectLookup::Slab(s, slab) = self.km.slub().lookup(p) else {
+            return None;
+        };
+        // SAFETY: the head page of a live slab (the lookup found it).
+        let data = memcg_data(unsafe { slab.as_ref() });
+        if data & MEMCG_DATA_OBJEXTS == 0 {
+            return None;
+        }
+        let cfg = s.config();
+        let obj = p as usize;
+        let idx = cfg.obj_to_index(obj & (cfg.slab_bytes() - 1));
+        let vec = (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>;
+        // SAFETY: the lookup checked `p` is an object of the slab: `idx` < objects,
+        // the vector's length.
+        let charged = unsafe { &*vec.add(idx) }.load(Relaxed);
+        if !ptr::eq(charged, objcg) {
+            return None;
+        }
+        self.objcg_sheaf_keep(st, s, objcg, obj)
+    }
+
+    /// `kfree` by a context running charged to `objcg` (its active memory cgroup):
+    /// an object charged to `objcg` may wait, still charged, in the objcg sheaves of
+    /// `cpu` for `objcg`'s next allocation ([`Memcg::kmalloc_objcg`]); everything
+    /// else is freed as [`crate::Kmem::kfree`] frees it. False when it refused (a bad
+    /// pointer or a double free: reported).
+    ///
+    /// # Safety
+    /// As [`crate::Kmem::kfree`].
+    pub unsafe fn kfree_objcg(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        p: *mut u8,
+        objcg: &ObjCgroup,
+    ) -> bool {
+        if let Some(c) = cpu {
+            // SAFETY: forwarded from the caller.
+            if let Some(done) = unsafe { self.kfree_objcg_fast(c, p, objcg) } {
+                return done;
+            }
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.km.kfree(cpu, p, self) }
+    }
+}

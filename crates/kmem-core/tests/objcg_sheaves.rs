@@ -1,0 +1,248 @@
+#![allow(clippy::unnecessary_literal_unwrap)] // `cpu` is an Option on purpose: APIs take one.
+//! Objcg sheaves through the public API of `Kmem`: charged kmalloc objects freed by
+//! their group's thread wait, still charged, for its next charged allocation; they go
+//! back (uncharged) when the stock drains, when another group allocates, at the
+//! limit, and never to two owners.
+
+mod common;
+
+use common::{config, kmem, kmem_cpu_slab, kmem_with, TestPlatform};
+use kmem_core::memcontrol::{MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_SLOTS};
+use kmem_core::{CpuArea, CpuRef, Gfp, Kmem, SlabFlags};
+use std::collections::HashSet;
+
+type K = Kmem<TestPlatform>;
+
+/// An area owned by the calling test until it puts it back.
+fn own_area(k: &'static K) -> (&'static CpuArea, Option<CpuRef<'static>>) {
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: fresh from the pool: the calling test owns it until it puts it back, and
+    // uses this one handle on it.
+    (a, Some(unsafe { CpuRef::new(a) }))
+}
+
+/// The objcg sheaves of `a`: whose objects, how many.
+fn held(k: &K, a: &CpuArea) -> (*const ObjCgroup, usize) {
+    k.memcg().memcg_stock_of(a).unwrap().objcg_sheaves()
+}
+
+fn group(k: &'static K, name: &str) -> &'static MemCgroup {
+    k.memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), name)
+        .unwrap()
+}
+
+fn alloc(k: &K, cpu: Option<CpuRef<'_>>, g: &MemCgroup, size: usize) -> *mut u8 {
+    k.memcg()
+        .kmalloc_objcg(cpu, size, Gfp::KERNEL, g.objcg())
+        .unwrap()
+        .as_ptr()
+}
+
+/// A free by a context charged to `g` (its objects may wait in the objcg sheaves).
+fn free(k: &K, cpu: Option<CpuRef<'_>>, g: &MemCgroup, p: *mut u8) -> bool {
+    // SAFETY: the tests free their own objects (and one double free on purpose).
+    unsafe { k.memcg().kfree_objcg(cpu, p, g.objcg()) }
+}
+
+fn slab_bytes(g: &MemCgroup) -> isize {
+    g.stat(MemcgStat::SlabUnreclaimable)
+}
+
+#[test]
+fn freed_charged_objects_wait_charged_and_come_back_to_the_same_group() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "g");
+    let (a, cpu) = own_area(k);
+    let objs: Vec<_> = (0..8).map(|_| alloc(k, cpu, g, 32)).collect();
+    for &p in &objs {
+        assert!(free(k, cpu, g, p));
+    }
+    assert_eq!(held(k, a), (g.objcg() as *const ObjCgroup, 8));
+    // Still charged while they wait: the statistics count them as allocated.
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(slab_bytes(g), 8 * 32);
+    // The group's next allocations get them back, last freed first.
+    let again: Vec<_> = (0..8).map(|_| alloc(k, cpu, g, 32)).collect();
+    assert_eq!(again, objs.iter().rev().copied().collect::<Vec<_>>());
+    assert_eq!(held(k, a).1, 0);
+    for &p in &again {
+        free(k, cpu, g, p);
+    }
+    // Draining the stock gives them back, uncharged.
+    k.memcg().memcg_drain_stock(cpu.unwrap());
+    assert_eq!(held(k, a), (std::ptr::null(), 0));
+    assert_eq!(slab_bytes(g), 0);
+    assert_eq!(g.usage(), 0);
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+}
+
+#[test]
+fn a_sheaf_holds_its_class_capacity_and_the_rest_is_uncharged_at_once() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "cap");
+    let (a, cpu) = own_area(k);
+    let objs: Vec<_> = (0..100).map(|_| alloc(k, cpu, g, 16)).collect();
+    for &p in &objs {
+        free(k, cpu, g, p);
+    }
+    assert_eq!(held(k, a).1, OBJCG_SHEAF_SLOTS);
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(slab_bytes(g), (OBJCG_SHEAF_SLOTS * 16) as isize);
+    // Large classes keep two objects.
+    let big: Vec<_> = (0..5).map(|_| alloc(k, cpu, g, 8192)).collect();
+    for &p in &big {
+        free(k, cpu, g, p);
+    }
+    assert_eq!(held(k, a).1, OBJCG_SHEAF_SLOTS + 2);
+    // Thread exit (the area going back) drains them.
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(held(k, a).1, 0);
+    assert_eq!(g.usage(), 0);
+}
+
+#[test]
+fn another_groups_allocation_flushes_the_sheaves_and_its_objects_are_not_kept() {
+    let k = kmem(2, config(1, 0));
+    let (g, h) = (group(k, "g"), group(k, "h"));
+    let (a, cpu) = own_area(k);
+    let pg = alloc(k, cpu, g, 64);
+    let ph = alloc(k, cpu, h, 64);
+    free(k, cpu, g, pg);
+    assert_eq!(held(k, a), (g.objcg() as *const ObjCgroup, 1));
+    // An object of h does not join g's sheaves: it is uncharged at once.
+    free(k, cpu, h, ph);
+    assert_eq!(held(k, a), (g.objcg() as *const ObjCgroup, 1));
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(slab_bytes(h), 0);
+    assert_eq!(slab_bytes(g), 64);
+    // h allocating on this CPU gives g's objects back first.
+    let q = alloc(k, cpu, h, 64);
+    assert_eq!(held(k, a).1, 0);
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(slab_bytes(g), 0);
+    assert_eq!(slab_bytes(h), 64);
+    // Empty sheaves take the next freed object's group.
+    free(k, cpu, h, q);
+    assert_eq!(held(k, a), (h.objcg() as *const ObjCgroup, 1));
+    // A free outside any group (or in another one) uncharges at once.
+    let r = alloc(k, cpu, h, 64);
+    let o = alloc(k, cpu, h, 64);
+    // SAFETY: ours.
+    assert!(unsafe { k.kfree(cpu, r) });
+    free(k, cpu, g, o);
+    assert_eq!(held(k, a).1, 0);
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(slab_bytes(h), 0);
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!((g.usage(), h.usage()), (0, 0));
+}
+
+#[test]
+fn a_double_free_on_top_of_an_objcg_sheaf_is_refused_and_reported() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "df");
+    let (a, cpu) = own_area(k);
+    let p = alloc(k, cpu, g, 48);
+    assert!(free(k, cpu, g, p));
+    assert!(!free(k, cpu, g, p), "the bug under test: refused");
+    let log = k.pages.platform().take_log();
+    assert!(
+        log.contains("BUG kmalloc-cg-64 (Not tainted): Object already free"),
+        "{log}"
+    );
+    assert_eq!(held(k, a).1, 1);
+    // Handed out once: the next allocations are all distinct.
+    let again: Vec<_> = (0..4).map(|_| alloc(k, cpu, g, 48)).collect();
+    assert_eq!(again.iter().copied().collect::<HashSet<_>>().len(), 4);
+    assert_eq!(again.iter().filter(|&&q| q == p).count(), 1);
+    for q in again {
+        free(k, cpu, g, q);
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(g.usage(), 0);
+}
+
+#[test]
+fn objects_waiting_in_objcg_sheaves_go_back_when_the_group_hits_its_limit() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "limited");
+    let max = 64 * 1024;
+    g.set_max(max);
+    let (a, cpu) = own_area(k);
+    // Fill the limit with 1 KiB objects, then free some: they wait, charged.
+    let mut held_objs = Vec::new();
+    while let Some(p) = k.memcg().kmalloc_objcg(cpu, 1024, Gfp::KERNEL, g.objcg()) {
+        held_objs.push(p.as_ptr());
+    }
+    for p in held_objs.drain(..4) {
+        free(k, cpu, g, p);
+    }
+    assert_eq!(held(k, a).1, 2, "two 1 KiB objects wait");
+    // Another class needs the bytes they hold: the charge at the limit reclaims them.
+    let small: Vec<_> = (0..32)
+        .map(|_| {
+            k.memcg()
+                .kmalloc_objcg(cpu, 64, Gfp::KERNEL, g.objcg())
+                .expect("room after reclaim")
+                .as_ptr()
+        })
+        .collect();
+    assert!(g.usage() <= max);
+    assert_eq!(held(k, a).1, 0, "reclaimed");
+    for p in small.into_iter().chain(held_objs) {
+        free(k, cpu, g, p);
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(g.usage(), 0);
+}
+
+#[test]
+fn debug_caches_and_the_cpu_slab_design_charge_every_object() {
+    fn red_zone_all(_: &str) -> SlabFlags {
+        SlabFlags::RED_ZONE
+    }
+    for k in [
+        kmem_with(2, config(1, 0), Some(red_zone_all)),
+        kmem_cpu_slab(2, config(1, 0)),
+    ] {
+        let g = group(k, "percall");
+        let (a, cpu) = own_area(k);
+        let p = alloc(k, cpu, g, 32);
+        free(k, cpu, g, p);
+        assert_eq!(held(k, a).1, 0);
+        k.memcg().memcg_flush_stats(cpu);
+        assert_eq!(slab_bytes(g), 0);
+        // SAFETY: owned; not used afterwards.
+        unsafe { k.pages.cpu_area_put(a) };
+    }
+}
+
+#[test]
+fn zeroed_allocations_from_an_objcg_sheaf_are_zeroed() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "zero");
+    let (a, cpu) = own_area(k);
+    let p = alloc(k, cpu, g, 96);
+    // SAFETY: ours, 96 bytes.
+    unsafe { std::ptr::write_bytes(p, 0xa5, 96) };
+    free(k, cpu, g, p);
+    let q = k
+        .memcg()
+        .kmalloc_objcg(cpu, 96, Gfp::KERNEL | Gfp::ZERO, g.objcg())
+        .unwrap()
+        .as_ptr();
+    assert_eq!(q, p, "from the sheaf");
+    // SAFETY: 96 bytes of ours.
+    assert!(unsafe { std::slice::from_raw_parts(q, 96) }
+        .iter()
+        .all(|&b| b == 0));
+    free(k, cpu, g, q);
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+}
