@@ -118,9 +118,9 @@ fn another_groups_allocation_flushes_the_sheaves_and_its_objects_are_not_kept() 
     k.memcg().memcg_flush_stats(cpu);
     assert_eq!(slab_bytes(h), 0);
     assert_eq!(slab_bytes(g), 64);
-    // h allocating on this CPU gives g's objects back first.
+    // h allocating on this CPU gives g's objects back first (and g's reference).
     let q = alloc(k, cpu, h, 64);
-    assert_eq!(held(k, a).1, 0);
+    assert_eq!(held(k, a), (std::ptr::null(), 0));
     k.memcg().memcg_flush_stats(cpu);
     assert_eq!(slab_bytes(g), 0);
     assert_eq!(slab_bytes(h), 64);
@@ -161,6 +161,54 @@ fn a_double_free_on_top_of_an_objcg_sheaf_is_refused_and_reported() {
     assert_eq!(again.iter().filter(|&&q| q == p).count(), 1);
     for q in again {
         free(k, cpu, g, q);
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(g.usage(), 0);
+}
+
+#[test]
+fn a_double_free_on_a_full_objcg_sheaf_or_behind_its_back_is_never_freed_twice() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "df-full");
+    let (a, cpu) = own_area(k);
+    // A full sheaf: the top object freed again is still caught.
+    let objs: Vec<_> = (0..OBJCG_SHEAF_SLOTS)
+        .map(|_| alloc(k, cpu, g, 32))
+        .collect();
+    for &p in &objs {
+        assert!(free(k, cpu, g, p));
+    }
+    assert_eq!(held(k, a).1, OBJCG_SHEAF_SLOTS);
+    let top = *objs.last().unwrap();
+    assert!(!free(k, cpu, g, top), "refused");
+    assert!(k
+        .pages
+        .platform()
+        .take_log()
+        .contains("Object already free"));
+    // A free outside the group of an object waiting in the sheaf (the bug) frees it
+    // through the regular path; the sheaf's flush finds it uncharged, reports it and
+    // leaves it alone.
+    let victim = objs[3];
+    // SAFETY: the bug under test (the object is the sheaf's).
+    assert!(unsafe { k.kfree(cpu, victim) });
+    k.memcg().memcg_drain_stock(cpu.unwrap());
+    let log = k.pages.platform().take_log();
+    assert!(
+        log.contains("BUG kmalloc-cg-32 (Not tainted): Object already free"),
+        "{log}"
+    );
+    // Every object of the class is handed out at most once.
+    let many: Vec<_> = (0..4 * OBJCG_SHEAF_SLOTS)
+        .map(|_| alloc(k, cpu, g, 32))
+        .collect();
+    assert_eq!(
+        many.iter().copied().collect::<HashSet<_>>().len(),
+        many.len()
+    );
+    for p in many {
+        free(k, cpu, g, p);
     }
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };

@@ -28,7 +28,8 @@
 //! `KMEM_KFENCE=MS` arms one sample every MS milliseconds (the kernel's
 //! `kfence.sample_interval`, 100 by default): the heap's housekeeping tick arms it, and
 //! the next allocation that reaches the heap's slow path (an empty sheaf, a debug
-//! cache, per-CPU mode) takes it, so the fast paths carry nothing for KFENCE.
+//! cache, per-CPU mode) takes it, so the fast paths carry nothing for KFENCE. Charged
+//! allocations (an active memory cgroup) are never sampled and leave the sample armed.
 //! `KMEM_KFENCE=all` samples every allocation of up to a page while slots last (the
 //! heap then turns its fast paths off); `off` disables it.
 //!
@@ -211,14 +212,6 @@ pub(crate) fn should_sample(size: usize) -> bool {
     // and between samples (all but one allocation per interval) nothing is armed.
     interval == ALL
         || (interval != 0 && ARMED.load(Ordering::Relaxed) && ARMED.swap(false, Ordering::Relaxed))
-}
-
-/// Whether the next allocation that reaches [`should_sample`] would be sampled (it
-/// does not take the sample): paths that bypass it step aside then.
-#[inline]
-pub(crate) fn sample_pending() -> bool {
-    let interval = INTERVAL_NS.load(Ordering::Relaxed);
-    interval == ALL || (interval != 0 && ARMED.load(Ordering::Relaxed))
 }
 
 /// Whether `p` lies in the pool.

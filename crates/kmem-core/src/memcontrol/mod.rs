@@ -19,7 +19,10 @@
 //!   memcg_stock_pcp", "mm/memcg: Improve refill_obj_stock() performance": statistics
 //!   cached in the stock, `refill_obj_stock` uncharges only the excess, the stock is
 //!   drained only when the objcg changes). The statistics are not counted per object but
-//!   derived from the stock's byte movement (see [`MemcgStock`]).
+//!   derived from the stock's byte movement (see [`MemcgStock`]). The stock also holds
+//!   the area's objcg sheaves ([`ObjcgSheaves`]): kmalloc objects freed by a context in
+//!   their own group wait there, still charged, for that group's next allocation of
+//!   the class, so a charged pair in steady state neither charges nor uncharges.
 //!
 //! ## Where the objcg of an object is kept
 //! A slab with accounted objects has a vector of objcg pointers, one per object
@@ -32,8 +35,8 @@
 //!
 //! ## Lifetimes (what keeps a group's memory alive)
 //! An objcg is referenced by: its group while online (1), each stock caching it or
-//! its group, each child group (for the parent chain), and each uncharge in progress
-//! outside a stock. A removed group ("zombie") keeps its descriptor while references
+//! its group, each area's objcg sheaves holding it, each child group (for the parent
+//! chain), and each uncharge in progress outside a stock. A removed group ("zombie") keeps its descriptor while references
 //! remain or objects are still charged through its objcg; its objcg then points at the
 //! parent, so later frees uncharge the parent (`memcg_reparent_objcgs`) — the parent's
 //! usage already included the child's, counters being hierarchical. Zombies are freed

@@ -5,12 +5,16 @@
 //! Every charged allocation otherwise pays for a charge (the stock), an allocation, the
 //! objcg's store in the slab's vector, and at its free the vector's lookup, an
 //! uncharge and the free: four to five times an unaccounted pair. Here a free of a
-//! charged object from one of the small `kmalloc-cg-*` classes whose objcg is the one
-//! the area's sheaves hold pushes it, still charged and still recorded in its slab's
-//! vector, on its class's sheaf; the next charged kmalloc of that class and objcg pops
-//! it and is done. Objects leave charged: usage and the group statistics count them
-//! as allocated while they wait (at most [`OBJCG_SHEAF_BYTES`] per class and area, as
-//! the stock's pre-charged pages count as usage).
+//! `kmalloc-cg-*` object by a context running in the object's group
+//! ([`Memcg::kfree_objcg`]; the heap's paths for a thread with an active group) pushes
+//! it, still charged and still recorded in its slab's vector, on its class's sheaf
+//! when the area's sheaves hold that objcg; the next charged kmalloc of that class and
+//! objcg pops it and is done. Frees by other contexts (another group, none, another
+//! thread) uncharge as before. Objects leave charged: usage and the group statistics
+//! count them as allocated while they wait — up to [`OBJCG_SHEAF_BYTES`] per class, or
+//! two objects of the classes above a kilobyte: 41 KiB per area at most, as the
+//! stock's pre-charged pages count as usage. No other context touches the sheaves, so
+//! there is no lock-free protocol to model.
 //!
 //! The sheaves live in the area's [`MemcgStock`] and follow its rules: only the area's
 //! owner touches them, and [`Memcg::memcg_drain_stock`] (thread exit, reclaim at
@@ -35,43 +39,59 @@ use core::ptr::NonNull;
 /// Classes with objcg sheaves: every accounted kmalloc class, `kmalloc-cg-8` …
 /// `kmalloc-cg-8k`.
 pub const OBJCG_SHEAF_CLASSES: usize = crate::kmalloc::NR_KMALLOC;
-/// Slots of a class's sheaf (the smallest classes use all of them).
+/// Objects the sheaf of a small class holds.
 pub const OBJCG_SHEAF_SLOTS: usize = 16;
-/// Bytes of objects a class's sheaf holds at most (at least two objects).
+/// Bytes of objects a class's sheaf holds: up to this, or two objects of the classes
+/// above a kilobyte.
 pub const OBJCG_SHEAF_BYTES: usize = 2048;
 
-/// Objects a class's sheaf holds, by class.
-const CAPACITY: [u8; OBJCG_SHEAF_CLASSES] = {
-    let mut out = [0u8; OBJCG_SHEAF_CLASSES];
+/// Objects a class's sheaf holds, by class: `OBJCG_SHEAF_BYTES / size` within 2 ..=
+/// [`OBJCG_SHEAF_SLOTS`].
+const CAPACITY: [usize; OBJCG_SHEAF_CLASSES] = {
+    let mut out = [0; OBJCG_SHEAF_CLASSES];
     let mut i = 0;
     while i < OBJCG_SHEAF_CLASSES {
         let n = OBJCG_SHEAF_BYTES / KMALLOC_SIZES[i];
         out[i] = if n > OBJCG_SHEAF_SLOTS {
-            OBJCG_SHEAF_SLOTS as u8
+            OBJCG_SHEAF_SLOTS
         } else if n < 2 {
             2
         } else {
-            n as u8
+            n
         };
         i += 1;
     }
     out
 };
 
+/// Where each class's slots start in [`ObjcgSheaves`]' one array (the classes' slots
+/// one after the other), and the array's length.
+const FIRST_SLOT: [usize; OBJCG_SHEAF_CLASSES + 1] = {
+    let mut out = [0; OBJCG_SHEAF_CLASSES + 1];
+    let mut i = 0;
+    while i < OBJCG_SHEAF_CLASSES {
+        out[i + 1] = out[i] + CAPACITY[i];
+        i += 1;
+    }
+    out
+};
+const NR_SLOTS: usize = FIRST_SLOT[OBJCG_SHEAF_CLASSES];
+
 /// A CPU area's objcg sheaves, in its [`MemcgStock`]. All-zero is the valid empty,
 /// untagged state. Only the area's owner touches them (atomics for the shared type
 /// of CPU-area memory; every access is `Relaxed`).
 ///
-/// Invariants: `held` is the sum of `len`; `objs[i][..len[i]]` are objects of the
-/// accounted class `i`, each charged to `objcg` and recorded for it in its slab's
-/// vector, owned by nobody else; `objcg` is null only when `held` is 0, and non-null
-/// it holds a reference on the objcg.
+/// Invariants: `held` is the sum of `len`; `len[i]` ≤ `CAPACITY[i]`; class `i`'s
+/// sheaf is `objs[FIRST_SLOT[i]..][..len[i]]`, objects of the accounted class `i`,
+/// each charged to `objcg` and recorded for it in its slab's vector, owned by nobody
+/// else; `objcg` is null when nothing was kept since the last flush (then `held` is
+/// 0), and non-null it holds a reference on the objcg.
 #[repr(C)]
 pub struct ObjcgSheaves {
     objcg: AtomicPtr<ObjCgroup>,
     held: AtomicUsize,
     len: [AtomicU8; OBJCG_SHEAF_CLASSES],
-    objs: [[AtomicUsize; OBJCG_SHEAF_SLOTS]; OBJCG_SHEAF_CLASSES],
+    objs: [AtomicUsize; NR_SLOTS],
 }
 
 impl ObjcgSheaves {
@@ -89,11 +109,11 @@ impl ObjcgSheaves {
         }
         self.len[i].store(n as u8 - 1, Relaxed);
         self.held.store(self.held.load(Relaxed) - 1, Relaxed);
-        Some(self.objs[i][n - 1].load(Relaxed))
+        Some(self.objs[FIRST_SLOT[i] + n - 1].load(Relaxed))
     }
 }
 
-/// What [`Memcg::objcg_sheaf_keep`] did with a freed object.
+/// What [`Memcg::objcg_sheaf_push`] did with a freed object.
 enum Keep {
     Kept,
     NoRoom,
@@ -128,7 +148,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
         let sh = &st.sheaves;
         if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
-            if sh.held.load(Relaxed) != 0 {
+            if !sh.objcg.load(Relaxed).is_null() {
+                // Another objcg's objects (or its reference alone): given back.
                 self.flush_objcg_sheaves(c, st);
             }
             return None;
@@ -143,19 +164,19 @@ impl<'a, P: Platform> Memcg<'a, P> {
         Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
     }
 
-    /// Keeps `obj` of `s`, charged to `objcg`, on its class's sheaf when the sheaves
+    /// Keeps `obj` of `s` (class `i`), charged to `objcg`, on its class's sheaf when the sheaves
     /// hold `objcg` (or nothing: they take `objcg` then) and have room: `Some(true)`.
     /// A double free caught on top of the sheaf is reported: `Some(false)`. `None`:
     /// nothing done.
     #[inline(always)]
-    fn objcg_sheaf_keep(
+    fn objcg_sheaf_keep_at(
         &self,
         st: &MemcgStock,
         s: &KmemCache,
+        i: usize,
         objcg: &ObjCgroup,
         obj: usize,
     ) -> Option<bool> {
-        let i = self.objcg_sheaf_class(s)?;
         match self.objcg_sheaf_push(&st.sheaves, i, objcg, obj) {
             Keep::Kept => Some(true),
             Keep::NoRoom => None,
@@ -181,13 +202,15 @@ impl<'a, P: Platform> Memcg<'a, P> {
             return Keep::NoRoom;
         }
         let n = sh.len[i].load(Relaxed) as usize;
-        if n >= CAPACITY[i] as usize {
-            return Keep::NoRoom;
-        }
-        if n > 0 && sh.objs[i][n - 1].load(Relaxed) == obj {
+        // The top first: a double free must not leave through the regular path (it
+        // would free the object while the sheaf still holds it).
+        if n > 0 && sh.objs[FIRST_SLOT[i] + n - 1].load(Relaxed) == obj {
             return Keep::DoubleFree;
         }
-        sh.objs[i][n].store(obj, Relaxed);
+        if n >= CAPACITY[i] {
+            return Keep::NoRoom;
+        }
+        sh.objs[FIRST_SLOT[i] + n].store(obj, Relaxed);
         sh.len[i].store(n as u8 + 1, Relaxed);
         sh.held.store(sh.held.load(Relaxed) + 1, Relaxed);
         Keep::Kept
@@ -230,9 +253,15 @@ impl<'a, P: Platform> Memcg<'a, P> {
                 debug_assert!(ptr::eq(found, s));
                 // SAFETY: the head page of the object's live slab.
                 let data = memcg_data(unsafe { slab.as_ref() });
-                if data & MEMCG_DATA_OBJEXTS != 0 {
-                    self.memcg_slab_free_hook_exts(Some(c), s, data, obj);
+                if !self.objcg_slot_is(s, data, obj, tag) {
+                    // Freed again behind the sheaf's back (a double free that took
+                    // the regular path, which uncharged it): not freed a second time.
+                    self.km
+                        .slub()
+                        .report(s, Some(slab), "Object already free", obj);
+                    continue;
                 }
+                self.memcg_slab_free_hook_exts(Some(c), s, data, obj);
                 // SAFETY: an object of `s` the sheaf owned (type invariant), now
                 // uncharged; given up here.
                 unsafe { slub.free_object(Some(c), s, slab, obj) };
@@ -242,6 +271,29 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if let Some(old) = unsafe { tag.as_ref() } {
             old.put();
         }
+    }
+
+    /// Whether the vector slot (in slab word `data`) of `obj`, an object of `s`,
+    /// names `objcg`.
+    #[inline]
+    fn objcg_slot_is(
+        &self,
+        s: &KmemCache,
+        data: usize,
+        obj: usize,
+        objcg: *const ObjCgroup,
+    ) -> bool {
+        if data & MEMCG_DATA_OBJEXTS == 0 {
+            return false;
+        }
+        let cfg = s.config();
+        let idx = cfg.obj_to_index(obj & (cfg.slab_bytes() - 1));
+        if idx >= cfg.objects {
+            return false;
+        }
+        let vec = (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>;
+        // SAFETY: `idx` < objects, the vector's length.
+        ptr::eq(unsafe { &*vec.add(idx) }.load(Relaxed), objcg)
     }
 }
 
@@ -285,22 +337,13 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let ObjectLookup::Slab(s, slab) = self.km.slub().lookup(p) else {
             return None;
         };
+        let i = self.objcg_sheaf_class(s)?;
         // SAFETY: the head page of a live slab (the lookup found it).
         let data = memcg_data(unsafe { slab.as_ref() });
-        if data & MEMCG_DATA_OBJEXTS == 0 {
+        if !self.objcg_slot_is(s, data, p as usize, objcg) {
             return None;
         }
-        let cfg = s.config();
-        let obj = p as usize;
-        let idx = cfg.obj_to_index(obj & (cfg.slab_bytes() - 1));
-        let vec = (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>;
-        // SAFETY: the lookup checked `p` is an object of the slab: `idx` < objects,
-        // the vector's length.
-        let charged = unsafe { &*vec.add(idx) }.load(Relaxed);
-        if !ptr::eq(charged, objcg) {
-            return None;
-        }
-        self.objcg_sheaf_keep(st, s, objcg, obj)
+        self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize)
     }
 
     /// `kfree` by a context running charged to `objcg` (its active memory cgroup):

@@ -14,8 +14,9 @@ use crate::sync::Ordering::Relaxed;
 use core::ptr::{self, NonNull};
 
 /// `slab_post_alloc_hook`'s initialisation: zeroes the new object `obj` of `s` when
-/// `gfp` asks for `__GFP_ZERO`. Every allocation path that hands out an object (the
-/// platform's own fast paths too) ends here.
+/// `gfp` asks for `__GFP_ZERO`. Every allocation path of the slab layer that hands out
+/// an object (the platform's own fast paths too) ends here; memcg's objcg sheaves hand
+/// out objects of sheaf caches only, and zero them themselves.
 ///
 /// # Safety
 /// `obj` is an object of `s` just allocated for the caller (its `object_size` bytes

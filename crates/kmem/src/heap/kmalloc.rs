@@ -4,9 +4,10 @@
 //!
 //! Fast paths: one thread-local load (`thread::fast_cpu`); with the thread's area
 //! (thread mode, attached, no active memory cgroup) straight to the core with that
-//! area; otherwise, out of line, the restartable sequence when the word says per-CPU
-//! rseq mode (`thread::RSEQ_TAG`), else the memory cgroup's path or the per-CPU
-//! fallback (`percpu`). No lock of its own:
+//! area; with an active memory cgroup (two more such loads, `thread::charged_cpu`) the
+//! area's objcg sheaves; otherwise, out of line, the restartable sequence when the word
+//! says per-CPU rseq mode (`thread::RSEQ_TAG`), else the memory cgroup's path or the
+//! per-CPU fallback (`percpu`). No lock of its own:
 //! the CPU area's rules apply (see `cpu`).
 
 use super::thread::{active_objcg, charged_cpu, enable_rseq_fast, fast_cpu, thread_cpu, RSEQ_TAG};
@@ -29,12 +30,10 @@ impl Heap {
             }
         } else if let Some((c, cg)) = charged_cpu() {
             // An attached thread with an active memory cgroup: an object kept charged
-            // to its objcg in its area's objcg sheaves, unless KFENCE is about to
-            // sample.
-            if !crate::kfence::sample_pending() {
-                if let Some(p) = self.kmem.memcg().kmalloc_objcg_fast(c, size, gfp, cg) {
-                    return Some(p);
-                }
+            // to its objcg in its area's objcg sheaves (KFENCE samples no charged
+            // allocation).
+            if let Some(p) = self.kmem.memcg().kmalloc_objcg_fast(c, size, gfp, cg) {
+                return Some(p);
             }
         }
         self.kmalloc_other(size, gfp)
@@ -45,7 +44,9 @@ impl Heap {
     /// it is per-CPU mode's fast path.
     #[inline(never)]
     fn kmalloc_other(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        if crate::kfence::should_sample(size) {
+        // KFENCE samples no charged allocation: a thread with an active memory cgroup
+        // leaves the armed sample to others.
+        if charged_cpu().is_none() && crate::kfence::should_sample(size) {
             if let Some(p) = self.kfence_alloc(size, gfp) {
                 return Some(p);
             }
@@ -190,7 +191,7 @@ impl Heap {
     /// # Safety
     /// As [`Heap::kfree`].
     #[inline(never)]
-    unsafe fn kfree_other(&self, p: *mut u8) -> bool {
+    pub(super) unsafe fn kfree_other(&self, p: *mut u8) -> bool {
         if crate::kfence::owns(p) {
             return self.kfence_free(p);
         }
@@ -207,7 +208,7 @@ impl Heap {
         }
         if let Some((c, _)) = charged_cpu() {
             // A thread with an active memory cgroup: its area without a
-            // `thread_local!` access (a free it may keep charged in its objcg sheaves).
+            // `thread_local!` access.
             // SAFETY: forwarded from the caller.
             return unsafe { self.kmem.kfree(Some(c), p) };
         }

@@ -77,8 +77,8 @@ fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
     let gfp = if zeroed { Gfp::ZERO } else { Gfp::KERNEL };
     if let Some((c, cg)) = charged_cpu() {
         // An attached thread with an active memory cgroup: an object kept charged to
-        // its objcg in its area's objcg sheaves, unless KFENCE is about to sample.
-        if layout.align() <= 8 && !crate::kfence::sample_pending() {
+        // its objcg in its area's objcg sheaves (KFENCE samples no charged allocation).
+        if layout.align() <= 8 {
             if let Some(p) = HEAP
                 .kmem
                 .memcg()
@@ -125,11 +125,16 @@ pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
 pub unsafe fn dealloc_other(p: *mut u8) -> bool {
     if let Some((c, cg)) = charged_cpu() {
         // A thread with an active memory cgroup: an object charged to it may stay
-        // charged in its area's objcg sheaves.
+        // charged in its area's objcg sheaves; else the regular free, which need not
+        // try them again.
         // SAFETY: forwarded from the caller.
-        if let Some(done) = unsafe { HEAP.kmem.memcg().kfree_objcg_fast(c, p, cg) } {
-            return done;
-        }
+        return match unsafe { HEAP.kmem.memcg().kfree_objcg_fast(c, p, cg) } {
+            Some(done) => done,
+            // SAFETY: forwarded from the caller.
+            None if HEAP.kmem.pages.in_span(p) => unsafe { HEAP.kfree_other(p) },
+            // SAFETY: forwarded from the caller.
+            None => unsafe { dealloc_slow(p) },
+        };
     }
     if fast_tls::get() == RSEQ_TAG {
         // SAFETY: forwarded from the caller.

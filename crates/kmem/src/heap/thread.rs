@@ -17,7 +17,9 @@
 //! holds the area when the thread may use it directly (attached, no active memory
 //! cgroup), [`RSEQ_TAG`] in per-CPU mode with restartable sequences (no active memory
 //! cgroup: the fast paths go straight to the CPU's sheaves), and 0 otherwise; every
-//! change of the slots above recomputes it.
+//! change of the slots above recomputes it. The charged paths (an attached thread with
+//! an active memory cgroup: its objcg sheaves) read two more words of the same kind,
+//! the area and the objcg, recomputed with it.
 //!
 //! Locking: none. An area in a thread's slot is that thread's alone until the slot
 //! stops naming it (exit or [`Heap::detach_thread`]).
@@ -69,7 +71,7 @@ fn refresh_fast() {
         0
     };
     fast_tls::set(v);
-    let charged = is_area(a) && objcg != 0 && !every;
+    let charged = is_area(a) && objcg != 0;
     fast_tls::set_word::<{ fast_tls::CHARGED_AREA }>(if charged { a } else { 0 });
     fast_tls::set_word::<{ fast_tls::CHARGED_OBJCG }>(if charged { objcg } else { 0 });
 }
