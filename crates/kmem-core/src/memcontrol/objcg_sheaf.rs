@@ -81,15 +81,14 @@ const NR_SLOTS: usize = FIRST_SLOT[OBJCG_SHEAF_CLASSES];
 /// untagged state. Only the area's owner touches them (atomics for the shared type
 /// of CPU-area memory; every access is `Relaxed`).
 ///
-/// Invariants: `held` is the sum of `len`; `len[i]` ≤ `CAPACITY[i]`; class `i`'s
-/// sheaf is `objs[FIRST_SLOT[i]..][..len[i]]`, objects of the accounted class `i`,
-/// each charged to `objcg` and recorded for it in its slab's vector, owned by nobody
-/// else; `objcg` is null when nothing was kept since the last flush (then `held` is
-/// 0), and non-null it holds a reference on the objcg.
+/// Invariants: `len[i]` ≤ `CAPACITY[i]`; class `i`'s sheaf is
+/// `objs[FIRST_SLOT[i]..][..len[i]]`, objects of the accounted class `i`, each charged
+/// to `objcg` and recorded for it in its slab's vector, owned by nobody else; `objcg`
+/// is null when nothing was kept since the last flush (then every `len` is 0), and
+/// non-null it holds a reference on the objcg.
 #[repr(C)]
 pub struct ObjcgSheaves {
     objcg: AtomicPtr<ObjCgroup>,
-    held: AtomicUsize,
     len: [AtomicU8; OBJCG_SHEAF_CLASSES],
     objs: [AtomicUsize; NR_SLOTS],
 }
@@ -97,19 +96,52 @@ pub struct ObjcgSheaves {
 impl ObjcgSheaves {
     /// Charged objects waiting here, and for which objcg (statistics and tests).
     pub fn held(&self) -> (*const ObjCgroup, usize) {
-        (self.objcg.load(Relaxed), self.held.load(Relaxed))
+        (self.objcg.load(Relaxed), self.objects())
+    }
+
+    /// Objects in all the classes' sheaves.
+    fn objects(&self) -> usize {
+        self.len.iter().map(|n| n.load(Relaxed) as usize).sum()
+    }
+
+    /// Slot `k` of class `i`'s sheaf.
+    ///
+    /// # Safety
+    /// `i` < [`OBJCG_SHEAF_CLASSES`] and `k` < `CAPACITY[i]`.
+    #[inline(always)]
+    unsafe fn slot(&self, i: usize, k: usize) -> &AtomicUsize {
+        // SAFETY: `FIRST_SLOT[i] + k` < `FIRST_SLOT[i + 1]` ≤ `NR_SLOTS` (the caller's
+        // bounds and `FIRST_SLOT`'s construction).
+        unsafe { self.objs.get_unchecked(FIRST_SLOT.get_unchecked(i) + k) }
     }
 
     /// Takes the top object of class `i`'s sheaf, if any.
-    #[inline]
+    #[inline(always)]
     fn pop(&self, i: usize) -> Option<usize> {
-        let n = self.len[i].load(Relaxed) as usize;
+        let len = &self.len[i];
+        let n = len.load(Relaxed) as usize;
         if n == 0 {
             return None;
         }
-        self.len[i].store(n as u8 - 1, Relaxed);
-        self.held.store(self.held.load(Relaxed) - 1, Relaxed);
-        Some(self.objs[FIRST_SLOT[i] + n - 1].load(Relaxed))
+        len.store(n as u8 - 1, Relaxed);
+        // SAFETY: `len[i]` ≤ `CAPACITY[i]` (type invariant), so `n - 1` is a slot of
+        // class `i`, which `len` above bounds-checked.
+        Some(unsafe { self.slot(i, n - 1) }.load(Relaxed))
+    }
+}
+
+/// Zeroes the `n` bytes of object `obj` for `__GFP_ZERO` (out of line: the pop that
+/// needs no call saves no registers).
+///
+/// # Safety
+/// `obj` is a non-null object of at least `n` bytes that the caller owns.
+#[cold]
+#[inline(never)]
+unsafe fn zero_object(obj: usize, n: usize) -> NonNull<u8> {
+    // SAFETY: the caller's object, `n` bytes long.
+    unsafe {
+        ptr::write_bytes(obj as *mut u8, 0, n);
+        NonNull::new_unchecked(obj as *mut u8)
     }
 }
 
@@ -131,9 +163,34 @@ impl<'a, P: Platform> Memcg<'a, P> {
         (i < OBJCG_SHEAF_CLASSES && s.config().fast != FastPath::CpuSlab).then_some(i)
     }
 
-    /// A charged kmalloc of class `i` for `objcg` from the sheaves of `c`'s stock
-    /// `st`: the object is charged and recorded already. `None` sends the caller to
-    /// the charging path; sheaves holding another objcg's objects are flushed first.
+    /// A charged kmalloc of class `i` for `objcg` from the objcg sheaves of stock
+    /// `st`: the object is charged and recorded already. `None` when they hold no
+    /// object of the class for `objcg` (nothing else is done: no flush).
+    #[inline(always)]
+    fn objcg_sheaf_pop(
+        &self,
+        st: &MemcgStock,
+        i: usize,
+        gfp: Gfp,
+        objcg: &ObjCgroup,
+    ) -> Option<NonNull<u8>> {
+        let sh = &st.sheaves;
+        if i >= OBJCG_SHEAF_CLASSES || !ptr::eq(sh.objcg.load(Relaxed), objcg) {
+            return None;
+        }
+        let obj = sh.pop(i)?;
+        if gfp.contains(Gfp::ZERO) {
+            let n = self.km.caches().set(1)[i].config().object_size;
+            // SAFETY: a whole object of class `i`, now the caller's.
+            return Some(unsafe { zero_object(obj, n) });
+        }
+        // SAFETY: objects in the sheaves are non-null object addresses.
+        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+    }
+
+    /// [`Memcg::objcg_sheaf_pop`] for the charging path of `c` (stock `st`): when it
+    /// finds nothing and the sheaves hold another objcg's objects (or its reference
+    /// alone), they are given back first, so that what `objcg` frees next can wait.
     #[inline]
     pub(super) fn objcg_sheaf_alloc(
         &self,
@@ -143,25 +200,14 @@ impl<'a, P: Platform> Memcg<'a, P> {
         gfp: Gfp,
         objcg: &ObjCgroup,
     ) -> Option<NonNull<u8>> {
-        if i >= OBJCG_SHEAF_CLASSES {
-            return None;
+        if let Some(p) = self.objcg_sheaf_pop(st, i, gfp, objcg) {
+            return Some(p);
         }
-        let sh = &st.sheaves;
-        if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
-            if !sh.objcg.load(Relaxed).is_null() {
-                // Another objcg's objects (or its reference alone): given back.
-                self.flush_objcg_sheaves(c, st);
-            }
-            return None;
+        let tag = st.sheaves.objcg.load(Relaxed);
+        if !tag.is_null() && !ptr::eq(tag, objcg) {
+            self.flush_objcg_sheaves(c, st);
         }
-        let obj = sh.pop(i)?;
-        if gfp.contains(Gfp::ZERO) {
-            let n = self.km.caches().set(1)[i].config().object_size;
-            // SAFETY: a whole object of class `i`, now the caller's.
-            unsafe { ptr::write_bytes(obj as *mut u8, 0, n) };
-        }
-        // SAFETY: objects in the sheaves are non-null object addresses.
-        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+        None
     }
 
     /// Keeps `obj` of `s` (class `i`), charged to `objcg`, on its class's sheaf when the sheaves
@@ -197,31 +243,34 @@ impl<'a, P: Platform> Memcg<'a, P> {
 
     #[inline(always)]
     fn objcg_sheaf_push(&self, sh: &ObjcgSheaves, i: usize, objcg: &ObjCgroup, obj: usize) -> Keep {
-        let tag = sh.objcg.load(Relaxed);
-        if !ptr::eq(tag, objcg) && !Self::objcg_sheaf_retag(sh, objcg) {
-            return Keep::NoRoom;
+        if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
+            return Self::objcg_sheaf_retag_push(sh, i, objcg, obj);
         }
-        let n = sh.len[i].load(Relaxed) as usize;
+        let len = &sh.len[i];
+        let n = len.load(Relaxed) as usize;
         // The top first: a double free must not leave through the regular path (it
         // would free the object while the sheaf still holds it).
-        if n > 0 && sh.objs[FIRST_SLOT[i] + n - 1].load(Relaxed) == obj {
+        // SAFETY: `n - 1` < `len[i]` ≤ `CAPACITY[i]` (type invariant); `i` was
+        // bounds-checked by `len`.
+        if n > 0 && unsafe { sh.slot(i, n - 1) }.load(Relaxed) == obj {
             return Keep::DoubleFree;
         }
         if n >= CAPACITY[i] {
             return Keep::NoRoom;
         }
-        sh.objs[FIRST_SLOT[i] + n].store(obj, Relaxed);
-        sh.len[i].store(n as u8 + 1, Relaxed);
-        sh.held.store(sh.held.load(Relaxed) + 1, Relaxed);
+        // SAFETY: `n` < `CAPACITY[i]` (just checked).
+        unsafe { sh.slot(i, n) }.store(obj, Relaxed);
+        len.store(n as u8 + 1, Relaxed);
         Keep::Kept
     }
 
-    /// Empty sheaves take `objcg` (true); sheaves holding objects keep theirs (false).
+    /// [`Memcg::objcg_sheaf_push`] when the sheaves hold another objcg (or none):
+    /// empty sheaves take `objcg` and `obj`; sheaves holding objects keep theirs.
     #[cold]
     #[inline(never)]
-    fn objcg_sheaf_retag(sh: &ObjcgSheaves, objcg: &ObjCgroup) -> bool {
-        if sh.held.load(Relaxed) != 0 {
-            return false;
+    fn objcg_sheaf_retag_push(sh: &ObjcgSheaves, i: usize, objcg: &ObjCgroup, obj: usize) -> Keep {
+        if sh.objects() != 0 {
+            return Keep::NoRoom;
         }
         objcg.get();
         let old = sh
@@ -231,7 +280,10 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if let Some(old) = unsafe { old.as_ref() } {
             old.put();
         }
-        true
+        // SAFETY: every sheaf is empty and `CAPACITY[i]` ≥ 2: slot 0 is free.
+        unsafe { sh.slot(i, 0) }.store(obj, Relaxed);
+        sh.len[i].store(1, Relaxed);
+        Keep::Kept
     }
 
     /// Gives every object of `c`'s objcg sheaves (in stock `st`) back: cleared from
@@ -300,7 +352,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
 impl<'a, P: Platform> Memcg<'a, P> {
     /// Charged kmalloc's fast path for the owner of `c`: `size` bytes charged to
     /// `objcg`, from `c`'s objcg sheaves. `None` when they have no object of the
-    /// class for `objcg` (the caller takes [`Memcg::kmalloc_objcg`]).
+    /// class for `objcg`: the caller takes [`Memcg::kmalloc_objcg`], which also
+    /// gives back sheaves that hold another objcg (kept out of this path, so that it
+    /// needs nothing but the pop).
     #[inline]
     pub fn kmalloc_objcg_fast(
         &self,
@@ -311,7 +365,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
     ) -> Option<NonNull<u8>> {
         let i = crate::kmalloc::kmalloc_index(size)?;
         let st = self.stock(Some(c))?;
-        self.objcg_sheaf_alloc(c, st, i, gfp, objcg)
+        self.objcg_sheaf_pop(st, i, gfp, objcg)
     }
 }
 
@@ -326,7 +380,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
     /// # Safety
     /// If `p` is an object, the caller owns it and gives it up when this returns
     /// `Some(true)`.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn kfree_objcg_fast(
         &self,
         c: CpuRef<'_>,
