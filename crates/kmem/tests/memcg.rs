@@ -166,6 +166,45 @@ fn a_threads_charged_frees_wait_charged_for_its_next_allocations() {
 }
 
 #[test]
+fn a_charged_allocation_for_another_group_gives_the_waiting_objects_back() {
+    // The front ends' charged pop only pops; the charging path behind it must still
+    // give back what another group left waiting, or those objects would stay charged
+    // to it (and its sheaves closed to the new group) until the thread exits.
+    let a = MemCgroup::new("objcg-sheaves-a").unwrap();
+    let b = MemCgroup::new("objcg-sheaves-b").unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let h = heap();
+            {
+                let _in = a.enter();
+                // (An array: a Vec's own buffer would be charged and wait too.)
+                let p: [_; 4] =
+                    std::array::from_fn(|_| h.kmalloc(40, Gfp::KERNEL).unwrap().as_ptr());
+                for q in p {
+                    // SAFETY: allocated above, freed once.
+                    assert!(unsafe { h.kfree(q) });
+                }
+            }
+            // Charged allocations are never KFENCE samples: all four wait.
+            assert_eq!(waiting_in_objcg_sheaves(&a), 4);
+            {
+                let _in = b.enter();
+                let q = h.kmalloc(40, Gfp::KERNEL).unwrap().as_ptr();
+                assert_eq!(waiting_in_objcg_sheaves(&a), 0);
+                // SAFETY: allocated above, freed once.
+                assert!(unsafe { h.kfree(q) });
+                assert_eq!(waiting_in_objcg_sheaves(&b), 1);
+            }
+            h.detach_thread();
+        });
+    });
+    assert_eq!(waiting_in_objcg_sheaves(&b), 0);
+    assert_eq!((a.usage(), b.usage()), (0, 0));
+    assert_eq!(a.stat().slab_unreclaimable, 0);
+    assert_eq!(b.stat().slab_unreclaimable, 0);
+}
+
+#[test]
 fn charged_kmalloc_objects_freed_outside_the_group_are_uncharged() {
     // Objects charged in a group, freed by threads outside any group (their frees
     // would otherwise take the inline fast path): every byte comes back.
