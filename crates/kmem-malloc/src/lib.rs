@@ -185,6 +185,15 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
         return ptr::null_mut();
     }
     let h = heap();
+    if size <= isize::MAX as usize - MALLOC_ALIGN {
+        // SAFETY: the caller's pointer; malloc's objects are aligned to MALLOC_ALIGN.
+        if let Some(q) = unsafe { h.realloc_object(p.cast(), MALLOC_ALIGN, usize::MAX, size) } {
+            if q.is_null() {
+                set_errno(libc::ENOMEM);
+            }
+            return q.cast();
+        }
+    }
     let old = h.usable_size(p.cast());
     if old == 0 {
         // Not ours: free reports it, then we abort.

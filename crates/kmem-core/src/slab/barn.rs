@@ -313,12 +313,14 @@ impl<P: Platform> Slub<'_, P> {
     }
 
     /// Flushes every barn of `s` to the slabs and frees its sheaves (shrinking, memory
-    /// pressure, cache destruction). Returns the sheaves freed. The sheaves' memory
-    /// goes back to kmalloc caches: shrink those after (see `Kmem::shrink_all`).
+    /// pressure, cache destruction), and gives the nodes' fresh tails back to their
+    /// slabs. Returns the sheaves freed. The sheaves' memory goes back to kmalloc
+    /// caches: shrink those after (see `Kmem::shrink_all`).
     pub fn shrink_barns(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
         if s.config().sheaf_capacity == 0 {
             return 0;
         }
+        self.release_fresh_slabs(cpu, s);
         let mut freed = 0;
         for nid in 0..self.pages.nr_nodes() {
             let (full, empty) = s.node[nid].barn.lists.lock().take_all();

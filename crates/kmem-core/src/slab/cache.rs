@@ -20,6 +20,9 @@ pub struct KmemCacheNode {
     pub(super) nr_slabs: AtomicUsize,
     /// The node's barn of sheaves (sheaves design).
     pub(crate) barn: super::barn::Barn,
+    /// The untouched tail of the node's last new slab (sheaves design; under
+    /// `list_lock`, see `fresh.rs`).
+    pub(crate) fresh: super::fresh::FreshSlab,
 }
 
 impl KmemCacheNode {
@@ -29,6 +32,7 @@ impl KmemCacheNode {
             full: SpinLock::new(PageList::new()),
             nr_slabs: AtomicUsize::new(0),
             barn: super::barn::Barn::new(),
+            fresh: super::fresh::FreshSlab::new(),
         }
     }
 }
@@ -132,7 +136,8 @@ impl KmemCache {
         self.node[nid].list_lock.lock().len()
     }
 
-    /// Objects free in the slabs of node `nid`'s partial list (`count_partial`).
+    /// Objects free in the slabs of node `nid`'s partial list (`count_partial`), and
+    /// in its fresh slab's tail.
     pub fn count_partial_free(&self, nid: usize) -> usize {
         let list = self.node[nid].list_lock.lock();
         let objects = self.config().objects;
@@ -144,7 +149,8 @@ impl KmemCache {
             free += objects - Slab::of(pr).state().inuse() as usize;
             p = pr.next.load(Relaxed);
         }
-        free
+        // The fresh tail is free too (its slab counts it in use).
+        free + self.node[nid].fresh.objects(self.config(), &list)
     }
 
     /// A statistic summed over the no-CPU counter and the given CPU areas.

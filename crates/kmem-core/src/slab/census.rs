@@ -1,5 +1,6 @@
 //! A census of a cache's free objects, wherever they wait: the sheaves of the CPU areas
-//! the caller owns, the barns, and the freelists of the node partial slabs — so that
+//! the caller owns, the barns, the freelists of the node partial slabs and the nodes'
+//! fresh slab tails — so that
 //! tests and `validate` can check that every object is in exactly one place (handed
 //! out, in one sheaf slot, or on one slab freelist) and none is lost.
 //!
@@ -24,6 +25,8 @@ pub struct SheafCensus {
     pub barn_sheaves: usize,
     /// Objects on the freelists of node partial slabs.
     pub in_partial_slabs: usize,
+    /// Objects in the nodes' fresh slab tails (never handed out, unlinked).
+    pub in_fresh_tails: usize,
     /// Objects the cache's slabs hold in all (`nr_slabs * objects`).
     pub total: usize,
     /// A sheaf slot or freelist entry that is not the start of an object of the cache
@@ -103,6 +106,12 @@ impl<P: Platform> Slub<'_, P> {
                 c.in_partial_slabs += n;
                 p = sr.next.load(Relaxed);
             }
+            let mut fresh = 0;
+            s.node[nid].fresh.for_each(cfg, &list, |o| {
+                visit(o, &mut c);
+                fresh += 1;
+            });
+            c.in_fresh_tails += fresh;
         }
         c
     }

@@ -61,6 +61,45 @@ pub(crate) unsafe fn set_freepointer(s: &CacheConfig, obj: usize, next: usize) {
     unsafe { ptr::write(at as *mut usize, next ^ freepointer_key(s, at)) };
 }
 
+/// What writing a free pointer needs of a cache, copied out of its [`CacheConfig`]:
+/// a loop that links many objects keeps these in registers (through the config, every
+/// store into an object would make the compiler load them again).
+#[derive(Clone, Copy)]
+pub(crate) struct FreePointerKey {
+    offset: usize,
+    random: usize,
+    harden_mask: usize,
+}
+
+impl FreePointerKey {
+    #[inline(always)]
+    pub(crate) fn of(s: &CacheConfig) -> Self {
+        Self {
+            offset: s.offset,
+            random: s.random,
+            harden_mask: s.harden_mask,
+        }
+    }
+
+    /// [`set_freepointer`] with the copied key.
+    ///
+    /// # Safety
+    /// As [`set_freepointer`].
+    #[inline(always)]
+    pub(crate) unsafe fn set(self, obj: usize, next: usize) {
+        let at = obj + self.offset;
+        #[allow(unused_mut)]
+        let mut key = self.random ^ (at.swap_bytes() & self.harden_mask);
+        #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+        // SAFETY: as in `freepointer_key`: an empty asm block on one register.
+        unsafe {
+            core::arch::asm!("/* {0} */", inout(reg) key, options(pure, nomem, nostack, preserves_flags));
+        }
+        // SAFETY: caller: the object is ours to write.
+        unsafe { ptr::write(at as *mut usize, next ^ key) };
+    }
+}
+
 /// Whether a decoded freelist value `next` found in `obj` lies in `obj`'s slab
 /// (an object or the end token): slabs are aligned to their size, so both share
 /// every bit above it. A value that does not is corruption (or a forged pointer).

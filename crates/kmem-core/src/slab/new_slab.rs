@@ -5,6 +5,7 @@
 //! No slab lock is held here; the page allocator takes its own (lock order in the crate
 //! docs).
 
+use super::freelist::FreePointerKey;
 use super::*;
 use crate::gfp::Gfp;
 use crate::page::{Page, PageFlags};
@@ -35,15 +36,18 @@ impl<'a, P: Platform> Slub<'a, P> {
         gfp: Gfp,
         nid: Option<usize>,
     ) -> Option<NonNull<Page>> {
-        self.allocate_slab_taking(cpu, s, gfp, nid, &mut [])
-            .map(|(slab, _)| slab)
+        self.allocate_slab_taking(cpu, s, gfp, nid, &mut [], true)
+            .map(|(slab, _, _)| slab)
     }
 
     /// [`Slub::allocate_slab`] that hands the first objects (in freelist order) to
     /// the caller instead: up to `out.len()` of them go into `out`, in use, without
     /// ever being linked (a sheaf refill from a new slab writes and then walks no free
-    /// pointer for them); the rest make the freelist. Returns the slab and how many
-    /// objects went into `out` (all of them: the slab is full and belongs on no list).
+    /// pointer for them). The rest make the freelist, unless `link_rest` is false and
+    /// the slab lists its objects in address order: then they stay unlinked and
+    /// counted in use, for the caller to keep as a fresh tail (`fresh.rs`). Returns the
+    /// slab, how many objects went into `out`, and the first object of an unlinked
+    /// rest (if any).
     pub(crate) fn allocate_slab_taking(
         &self,
         cpu: Option<CpuRef<'_>>,
@@ -51,7 +55,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         gfp: Gfp,
         nid: Option<usize>,
         out: &mut [usize],
-    ) -> Option<(NonNull<Page>, usize)> {
+        link_rest: bool,
+    ) -> Option<(NonNull<Page>, usize, Option<usize>)> {
         let cfg = s.config();
         let gfp = (gfp - Gfp::ZERO) | Gfp::COMP;
         let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
@@ -70,13 +75,63 @@ impl<'a, P: Platform> Slub<'a, P> {
                 }
             }
         }
-        // Every object in order: first to last, or (CONFIG_SLAB_FREELIST_RANDOM) in
-        // the order of a random permutation; the first `taken` to the caller, the rest
-        // chained, ending in the end token. Index arithmetic without a division per
-        // object: `stride < objects`, so one subtraction wraps it.
-        let (start, stride) = self.freelist_order(cfg);
         let n = cfg.objects;
         let taken = out.len().min(n);
+        let (start, stride) = self.freelist_order(cfg);
+        let (state, fresh) = if stride == 1 {
+            // Address order (no RANDOM_FREELIST): plain strides, no index arithmetic.
+            let first = base + cfg.red_left;
+            let mut obj = first;
+            for o in &mut out[..taken] {
+                *o = obj;
+                obj += cfg.size;
+            }
+            if taken == n {
+                (SlabState::new(END_OFFSET, n as u64, false), None)
+            } else if !link_rest {
+                (SlabState::new(END_OFFSET, n as u64, false), Some(obj))
+            } else {
+                let last = first + (n - 1) * cfg.size;
+                let off = (obj - base) as u64;
+                let (key, size) = (FreePointerKey::of(cfg), cfg.size);
+                while obj < last {
+                    // SAFETY: the object lies in our new slab.
+                    unsafe { key.set(obj, obj + size) };
+                    obj += size;
+                }
+                // SAFETY: as above.
+                unsafe { set_freepointer(cfg, last, base | 1) };
+                (SlabState::new(off, taken as u64, false), None)
+            }
+        } else {
+            (
+                self.link_shuffled(cfg, base, start, stride, &mut out[..taken]),
+                None,
+            )
+        };
+        Slab::of(head).init(s, state);
+        head.private.store(0, Relaxed);
+        let nid = self.pages.page_to_nid(slab);
+        s.node[nid].nr_slabs.fetch_add(1, Relaxed);
+        s.stat(cpu, SlubStat::AllocSlab);
+        Some((slab, taken, fresh))
+    }
+
+    /// A new slab's objects in the order of a random permutation (`shuffle_freelist`):
+    /// object `k` of the order is object `(start + k * stride) % objects`; the first
+    /// `out.len()` go to `out`, the rest are chained, ending in the end token. Returns
+    /// the slab's state. Index arithmetic without a division per object: `stride <
+    /// objects`, so one subtraction wraps it.
+    fn link_shuffled(
+        &self,
+        cfg: &CacheConfig,
+        base: usize,
+        start: usize,
+        stride: usize,
+        out: &mut [usize],
+    ) -> SlabState {
+        let n = cfg.objects;
+        let taken = out.len();
         let at = |i: usize| base + i * cfg.size + cfg.red_left;
         let step = |i: usize| {
             if i + stride >= n {
@@ -86,15 +141,14 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
         };
         let mut i = start;
-        for o in &mut out[..taken] {
+        for o in out.iter_mut() {
             *o = at(i);
             i = step(i);
         }
-        let off = if taken < n {
-            (at(i) - base) as u64
-        } else {
-            END_OFFSET
-        };
+        if taken == n {
+            return SlabState::new(END_OFFSET, n as u64, false);
+        }
+        let off = (at(i) - base) as u64;
         for k in taken..n {
             let j = step(i);
             let next = if k + 1 < n { at(j) } else { base | 1 };
@@ -102,12 +156,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             unsafe { set_freepointer(cfg, at(i), next) };
             i = j;
         }
-        Slab::of(head).init(s, SlabState::new(off, taken as u64, false));
-        head.private.store(0, Relaxed);
-        let nid = self.pages.page_to_nid(slab);
-        s.node[nid].nr_slabs.fetch_add(1, Relaxed);
-        s.stat(cpu, SlubStat::AllocSlab);
-        Some((slab, taken))
+        SlabState::new(off, taken as u64, false)
     }
 
     /// The order of a new slab's freelist, as `(start, stride)`: object `k` of the

@@ -8,6 +8,7 @@
 //! slabs (no page allocation under it); a flush takes none of its own
 //! (`__slab_free` takes `list_lock` when a slab changes lists).
 
+use super::freelist::FreePointerKey;
 use super::sheaf::{slot, SlabSheaf};
 use super::*;
 use crate::gfp::Gfp;
@@ -47,16 +48,19 @@ impl<P: Platform> Slub<'_, P> {
             if len == cap {
                 break;
             }
-            // A new slab: its first objects straight into the sheaf, the rest (if
-            // any) on the partial list of the slab's node.
-            let Some((slab, took)) =
-                self.allocate_slab_taking(cpu, s, gfp, Some(nid), room(sheaf, len, cap))
+            // A new slab: its first objects straight into the sheaf, the rest the
+            // node's fresh tail (`fresh.rs`), or linked onto the partial list of the
+            // slab's node.
+            let Some((slab, took, fresh)) =
+                self.allocate_slab_taking(cpu, s, gfp, Some(nid), room(sheaf, len, cap), false)
             else {
                 break;
             };
             len += took;
-            if took < s.config().objects {
-                let nn = self.pages.page_to_nid(slab);
+            let nn = self.pages.page_to_nid(slab);
+            if let Some(next) = fresh {
+                self.keep_fresh(cpu, s, nn, slab, next);
+            } else if took < s.config().objects {
                 let mut list = s.node[nn].list_lock.lock();
                 self.add_partial(&mut list, slab, false);
             }
@@ -64,10 +68,10 @@ impl<P: Platform> Slub<'_, P> {
         len
     }
 
-    /// Takes up to `out.len()` objects from node `nid`'s partial slabs into `out`,
-    /// under its `list_lock`; returns how many. A slab left without free objects
-    /// leaves the list; one with a corrupted free pointer is reported and quarantined
-    /// (what was taken before the bad link is kept).
+    /// Takes up to `out.len()` objects from node `nid`'s partial slabs, then from its
+    /// fresh slab, into `out`, under its `list_lock`; returns how many. A slab left
+    /// without free objects leaves the list; one with a corrupted free pointer is
+    /// reported and quarantined (what was taken before the bad link is kept).
     pub(super) fn take_from_partial(&self, s: &KmemCache, nid: usize, out: &mut [usize]) -> usize {
         let cfg = s.config();
         let mut got = 0;
@@ -120,6 +124,9 @@ impl<P: Platform> Slub<'_, P> {
                 }
             }
         }
+        if got < out.len() {
+            got += self.take_fresh(s, nid, &list, &mut out[got..]);
+        }
         got
     }
 
@@ -137,22 +144,24 @@ impl<P: Platform> Slub<'_, P> {
         }
         let cfg = s.config();
         s.stat(cpu, SlubStat::SheafFlush);
+        let key = FreePointerKey::of(cfg);
+        let slab_bytes = cfg.slab_bytes();
+        // SAFETY: slots 0..len hold objects of `s` the sheaf owns.
+        let objs = unsafe { core::slice::from_raw_parts(slot(sheaf, 0), len) };
         let mut i = 0;
         while i < len {
-            // SAFETY: slots 0..len hold objects of `s` the sheaf owns.
-            let head = unsafe { *slot(sheaf, i) };
-            let base = head & !(cfg.slab_bytes() - 1);
+            let head = objs[i];
+            let base = head & !(slab_bytes - 1);
             let mut tail = head;
             let mut cnt = 1u64;
             i += 1;
             while i < len {
-                // SAFETY: as above.
-                let next = unsafe { *slot(sheaf, i) };
-                if next.wrapping_sub(base) >= cfg.slab_bytes() {
+                let next = objs[i];
+                if next.wrapping_sub(base) >= slab_bytes {
                     break;
                 }
                 // SAFETY: both are free objects of this slab, owned by the sheaf.
-                unsafe { set_freepointer(cfg, tail, next) };
+                unsafe { key.set(tail, next) };
                 tail = next;
                 cnt += 1;
                 i += 1;

@@ -357,6 +357,66 @@ impl Heap {
     /// `p` is an allocation of this heap for `layout`, owned by the caller; `new_size`
     /// rounded up to the alignment does not overflow `isize`.
     pub unsafe fn realloc(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: forwarded from the caller.
+        if let Some(q) = unsafe { self.realloc_object(p, layout.align(), layout.size(), new_size) }
+        {
+            return q;
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.realloc_other(p, layout, new_size) }
+    }
+
+    /// The common case of [`Heap::realloc`], for the front ends too: `p` is an object
+    /// of a slab cache that records no request sizes. Stays in place or moves (through
+    /// the front ends' fast paths: a pop, a copy of at most `old_limit` bytes, a push)
+    /// with one lookup of `p`; `None` (nothing done) for everything else.
+    ///
+    /// # Safety
+    /// `p` is an allocation of this heap, owned by the caller, aligned to `align` (a
+    /// power of two); `new_size` rounded up to `align` does not overflow `isize`.
+    #[inline]
+    pub unsafe fn realloc_object(
+        &self,
+        p: *mut u8,
+        align: usize,
+        old_limit: usize,
+        new_size: usize,
+    ) -> Option<*mut u8> {
+        if !self.kmem.pages.in_span(p) {
+            return None;
+        }
+        let ObjectLookup::Slab(s, _) = self.kmem.slub().lookup(p) else {
+            return None;
+        };
+        let cfg = s.config();
+        if cfg.orig_off != 0 {
+            return None; // it records request sizes (slub_debug): the general path
+        }
+        let have = cfg.object_size;
+        // Same class, or a shrink that keeps at least half of it: stays (no copy; it
+        // wastes at most half its class).
+        if new_size <= have && new_size >= have / 2 {
+            return Some(p);
+        }
+        let layout = Layout::from_size_align(realloc_target(have, new_size), align).ok()?;
+        let q = alloc_layout(layout, false);
+        if !q.is_null() {
+            // SAFETY: both allocations are ours and hold this many bytes; distinct.
+            unsafe {
+                ptr::copy_nonoverlapping(p, q, have.min(old_limit).min(new_size));
+                dealloc_ptr(p);
+            }
+        }
+        Some(q)
+    }
+
+    /// [`Heap::realloc`] past [`Heap::realloc_object`]: large blocks, huge mappings,
+    /// debug caches, KFENCE samples.
+    ///
+    /// # Safety
+    /// As [`Heap::realloc`].
+    #[inline(never)]
+    unsafe fn realloc_other(&self, p: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let align = layout.align();
         let pa = &self.kmem.pages;
         // What to allocate if it moves.
