@@ -50,7 +50,9 @@ impl FreshSlab {
 
     /// Takes the tail: `(slab, first fresh object)`, leaving the node without one.
     fn take(&self, _locked: &PageList) -> Option<(NonNull<Page>, usize)> {
-        let slab = NonNull::new(self.slab.swap(core::ptr::null_mut(), Relaxed))?;
+        // Plain loads and stores: the list lock orders them (no locked exchange).
+        let slab = NonNull::new(self.slab.load(Relaxed))?;
+        self.slab.store(core::ptr::null_mut(), Relaxed);
         Some((slab, self.next.load(Relaxed)))
     }
 
