@@ -173,6 +173,7 @@ impl<P: Platform> PageAllocator<P> {
             let tail = unsafe { &*head.as_ptr().add(i) };
             tail.set_flags(PageFlags::empty());
             tail.owner[0].store(0, Ordering::Relaxed);
+            tail.owner[1].store(0, Ordering::Relaxed);
         }
     }
 

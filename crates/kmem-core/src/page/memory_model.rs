@@ -149,6 +149,26 @@ impl<P: Platform> PageAllocator<P> {
         slab_head(unsafe { &*(section as *const Page).wrapping_add(idx) })
     }
 
+    /// The descriptor of the page holding `addr` when it carries its slab's
+    /// inline-sheaves word in `owner[1]`: a slab's head page, or a tail page marked
+    /// `SLAB_TAIL`; else `None`. One descriptor read, never the head's (the free fast
+    /// path; see `slab::state` for the word).
+    #[inline(always)]
+    pub fn virt_to_slab_page(&self, addr: *const u8) -> Option<&Page> {
+        let base = self.base.load(Ordering::Relaxed);
+        let off = (addr as usize).wrapping_sub(base);
+        if off >= self.used_len.load(Ordering::Acquire) {
+            return None;
+        }
+        let section = base + (off & !(SECTION_SIZE - 1));
+        let idx = (off >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
+        // SAFETY: as in `virt_to_slab_used`.
+        let p = unsafe { &*(section as *const Page).wrapping_add(idx) };
+        p.flags()
+            .intersects(PageFlags::SLAB | PageFlags::SLAB_TAIL)
+            .then_some(p)
+    }
+
     /// The head page of the slab (or compound block) holding `addr` (`virt_to_slab`,
     /// `compound_head`), or `None` if `addr` is not in a page the allocator manages.
     #[inline]

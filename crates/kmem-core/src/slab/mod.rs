@@ -23,6 +23,9 @@
 //! | node partial | 0      | node `partial` list  | `get_partial_node`, no-CPU allocations |
 //! | full         | 0      | none                 | nobody                      |
 //! Anybody may free into any slab: a CAS on its state pushes onto `slab.freelist`.
+//! A node's fresh slab (sheaves design, `fresh.rs`) is, to this table, full or node
+//! partial: its untouched tail counts in use and is on no freelist; refills on the
+//! node take it by address under `list_lock`.
 //! The CPU that froze a slab frees into it without an atomic: objects go on the slab's
 //! *local* freelist ([`Slab`]), which only that CPU touches, like mimalloc's
 //! `local_free`. They still count as in use (they are the freezing CPU's to reuse); the

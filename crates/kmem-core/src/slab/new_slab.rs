@@ -110,6 +110,9 @@ impl<'a, P: Platform> Slub<'a, P> {
             )
         };
         Slab::of(head).init(s, state);
+        if cfg.order > 0 && cfg.fast == FastPath::Sheaf {
+            Slab::of(head).mirror_to_tails(cfg.order);
+        }
         head.private.store(0, Relaxed);
         let nid = self.pages.page_to_nid(slab);
         s.node[nid].nr_slabs.fetch_add(1, Relaxed);

@@ -349,18 +349,29 @@ impl<'a, P: Platform> Slub<'a, P> {
         p: *mut u8,
         want: Option<&KmemCache>,
     ) -> bool {
-        let Some(h) = self.pages.virt_to_slab_used(p) else {
-            return false;
-        };
         // From the page itself (no load through the cache): the CPU's sheaves of the
         // slab's cache, tagged (see `Slab::inline_sheaves`); untagged when the cache is
         // not on the inline sheaf path, or the slab has an objcg vector.
-        let Some(off_cpu) = Slab::of(h).inline_sheaves() else {
+        let off_cpu = match want {
+            // kfree: the object's own page carries the word (a tail page of a
+            // multi-page slab mirrors its head's), so no second descriptor is read.
+            None => self
+                .pages
+                .virt_to_slab_page(p)
+                .and_then(page_inline_sheaves),
+            // kmem_cache_free: the cache is on the head.
+            Some(w) => self.pages.virt_to_slab_used(p).and_then(|h| {
+                let slab = Slab::of(h);
+                if core::ptr::eq(w, slab.cache()) {
+                    slab.inline_sheaves()
+                } else {
+                    None
+                }
+            }),
+        };
+        let Some(off_cpu) = off_cpu else {
             return false;
         };
-        if want.is_some_and(|w| !core::ptr::eq(w, Slab::of(h).cache())) {
-            return false;
-        }
         // SAFETY: a tagged word is the slab's cache's `cpu_offset` (set with the slab),
         // where every CPU area keeps its `kmem_cache_cpu`.
         let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(off_cpu) };

@@ -172,6 +172,14 @@ impl Chain {
     };
 }
 
+/// [`Slab::inline_sheaves`] read from any page that carries the word: a slab's head,
+/// or one of its tails marked [`PageFlags::SLAB_TAIL`] (which mirror it).
+#[inline(always)]
+pub(crate) fn page_inline_sheaves(p: &Page) -> Option<usize> {
+    let w = p.owner[1].load(Relaxed);
+    (w & INLINE_SHEAVES_TAG != 0).then(|| w - INLINE_SHEAVES_TAG)
+}
+
 /// Marks `owner[1]` as a `cpu_offset` of the inline sheaf path (offsets of
 /// `kmem_cache_cpu`, 64-byte aligned, have bit 0 clear; so do object addresses).
 pub(crate) const INLINE_SHEAVES_TAG: usize = 1;
@@ -284,9 +292,33 @@ impl<'a> Slab<'a> {
     /// charged object is handed out only after this store, and its free happens after
     /// its allocation.
     pub(crate) fn stop_inline_frees(self) {
-        if self.cache().config().fast == FastPath::Sheaf {
+        let cfg = self.cache().config();
+        if cfg.fast == FastPath::Sheaf {
             self.0.owner[1].store(0, Release);
+            for t in self.tails(cfg.order) {
+                t.owner[1].store(0, Release);
+            }
         }
+    }
+
+    /// Marks the tail pages of a new slab (order `order`) `SLAB_TAIL`, each with a copy
+    /// of the head's `owner[1]` (see [`PageFlags::SLAB_TAIL`]). Only before the slab is
+    /// published.
+    pub(super) fn mirror_to_tails(self, order: usize) {
+        let w = self.0.owner[1].load(Relaxed);
+        for t in self.tails(order) {
+            t.owner[1].store(w, Relaxed);
+            t.set_flags(PageFlags::TAIL | PageFlags::SLAB_TAIL);
+        }
+    }
+
+    /// The descriptors of the slab's tail pages.
+    fn tails(self, order: usize) -> impl Iterator<Item = &'a Page> {
+        let head = self.0 as *const Page;
+        // SAFETY: a slab is one block of 2^order pages, whose descriptors are
+        // consecutive in one memmap (a block never crosses a section) and live as
+        // long as the allocator.
+        (1..1usize << order).map(move |i| unsafe { &*head.add(i) })
     }
 
     /// The `cpu_offset` of the slab's cache if its fast path is [`FastPath::Sheaf`]
@@ -296,8 +328,7 @@ impl<'a> Slab<'a> {
     /// the word is a local freelist's head, an object address: never odd.
     #[inline(always)]
     pub(crate) fn inline_sheaves(self) -> Option<usize> {
-        let w = self.0.owner[1].load(Relaxed);
-        (w & INLINE_SHEAVES_TAG != 0).then(|| w - INLINE_SHEAVES_TAG)
+        page_inline_sheaves(self.0)
     }
 
     /// The tag of the CPU area that froze the slab (0: none recorded).
