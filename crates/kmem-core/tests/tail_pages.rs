@@ -49,10 +49,8 @@ fn a_free_in_a_tail_page_takes_the_fast_path() {
     assert!(unsafe { k.kfree(Some(cpu), objs[0] as *mut u8) });
     let before = k.slub().census(s, &[cpu], |_| {}).in_cpu_sheaves;
     // SAFETY: ours.
-    assert!(
-        unsafe { k.kfree_fast(cpu, p as *mut u8) },
-        "pushed onto the sheaf"
-    );
+    let pushed = unsafe { k.kfree_fast(cpu, p as *mut u8) };
+    assert!(pushed, "pushed onto the sheaf");
     assert_eq!(
         k.slub().census(s, &[cpu], |_| {}).in_cpu_sheaves,
         before + 1
@@ -109,10 +107,8 @@ fn charged_objects_in_tail_pages_leave_the_fast_path() {
         assert_eq!(page.owner[1].load(Relaxed) & 1, 0, "still tagged");
     }
     // SAFETY: refused: the object stays ours.
-    assert!(
-        !unsafe { k.kfree_fast(cpu, p as *mut u8) },
-        "must be uncharged"
-    );
+    let pushed = unsafe { k.kfree_fast(cpu, p as *mut u8) };
+    assert!(!pushed, "must be uncharged");
     for &q in &objs {
         // SAFETY: ours.
         unsafe { k.kfree(Some(cpu), q as *mut u8) };

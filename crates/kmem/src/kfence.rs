@@ -214,6 +214,13 @@ pub(crate) fn should_sample(size: usize) -> bool {
         || (interval != 0 && ARMED.load(Ordering::Relaxed) && ARMED.swap(false, Ordering::Relaxed))
 }
 
+/// Whether a sample is armed (read only: the allocation that takes it calls
+/// [`should_sample`]). Paths that bypass the sampling slow path test this first.
+#[inline(always)]
+pub(crate) fn armed() -> bool {
+    ARMED.load(Ordering::Relaxed)
+}
+
 /// Whether `p` lies in the pool.
 #[inline]
 pub(crate) fn owns(p: *const u8) -> bool {

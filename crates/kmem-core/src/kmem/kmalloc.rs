@@ -54,6 +54,30 @@ impl<P: Platform> Kmem<P> {
         self.slub().alloc_fast(cpu, s, gfp)
     }
 
+    /// The cheapest case of kmalloc's slow path, for a front end to try after
+    /// [`Kmem::kmalloc_fast`] missed and before the regular path: the main sheaf of
+    /// the plain class for `size` is empty and its spare holds frees, so the two swap
+    /// (see [`crate::slab::Slub::alloc_swap`]). `None`: take the regular path.
+    #[inline]
+    pub fn kmalloc_swap(&self, cpu: CpuRef<'_>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO) {
+            return None;
+        }
+        self.slub().alloc_swap(cpu, self.kmalloc.plain(size)?)
+    }
+
+    /// kfree's counterpart of [`Kmem::kmalloc_swap`]: a free that found the spare
+    /// sheaf full swaps it with an empty main sheaf and pushes (see
+    /// [`crate::slab::Slub::free_swap`]). False: take the regular path.
+    ///
+    /// # Safety
+    /// As [`Kmem::kfree`] when it returns true.
+    #[inline]
+    pub unsafe fn kfree_swap(&self, cpu: CpuRef<'_>, p: *mut u8) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.slub().free_swap(cpu, p) }
+    }
+
     /// kfree's fast path alone (see [`crate::slab::Slub::free_fast`]): true when `p`
     /// went onto `cpu`'s spare sheaf (frees go there); false sends the caller to [`Kmem::kfree`].
     ///

@@ -277,6 +277,19 @@ impl KmemCacheCpu {
         off.wrapping_mul(check) < check && (off as usize) < self.free_objects_end.load(Relaxed)
     }
 
+    /// Swaps the main and spare sheaves, each with its word ([`Slub::alloc_swap`],
+    /// [`Slub::free_swap`]). The owner only, and only where no restartable sequence
+    /// runs on the words ([`FastPath::Sheaf`]). The object checks stay: they belong
+    /// to the cache, and were written when the first spare was installed.
+    fn swap_sheaves(&self) {
+        let (mw, mp) = (self.sheaf_len.load(Relaxed), self.main.load(Relaxed));
+        let (sw, sp) = (self.spare_len.load(Relaxed), self.spare.load(Relaxed));
+        self.main.store(sp, Relaxed);
+        self.spare.store(mp, Relaxed);
+        self.sheaf_len.store(sw, Release);
+        self.spare_len.store(mw, Release);
+    }
+
     /// The word and pointer of one of the CPU's sheaves.
     fn parts(&self, which: Which) -> (&AtomicU64, &AtomicPtr<SlabSheaf>) {
         match which {
@@ -349,6 +362,22 @@ impl<'a, P: Platform> Slub<'a, P> {
         p: *mut u8,
         want: Option<&KmemCache>,
     ) -> bool {
+        self.with_free_target(c, p, want, |cc| cc.sheaf_push(p as usize).is_ok())
+    }
+
+    /// `push(cc)` on the `kmem_cache_cpu` whose spare sheaf a plain free of `p` may
+    /// push onto: when `p` starts an object of a cache on the inline sheaf path (of
+    /// `want`, if given) whose slab has no objcg vector; else false, for the regular
+    /// path to handle and report. (A closure, not an `Option<&KmemCacheCpu>`: the
+    /// option's test would stay on the fast path.)
+    #[inline(always)]
+    fn with_free_target(
+        &self,
+        c: CpuRef<'_>,
+        p: *mut u8,
+        want: Option<&KmemCache>,
+        push: impl FnOnce(&KmemCacheCpu) -> bool,
+    ) -> bool {
         // From the page itself (no load through the cache): the CPU's sheaves of the
         // slab's cache, tagged (see `Slab::inline_sheaves`); untagged when the cache is
         // not on the inline sheaf path, or the slab has an objcg vector.
@@ -377,10 +406,73 @@ impl<'a, P: Platform> Slub<'a, P> {
         let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(off_cpu) };
         // The object checks come from the same line as the spare sheaf, copied from
         // the cache with it: the cache itself is not read.
-        if !cc.is_object_start(p as usize) {
-            return false;
+        cc.is_object_start(p as usize) && push(cc)
+    }
+
+    /// The slow paths' cheapest case on its own, for a front end to try before its
+    /// regular path (thread mode, [`FastPath::Sheaf`]): the main sheaf of `s` is empty
+    /// and the spare holds frees, so the two swap and the pop is served — the first
+    /// thing `sheaf_alloc` would do, without the layers above it (KFENCE's sample,
+    /// the memory cgroup and per-CPU tests, the gfp walk: about 250 instructions a
+    /// swap on a mix of sizes). Runs the slow paths' drain check and housekeeping
+    /// tick as `sheaf_alloc` does. `None`: take the regular path.
+    #[inline(never)]
+    pub fn alloc_swap(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
+        if s.config().fast != FastPath::Sheaf {
+            return None;
         }
-        cc.sheaf_push(p as usize).is_ok()
+        let cc = s.cpu(c);
+        let can_swap =
+            || cc.sheaf_len.load(Relaxed) as u32 == 0 && cc.spare_len.load(Relaxed) as u32 != 0;
+        if !can_swap() {
+            return None;
+        }
+        // (A drain asked of this area may have emptied both.)
+        self.slow_path_ticks(c);
+        if !can_swap() {
+            return None;
+        }
+        cc.swap_sheaves();
+        cc.count(SlubStat::SheafSwap);
+        let obj = cc.sheaf_pop()?;
+        // SAFETY: a sheaf slot below its count holds an object's address, never 0.
+        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+    }
+
+    /// [`Slub::alloc_swap`]'s counterpart for a free that found the spare sheaf full:
+    /// when the main sheaf is empty the two swap (the full one is allocated from
+    /// next) and `p` goes onto the emptied one, as `sheaf_free` would do first (which,
+    /// as here, runs no tick: allocations do). False:
+    /// nothing happened; take the regular path (which also reports a double free of
+    /// the full sheaf's top, refused here).
+    ///
+    /// # Safety
+    /// As [`Slub::free_fast`].
+    #[inline(never)]
+    pub unsafe fn free_swap(&self, c: CpuRef<'_>, p: *mut u8) -> bool {
+        self.with_free_target(c, p, None, |cc| {
+            let (f, m) = (cc.spare_len.load(Relaxed), cc.sheaf_len.load(Relaxed));
+            let n = f as u32 as usize;
+            let full = n > 0 && n >= (f >> SHEAF_CAP_SHIFT) as usize;
+            // An empty main sheaf that exists (a sheaf's word carries its capacity).
+            let main_empty = m as u32 == 0 && (m >> SHEAF_CAP_SHIFT) != 0;
+            // SAFETY: a full spare's slot `n - 1` holds an object (ours: thread mode).
+            if !full || !main_empty || unsafe { *slot(cc.spare.load(Relaxed), n - 1) } == p as usize
+            {
+                return false;
+            }
+            cc.swap_sheaves();
+            cc.count(SlubStat::SheafSwap);
+            cc.sheaf_push(p as usize).is_ok()
+        })
+    }
+
+    /// What every slow path of a CPU area runs first: the drain a flush asked of it,
+    /// and the housekeeping tick.
+    #[inline]
+    fn slow_path_ticks(&self, c: CpuRef<'_>) {
+        self.check_drain_request(c);
+        self.housekeeping_tick(c);
     }
 
     /// The barn of `s` for the CPU area `c` (its node's).
@@ -500,8 +592,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 return Some(obj);
             }
         }
-        self.check_drain_request(c);
-        self.housekeeping_tick(c);
+        self.slow_path_ticks(c);
         let mut m = self.take(c, cfg, cc, Which::Main);
         if m.len == 0 {
             let mut f = self.take(c, cfg, cc, Which::Spare);

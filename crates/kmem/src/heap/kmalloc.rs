@@ -51,6 +51,13 @@ impl Heap {
                 return Some(p);
             }
         }
+        if let Some(c) = fast_cpu() {
+            // Thread mode: a main sheaf that ran out swaps with a spare holding frees
+            // here, without the layers below (after KFENCE has had its sample).
+            if let Some(p) = self.kmem.kmalloc_swap(c, size, gfp) {
+                return Some(p);
+            }
+        }
         if size > kmem_core::kmalloc::KMALLOC_MAX_CACHE_SIZE
             && self.zoned_blocks()
             && active_objcg().is_none()
@@ -198,6 +205,13 @@ impl Heap {
         if self.zoned_blocks() && !self.zoned_free_check(p) {
             // An overwritten red zone: reported, the block kept (quarantined).
             return true;
+        }
+        if let Some(c) = fast_cpu() {
+            // As in `kmalloc_other`: a full spare swaps with an empty main sheaf here.
+            // SAFETY: forwarded from the caller.
+            if unsafe { self.kmem.kfree_swap(c, p) } {
+                return true;
+            }
         }
         if fast_tls::get() == RSEQ_TAG {
             // As in `kmalloc_other`: the restartable push first.

@@ -74,6 +74,11 @@ fn alloc_rseq(layout: Layout) -> *mut u8 {
 
 #[inline(never)]
 fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
+    if !zeroed && layout.align() <= 8 {
+        if let Some(p) = alloc_swap(layout.size()) {
+            return p.as_ptr();
+        }
+    }
     let gfp = if zeroed { Gfp::ZERO } else { Gfp::KERNEL };
     if let Some((c, cg)) = charged_cpu() {
         // An attached thread with an active memory cgroup: an object kept charged to
@@ -89,6 +94,19 @@ fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
         }
     }
     heap().alloc_gfp(layout, gfp)
+}
+
+/// The cheapest case past the fast path, before the heap's layers: on a thread with
+/// its fast word, the class's empty main sheaf swaps with a spare holding frees
+/// (`kmem_core::Kmem::kmalloc_swap`). Not while a KFENCE sample is armed: the regular
+/// path takes it.
+#[inline(always)]
+pub(super) fn alloc_swap(size: usize) -> Option<ptr::NonNull<u8>> {
+    let c = fast_cpu()?;
+    if crate::kfence::armed() {
+        return None;
+    }
+    HEAP.kmem.kmalloc_swap(c, size, Gfp::KERNEL)
 }
 
 /// [`Heap::dealloc`] for the allocator front ends: on a thread with its fast word, one
