@@ -97,9 +97,13 @@ unsafe fn free_or_abort(p: *mut c_void) {
     }
 }
 
-/// [`free_or_abort`] past the fast path (a tail call from `free`).
+/// [`free_or_abort`] past the fast path (a tail call from `free`); `free(NULL)` ends
+/// here (the fast path's range check refuses null, so it needs no test of its own).
 #[inline(never)]
 unsafe extern "C" fn free_other(p: *mut c_void) {
+    if p.is_null() {
+        return;
+    }
     // SAFETY: the caller's pointer; dealloc reports instead of freeing anything that
     // is not one of ours.
     if !unsafe { kmem::heap::dealloc_other(p.cast()) } && !in_debug_cache(p) {
@@ -145,13 +149,12 @@ extern "C" fn malloc_other(size: size_t) -> *mut c_void {
     alloc(size, MALLOC_ALIGN, false)
 }
 
-/// `free`: null is a no-op.
+/// `free`: null is a no-op (refused by the fast path's range check, then
+/// [`free_other`] returns).
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
-    if !p.is_null() {
-        // SAFETY: the caller's pointer.
-        unsafe { free_or_abort(p) };
-    }
+    // SAFETY: the caller's pointer.
+    unsafe { free_or_abort(p) };
 }
 
 /// `cfree`: an old name for `free`.

@@ -37,10 +37,10 @@ pub struct KmemCacheCpu {
     pub(super) spare: AtomicPtr<SlabSheaf>,
     /// The cache's `slab_bytes() - 1` (0 until the first spare sheaf is installed).
     pub(super) free_mask: AtomicUsize,
-    /// The cache's `CacheConfig::start_check`.
-    pub(super) free_start_check: AtomicU64,
-    /// The cache's `CacheConfig::objects_end`.
-    pub(super) free_objects_end: AtomicUsize,
+    /// The multiplier of the cache's object-start test (`CacheConfig::start_test`).
+    pub(super) free_start_mul: AtomicU64,
+    /// The bound of the cache's object-start test.
+    pub(super) free_start_limit: AtomicU64,
     /// Sheaves design: the main sheaf's `count | capacity << 32` (see `sheaf`).
     pub(super) sheaf_len: AtomicU64,
     /// Sheaves design: the main sheaf, which allocations pop from.

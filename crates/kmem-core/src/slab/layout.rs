@@ -50,12 +50,10 @@ pub struct CacheConfig {
     pub size: usize,
     /// `PAGE_SIZE << order`, kept so the fast paths need no shift.
     slab_size: usize,
-    /// `2^64 / size`, rounded up: `off` (below 2^32) is a multiple of `size` exactly
-    /// when `off * start_check` (mod 2^64) is below `start_check` (Lemire, Kaser and
-    /// Kurz's divisibility test: one multiplication, no index needed).
-    start_check: u64,
-    /// `objects * size`: the end of the last object's slot in a slab.
-    objects_end: usize,
+    /// The multiplier of the object-start test ([`start_test`]).
+    start_mul: u64,
+    /// The bound of the object-start test ([`start_test`]).
+    start_limit: u64,
     /// Offset of the [`KmemCacheCpu`] in every CPU area.
     pub cpu_offset: usize,
     /// Offset of the free pointer in a free object.
@@ -66,6 +64,8 @@ pub struct CacheConfig {
     pub(super) reciprocal: u64,
     /// Objects per slab (`oo_objects`).
     pub objects: usize,
+    /// `objects * size`: the end of the last object's slot in a slab.
+    objects_end: usize,
     name: [u8; CACHE_NAME_LEN],
     name_len: usize,
     /// The size the user asked for (`object_size`).
@@ -106,6 +106,31 @@ pub struct CacheConfig {
 // The fast paths' fields share the first cache line.
 const _: () = assert!(core::mem::offset_of!(CacheConfig, sheaf_capacity) + 8 <= 64);
 
+/// The object-start test for objects of `size` bytes, `objects` to a slab: a
+/// multiplier `m` and a bound `l` such that, for every offset `off` below the slab's
+/// size (at most 4 MiB), `off * m` (mod 2^64) is below `l` exactly when `off` is a
+/// multiple of `size` below `objects * size`.
+///
+/// Why (Lemire, Kaser and Kurz's divisibility test, with the index folded in): let
+/// `m = ceil(2^64 / size)` and `e = m * size - 2^64`, so `0 <= e < size`; for a power
+/// of two (`e` would be 0) take `m = 2^64 / size + 1` instead, so `e = size`. Then:
+/// - `off = i * size`: `off * m = i * 2^64 + i * e`, so the product is `i * e`
+///   (below 2^22: no wrap), which is below `l = objects * e` exactly when
+///   `i < objects`.
+/// - `off = i * size + r`, `0 < r < size`: the product is `i * e + r * m`, where
+///   `2^64 / size <= r * m < 2^64 - 2^64 / size + size`, so it lies in
+///   `[2^64 / size, 2^64)`, at least 2^43 for sizes up to 2 MiB: above any `l`.
+pub(crate) fn start_test(size: usize, objects: usize) -> (u64, u64) {
+    let size = size as u64;
+    let m = if size.is_power_of_two() {
+        (u64::MAX / size).wrapping_add(2)
+    } else {
+        u64::MAX / size + 1
+    };
+    let e = m.wrapping_mul(size);
+    (m, e * objects as u64)
+}
+
 impl CacheConfig {
     pub(super) const EMPTY: CacheConfig = CacheConfig {
         name: [0; CACHE_NAME_LEN],
@@ -123,7 +148,8 @@ impl CacheConfig {
         ctor: None,
         cpu_offset: 0,
         reciprocal: 0,
-        start_check: 0,
+        start_mul: 0,
+        start_limit: 0,
         objects_end: 0,
         red_left: 0,
         rz_end: 0,
@@ -152,22 +178,25 @@ impl CacheConfig {
 
     /// Whether `off` bytes into a slab is where an object's slot starts (its left red
     /// zone included): a multiple of the size, before the end of the last object.
-    /// Two comparisons and one multiplication; the free fast paths' object check.
+    /// Any `off` (a wrapped one too); see [`CacheConfig::starts_object_in_slab`].
     #[inline]
     pub fn is_object_start(&self, off: usize) -> bool {
-        (off as u64).wrapping_mul(self.start_check) < self.start_check && off < self.objects_end
+        off < self.objects_end && self.starts_object_in_slab(off)
     }
 
-    /// See [`CacheConfig::is_object_start`] (for the per-CPU copy of the checks).
+    /// [`CacheConfig::is_object_start`] for an `off` below the slab's size (a
+    /// pointer's low bits): one multiplication and one comparison, the free fast
+    /// paths' object check (see [`start_test`]).
     #[inline]
-    pub(crate) fn start_check(&self) -> u64 {
-        self.start_check
+    pub fn starts_object_in_slab(&self, off: usize) -> bool {
+        (off as u64).wrapping_mul(self.start_mul) < self.start_limit
     }
 
-    /// The end of the last object's slot in a slab (`objects * size`).
+    /// The object-start test's multiplier and bound, for the per-CPU copy of the
+    /// checks ([`CacheConfig::starts_object_in_slab`]).
     #[inline]
-    pub(crate) fn objects_end(&self) -> usize {
-        self.objects_end
+    pub(crate) fn start_test(&self) -> (u64, u64) {
+        (self.start_mul, self.start_limit)
     }
 
     /// Bytes a slab spans.
@@ -287,7 +316,8 @@ impl CacheConfig {
             flags,
             ctor,
             reciprocal: (1u64 << 32).div_ceil(size as u64),
-            start_check: u64::MAX / size as u64 + 1,
+            start_mul: start_test(size, objects).0,
+            start_limit: start_test(size, objects).1,
             objects_end: objects * size,
             red_left,
             rz_end,
@@ -445,12 +475,33 @@ mod tests {
     #[test]
     fn object_starts_are_exactly_the_multiples_of_the_size() {
         for size in [
-            8usize, 16, 24, 48, 96, 112, 160, 192, 1000, 1280, 3584, 4096, 7168,
+            8usize,
+            16,
+            24,
+            48,
+            96,
+            112,
+            160,
+            192,
+            1000,
+            1280,
+            3584,
+            4096,
+            7168,
+            65536,
+            1 << 20,
         ] {
             let cfg = CacheConfig::calculate("c", size, 8, SlabFlags::empty(), None, 2).unwrap();
             for off in 0..cfg.slab_bytes() + 64 {
                 let want = off % cfg.size == 0 && off / cfg.size < cfg.objects;
                 assert_eq!(cfg.is_object_start(off), want, "size {size} off {off}");
+                if off < cfg.slab_bytes() {
+                    assert_eq!(
+                        cfg.starts_object_in_slab(off),
+                        want,
+                        "size {size} off {off}"
+                    );
+                }
             }
             // Offsets that wrapped below zero (a pointer before a red zone) are refused.
             assert!(!cfg.is_object_start(usize::MAX - 7));

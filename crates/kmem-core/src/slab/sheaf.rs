@@ -257,24 +257,24 @@ impl KmemCacheCpu {
     }
 
     /// Copies what the free fast path checks of an object (`free_mask`,
-    /// `free_start_check`, `free_objects_end`) from the cache's layout: written with
+    /// `free_start_mul`, `free_start_limit`) from the cache's layout: written with
     /// every spare sheaf installed, before its word, so a spare with room always comes
     /// with its cache's checks (a `cpu_offset` belongs to one cache for good: per-CPU
     /// offsets are never given back).
     fn set_free_checks(&self, cfg: &CacheConfig) {
         self.free_mask.store(cfg.slab_bytes() - 1, Relaxed);
-        self.free_start_check.store(cfg.start_check(), Relaxed);
-        self.free_objects_end.store(cfg.objects_end(), Relaxed);
+        let (mul, limit) = cfg.start_test();
+        self.free_start_mul.store(mul, Relaxed);
+        self.free_start_limit.store(limit, Relaxed);
     }
 
     /// Whether `p` starts an object of the cache whose spare sheaf this is (see
-    /// [`CacheConfig::is_object_start`]), from this line alone; false before the
-    /// first spare sheaf is installed.
+    /// [`CacheConfig::starts_object_in_slab`]), from this line alone; false before the
+    /// first spare sheaf is installed (a zero bound).
     #[inline(always)]
     fn is_object_start(&self, p: usize) -> bool {
         let off = (p & self.free_mask.load(Relaxed)) as u64;
-        let check = self.free_start_check.load(Relaxed);
-        off.wrapping_mul(check) < check && (off as usize) < self.free_objects_end.load(Relaxed)
+        off.wrapping_mul(self.free_start_mul.load(Relaxed)) < self.free_start_limit.load(Relaxed)
     }
 
     /// Swaps the main and spare sheaves, each with its word ([`Slub::alloc_swap`],
