@@ -104,10 +104,10 @@ fn run(ops: Vec<Op>, size: usize) {
         match op {
             Op::Alloc { cpu: i, n } => {
                 for _ in 0..n {
-                    // Odd batches try the front ends' swap shortcut first.
+                    // Odd batches take the front ends' sheaf slow path first.
                     let c = cpu(areas[i]);
                     let p = (n % 2 == 1)
-                        .then(|| k.slub().alloc_swap(c.unwrap(), s))
+                        .then(|| k.slub().alloc_sheaf_slow(c.unwrap(), s))
                         .flatten()
                         .or_else(|| k.slub().alloc(c, s, Gfp::KERNEL))
                         .unwrap();
@@ -124,14 +124,19 @@ fn run(ops: Vec<Op>, size: usize) {
                     // SAFETY: still ours.
                     assert_eq!(unsafe { (p as *const u64).read() }, pattern(p));
                     let c = cpu(areas[i]);
-                    // Some batches try the front ends' fast path and swap shortcut
-                    // first.
-                    // SAFETY: ours, given up (each call takes it only when it is true).
+                    // Some batches take the front ends' fast and sheaf slow paths.
+                    // SAFETY: ours, given up (each call takes it only when it says so).
                     let ok = unsafe {
-                        (seed & 2 != 0
-                            && (k.slub().free_fast_to(c.unwrap(), s, p as *mut u8)
-                                || k.slub().free_swap(c.unwrap(), p as *mut u8)))
-                            || k.slub().free(c, s, NonNull::new(p as *mut u8).unwrap())
+                        let fast = seed & 2 != 0;
+                        if fast && k.slub().free_fast_to(c.unwrap(), s, p as *mut u8) {
+                            true
+                        } else {
+                            match fast.then(|| k.slub().free_sheaf_slow(c.unwrap(), p as *mut u8)) {
+                                Some(Some(done)) => done,
+                                // Not taken (e.g. an area without a spare sheaf yet).
+                                _ => k.slub().free(c, s, NonNull::new(p as *mut u8).unwrap()),
+                            }
+                        }
                     };
                     assert!(ok);
                 }
@@ -677,91 +682,84 @@ fn housekeeping_reports_free_pages_while_only_sheaves_are_used() {
 }
 
 #[test]
-fn the_swap_shortcuts_trade_the_two_sheaves_only_when_the_regular_path_would() {
+fn the_front_ends_sheaf_slow_paths_swap_trade_and_refuse_as_the_regular_path_does() {
     let k = kmem(2, config(1, 0));
     let (_, c) = own_area(k);
     let cpu = c.unwrap();
     let s = k.kmalloc_cache(64, Gfp::KERNEL).unwrap();
     let cap = s.config().sheaf_capacity;
     let swaps = || stat(k, s, SlubStat::SheafSwap);
-    // A fresh area has nothing to swap.
-    assert!(k.kmalloc_swap(cpu, 64, Gfp::KERNEL).is_none());
-    // The regular path fills the main sheaf; the fast path empties it.
-    let mut held = vec![k.kmalloc(c, 64, Gfp::KERNEL).unwrap().as_ptr()];
+    // Only plain requests.
+    for gfp in [Gfp::KERNEL | Gfp::ZERO, Gfp::KERNEL | Gfp::ACCOUNT] {
+        assert!(k.kmalloc_sheaf_slow(cpu, 64, gfp).is_none());
+    }
+    // A fresh area: the slow path refills the main sheaf (nothing to swap).
+    let mut held = vec![k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL).unwrap().as_ptr()];
     while let Some(p) = k.kmalloc_fast(cpu, 64, Gfp::KERNEL) {
         held.push(p.as_ptr());
     }
-    assert_eq!(held.len(), cap);
-    // The main sheaf is empty, and there is no spare with frees: no swap.
-    assert!(k.kmalloc_swap(cpu, 64, Gfp::KERNEL).is_none());
-    assert_eq!(swaps(), 0);
-    // One free (the regular path gives the area a spare sheaf); now the swap serves
-    // exactly that object, and only for its own class and plain requests.
+    assert_eq!((held.len(), swaps()), (cap, 0));
+    // One free (the regular path gives the area a spare sheaf): now the two sheaves
+    // swap and the slow path serves exactly that object.
     let freed = held.pop().unwrap();
     // SAFETY: ours, given up.
     assert!(unsafe { k.kfree(c, freed) });
-    assert!(
-        k.kmalloc_swap(cpu, 100, Gfp::KERNEL).is_none(),
-        "another class"
-    );
-    for gfp in [Gfp::KERNEL | Gfp::ZERO, Gfp::KERNEL | Gfp::ACCOUNT] {
-        assert!(k.kmalloc_swap(cpu, 64, gfp).is_none());
-    }
-    let again = k
-        .kmalloc_swap(cpu, 64, Gfp::KERNEL)
-        .expect("the spare's free");
-    assert_eq!(again.as_ptr(), freed);
-    assert_eq!(swaps(), 1);
+    let again = k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL).unwrap();
+    assert_eq!((again.as_ptr(), swaps()), (freed, 1));
     held.push(freed);
-    // The emptied main sheaf is the spare now: `cap` frees fill it on the fast path,
-    // the next finds it full.
-    let extra: Vec<*mut u8> = (0..2)
-        .map(|_| k.kmalloc(c, 64, Gfp::KERNEL).unwrap().as_ptr())
-        .collect();
-    // (Those two came through the regular path, which refilled the main sheaf: empty
-    // it again so the free-side swap has an empty main to trade with.)
+    // Both sheaves are empty: the next one refills, without a swap.
+    held.push(k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL).unwrap().as_ptr());
+    assert_eq!(swaps(), 1);
     while let Some(p) = k.kmalloc_fast(cpu, 64, Gfp::KERNEL) {
         held.push(p.as_ptr());
     }
-    let swaps_before = swaps();
+    // The emptied sheaf is the spare now: `cap` frees fill it on the fast path.
     let (top, rest) = held.split_at(cap);
     for &p in top {
         // SAFETY: ours, given up.
         assert!(unsafe { k.kfree_fast(cpu, p) }, "room on the spare");
     }
     let last = top[cap - 1];
-    // SAFETY: refused without effect, as the test checks.
+    // SAFETY: refused without effect.
     assert!(!unsafe { k.kfree_fast(cpu, rest[0]) }, "the spare is full");
-    // A double free of the full spare's top, or a pointer inside an object: refused
-    // (left to the regular path, which reports).
-    // SAFETY: refused (the bug under test).
-    assert!(!unsafe { k.kfree_swap(cpu, last) });
-    // SAFETY: as above.
-    assert!(!unsafe { k.kfree_swap(cpu, rest[0].wrapping_add(8)) });
-    assert_eq!(swaps(), swaps_before, "refusals change nothing");
-    // SAFETY: ours, given up.
-    assert!(unsafe { k.kfree_swap(cpu, rest[0]) });
-    assert_eq!(swaps(), swaps_before + 1);
-    // The full sheaf is the main one now: its top is the last object freed onto it.
-    assert_eq!(k.kmalloc_fast(cpu, 64, Gfp::KERNEL).unwrap().as_ptr(), last);
-    // SAFETY: ours, given up (`last` again: it was just handed out).
+    // A pointer inside an object is not this path's; a double free of the full
+    // spare's top is reported and refused, as the regular path does.
+    // SAFETY: refused (the bugs under test).
     unsafe {
-        assert!(k.kfree(c, last));
-        for &p in rest[1..].iter().chain(&extra) {
-            assert!(k.kfree(c, p));
-        }
+        assert_eq!(k.kfree_sheaf_slow(cpu, rest[0].wrapping_add(8)), None);
+        assert_eq!(k.kfree_sheaf_slow(cpu, last), Some(false));
     }
+    let log = k.pages.platform().take_log();
+    assert!(log.contains("Object already free"), "{log}");
+    assert_eq!(swaps(), 1, "refusals change nothing");
+    // The main sheaf is empty: the full spare becomes the main one and the free goes
+    // onto the emptied one; the next allocation pops the full one's top.
+    // SAFETY: ours, given up.
+    assert_eq!(unsafe { k.kfree_sheaf_slow(cpu, rest[0]) }, Some(true));
+    assert_eq!(swaps(), 2);
+    assert_eq!(k.kmalloc_fast(cpu, 64, Gfp::KERNEL).unwrap().as_ptr(), last);
+    // A full spare beside a main sheaf with objects goes to the barn (no swap).
+    let puts = stat(k, s, SlubStat::BarnPut);
+    for &p in &rest[1..] {
+        // SAFETY: ours, given up.
+        assert!(unsafe { k.kfree_fast(cpu, p) });
+    }
+    // SAFETY: ours again (just allocated), given up.
+    assert_eq!(unsafe { k.kfree_sheaf_slow(cpu, last) }, Some(true));
+    assert_eq!((swaps(), stat(k, s, SlubStat::BarnPut)), (2, puts + 1));
     // Every object is free again, each in exactly one place.
     check_census(k, s, &[cpu], &HashSet::new());
-    assert!(
-        k.pages.platform().take_log().is_empty(),
-        "no reports for valid use"
-    );
-    // The CPU-slab design has no sheaves to swap.
+    assert!(k.pages.platform().take_log().is_empty(), "no other reports");
+    // The CPU-slab design has no sheaves: the regular path does everything.
     let old = common::kmem_design(2, config(1, 0), None, SlubDesign::CpuSlab);
     let (_, oc) = own_area(old);
     let p = old.kmalloc(oc, 64, Gfp::KERNEL).unwrap();
-    assert!(old.kmalloc_swap(oc.unwrap(), 64, Gfp::KERNEL).is_none());
-    // SAFETY: ours.
-    unsafe { old.kfree(oc, p.as_ptr()) };
+    assert!(old
+        .kmalloc_sheaf_slow(oc.unwrap(), 64, Gfp::KERNEL)
+        .is_none());
+    // SAFETY: not taken (no sheaf cache), then freed once.
+    unsafe {
+        assert_eq!(old.kfree_sheaf_slow(oc.unwrap(), p.as_ptr()), None);
+        old.kfree(oc, p.as_ptr());
+    }
 }

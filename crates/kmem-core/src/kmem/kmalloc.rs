@@ -54,28 +54,34 @@ impl<P: Platform> Kmem<P> {
         self.slub().alloc_fast(cpu, s, gfp)
     }
 
-    /// The cheapest case of kmalloc's slow path, for a front end to try after
-    /// [`Kmem::kmalloc_fast`] missed and before the regular path: the main sheaf of
-    /// the plain class for `size` is empty and its spare holds frees, so the two swap
-    /// (see [`crate::slab::Slub::alloc_swap`]). `None`: take the regular path.
+    /// kmalloc's sheaf slow path for a front end whose [`Kmem::kmalloc_fast`] missed,
+    /// without the layers of the regular path (see
+    /// [`crate::slab::Slub::alloc_sheaf_slow`]): the main sheaf of the plain class
+    /// for `size` swapped with a spare holding frees, or replaced from the barn or the
+    /// slabs. `None`: take the regular path ([`Kmem::kmalloc`]).
     #[inline]
-    pub fn kmalloc_swap(&self, cpu: CpuRef<'_>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+    pub fn kmalloc_sheaf_slow(
+        &self,
+        cpu: CpuRef<'_>,
+        size: usize,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
         if gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO) {
             return None;
         }
-        self.slub().alloc_swap(cpu, self.kmalloc.plain(size)?)
+        self.slub().alloc_sheaf_slow(cpu, self.kmalloc.plain(size)?)
     }
 
-    /// kfree's counterpart of [`Kmem::kmalloc_swap`]: a free that found the spare
-    /// sheaf full swaps it with an empty main sheaf and pushes (see
-    /// [`crate::slab::Slub::free_swap`]). False: take the regular path.
+    /// kfree's counterpart of [`Kmem::kmalloc_sheaf_slow`] (see
+    /// [`crate::slab::Slub::free_sheaf_slow`]): `None` sends the caller to
+    /// [`Kmem::kfree`]; `Some(false)` is a double free at the sheaf's top, reported.
     ///
     /// # Safety
-    /// As [`Kmem::kfree`] when it returns true.
+    /// As [`Kmem::kfree`] when it returns `Some(true)`.
     #[inline]
-    pub unsafe fn kfree_swap(&self, cpu: CpuRef<'_>, p: *mut u8) -> bool {
+    pub unsafe fn kfree_sheaf_slow(&self, cpu: CpuRef<'_>, p: *mut u8) -> Option<bool> {
         // SAFETY: forwarded from the caller.
-        unsafe { self.slub().free_swap(cpu, p) }
+        unsafe { self.slub().free_sheaf_slow(cpu, p) }
     }
 
     /// kfree's fast path alone (see [`crate::slab::Slub::free_fast`]): true when `p`

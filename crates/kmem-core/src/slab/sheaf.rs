@@ -277,8 +277,8 @@ impl KmemCacheCpu {
         off.wrapping_mul(self.free_start_mul.load(Relaxed)) < self.free_start_limit.load(Relaxed)
     }
 
-    /// Swaps the main and spare sheaves, each with its word ([`Slub::alloc_swap`],
-    /// [`Slub::free_swap`]). The owner only, and only where no restartable sequence
+    /// Swaps the main and spare sheaves, each with its word ([`Slub::alloc_sheaf_slow`],
+    /// [`Slub::free_sheaf_slow`]). The owner only, and only where no restartable sequence
     /// runs on the words ([`FastPath::Sheaf`]). The object checks stay: they belong
     /// to the cache, and were written when the first spare was installed.
     fn swap_sheaves(&self) {
@@ -409,47 +409,52 @@ impl<'a, P: Platform> Slub<'a, P> {
         cc.is_object_start(p as usize) && push(cc)
     }
 
-    /// The slow paths' cheapest case on its own, for a front end to try before its
-    /// regular path (thread mode, [`FastPath::Sheaf`]): the main sheaf of `s` is empty
-    /// and the spare holds frees, so the two swap and the pop is served — the first
-    /// thing `sheaf_alloc` would do, without the layers above it (KFENCE's sample,
-    /// the memory cgroup and per-CPU tests, the gfp walk: about 250 instructions a
-    /// swap on a mix of sizes). Runs the slow paths' drain check and housekeeping
-    /// tick as `sheaf_alloc` does. `None`: take the regular path.
+    /// The sheaf slow path of an allocation from `s` for a front end whose fast pop
+    /// found the main sheaf empty (thread mode, [`FastPath::Sheaf`], a plain
+    /// request), without the layers between the front end and `sheaf_alloc` (KFENCE's
+    /// test, the memory cgroup and per-CPU tests, the gfp and node checks): the two
+    /// sheaves swap when the spare holds frees (the common case, done here in a few
+    /// instructions, with the drain check and the housekeeping tick every slow path
+    /// runs), else `sheaf_alloc` takes a full sheaf from the barn or refills from the
+    /// slabs. `None`: not a sheaf cache, or memory ran out; take the regular path.
     #[inline(never)]
-    pub fn alloc_swap(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
+    pub fn alloc_sheaf_slow(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
         if s.config().fast != FastPath::Sheaf {
             return None;
         }
         let cc = s.cpu(c);
         let can_swap =
             || cc.sheaf_len.load(Relaxed) as u32 == 0 && cc.spare_len.load(Relaxed) as u32 != 0;
-        if !can_swap() {
-            return None;
-        }
-        // (A drain asked of this area may have emptied both.)
-        self.slow_path_ticks(c);
-        if !can_swap() {
-            return None;
-        }
-        cc.swap_sheaves();
-        cc.count(SlubStat::SheafSwap);
-        let obj = cc.sheaf_pop()?;
+        let obj = if can_swap() {
+            // (A drain asked of this area may empty both.)
+            self.slow_path_ticks(c);
+            if can_swap() {
+                cc.swap_sheaves();
+                cc.count(SlubStat::SheafSwap);
+                cc.sheaf_pop()
+            } else {
+                self.sheaf_alloc(c, s, Gfp::KERNEL)
+            }
+        } else {
+            self.sheaf_alloc(c, s, Gfp::KERNEL)
+        }?;
         // SAFETY: a sheaf slot below its count holds an object's address, never 0.
         Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
     }
 
-    /// [`Slub::alloc_swap`]'s counterpart for a free that found the spare sheaf full:
-    /// when the main sheaf is empty the two swap (the full one is allocated from
-    /// next) and `p` goes onto the emptied one, as `sheaf_free` would do first (which,
-    /// as here, runs no tick: allocations do). False:
-    /// nothing happened; take the regular path (which also reports a double free of
-    /// the full sheaf's top, refused here).
+    /// [`Slub::alloc_sheaf_slow`]'s counterpart for a free whose fast push was
+    /// refused: when `p` starts an object of a cache on the inline sheaf path (no
+    /// objcg vector), the full spare swaps with an empty main sheaf (the full one is
+    /// allocated from next) and `p` goes onto the emptied one, else `sheaf_free`
+    /// trades the full spare at the barn or flushes it. `None`: not such an object,
+    /// take the regular path; `Some(false)`: a double free at the spare's top,
+    /// reported and refused.
     ///
     /// # Safety
-    /// As [`Slub::free_fast`].
+    /// As [`Slub::free_fast`] when it returns `Some(true)`.
     #[inline(never)]
-    pub unsafe fn free_swap(&self, c: CpuRef<'_>, p: *mut u8) -> bool {
+    pub unsafe fn free_sheaf_slow(&self, c: CpuRef<'_>, p: *mut u8) -> Option<bool> {
+        let mut done = None;
         self.with_free_target(c, p, None, |cc| {
             let (f, m) = (cc.spare_len.load(Relaxed), cc.sheaf_len.load(Relaxed));
             let n = f as u32 as usize;
@@ -457,14 +462,19 @@ impl<'a, P: Platform> Slub<'a, P> {
             // An empty main sheaf that exists (a sheaf's word carries its capacity).
             let main_empty = m as u32 == 0 && (m >> SHEAF_CAP_SHIFT) != 0;
             // SAFETY: a full spare's slot `n - 1` holds an object (ours: thread mode).
-            if !full || !main_empty || unsafe { *slot(cc.spare.load(Relaxed), n - 1) } == p as usize
-            {
-                return false;
+            if full && main_empty && unsafe { *slot(cc.spare.load(Relaxed), n - 1) } != p as usize {
+                cc.swap_sheaves();
+                cc.count(SlubStat::SheafSwap);
+                done = Some(cc.sheaf_push(p as usize).is_ok());
+            } else if let Some(h) = self.pages.virt_to_slab_used(p) {
+                // The tag on `p`'s page named this cache's sheaves: the slab is its.
+                // SAFETY: `p` starts an object of the slab's cache (checked), which
+                // the caller gives up.
+                done = Some(unsafe { self.sheaf_free(c, Slab::of(h).cache(), p as usize) });
             }
-            cc.swap_sheaves();
-            cc.count(SlubStat::SheafSwap);
-            cc.sheaf_push(p as usize).is_ok()
-        })
+            true
+        });
+        done
     }
 
     /// What every slow path of a CPU area runs first: the drain a flush asked of it,

@@ -52,9 +52,9 @@ impl Heap {
             }
         }
         if let Some(c) = fast_cpu() {
-            // Thread mode: a main sheaf that ran out swaps with a spare holding frees
-            // here, without the layers below (after KFENCE has had its sample).
-            if let Some(p) = self.kmem.kmalloc_swap(c, size, gfp) {
+            // Thread mode: the sheaf slow path without the layers below (after
+            // KFENCE has had its sample).
+            if let Some(p) = self.kmem.kmalloc_sheaf_slow(c, size, gfp) {
                 return Some(p);
             }
         }
@@ -207,10 +207,10 @@ impl Heap {
             return true;
         }
         if let Some(c) = fast_cpu() {
-            // As in `kmalloc_other`: a full spare swaps with an empty main sheaf here.
+            // As in `kmalloc_other`: the sheaf slow path without the layers below.
             // SAFETY: forwarded from the caller.
-            if unsafe { self.kmem.kfree_swap(c, p) } {
-                return true;
+            if let Some(done) = unsafe { self.kmem.kfree_sheaf_slow(c, p) } {
+                return done;
             }
         }
         if fast_tls::get() == RSEQ_TAG {

@@ -75,7 +75,7 @@ fn alloc_rseq(layout: Layout) -> *mut u8 {
 #[inline(never)]
 fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
     if !zeroed && layout.align() <= 8 {
-        if let Some(p) = alloc_swap(layout.size()) {
+        if let Some(p) = alloc_sheaf_slow(layout.size()) {
             return p.as_ptr();
         }
     }
@@ -96,17 +96,17 @@ fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
     heap().alloc_gfp(layout, gfp)
 }
 
-/// The cheapest case past the fast path, before the heap's layers: on a thread with
-/// its fast word, the class's empty main sheaf swaps with a spare holding frees
-/// (`kmem_core::Kmem::kmalloc_swap`). Not while a KFENCE sample is armed: the regular
-/// path takes it.
+/// Past the fast path, before the heap's layers: on a thread with its fast word, the
+/// sheaf slow path of the size's class straight away (`kmem_core::Kmem::
+/// kmalloc_sheaf_slow`: a swap of the two sheaves, a barn exchange or a refill). Not
+/// while a KFENCE sample is armed: the regular path takes it.
 #[inline(always)]
-pub(super) fn alloc_swap(size: usize) -> Option<ptr::NonNull<u8>> {
+pub(super) fn alloc_sheaf_slow(size: usize) -> Option<ptr::NonNull<u8>> {
     let c = fast_cpu()?;
     if crate::kfence::armed() {
         return None;
     }
-    HEAP.kmem.kmalloc_swap(c, size, Gfp::KERNEL)
+    HEAP.kmem.kmalloc_sheaf_slow(c, size, Gfp::KERNEL)
 }
 
 /// [`Heap::dealloc`] for the allocator front ends: on a thread with its fast word, one
@@ -141,6 +141,14 @@ pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
 /// As [`Heap::dealloc`].
 #[inline(never)]
 pub unsafe fn dealloc_other(p: *mut u8) -> bool {
+    if let Some(c) = fast_cpu() {
+        // The sheaf slow path straight away (a swap, a barn exchange or a flush) for a
+        // plain slab object; everything else below.
+        // SAFETY: forwarded from the caller.
+        if let Some(done) = unsafe { HEAP.kmem.kfree_sheaf_slow(c, p) } {
+            return done;
+        }
+    }
     if let Some((c, cg)) = charged_cpu() {
         // A thread with an active memory cgroup: an object charged to it may stay
         // charged in its area's objcg sheaves; else the regular free, which need not
