@@ -137,6 +137,20 @@ impl<P: Platform> PageAllocator<P> {
     /// are free), so the flags alone decide.
     #[inline]
     pub fn virt_to_slab_used(&self, addr: *const u8) -> Option<&Page> {
+        self.with_used_page(addr, slab_head)
+    }
+
+    /// `f` of the descriptor of the page holding `addr` if it lies in a section ever
+    /// brought online (one range check, no section state: see
+    /// [`PageAllocator::virt_to_slab_used`]), whatever the page's state; else `None`.
+    /// (A closure, not an `Option<&Page>`: the option's null test would stay on the
+    /// free fast path.)
+    #[inline(always)]
+    fn with_used_page<'p>(
+        &'p self,
+        addr: *const u8,
+        f: impl FnOnce(&'p Page) -> Option<&'p Page>,
+    ) -> Option<&'p Page> {
         let base = self.base.load(Ordering::Relaxed);
         let off = (addr as usize).wrapping_sub(base);
         if off >= self.used_len.load(Ordering::Acquire) {
@@ -146,7 +160,7 @@ impl<P: Platform> PageAllocator<P> {
         let idx = (off >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
         // SAFETY: the section was brought online once (below `used_len`), so its
         // memmap is mapped for as long as the allocator lives.
-        slab_head(unsafe { &*(section as *const Page).wrapping_add(idx) })
+        f(unsafe { &*(section as *const Page).wrapping_add(idx) })
     }
 
     /// The descriptor of the page holding `addr` when it carries its slab's
@@ -155,18 +169,11 @@ impl<P: Platform> PageAllocator<P> {
     /// path; see `slab::state` for the word).
     #[inline(always)]
     pub fn virt_to_slab_page(&self, addr: *const u8) -> Option<&Page> {
-        let base = self.base.load(Ordering::Relaxed);
-        let off = (addr as usize).wrapping_sub(base);
-        if off >= self.used_len.load(Ordering::Acquire) {
-            return None;
-        }
-        let section = base + (off & !(SECTION_SIZE - 1));
-        let idx = (off >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
-        // SAFETY: as in `virt_to_slab_used`.
-        let p = unsafe { &*(section as *const Page).wrapping_add(idx) };
-        p.flags()
-            .intersects(PageFlags::SLAB | PageFlags::SLAB_TAIL)
-            .then_some(p)
+        self.with_used_page(addr, |p| {
+            p.flags()
+                .intersects(PageFlags::SLAB | PageFlags::SLAB_TAIL)
+                .then_some(p)
+        })
     }
 
     /// The head page of the slab (or compound block) holding `addr` (`virt_to_slab`,
