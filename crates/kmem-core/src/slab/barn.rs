@@ -21,15 +21,15 @@ use core::ptr::{self, NonNull};
 
 /// Most full sheaves a barn keeps (`MAX_FULL_SHEAVES`); a CPU's full sheaf past it
 /// (or past the cache's byte bound, `sheaf::barn_max_full`) is flushed to the slabs.
-/// The kernel keeps 10; kmem lets a barn grow to 64 while it is in use, so that a
-/// program that frees a few thousand objects and allocates them again (a tree or a
-/// table dropped and rebuilt) exchanges whole sheaves instead of going through the
-/// slabs, and gives the sheaves beyond [`BARN_KEEP_SHEAVES`] back once they sat unused
+/// The kernel keeps 10; kmem lets a barn grow to 256 while it is in use, so that a
+/// program that frees tens of thousands of small objects and allocates them again (a
+/// tree or a table dropped and rebuilt) exchanges whole sheaves instead of going
+/// through the slabs, and gives the sheaves beyond [`BARN_KEEP_SHEAVES`] back once they sat unused
 /// through a decay interval ([`BarnLists::take_idle`]).
-pub const MAX_FULL_SHEAVES: usize = 64;
+pub const MAX_FULL_SHEAVES: usize = 256;
 /// Most empty sheaves a barn keeps; past it an empty sheaf is freed
 /// (`MAX_EMPTY_SHEAVES`).
-pub const MAX_EMPTY_SHEAVES: usize = 64;
+pub const MAX_EMPTY_SHEAVES: usize = 256;
 /// Full and empty sheaves a barn keeps however long they sit unused (the kernel's
 /// limit for both).
 pub const BARN_KEEP_SHEAVES: usize = 10;
