@@ -184,6 +184,11 @@ pub struct KmallocCaches {
     /// after it), so kmalloc's fast path goes from the size to the CPU's sheaf with
     /// one table load and no load through the cache.
     small_fast: [AtomicU32; SMALL_FAST_MAX / 8 + 1],
+    /// [`KmallocCaches::small_fast`] for per-CPU rseq mode: the `cpu_offset` of the
+    /// plain class's sheaves when that cache runs on the platform's restartable
+    /// sequences ([`FastPath::SheafRseq`]), else 0. A table of its own, so that the
+    /// inline path's plain pops never reach sheaves that only sequences may change.
+    small_rseq: [AtomicU32; SMALL_FAST_MAX / 8 + 1],
 }
 
 /// The largest size [`KmallocCaches::small_fast`] covers.
@@ -196,6 +201,7 @@ impl KmallocCaches {
             plain: [const { KmemCache::new() }; NR_KMALLOC_PLAIN],
             kernel: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
             small_fast: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
+            small_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
         }
     }
 
@@ -230,11 +236,17 @@ impl KmallocCaches {
                 create(s, name.as_str(), size, align, flags)?;
             }
         }
-        for (j, slot) in self.small_fast.iter().enumerate() {
+        for (j, (fast, rseq)) in self.small_fast.iter().zip(&self.small_rseq).enumerate() {
             let cfg = self.plain[PLAIN_SIZE_INDEX[j.saturating_sub(1)] as usize].config();
-            let inline = cfg.fast == FastPath::Sheaf && cfg.cpu_offset != 0;
-            let off = u32::try_from(cfg.cpu_offset).ok().filter(|_| inline);
-            slot.store(off.unwrap_or(0), Relaxed);
+            let off = |path: FastPath| {
+                let on = cfg.fast == path && cfg.cpu_offset != 0;
+                u32::try_from(cfg.cpu_offset)
+                    .ok()
+                    .filter(|_| on)
+                    .unwrap_or(0)
+            };
+            fast.store(off(FastPath::Sheaf), Relaxed);
+            rseq.store(off(FastPath::SheafRseq), Relaxed);
         }
         Ok(())
     }
@@ -247,6 +259,16 @@ impl KmallocCaches {
         // SAFETY: the caller keeps `size <= SMALL_FAST_MAX`, so the index is in the
         // table (checked in debug builds).
         unsafe { self.small_fast.get_unchecked((size + 7) >> 3) }.load(Relaxed) as usize
+    }
+
+    /// As [`KmallocCaches::small_fast`] for per-CPU rseq mode: for `size <=
+    /// SMALL_FAST_MAX`, the `cpu_offset` of its class's sheaves if the front ends'
+    /// restartable pop may take from them, else 0.
+    #[inline(always)]
+    pub fn small_rseq(&self, size: usize) -> usize {
+        debug_assert!(size <= SMALL_FAST_MAX);
+        // SAFETY: as in `small_fast`.
+        unsafe { self.small_rseq.get_unchecked((size + 7) >> 3) }.load(Relaxed) as usize
     }
 
     /// The cache serving `size` bytes for `gfp`: `None` above

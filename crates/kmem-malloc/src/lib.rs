@@ -101,6 +101,10 @@ unsafe fn free_or_abort(p: *mut c_void) {
 /// here (the fast path's range check refuses null, so it needs no test of its own).
 #[inline(never)]
 unsafe extern "C" fn free_other(p: *mut c_void) {
+    // SAFETY: the caller's pointer; the rseq push takes only plain objects of ours.
+    if unsafe { kmem::heap::dealloc_rseq_fast(p.cast()) } {
+        return;
+    }
     if p.is_null() {
         return;
     }
@@ -143,9 +147,16 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
     malloc_other(size)
 }
 
-/// `malloc` past its fast path (a tail call).
+/// `malloc` past its fast path (a tail call): per-CPU rseq mode's restartable pop
+/// first, then everything else.
 #[inline(never)]
 extern "C" fn malloc_other(size: size_t) -> *mut c_void {
+    if size <= kmem::heap::SMALL_FAST_MAX {
+        let p = kmem::heap::alloc_rseq_small(size);
+        if !p.is_null() {
+            return p.cast();
+        }
+    }
     alloc(size, MALLOC_ALIGN, false)
 }
 

@@ -54,6 +54,20 @@ impl<P: Platform> Kmem<P> {
         self.slub().alloc_fast(cpu, s, gfp)
     }
 
+    /// Per-CPU rseq mode's kmalloc fast path, before its restartable pop: the
+    /// `cpu_offset` of the sheaves of the plain class for `size` when its cache runs
+    /// on the platform's restartable sequences, else 0 (see
+    /// [`crate::kmalloc::KmallocCaches::small_rseq`]; sizes above `SMALL_FAST_MAX`
+    /// give 0).
+    #[inline(always)]
+    pub fn kmalloc_rseq_offset(&self, size: usize) -> usize {
+        if size <= SMALL_FAST_MAX {
+            self.kmalloc.small_rseq(size)
+        } else {
+            0
+        }
+    }
+
     /// kmalloc's sheaf slow path for a front end whose [`Kmem::kmalloc_fast`] missed,
     /// without the layers of the regular path (see
     /// [`crate::slab::Slub::alloc_sheaf_slow`]): the main sheaf of the plain class

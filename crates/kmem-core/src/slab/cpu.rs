@@ -72,6 +72,13 @@ pub const SHEAF_MAIN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, main);
 pub const SPARE_LEN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, spare_len);
 /// Offset of the spare sheaf pointer in a [`KmemCacheCpu`].
 pub const SPARE_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, spare);
+/// Offset of the object-start test's mask in a [`KmemCacheCpu`] (the rseq push tests
+/// the object it is given with the three `free_*` words of its CPU's line).
+pub const FREE_MASK_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, free_mask);
+/// Offset of the object-start test's multiplier in a [`KmemCacheCpu`].
+pub const FREE_START_MUL_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, free_start_mul);
+/// Offset of the object-start test's bound in a [`KmemCacheCpu`].
+pub const FREE_START_LIMIT_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, free_start_limit);
 
 /// How the per-CPU freelists of shared CPU areas are reached (set once, before the
 /// allocator starts; every cache gets it in its [`CacheConfig::access`]).

@@ -211,6 +211,14 @@ impl CacheConfig {
         self.flags.intersects(SlabFlags::DEBUG)
     }
 
+    /// Whether the cache's slabs name its per-CPU sheaves in their pages (`owner[1]`,
+    /// see `slab::state`): caches on the inline sheaf path and on the restartable
+    /// sequences, whose front-end frees go from the page to the CPU's sheaf.
+    #[inline]
+    pub fn tags_slabs(&self) -> bool {
+        matches!(self.fast, FastPath::Sheaf | FastPath::SheafRseq)
+    }
+
     /// Whether the cache stays off the fast paths: slub_debug flags, or
     /// init_on_alloc / init_on_free (their zeroing happens in the debug path, so the
     /// fast paths test no flag for them — the kernel uses static keys instead).

@@ -118,8 +118,9 @@ pub use cache::{KmemCache, KmemCacheNode};
 pub use cache_list::{CacheList, DestroyError};
 pub use census::SheafCensus;
 pub use cpu::{
-    KmemCacheCpu, PerCpuAccess, FREELIST_OFFSET, LOCKLESS_SUPPORTED, SHEAF_LEN_OFFSET,
-    SHEAF_MAIN_OFFSET, SPARE_LEN_OFFSET, SPARE_OFFSET,
+    KmemCacheCpu, PerCpuAccess, FREELIST_OFFSET, FREE_MASK_OFFSET, FREE_START_LIMIT_OFFSET,
+    FREE_START_MUL_OFFSET, LOCKLESS_SUPPORTED, SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET,
+    SPARE_LEN_OFFSET, SPARE_OFFSET,
 };
 use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};

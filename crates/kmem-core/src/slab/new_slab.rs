@@ -110,7 +110,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             )
         };
         Slab::of(head).init(s, state);
-        if cfg.order > 0 && cfg.fast == FastPath::Sheaf {
+        if cfg.order > 0 && cfg.tags_slabs() {
             Slab::of(head).mirror_to_tails(cfg.order);
         }
         head.private.store(0, Relaxed);

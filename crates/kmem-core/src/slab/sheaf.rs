@@ -432,6 +432,19 @@ impl<'a, P: Platform> Slub<'a, P> {
         cc.is_object_start(p as usize) && push(cc)
     }
 
+    /// Per-CPU rseq mode's free fast path, before its restartable push: the
+    /// `cpu_offset` of the sheaves a free of `p` goes to, when `p` lies in a slab page
+    /// of a cache on [`FastPath::SheafRseq`] whose slab has no objcg vector (read from
+    /// the object's own page, as the inline path's); else `None`, for the regular
+    /// path. Whether `p` starts an object is the push's test, made inside its sequence
+    /// with the checks on the CPU's line (`KmemCacheCpu`'s `free_*` words).
+    #[inline(always)]
+    pub fn rseq_free_target(&self, p: *const u8) -> Option<usize> {
+        self.pages
+            .virt_to_slab_page(p)
+            .and_then(state::page_rseq_sheaves)
+    }
+
     /// The sheaf slow path of an allocation from `s` for a front end whose fast pop
     /// found the main sheaf empty (thread mode, [`FastPath::Sheaf`], a plain
     /// request), without the layers between the front end and `sheaf_alloc` (KFENCE's

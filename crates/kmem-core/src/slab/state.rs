@@ -185,13 +185,28 @@ pub(crate) fn page_inline_sheaves(p: &Page) -> Option<usize> {
 pub(crate) const INLINE_SHEAVES_TAG: usize = 1;
 const _: () = assert!(core::mem::align_of::<KmemCacheCpu>() > INLINE_SHEAVES_TAG);
 
+/// Marks `owner[1]` as a `cpu_offset` of a cache whose sheaves the platform's
+/// restartable sequences push onto ([`FastPath::SheafRseq`]; bit 1, clear in offsets
+/// and in object addresses, which are at least 8-byte aligned).
+pub(crate) const RSEQ_SHEAVES_TAG: usize = 2;
+const _: () = assert!(core::mem::align_of::<KmemCacheCpu>() > RSEQ_SHEAVES_TAG);
+
+/// The `cpu_offset` a free in per-CPU rseq mode pushes an object of this page's slab
+/// to (read from any page that carries the word, as [`page_inline_sheaves`]), when
+/// the slab's cache is on [`FastPath::SheafRseq`] and the slab has no objcg vector.
+#[inline(always)]
+pub(crate) fn page_rseq_sheaves(p: &Page) -> Option<usize> {
+    let w = p.owner[1].load(Relaxed);
+    (w & RSEQ_SHEAVES_TAG != 0).then(|| w - RSEQ_SHEAVES_TAG)
+}
+
 /// A slab, seen through its head page's descriptor: the one place that knows which
 /// word of `Page::owner` holds what.
 ///
 /// | word       | holds                                                             |
 /// |------------|-------------------------------------------------------------------|
 /// | `owner[0]` | the [`SlabState`] (freelist offset, `inuse`, `frozen`)            |
-/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the inline fast path ([`FastPath::Sheaf`]): the cache's `cpu_offset` with [`INLINE_SHEAVES_TAG`], so that a free finds the CPU's sheaf from the page alone (their slabs are never frozen), or 0 once the slab has an objcg vector |
+/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the inline fast path ([`FastPath::Sheaf`]): the cache's `cpu_offset` with [`INLINE_SHEAVES_TAG`], so that a free finds the CPU's sheaf from the page alone (their slabs are never frozen); caches on the restartable sequences ([`FastPath::SheafRseq`]): the `cpu_offset` with [`RSEQ_SHEAVES_TAG`]; either becomes 0 once the slab has an objcg vector |
 /// | `owner[2]` | the cache (`&KmemCache`), which outlives its slabs                |
 /// | `owner[3]` | frozen-by: bits 40.. the tag of the CPU area that froze the slab (area id + 1; 0 = none), bits 16..40 the offset of the local freelist's last object from the slab base, bits 0..16 how many objects the local freelist holds |
 ///
@@ -268,10 +283,10 @@ impl<'a> Slab<'a> {
     pub(super) fn init(self, s: &KmemCache, st: SlabState) {
         self.set_state(st);
         let cfg = s.config();
-        let sheaf_offset = if cfg.fast == FastPath::Sheaf {
-            cfg.cpu_offset | INLINE_SHEAVES_TAG
-        } else {
-            0
+        let sheaf_offset = match cfg.fast {
+            FastPath::Sheaf => cfg.cpu_offset | INLINE_SHEAVES_TAG,
+            FastPath::SheafRseq => cfg.cpu_offset | RSEQ_SHEAVES_TAG,
+            _ => 0,
         };
         self.0.owner[1].store(sheaf_offset, Relaxed);
         self.0.owner[3].store(0, Relaxed);
@@ -293,7 +308,7 @@ impl<'a> Slab<'a> {
     /// its allocation.
     pub(crate) fn stop_inline_frees(self) {
         let cfg = self.cache().config();
-        if cfg.fast == FastPath::Sheaf {
+        if cfg.tags_slabs() {
             self.0.owner[1].store(0, Release);
             for t in self.tails(cfg.order) {
                 t.owner[1].store(0, Release);

@@ -51,6 +51,15 @@ impl Heap {
                 return Some(p);
             }
         }
+        if fast_tls::get() == RSEQ_TAG
+            && !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO)
+        {
+            // Per-CPU rseq mode, a plain small request: the restartable pop from the
+            // size table (after KFENCE has had its sample).
+            if let Some(p) = self.rseq_alloc_small(size) {
+                return Some(p);
+            }
+        }
         if let Some(c) = fast_cpu() {
             // Thread mode: the sheaf slow path without the layers below (after
             // KFENCE has had its sample).

@@ -42,6 +42,34 @@ pub fn alloc_small_fast(size: usize) -> *mut u8 {
     }
 }
 
+/// Per-CPU rseq mode's allocation fast path for `malloc(size)` (alignment 8), for a
+/// front end whose [`alloc_small_fast`] missed: when the thread's fast word is
+/// `RSEQ_TAG` and `size <= SMALL_FAST_MAX`, one restartable pop from the CPU's main
+/// sheaf of the class; else (or when it is empty) null, for [`alloc_layout`].
+#[inline(always)]
+pub fn alloc_rseq_small(size: usize) -> *mut u8 {
+    if fast_tls::get() != RSEQ_TAG {
+        return ptr::null_mut();
+    }
+    match HEAP.rseq_alloc_small(size) {
+        Some(p) => p.as_ptr(),
+        None => ptr::null_mut(),
+    }
+}
+
+/// Per-CPU rseq mode's free fast path, for a front end whose [`dealloc_fast`]
+/// refused: when the thread's fast word is `RSEQ_TAG`, one restartable push of a
+/// plain slab object onto the CPU's spare sheaf. False leaves `p` untouched, for
+/// [`dealloc_other`].
+///
+/// # Safety
+/// As [`Heap::dealloc`] when it returns true.
+#[inline(always)]
+pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
+    // SAFETY: forwarded from the caller.
+    fast_tls::get() == RSEQ_TAG && unsafe { HEAP.rseq_free_fast(p) }
+}
+
 /// [`Heap::alloc`] (or, `zeroed`, [`Heap::alloc_zeroed`]) for the allocator front
 /// ends ([`crate::KmemAlloc`], `malloc`): on a thread with its fast word, a small
 /// layout is one pop from the kmalloc cache's main sheaf, without the heap's READY
@@ -141,6 +169,10 @@ pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
 /// As [`Heap::dealloc`].
 #[inline(never)]
 pub unsafe fn dealloc_other(p: *mut u8) -> bool {
+    if fast_tls::get() == RSEQ_TAG {
+        // SAFETY: forwarded from the caller.
+        return unsafe { dealloc_rseq(p) };
+    }
     if let Some(c) = fast_cpu() {
         // The sheaf slow path straight away (a swap, a barn exchange or a flush) for a
         // plain slab object; everything else below.
@@ -161,10 +193,6 @@ pub unsafe fn dealloc_other(p: *mut u8) -> bool {
             // SAFETY: forwarded from the caller.
             None => unsafe { dealloc_slow(p) },
         };
-    }
-    if fast_tls::get() == RSEQ_TAG {
-        // SAFETY: forwarded from the caller.
-        return unsafe { dealloc_rseq(p) };
     }
     // SAFETY: forwarded from the caller.
     unsafe { dealloc_slow(p) }

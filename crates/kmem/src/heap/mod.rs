@@ -54,7 +54,10 @@ mod slab;
 mod thread;
 
 pub use kmem_core::kmalloc::SMALL_FAST_MAX;
-pub use layout::{alloc_layout, alloc_small_fast, dealloc_fast, dealloc_other, dealloc_ptr};
+pub use layout::{
+    alloc_layout, alloc_rseq_small, alloc_small_fast, dealloc_fast, dealloc_other, dealloc_ptr,
+    dealloc_rseq_fast,
+};
 pub use percpu::set_percpu_mode;
 pub use platform::HeapPlatform;
 pub(crate) use thread::{restore_active_objcg, set_active_objcg};

@@ -277,8 +277,41 @@ impl Heap {
     /// CPU's sheaf, or `None` (the regular path refills, zeroes and reports).
     #[inline(always)]
     pub(super) fn rseq_alloc_plain(&self, size: usize) -> Option<NonNull<u8>> {
+        if let Some(p) = self.rseq_alloc_small(size) {
+            return Some(p);
+        }
         let s = self.kmem.kmalloc_cache(size, Gfp::KERNEL)?;
         self.rseq_alloc(s, Gfp::KERNEL)
+    }
+
+    /// The rseq allocation fast path of a plain request up to `SMALL_FAST_MAX`
+    /// bytes: from the size table straight to the CPU's main sheaf of the class (one
+    /// table load, then the restartable pop; no load through the cache). `None`: not
+    /// such a size, or the pop found nothing; the caller goes on.
+    #[inline(always)]
+    pub(super) fn rseq_alloc_small(&self, size: usize) -> Option<NonNull<u8>> {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
+            let off = self.kmem.kmalloc_rseq_offset(size);
+            if off == 0 {
+                return None;
+            }
+            let rseq = crate::platform::rseq::area()?;
+            // SAFETY: `rseq` is this thread's registered area; the table has
+            // MAX_CPU_IDS entries, null or CPU areas, each holding at `off` the
+            // `kmem_cache_cpu` of the class's cache, which runs on the restartable
+            // sequences (`kmalloc_rseq_offset` gives no other offset): the lock holder
+            // changes a CPU's sheaves only after taking their words on that CPU.
+            let obj = unsafe {
+                crate::platform::rseq::sheaf_pop_at(rseq, self.cpu_table.as_ptr().cast(), off)
+            };
+            NonNull::new(obj as *mut u8)
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        {
+            let _ = size;
+            None
+        }
     }
 
     /// The front ends' free fast path in per-CPU rseq mode: `Some(true)` when `p` went
@@ -289,10 +322,48 @@ impl Heap {
     /// As [`Heap::dealloc`].
     #[inline(always)]
     pub(super) unsafe fn rseq_free_ptr(&self, p: *mut u8) -> Option<bool> {
+        // SAFETY: forwarded from the caller.
+        if unsafe { self.rseq_free_fast(p) } {
+            return Some(true);
+        }
         match self.kmem.slub().lookup(p) {
             // SAFETY: a checked object of `slab`, given up by the caller.
             ObjectLookup::Slab(s, slab) => unsafe { self.rseq_free(s, slab, p) },
             _ => None,
+        }
+    }
+
+    /// The rseq free fast path: from the object's own page straight to the CPU's
+    /// spare sheaf of its cache (`Slub::rseq_free_target`), pushed in a restartable
+    /// sequence that also checks the object's start. True when `p` went onto the
+    /// sheaf; false leaves it untouched (not a plain object of an rseq sheaf cache,
+    /// a full sheaf, a double free on the top: the regular path decides and reports).
+    ///
+    /// # Safety
+    /// As [`Heap::dealloc`] when it returns true.
+    #[inline(always)]
+    pub(super) unsafe fn rseq_free_fast(&self, p: *mut u8) -> bool {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
+            use crate::platform::rseq::{self, Pushed};
+            let Some(off) = self.kmem.slub().rseq_free_target(p) else {
+                return false;
+            };
+            let Some(rseq) = rseq::area() else {
+                return false;
+            };
+            let table = self.cpu_table.as_ptr().cast();
+            // SAFETY: as in `rseq_alloc_small`, for the `cpu_offset` the object's
+            // slab names (a cache on the restartable sequences, its slab without an
+            // objcg vector); the sequence checks that `p` starts one of its objects
+            // before it takes it, and the caller gives it up.
+            let pushed = unsafe { rseq::sheaf_push_at(rseq, table, off, p as usize) };
+            matches!(pushed, Pushed::Done)
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        {
+            let _ = p;
+            false
         }
     }
 

@@ -13,10 +13,13 @@
 //!   lies in the slab; commit `freelist = next`;
 //! - [`push`]: if `freelist` is in the object's slab (the CPU slab), write the
 //!   object's encoded free pointer and commit `freelist = obj`;
-//! - [`sheaf_pop`], [`sheaf_push`] (sheaves design): on the CPU's main sheaf (pop)
-//!   or spare sheaf (push), whose `count | capacity << 32` words sit in the
-//!   `kmem_cache_cpu`: read the word, read or write the slot, commit the word less or
-//!   plus one;
+//! - [`sheaf_pop_at`], [`sheaf_push_at`] (sheaves design; [`sheaf_pop`] and
+//!   [`sheaf_push`] take the cache's config): on the CPU's main sheaf (pop) or spare
+//!   sheaf (push) of the `kmem_cache_cpu` at a given offset, whose `count | capacity
+//!   << 32` words sit in it: read the word, read or write the slot, commit the word
+//!   less or plus one; the push first checks that the object starts one of the
+//!   cache's objects (the `free_*` words of the same line), so the front ends' free
+//!   needs nothing but the object's page before it;
 //! - [`take_on`]: on CPU `cpu` only, commit `freelist = 0` and return the old value
 //!   (how the slab layer's lock holder takes a CPU freelist; see the rules in kmem-core's `slab` module).
 //!
@@ -33,8 +36,8 @@
 
 use kmem_core::slab::sheaf::SHEAF_HEADER;
 use kmem_core::slab::{
-    CacheConfig, FREELIST_OFFSET, SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET, SPARE_LEN_OFFSET,
-    SPARE_OFFSET,
+    CacheConfig, FREELIST_OFFSET, FREE_MASK_OFFSET, FREE_START_LIMIT_OFFSET, FREE_START_MUL_OFFSET,
+    SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET, SPARE_LEN_OFFSET, SPARE_OFFSET,
 };
 use std::mem::offset_of;
 
@@ -62,6 +65,21 @@ macro_rules! rseq_this_cpu {
          test {cc}, {cc}\n\
          jz 25f\n\
          add {cc}, qword ptr [{cfg} + {off_cpu}]"
+    };
+}
+
+/// [`rseq_this_cpu`] with the `kmem_cache_cpu`'s offset in a register: `{cc}` = the
+/// CPU area of the CPU the thread runs on plus `{off}`; to label 25 if that CPU has no
+/// area. Uses `{t}`.
+macro_rules! rseq_this_cpu_at {
+    () => {
+        "mov {t:e}, dword ptr [{rseq} + 4]\n\
+         cmp {t}, {len}\n\
+         jae 25f\n\
+         mov {cc}, qword ptr [{table} + {t} * 8]\n\
+         test {cc}, {cc}\n\
+         jz 25f\n\
+         add {cc}, {off}"
     };
 }
 
@@ -271,13 +289,26 @@ pub unsafe fn push(
 /// empty or taken by the lock holder: its word is 0).
 ///
 /// # Safety
-/// `rseq` is the calling thread's registered `struct rseq`; `table` has
-/// [`TABLE_LEN`] entries, each null or a CPU area in which `cfg.cpu_offset` holds the
-/// cache's `kmem_cache_cpu`, and `cfg` is that cache's live config with
-/// `FastPath::SheafRseq` (no other context changes a CPU's main sheaf except by
-/// committing on that CPU, or after taking its word).
+/// As [`sheaf_pop_at`] with the cache's `cpu_offset`: `cfg` is the live config of a
+/// cache with `FastPath::SheafRseq`.
 #[inline]
 pub unsafe fn sheaf_pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
+    // SAFETY: forwarded; a cache's `cpu_offset` never changes.
+    unsafe { sheaf_pop_at(rseq, table, cfg.cpu_offset) }
+}
+
+/// Pops an object from the main sheaf of the `kmem_cache_cpu` at offset `off` of the
+/// CPU area of the CPU the thread runs on; 0 when there is none (no area for the CPU
+/// yet, or the sheaf is empty or taken by the lock holder: its word is 0).
+///
+/// # Safety
+/// `rseq` is the calling thread's registered `struct rseq`; `table` has
+/// [`TABLE_LEN`] entries, each null or a CPU area in which `off` holds the
+/// `kmem_cache_cpu` of a cache with `FastPath::SheafRseq` (the `cpu_offset` of such a
+/// cache; no other context changes a CPU's main sheaf except by committing on that
+/// CPU, or after taking its word).
+#[inline]
+pub unsafe fn sheaf_pop_at(rseq: *mut u8, table: *const u8, off: usize) -> usize {
     let obj: usize;
     // SAFETY: the caller's contract. Inside the section every load is from the CPU
     // table, the area's `kmem_cache_cpu`, or slot `count - 1` of the CPU's main sheaf
@@ -286,7 +317,7 @@ pub unsafe fn sheaf_pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> u
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
-            rseq_this_cpu!(),
+            rseq_this_cpu_at!(),
             "mov {w}, qword ptr [{cc} + {off_len}]",
             "mov {n:e}, {w:e}",
             "test {n:e}, {n:e}",
@@ -303,9 +334,8 @@ pub unsafe fn sheaf_pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> u
             rseq_descriptor!(),
             rseq = in(reg) rseq,
             table = in(reg) table,
-            cfg = in(reg) cfg as *const CacheConfig,
+            off = in(reg) off,
             len = const TABLE_LEN,
-            off_cpu = const offset_of!(CacheConfig, cpu_offset),
             off_len = const SHEAF_LEN_OFFSET,
             off_main = const SHEAF_MAIN_OFFSET,
             hdr = const SHEAF_HEADER,
@@ -322,29 +352,51 @@ pub unsafe fn sheaf_pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> u
 }
 
 /// Pushes `obj` (an object of the cache `cfg`, owned by the caller) onto the spare
-/// sheaf of the CPU the thread runs on (the one frees go to), if it has room. `AtHead`: `obj` is already the
-/// sheaf's top (a double free; not done).
+/// sheaf of the CPU the thread runs on (the one frees go to), if it has room.
+/// `AtHead`: `obj` is already the sheaf's top (a double free; not done).
 ///
 /// # Safety
-/// As [`sheaf_pop`]; `obj` is the start of an object of the cache, and the caller
-/// gives it up.
+/// As [`sheaf_push_at`] with the cache's `cpu_offset`.
 #[inline]
 pub unsafe fn sheaf_push(rseq: *mut u8, table: *const u8, cfg: &CacheConfig, obj: usize) -> Pushed {
+    // SAFETY: forwarded; a cache's `cpu_offset` never changes.
+    unsafe { sheaf_push_at(rseq, table, cfg.cpu_offset, obj) }
+}
+
+/// Pushes `obj` onto the spare sheaf of the `kmem_cache_cpu` at offset `off` of the
+/// CPU the thread runs on, if it has room and `obj` starts an object of the sheaf's
+/// cache (the object-start test of the free fast path, with the `free_*` words of the
+/// same line: written before the spare's word, so a spare with room always comes with
+/// its cache's checks). `No` leaves `obj` untouched (no area, no room, or not an
+/// object's start: the regular path decides and reports); `AtHead`: `obj` is already
+/// the sheaf's top (a double free; not done).
+///
+/// # Safety
+/// As [`sheaf_pop_at`]; `obj` lies in a slab of the cache whose `cpu_offset` is `off`
+/// and the caller gives it up if it starts an object there.
+#[inline]
+pub unsafe fn sheaf_push_at(rseq: *mut u8, table: *const u8, off: usize, obj: usize) -> Pushed {
     let res: usize;
     // SAFETY: the caller's contract. A non-zero word means a spare sheaf with `count`
-    // objects and `capacity` slots; the slot store is beyond the committed count (a
-    // restart leaves it unused), and the commit is the store of the word, the last
-    // instruction before label 22. Slot `count - 1` of an empty sheaf is its capacity
-    // word, never an object. Inputs are never written.
+    // objects and `capacity` slots, whose cache's object checks are in the same line;
+    // the slot store is beyond the committed count (a restart leaves it unused), and
+    // the commit is the store of the word, the last instruction before label 22. Slot
+    // `count - 1` of an empty sheaf is its capacity word, never an object. Inputs are
+    // never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
-            rseq_this_cpu!(),
+            rseq_this_cpu_at!(),
             "mov {w}, qword ptr [{cc} + {off_len}]",
             "mov {n:e}, {w:e}",
             "mov {t}, {w}",
             "shr {t}, 32",
             "cmp {n}, {t}",
+            "jae 25f",
+            "mov {t}, qword ptr [{cc} + {off_mask}]",
+            "and {t}, {obj}",
+            "imul {t}, qword ptr [{cc} + {off_mul}]",
+            "cmp {t}, qword ptr [{cc} + {off_limit}]",
             "jae 25f",
             "mov {m}, qword ptr [{cc} + {off_main}]",
             "cmp qword ptr [{m} + {n} * 8 + {hdr} - 8], {obj}",
@@ -356,12 +408,14 @@ pub unsafe fn sheaf_push(rseq: *mut u8, table: *const u8, cfg: &CacheConfig, obj
             rseq_descriptor!(),
             rseq = in(reg) rseq,
             table = in(reg) table,
-            cfg = in(reg) cfg as *const CacheConfig,
+            off = in(reg) off,
             obj = in(reg) obj,
             len = const TABLE_LEN,
-            off_cpu = const offset_of!(CacheConfig, cpu_offset),
             off_len = const SPARE_LEN_OFFSET,
             off_main = const SPARE_OFFSET,
+            off_mask = const FREE_MASK_OFFSET,
+            off_mul = const FREE_START_MUL_OFFSET,
+            off_limit = const FREE_START_LIMIT_OFFSET,
             hdr = const SHEAF_HEADER,
             res = out(reg) res,
             t = out(reg) _,
