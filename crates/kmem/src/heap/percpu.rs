@@ -343,12 +343,28 @@ impl Heap {
     /// As [`Heap::dealloc`] when it returns true.
     #[inline(always)]
     pub(super) unsafe fn rseq_free_fast(&self, p: *mut u8) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.rseq_free_fast_to(p, None) }
+    }
+
+    /// [`Heap::rseq_free_fast`] for `kmem_cache_free(s, p)` when `want` is `Some(s)`:
+    /// also leaves an object of another cache to the regular path, which reports it
+    /// (a `cpu_offset` belongs to one cache for good, so the slab's word names `s`
+    /// exactly when it is `s`'s offset).
+    ///
+    /// # Safety
+    /// As [`Heap::rseq_free_fast`].
+    #[inline(always)]
+    pub(super) unsafe fn rseq_free_fast_to(&self, p: *mut u8, want: Option<&KmemCache>) -> bool {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
             use crate::platform::rseq::{self, Pushed};
             let Some(off) = self.kmem.slub().rseq_free_target(p) else {
                 return false;
             };
+            if want.is_some_and(|s| s.config().cpu_offset != off) {
+                return false;
+            }
             let Some(rseq) = rseq::area() else {
                 return false;
             };
@@ -362,7 +378,7 @@ impl Heap {
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         {
-            let _ = p;
+            let _ = (p, want);
             false
         }
     }

@@ -7,8 +7,9 @@
 //! (`percpu`). No lock of its own: the CPU area's rules apply (see `cpu`).
 
 use super::percpu::zero_if_asked;
-use super::thread::{active_objcg, fast_cpu, thread_cpu};
+use super::thread::{active_objcg, fast_cpu, thread_cpu, RSEQ_TAG};
 use super::{Heap, HEAP};
+use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
 use kmem_core::slab::DestroyError;
 use kmem_core::slab::ObjectLookup;
@@ -66,6 +67,13 @@ impl Heap {
     /// [`Heap::kmem_cache_alloc`] past its fast path (see `Heap::kmalloc_other`).
     #[inline(never)]
     fn kmem_cache_alloc_other(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        if fast_tls::get() == RSEQ_TAG {
+            // Per-CPU rseq mode, no active memory cgroup: the restartable pop before
+            // the thread-local slots are looked at.
+            if let Some(p) = self.rseq_alloc(s, gfp) {
+                return Some(p);
+            }
+        }
         match active_objcg() {
             None => match thread_cpu() {
                 Some(c) => self.kmem.slub().alloc(Some(c), s, gfp),
@@ -124,6 +132,12 @@ impl Heap {
     /// As [`Heap::kmem_cache_free`].
     #[inline(never)]
     unsafe fn kmem_cache_free_other(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
+        // Per-CPU rseq mode: the restartable push from the object's page, for an
+        // object of `s`.
+        // SAFETY: forwarded from the caller.
+        if fast_tls::get() == RSEQ_TAG && unsafe { self.rseq_free_fast_to(p.as_ptr(), Some(s)) } {
+            return true;
+        }
         match thread_cpu() {
             // SAFETY: forwarded from the caller.
             Some(c) => unsafe { self.kmem.kmem_cache_free(Some(c), s, p) },
