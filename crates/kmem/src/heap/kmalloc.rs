@@ -28,6 +28,14 @@ impl Heap {
             if let Some(p) = self.kmem.kmalloc_fast(c, size, gfp) {
                 return Some(p);
             }
+        } else if fast_tls::get() == RSEQ_TAG {
+            // Per-CPU rseq mode: the restartable pop, as the thread mode's pop comes
+            // before the layers of `kmalloc_other`.
+            if !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO) {
+                if let Some(p) = self.rseq_alloc_small(size) {
+                    return Some(p);
+                }
+            }
         } else if let Some((c, cg)) = charged_cpu() {
             // An attached thread with an active memory cgroup: an object kept charged
             // to its objcg in its area's objcg sheaves (KFENCE samples no charged
@@ -48,15 +56,6 @@ impl Heap {
         // leaves the armed sample to others.
         if charged_cpu().is_none() && crate::kfence::should_sample(size) {
             if let Some(p) = self.kfence_alloc(size, gfp) {
-                return Some(p);
-            }
-        }
-        if fast_tls::get() == RSEQ_TAG
-            && !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO)
-        {
-            // Per-CPU rseq mode, a plain small request: the restartable pop from the
-            // size table (after KFENCE has had its sample).
-            if let Some(p) = self.rseq_alloc_small(size) {
                 return Some(p);
             }
         }
@@ -187,6 +186,12 @@ impl Heap {
         if let Some(c) = fast_cpu() {
             // SAFETY: forwarded from the caller.
             if unsafe { self.kmem.kfree_fast(c, p) } {
+                return true;
+            }
+        } else if fast_tls::get() == RSEQ_TAG {
+            // Per-CPU rseq mode: the restartable push from the object's page.
+            // SAFETY: forwarded from the caller.
+            if unsafe { self.rseq_free_fast(p) } {
                 return true;
             }
         } else if let Some((c, cg)) = charged_cpu() {

@@ -60,6 +60,11 @@ impl Heap {
             if let Some(p) = self.kmem.slub().alloc_fast(c, s, gfp) {
                 return Some(p);
             }
+        } else if fast_tls::get() == RSEQ_TAG {
+            // Per-CPU rseq mode, no active memory cgroup: the restartable pop.
+            if let Some(p) = self.rseq_alloc(s, gfp) {
+                return Some(p);
+            }
         }
         self.kmem_cache_alloc_other(s, gfp)
     }
@@ -67,13 +72,6 @@ impl Heap {
     /// [`Heap::kmem_cache_alloc`] past its fast path (see `Heap::kmalloc_other`).
     #[inline(never)]
     fn kmem_cache_alloc_other(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
-        if fast_tls::get() == RSEQ_TAG {
-            // Per-CPU rseq mode, no active memory cgroup: the restartable pop before
-            // the thread-local slots are looked at.
-            if let Some(p) = self.rseq_alloc(s, gfp) {
-                return Some(p);
-            }
-        }
         match active_objcg() {
             None => match thread_cpu() {
                 Some(c) => self.kmem.slub().alloc(Some(c), s, gfp),
@@ -121,6 +119,13 @@ impl Heap {
             if unsafe { self.kmem.slub().free_fast_to(c, s, p.as_ptr()) } {
                 return true;
             }
+        } else if fast_tls::get() == RSEQ_TAG {
+            // Per-CPU rseq mode: the restartable push from the object's page, for an
+            // object of `s`.
+            // SAFETY: forwarded from the caller.
+            if unsafe { self.rseq_free_fast_to(p.as_ptr(), Some(s)) } {
+                return true;
+            }
         }
         // SAFETY: forwarded from the caller.
         unsafe { self.kmem_cache_free_other(s, p) }
@@ -132,12 +137,6 @@ impl Heap {
     /// As [`Heap::kmem_cache_free`].
     #[inline(never)]
     unsafe fn kmem_cache_free_other(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
-        // Per-CPU rseq mode: the restartable push from the object's page, for an
-        // object of `s`.
-        // SAFETY: forwarded from the caller.
-        if fast_tls::get() == RSEQ_TAG && unsafe { self.rseq_free_fast_to(p.as_ptr(), Some(s)) } {
-            return true;
-        }
         match thread_cpu() {
             // SAFETY: forwarded from the caller.
             Some(c) => unsafe { self.kmem.kmem_cache_free(Some(c), s, p) },
