@@ -28,14 +28,6 @@ impl Heap {
             if let Some(p) = self.kmem.kmalloc_fast(c, size, gfp) {
                 return Some(p);
             }
-        } else if fast_tls::get() == RSEQ_TAG {
-            // Per-CPU rseq mode: the restartable pop, as the thread mode's pop comes
-            // before the layers of `kmalloc_other`.
-            if !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO) {
-                if let Some(p) = self.rseq_alloc_small(size) {
-                    return Some(p);
-                }
-            }
         } else if let Some((c, cg)) = charged_cpu() {
             // An attached thread with an active memory cgroup: an object kept charged
             // to its objcg in its area's objcg sheaves (KFENCE samples no charged
@@ -52,6 +44,24 @@ impl Heap {
     /// it is per-CPU mode's fast path.
     #[inline(never)]
     fn kmalloc_other(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if fast_tls::get() == RSEQ_TAG
+            && !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO)
+        {
+            // Per-CPU rseq mode, a plain request: the restartable pop first, as the
+            // thread mode's pop comes before the layers below (here, not in
+            // `kmalloc`, so that the thread mode's fast path stays as short; and
+            // in a function of its own, whose few registers cost the pop little).
+            if let Some(p) = self.rseq_alloc_small(size) {
+                return Some(p);
+            }
+        }
+        self.kmalloc_layers(size, gfp)
+    }
+
+    /// [`Heap::kmalloc_other`] past the rseq pop: KFENCE, the sheaf slow path, the
+    /// zone path, per-CPU mode's fallbacks, the charged path.
+    #[inline(never)]
+    fn kmalloc_layers(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         // KFENCE samples no charged allocation: a thread with an active memory cgroup
         // leaves the armed sample to others.
         if charged_cpu().is_none() && crate::kfence::should_sample(size) {
@@ -188,12 +198,6 @@ impl Heap {
             if unsafe { self.kmem.kfree_fast(c, p) } {
                 return true;
             }
-        } else if fast_tls::get() == RSEQ_TAG {
-            // Per-CPU rseq mode: the restartable push from the object's page.
-            // SAFETY: forwarded from the caller.
-            if unsafe { self.rseq_free_fast(p) } {
-                return true;
-            }
         } else if let Some((c, cg)) = charged_cpu() {
             // A thread with an active memory cgroup: an object charged to it may stay
             // charged in its area's objcg sheaves.
@@ -213,6 +217,18 @@ impl Heap {
     /// As [`Heap::kfree`].
     #[inline(never)]
     pub(super) unsafe fn kfree_other(&self, p: *mut u8) -> bool {
+        // Per-CPU rseq mode: the restartable push from the object's page first (as
+        // in `kmalloc_other`).
+        // SAFETY: forwarded from the caller.
+        unsafe { fast_tls::get() == RSEQ_TAG && self.rseq_free_fast(p) || self.kfree_layers(p) }
+    }
+
+    /// [`Heap::kfree_other`] past the rseq push.
+    ///
+    /// # Safety
+    /// As [`Heap::kfree`].
+    #[inline(never)]
+    unsafe fn kfree_layers(&self, p: *mut u8) -> bool {
         if crate::kfence::owns(p) {
             return self.kfence_free(p);
         }

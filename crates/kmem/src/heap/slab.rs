@@ -60,11 +60,6 @@ impl Heap {
             if let Some(p) = self.kmem.slub().alloc_fast(c, s, gfp) {
                 return Some(p);
             }
-        } else if fast_tls::get() == RSEQ_TAG {
-            // Per-CPU rseq mode, no active memory cgroup: the restartable pop.
-            if let Some(p) = self.rseq_alloc(s, gfp) {
-                return Some(p);
-            }
         }
         self.kmem_cache_alloc_other(s, gfp)
     }
@@ -72,6 +67,20 @@ impl Heap {
     /// [`Heap::kmem_cache_alloc`] past its fast path (see `Heap::kmalloc_other`).
     #[inline(never)]
     fn kmem_cache_alloc_other(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        if fast_tls::get() == RSEQ_TAG {
+            // Per-CPU rseq mode, no active memory cgroup: the restartable pop before
+            // the thread-local slots are looked at (here, not in `kmem_cache_alloc`,
+            // so that the thread mode's fast path stays as short).
+            if let Some(p) = self.rseq_alloc(s, gfp) {
+                return Some(p);
+            }
+        }
+        self.kmem_cache_alloc_layers(s, gfp)
+    }
+
+    /// [`Heap::kmem_cache_alloc_other`] past the rseq pop.
+    #[inline(never)]
+    fn kmem_cache_alloc_layers(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         match active_objcg() {
             None => match thread_cpu() {
                 Some(c) => self.kmem.slub().alloc(Some(c), s, gfp),
@@ -119,13 +128,6 @@ impl Heap {
             if unsafe { self.kmem.slub().free_fast_to(c, s, p.as_ptr()) } {
                 return true;
             }
-        } else if fast_tls::get() == RSEQ_TAG {
-            // Per-CPU rseq mode: the restartable push from the object's page, for an
-            // object of `s`.
-            // SAFETY: forwarded from the caller.
-            if unsafe { self.rseq_free_fast_to(p.as_ptr(), Some(s)) } {
-                return true;
-            }
         }
         // SAFETY: forwarded from the caller.
         unsafe { self.kmem_cache_free_other(s, p) }
@@ -137,6 +139,21 @@ impl Heap {
     /// As [`Heap::kmem_cache_free`].
     #[inline(never)]
     unsafe fn kmem_cache_free_other(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
+        // Per-CPU rseq mode: the restartable push from the object's page, for an
+        // object of `s`.
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            fast_tls::get() == RSEQ_TAG && self.rseq_free_fast_to(p.as_ptr(), Some(s))
+                || self.kmem_cache_free_layers(s, p)
+        }
+    }
+
+    /// [`Heap::kmem_cache_free_other`] past the rseq push.
+    ///
+    /// # Safety
+    /// As [`Heap::kmem_cache_free`].
+    #[inline(never)]
+    unsafe fn kmem_cache_free_layers(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
         match thread_cpu() {
             // SAFETY: forwarded from the caller.
             Some(c) => unsafe { self.kmem.kmem_cache_free(Some(c), s, p) },

@@ -318,12 +318,14 @@ pub unsafe fn sheaf_pop_at(rseq: *mut u8, table: *const u8, off: usize) -> usize
         std::arch::asm!(
             rseq_arm!(),
             rseq_this_cpu_at!(),
+            // (`t` is free once `cc` is known: it holds the count, `obj` the sheaf;
+            // seven registers, all of them ones a call may clobber anyway.)
             "mov {w}, qword ptr [{cc} + {off_len}]",
-            "mov {n:e}, {w:e}",
-            "test {n:e}, {n:e}",
+            "mov {t:e}, {w:e}",
+            "test {t:e}, {t:e}",
             "jz 25f",
-            "mov {m}, qword ptr [{cc} + {off_main}]",
-            "mov {obj}, qword ptr [{m} + {n} * 8 + {hdr} - 8]",
+            "mov {obj}, qword ptr [{cc} + {off_main}]",
+            "mov {obj}, qword ptr [{obj} + {t} * 8 + {hdr} - 8]",
             "dec {w}",
             "mov qword ptr [{cc} + {off_len}], {w}",
             "22:",
@@ -343,8 +345,6 @@ pub unsafe fn sheaf_pop_at(rseq: *mut u8, table: *const u8, off: usize) -> usize
             t = out(reg) _,
             cc = out(reg) _,
             w = out(reg) _,
-            n = out(reg) _,
-            m = out(reg) _,
             options(nostack),
         );
     }
@@ -404,7 +404,17 @@ pub unsafe fn sheaf_push_at(rseq: *mut u8, table: *const u8, off: usize, obj: us
             "mov qword ptr [{m} + {n} * 8 + {hdr}], {obj}",
             "inc {w}",
             "mov qword ptr [{cc} + {off_len}], {w}",
-            rseq_push_end!(),
+            // The result in `t` (free after the commit; nine registers in all, none
+            // a call must keep): 1 done, 2 on top already, 0 not done.
+            "22:",
+            "mov {t:e}, 1",
+            "jmp 26f",
+            "27:",
+            "mov {t:e}, 2",
+            "jmp 26f",
+            "25:",
+            "xor {t:e}, {t:e}",
+            "26:",
             rseq_descriptor!(),
             rseq = in(reg) rseq,
             table = in(reg) table,
@@ -417,8 +427,7 @@ pub unsafe fn sheaf_push_at(rseq: *mut u8, table: *const u8, off: usize, obj: us
             off_mul = const FREE_START_MUL_OFFSET,
             off_limit = const FREE_START_LIMIT_OFFSET,
             hdr = const SHEAF_HEADER,
-            res = out(reg) res,
-            t = out(reg) _,
+            t = out(reg) res,
             cc = out(reg) _,
             w = out(reg) _,
             n = out(reg) _,
