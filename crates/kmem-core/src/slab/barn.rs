@@ -20,7 +20,7 @@ use crate::sync::{Ordering::Relaxed, SpinLock};
 use core::ptr::{self, NonNull};
 
 /// Most full sheaves a barn keeps (`MAX_FULL_SHEAVES`); a CPU's full sheaf past it
-/// (or past the cache's byte bound, `sheaf::barn_max_full`) is flushed to the slabs.
+/// (or past the cache's byte bound, `sheaf_size::barn_max_full`) is flushed to the slabs.
 /// The kernel keeps 10; kmem lets a barn grow to 256 while it is in use, so that a
 /// program that frees tens of thousands of small objects and allocates them again (a
 /// tree or a table dropped and rebuilt) exchanges whole sheaves instead of going

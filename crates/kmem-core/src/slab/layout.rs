@@ -96,7 +96,7 @@ pub struct CacheConfig {
     pub random: usize,
     /// All ones when hardened, else 0.
     pub harden_mask: usize,
-    /// Most full sheaves a barn of this cache keeps (see `sheaf::barn_max_full`).
+    /// Most full sheaves a barn of this cache keeps (see `sheaf_size::barn_max_full`).
     pub barn_max_full: usize,
     /// The cache (a `&'static KmemCache` as an address) whose objects hold this
     /// cache's sheaves; 0 without sheaves.

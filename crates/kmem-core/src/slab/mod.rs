@@ -105,6 +105,7 @@ mod prefill;
 mod refill;
 mod report;
 pub mod sheaf;
+mod sheaf_size;
 mod slabinfo;
 mod stat;
 mod state;
@@ -126,7 +127,11 @@ use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};
 pub use layout::{calculate_order, CacheConfig, Ctor};
 use lockless::Push;
-pub use sheaf::{barn_max_full, sheaf_capacity, sheaf_pop_at, FastPath, SlabSheaf, SlubDesign};
+pub use sheaf::{sheaf_pop_at, FastPath, SlabSheaf, SlubDesign};
+pub use sheaf_size::{
+    barn_max_bytes, barn_max_full, sheaf_capacity, BARN_MAX_LARGE_OBJECT_BYTES,
+    BARN_MAX_OBJECT_BYTES, BARN_SMALL_OBJECT, SHEAF_MAX_OBJECT_BYTES,
+};
 pub use slabinfo::{write_slabinfo_header, write_slabinfo_row, SlabRow};
 pub use stat::{SlubStat, NR_SLUB_STAT};
 pub(crate) use state::*;
