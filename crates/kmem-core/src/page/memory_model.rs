@@ -144,13 +144,15 @@ impl<P: Platform> PageAllocator<P> {
     /// brought online (one range check, no section state: see
     /// [`PageAllocator::virt_to_slab_used`]), whatever the page's state; else `None`.
     /// (A closure, not an `Option<&Page>`: the option's null test would stay on the
-    /// free fast path.)
+    /// free fast path.) The free fast paths pass a reader of `owner[1]`'s sheaves
+    /// tags, set only on a live slab's head and `SLAB_TAIL` pages and zero on every
+    /// other page (see `slab::state`), so they test no flags first.
     #[inline(always)]
-    fn with_used_page<'p>(
+    pub(crate) fn with_used_page<'p, R>(
         &'p self,
         addr: *const u8,
-        f: impl FnOnce(&'p Page) -> Option<&'p Page>,
-    ) -> Option<&'p Page> {
+        f: impl FnOnce(&'p Page) -> Option<R>,
+    ) -> Option<R> {
         let base = self.base.load(Ordering::Relaxed);
         let off = (addr as usize).wrapping_sub(base);
         if off >= self.used_len.load(Ordering::Acquire) {

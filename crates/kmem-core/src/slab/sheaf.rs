@@ -222,10 +222,24 @@ impl KmemCacheCpu {
     /// Whether `p` starts an object of the cache whose spare sheaf this is (see
     /// [`CacheConfig::starts_object_in_slab`]), from this line alone; false before the
     /// first spare sheaf is installed (a zero bound).
+    ///
+    /// Only the area's owner calls it (a [`CpuRef`]'s holder, on the inline sheaf
+    /// path), and only the owner writes the checks ([`KmemCacheCpu::set_free_checks`],
+    /// under the same rule), so it reads them with plain loads, which the compiler
+    /// folds into the `and`, `imul` and `cmp` (it folds no atomic load): three
+    /// instructions fewer on every free.
     #[inline(always)]
     fn is_object_start(&self, p: usize) -> bool {
-        let off = (p & self.free_mask.load(Relaxed)) as u64;
-        off.wrapping_mul(self.free_start_mul.load(Relaxed)) < self.free_start_limit.load(Relaxed)
+        // SAFETY: the words are the owner's (above): nothing writes them while the
+        // owner reads, so plain reads of the atomics race with nothing.
+        let (mask, mul, limit) = unsafe {
+            (
+                *self.free_mask.as_ptr(),
+                *self.free_start_mul.as_ptr(),
+                *self.free_start_limit.as_ptr(),
+            )
+        };
+        ((p & mask) as u64).wrapping_mul(mul) < limit
     }
 
     /// Swaps the main and spare sheaves, each with its word ([`Slub::alloc_sheaf_slow`],
@@ -335,10 +349,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let off_cpu = match want {
             // kfree: the object's own page carries the word (a tail page of a
             // multi-page slab mirrors its head's), so no second descriptor is read.
-            None => self
-                .pages
-                .virt_to_slab_page(p)
-                .and_then(page_inline_sheaves),
+            None => self.pages.with_used_page(p, page_inline_sheaves),
             // kmem_cache_free: the cache is on the head.
             Some(w) => self.pages.virt_to_slab_used(p).and_then(|h| {
                 let slab = Slab::of(h);
@@ -368,9 +379,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// with the checks on the CPU's line (`KmemCacheCpu`'s `free_*` words).
     #[inline(always)]
     pub fn rseq_free_target(&self, p: *const u8) -> Option<usize> {
-        self.pages
-            .virt_to_slab_page(p)
-            .and_then(state::page_rseq_sheaves)
+        self.pages.with_used_page(p, state::page_rseq_sheaves)
     }
 
     /// The sheaf slow path of an allocation from `s` for a front end whose fast pop

@@ -182,6 +182,16 @@ pub(crate) fn page_inline_sheaves(p: &Page) -> Option<usize> {
 
 /// Marks `owner[1]` as a `cpu_offset` of the inline sheaf path (offsets of
 /// `kmem_cache_cpu`, 64-byte aligned, have bit 0 clear; so do object addresses).
+///
+/// Invariant (with [`RSEQ_SHEAVES_TAG`]): a page's `owner[1]` carries a tag only while
+/// the page is the head of a live slab or one of its `SLAB_TAIL` pages. Only the slab
+/// layer writes `owner[1]` ([`Slab::init`], [`Slab::mirror_to_tails`], the CPU-slab
+/// design's local freelist, which holds object addresses: untagged); the page
+/// allocator zeroes a block's head words when it hands the block out and a compound
+/// block's tail words when it takes it back, and [`Slab::clear`] zeroes a slab's
+/// before it goes. So the free fast paths read the tag from any page the object's
+/// address falls in (`PageAllocator::with_used_page`) without testing its flags first: every
+/// other page reads untagged.
 pub(crate) const INLINE_SHEAVES_TAG: usize = 1;
 const _: () = assert!(core::mem::align_of::<KmemCacheCpu>() > INLINE_SHEAVES_TAG);
 
