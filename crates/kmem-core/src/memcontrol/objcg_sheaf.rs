@@ -388,9 +388,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         objcg: &ObjCgroup,
     ) -> Option<bool> {
         let st = self.stock(Some(c))?;
-        let ObjectLookup::Slab(s, slab) = self.km.slub().lookup(p) else {
-            return None;
-        };
+        let (s, slab) = self.km.slub().slab_object(p)?;
         let i = self.objcg_sheaf_class(s)?;
         // SAFETY: the head page of a live slab (the lookup found it).
         let data = memcg_data(unsafe { slab.as_ref() });

@@ -207,6 +207,19 @@ impl<'a, P: Platform> Slub<'a, P> {
         Some(Slab::of(h).cache())
     }
 
+    /// [`Slub::lookup`]'s slab case alone, for fast paths: the cache and head page when
+    /// `ptr` starts an object of a slab, else `None` (the caller's regular path looks
+    /// again and reports). One range check against the sections ever used and the
+    /// page's flags ([`PageAllocator::virt_to_slab_used`]), no section state.
+    #[inline(always)]
+    pub fn slab_object(&self, ptr: *const u8) -> Option<(&'a KmemCache, NonNull<Page>)> {
+        let h = self.pages.virt_to_slab_used(ptr)?;
+        let s = Slab::of(h).cache();
+        let cfg = s.config();
+        let off = (ptr as usize & (cfg.slab_bytes() - 1)).wrapping_sub(cfg.red_left);
+        cfg.is_object_start(off).then(|| (s, NonNull::from(h)))
+    }
+
     /// Finds what `ptr` is: an object at the start of a slab object, a large block, or
     /// neither (with the reason). Never touches the memory at `ptr`.
     #[inline]
