@@ -10,7 +10,9 @@
 //!    restarts it when preempted), modelled as a lock that sections and the take hold;
 //!    the lock holder's work and install run outside it. The slots are loom cells, so
 //!    a slot read that is not ordered after the lock holder's writes is a reported
-//!    race: the sections must read the word with Acquire (a plain load on x86).
+//!    race: the sections must read the word with Acquire (a plain load on x86). The
+//!    push also reads the object-start checks the install writes before the spare's
+//!    word (`KmemCacheCpu`'s `free_*` words, `rseq::sheaf_push_at`), a loom cell too.
 //! 2. The barn: kmem-core's own `BarnLists` under a lock, with CPUs exchanging full
 //!    and empty sheaves and a shrinker taking everything; a sheaf's objects, written
 //!    before it is put in the barn, are read by whoever takes it out.
@@ -28,6 +30,8 @@ use loom::thread;
 use std::ptr::NonNull;
 
 const CAP: usize = 2;
+/// The spare's cache's object-start checks, as one value.
+const CHECKS: usize = 0x5eaf;
 const OBJECTS: usize = 4;
 
 /// Sheaf `i`'s slots.
@@ -56,6 +60,9 @@ struct Cpu {
     main: AtomicUsize,
     spare: AtomicUsize,
     sheaves: [Slots; 2],
+    /// The object-start checks of the spare's cache (`free_mask`, … in one word):
+    /// written by every install before the words, read by the push.
+    checks: UnsafeCell<usize>,
     /// What runs on this CPU runs alone (a section, or a take).
     on_cpu: Mutex<()>,
     /// The area's local lock: one lock holder at a time.
@@ -75,6 +82,7 @@ impl Cpu {
             main: AtomicUsize::new(0),
             spare: AtomicUsize::new(1),
             sheaves: [Slots::new(), Slots::new()],
+            checks: UnsafeCell::new(CHECKS),
             on_cpu: Mutex::new(()),
             local_lock: Mutex::new(()),
             slabs: Mutex::new(vec![3, 4]),
@@ -106,6 +114,9 @@ impl Cpu {
         if n >= (wv >> 32) as usize {
             return false;
         }
+        // SAFETY: loom checks that this read is ordered after the install's write.
+        let checks = self.checks.with(|p| unsafe { *p });
+        assert_eq!(checks, CHECKS, "a spare with room came without its checks");
         let f = self.spare.load(Ordering::Relaxed);
         assert_ne!(n.checked_sub(1).map(|i| self.sheaves[f].get(i)), Some(obj));
         self.sheaves[f].set(n, obj);
@@ -123,6 +134,8 @@ impl Cpu {
 
     /// The lock holder's install: the pointers, then the words (Release).
     fn install(&self, (m, mn): (usize, usize), (f, fnn): (usize, usize)) {
+        // SAFETY: loom checks that no section's read races with this write.
+        self.checks.with_mut(|p| unsafe { *p = CHECKS });
         self.main.store(m, Ordering::Relaxed);
         self.spare.store(f, Ordering::Relaxed);
         self.main_word.store(w(mn), Ordering::Release);
