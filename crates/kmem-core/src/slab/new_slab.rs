@@ -218,8 +218,11 @@ impl<'a, P: Platform> Slub<'a, P> {
         s.node[nid].nr_slabs.fetch_sub(1, Relaxed);
         // SAFETY: the slab is empty and on no list: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
-        head.set_flags(PageFlags::HEAD);
+        // The words first: the free fast paths read the sheaves tag in `owner[1]`
+        // without the flags (see `slab::state::INLINE_SHEAVES_TAG`), so the tag goes
+        // before the page stops being a slab.
         Slab::of(head).clear();
+        head.set_flags(PageFlags::HEAD);
         self.free_slab_obj_exts(cpu, head);
         s.stat(cpu, SlubStat::FreeSlab);
         // SAFETY: allocated by `allocate_slab` with this order; nothing refers to it.
