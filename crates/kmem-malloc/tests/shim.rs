@@ -27,10 +27,19 @@ fn compile(name: &str) -> PathBuf {
 }
 
 /// As [`compile`], with extra inputs (libkmem.so itself, for programs that call
-/// kmem's own functions).
+/// kmem's own functions). Each call writes its own executable: tests run in parallel,
+/// and one test's compiler rewriting a program another test is about to run makes
+/// that run fail (EACCES or ETXTBSY).
 fn compile_with(name: &str, extra: &[&Path]) -> PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static BUILT: AtomicUsize = AtomicUsize::new(0);
     let src = source(name);
-    let out = tmp().join(name.replace('.', "_"));
+    let n = BUILT.fetch_add(1, Ordering::Relaxed);
+    let out = tmp().join(format!(
+        "{}_{}_{n}",
+        name.replace('.', "_"),
+        std::process::id()
+    ));
     let cpp = name.ends_with(".cpp");
     let status = Command::new(if cpp { "c++" } else { "cc" })
         .args(["-O1", "-g", "-rdynamic", "-pthread", "-w", "-o"])
