@@ -53,33 +53,34 @@ macro_rules! rseq_arm {
     };
 }
 
-/// In a section: `{cc}` = the `kmem_cache_cpu` of the cache `{cfg}` in the area of the
-/// CPU the thread runs on (`cpu_id` at offset 4, `{table}` of `{len}` entries); to
-/// label 25 (no commit) if that CPU has no area. Uses `{t}`.
-macro_rules! rseq_this_cpu {
+/// In a section: `{cc}` = the CPU area of the CPU the thread runs on (`cpu_id` at
+/// offset 4, `{table}` of `{len}` entries); to label 25 (no commit) if that CPU has no
+/// area. Uses `{t}`. (No newline at the end: [`rseq_this_cpu`] and
+/// [`rseq_this_cpu_at`] add the `kmem_cache_cpu`'s offset.)
+macro_rules! rseq_cpu_area {
     () => {
         "mov {t:e}, dword ptr [{rseq} + 4]\n\
          cmp {t}, {len}\n\
          jae 25f\n\
          mov {cc}, qword ptr [{table} + {t} * 8]\n\
          test {cc}, {cc}\n\
-         jz 25f\n\
-         add {cc}, qword ptr [{cfg} + {off_cpu}]"
+         jz 25f\n"
+    };
+}
+
+/// In a section: `{cc}` = the `kmem_cache_cpu` of the cache `{cfg}` in the area of the
+/// CPU the thread runs on ([`rseq_cpu_area`], then the cache's `cpu_offset`).
+macro_rules! rseq_this_cpu {
+    () => {
+        concat!(rseq_cpu_area!(), "add {cc}, qword ptr [{cfg} + {off_cpu}]")
     };
 }
 
 /// [`rseq_this_cpu`] with the `kmem_cache_cpu`'s offset in a register: `{cc}` = the
-/// CPU area of the CPU the thread runs on plus `{off}`; to label 25 if that CPU has no
-/// area. Uses `{t}`.
+/// CPU area of the CPU the thread runs on plus `{off}`.
 macro_rules! rseq_this_cpu_at {
     () => {
-        "mov {t:e}, dword ptr [{rseq} + 4]\n\
-         cmp {t}, {len}\n\
-         jae 25f\n\
-         mov {cc}, qword ptr [{table} + {t} * 8]\n\
-         test {cc}, {cc}\n\
-         jz 25f\n\
-         add {cc}, {off}"
+        concat!(rseq_cpu_area!(), "add {cc}, {off}")
     };
 }
 
