@@ -26,7 +26,7 @@
 //! — not ours, not the start of an object — is reported and left alone.
 
 use crate::gfp::Gfp;
-use crate::page::PageAllocator;
+use crate::page::{PageAllocator, CPU_AREA_ZERO_LINE};
 use crate::page::{MAX_ORDER, PAGE_SIZE};
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
@@ -180,9 +180,10 @@ pub struct KmallocCaches {
     kernel: [[KmemCache; NR_KMALLOC]; NR_KMALLOC_TYPES - 1],
     /// For sizes up to [`SMALL_FAST_MAX`], by `(size + 7) / 8`: the `cpu_offset` of
     /// the plain class's per-CPU sheaves when that cache runs the inline sheaf path,
-    /// else 0. Written once by [`KmallocCaches::boot`] (caches' configs never change
-    /// after it), so kmalloc's fast path goes from the size to the CPU's sheaf with
-    /// one table load and no load through the cache.
+    /// else [`CPU_AREA_ZERO_LINE`] (whose sheaves are always empty, so the pop fails
+    /// without a test of the offset). Written once by [`KmallocCaches::boot`]
+    /// (caches' configs never change after it), so kmalloc's fast path goes from the
+    /// size to the CPU's sheaf with one table load and no load through the cache.
     small_fast: [AtomicU32; SMALL_FAST_MAX / 8 + 1],
     /// [`KmallocCaches::small_fast`] for per-CPU rseq mode: the `cpu_offset` of the
     /// plain class's sheaves when that cache runs on the platform's restartable
@@ -200,7 +201,8 @@ impl KmallocCaches {
         Self {
             plain: [const { KmemCache::new() }; NR_KMALLOC_PLAIN],
             kernel: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
-            small_fast: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
+            small_fast: [const { AtomicU32::new(CPU_AREA_ZERO_LINE as u32) };
+                SMALL_FAST_MAX / 8 + 1],
             small_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
         }
     }
@@ -245,14 +247,23 @@ impl KmallocCaches {
                     .filter(|_| on)
                     .unwrap_or(0)
             };
-            fast.store(off(FastPath::Sheaf), Relaxed);
+            let inline = off(FastPath::Sheaf);
+            fast.store(
+                if inline != 0 {
+                    inline
+                } else {
+                    CPU_AREA_ZERO_LINE as u32
+                },
+                Relaxed,
+            );
             rseq.store(off(FastPath::SheafRseq), Relaxed);
         }
         Ok(())
     }
 
     /// See [`KmallocCaches::small_fast`]: for `size <= SMALL_FAST_MAX`, the
-    /// `cpu_offset` of its class's sheaves if the fast path may pop them, else 0.
+    /// `cpu_offset` of its class's sheaves if the fast path may pop them, else
+    /// [`CPU_AREA_ZERO_LINE`] (never 0).
     #[inline(always)]
     pub fn small_fast(&self, size: usize) -> usize {
         debug_assert!(size <= SMALL_FAST_MAX);

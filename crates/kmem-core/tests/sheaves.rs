@@ -529,13 +529,40 @@ fn kmallocs_fast_path_pops_the_class_of_every_small_size() {
             assert!(k.kfree(c, q.as_ptr()));
         }
     }
-    // Caches on the CPU-slab path (this design, or slub_debug) have no fast pop.
+    // Caches on the CPU-slab path (this design, or slub_debug) have no fast pop: the
+    // size table sends them to the area's zero line, which stays all zero.
+    let zero_line = |c: kmem_core::CpuRef<'_>| {
+        // SAFETY: 64 bytes inside the owned area; nothing writes them.
+        unsafe {
+            *c.area()
+                .ptr::<[u8; 64]>(kmem_core::page::CPU_AREA_ZERO_LINE)
+        }
+    };
     let old = common::kmem_design(2, config(1, 0), None, SlubDesign::CpuSlab);
-    let (_, c) = own_area(old);
-    let p = old.kmalloc(c, 32, Gfp::KERNEL).unwrap();
-    assert!(old.kmalloc_fast(c.unwrap(), 32, Gfp::KERNEL).is_none());
-    // SAFETY: ours.
-    unsafe { old.kfree(c, p.as_ptr()) };
+    let debug = common::kmem_with(
+        2,
+        config(1, 0),
+        Some(|name| match name {
+            "kmalloc-64" => kmem_core::SlabFlags::RED_ZONE,
+            _ => kmem_core::SlabFlags::empty(),
+        }),
+    );
+    for (k, sizes) in [
+        (old, 0..=kmem_core::kmalloc::SMALL_FAST_MAX),
+        (debug, 49..=64),
+    ] {
+        let (_, c) = own_area(k);
+        for size in sizes {
+            // Fill every cache's sheaves that the fast path could pop by mistake.
+            let p = k.kmalloc(c, size, Gfp::KERNEL).unwrap();
+            let q = k.kmalloc(c, 8, Gfp::KERNEL).unwrap();
+            assert!(k.kmalloc_fast(c.unwrap(), size, Gfp::KERNEL).is_none());
+            // SAFETY: ours.
+            unsafe { assert!(k.kfree(c, p.as_ptr()) && k.kfree(c, q.as_ptr())) };
+        }
+        assert_eq!(zero_line(c.unwrap()), [0; 64], "the zero line was written");
+    }
+    assert_eq!(zero_line(cpu), [0; 64], "the zero line was written");
 }
 
 #[test]

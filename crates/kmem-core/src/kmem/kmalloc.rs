@@ -42,12 +42,9 @@ impl<P: Platform> Kmem<P> {
         }
         if size <= SMALL_FAST_MAX {
             let off = self.kmalloc.small_fast(size);
-            if off == 0 {
-                return None;
-            }
             // SAFETY: `off` is the `cpu_offset` of a plain kmalloc cache on the inline
-            // sheaf path (`small_fast`), where every CPU area keeps its
-            // `kmem_cache_cpu`.
+            // sheaf path, where every CPU area keeps its `kmem_cache_cpu`, or the
+            // area's zero line, whose sheaves are empty (`small_fast`).
             return unsafe { crate::slab::sheaf_pop_at(cpu, off) };
         }
         let s = self.kmalloc.plain(size)?;

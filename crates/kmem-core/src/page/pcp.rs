@@ -61,8 +61,15 @@ pub struct ZonePcp {
 const fn zone_pcp_offset(nid: usize) -> usize {
     CPU_AREA_DATA + nid * core::mem::size_of::<ZonePcp>()
 }
+/// Offset of a 64-byte line of every CPU area that nothing writes: all zero, as a
+/// new area is. Read as a `kmem_cache_cpu` it has empty sheaves and no room, so a
+/// fast path given its offset instead of a cache's (kmalloc's size table, for a
+/// class without the inline sheaf path) falls to its slow path with no test of its
+/// own.
+pub const CPU_AREA_ZERO_LINE: usize = zone_pcp_offset(MAX_NUMNODES);
 /// First CPU-area offset left to [`crate::percpu::PerCpuOffsets`].
-pub(super) const PERCPU_DYNAMIC_START: usize = zone_pcp_offset(MAX_NUMNODES);
+pub(super) const PERCPU_DYNAMIC_START: usize = CPU_AREA_ZERO_LINE + 64;
+const _: () = assert!(CPU_AREA_ZERO_LINE.is_multiple_of(64));
 const _: () = assert!(PERCPU_DYNAMIC_START < CPU_AREA_SIZE / 2);
 const _: () = assert!(CPU_AREA_SIZE == PAGE_SIZE << CPU_AREA_ORDER);
 

@@ -84,6 +84,26 @@ pub const SHEAF_HEADER: usize = core::mem::size_of::<SlabSheaf>();
 /// Where `sheaf_len` keeps the capacity.
 pub const SHEAF_CAP_SHIFT: u32 = 32;
 
+/// The `u32` halves of a sheaf word in memory: the count (its low half) and the
+/// capacity.
+const COUNT_HALF: usize = if cfg!(target_endian = "little") { 0 } else { 1 };
+const CAP_HALF: usize = 1 - COUNT_HALF;
+
+/// The count half of a sheaf word, for the inline fast paths' plain loads and stores:
+/// a push reads the count and the capacity as two `u32`s (one load and a compare with
+/// memory, where the whole word takes a load, two copies, a shift and a compare) and
+/// stores the count alone.
+///
+/// Only a [`FastPath::Sheaf`] or [`FastPath::SheafCounted`] cache's owner may use it:
+/// there every access to the words is the CPU area's owner's (the fast paths, the
+/// slow paths, the census of owned areas), so plain accesses race with nothing; the
+/// restartable sequences, which change a [`FastPath::SheafRseq`] cache's words from
+/// other threads on the CPU, have paths of their own.
+#[inline(always)]
+fn owner_count(word: &AtomicU64) -> *mut u32 {
+    (word.as_ptr() as *mut u32).wrapping_add(COUNT_HALF)
+}
+
 /// How a cache's fast path runs, chosen once when the cache is created (one compare
 /// on the fast path picks it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -158,7 +178,8 @@ enum Which {
 ///
 /// # Safety
 /// `cpu_offset` is the `cpu_offset` of a cache whose fast path is
-/// [`FastPath::Sheaf`].
+/// [`FastPath::Sheaf`], or [`crate::page::CPU_AREA_ZERO_LINE`] (empty sheaves: the
+/// pop reads the count, finds none and writes nothing).
 #[inline(always)]
 pub unsafe fn sheaf_pop_at(c: CpuRef<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
     // SAFETY: the caller's contract: every CPU area keeps the cache's
@@ -173,37 +194,45 @@ impl KmemCacheCpu {
     /// The fast pop: the main sheaf's top object, or `None` when it has none.
     #[inline(always)]
     pub(super) fn sheaf_pop(&self) -> Option<usize> {
-        let w = self.sheaf_len.load(Relaxed);
-        let n = w as u32 as usize;
+        let count = owner_count(&self.sheaf_len);
+        // SAFETY: the main word is the owner's (`owner_count`).
+        let n = unsafe { *count } as usize;
         if n == 0 {
             return None;
         }
         // SAFETY: a non-zero count means `main` is this CPU's main sheaf with `n`
-        // objects in slots 0..n (module docs); only the owner touches them.
-        let obj = unsafe { *slot(self.main.load(Relaxed), n - 1) };
-        self.sheaf_len.store(w - 1, Relaxed);
-        Some(obj)
+        // objects in slots 0..n (module docs); only the owner touches them, and the
+        // word (`owner_count`).
+        unsafe {
+            let obj = *slot(self.main.load(Relaxed), n - 1);
+            *count = (n - 1) as u32;
+            Some(obj)
+        }
     }
 
     /// The fast push: `obj` on the spare sheaf's top. `Err(false)`: no room (or no
     /// spare sheaf); `Err(true)`: `obj` is already the top (a double free).
     #[inline(always)]
     pub(super) fn sheaf_push(&self, obj: usize) -> Result<(), bool> {
-        let w = self.spare_len.load(Relaxed);
-        let n = w as u32 as usize;
-        if n >= (w >> SHEAF_CAP_SHIFT) as usize {
+        let count = owner_count(&self.spare_len);
+        // SAFETY: the spare word is the owner's (`owner_count`); its capacity half
+        // follows the count half.
+        let (n, cap) = unsafe { (*count, *count.wrapping_add(CAP_HALF - COUNT_HALF)) };
+        if n >= cap {
             return Err(false);
         }
+        let n = n as usize;
         let spare = self.spare.load(Relaxed);
         // SAFETY: room means a spare sheaf with `n` objects and more slots; slot
-        // `n - 1` of an empty sheaf is its capacity word (never an object).
+        // `n - 1` of an empty sheaf is its capacity word (never an object). The
+        // word is the owner's (`owner_count`).
         unsafe {
             if *slot(spare, n.wrapping_sub(1)) == obj {
                 return Err(true);
             }
             *slot(spare, n) = obj;
+            *count = n as u32 + 1;
         }
-        self.spare_len.store(w + 1, Relaxed);
         Ok(())
     }
 
