@@ -7,7 +7,10 @@
 mod common;
 
 use common::{config, kmem, kmem_cpu_slab, kmem_with, TestPlatform};
-use kmem_core::memcontrol::{MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_SLOTS};
+use kmem_core::memcontrol::{
+    MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
+    OBJCG_SHEAVES_MAX_BYTES,
+};
 use kmem_core::{CpuArea, CpuRef, Gfp, Kmem, SlabFlags};
 use std::collections::HashSet;
 
@@ -90,12 +93,14 @@ fn a_sheaf_holds_its_class_capacity_and_the_rest_is_uncharged_at_once() {
     assert_eq!(held(k, a).1, OBJCG_SHEAF_SLOTS);
     k.memcg().memcg_flush_stats(cpu);
     assert_eq!(slab_bytes(g), (OBJCG_SHEAF_SLOTS * 16) as isize);
-    // Large classes keep two objects.
-    let big: Vec<_> = (0..5).map(|_| alloc(k, cpu, g, 8192)).collect();
+    // Large classes keep four objects.
+    let big: Vec<_> = (0..OBJCG_SHEAF_MIN_SLOTS + 3)
+        .map(|_| alloc(k, cpu, g, 8192))
+        .collect();
     for &p in &big {
         free(k, cpu, g, p);
     }
-    assert_eq!(held(k, a).1, OBJCG_SHEAF_SLOTS + 2);
+    assert_eq!(held(k, a).1, OBJCG_SHEAF_SLOTS + OBJCG_SHEAF_MIN_SLOTS);
     // Thread exit (the area going back) drains them.
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
@@ -216,6 +221,32 @@ fn a_double_free_on_a_full_objcg_sheaf_or_behind_its_back_is_never_freed_twice()
 }
 
 #[test]
+fn full_objcg_sheaves_hold_their_stated_bound_and_no_more() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "bound");
+    let (a, cpu) = own_area(k);
+    // More objects of every class than a sheaf holds, all freed: each class's sheaf
+    // fills and the rest is uncharged.
+    let objs: Vec<_> = kmem_core::kmalloc::KMALLOC_SIZES
+        .iter()
+        .flat_map(|&size| (0..OBJCG_SHEAF_SLOTS + 1).map(move |_| size))
+        .map(|size| alloc(k, cpu, g, size))
+        .collect();
+    for &p in &objs {
+        free(k, cpu, g, p);
+    }
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(slab_bytes(g), OBJCG_SHEAVES_MAX_BYTES as isize);
+    assert!(
+        OBJCG_SHEAVES_MAX_BYTES <= 80 << 10,
+        "{OBJCG_SHEAVES_MAX_BYTES}"
+    );
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(g.usage(), 0);
+}
+
+#[test]
 fn objects_waiting_in_objcg_sheaves_go_back_when_the_group_hits_its_limit() {
     let k = kmem(2, config(1, 0));
     let g = group(k, "limited");
@@ -227,10 +258,14 @@ fn objects_waiting_in_objcg_sheaves_go_back_when_the_group_hits_its_limit() {
     while let Some(p) = k.memcg().kmalloc_objcg(cpu, 1024, Gfp::KERNEL, g.objcg()) {
         held_objs.push(p.as_ptr());
     }
-    for p in held_objs.drain(..4) {
+    for p in held_objs.drain(..OBJCG_SHEAF_MIN_SLOTS + 2) {
         free(k, cpu, g, p);
     }
-    assert_eq!(held(k, a).1, 2, "two 1 KiB objects wait");
+    assert_eq!(
+        held(k, a).1,
+        OBJCG_SHEAF_MIN_SLOTS,
+        "four 1 KiB objects wait"
+    );
     // Another class needs the bytes they hold: the charge at the limit reclaims them.
     let small: Vec<_> = (0..32)
         .map(|_| {

@@ -65,7 +65,10 @@ mod test_env;
 
 pub use counter::PageCounter;
 pub use group::{MemCgroup, ObjCgroup};
-pub use objcg_sheaf::{ObjcgSheaves, OBJCG_SHEAF_BYTES, OBJCG_SHEAF_CLASSES, OBJCG_SHEAF_SLOTS};
+pub use objcg_sheaf::{
+    ObjcgSheaves, OBJCG_SHEAF_BYTES, OBJCG_SHEAF_CLASSES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
+    OBJCG_SHEAVES_MAX_BYTES,
+};
 pub use report::{write_memcg_files, MemcgFiles};
 pub use stock::MemcgStock;
 
