@@ -81,6 +81,8 @@ pub const OBJCG_SHEAVES_MAX_BYTES: usize = {
     }
     sum
 };
+// Small next to the stock's batch of pre-charged pages (the kernel's 64 pages).
+const _: () = assert!(OBJCG_SHEAVES_MAX_BYTES <= 80 << 10);
 
 /// Where each class's slots start in [`ObjcgSheaves`]' one array (the classes' slots
 /// one after the other), and the array's length.
