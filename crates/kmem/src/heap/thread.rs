@@ -78,8 +78,14 @@ fn refresh_fast() {
 
 /// The charged paths' test: the thread's own CPU area and its active objcg, when it
 /// is attached and has an active memory cgroup (two loads of initial-exec words).
+/// The charged words are set only while the fast word is 0 (`refresh_fast`), so it
+/// tests that first: a caller that has just read the fast word (`fast_cpu`) pays one
+/// compare, and a thread on the fast paths or in per-CPU rseq mode reads no more.
 #[inline(always)]
 pub(crate) fn charged_cpu() -> Option<(CpuRef<'static>, &'static ObjCgroup)> {
+    if fast_tls::get() != 0 {
+        return None;
+    }
     let a = fast_tls::get_word::<{ fast_tls::CHARGED_AREA }>();
     if a == 0 {
         return None;

@@ -50,7 +50,10 @@ mod imp {
         // SAFETY: an initial-exec access to the TLS variable above: the GOT entry
         // holds its offset from the thread pointer (fs), set by the dynamic linker
         // (or the offset itself once the linker relaxes it in an executable); word
-        // `W` < WORDS lies inside it. Reads only this thread's word.
+        // `W` < WORDS lies inside it. Reads only this thread's word. `pure`: two reads
+        // with no write to memory between them give the same value (the thread does
+        // not change under a running function; `set_word` writes memory), so the
+        // compiler may merge them.
         unsafe {
             core::arch::asm!(
                 "mov {t}, qword ptr [rip + kmem_tls_fast_area@GOTTPOFF]",
@@ -58,7 +61,7 @@ mod imp {
                 t = out(reg) _,
                 v = out(reg) v,
                 off = const W * 8,
-                options(nostack, readonly, preserves_flags),
+                options(pure, nostack, readonly, preserves_flags),
             );
         }
         v

@@ -561,10 +561,12 @@ pub fn rss_bytes() -> usize {
 }
 
 /// Offset of glibc's per-thread `struct rseq` from the thread pointer
-/// (`__rseq_offset`), or `isize::MIN` when this glibc registers none (before 2.35, or
-/// `glibc.pthread.rseq=0`). Set by [`rseq_init`].
-static RSEQ_OFFSET: std::sync::atomic::AtomicIsize =
-    std::sync::atomic::AtomicIsize::new(isize::MIN);
+/// (`__rseq_offset`), or 0 when this glibc registers none (before 2.35, or
+/// `glibc.pthread.rseq=0`). Set by [`rseq_init`]. No registration is at offset 0: the
+/// thread pointer addresses the TCB, whose first word is its own address (fs:0), so
+/// 0 is free to mean "none" (one test on the rseq fast paths, where `isize::MIN`
+/// took a 64-bit constant and a compare).
+static RSEQ_OFFSET: std::sync::atomic::AtomicIsize = std::sync::atomic::AtomicIsize::new(0);
 
 /// Looks up glibc's rseq registration (`__rseq_offset`, `__rseq_size`) so that
 /// [`current_cpu`] can read the CPU id the kernel keeps in it. Without one,
@@ -588,7 +590,7 @@ pub fn rseq_init() {
 #[inline]
 pub fn rseq_offset() -> Option<isize> {
     let off = RSEQ_OFFSET.load(std::sync::atomic::Ordering::Relaxed);
-    (off != isize::MIN).then_some(off)
+    (off != 0).then_some(off)
 }
 
 /// The CPU the caller runs on: the `cpu_id` field of the thread's rseq area (one load,
@@ -598,7 +600,7 @@ pub fn current_cpu() -> usize {
     #[cfg(target_arch = "x86_64")]
     {
         let off = RSEQ_OFFSET.load(std::sync::atomic::Ordering::Relaxed);
-        if off != isize::MIN {
+        if off != 0 {
             let tp: usize;
             // SAFETY: on x86_64 glibc keeps the thread pointer at fs:0 (the TCB's
             // self-pointer); reading it has no side effects.

@@ -313,22 +313,24 @@ pub unsafe fn sheaf_pop_at(rseq: *mut u8, table: *const u8, off: usize) -> usize
     let obj: usize;
     // SAFETY: the caller's contract. Inside the section every load is from the CPU
     // table, the area's `kmem_cache_cpu`, or slot `count - 1` of the CPU's main sheaf
-    // (a non-zero word means the sheaf has `count` objects); the commit is the store
-    // of the word, the last instruction before label 22. Inputs are never written.
+    // (a non-zero count means the sheaf has `count` objects); the commit is the store
+    // of the count, the last instruction before label 22. Inputs are never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
             rseq_this_cpu_at!(),
             // (`t` is free once `cc` is known: it holds the count, `obj` the sheaf;
-            // seven registers, all of them ones a call may clobber anyway.)
-            "mov {w}, qword ptr [{cc} + {off_len}]",
-            "mov {t:e}, {w:e}",
+            // six registers, all of them ones a call may clobber anyway.) The count
+            // is the word's low half: a 32-bit load and a 32-bit commit, which leave
+            // the capacity half as it is (a take zeroes the whole word, on this CPU
+            // or where no sequence runs, so none falls between the two).
+            "mov {t:e}, dword ptr [{cc} + {off_len}]",
             "test {t:e}, {t:e}",
             "jz 25f",
             "mov {obj}, qword ptr [{cc} + {off_main}]",
             "mov {obj}, qword ptr [{obj} + {t} * 8 + {hdr} - 8]",
-            "dec {w}",
-            "mov qword ptr [{cc} + {off_len}], {w}",
+            "dec {t:e}",
+            "mov dword ptr [{cc} + {off_len}], {t:e}",
             "22:",
             "jmp 26f",
             "25:",
@@ -345,7 +347,6 @@ pub unsafe fn sheaf_pop_at(rseq: *mut u8, table: *const u8, off: usize) -> usize
             obj = out(reg) obj,
             t = out(reg) _,
             cc = out(reg) _,
-            w = out(reg) _,
             options(nostack),
         );
     }
@@ -378,21 +379,20 @@ pub unsafe fn sheaf_push(rseq: *mut u8, table: *const u8, cfg: &CacheConfig, obj
 #[inline]
 pub unsafe fn sheaf_push_at(rseq: *mut u8, table: *const u8, off: usize, obj: usize) -> Pushed {
     let res: usize;
-    // SAFETY: the caller's contract. A non-zero word means a spare sheaf with `count`
-    // objects and `capacity` slots, whose cache's object checks are in the same line;
-    // the slot store is beyond the committed count (a restart leaves it unused), and
-    // the commit is the store of the word, the last instruction before label 22. Slot
+    // SAFETY: the caller's contract. A count below the capacity means a spare sheaf
+    // with `count` objects and `capacity` slots, whose cache's object checks are in
+    // the same line; the slot store is beyond the committed count (a restart leaves it
+    // unused), and the commit is the store of the count, the last instruction before
+    // label 22. Slot
     // `count - 1` of an empty sheaf is its capacity word, never an object. Inputs are
     // never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
             rseq_this_cpu_at!(),
-            "mov {w}, qword ptr [{cc} + {off_len}]",
-            "mov {n:e}, {w:e}",
-            "mov {t}, {w}",
-            "shr {t}, 32",
-            "cmp {n}, {t}",
+            // The count and the capacity: the word's halves (as in `sheaf_pop_at`).
+            "mov {n:e}, dword ptr [{cc} + {off_len}]",
+            "cmp {n:e}, dword ptr [{cc} + {off_len} + 4]",
             "jae 25f",
             "mov {t}, qword ptr [{cc} + {off_mask}]",
             "and {t}, {obj}",
@@ -403,9 +403,9 @@ pub unsafe fn sheaf_push_at(rseq: *mut u8, table: *const u8, off: usize, obj: us
             "cmp qword ptr [{m} + {n} * 8 + {hdr} - 8], {obj}",
             "je 27f",
             "mov qword ptr [{m} + {n} * 8 + {hdr}], {obj}",
-            "inc {w}",
-            "mov qword ptr [{cc} + {off_len}], {w}",
-            // The result in `t` (free after the commit; nine registers in all, none
+            "inc {n:e}",
+            "mov dword ptr [{cc} + {off_len}], {n:e}",
+            // The result in `t` (free after the commit; eight registers in all, none
             // a call must keep): 1 done, 2 on top already, 0 not done.
             "22:",
             "mov {t:e}, 1",
@@ -430,7 +430,6 @@ pub unsafe fn sheaf_push_at(rseq: *mut u8, table: *const u8, off: usize, obj: us
             hdr = const SHEAF_HEADER,
             t = out(reg) res,
             cc = out(reg) _,
-            w = out(reg) _,
             n = out(reg) _,
             m = out(reg) _,
             options(nostack),
