@@ -499,16 +499,40 @@ fn the_cpu_slab_design_stays_selectable() {
 }
 
 #[test]
-fn kmallocs_fast_path_pops_the_class_of_every_small_size() {
+fn kmallocs_fast_path_pops_the_class_of_every_size_its_tables_cover() {
     let k = kmem(2, config(1, 0));
     let (_, c) = own_area(k);
     let cpu = c.unwrap();
-    for size in 0..=kmem_core::kmalloc::SMALL_FAST_MAX {
+    // Every small size; above them, up to the medium table's bound, every class's
+    // edges and a stride between them.
+    let (small, medium) = (
+        kmem_core::kmalloc::SMALL_FAST_MAX,
+        kmem_core::kmalloc::MEDIUM_FAST_MAX,
+    );
+    let edges = kmem_core::kmalloc::KMALLOC_PLAIN_SIZES
+        .iter()
+        .filter(|&&c| c > small && c <= medium)
+        .flat_map(|&c| [c - 1, c, c + 1]);
+    let sizes: Vec<usize> = (0..=small)
+        .chain(edges)
+        .chain((small + 1..=medium).step_by(97))
+        .filter(|&size| size <= medium)
+        .collect();
+    for size in sizes {
         // The regular path fills the class's main sheaf; then the fast path pops it.
-        let p = k.kmalloc(c, size, Gfp::KERNEL).unwrap();
-        let q = k
-            .kmalloc_fast(cpu, size, Gfp::KERNEL)
-            .expect("a filled sheaf");
+        let mut p = k.kmalloc(c, size, Gfp::KERNEL).unwrap();
+        let q = match k.kmalloc_fast(cpu, size, Gfp::KERNEL) {
+            Some(q) => q,
+            None => {
+                // `p` was the main sheaf's last object (a class of few objects a
+                // sheaf, met before): the regular path swaps in the spare.
+                // SAFETY: ours, freed once.
+                assert!(unsafe { k.kfree(c, p.as_ptr()) });
+                p = k.kmalloc(c, size, Gfp::KERNEL).unwrap();
+                k.kmalloc_fast(cpu, size, Gfp::KERNEL)
+                    .unwrap_or_else(|| panic!("size {size}: a filled sheaf"))
+            }
+        };
         let want = k.kmalloc_cache(size, Gfp::KERNEL).unwrap();
         for o in [p, q] {
             let got = k.slub().cache_of(o.as_ptr()).unwrap();

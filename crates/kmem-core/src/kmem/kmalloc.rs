@@ -4,7 +4,7 @@
 
 use super::Kmem;
 use crate::gfp::Gfp;
-use crate::kmalloc::SMALL_FAST_MAX;
+use crate::kmalloc::{MEDIUM_FAST_MAX, SMALL_FAST_MAX};
 use crate::memcontrol::ObjCgroup;
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
@@ -45,6 +45,11 @@ impl<P: Platform> Kmem<P> {
             // SAFETY: `off` is the `cpu_offset` of a plain kmalloc cache on the inline
             // sheaf path, where every CPU area keeps its `kmem_cache_cpu`, or the
             // area's zero line, whose sheaves are empty (`small_fast`).
+            return unsafe { crate::slab::sheaf_pop_at(cpu, off) };
+        }
+        if size <= MEDIUM_FAST_MAX {
+            let off = self.kmalloc.medium_fast(size);
+            // SAFETY: as above (`medium_fast`).
             return unsafe { crate::slab::sheaf_pop_at(cpu, off) };
         }
         let s = self.kmalloc.plain(size)?;
