@@ -19,7 +19,9 @@
 //! from its page). Free pages and the slabs of tracked caches are not roots (free
 //! objects hold stale pointers; tracked objects count only once reached). Device
 //! mappings (`/dev/…`, the live view) and the scanner's own buffers are skipped; the
-//! current thread's stack is scanned from its stack pointer up.
+//! current thread's stack is scanned from the frame of the scan's caller up (at exit,
+//! from the exit handler: no frame of the program is live below it), not from the
+//! scanner's own frames, whose unwritten slots hold what dead frames left there.
 //!
 //! Misses are on the side of silence: a stale pointer left in a dead stack frame or
 //! a freed huge mapping kept for reuse hides a leak; no pointer to a live object
@@ -271,7 +273,25 @@ impl LeakReport {
 const SITE_SLOTS: usize = 8192;
 
 /// Scans the process heap for unreferenced tracked objects (see the module doc).
+#[inline(never)]
 pub fn scan() -> LeakReport {
+    let here = 0usize;
+    scan_from(stack_here(&here))
+}
+
+/// The address of a local of the calling function: where the live part of the current
+/// thread's stack starts for a scan from there ([`scan_from`]).
+#[inline(always)]
+fn stack_here(local: &usize) -> usize {
+    std::hint::black_box(local) as *const usize as usize
+}
+
+/// [`scan`], with the current thread's stack scanned from `stack_from` up: the caller's
+/// frames, not the scanner's. The scanner's own frames lie below and hold none of the
+/// program's pointers, but their unwritten slots keep whatever dead frames were there
+/// before (in a debug build, addresses a slow path computed while the program last
+/// allocated), which would hide leaks.
+fn scan_from(stack_from: usize) -> LeakReport {
     let h = super::heap();
     let kmem = h.kmem();
     let slub = kmem.slub();
@@ -313,9 +333,10 @@ pub fn scan() -> LeakReport {
         end: base + span_len,
     };
     // Roots outside the span.
-    let sp = &own as *const _ as usize;
+    let sp = stack_from;
     for &(start, end) in maps.as_slice() {
-        // The current stack from here up (frames below are dead).
+        // The current stack from the caller's frames up (frames below are dead or the
+        // scanner's).
         let start = if (start..end).contains(&sp) {
             sp & !7
         } else {
@@ -541,7 +562,10 @@ fn root_mapping(line: &[u8]) -> Option<(usize, usize)> {
 
 /// `KMEM_LEAKS`: the report at exit, on stderr.
 pub(crate) extern "C" fn leaks_at_exit() {
-    let r = scan();
+    // At exit no frame of the program is live below this handler: the stack is
+    // scanned from here up (glibc's exit path and what lies above it).
+    let here = 0usize;
+    let r = scan_from(stack_here(&here));
     let mut sym = crate::symbolize::Symbolizer::for_self().ok();
     let mut name = |a: usize| match sym.as_mut() {
         Some(s) => s.symbolize(a),
