@@ -104,6 +104,12 @@ fn owner_count(word: &AtomicU64) -> *mut u32 {
     (word.as_ptr() as *mut u32).wrapping_add(COUNT_HALF)
 }
 
+/// The capacity half of a sheaf word (see [`owner_count`], under the same rule).
+#[inline(always)]
+fn owner_cap(word: &AtomicU64) -> *const u32 {
+    (word.as_ptr() as *const u32).wrapping_add(CAP_HALF)
+}
+
 /// How a cache's fast path runs, chosen once when the cache is created (one compare
 /// on the fast path picks it).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -215,9 +221,8 @@ impl KmemCacheCpu {
     #[inline(always)]
     pub(super) fn sheaf_push(&self, obj: usize) -> Result<(), bool> {
         let count = owner_count(&self.spare_len);
-        // SAFETY: the spare word is the owner's (`owner_count`); its capacity half
-        // follows the count half.
-        let (n, cap) = unsafe { (*count, *count.wrapping_add(CAP_HALF - COUNT_HALF)) };
+        // SAFETY: the spare word is the owner's (`owner_count`, `owner_cap`).
+        let (n, cap) = unsafe { (*count, *owner_cap(&self.spare_len)) };
         if n >= cap {
             return Err(false);
         }
