@@ -383,9 +383,8 @@ pub unsafe fn sheaf_push_at(rseq: *mut u8, table: *const u8, off: usize, obj: us
     // with `count` objects and `capacity` slots, whose cache's object checks are in
     // the same line; the slot store is beyond the committed count (a restart leaves it
     // unused), and the commit is the store of the count, the last instruction before
-    // label 22. Slot
-    // `count - 1` of an empty sheaf is its capacity word, never an object. Inputs are
-    // never written.
+    // label 22. Slot `count - 1` of an empty sheaf is its capacity word, never an
+    // object. Inputs are never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
