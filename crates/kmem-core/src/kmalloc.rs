@@ -213,16 +213,24 @@ const _: () = {
     }
 };
 
+/// [`CPU_AREA_ZERO_LINE`] as a size-table entry.
+const ZERO_LINE: u32 = CPU_AREA_ZERO_LINE as u32;
+
+/// A size-table entry for a cache: its `cpu_offset` when its fast path is `path`.
+fn sheaf_offset(cfg: &crate::slab::CacheConfig, path: FastPath) -> Option<u32> {
+    let on = cfg.fast == path && cfg.cpu_offset != 0;
+    u32::try_from(cfg.cpu_offset).ok().filter(|_| on)
+}
+
 impl KmallocCaches {
     /// Caches not set up yet ([`KmallocCaches::boot`] does).
     pub(crate) const fn new() -> Self {
         Self {
             plain: [const { KmemCache::new() }; NR_KMALLOC_PLAIN],
             kernel: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
-            small_fast: [const { AtomicU32::new(CPU_AREA_ZERO_LINE as u32) };
-                SMALL_FAST_MAX / 8 + 1],
+            small_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX / 8 + 1],
             small_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
-            medium_fast: [const { AtomicU32::new(CPU_AREA_ZERO_LINE as u32) };
+            medium_fast: [const { AtomicU32::new(ZERO_LINE) };
                 MEDIUM_FAST_MAX / MEDIUM_FAST_STEP + 1],
         }
     }
@@ -260,34 +268,17 @@ impl KmallocCaches {
         }
         for (j, (fast, rseq)) in self.small_fast.iter().zip(&self.small_rseq).enumerate() {
             let cfg = self.plain[PLAIN_SIZE_INDEX[j.saturating_sub(1)] as usize].config();
-            let off = |path: FastPath| {
-                let on = cfg.fast == path && cfg.cpu_offset != 0;
-                u32::try_from(cfg.cpu_offset)
-                    .ok()
-                    .filter(|_| on)
-                    .unwrap_or(0)
-            };
-            let inline = off(FastPath::Sheaf);
             fast.store(
-                if inline != 0 {
-                    inline
-                } else {
-                    CPU_AREA_ZERO_LINE as u32
-                },
+                sheaf_offset(cfg, FastPath::Sheaf).unwrap_or(ZERO_LINE),
                 Relaxed,
             );
-            rseq.store(off(FastPath::SheafRseq), Relaxed);
+            rseq.store(sheaf_offset(cfg, FastPath::SheafRseq).unwrap_or(0), Relaxed);
         }
         for (j, fast) in self.medium_fast.iter().enumerate() {
             let size = j * MEDIUM_FAST_STEP;
-            let cfg = match kmalloc_plain_index(size) {
-                Some(i) if size > SMALL_FAST_MAX => self.plain[i].config(),
-                _ => continue,
-            };
-            if cfg.fast == FastPath::Sheaf && cfg.cpu_offset != 0 {
-                if let Ok(off) = u32::try_from(cfg.cpu_offset) {
-                    fast.store(off, Relaxed);
-                }
+            if let Some(i) = kmalloc_plain_index(size).filter(|_| size > SMALL_FAST_MAX) {
+                let off = sheaf_offset(self.plain[i].config(), FastPath::Sheaf);
+                fast.store(off.unwrap_or(ZERO_LINE), Relaxed);
             }
         }
         Ok(())

@@ -49,7 +49,8 @@ impl<P: Platform> Kmem<P> {
         }
         if size <= MEDIUM_FAST_MAX {
             let off = self.kmalloc.medium_fast(size);
-            // SAFETY: as above (`medium_fast`).
+            // SAFETY: as for `small_fast`: `medium_fast` gives the `cpu_offset` of a
+            // plain kmalloc cache on the inline sheaf path, or the zero line.
             return unsafe { crate::slab::sheaf_pop_at(cpu, off) };
         }
         let s = self.kmalloc.plain(size)?;
