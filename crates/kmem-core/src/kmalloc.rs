@@ -178,13 +178,14 @@ pub struct KmallocCaches {
     plain: [KmemCache; NR_KMALLOC_PLAIN],
     /// The accounted (0) and reclaimable (1) sets.
     kernel: [[KmemCache; NR_KMALLOC]; NR_KMALLOC_TYPES - 1],
-    /// For sizes up to [`SMALL_FAST_MAX`], by `(size + 7) / 8`: the `cpu_offset` of
-    /// the plain class's per-CPU sheaves when that cache runs the inline sheaf path,
-    /// else [`CPU_AREA_ZERO_LINE`] (whose sheaves are always empty, so the pop fails
+    /// For sizes up to [`SMALL_FAST_MAX`], by size (one entry a byte: 4 KiB, so that
+    /// the index is the size itself, with no rounding): the `cpu_offset` of the plain
+    /// class's per-CPU sheaves when that cache runs the inline sheaf path, else
+    /// [`CPU_AREA_ZERO_LINE`] (whose sheaves are always empty, so the pop fails
     /// without a test of the offset). Written once by [`KmallocCaches::boot`]
     /// (caches' configs never change after it), so kmalloc's fast path goes from the
     /// size to the CPU's sheaf with one table load and no load through the cache.
-    small_fast: [AtomicU32; SMALL_FAST_MAX / 8 + 1],
+    small_fast: [AtomicU32; SMALL_FAST_MAX + 1],
     /// [`KmallocCaches::small_fast`] for per-CPU rseq mode: the `cpu_offset` of the
     /// plain class's sheaves when that cache runs on the platform's restartable
     /// sequences ([`FastPath::SheafRseq`]), else 0. A table of its own, so that the
@@ -228,7 +229,7 @@ impl KmallocCaches {
         Self {
             plain: [const { KmemCache::new() }; NR_KMALLOC_PLAIN],
             kernel: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
-            small_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX / 8 + 1],
+            small_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
             small_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
             medium_fast: [const { AtomicU32::new(ZERO_LINE) };
                 MEDIUM_FAST_MAX / MEDIUM_FAST_STEP + 1],
@@ -266,12 +267,15 @@ impl KmallocCaches {
                 create(s, name.as_str(), size, align, flags)?;
             }
         }
-        for (j, (fast, rseq)) in self.small_fast.iter().zip(&self.small_rseq).enumerate() {
-            let cfg = self.plain[PLAIN_SIZE_INDEX[j.saturating_sub(1)] as usize].config();
+        for (size, fast) in self.small_fast.iter().enumerate() {
+            let cfg = self.plain[PLAIN_SIZE_INDEX[size.saturating_sub(1) >> 3] as usize].config();
             fast.store(
                 sheaf_offset(cfg, FastPath::Sheaf).unwrap_or(ZERO_LINE),
                 Relaxed,
             );
+        }
+        for (j, rseq) in self.small_rseq.iter().enumerate() {
+            let cfg = self.plain[PLAIN_SIZE_INDEX[j.saturating_sub(1)] as usize].config();
             rseq.store(sheaf_offset(cfg, FastPath::SheafRseq).unwrap_or(0), Relaxed);
         }
         for (j, fast) in self.medium_fast.iter().enumerate() {
@@ -292,7 +296,7 @@ impl KmallocCaches {
         debug_assert!(size <= SMALL_FAST_MAX);
         // SAFETY: the caller keeps `size <= SMALL_FAST_MAX`, so the index is in the
         // table (checked in debug builds).
-        unsafe { self.small_fast.get_unchecked((size + 7) >> 3) }.load(Relaxed) as usize
+        unsafe { self.small_fast.get_unchecked(size) }.load(Relaxed) as usize
     }
 
     /// [`KmallocCaches::small_fast`] for `SMALL_FAST_MAX < size <= MEDIUM_FAST_MAX`.

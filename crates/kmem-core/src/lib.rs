@@ -100,6 +100,6 @@ pub use kmem::Kmem;
 pub use page::{
     Config, InitError, Page, PageAllocator, PageFlags, Shrinker, MAX_ORDER, PAGE_SHIFT, PAGE_SIZE,
 };
-pub use percpu::{CpuArea, CpuRef};
+pub use percpu::{CpuArea, CpuRef, InlineArea};
 pub use platform::Platform;
 pub use slab::{KmemCache, SlabFlags};

@@ -29,7 +29,7 @@
 //! number of areas is bounded by the peak number of simultaneous owners, never by the
 //! number of threads ever started.
 
-use crate::sync::{AtomicPtr, AtomicU32, AtomicUsize, Ordering, SpinLock};
+use crate::sync::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, SpinLock};
 use core::marker::PhantomData;
 use core::ptr::{self, NonNull};
 
@@ -153,6 +153,100 @@ impl<'a> CpuRef<'a> {
         self.area
     }
 }
+
+/// The inline fast paths' handle on a CPU area: the caller's own (from a [`CpuRef`]),
+/// or the [`ZERO_CPU_AREA`], which a thread without an area of its own uses instead,
+/// so that those paths need no test of the handle.
+///
+/// Invariant: the inline paths (the slab layer's sheaf pop and push) write through an
+/// `InlineArea` only after reading a non-zero sheaf count or a sheaf with room, and
+/// every word of the zero area is zero: so they never write the zero area, and the
+/// handle needs no ownership when it names it. It is neither `Send` nor `Sync`.
+#[derive(Clone, Copy)]
+pub struct InlineArea<'a> {
+    area: &'a CpuArea,
+    _not_send: PhantomData<*mut ()>,
+}
+
+impl<'a> InlineArea<'a> {
+    /// The handle of an area the caller owns.
+    #[inline(always)]
+    pub fn owned(c: CpuRef<'a>) -> Self {
+        Self {
+            area: c.area,
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The zero area's handle: every inline fast path given it falls to its slow path.
+    #[inline(always)]
+    pub fn zero() -> InlineArea<'static> {
+        // SAFETY: the zero area's first CPU_AREA_SIZE bytes read as a CpuArea (all
+        // zero: a valid header) followed by zeroed per-CPU data.
+        unsafe { InlineArea::from_word(ZERO_CPU_AREA.base()) }
+    }
+
+    /// The handle for an address the caller read from its thread's fast word.
+    ///
+    /// # Safety
+    /// `word` is the address of an area the caller owns (as for [`CpuRef::new`]), or
+    /// [`ZeroCpuArea::base`] or [`ZeroCpuArea::alternate`] of [`ZERO_CPU_AREA`].
+    #[inline(always)]
+    pub unsafe fn from_word(word: usize) -> InlineArea<'static> {
+        InlineArea {
+            // SAFETY: the caller's contract: an area, or the zero area's bytes
+            // (aligned to 64, at least CPU_AREA_SIZE of them from either address).
+            area: unsafe { &*(word as *const CpuArea) },
+            _not_send: PhantomData,
+        }
+    }
+
+    /// The area.
+    #[inline(always)]
+    pub fn area(&self) -> &'a CpuArea {
+        self.area
+    }
+}
+
+impl<'a> From<CpuRef<'a>> for InlineArea<'a> {
+    #[inline(always)]
+    fn from(c: CpuRef<'a>) -> Self {
+        Self::owned(c)
+    }
+}
+
+/// Bytes of the zero area: a CPU area's worth from either of its two addresses.
+const ZERO_AREA_BYTES: usize = CPU_AREA_SIZE + 64;
+
+/// [`CPU_AREA_SIZE`] + 64 bytes that are never written: what the inline fast paths
+/// read for a thread without a CPU area of its own ([`InlineArea::zero`]). It has two
+/// addresses, 64 bytes apart, each followed by a whole area of zeros, so a front end
+/// can tell two kinds of thread apart by their fast word and still give both the fast
+/// paths' loads with no test (kmem's thread words: "no area" and "per-CPU rseq mode").
+#[repr(C, align(64))]
+pub struct ZeroCpuArea([AtomicU64; ZERO_AREA_BYTES / 8]);
+
+impl ZeroCpuArea {
+    /// The first address.
+    #[inline(always)]
+    pub fn base(&self) -> usize {
+        self as *const ZeroCpuArea as usize
+    }
+    /// The second address (64 bytes on).
+    #[inline(always)]
+    pub fn alternate(&self) -> usize {
+        self.base() + 64
+    }
+    /// Whether every byte is still zero (tests: the inline paths never write it).
+    pub fn is_zero(&self) -> bool {
+        self.0.iter().all(|w| w.load(Ordering::Relaxed) == 0)
+    }
+}
+
+/// The zero area (see [`ZeroCpuArea`]). In writable memory like any static with
+/// atomics, but written by nothing ([`InlineArea`]'s invariant).
+pub static ZERO_CPU_AREA: ZeroCpuArea =
+    ZeroCpuArea([const { AtomicU64::new(0) }; ZERO_AREA_BYTES / 8]);
 
 /// The percpu offset allocator: hands out offsets within every CPU area.
 pub struct PerCpuOffsets {

@@ -14,8 +14,8 @@ use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
 
 pub use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicU8,
-    AtomicUsize, Ordering,
+    AtomicBool, AtomicI32, AtomicI64, AtomicIsize, AtomicPtr, AtomicU16, AtomicU32, AtomicU64,
+    AtomicU8, AtomicUsize, Ordering,
 };
 
 /// Called by a spinning waiter after [`SPINS_BEFORE_RELAX`] failed polls.

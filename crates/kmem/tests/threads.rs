@@ -69,3 +69,43 @@ fn ten_thousand_threads_stay_bounded_and_leak_nothing() {
         "end {end_pages} pages, start {base_pages}, {areas} areas"
     );
 }
+
+/// Threads in every state of their fast word allocate and free: before their first
+/// allocation attaches them, after they detach, inside a memory cgroup (the charged
+/// paths), and in their exit destructors. The inline fast paths read the zero area
+/// whenever the word names no area; none of them may write it.
+#[test]
+fn the_zero_area_stays_zero_whatever_state_a_thread_is_in() {
+    use kmem_core::percpu::ZERO_CPU_AREA;
+    let cg = kmem::MemCgroup::new("zero-area").unwrap();
+    thread_local! {
+        static ON_EXIT: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let cg = &cg;
+            s.spawn(move || {
+                let churn = |n: u64| {
+                    let v: Vec<Box<[u64; 4]>> = (0..n).map(|i| Box::new([i; 4])).collect();
+                    let sizes: Vec<Vec<u8>> = (0..64).map(|i| vec![i as u8; 1 + i * 97]).collect();
+                    assert_eq!(v.len() as u64, n);
+                    drop(sizes);
+                };
+                churn(300);
+                heap().detach_thread();
+                churn(300);
+                {
+                    let _g = cg.enter();
+                    churn(300);
+                }
+                churn(300);
+                // Freed by the thread's exit, after kmem's own destructor may have run.
+                ON_EXIT.with(|v| v.borrow_mut().extend((0..50).map(|i| format!("{}", i + t))));
+            });
+        }
+    });
+    assert!(
+        ZERO_CPU_AREA.is_zero(),
+        "an inline fast path wrote the zero area"
+    );
+}

@@ -6,7 +6,7 @@ use super::Kmem;
 use crate::gfp::Gfp;
 use crate::kmalloc::{MEDIUM_FAST_MAX, SMALL_FAST_MAX};
 use crate::memcontrol::ObjCgroup;
-use crate::percpu::{CpuArea, CpuRef};
+use crate::percpu::{CpuArea, CpuRef, InlineArea};
 use crate::platform::Platform;
 use crate::slab::KmemCache;
 use core::ptr::NonNull;
@@ -34,9 +34,16 @@ impl<P: Platform> Kmem<P> {
     /// kmalloc cache for `size` popped from `cpu`'s main sheaf (`gfp` without
     /// `__GFP_ZERO`, `__GFP_ACCOUNT` or `__GFP_RECLAIMABLE`), or `None` — then the
     /// caller takes the regular path ([`Kmem::kmalloc`]), which refills, zeroes,
-    /// charges and reports as usual.
+    /// charges and reports as usual. `cpu` may be the zero area
+    /// ([`InlineArea::zero`]): then always `None`.
     #[inline(always)]
-    pub fn kmalloc_fast(&self, cpu: CpuRef<'_>, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+    pub fn kmalloc_fast<'c>(
+        &self,
+        cpu: impl Into<InlineArea<'c>>,
+        size: usize,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        let cpu = cpu.into();
         if gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO) {
             return None;
         }
@@ -102,12 +109,13 @@ impl<P: Platform> Kmem<P> {
     }
 
     /// kfree's fast path alone (see [`crate::slab::Slub::free_fast`]): true when `p`
-    /// went onto `cpu`'s spare sheaf (frees go there); false sends the caller to [`Kmem::kfree`].
+    /// went onto `cpu`'s spare sheaf (frees go there); false sends the caller to
+    /// [`Kmem::kfree`] (always, for the zero area: [`InlineArea::zero`]).
     ///
     /// # Safety
     /// As [`Kmem::kfree`] when it returns true.
     #[inline(always)]
-    pub unsafe fn kfree_fast(&self, cpu: CpuRef<'_>, p: *mut u8) -> bool {
+    pub unsafe fn kfree_fast<'c>(&self, cpu: impl Into<InlineArea<'c>>, p: *mut u8) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe { self.slub().free_fast(cpu, p) }
     }

@@ -114,6 +114,7 @@ impl<P: Platform> PageAllocator<P> {
         for w in &p.owner {
             w.store(0, Ordering::Relaxed);
         }
+        p.set_sheaf_tag(0, Ordering::Relaxed);
         // On a free block it held when the block was freed; on an allocated one it is
         // the holder's (`memcg_data`).
         p.private.store(0, Ordering::Relaxed);
@@ -174,6 +175,7 @@ impl<P: Platform> PageAllocator<P> {
             tail.set_flags(PageFlags::empty());
             tail.owner[0].store(0, Ordering::Relaxed);
             tail.owner[1].store(0, Ordering::Relaxed);
+            tail.set_sheaf_tag(0, Ordering::Relaxed);
         }
     }
 

@@ -19,7 +19,9 @@
 //! behaviour; the ordering comes from the lock or the ownership in the table (the
 //! zone lock's place among the others: the lock order in lib.rs).
 
-use crate::sync::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use crate::sync::{
+    AtomicPtr, AtomicU16, AtomicU32, AtomicU8, AtomicUsize, Ordering, Ordering::Relaxed,
+};
 use core::ptr;
 
 /// log2 of the page size.
@@ -46,7 +48,7 @@ pub const fn get_order(size: usize) -> usize {
 bitflags::bitflags! {
     /// Page flags (`PG_*`).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-    pub struct PageFlags: u32 {
+    pub struct PageFlags: u16 {
         /// Head of a free buddy block of `order` pages (`PageBuddy`).
         const BUDDY = 1 << 0;
         /// Head of a block sitting on a per-CPU page list.
@@ -83,9 +85,17 @@ bitflags::bitflags! {
 ///   slab's) and then `owner[1]` mirrors the head's; its other fields are meaningless.
 #[repr(C, align(64))]
 pub struct Page {
-    flags: AtomicU32,
+    flags: AtomicU16,
     order: AtomicU8,
-    _pad: [u8; 3],
+    _pad: u8,
+    /// The free fast path's word (the slab layer's: see `slab::state::Slab::init`):
+    /// on every page of a live slab of a cache on the inline sheaf path whose slab
+    /// has no objcg vector, the cache's `cpu_offset` less
+    /// [`crate::page::CPU_AREA_ZERO_LINE`]; 0 on every other page, which the free fast
+    /// path reads as the CPU area's zero line (no room: it refuses). Cleared when the
+    /// slab goes ([`Page::set_sheaf_tag`] by the slab layer; a compound block's tails
+    /// by the page allocator when it takes the block back).
+    sheaf_tag: AtomicU32,
     /// Next page on whatever list the page is on (`lru.next`).
     pub(crate) next: AtomicPtr<Page>,
     /// Previous page on that list (`lru.prev`).
@@ -103,6 +113,16 @@ pub struct Page {
 const _: () = assert!(core::mem::size_of::<Page>() == 64);
 
 impl Page {
+    /// The free fast path's word (see the field).
+    #[inline(always)]
+    pub(crate) fn sheaf_tag(&self) -> usize {
+        self.sheaf_tag.load(Relaxed) as usize
+    }
+    /// Sets the free fast path's word (the slab layer; see the field).
+    #[inline]
+    pub(crate) fn set_sheaf_tag(&self, tag: u32, order: Ordering) {
+        self.sheaf_tag.store(tag, order);
+    }
     /// The page's flags.
     #[inline]
     pub fn flags(&self) -> PageFlags {

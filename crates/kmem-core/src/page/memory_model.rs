@@ -144,9 +144,9 @@ impl<P: Platform> PageAllocator<P> {
     /// brought online (one range check, no section state: see
     /// [`PageAllocator::virt_to_slab_used`]), whatever the page's state; else `None`.
     /// (A closure, not an `Option<&Page>`: the option's null test would stay on the
-    /// free fast path.) The free fast paths pass a reader of `owner[1]`'s sheaves
-    /// tags, set only on a live slab's head and `SLAB_TAIL` pages and zero on every
-    /// other page (see `slab::state`), so they test no flags first.
+    /// free fast path.) The free fast paths pass a reader of the page's sheaf tag,
+    /// set only on a live slab's head and `SLAB_TAIL` pages and zero on every other
+    /// page (see `slab::state::page_sheaf_offset`), so they test no flags first.
     #[inline(always)]
     pub(crate) fn with_used_page<'p, R>(
         &'p self,
@@ -158,8 +158,11 @@ impl<P: Platform> PageAllocator<P> {
         if off >= self.used_len.load(Ordering::Acquire) {
             return None;
         }
-        let section = base + (off & !(SECTION_SIZE - 1));
-        let idx = (off >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
+        // The base is aligned to the section size (`init`), so the address itself
+        // gives its section's start and its page's index there: the base is not
+        // needed again (one instruction and a register fewer on the free fast path).
+        let section = (addr as usize) & !(SECTION_SIZE - 1);
+        let idx = ((addr as usize) >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
         // SAFETY: the section was brought online once (below `used_len`), so its
         // memmap is mapped for as long as the allocator lives.
         f(unsafe { &*(section as *const Page).wrapping_add(idx) })

@@ -218,8 +218,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         s.node[nid].nr_slabs.fetch_sub(1, Relaxed);
         // SAFETY: the slab is empty and on no list: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
-        // The words first: the free fast paths read the sheaves tag in `owner[1]`
-        // without the flags (see `slab::state::INLINE_SHEAVES_TAG`), so the tag goes
+        // The words first: the free fast paths read the sheaf tag and `owner[1]`
+        // without the flags (see `slab::state::page_sheaf_offset`), so the tag goes
         // before the page stops being a slab.
         Slab::of(head).clear();
         head.set_flags(PageFlags::HEAD);

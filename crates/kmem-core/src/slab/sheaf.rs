@@ -47,7 +47,7 @@
 use super::barn::Barn;
 use super::*;
 use crate::gfp::Gfp;
-use crate::percpu::CpuRef;
+use crate::percpu::{CpuRef, InlineArea};
 use crate::platform::Platform;
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
 use core::ptr::NonNull;
@@ -180,14 +180,15 @@ enum Which {
 }
 
 /// kmalloc's fast path after its size table (`KmallocCaches::small_fast`): the top
-/// object of the main sheaf of the `kmem_cache_cpu` at `cpu_offset` in `c`'s area.
+/// object of the main sheaf of the `kmem_cache_cpu` at `cpu_offset` in `c`'s area
+/// (none in the zero area, [`InlineArea::zero`]: its sheaves are all empty).
 ///
 /// # Safety
 /// `cpu_offset` is the `cpu_offset` of a cache whose fast path is
 /// [`FastPath::Sheaf`], or [`crate::page::CPU_AREA_ZERO_LINE`] (empty sheaves: the
 /// pop reads the count, finds none and writes nothing).
 #[inline(always)]
-pub unsafe fn sheaf_pop_at(c: CpuRef<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
+pub unsafe fn sheaf_pop_at(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
     // SAFETY: the caller's contract: every CPU area keeps the cache's
     // `kmem_cache_cpu` at that offset.
     let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(cpu_offset) };
@@ -202,16 +203,13 @@ impl KmemCacheCpu {
     pub(super) fn sheaf_pop(&self) -> Option<usize> {
         let count = owner_count(&self.sheaf_len);
         // SAFETY: the main word is the owner's (`owner_count`).
-        let n = unsafe { *count } as usize;
-        if n == 0 {
-            return None;
-        }
-        // SAFETY: a non-zero count means `main` is this CPU's main sheaf with `n`
-        // objects in slots 0..n (module docs); only the owner touches them, and the
-        // word (`owner_count`).
+        let top = unsafe { *count }.checked_sub(1)?;
+        // SAFETY: a non-zero count means `main` is this CPU's main sheaf with
+        // `top + 1` objects in slots 0..=top (module docs); only the owner touches
+        // them, and the word (`owner_count`).
         unsafe {
-            let obj = *slot(self.main.load(Relaxed), n - 1);
-            *count = (n - 1) as u32;
+            let obj = *slot(self.main.load(Relaxed), top as usize);
+            *count = top;
             Some(obj)
         }
     }
@@ -315,14 +313,20 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// the regular path ([`Slub::alloc`]) when this says `None`: the pop from the main
     /// sheaf, nothing else (no zeroing — `__GFP_ZERO` goes the regular way — and no
     /// refill).
+    /// Given the zero area ([`InlineArea::zero`]) it finds no object.
     #[inline(always)]
-    pub fn alloc_fast(&self, c: CpuRef<'_>, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
-        if s.config().fast != FastPath::Sheaf || gfp.contains(Gfp::ZERO) {
+    pub fn alloc_fast<'c>(
+        &self,
+        c: impl Into<InlineArea<'c>>,
+        s: &KmemCache,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        let cfg = s.config();
+        if cfg.fast != FastPath::Sheaf || gfp.contains(Gfp::ZERO) {
             return None;
         }
-        let obj = s.cpu(c).sheaf_pop()?;
-        // SAFETY: a sheaf slot below its count holds an object's address, never 0.
-        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+        // SAFETY: the cache's own offset, and its fast path is the inline sheaf one.
+        unsafe { sheaf_pop_at(c.into(), cfg.cpu_offset) }
     }
 
     /// The whole fast path of a free for a front end that takes the regular path
@@ -330,15 +334,14 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// sheaf cache, not charged to a memory cgroup, with room on the spare sheaf and
     /// not already its top. Checks everything `kfree` checks before it pushes;
     /// whatever it refuses (bad pointers included) the regular path handles and
-    /// reports.
+    /// reports. Given the zero area ([`InlineArea::zero`]) it refuses everything.
     ///
     /// # Safety
     /// If `p` is one of ours, the caller owns it and gives it up when this returns
     /// true.
     #[inline(always)]
-    pub unsafe fn free_fast(&self, c: CpuRef<'_>, p: *mut u8) -> bool {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.free_fast_checked(c, p, None) }
+    pub unsafe fn free_fast<'c>(&self, c: impl Into<InlineArea<'c>>, p: *mut u8) -> bool {
+        self.with_free_target(c.into(), p, None, |cc| cc.sheaf_push(p as usize).is_ok())
     }
 
     /// [`Slub::free_fast`] for `kmem_cache_free(s, p)`: also refuses (for the regular
@@ -347,21 +350,13 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// # Safety
     /// As [`Slub::free_fast`].
     #[inline(always)]
-    pub unsafe fn free_fast_to(&self, c: CpuRef<'_>, s: &KmemCache, p: *mut u8) -> bool {
-        // SAFETY: forwarded from the caller.
-        unsafe { self.free_fast_checked(c, p, Some(s)) }
-    }
-
-    /// # Safety
-    /// As [`Slub::free_fast`].
-    #[inline(always)]
-    unsafe fn free_fast_checked(
+    pub unsafe fn free_fast_to<'c>(
         &self,
-        c: CpuRef<'_>,
+        c: impl Into<InlineArea<'c>>,
+        s: &KmemCache,
         p: *mut u8,
-        want: Option<&KmemCache>,
     ) -> bool {
-        self.with_free_target(c, p, want, |cc| cc.sheaf_push(p as usize).is_ok())
+        self.with_free_target(c.into(), p, Some(s), |cc| cc.sheaf_push(p as usize).is_ok())
     }
 
     /// `push(cc)` on the `kmem_cache_cpu` whose spare sheaf a plain free of `p` may
@@ -369,21 +364,28 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// `want`, if given) whose slab has no objcg vector; else false, for the regular
     /// path to handle and report. (A closure, not an `Option<&KmemCacheCpu>`: the
     /// option's test would stay on the fast path.)
+    ///
+    /// `push` is called only where `cc` has room for it to write (a spare sheaf with
+    /// the object checks of its cache, never the zero line's nor the zero area's); it
+    /// writes nothing where it finds no room.
     #[inline(always)]
     fn with_free_target(
         &self,
-        c: CpuRef<'_>,
+        c: InlineArea<'_>,
         p: *mut u8,
         want: Option<&KmemCache>,
         push: impl FnOnce(&KmemCacheCpu) -> bool,
     ) -> bool {
         // From the page itself (no load through the cache): the CPU's sheaves of the
-        // slab's cache, tagged (see `Slab::inline_sheaves`); untagged when the cache is
-        // not on the inline sheaf path, or the slab has an objcg vector.
+        // slab's cache, or the area's zero line, which reads as no room (see
+        // `slab::state::page_sheaf_offset`).
         let off_cpu = match want {
-            // kfree: the object's own page carries the word (a tail page of a
-            // multi-page slab mirrors its head's), so no second descriptor is read.
-            None => self.pages.with_used_page(p, page_inline_sheaves),
+            // kfree: the object's own page carries the tag (a tail page of a
+            // multi-page slab mirrors its head's), so no second descriptor is read,
+            // and the tag is not tested.
+            None => self
+                .pages
+                .with_used_page(p, |pg| Some(state::page_sheaf_offset(pg))),
             // kmem_cache_free: the cache is on the head.
             Some(w) => self.pages.virt_to_slab_used(p).and_then(|h| {
                 let slab = Slab::of(h);
@@ -397,11 +399,13 @@ impl<'a, P: Platform> Slub<'a, P> {
         let Some(off_cpu) = off_cpu else {
             return false;
         };
-        // SAFETY: a tagged word is the slab's cache's `cpu_offset` (set with the slab),
-        // where every CPU area keeps its `kmem_cache_cpu`.
+        // SAFETY: the offset is the slab's cache's `cpu_offset`, where every CPU area
+        // keeps its `kmem_cache_cpu`, or the zero line (64 zero bytes of every area and
+        // of the zero area): either reads as a `KmemCacheCpu`.
         let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(off_cpu) };
         // The object checks come from the same line as the spare sheaf, copied from
-        // the cache with it: the cache itself is not read.
+        // the cache with it: the cache itself is not read. A zero line's refuse every
+        // pointer (a zero bound).
         cc.is_object_start(p as usize) && push(cc)
     }
 
@@ -462,7 +466,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     #[inline(never)]
     pub unsafe fn free_sheaf_slow(&self, c: CpuRef<'_>, p: *mut u8) -> Option<bool> {
         let mut done = None;
-        self.with_free_target(c, p, None, |cc| {
+        self.with_free_target(c.into(), p, None, |cc| {
             let (f, m) = (cc.spare_len.load(Relaxed), cc.sheaf_len.load(Relaxed));
             let n = f as u32 as usize;
             let full = n > 0 && n >= (f >> SHEAF_CAP_SHIFT) as usize;

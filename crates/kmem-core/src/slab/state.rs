@@ -6,7 +6,7 @@
 //! the frozen-by tag belong to the CPU area that froze the slab.
 
 use super::*;
-use crate::page::{Page, MAX_ORDER, PAGE_SIZE};
+use crate::page::{Page, CPU_AREA_ZERO_LINE, MAX_ORDER, PAGE_SIZE};
 use crate::percpu::CpuRef;
 use crate::sync::Ordering::{Relaxed, Release};
 
@@ -176,24 +176,39 @@ impl Chain {
 /// or one of its tails marked [`PageFlags::SLAB_TAIL`] (which mirror it).
 #[inline(always)]
 pub(crate) fn page_inline_sheaves(p: &Page) -> Option<usize> {
-    let w = p.owner[1].load(Relaxed);
-    (w & INLINE_SHEAVES_TAG != 0).then(|| w - INLINE_SHEAVES_TAG)
+    let t = p.sheaf_tag();
+    (t != 0).then_some(t + CPU_AREA_ZERO_LINE)
 }
 
-/// Marks `owner[1]` as a `cpu_offset` of the inline sheaf path (offsets of
-/// `kmem_cache_cpu`, 64-byte aligned, have bit 0 clear; so do object addresses).
+/// The free fast path's reading of a page's sheaf tag, with no test: the offset of
+/// the `kmem_cache_cpu` whose spare sheaf a plain free of an object in the page may
+/// push onto, or (tag 0: every page but those of live slabs of caches on the inline
+/// sheaf path, see below) [`CPU_AREA_ZERO_LINE`], which reads as no room.
 ///
-/// Invariant (with [`RSEQ_SHEAVES_TAG`]): a page's `owner[1]` carries a tag only while
-/// the page is the head of a live slab or one of its `SLAB_TAIL` pages. Only the slab
-/// layer writes `owner[1]` ([`Slab::init`], [`Slab::mirror_to_tails`], the CPU-slab
-/// design's local freelist, which holds object addresses: untagged); the page
-/// allocator zeroes a block's head words when it hands the block out and a compound
-/// block's tail words when it takes it back, and [`Slab::clear`] zeroes a slab's
-/// before it goes. So the free fast paths read the tag from any page the object's
-/// address falls in (`PageAllocator::with_used_page`) without testing its flags first: every
-/// other page reads untagged.
-pub(crate) const INLINE_SHEAVES_TAG: usize = 1;
-const _: () = assert!(core::mem::align_of::<KmemCacheCpu>() > INLINE_SHEAVES_TAG);
+/// Invariant: a page's sheaf tag is non-zero only while the page is the head of a
+/// live slab of a cache on [`FastPath::Sheaf`] with no objcg vector, or one of that
+/// slab's `SLAB_TAIL` pages, and then it is the cache's `cpu_offset` less
+/// [`CPU_AREA_ZERO_LINE`]. Only the slab layer sets it ([`Slab::init`],
+/// [`Slab::mirror_to_tails`]) and clears it ([`Slab::stop_inline_frees`],
+/// [`Slab::clear`] for the head; the page allocator clears a compound block's tails
+/// when it takes the block back and a block's head when it hands the block out). So
+/// the free fast paths read it from any page the object's address falls in
+/// (`PageAllocator::with_used_page`) without testing the page's flags or the tag.
+#[inline(always)]
+pub(crate) fn page_sheaf_offset(p: &Page) -> usize {
+    p.sheaf_tag() + CPU_AREA_ZERO_LINE
+}
+
+/// The sheaf tag of a slab of `cfg` (see [`page_sheaf_offset`]).
+fn sheaf_tag_of(cfg: &CacheConfig) -> u32 {
+    if cfg.fast == FastPath::Sheaf {
+        // Every cache's `cpu_offset` lies past the zero line and inside an area: the
+        // tag is non-zero and fits.
+        (cfg.cpu_offset - CPU_AREA_ZERO_LINE) as u32
+    } else {
+        0
+    }
+}
 
 /// Marks `owner[1]` as a `cpu_offset` of a cache whose sheaves the platform's
 /// restartable sequences push onto ([`FastPath::SheafRseq`]; bit 1, clear in offsets
@@ -216,7 +231,7 @@ pub(crate) fn page_rseq_sheaves(p: &Page) -> Option<usize> {
 /// | word       | holds                                                             |
 /// |------------|-------------------------------------------------------------------|
 /// | `owner[0]` | the [`SlabState`] (freelist offset, `inuse`, `frozen`)            |
-/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the inline fast path ([`FastPath::Sheaf`]): the cache's `cpu_offset` with [`INLINE_SHEAVES_TAG`], so that a free finds the CPU's sheaf from the page alone (their slabs are never frozen); caches on the restartable sequences ([`FastPath::SheafRseq`]): the `cpu_offset` with [`RSEQ_SHEAVES_TAG`]; either becomes 0 once the slab has an objcg vector |
+/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the restartable sequences ([`FastPath::SheafRseq`]): the `cpu_offset` with [`RSEQ_SHEAVES_TAG`], 0 once the slab has an objcg vector; caches on the inline fast path ([`FastPath::Sheaf`]): 0 (their tag is the descriptor's own sheaf tag: [`page_sheaf_offset`]) |
 /// | `owner[2]` | the cache (`&KmemCache`), which outlives its slabs                |
 /// | `owner[3]` | frozen-by: bits 40.. the tag of the CPU area that froze the slab (area id + 1; 0 = none), bits 16..40 the offset of the local freelist's last object from the slab base, bits 0..16 how many objects the local freelist holds |
 ///
@@ -293,18 +308,19 @@ impl<'a> Slab<'a> {
     pub(super) fn init(self, s: &KmemCache, st: SlabState) {
         self.set_state(st);
         let cfg = s.config();
-        let sheaf_offset = match cfg.fast {
-            FastPath::Sheaf => cfg.cpu_offset | INLINE_SHEAVES_TAG,
+        let rseq_offset = match cfg.fast {
             FastPath::SheafRseq => cfg.cpu_offset | RSEQ_SHEAVES_TAG,
             _ => 0,
         };
-        self.0.owner[1].store(sheaf_offset, Relaxed);
+        self.0.owner[1].store(rseq_offset, Relaxed);
+        self.0.set_sheaf_tag(sheaf_tag_of(cfg), Relaxed);
         self.0.owner[3].store(0, Relaxed);
         self.0.owner[2].store(s as *const KmemCache as usize, Relaxed);
     }
 
     /// Clears every slab word (the slab is being discarded).
     pub(super) fn clear(self) {
+        self.0.set_sheaf_tag(0, Relaxed);
         for w in &self.0.owner {
             w.store(0, Relaxed);
         }
@@ -320,8 +336,10 @@ impl<'a> Slab<'a> {
         let cfg = self.cache().config();
         if cfg.tags_slabs() {
             self.0.owner[1].store(0, Release);
+            self.0.set_sheaf_tag(0, Release);
             for t in self.tails(cfg.order) {
                 t.owner[1].store(0, Release);
+                t.set_sheaf_tag(0, Release);
             }
         }
     }
@@ -331,8 +349,10 @@ impl<'a> Slab<'a> {
     /// published.
     pub(super) fn mirror_to_tails(self, order: usize) {
         let w = self.0.owner[1].load(Relaxed);
+        let tag = self.0.sheaf_tag() as u32;
         for t in self.tails(order) {
             t.owner[1].store(w, Relaxed);
+            t.set_sheaf_tag(tag, Relaxed);
             t.set_flags(PageFlags::TAIL | PageFlags::SLAB_TAIL);
         }
     }
@@ -347,10 +367,9 @@ impl<'a> Slab<'a> {
     }
 
     /// The `cpu_offset` of the slab's cache if its fast path is [`FastPath::Sheaf`]
-    /// and the slab has no objcg vector (the word then carries
-    /// [`INLINE_SHEAVES_TAG`]), else `None` (see the table above): the free fast path
-    /// reads it from the page without looking at the cache. In the CPU-slab design
-    /// the word is a local freelist's head, an object address: never odd.
+    /// and the slab has no objcg vector (its head then carries a sheaf tag:
+    /// [`page_sheaf_offset`]), else `None`: `kmem_cache_free`'s fast path
+    /// reads it from the head without looking further into the cache.
     #[inline(always)]
     pub(crate) fn inline_sheaves(self) -> Option<usize> {
         page_inline_sheaves(self.0)

@@ -6,11 +6,11 @@
 //! (thread mode, attached, no active memory cgroup) straight to the core with that
 //! area; with an active memory cgroup (two more such loads, `thread::charged_cpu`) the
 //! area's objcg sheaves; otherwise, out of line, the restartable sequence when the word
-//! says per-CPU rseq mode (`thread::RSEQ_TAG`), else the memory cgroup's path or the
+//! says per-CPU rseq mode (`thread::rseq_tag`), else the memory cgroup's path or the
 //! per-CPU fallback (`percpu`). No lock of its own:
 //! the CPU area's rules apply (see `cpu`).
 
-use super::thread::{active_objcg, charged_cpu, enable_rseq_fast, fast_cpu, thread_cpu, RSEQ_TAG};
+use super::thread::{active_objcg, charged_cpu, enable_rseq_fast, fast_cpu, rseq_tag, thread_cpu};
 use super::Heap;
 use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
@@ -44,7 +44,7 @@ impl Heap {
     /// it is per-CPU mode's fast path.
     #[inline(never)]
     fn kmalloc_other(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        if fast_tls::get() == RSEQ_TAG
+        if fast_tls::get() == rseq_tag()
             && !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO)
         {
             // Per-CPU rseq mode, a plain request: the restartable pop first, as the
@@ -82,7 +82,7 @@ impl Heap {
         {
             return self.kmalloc_zoned_block(size, gfp);
         }
-        if fast_tls::get() == RSEQ_TAG {
+        if fast_tls::get() == rseq_tag() {
             // Per-CPU rseq mode, no active memory cgroup: the restartable pop first,
             // as `kmalloc_percpu` would, without looking at the other slots.
             if let Some(p) = self
@@ -220,7 +220,7 @@ impl Heap {
         // Per-CPU rseq mode: the restartable push from the object's page first (as
         // in `kmalloc_other`).
         // SAFETY: forwarded from the caller.
-        unsafe { fast_tls::get() == RSEQ_TAG && self.rseq_free_fast(p) || self.kfree_layers(p) }
+        unsafe { fast_tls::get() == rseq_tag() && self.rseq_free_fast(p) || self.kfree_layers(p) }
     }
 
     /// [`Heap::kfree_other`] past the rseq push.
@@ -243,7 +243,7 @@ impl Heap {
                 return done;
             }
         }
-        if fast_tls::get() == RSEQ_TAG {
+        if fast_tls::get() == rseq_tag() {
             // As in `kmalloc_other`: the restartable push first.
             // SAFETY: forwarded from the caller.
             if let Some(done) = unsafe { self.rseq_free_ptr(p) } {

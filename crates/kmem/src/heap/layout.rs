@@ -20,7 +20,7 @@
 //! No lock of its own: the kmalloc and page paths follow the CPU area's rules (see
 //! `cpu`), huge mappings the huge list's lock, taken inside `crate::huge`.
 
-use super::thread::{active_objcg, charged_cpu, fast_cpu, RSEQ_TAG};
+use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, rseq_tag};
 use super::{heap, Heap, HEAP};
 use crate::platform::fast_tls;
 use kmem_core::kmalloc::{KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE};
@@ -36,7 +36,7 @@ use std::ptr;
 /// call's register saves that way).
 #[inline(always)]
 pub fn alloc_small_fast(size: usize) -> *mut u8 {
-    match fast_cpu().and_then(|c| HEAP.kmem.kmalloc_fast(c, size, Gfp::KERNEL)) {
+    match HEAP.kmem.kmalloc_fast(inline_area(), size, Gfp::KERNEL) {
         Some(p) => p.as_ptr(),
         None => core::ptr::null_mut(),
     }
@@ -44,11 +44,11 @@ pub fn alloc_small_fast(size: usize) -> *mut u8 {
 
 /// Per-CPU rseq mode's allocation fast path for `malloc(size)` (alignment 8), for a
 /// front end whose [`alloc_small_fast`] missed: when the thread's fast word is
-/// `RSEQ_TAG` and `size <= SMALL_FAST_MAX`, one restartable pop from the CPU's main
+/// `rseq_tag()` and `size <= SMALL_FAST_MAX`, one restartable pop from the CPU's main
 /// sheaf of the class; else (or when it is empty) null, for [`alloc_layout`].
 #[inline(always)]
 pub fn alloc_rseq_small(size: usize) -> *mut u8 {
-    if fast_tls::get() != RSEQ_TAG {
+    if fast_tls::get() != rseq_tag() {
         return ptr::null_mut();
     }
     match HEAP.rseq_alloc_small(size) {
@@ -58,7 +58,7 @@ pub fn alloc_rseq_small(size: usize) -> *mut u8 {
 }
 
 /// Per-CPU rseq mode's free fast path, for a front end whose [`dealloc_fast`]
-/// refused: when the thread's fast word is `RSEQ_TAG`, one restartable push of a
+/// refused: when the thread's fast word is `rseq_tag()`, one restartable push of a
 /// plain slab object onto the CPU's spare sheaf. False leaves `p` untouched, for
 /// [`dealloc_other`].
 ///
@@ -67,24 +67,23 @@ pub fn alloc_rseq_small(size: usize) -> *mut u8 {
 #[inline(always)]
 pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
     // SAFETY: forwarded from the caller.
-    fast_tls::get() == RSEQ_TAG && unsafe { HEAP.rseq_free_fast(p) }
+    fast_tls::get() == rseq_tag() && unsafe { HEAP.rseq_free_fast(p) }
 }
 
 /// [`Heap::alloc`] (or, `zeroed`, [`Heap::alloc_zeroed`]) for the allocator front
 /// ends ([`crate::KmemAlloc`], `malloc`): on a thread with its fast word, a small
 /// layout is one pop from the kmalloc cache's main sheaf, without the heap's READY
 /// test (a thread has an area only once the heap is ready); in per-CPU rseq mode
-/// (the word is `RSEQ_TAG`) one restartable pop from the CPU's sheaf; everything
+/// (the word is `rseq_tag()`) one restartable pop from the CPU's sheaf; everything
 /// else out of line through [`heap`].
 #[inline(always)]
 pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
     if !zeroed && layout.align() <= 8 {
-        if let Some(c) = fast_cpu() {
-            if let Some(p) = HEAP.kmem.kmalloc_fast(c, layout.size(), Gfp::KERNEL) {
-                return p.as_ptr();
-            }
-        } else if fast_tls::get() == RSEQ_TAG {
-            return alloc_rseq(layout);
+        if let Some(p) = HEAP
+            .kmem
+            .kmalloc_fast(inline_area(), layout.size(), Gfp::KERNEL)
+        {
+            return p.as_ptr();
         }
     }
     alloc_layout_slow(layout, zeroed)
@@ -96,12 +95,20 @@ pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
 fn alloc_rseq(layout: Layout) -> *mut u8 {
     match HEAP.rseq_alloc_plain(layout.size()) {
         Some(p) => p.as_ptr(),
-        None => alloc_layout_slow(layout, false),
+        None => alloc_layout_rest(layout, false),
     }
 }
 
 #[inline(never)]
 fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
+    if !zeroed && layout.align() <= 8 && fast_tls::get() == rseq_tag() {
+        return alloc_rseq(layout);
+    }
+    alloc_layout_rest(layout, zeroed)
+}
+
+/// [`alloc_layout_slow`] past per-CPU rseq mode's pop.
+fn alloc_layout_rest(layout: Layout, zeroed: bool) -> *mut u8 {
     if !zeroed && layout.align() <= 8 {
         if let Some(p) = alloc_sheaf_slow(layout.size()) {
             return p.as_ptr();
@@ -160,7 +167,7 @@ pub unsafe fn dealloc_ptr(p: *mut u8) -> bool {
 #[inline(always)]
 pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
     // SAFETY: forwarded from the caller.
-    fast_cpu().is_some_and(|c| unsafe { HEAP.kmem.kfree_fast(c, p) })
+    unsafe { HEAP.kmem.kfree_fast(inline_area(), p) }
 }
 
 /// Everything [`dealloc_fast`] leaves: per-CPU rseq mode, the slow paths, reports.
@@ -169,7 +176,7 @@ pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
 /// As [`Heap::dealloc`].
 #[inline(never)]
 pub unsafe fn dealloc_other(p: *mut u8) -> bool {
-    if fast_tls::get() == RSEQ_TAG {
+    if fast_tls::get() == rseq_tag() {
         // SAFETY: forwarded from the caller.
         return unsafe { dealloc_rseq(p) };
     }

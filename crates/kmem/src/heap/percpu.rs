@@ -266,14 +266,14 @@ impl Heap {
     }
 
     /// Whether the front ends may take the rseq fast paths (per-CPU rseq mode, the
-    /// heap READY): see `thread::RSEQ_TAG`.
+    /// heap READY): see `thread::rseq_tag`.
     pub(super) fn rseq_fast_paths(&self) -> bool {
         self.state.load(Ordering::Acquire) == super::READY
             && self.mode.load(Ordering::Relaxed) == MODE_CPU_RSEQ
     }
 
     /// The front ends' allocation fast path in per-CPU rseq mode (the thread's fast
-    /// word is `RSEQ_TAG`): an object of the plain kmalloc cache for `size` from the
+    /// word is `rseq_tag()`): an object of the plain kmalloc cache for `size` from the
     /// CPU's sheaf, or `None` (the regular path refills, zeroes and reports).
     #[inline(always)]
     pub(super) fn rseq_alloc_plain(&self, size: usize) -> Option<NonNull<u8>> {

@@ -7,7 +7,7 @@
 //! (`percpu`). No lock of its own: the CPU area's rules apply (see `cpu`).
 
 use super::percpu::zero_if_asked;
-use super::thread::{active_objcg, fast_cpu, thread_cpu, RSEQ_TAG};
+use super::thread::{active_objcg, fast_cpu, rseq_tag, thread_cpu};
 use super::{Heap, HEAP};
 use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
@@ -67,7 +67,7 @@ impl Heap {
     /// [`Heap::kmem_cache_alloc`] past its fast path (see `Heap::kmalloc_other`).
     #[inline(never)]
     fn kmem_cache_alloc_other(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
-        if fast_tls::get() == RSEQ_TAG {
+        if fast_tls::get() == rseq_tag() {
             // Per-CPU rseq mode, no active memory cgroup: the restartable pop before
             // the thread-local slots are looked at (here, not in `kmem_cache_alloc`,
             // so that the thread mode's fast path stays as short).
@@ -143,7 +143,7 @@ impl Heap {
         // object of `s`.
         // SAFETY: forwarded from the caller.
         unsafe {
-            fast_tls::get() == RSEQ_TAG && self.rseq_free_fast_to(p.as_ptr(), Some(s))
+            fast_tls::get() == rseq_tag() && self.rseq_free_fast_to(p.as_ptr(), Some(s))
                 || self.kmem_cache_free_layers(s, p)
         }
     }

@@ -15,9 +15,13 @@
 //!
 //! The fast paths read none of these: they read one word, `platform::fast_tls`, which
 //! holds the area when the thread may use it directly (attached, no active memory
-//! cgroup), [`RSEQ_TAG`] in per-CPU mode with restartable sequences (no active memory
-//! cgroup: the fast paths go straight to the CPU's sheaves), and 0 otherwise; every
-//! change of the slots above recomputes it. The charged paths (an attached thread with
+//! cgroup), [`rseq_tag`] in per-CPU mode with restartable sequences (no active memory
+//! cgroup: the fast paths go straight to the CPU's sheaves), and [`no_area`]
+//! otherwise (from the thread's start); every change of the slots above recomputes
+//! it. The last two are the two addresses of kmem-core's zero area
+//! ([`kmem_core::percpu::ZERO_CPU_AREA`]), so the inline fast paths use the word as
+//! an area without testing it ([`inline_area`]): in the zero area they find no object
+//! and no room, and fall to their slow halves, which test it ([`fast_cpu`]). The charged paths (an attached thread with
 //! an active memory cgroup: its objcg sheaves) read two more words of the same kind,
 //! the area and the objcg, recomputed with it.
 //!
@@ -27,7 +31,8 @@
 use super::{Heap, HEAP, MODE_THREAD, READY};
 use crate::platform::{fast_tls, os};
 use kmem_core::memcontrol::ObjCgroup;
-use kmem_core::{CpuArea, CpuRef, Platform};
+use kmem_core::percpu::ZERO_CPU_AREA;
+use kmem_core::{CpuArea, CpuRef, InlineArea, Platform};
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
@@ -47,13 +52,35 @@ thread_local! {
 }
 
 /// The fast word of a thread in per-CPU mode with restartable sequences and no active
-/// memory cgroup (no area's address is this small).
-pub(crate) const RSEQ_TAG: usize = 1;
+/// memory cgroup: the zero area's second address.
+#[inline(always)]
+pub(crate) fn rseq_tag() -> usize {
+    ZERO_CPU_AREA.alternate()
+}
+
+/// The fast word of a thread that uses neither its own area nor the rseq paths
+/// directly (not attached yet, exited, an active memory cgroup, KFENCE on every
+/// allocation): the zero area's first address, which a thread's word holds from its
+/// start.
+#[inline(always)]
+pub(crate) fn no_area() -> usize {
+    ZERO_CPU_AREA.base()
+}
+
+/// The inline fast paths' area: the thread's fast word as it is, an area of its own
+/// or the zero area (see the module doc), with no test.
+#[inline(always)]
+pub(crate) fn inline_area() -> InlineArea<'static> {
+    // SAFETY: the fast word is the address of an area this thread owns (as in
+    // `fast_cpu`) or one of the zero area's two addresses (`refresh_fast`; the TLS
+    // image's initial value).
+    unsafe { InlineArea::from_word(fast_tls::get()) }
+}
 
 /// Recomputes the thread's fast word (`platform::fast_tls`): its area when it may use
-/// it straight away — attached, no active memory cgroup — [`RSEQ_TAG`] in per-CPU rseq
-/// mode without an active memory cgroup (once the heap is READY), else 0, which sends
-/// every operation to the paths that look at the other slots.
+/// it straight away — attached, no active memory cgroup — [`rseq_tag`] in per-CPU rseq
+/// mode without an active memory cgroup (once the heap is READY), else [`no_area`],
+/// which sends every operation to the paths that look at the other slots.
 ///
 /// Also the charged words: the area and the active objcg of an attached thread with
 /// an active memory cgroup (else 0), read by [`charged_cpu`].
@@ -66,9 +93,9 @@ fn refresh_fast() {
     let v = if is_area(a) && plain {
         a
     } else if plain && HEAP.rseq_fast_paths() {
-        RSEQ_TAG
+        rseq_tag()
     } else {
-        0
+        no_area()
     };
     fast_tls::set(v);
     let charged = is_area(a) && objcg != 0;
@@ -78,12 +105,13 @@ fn refresh_fast() {
 
 /// The charged paths' test: the thread's own CPU area and its active objcg, when it
 /// is attached and has an active memory cgroup (two loads of initial-exec words).
-/// The charged words are set only while the fast word is 0 (`refresh_fast`), so it
-/// tests that first: a caller that has just read the fast word (`fast_cpu`) pays one
-/// compare, and a thread on the fast paths or in per-CPU rseq mode reads no more.
+/// The charged words are set only while the fast word is [`no_area`]
+/// (`refresh_fast`), so it tests that first: a caller that has just read the fast word
+/// (`fast_cpu`) pays one compare, and a thread on the fast paths or in per-CPU rseq
+/// mode reads no more.
 #[inline(always)]
 pub(crate) fn charged_cpu() -> Option<(CpuRef<'static>, &'static ObjCgroup)> {
-    if fast_tls::get() != 0 {
+    if fast_tls::get() != no_area() {
         return None;
     }
     let a = fast_tls::get_word::<{ fast_tls::CHARGED_AREA }>();
@@ -103,28 +131,30 @@ pub(crate) fn charged_cpu() -> Option<(CpuRef<'static>, &'static ObjCgroup)> {
     })
 }
 
-/// Per-CPU rseq mode: sets the thread's fast word to [`RSEQ_TAG`] if it may take the
+/// Per-CPU rseq mode: sets the thread's fast word to [`rseq_tag`] if it may take the
 /// rseq fast paths (no active memory cgroup) and it is not set yet. Called from the
 /// per-CPU paths, once the heap is READY.
 #[inline]
 pub(super) fn enable_rseq_fast() {
-    if fast_tls::get() == 0
+    if fast_tls::get() == no_area()
         && ACTIVE_OBJCG.with(Cell::get) == 0
         && !crate::kfence::every_allocation()
     {
-        fast_tls::set(RSEQ_TAG);
+        fast_tls::set(rseq_tag());
     }
 }
 
-/// The fast paths' test: the thread's own CPU area, if it may use it without looking
-/// further (one thread-local load; a non-zero value also means the heap is READY).
+/// The slow paths' test: the thread's own CPU area, if it may use it without looking
+/// further (one thread-local load; an area also means the heap is READY).
 #[inline(always)]
 pub(crate) fn fast_cpu() -> Option<CpuRef<'static>> {
     let v = fast_tls::get();
-    // SAFETY: a fast word above RSEQ_TAG is an area this thread owns (set from its
-    // area slot by `refresh_fast`, cleared before the area is given up); areas live
-    // forever.
-    (v > RSEQ_TAG).then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
+    // SAFETY: a fast word that is neither of the zero area's addresses is an area this
+    // thread owns (set from its area slot by `refresh_fast`, reset before the area is
+    // given up); areas live forever.
+    // (Nothing lies between the two addresses: one compare tests both.)
+    (v.wrapping_sub(no_area()) > rseq_tag() - no_area())
+        .then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
 }
 
 /// The thread's area slot (see the module doc).

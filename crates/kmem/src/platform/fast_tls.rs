@@ -1,6 +1,8 @@
 //! The thread-local words the allocation and free paths read without `thread_local!`:
 //! word [`FAST`], the calling thread's CPU area when it may use it directly (thread
-//! mode, attached, no active memory cgroup), else 0 or a tag (see `heap::thread`); and
+//! mode, attached, no active memory cgroup), else one of the two addresses of
+//! kmem-core's zero area ([`kmem_core::percpu::ZERO_CPU_AREA`], see `heap::thread`),
+//! which it holds from the thread's start; and
 //! words [`CHARGED_AREA`] and [`CHARGED_OBJCG`], the area and the active memory
 //! cgroup's objcg of an attached thread-mode thread that has one (else 0), for the
 //! charged paths.
@@ -28,18 +30,22 @@ const WORDS: usize = 3;
 mod imp {
     use super::WORDS;
 
-    // The variable: 24 bytes of zero-initialised TLS, hidden (never resolved outside
-    // the library or program that contains it).
+    // The variable: 24 bytes of TLS, hidden (never resolved outside the library or
+    // program that contains it). The fast word starts as the zero area's address (a
+    // relocated pointer in the TLS image: the dynamic linker relocates the image
+    // before it copies it for any thread), the charged words as 0.
     core::arch::global_asm!(
-        ".pushsection .tbss,\"awT\",@nobits",
+        ".pushsection .tdata,\"awT\",@progbits",
         ".p2align 3",
         ".globl kmem_tls_fast_area",
         ".hidden kmem_tls_fast_area",
         ".type kmem_tls_fast_area, @object",
         ".size kmem_tls_fast_area, 24",
         "kmem_tls_fast_area:",
-        ".zero 24",
+        ".quad {zero}",
+        ".zero 16",
         ".popsection",
+        zero = sym kmem_core::percpu::ZERO_CPU_AREA,
     );
 
     /// The calling thread's word `W`.
@@ -94,10 +100,16 @@ mod imp {
         static WORDS_TLS: [Cell<usize>; WORDS] = const { [const { Cell::new(0) }; WORDS] };
     }
 
-    /// The calling thread's word `W`.
+    /// The calling thread's word `W` (the fast word reads as the zero area's address
+    /// until it is first set).
     #[inline(always)]
     pub fn get_word<const W: usize>() -> usize {
-        WORDS_TLS.with(|w| w[W].get())
+        let v = WORDS_TLS.with(|w| w[W].get());
+        if W == super::FAST && v == 0 {
+            kmem_core::percpu::ZERO_CPU_AREA.base()
+        } else {
+            v
+        }
     }
 
     /// Sets the calling thread's word `W`.
@@ -129,7 +141,13 @@ mod tests {
         super::set(0x1234_5678);
         assert_eq!(super::get(), 0x1234_5678);
         std::thread::spawn(|| {
-            assert_eq!(super::get(), 0, "a new thread starts at 0");
+            assert_eq!(
+                super::get(),
+                kmem_core::percpu::ZERO_CPU_AREA.base(),
+                "a new thread starts at the zero area"
+            );
+            assert_eq!(super::get_word::<{ super::CHARGED_AREA }>(), 0);
+            assert_eq!(super::get_word::<{ super::CHARGED_OBJCG }>(), 0);
             super::set(7);
             assert_eq!(super::get(), 7);
         })
