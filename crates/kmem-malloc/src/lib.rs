@@ -147,12 +147,19 @@ pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
     malloc_other(size)
 }
 
-/// `malloc` past its fast path (a tail call): per-CPU rseq mode's restartable pop
-/// first, then everything else.
+/// `malloc` past its fast path (a tail call): for sizes up to `MEDIUM_FAST_MAX`, the
+/// medium sizes' pop, then the class's sheaf slow path (or per-CPU rseq mode's
+/// restartable pop) before the heap's layers; then everything else.
 #[inline(never)]
 extern "C" fn malloc_other(size: size_t) -> *mut c_void {
-    if size <= kmem::heap::SMALL_FAST_MAX {
-        let p = kmem::heap::alloc_rseq_small(size);
+    if size <= kmem::heap::MEDIUM_FAST_MAX {
+        if size > kmem::heap::SMALL_FAST_MAX {
+            let p = kmem::heap::alloc_small_fast(size);
+            if !p.is_null() {
+                return p.cast();
+            }
+        }
+        let p = kmem::heap::alloc_small_slow(size);
         if !p.is_null() {
             return p.cast();
         }

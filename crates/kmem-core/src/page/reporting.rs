@@ -65,14 +65,39 @@ impl<P: Platform> PageAllocator<P> {
     /// Returns whether the housekeeping ran (the slab layer then does its own).
     #[inline]
     pub fn housekeeping_tick(&self, cpu: CpuRef<'_>) -> bool {
-        let area = cpu.area();
-        let n = area.slow_paths.load(Relaxed).wrapping_add(1);
-        area.slow_paths.store(n, Relaxed);
-        if n.is_multiple_of(HOUSEKEEPING_INTERVAL) {
+        if self.count_slow_path(cpu) {
             self.housekeeping(cpu);
             return true;
         }
         false
+    }
+
+    /// [`PageAllocator::housekeeping_tick`]'s count alone: counts a slow path of
+    /// `cpu`'s owner and says whether this one is the interval's, whose housekeeping
+    /// the caller then runs ([`PageAllocator::housekeeping_now`]).
+    #[inline(always)]
+    pub fn count_slow_path(&self, cpu: CpuRef<'_>) -> bool {
+        let area = cpu.area();
+        let n = area.slow_paths.load(Relaxed).wrapping_add(1);
+        area.slow_paths.store(n, Relaxed);
+        n.is_multiple_of(HOUSEKEEPING_INTERVAL)
+    }
+
+    /// Whether the slow path [`PageAllocator::count_slow_path`] counted last was the
+    /// interval's.
+    #[inline]
+    pub fn slow_path_housekeeping_due(&self, cpu: CpuRef<'_>) -> bool {
+        cpu.area()
+            .slow_paths
+            .load(Relaxed)
+            .is_multiple_of(HOUSEKEEPING_INTERVAL)
+    }
+
+    /// The housekeeping a counted slow path found due (see
+    /// [`PageAllocator::housekeeping_tick`]).
+    #[inline]
+    pub fn housekeeping_now(&self, cpu: CpuRef<'_>) {
+        self.housekeeping(cpu);
     }
 
     #[cold]

@@ -242,7 +242,7 @@ impl<P: Platform> Slub<'_, P> {
 
     #[cold]
     #[inline(never)]
-    fn maybe_decay_barns(&self, c: CpuRef<'_>) {
+    pub(super) fn maybe_decay_barns(&self, c: CpuRef<'_>) {
         let now = self.pages.platform().now_ns();
         let delay = self.pages.report_delay_ns.load(Relaxed);
         let last = self.caches.barn_decay_ns.load(Relaxed);

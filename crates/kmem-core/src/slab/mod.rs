@@ -106,6 +106,7 @@ mod refill;
 mod report;
 pub mod sheaf;
 mod sheaf_size;
+mod sheaf_slow;
 mod slabinfo;
 mod stat;
 mod state;

@@ -274,11 +274,18 @@ impl KmemCacheCpu {
         ((p & mask) as u64).wrapping_mul(mul) < limit
     }
 
+    /// Whether an allocation that found the main sheaf empty can swap in the spare:
+    /// it holds objects (the frees since the last swap).
+    #[inline(always)]
+    pub(super) fn can_swap_for_alloc(&self) -> bool {
+        self.sheaf_len.load(Relaxed) as u32 == 0 && self.spare_len.load(Relaxed) as u32 != 0
+    }
+
     /// Swaps the main and spare sheaves, each with its word ([`Slub::alloc_sheaf_slow`],
     /// [`Slub::free_sheaf_slow`]). The owner only, and only where no restartable sequence
     /// runs on the words ([`FastPath::Sheaf`]). The object checks stay: they belong
     /// to the cache, and were written when the first spare was installed.
-    fn swap_sheaves(&self) {
+    pub(super) fn swap_sheaves(&self) {
         let (mw, mp) = (self.sheaf_len.load(Relaxed), self.main.load(Relaxed));
         let (sw, sp) = (self.spare_len.load(Relaxed), self.spare.load(Relaxed));
         self.main.store(sp, Relaxed);
@@ -369,7 +376,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// the object checks of its cache, never the zero line's nor the zero area's); it
     /// writes nothing where it finds no room.
     #[inline(always)]
-    fn with_free_target(
+    pub(super) fn with_free_target(
         &self,
         c: InlineArea<'_>,
         p: *mut u8,
@@ -418,74 +425,6 @@ impl<'a, P: Platform> Slub<'a, P> {
     #[inline(always)]
     pub fn rseq_free_target(&self, p: *const u8) -> Option<usize> {
         self.pages.with_used_page(p, state::page_rseq_sheaves)
-    }
-
-    /// The sheaf slow path of an allocation from `s` for a front end whose fast pop
-    /// found the main sheaf empty (thread mode, [`FastPath::Sheaf`], a plain
-    /// request), without the layers between the front end and `sheaf_alloc` (KFENCE's
-    /// test, the memory cgroup and per-CPU tests, the gfp and node checks): the two
-    /// sheaves swap when the spare holds frees (the common case, done here in a few
-    /// instructions, with the drain check and the housekeeping tick every slow path
-    /// runs), else `sheaf_alloc` takes a full sheaf from the barn or refills from the
-    /// slabs. `None`: not a sheaf cache, or memory ran out; take the regular path.
-    #[inline(never)]
-    pub fn alloc_sheaf_slow(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
-        if s.config().fast != FastPath::Sheaf {
-            return None;
-        }
-        let cc = s.cpu(c);
-        let can_swap =
-            || cc.sheaf_len.load(Relaxed) as u32 == 0 && cc.spare_len.load(Relaxed) as u32 != 0;
-        let obj = if can_swap() {
-            // (A drain asked of this area may empty both.)
-            self.slow_path_ticks(c);
-            if can_swap() {
-                cc.swap_sheaves();
-                cc.count(SlubStat::SheafSwap);
-                cc.sheaf_pop()
-            } else {
-                self.sheaf_alloc(c, s, Gfp::KERNEL)
-            }
-        } else {
-            self.sheaf_alloc(c, s, Gfp::KERNEL)
-        }?;
-        // SAFETY: a sheaf slot below its count holds an object's address, never 0.
-        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
-    }
-
-    /// [`Slub::alloc_sheaf_slow`]'s counterpart for a free whose fast push was
-    /// refused: when `p` starts an object of a cache on the inline sheaf path (no
-    /// objcg vector), the full spare swaps with an empty main sheaf (the full one is
-    /// allocated from next) and `p` goes onto the emptied one, else `sheaf_free`
-    /// trades the full spare at the barn or flushes it. `None`: not such an object,
-    /// take the regular path; `Some(false)`: a double free at the spare's top,
-    /// reported and refused.
-    ///
-    /// # Safety
-    /// As [`Slub::free_fast`] when it returns `Some(true)`.
-    #[inline(never)]
-    pub unsafe fn free_sheaf_slow(&self, c: CpuRef<'_>, p: *mut u8) -> Option<bool> {
-        let mut done = None;
-        self.with_free_target(c.into(), p, None, |cc| {
-            let (f, m) = (cc.spare_len.load(Relaxed), cc.sheaf_len.load(Relaxed));
-            let n = f as u32 as usize;
-            let full = n > 0 && n >= (f >> SHEAF_CAP_SHIFT) as usize;
-            // An empty main sheaf that exists (a sheaf's word carries its capacity).
-            let main_empty = m as u32 == 0 && (m >> SHEAF_CAP_SHIFT) != 0;
-            // SAFETY: a full spare's slot `n - 1` holds an object (ours: thread mode).
-            if full && main_empty && unsafe { *slot(cc.spare.load(Relaxed), n - 1) } != p as usize {
-                cc.swap_sheaves();
-                cc.count(SlubStat::SheafSwap);
-                done = Some(cc.sheaf_push(p as usize).is_ok());
-            } else if let Some(h) = self.pages.virt_to_slab_used(p) {
-                // The tag on `p`'s page named this cache's sheaves: the slab is its.
-                // SAFETY: `p` starts an object of the slab's cache (checked), which
-                // the caller gives up.
-                done = Some(unsafe { self.sheaf_free(c, Slab::of(h).cache(), p as usize) });
-            }
-            true
-        });
-        done
     }
 
     /// What every slow path of a CPU area runs first: the drain a flush asked of it,

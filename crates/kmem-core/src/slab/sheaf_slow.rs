@@ -1,0 +1,132 @@
+//! The sheaf slow paths a front end calls straight from its fast paths' misses
+//! (malloc's and free's out-of-line halves, `KmemAlloc`), without the layers of the
+//! regular paths: a swap of a CPU's two sheaves, done in a few instructions and no
+//! call, else the barn exchange or the refill and flush of `sheaf.rs`. Also the two
+//! halves of the slow-path tick (the drain check and the housekeeping count), so
+//! that a swap that finds no work due calls nothing.
+//!
+//! Owns no state. Locking: as `sheaf.rs` (the CPU area's owner only; the barn's lock
+//! inside `sheaf_alloc` and `sheaf_free`).
+
+use super::sheaf::{slot, SHEAF_CAP_SHIFT};
+use super::*;
+use crate::gfp::Gfp;
+use crate::percpu::CpuRef;
+use crate::platform::Platform;
+use crate::sync::Ordering::Relaxed;
+use core::ptr::NonNull;
+
+impl<P: Platform> Slub<'_, P> {
+    /// The sheaf slow path of an allocation from `s` for a front end whose fast pop
+    /// found the main sheaf empty (thread mode, [`FastPath::Sheaf`], a plain
+    /// request), without the layers between the front end and `sheaf_alloc` (KFENCE's
+    /// test, the memory cgroup and per-CPU tests, the gfp and node checks): the two
+    /// sheaves swap when the spare holds frees (the common case, done here in a few
+    /// instructions, with the drain check and the housekeeping tick every slow path
+    /// runs), else `sheaf_alloc` takes a full sheaf from the barn or refills from the
+    /// slabs. `None`: not a sheaf cache, or memory ran out; take the regular path.
+    ///
+    /// The swap itself makes no call (the drain check and the tick are two tests;
+    /// the work they may find, and everything else, is out of line), so it runs
+    /// without saving registers.
+    #[inline(never)]
+    pub fn alloc_sheaf_slow(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
+        if s.config().fast != FastPath::Sheaf {
+            return None;
+        }
+        let cc = s.cpu(c);
+        if !cc.can_swap_for_alloc() {
+            return self.sheaf_alloc_ptr(c, s);
+        }
+        if self.slow_path_work_due(c) {
+            return self.alloc_sheaf_after_work(c, s);
+        }
+        cc.swap_sheaves();
+        cc.count(SlubStat::SheafSwap);
+        let obj = cc.sheaf_pop()?;
+        // SAFETY: a sheaf slot below its count holds an object's address, never 0.
+        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+    }
+
+    /// [`Slub::alloc_sheaf_slow`] when the tick or a drain request found work: the
+    /// work, then the swap if it is still possible (a drain may have emptied both
+    /// sheaves), else `sheaf_alloc`.
+    #[cold]
+    #[inline(never)]
+    fn alloc_sheaf_after_work(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
+        self.slow_path_work(c);
+        let cc = s.cpu(c);
+        if !cc.can_swap_for_alloc() {
+            return self.sheaf_alloc_ptr(c, s);
+        }
+        cc.swap_sheaves();
+        cc.count(SlubStat::SheafSwap);
+        let obj = cc.sheaf_pop()?;
+        // SAFETY: a sheaf slot below its count holds an object's address, never 0.
+        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+    }
+
+    /// `sheaf_alloc` for a plain request, as a pointer (a tail call for its callers).
+    #[inline(never)]
+    fn sheaf_alloc_ptr(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
+        let obj = self.sheaf_alloc(c, s, Gfp::KERNEL)?;
+        // SAFETY: a sheaf slot below its count holds an object's address, never 0.
+        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+    }
+
+    /// [`Slub::alloc_sheaf_slow`]'s counterpart for a free whose fast push was
+    /// refused: when `p` starts an object of a cache on the inline sheaf path (no
+    /// objcg vector), the full spare swaps with an empty main sheaf (the full one is
+    /// allocated from next) and `p` goes onto the emptied one, else `sheaf_free`
+    /// trades the full spare at the barn or flushes it. `None`: not such an object,
+    /// take the regular path; `Some(false)`: a double free at the spare's top,
+    /// reported and refused.
+    ///
+    /// # Safety
+    /// As [`Slub::free_fast`] when it returns `Some(true)`.
+    #[inline(never)]
+    pub unsafe fn free_sheaf_slow(&self, c: CpuRef<'_>, p: *mut u8) -> Option<bool> {
+        let mut done = None;
+        self.with_free_target(c.into(), p, None, |cc| {
+            let (f, m) = (cc.spare_len.load(Relaxed), cc.sheaf_len.load(Relaxed));
+            let n = f as u32 as usize;
+            let full = n > 0 && n >= (f >> SHEAF_CAP_SHIFT) as usize;
+            // An empty main sheaf that exists (a sheaf's word carries its capacity).
+            let main_empty = m as u32 == 0 && (m >> SHEAF_CAP_SHIFT) != 0;
+            // SAFETY: a full spare's slot `n - 1` holds an object (ours: thread mode).
+            if full && main_empty && unsafe { *slot(cc.spare.load(Relaxed), n - 1) } != p as usize {
+                cc.swap_sheaves();
+                cc.count(SlubStat::SheafSwap);
+                done = Some(cc.sheaf_push(p as usize).is_ok());
+            } else if let Some(h) = self.pages.virt_to_slab_used(p) {
+                // The tag on `p`'s page named this cache's sheaves: the slab is its.
+                // SAFETY: `p` starts an object of the slab's cache (checked), which
+                // the caller gives up.
+                done = Some(unsafe { self.sheaf_free(c, Slab::of(h).cache(), p as usize) });
+            }
+            true
+        });
+        done
+    }
+
+    /// [`Slub::slow_path_ticks`] in two halves, for a slow path that makes no call
+    /// when neither finds work: this one counts the tick and says whether a drain
+    /// request or the housekeeping is due; then [`Slub::slow_path_work`] does it.
+    #[inline(always)]
+    fn slow_path_work_due(&self, c: CpuRef<'_>) -> bool {
+        let drain = c.area().drain_request.load(Relaxed) & crate::percpu::DRAIN_CACHES != 0;
+        self.pages.count_slow_path(c) | drain
+    }
+
+    /// The work [`Slub::slow_path_work_due`] found due: the drain, then (when this
+    /// slow path's tick is the interval's) the housekeeping and the barns' decay.
+    #[cold]
+    #[inline(never)]
+    fn slow_path_work(&self, c: CpuRef<'_>) {
+        self.check_drain_request(c);
+        if self.pages.slow_path_housekeeping_due(c) {
+            self.pages.housekeeping_now(c);
+            self.maybe_decay_barns(c);
+        }
+    }
+}
