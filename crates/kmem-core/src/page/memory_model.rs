@@ -153,8 +153,7 @@ impl<P: Platform> PageAllocator<P> {
         addr: *const u8,
         f: impl FnOnce(&'p Page) -> Option<R>,
     ) -> Option<R> {
-        let base = self.base.load(Ordering::Relaxed);
-        let off = (addr as usize).wrapping_sub(base);
+        let off = (addr as usize).wrapping_add(self.neg_base.load(Ordering::Relaxed));
         if off >= self.used_len.load(Ordering::Acquire) {
             return None;
         }

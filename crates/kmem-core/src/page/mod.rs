@@ -145,6 +145,9 @@ pub struct PageAllocator<P: Platform> {
     initialized: AtomicBool,
     /// The span's first byte; pfn 0 is the page there.
     base: AtomicUsize,
+    /// `base` negated (set with it): the free fast path's range check adds it to the
+    /// address (one `lea`) where subtracting `base` takes a copy and a `sub`.
+    neg_base: AtomicUsize,
     /// Sections the span holds, the last one possibly partial (bounded by
     /// [`MAX_SECTIONS`]).
     nr_span_sections: AtomicUsize,
@@ -179,6 +182,7 @@ impl<P: Platform> PageAllocator<P> {
             platform,
             initialized: AtomicBool::new(false),
             base: AtomicUsize::new(0),
+            neg_base: AtomicUsize::new(0),
             nr_span_sections: AtomicUsize::new(0),
             span_len: AtomicUsize::new(0),
             used_len: AtomicUsize::new(0),
@@ -237,6 +241,8 @@ impl<P: Platform> PageAllocator<P> {
             return Err(InitError::BadConfig);
         }
         self.base.store(base as usize, Ordering::Relaxed);
+        self.neg_base
+            .store((base as usize).wrapping_neg(), Ordering::Relaxed);
         self.nr_span_sections
             .store(len.div_ceil(SECTION_SIZE), Ordering::Relaxed);
         self.span_len.store(len, Ordering::Relaxed);
