@@ -10,7 +10,9 @@
 //! per-CPU fallback (`percpu`). No lock of its own:
 //! the CPU area's rules apply (see `cpu`).
 
-use super::thread::{active_objcg, charged_cpu, enable_rseq_fast, fast_cpu, rseq_tag, thread_cpu};
+use super::thread::{
+    active_objcg, charged_cpu, enable_rseq_fast, fast_cpu, inline_area, rseq_tag, thread_cpu,
+};
 use super::Heap;
 use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
@@ -24,11 +26,10 @@ impl Heap {
     /// Charged to the thread's active memory cgroup, if it has one.
     #[inline(always)]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        if let Some(c) = fast_cpu() {
-            if let Some(p) = self.kmem.kmalloc_fast(c, size, gfp) {
-                return Some(p);
-            }
-        } else if let Some((c, cg)) = charged_cpu() {
+        if let Some(p) = self.kmem.kmalloc_fast(inline_area(), size, gfp) {
+            return Some(p);
+        }
+        if let Some((c, cg)) = charged_cpu() {
             // An attached thread with an active memory cgroup: an object kept charged
             // to its objcg in its area's objcg sheaves (KFENCE samples no charged
             // allocation).
@@ -193,12 +194,11 @@ impl Heap {
     /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kfree(&self, p: *mut u8) -> bool {
-        if let Some(c) = fast_cpu() {
-            // SAFETY: forwarded from the caller.
-            if unsafe { self.kmem.kfree_fast(c, p) } {
-                return true;
-            }
-        } else if let Some((c, cg)) = charged_cpu() {
+        // SAFETY: forwarded from the caller.
+        if unsafe { self.kmem.kfree_fast(inline_area(), p) } {
+            return true;
+        }
+        if let Some((c, cg)) = charged_cpu() {
             // A thread with an active memory cgroup: an object charged to it may stay
             // charged in its area's objcg sheaves.
             // SAFETY: forwarded from the caller.

@@ -7,7 +7,7 @@
 //! (`percpu`). No lock of its own: the CPU area's rules apply (see `cpu`).
 
 use super::percpu::zero_if_asked;
-use super::thread::{active_objcg, fast_cpu, rseq_tag, thread_cpu};
+use super::thread::{active_objcg, inline_area, rseq_tag, thread_cpu};
 use super::{Heap, HEAP};
 use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
@@ -56,10 +56,8 @@ impl Heap {
     /// `kmem_cache_alloc`, charged to the thread's active memory cgroup if any.
     #[inline]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
-        if let Some(c) = fast_cpu() {
-            if let Some(p) = self.kmem.slub().alloc_fast(c, s, gfp) {
-                return Some(p);
-            }
+        if let Some(p) = self.kmem.slub().alloc_fast(inline_area(), s, gfp) {
+            return Some(p);
         }
         self.kmem_cache_alloc_other(s, gfp)
     }
@@ -123,11 +121,9 @@ impl Heap {
     /// If `p` is an object of `s`, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
-        if let Some(c) = fast_cpu() {
-            // SAFETY: forwarded from the caller.
-            if unsafe { self.kmem.slub().free_fast_to(c, s, p.as_ptr()) } {
-                return true;
-            }
+        // SAFETY: forwarded from the caller.
+        if unsafe { self.kmem.slub().free_fast_to(inline_area(), s, p.as_ptr()) } {
+            return true;
         }
         // SAFETY: forwarded from the caller.
         unsafe { self.kmem_cache_free_other(s, p) }
