@@ -10,6 +10,7 @@
 use super::descriptor::{Page, PageFlags, PAGE_SHIFT};
 use super::mmzone::{MEMMAP_PAGES, PFN_SECTION_SHIFT, SECTION_SHIFT, SECTION_SIZE};
 use super::PageAllocator;
+use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::sync::Ordering;
 use core::ptr::NonNull;
@@ -167,6 +168,42 @@ impl<P: Platform> PageAllocator<P> {
         f(unsafe { &*(section as *const Page).wrapping_add(idx) })
     }
 
+    /// [`PageAllocator::with_used_page`] against the span window of `area` (its
+    /// owner's copy, or the zero area's empty one), the inline free path's range
+    /// check: the window's loads come from the area's header line, folded into the
+    /// `add` and the `cmp`, and the zero area refuses every address at once.
+    #[inline(always)]
+    pub(crate) fn with_area_page<'p, R>(
+        &'p self,
+        area: &crate::percpu::CpuArea,
+        addr: *const u8,
+        f: impl FnOnce(&'p Page) -> Option<R>,
+    ) -> Option<R> {
+        let (neg_base, used) = area.span_window();
+        let off = (addr as usize).wrapping_add(neg_base);
+        if off >= used {
+            return None;
+        }
+        let section = (addr as usize) & !(SECTION_SIZE - 1);
+        let idx = ((addr as usize) >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
+        // SAFETY: the window is a copy of this allocator's base and of an earlier
+        // `used_len` (which only grows), so the address lies in a section brought
+        // online once, whose memmap is mapped for as long as the allocator lives.
+        f(unsafe { &*(section as *const Page).wrapping_add(idx) })
+    }
+
+    /// Stores this allocator's span window in `cpu`'s area (see
+    /// [`PageAllocator::with_area_page`]): when the area is handed to an owner, and at
+    /// its housekeeping ticks, so that a section brought online since reaches the
+    /// area's fast path within sixteen slow paths.
+    #[inline]
+    pub fn refresh_span_window(&self, cpu: CpuRef<'_>) {
+        cpu.area().set_span_window(
+            self.neg_base.load(Ordering::Relaxed),
+            self.used_len.load(Ordering::Acquire),
+        );
+    }
+
     /// The descriptor of the page holding `addr` when it carries its slab's
     /// inline-sheaves word in `owner[1]`: a slab's head page, or a tail page marked
     /// `SLAB_TAIL`; else `None`. One descriptor read, never the head's (the free fast
@@ -229,6 +266,55 @@ mod tests {
 
     fn base<P: Platform>(pa: &PageAllocator<P>) -> usize {
         pa.base.load(Ordering::Relaxed)
+    }
+
+    #[test]
+    fn an_areas_span_window_lags_behind_new_sections_until_its_housekeeping() {
+        use crate::gfp::Gfp;
+        use crate::percpu::{CpuArea, ZERO_CPU_AREA};
+        let pa = allocator(2, Config::default());
+        assert!(pa.add_memory(0));
+        let area = pa.cpu_area_get(0).unwrap();
+        // SAFETY: ours until the end of the test.
+        let cpu = unsafe { CpuRef::new(area) };
+        let used = pa.used_len.load(Ordering::Relaxed);
+        assert_eq!(area.span_window(), (base(pa).wrapping_neg(), used));
+        // A second section comes online: the window still ends before it.
+        assert!(pa.add_memory(0));
+        assert_eq!(pa.used_len.load(Ordering::Relaxed), used + SECTION_SIZE);
+        // 2 MiB blocks until one lies in the new section (at most a section's worth).
+        let mut held = [None; SECTION_SIZE >> 21];
+        let mut n = 0;
+        let late = loop {
+            let page = pa.alloc_pages(Some(cpu), Gfp::KERNEL, 9).unwrap();
+            held[n] = Some(page);
+            n += 1;
+            let addr = pa.page_address(page).as_ptr();
+            if addr as usize >= base(pa) + used {
+                break addr;
+            }
+        };
+        let found = |a: &CpuArea| pa.with_area_page(a, late, |p| Some(p as *const Page));
+        // (Allocations may have ticked the housekeeping: make the window stale again.)
+        area.set_span_window(base(pa).wrapping_neg(), used);
+        assert_eq!(found(area), None, "past the window");
+        assert!(pa.with_used_page(late, |_| Some(())).is_some());
+        // The area's next housekeeping refreshes it.
+        while !pa.housekeeping_tick(cpu) {}
+        assert_eq!(
+            found(area),
+            pa.virt_to_page(late).map(|p| p.as_ptr() as *const Page)
+        );
+        // The zero area's window holds no address.
+        // SAFETY: the zero area reads as a CPU area (all zero).
+        let zero = unsafe { &*(ZERO_CPU_AREA.base() as *const CpuArea) };
+        assert_eq!(found(zero), None);
+        for page in held.into_iter().flatten() {
+            // SAFETY: allocated above with order 9.
+            unsafe { pa.free_pages(Some(cpu), page, 9) };
+        }
+        // SAFETY: ours, given back once.
+        unsafe { pa.cpu_area_put(area) };
     }
 
     #[test]

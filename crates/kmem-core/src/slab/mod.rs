@@ -60,7 +60,7 @@
 //! | `alloc.rs`, `free.rs` | the fast paths and their slow paths |
 //! | `new_slab.rs`, `partial.rs`, `cpu_partial.rs` | making and discarding slabs; node partial lists; CPU partial slabs, deactivation, flushing |
 //! | `lockless.rs` | per-CPU mode's lockless fast paths |
-//! | `sheaf.rs`, `barn.rs` | the sheaves design: per-CPU main and spare sheaves, their slow paths, thread exit; the per-node barns |
+//! | `sheaf.rs`, `sheaf_slow.rs`, `barn.rs` | the sheaves design: per-CPU main and spare sheaves, their slow paths, thread exit; the slow paths the front ends call straight from their misses (the swap without a call); the per-node barns |
 //! | `refill.rs`, `fresh.rs`, `prefill.rs`, `census.rs` | sheaves to and from slabs (bulk refill and flush); a node's fresh slab, taken by address; prefilled sheaves; a census of where free objects wait |
 //! | `bulk.rs`, `accounting.rs` | bulk alloc/free; the [`Accounting`] interface |
 //! | `debug.rs`, `report.rs`, `slabinfo.rs` | slub_debug; reports; slabinfo, slabtop, statistics files |

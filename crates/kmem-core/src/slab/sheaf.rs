@@ -392,7 +392,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             // and the tag is not tested.
             None => self
                 .pages
-                .with_used_page(p, |pg| Some(state::page_sheaf_offset(pg))),
+                .with_area_page(c.area(), p, |pg| Some(state::page_sheaf_offset(pg))),
             // kmem_cache_free: the cache is on the head.
             Some(w) => self.pages.virt_to_slab_used(p).and_then(|h| {
                 let slab = Slab::of(h);
