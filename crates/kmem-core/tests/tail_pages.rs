@@ -7,7 +7,6 @@ mod common;
 
 use common::{config, kmem};
 use kmem_core::{CpuRef, Gfp, PageFlags, PAGE_SIZE};
-use std::sync::atomic::Ordering::Relaxed;
 
 type K = kmem_core::Kmem<common::TestPlatform>;
 
@@ -44,6 +43,15 @@ fn a_free_in_a_tail_page_takes_the_fast_path() {
         flags_of(k, p as *const u8),
         PageFlags::TAIL | PageFlags::SLAB_TAIL
     );
+    // The tail carries the head's sheaf tag.
+    let tag = |q: usize| {
+        k.pages
+            .virt_to_slab_page(q as *const u8)
+            .unwrap()
+            .sheaf_tag()
+    };
+    assert_ne!(tag(p), 0);
+    assert_eq!(tag(p), tag(p & !(cfg.slab_bytes() - 1)));
     // A first free sets up the spare sheaf that frees go to.
     // SAFETY: ours.
     assert!(unsafe { k.kfree(Some(cpu), objs[0] as *mut u8) });
@@ -66,8 +74,12 @@ fn a_free_in_a_tail_page_takes_the_fast_path() {
     unsafe { k.pages.cpu_area_put(area) };
     k.shrink_all(None);
     assert_eq!(s.nr_slabs(0), 0);
-    // The slab's pages went back: no page keeps the mark.
+    // The slab's pages went back: no page keeps the mark or the sheaf tag.
     assert!(!flags_of(k, p as *const u8).contains(PageFlags::SLAB_TAIL));
+    let page = k.pages.virt_to_page(p as *const u8).unwrap();
+    // SAFETY: a descriptor of an online section, which lives as long as `k`.
+    let tag = unsafe { page.as_ref() }.sheaf_tag();
+    assert_eq!(tag, 0, "the tail kept its tag");
 }
 
 #[test]
@@ -104,7 +116,7 @@ fn charged_objects_in_tail_pages_leave_the_fast_path() {
     let tail = k.pages.virt_to_slab_page(p as *const u8).unwrap();
     assert!(tail.flags().contains(PageFlags::SLAB_TAIL));
     for page in [head, tail] {
-        assert_eq!(page.owner[1].load(Relaxed) & 1, 0, "still tagged");
+        assert_eq!(page.sheaf_tag(), 0, "still tagged");
     }
     // SAFETY: refused: the object stays ours.
     let pushed = unsafe { k.kfree_fast(cpu, p as *mut u8) };

@@ -113,9 +113,10 @@ pub struct Page {
 const _: () = assert!(core::mem::size_of::<Page>() == 64);
 
 impl Page {
-    /// The free fast path's word (see the field).
+    /// The free fast path's word (see the field): non-zero only on the pages of a live
+    /// slab of a cache on the inline sheaf path whose slab has no objcg vector.
     #[inline(always)]
-    pub(crate) fn sheaf_tag(&self) -> usize {
+    pub fn sheaf_tag(&self) -> usize {
         self.sheaf_tag.load(Relaxed) as usize
     }
     /// Sets the free fast path's word (the slab layer; see the field).

@@ -30,10 +30,11 @@ use kmem_core::{Gfp, Platform, MAX_ORDER, PAGE_SIZE};
 use std::alloc::Layout;
 use std::ptr;
 
-/// kmalloc's fast path alone for `malloc(size)` (any size, alignment
-/// 8): the top of the thread's main sheaf of the class, or null for
+/// kmalloc's fast path alone for `malloc(size)` (any size, alignment 8): the top of
+/// the thread's main sheaf of the class, or null for [`alloc_small_slow`] and
 /// [`alloc_layout`] to do the rest (the front end keeps the fast path free of the
-/// call's register saves that way).
+/// call's register saves that way). A thread without an area of its own reads the
+/// zero area, whose sheaves are empty.
 #[inline(always)]
 pub fn alloc_small_fast(size: usize) -> *mut u8 {
     match HEAP.kmem.kmalloc_fast(inline_area(), size, Gfp::KERNEL) {
@@ -92,11 +93,12 @@ pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
 }
 
 /// [`Heap::alloc`] (or, `zeroed`, [`Heap::alloc_zeroed`]) for the allocator front
-/// ends ([`crate::KmemAlloc`], `malloc`): on a thread with its fast word, a small
-/// layout is one pop from the kmalloc cache's main sheaf, without the heap's READY
-/// test (a thread has an area only once the heap is ready); in per-CPU rseq mode
-/// (the word is `rseq_tag()`) one restartable pop from the CPU's sheaf; everything
-/// else out of line through [`heap`].
+/// ends ([`crate::KmemAlloc`], `malloc`): a small layout is one pop from the kmalloc
+/// cache's main sheaf in the area the thread's fast word names, without the heap's
+/// READY test or a test of the word (a thread has an area only once the heap is
+/// ready; without one it reads the zero area, whose sheaves are empty); everything
+/// else out of line (`alloc_layout_slow`: per-CPU rseq mode's restartable pop, the
+/// sheaf slow path, then [`heap`]).
 #[inline(always)]
 pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
     if !zeroed && layout.align() <= 8 {
