@@ -201,12 +201,12 @@ pub(crate) fn page_sheaf_offset(p: &Page) -> usize {
 
 /// The sheaf tag of a slab of `cfg` (see [`page_sheaf_offset`]).
 fn sheaf_tag_of(cfg: &CacheConfig) -> u32 {
-    if cfg.fast == FastPath::Sheaf {
-        // Every cache's `cpu_offset` lies past the zero line and inside an area: the
-        // tag is non-zero and fits.
-        (cfg.cpu_offset - CPU_AREA_ZERO_LINE) as u32
-    } else {
-        0
+    // Every cache's `cpu_offset` lies past the zero line and inside an area (the
+    // percpu allocator's offsets start after it), so the tag is non-zero and fits; an
+    // offset that did not would get no tag (the zero line: the regular path).
+    match cfg.cpu_offset.checked_sub(CPU_AREA_ZERO_LINE) {
+        Some(t) if cfg.fast == FastPath::Sheaf && t > 0 => t as u32,
+        _ => 0,
     }
 }
 
