@@ -78,8 +78,9 @@ fn ten_thousand_threads_stay_bounded_and_leak_nothing() {
 fn the_zero_area_stays_zero_whatever_state_a_thread_is_in() {
     use kmem_core::percpu::ZERO_CPU_AREA;
     let cg = kmem::MemCgroup::new("zero-area").unwrap();
+    use std::cell::RefCell;
     thread_local! {
-        static ON_EXIT: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+        static ON_EXIT: RefCell<Vec<String>> = const { RefCell::new(Vec::new()) };
     }
     std::thread::scope(|s| {
         for t in 0..4u64 {

@@ -21,9 +21,9 @@
 //! it. The last two are the two addresses of kmem-core's zero area
 //! ([`kmem_core::percpu::ZERO_CPU_AREA`]), so the inline fast paths use the word as
 //! an area without testing it ([`inline_area`]): in the zero area they find no object
-//! and no room, and fall to their slow halves, which test it ([`fast_cpu`]). The charged paths (an attached thread with
-//! an active memory cgroup: its objcg sheaves) read two more words of the same kind,
-//! the area and the objcg, recomputed with it.
+//! and no room, and fall to their slow halves, which test it ([`fast_cpu`]). The
+//! charged paths (an attached thread with an active memory cgroup: its objcg sheaves)
+//! read two more words of the same kind, the area and the objcg, recomputed with it.
 //!
 //! Locking: none. An area in a thread's slot is that thread's alone until the slot
 //! stops naming it (exit or [`Heap::detach_thread`]).
