@@ -16,6 +16,17 @@ use crate::platform::Platform;
 use crate::sync::Ordering::Relaxed;
 use core::ptr::NonNull;
 
+/// An allocation's swap: the spare (which holds objects) becomes the main sheaf, and
+/// its top object is taken.
+#[inline(always)]
+fn swap_and_pop(cc: &KmemCacheCpu) -> Option<NonNull<u8>> {
+    cc.swap_sheaves();
+    cc.count(SlubStat::SheafSwap);
+    let obj = cc.sheaf_pop()?;
+    // SAFETY: a sheaf slot below its count holds an object's address, never 0.
+    Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+}
+
 impl<P: Platform> Slub<'_, P> {
     /// The sheaf slow path of an allocation from `s` for a front end whose fast pop
     /// found the main sheaf empty (thread mode, [`FastPath::Sheaf`], a plain
@@ -41,11 +52,7 @@ impl<P: Platform> Slub<'_, P> {
         if self.slow_path_work_due(c) {
             return self.alloc_sheaf_after_work(c, s);
         }
-        cc.swap_sheaves();
-        cc.count(SlubStat::SheafSwap);
-        let obj = cc.sheaf_pop()?;
-        // SAFETY: a sheaf slot below its count holds an object's address, never 0.
-        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+        swap_and_pop(cc)
     }
 
     /// [`Slub::alloc_sheaf_slow`] when the tick or a drain request found work: the
@@ -59,11 +66,7 @@ impl<P: Platform> Slub<'_, P> {
         if !cc.can_swap_for_alloc() {
             return self.sheaf_alloc_ptr(c, s);
         }
-        cc.swap_sheaves();
-        cc.count(SlubStat::SheafSwap);
-        let obj = cc.sheaf_pop()?;
-        // SAFETY: a sheaf slot below its count holds an object's address, never 0.
-        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+        swap_and_pop(cc)
     }
 
     /// `sheaf_alloc` for a plain request, as a pointer (a tail call for its callers).

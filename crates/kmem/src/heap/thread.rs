@@ -149,12 +149,13 @@ pub(super) fn enable_rseq_fast() {
 #[inline(always)]
 pub(crate) fn fast_cpu() -> Option<CpuRef<'static>> {
     let v = fast_tls::get();
+    // Neither of the zero area's addresses (nothing lies between them: one compare
+    // tests both).
+    let own = v.wrapping_sub(no_area()) > rseq_tag() - no_area();
     // SAFETY: a fast word that is neither of the zero area's addresses is an area this
     // thread owns (set from its area slot by `refresh_fast`, reset before the area is
     // given up); areas live forever.
-    // (Nothing lies between the two addresses: one compare tests both.)
-    (v.wrapping_sub(no_area()) > rseq_tag() - no_area())
-        .then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
+    own.then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
 }
 
 /// The thread's area slot (see the module doc).
