@@ -814,3 +814,81 @@ fn the_front_ends_sheaf_slow_paths_swap_trade_and_refuse_as_the_regular_path_doe
         old.kfree(oc, p.as_ptr());
     }
 }
+
+#[test]
+fn the_front_ends_slow_paths_trade_whole_sheaves_at_the_barn() {
+    let k = kmem(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let cpu = c.unwrap();
+    let s = k.kmalloc_cache(64, Gfp::KERNEL).unwrap();
+    let cap = s.config().sheaf_capacity;
+    let n = 5 * cap;
+    // What a C front end does: the fast path, else the sheaf slow path, else the
+    // regular path (a fresh area has no spare sheaf yet).
+    let alloc = || {
+        k.kmalloc_fast(cpu, 64, Gfp::KERNEL)
+            .or_else(|| k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL))
+            .or_else(|| k.kmalloc(c, 64, Gfp::KERNEL))
+            .unwrap()
+            .as_ptr() as usize
+    };
+    let free = |p: usize| {
+        let p = p as *mut u8;
+        // SAFETY: each object the test holds, given up once.
+        let done = unsafe {
+            k.kfree_fast(cpu, p) || k.kfree_sheaf_slow(cpu, p).unwrap_or_else(|| k.kfree(c, p))
+        };
+        assert!(done);
+    };
+    let take = |n: usize| {
+        let v: Vec<usize> = (0..n).map(|_| alloc()).collect();
+        let set: HashSet<usize> = v.iter().copied().collect();
+        assert_eq!(set.len(), n, "an object handed out twice");
+        (v, set)
+    };
+    // Refills from the slabs, then frees that fill both sheaves and hand the rest to
+    // the barn as full sheaves (new empty ones are made: the barn has none yet).
+    let (first, first_set) = take(n);
+    first.iter().for_each(|&p| free(p));
+    check_census(k, s, &[cpu], &HashSet::new());
+    let (gets, puts) = (stat(k, s, SlubStat::BarnGet), stat(k, s, SlubStat::BarnPut));
+    assert!(puts >= 3, "full sheaves went to the barn: {puts}");
+    // The same number again: both sheaves run dry and each further sheaf comes from
+    // the barn for the emptied main one, with the objects freed before: no refill,
+    // no new sheaf.
+    let (refills, made) = (
+        stat(k, s, SlubStat::SheafRefill),
+        stat(k, s, SlubStat::SheafAlloc),
+    );
+    let (second, second_set) = take(n);
+    assert_eq!(
+        second_set, first_set,
+        "the barn's sheaves hold the freed objects"
+    );
+    assert!(stat(k, s, SlubStat::BarnGet) >= gets + 3);
+    check_census(k, s, &[cpu], &second_set);
+    // And back: each full spare is traded for one of the empty sheaves the allocations
+    // left in the barn.
+    second.iter().for_each(|&p| free(p));
+    assert!(stat(k, s, SlubStat::BarnPut) >= puts + 3);
+    assert_eq!(
+        (
+            stat(k, s, SlubStat::SheafRefill),
+            stat(k, s, SlubStat::SheafAlloc)
+        ),
+        (refills, made),
+        "the exchanges used the barn's sheaves"
+    );
+    check_census(k, s, &[cpu], &HashSet::new());
+    // A double free of a traded sheaf's object is still caught on the regular path.
+    let p = alloc();
+    free(p);
+    // SAFETY: the bug under test: refused and reported.
+    unsafe { assert!(!k.kfree(c, p as *mut u8)) };
+    assert!(k
+        .pages
+        .platform()
+        .take_log()
+        .contains("Object already free"));
+    check_census(k, s, &[cpu], &HashSet::new());
+}

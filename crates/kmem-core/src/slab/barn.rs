@@ -166,6 +166,38 @@ impl BarnLists {
         Ok(())
     }
 
+    /// A CPU's whole exchange for an allocation: `empty` in, a full sheaf out, when the
+    /// barn has a full one and room for the empty one; else `None` and nothing
+    /// changes (the caller takes the general path: a refill, or freeing the empty one).
+    #[inline]
+    pub fn exchange_empty(&mut self, empty: NonNull<SlabSheaf>) -> Option<NonNull<SlabSheaf>> {
+        if self.full.is_null() || self.nr_empty >= MAX_EMPTY_SHEAVES {
+            return None;
+        }
+        let full = self.get_full()?;
+        Self::push(&mut self.empty, empty);
+        self.nr_empty += 1;
+        Some(full)
+    }
+
+    /// A CPU's whole exchange for a free: `full` in, an empty sheaf out, when the barn
+    /// has an empty one and holds fewer than `max` full ones; else `None` and nothing
+    /// changes (the caller takes the general path: a new empty sheaf, or the flush).
+    #[inline]
+    pub fn exchange_full(
+        &mut self,
+        full: NonNull<SlabSheaf>,
+        max: usize,
+    ) -> Option<NonNull<SlabSheaf>> {
+        if self.empty.is_null() || self.nr_full >= max {
+            return None;
+        }
+        let empty = self.get_empty()?;
+        Self::push(&mut self.full, full);
+        self.nr_full += 1;
+        Some(empty)
+    }
+
     /// The heads of the full and the empty list (for a census under the lock).
     pub fn heads(&self) -> [*mut SlabSheaf; 2] {
         [self.full, self.empty]

@@ -437,7 +437,7 @@ impl<'a, P: Platform> Slub<'a, P> {
 
     /// The barn of `s` for the CPU area `c` (its node's).
     #[inline]
-    fn barn<'s>(&self, c: CpuRef<'_>, s: &'s KmemCache) -> &'s Barn {
+    pub(super) fn barn<'s>(&self, c: CpuRef<'_>, s: &'s KmemCache) -> &'s Barn {
         &s.node[self.pages_local_node(c)].barn
     }
 

@@ -8,12 +8,12 @@
 //! Owns no state. Locking: as `sheaf.rs` (the CPU area's owner only; the barn's lock
 //! inside `sheaf_alloc` and `sheaf_free`).
 
-use super::sheaf::{slot, SHEAF_CAP_SHIFT};
+use super::sheaf::{slot, SlabSheaf, SHEAF_CAP_SHIFT};
 use super::*;
 use crate::gfp::Gfp;
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
-use crate::sync::Ordering::Relaxed;
+use crate::sync::Ordering::{Relaxed, Release};
 use core::ptr::NonNull;
 
 /// An allocation's swap: the spare (which holds objects) becomes the main sheaf, and
@@ -47,12 +47,63 @@ impl<P: Platform> Slub<'_, P> {
         }
         let cc = s.cpu(c);
         if !cc.can_swap_for_alloc() {
-            return self.sheaf_alloc_ptr(c, s);
+            return self.alloc_from_barn(c, s);
         }
         if self.slow_path_work_due(c) {
             return self.alloc_sheaf_after_work(c, s);
         }
         swap_and_pop(cc)
+    }
+
+    /// [`Slub::alloc_sheaf_slow`] when the spare holds nothing either: the empty main
+    /// sheaf is traded at the barn for a full one (`barn_replace_empty_sheaf`) under
+    /// one hold of its lock, and the full one's top object taken — without
+    /// `sheaf_alloc`'s general steps (which would take the two sheaves, re-read the
+    /// object checks and install both). Else (no main sheaf yet, no full sheaf in the
+    /// barn or no room there for the empty one, work due) `sheaf_alloc`.
+    #[inline(never)]
+    fn alloc_from_barn(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
+        let cc = s.cpu(c);
+        let (w, main) = (cc.sheaf_len.load(Relaxed), cc.main.load(Relaxed));
+        let Some(empty) = NonNull::new(main) else {
+            return self.sheaf_alloc_ptr(c, s);
+        };
+        if w as u32 != 0 {
+            return self.sheaf_alloc_ptr(c, s);
+        }
+        if self.slow_path_work_due(c) {
+            return self.alloc_sheaf_after_work(c, s);
+        }
+        // SAFETY: the main sheaf is this CPU's (thread mode, the area's owner); its
+        // size becomes valid as it leaves the CPU.
+        unsafe { empty.as_ref() }.size.store(0, Relaxed);
+        // A busy barn sends the exchange to `sheaf_alloc`, which waits for the lock:
+        // no spin here keeps this function free of calls and register saves.
+        let full = match self.barn(c, s).lists.try_lock() {
+            Some(mut l) => l.exchange_empty(empty),
+            None => None,
+        };
+        let Some(full) = full else {
+            return self.sheaf_alloc_ptr(c, s);
+        };
+        // SAFETY: a sheaf off the barn's full list is ours now, with `size` (at least
+        // one) objects in its first slots and its capacity in its header.
+        let (n, cap) = unsafe {
+            (
+                full.as_ref().size.load(Relaxed),
+                full.as_ref().capacity.load(Relaxed),
+            )
+        };
+        let top = n - 1;
+        // SAFETY: as above: slot `top` holds an object.
+        let obj = unsafe { *slot(full.as_ptr(), top) };
+        cc.main.store(full.as_ptr(), Relaxed);
+        cc.sheaf_len
+            .store(top as u64 | ((cap as u64) << SHEAF_CAP_SHIFT), Release);
+        cc.count(SlubStat::BarnGet);
+        cc.count(SlubStat::AllocCpuSheaf);
+        // SAFETY: a sheaf slot below its size holds an object's address, never 0.
+        Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
     }
 
     /// [`Slub::alloc_sheaf_slow`] when the tick or a drain request found work: the
@@ -96,12 +147,23 @@ impl<P: Platform> Slub<'_, P> {
             let full = n > 0 && n >= (f >> SHEAF_CAP_SHIFT) as usize;
             // An empty main sheaf that exists (a sheaf's word carries its capacity).
             let main_empty = m as u32 == 0 && (m >> SHEAF_CAP_SHIFT) != 0;
+            let spare = cc.spare.load(Relaxed);
             // SAFETY: a full spare's slot `n - 1` holds an object (ours: thread mode).
-            if full && main_empty && unsafe { *slot(cc.spare.load(Relaxed), n - 1) } != p as usize {
+            let top_ok = full && unsafe { *slot(spare, n - 1) } != p as usize;
+            if top_ok && main_empty {
                 cc.swap_sheaves();
                 cc.count(SlubStat::SheafSwap);
                 done = Some(cc.sheaf_push(p as usize).is_ok());
-            } else if let Some(h) = self.pages.virt_to_slab_used(p) {
+                return true;
+            }
+            if top_ok {
+                // SAFETY: the spare is this CPU's and full; `p` as below.
+                done = unsafe { self.free_to_barn(c, cc, spare, n, p as usize) };
+                if done.is_some() {
+                    return true;
+                }
+            }
+            if let Some(h) = self.pages.virt_to_slab_used(p) {
                 // The tag on `p`'s page named this cache's sheaves: the slab is its.
                 // SAFETY: `p` starts an object of the slab's cache (checked), which
                 // the caller gives up.
@@ -110,6 +172,57 @@ impl<P: Platform> Slub<'_, P> {
             true
         });
         done
+    }
+
+    /// [`Slub::free_sheaf_slow`] when the main sheaf holds objects: the full spare
+    /// (`n` objects, its top not `p`) is traded at the barn for an empty sheaf
+    /// (`barn_replace_full_sheaf`) under one hold of its lock, and `p` goes on it —
+    /// without `sheaf_free`'s general steps (a second lookup of `p`'s slab, taking and
+    /// installing both sheaves, re-reading the object checks: the spare keeps its
+    /// cache). `None`, with nothing changed: a sheaf of another capacity, or the barn
+    /// has no empty sheaf or no room for a full one; `sheaf_free` does the rest.
+    ///
+    /// # Safety
+    /// `spare` is `cc`'s spare sheaf, full with `n` objects; `p` starts an object of
+    /// its cache, which the caller gives up when this returns `Some(true)`.
+    #[inline(never)]
+    unsafe fn free_to_barn(
+        &self,
+        c: CpuRef<'_>,
+        cc: &KmemCacheCpu,
+        spare: *mut SlabSheaf,
+        n: usize,
+        p: usize,
+    ) -> Option<bool> {
+        // SAFETY: the spare is live and this CPU's (caller); its header names its
+        // cache, which outlives its sheaves.
+        let sheaf = unsafe { &*spare };
+        // SAFETY: as above.
+        let s = unsafe { &*sheaf.cache.load(Relaxed) };
+        let cfg = s.config();
+        if sheaf.capacity.load(Relaxed) != cfg.sheaf_capacity {
+            return None;
+        }
+        // Its size becomes valid as it leaves the CPU.
+        sheaf.size.store(n, Relaxed);
+        let full = NonNull::from(sheaf);
+        // A busy barn: `sheaf_free` waits for it (see `alloc_from_barn`).
+        let empty = self
+            .barn(c, s)
+            .lists
+            .try_lock()?
+            .exchange_full(full, cfg.barn_max_full)?;
+        // SAFETY: a sheaf off the barn's empty list is ours now, with room: `p`
+        // goes in its first slot.
+        unsafe { *slot(empty.as_ptr(), 0) = p };
+        cc.spare.store(empty.as_ptr(), Relaxed);
+        cc.spare_len.store(
+            1 | ((cfg.sheaf_capacity as u64) << SHEAF_CAP_SHIFT),
+            Release,
+        );
+        cc.count(SlubStat::BarnPut);
+        cc.count(SlubStat::FreeCpuSheaf);
+        Some(true)
     }
 
     /// [`Slub::slow_path_ticks`] in two halves, for a slow path that makes no call
