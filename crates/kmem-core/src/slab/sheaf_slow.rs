@@ -1,12 +1,14 @@
 //! The sheaf slow paths a front end calls straight from its fast paths' misses
 //! (malloc's and free's out-of-line halves, `KmemAlloc`), without the layers of the
 //! regular paths: a swap of a CPU's two sheaves, done in a few instructions and no
-//! call, else the barn exchange or the refill and flush of `sheaf.rs`. Also the two
-//! halves of the slow-path tick (the drain check and the housekeeping count), so
-//! that a swap that finds no work due calls nothing.
+//! call; else a trade of one sheaf at the barn, in one step and no call; else the
+//! general exchange, refill and flush of `sheaf.rs`. Also the two halves of the
+//! slow-path tick (the drain check and the housekeeping count), so that a swap that
+//! finds no work due calls nothing.
 //!
-//! Owns no state. Locking: as `sheaf.rs` (the CPU area's owner only; the barn's lock
-//! inside `sheaf_alloc` and `sheaf_free`).
+//! Owns no state. Locking: as `sheaf.rs` (the CPU area's owner only); the trades take
+//! the barn's lock with `try_lock` only (a busy barn goes to `sheaf_alloc` /
+//! `sheaf_free`, which wait for it).
 
 use super::sheaf::{slot, SlabSheaf, SHEAF_CAP_SHIFT};
 use super::*;
@@ -59,10 +61,20 @@ impl<P: Platform> Slub<'_, P> {
     /// sheaf is traded at the barn for a full one (`barn_replace_empty_sheaf`) under
     /// one hold of its lock, and the full one's top object taken — without
     /// `sheaf_alloc`'s general steps (which would take the two sheaves, re-read the
-    /// object checks and install both). Else (no main sheaf yet, no full sheaf in the
-    /// barn or no room there for the empty one, work due) `sheaf_alloc`.
+    /// object checks and install both), after the slow path's work when some is due.
+    /// Else (no main sheaf yet, no full sheaf in the barn, no room there for the empty
+    /// one, a busy barn) `sheaf_alloc`.
     #[inline(never)]
     fn alloc_from_barn(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
+        if self.slow_path_work_due(c) {
+            return self.alloc_sheaf_after_work(c, s);
+        }
+        self.trade_empty_main(c, s)
+    }
+
+    /// The trade of [`Slub::alloc_from_barn`], once the slow path's work is done.
+    #[inline(always)]
+    fn trade_empty_main(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
         let cc = s.cpu(c);
         let (w, main) = (cc.sheaf_len.load(Relaxed), cc.main.load(Relaxed));
         let Some(empty) = NonNull::new(main) else {
@@ -70,9 +82,6 @@ impl<P: Platform> Slub<'_, P> {
         };
         if w as u32 != 0 {
             return self.sheaf_alloc_ptr(c, s);
-        }
-        if self.slow_path_work_due(c) {
-            return self.alloc_sheaf_after_work(c, s);
         }
         // SAFETY: the main sheaf is this CPU's (thread mode, the area's owner); its
         // size becomes valid as it leaves the CPU.
@@ -108,14 +117,14 @@ impl<P: Platform> Slub<'_, P> {
 
     /// [`Slub::alloc_sheaf_slow`] when the tick or a drain request found work: the
     /// work, then the swap if it is still possible (a drain may have emptied both
-    /// sheaves), else `sheaf_alloc`.
+    /// sheaves), else the barn's trade or `sheaf_alloc`.
     #[cold]
     #[inline(never)]
     fn alloc_sheaf_after_work(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
         self.slow_path_work(c);
         let cc = s.cpu(c);
         if !cc.can_swap_for_alloc() {
-            return self.sheaf_alloc_ptr(c, s);
+            return self.trade_empty_main(c, s);
         }
         swap_and_pop(cc)
     }
