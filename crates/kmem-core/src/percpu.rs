@@ -74,14 +74,18 @@ pub struct CpuArea {
     /// The area's `local_lock`, for platforms where several contexts share an area
     /// (std's per-CPU mode, a preemptible kernel): whoever holds it is the owner.
     local_lock: SpinLock<()>,
-    /// The page layer's span window for the free fast path: its negated base and the
+    /// The page layer's span window for the free fast path: its negated base, the
     /// bytes of sections ever brought online, as of the owner's last refresh (owner
-    /// only: `PageAllocator::refresh_span_window`). The window only lags, never leads:
-    /// `used_len` only grows, so an address inside it has a mapped descriptor. Zero in
-    /// the zero area, whose window holds no address.
+    /// only: `PageAllocator::refresh_span_window`), and the page-tag table's address.
+    /// The window only lags, never leads: `used_len` only grows, so an address inside
+    /// it has a mapped tag. Zero in the zero area, whose window holds no address.
     span_neg_base: AtomicUsize,
     span_used: AtomicUsize,
+    span_tags: AtomicUsize,
 }
+
+// The window shares the header's line (the free fast path reads nothing else there).
+const _: () = assert!(core::mem::size_of::<CpuArea>() == 64);
 
 /// Offset of per-CPU data from the start of an area.
 pub const CPU_AREA_DATA: usize = core::mem::size_of::<CpuArea>();
@@ -126,7 +130,7 @@ impl CpuArea {
         unsafe { self.local_lock.force_unlock() };
     }
 
-    /// The span window (negated base, bytes in use) the owner last stored; plain
+    /// The span window (negated base, bytes in use, tag table) the owner last stored; plain
     /// reads, which the compiler folds into the range check's `add` and `cmp` (it folds
     /// no atomic load).
     ///
@@ -134,16 +138,23 @@ impl CpuArea {
     /// zero area), and only the owner writes the window
     /// ([`CpuArea::set_span_window`]), so the plain reads race with nothing.
     #[inline(always)]
-    pub(crate) fn span_window(&self) -> (usize, usize) {
+    pub(crate) fn span_window(&self) -> (usize, usize, usize) {
         // SAFETY: the words are the owner's (above).
-        unsafe { (*self.span_neg_base.as_ptr(), *self.span_used.as_ptr()) }
+        unsafe {
+            (
+                *self.span_neg_base.as_ptr(),
+                *self.span_used.as_ptr(),
+                *self.span_tags.as_ptr(),
+            )
+        }
     }
 
     /// Stores the span window (the owner, or whoever is about to hand the area to one).
     #[inline]
-    pub(crate) fn set_span_window(&self, neg_base: usize, used: usize) {
+    pub(crate) fn set_span_window(&self, neg_base: usize, used: usize, tags: usize) {
         self.span_neg_base.store(neg_base, Ordering::Relaxed);
         self.span_used.store(used, Ordering::Relaxed);
+        self.span_tags.store(tags, Ordering::Relaxed);
     }
 
     /// A pointer to the per-CPU object at `offset` (from [`PerCpuOffsets`] or a fixed
@@ -397,6 +408,7 @@ impl CpuAreaPool {
                 local_lock: SpinLock::new(()),
                 span_neg_base: AtomicUsize::new(0),
                 span_used: AtomicUsize::new(0),
+                span_tags: AtomicUsize::new(0),
             });
         }
         self.table[id].store(area, Ordering::Release);

@@ -43,6 +43,33 @@ pub trait Platform: Sync {
     /// uses it yet.
     unsafe fn section_online(&self, addr: *mut u8, len: usize, nid: usize) -> bool;
 
+    /// Address space for the allocator's page-tag table (four bytes for every page
+    /// of the span: `len` bytes, a multiple of the page size), reserved once by
+    /// [`crate::PageAllocator::init`] and never given back. Its parts are opened with
+    /// [`Platform::tag_table_online`] as the sections they describe come online; until
+    /// then nothing reads or writes them. Null: the platform has none to give, and
+    /// every free takes the regular path's lookups instead of the inline fast path's
+    /// (which reads the table). The default gives none.
+    ///
+    /// # Safety
+    /// Called once, before the allocator is used.
+    unsafe fn reserve_tag_table(&self, len: usize) -> *mut u8 {
+        let _ = len;
+        core::ptr::null_mut()
+    }
+
+    /// Makes `len` bytes at `addr` of the tag table [`Platform::reserve_tag_table`]
+    /// gave readable and writable, reading as zero (`addr` and `len` are multiples of
+    /// the page size). Returns false if it cannot (the section then stays offline).
+    /// The default has nothing to do (a table that is accessible from the start).
+    ///
+    /// # Safety
+    /// `addr..addr + len` lies in the table, and no one uses it yet.
+    unsafe fn tag_table_online(&self, addr: *mut u8, len: usize) -> bool {
+        let _ = (addr, len);
+        true
+    }
+
     /// Free page reporting: the `len` bytes at `addr` are free and the allocator will
     /// not touch them until it hands them out again. The platform gives the memory
     /// behind them back (Linux: `madvise(MADV_DONTNEED)`); afterwards they must read as

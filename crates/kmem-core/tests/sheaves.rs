@@ -892,3 +892,47 @@ fn the_front_ends_slow_paths_trade_whole_sheaves_at_the_barn() {
         .contains("Object already free"));
     check_census(k, s, &[cpu], &HashSet::new());
 }
+
+#[test]
+fn without_a_tag_table_every_free_takes_the_regular_path() {
+    let k = common::kmem_without_tag_table(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let cpu = c.unwrap();
+    let s = k.kmalloc_cache(64, Gfp::KERNEL).unwrap();
+    let mut held = HashSet::new();
+    for _ in 0..3 * s.config().sheaf_capacity {
+        let p = k
+            .kmalloc_fast(cpu, 64, Gfp::KERNEL)
+            .or_else(|| k.kmalloc(c, 64, Gfp::KERNEL))
+            .unwrap();
+        assert!(held.insert(p.as_ptr() as usize), "handed out twice");
+    }
+    for &p in &held {
+        let p = p as *mut u8;
+        // SAFETY: ours, given up once: the fast paths refuse it (no tag to read), the
+        // regular path frees it (onto the sheaves, found through the slab's cache).
+        unsafe {
+            assert!(!k.kfree_fast(cpu, p));
+            assert_eq!(k.kfree_sheaf_slow(cpu, p), None);
+            assert!(k.kfree(c, p));
+        }
+    }
+    check_census(k, s, &[cpu], &HashSet::new());
+    // The frees went onto the CPU's sheaves: the fast pop finds one of them. No tag is
+    // kept anywhere: its slab's page reads 0.
+    let p = k.kmalloc_fast(cpu, 64, Gfp::KERNEL).unwrap();
+    assert!(held.contains(&(p.as_ptr() as usize)));
+    let page = k.pages.virt_to_page(p.as_ptr()).unwrap();
+    // SAFETY: the descriptor of a page we hold an object in.
+    assert_eq!(unsafe { page.as_ref() }.sheaf_tag(), 0);
+    // SAFETY: ours, given up once; a double free is still caught and refused.
+    unsafe {
+        assert!(k.kfree(c, p.as_ptr()));
+        assert!(!k.kfree(c, p.as_ptr()));
+    }
+    assert!(k
+        .pages
+        .platform()
+        .take_log()
+        .contains("Object already free"));
+}

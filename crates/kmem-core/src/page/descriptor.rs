@@ -88,14 +88,7 @@ pub struct Page {
     flags: AtomicU16,
     order: AtomicU8,
     _pad: u8,
-    /// The free fast path's word (the slab layer's: see `slab::state::Slab::init`):
-    /// on every page of a live slab of a cache on the inline sheaf path whose slab
-    /// has no objcg vector, the cache's `cpu_offset` less
-    /// [`crate::page::CPU_AREA_ZERO_LINE`]; 0 on every other page, which the free fast
-    /// path reads as the CPU area's zero line (no room: it refuses). Cleared when the
-    /// slab goes ([`Page::set_sheaf_tag`] by the slab layer; a compound block's tails
-    /// by the page allocator when it takes the block back).
-    sheaf_tag: AtomicU32,
+    _pad2: u32,
     /// Next page on whatever list the page is on (`lru.next`).
     pub(crate) next: AtomicPtr<Page>,
     /// Previous page on that list (`lru.prev`).
@@ -113,16 +106,44 @@ pub struct Page {
 const _: () = assert!(core::mem::size_of::<Page>() == 64);
 
 impl Page {
-    /// The free fast path's word (see the field): non-zero only on the pages of a live
-    /// slab of a cache on the inline sheaf path whose slab has no objcg vector.
-    #[inline(always)]
+    /// The page's sheaf tag, the free fast path's word (the slab layer's: see
+    /// `slab::state::Slab::init`): on every page of a live slab of a cache on the
+    /// inline sheaf path whose slab has no objcg vector, the cache's `cpu_offset` less
+    /// [`crate::page::CPU_AREA_ZERO_LINE`]; 0 on every other page, which the free fast
+    /// path reads as the CPU area's zero line (no room: it refuses). Cleared when the
+    /// slab goes ([`Page::set_sheaf_tag`] by the slab layer; a compound block's tails
+    /// by the page allocator when it takes the block back).
+    ///
+    /// It lives in the allocator's page-tag table, not in the descriptor, so that the
+    /// free fast path finds it from the object's address with a shift and one load
+    /// (`PageAllocator::area_sheaf_tag`); always 0 where the platform gave no table.
+    #[inline]
     pub fn sheaf_tag(&self) -> usize {
-        self.sheaf_tag.load(Relaxed) as usize
+        self.tag_slot().map_or(0, |t| t.load(Relaxed) as usize)
     }
-    /// Sets the free fast path's word (the slab layer; see the field).
+    /// Sets the page's sheaf tag (the slab layer and the page allocator; see
+    /// [`Page::sheaf_tag`]); without a table, nothing.
     #[inline]
     pub(crate) fn set_sheaf_tag(&self, tag: u32, order: Ordering) {
-        self.sheaf_tag.store(tag, order);
+        if let Some(t) = self.tag_slot() {
+            t.store(tag, order);
+        }
+    }
+    /// This page's entry of the tag table: found from the descriptor's address alone,
+    /// through the first descriptor of its section's memmap (see
+    /// [`super::memory_model::section_tag_table`]).
+    #[inline]
+    fn tag_slot(&self) -> Option<&AtomicU32> {
+        let me = self as *const Page as usize;
+        let first = me & !(super::SECTION_SIZE - 1);
+        // SAFETY: every `Page` is a descriptor in the memmap at the start of an online
+        // section (descriptors are never made elsewhere), whose first descriptor is
+        // mapped and holds the section's part of the table.
+        let table = unsafe { super::memory_model::section_tag_table(first) }?;
+        let idx = (me - first) / core::mem::size_of::<Page>();
+        // SAFETY: the section's part of the table has an entry for each of its pages
+        // and is open while the section is online (`online_section`).
+        Some(unsafe { &*table.as_ptr().add(idx) })
     }
     /// The page's flags.
     #[inline]

@@ -65,6 +65,19 @@ impl<P: Platform> PageAllocator<P> {
                 let s = hp.next_section;
                 let addr = (self.base.load(Ordering::Relaxed) + (s << SECTION_SHIFT)) as *mut u8;
                 let len = self.section_span_bytes(s);
+                // The section's part of the tag table first: it must be open before
+                // the section counts in `used_len`, where the free fast path reads it.
+                let (tags, tags_len) = self.section_tags_range(s, len >> PAGE_SHIFT);
+                let opened = tags == 0 || {
+                    // SAFETY: the part of the table for section `s`, inside the table
+                    // (sized for the span), used by nobody before the section is
+                    // online (sections are used in order; an earlier attempt that
+                    // failed left it unused).
+                    unsafe { self.platform.tag_table_online(tags as *mut u8, tags_len) }
+                };
+                if !opened {
+                    return false;
+                }
                 // SAFETY: section `s` lies in our span (checked against its length; `len`
                 // stops at the span's end) and was never used: nobody else touches it.
                 if !unsafe { self.platform.section_online(addr, len, nid) } {
@@ -103,6 +116,11 @@ impl<P: Platform> PageAllocator<P> {
             unsafe { ptr::write_bytes(memmap as *mut u8, 0, MEMMAP_PAGES << PAGE_SHIFT) };
         }
         sec.memmap_zero.store(0, Ordering::Relaxed);
+        // The first descriptor (of the memmap's own first page) names the section's
+        // part of the tag table, for `Page::sheaf_tag` (see `section_tag_table`).
+        let (tags, _) = self.section_tags_range(nr, 0);
+        // SAFETY: the memmap is mapped (the section is online) and ours (hotplug lock).
+        unsafe { &*memmap }.private.store(tags, Ordering::Relaxed);
         sec.node.store(nid as u8, Ordering::Relaxed);
         sec.nr_managed.store(pages as u32, Ordering::Relaxed);
         sec.nr_reported.store(0, Ordering::Relaxed);

@@ -6,13 +6,20 @@
 //! arithmetic on the span base; the checked ones consult the section table, whose
 //! entries change only under the hotplug lock and are read here without a lock (a
 //! section's memory stays mapped once it was online). No locks are taken.
+//!
+//! Also the page-tag table: a `u32` per pfn (the pages' sheaf tags, `Page::sheaf_tag`),
+//! outside the span, in address space the platform reserves at `init`; a section's
+//! part is opened when the section first comes online (`add_memory`) and stays open,
+//! and the first descriptor of the section's memmap holds its address
+//! ([`section_tag_table`]), so a tag can be reached from an address (the free fast
+//! path: [`PageAllocator::area_sheaf_tag`]) and from a descriptor alike.
 
 use super::descriptor::{Page, PageFlags, PAGE_SHIFT};
 use super::mmzone::{MEMMAP_PAGES, PFN_SECTION_SHIFT, SECTION_SHIFT, SECTION_SIZE};
 use super::PageAllocator;
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
-use crate::sync::Ordering;
+use crate::sync::{AtomicU32, Ordering};
 use core::ptr::NonNull;
 
 // SAFETY (for the `unsafe` blocks of the page layer that turn a pfn into a `Page`):
@@ -34,6 +41,27 @@ fn slab_head(p: &Page) -> Option<&Page> {
     // (blocks never cross sections), whose memmap is mapped as `p`'s is; or null.
     let head = unsafe { (p.owner[0].load(Ordering::Relaxed) as *const Page).as_ref()? };
     head.flags().contains(PageFlags::SLAB).then_some(head)
+}
+
+/// Bytes of the page-tag table per page of the span: a `u32` sheaf tag (one `mov`
+/// loads it; a `u16` took a second instruction to widen, the compiler folding no
+/// atomic load).
+pub const TAG_BYTES: usize = core::mem::size_of::<u32>();
+
+/// The part of the page-tag table for the section whose memmap starts at `first`: its
+/// first descriptor's `private` word (that descriptor describes the memmap's own first
+/// page, which is never managed) holds the address, stored by `online_section` once the
+/// part is open; `None` without a table.
+///
+/// # Safety
+/// `first` is the start of a mapped section memmap.
+#[inline]
+pub(crate) unsafe fn section_tag_table(first: usize) -> Option<NonNull<AtomicU32>> {
+    // SAFETY: the caller's contract: a mapped memmap starts at `first`.
+    let word = unsafe { &*(first as *const Page) }
+        .private
+        .load(Ordering::Relaxed);
+    NonNull::new(word as *mut AtomicU32)
 }
 
 /// The descriptor of the page holding `addr`, from the address alone: the span's base
@@ -164,7 +192,7 @@ impl<P: Platform> PageAllocator<P> {
     /// (A closure, not an `Option<&Page>`: the option's null test would stay on the
     /// free fast path.) The free fast paths pass a reader of the page's sheaf tag,
     /// set only on a live slab's head and `SLAB_TAIL` pages and zero on every other
-    /// page (see `slab::state::page_sheaf_offset`), so they test no flags first.
+    /// page (see `slab::state::sheaf_offset`), so they test no flags first.
     #[inline(always)]
     pub(crate) fn with_used_page<'p, R>(
         &'p self,
@@ -179,38 +207,56 @@ impl<P: Platform> PageAllocator<P> {
         f(unsafe { used_descriptor(addr) })
     }
 
-    /// [`PageAllocator::with_used_page`] against the span window of `area` (its
-    /// owner's copy, or the zero area's empty one), the inline free path's range
-    /// check: the window's loads come from the area's header line, folded into the
-    /// `add` and the `cmp`, and the zero area refuses every address at once.
+    /// The sheaf tag of the page holding `addr` (see `Page::sheaf_tag`) when `addr`
+    /// lies in the span window of `area` (its owner's copy, or the zero area's empty
+    /// one), else `None`: the inline free path's range check and tag, read from the
+    /// page-tag table at the address's page offset, with no descriptor and no flags.
+    /// The window's loads come from the area's header line, folded into the `add` and
+    /// the `cmp`, and the zero area refuses every address at once.
     #[inline(always)]
-    pub(crate) fn with_area_page<'p, R>(
-        &'p self,
+    pub(crate) fn area_sheaf_tag(
+        &self,
         area: &crate::percpu::CpuArea,
         addr: *const u8,
-        f: impl FnOnce(&'p Page) -> Option<R>,
-    ) -> Option<R> {
-        let (neg_base, used) = area.span_window();
+    ) -> Option<usize> {
+        let (neg_base, used, table) = area.span_window();
         let off = (addr as usize).wrapping_add(neg_base);
         if off >= used {
             return None;
         }
-        // SAFETY: the window is a copy of this allocator's base and of an earlier
-        // `used_len` (which only grows), so the address lies in a section brought
-        // online once.
-        f(unsafe { used_descriptor(addr) })
+        // SAFETY: the window is a copy of this allocator's base, table and an earlier
+        // `used_len` (which only grows; 0 when there is no table), and a section's part
+        // of the table is open before it counts in `used_len`: the entry is mapped.
+        let tag = unsafe { &*(table as *const AtomicU32).add(off >> PAGE_SHIFT) };
+        Some(tag.load(Ordering::Relaxed) as usize)
     }
 
     /// Stores this allocator's span window in `cpu`'s area (see
-    /// [`PageAllocator::with_area_page`]): when the area is handed to an owner, and at
+    /// [`PageAllocator::area_sheaf_tag`]): when the area is handed to an owner, and at
     /// its housekeeping ticks, so that a section brought online since reaches the
-    /// area's fast path within sixteen slow paths.
+    /// area's fast path within sixteen slow paths. Without a tag table the window
+    /// holds no address.
     #[inline]
     pub fn refresh_span_window(&self, cpu: CpuRef<'_>) {
-        cpu.area().set_span_window(
-            self.neg_base.load(Ordering::Relaxed),
-            self.used_len.load(Ordering::Acquire),
-        );
+        let table = self.tag_table.load(Ordering::Relaxed);
+        let used = match table {
+            0 => 0,
+            _ => self.used_len.load(Ordering::Acquire),
+        };
+        cpu.area()
+            .set_span_window(self.neg_base.load(Ordering::Relaxed), used, table);
+    }
+
+    /// The address and length of section `nr`'s part of the page-tag table (0: no
+    /// table), whole pages.
+    pub(super) fn section_tags_range(&self, nr: usize, pages: usize) -> (usize, usize) {
+        match self.tag_table.load(Ordering::Relaxed) {
+            0 => (0, 0),
+            t => (
+                t + ((nr << PFN_SECTION_SHIFT) * TAG_BYTES),
+                (pages * TAG_BYTES).next_multiple_of(super::PAGE_SIZE),
+            ),
+        }
     }
 
     /// The descriptor of the page holding `addr` when it carries its slab's
@@ -287,7 +333,9 @@ mod tests {
         // SAFETY: ours until the end of the test.
         let cpu = unsafe { CpuRef::new(area) };
         let used = pa.used_len.load(Ordering::Relaxed);
-        assert_eq!(area.span_window(), (base(pa).wrapping_neg(), used));
+        let table = pa.tag_table.load(Ordering::Relaxed);
+        assert_ne!(table, 0, "the test platform gives a tag table");
+        assert_eq!(area.span_window(), (base(pa).wrapping_neg(), used, table));
         // A second section comes online: the window still ends before it.
         assert!(pa.add_memory(0));
         assert_eq!(pa.used_len.load(Ordering::Relaxed), used + SECTION_SIZE);
@@ -303,17 +351,29 @@ mod tests {
                 break addr;
             }
         };
-        let found = |a: &CpuArea| pa.with_area_page(a, late, |p| Some(p as *const Page));
+        let found = |a: &CpuArea| pa.area_sheaf_tag(a, late);
         // (Allocations may have ticked the housekeeping: make the window stale again.)
-        area.set_span_window(base(pa).wrapping_neg(), used);
+        area.set_span_window(base(pa).wrapping_neg(), used, table);
         assert_eq!(found(area), None, "past the window");
         assert!(pa.with_used_page(late, |_| Some(())).is_some());
-        // The area's next housekeeping refreshes it.
+        // The area's next housekeeping refreshes it: a page allocator's block has no
+        // tag; one set through the page's descriptor is the one the window reads
+        // (the table found from the address and from the descriptor agree).
         while !pa.housekeeping_tick(cpu) {}
+        assert_eq!(found(area), Some(0));
+        // SAFETY: a descriptor of a block we hold.
+        let page = unsafe {
+            pa.virt_to_page(late.wrapping_add(PAGE_SIZE))
+                .unwrap()
+                .as_ref()
+        };
+        page.set_sheaf_tag(0x1c0, Ordering::Relaxed);
         assert_eq!(
-            found(area),
-            pa.virt_to_page(late).map(|p| p.as_ptr() as *const Page)
+            pa.area_sheaf_tag(area, late.wrapping_add(PAGE_SIZE + 8)),
+            Some(0x1c0)
         );
+        assert_eq!((found(area), page.sheaf_tag()), (Some(0), 0x1c0));
+        page.set_sheaf_tag(0, Ordering::Relaxed);
         // The zero area's window holds no address.
         // SAFETY: the zero area reads as a CPU area (all zero).
         let zero = unsafe { &*(ZERO_CPU_AREA.base() as *const CpuArea) };

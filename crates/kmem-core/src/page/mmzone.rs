@@ -17,6 +17,10 @@
 //!  [memmap 2 MiB][ managed pages: buddy blocks ...]
 //! ```
 //!
+//! The first descriptor of a memmap describes the memmap's own first page, which is
+//! never managed; its `private` word holds the address of the section's part of the
+//! page-tag table (`memory_model.rs`), set when the section comes online.
+//!
 //! ## Zones
 //! One zone (`Normal`) per node. A zone's free blocks hang on `free_area[order]`,
 //! protected by the zone lock, which also covers the sections' reported counts. The

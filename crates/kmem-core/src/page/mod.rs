@@ -96,6 +96,7 @@ use crate::platform::Platform;
 use crate::sync::{AtomicBool, AtomicU64, AtomicUsize, Ordering, SpinLock};
 use hooks::Hooks;
 use hotplug::Hotplug;
+use memory_model::TAG_BYTES;
 
 /// Configuration fixed at [`PageAllocator::init`].
 #[derive(Clone, Copy, Debug)]
@@ -161,6 +162,11 @@ pub struct PageAllocator<P: Platform> {
     /// section's memmap reads as free pages or zeros). Only grows, with a release
     /// store after the section is mapped. The free fast path's one range check.
     used_len: AtomicUsize,
+    /// The page-tag table's address (0: the platform gave none): four bytes a page of
+    /// the span, indexed by pfn, each page's sheaf tag (see `Page::sheaf_tag`). A
+    /// section's part is opened before the section comes online and stays open; the
+    /// free fast path reads the tag of any page below `used_len` there with one load.
+    tag_table: AtomicUsize,
     nr_nodes: AtomicUsize,
     max_pages: AtomicUsize,
     pub(crate) report_delay_ns: AtomicU64,
@@ -186,6 +192,7 @@ impl<P: Platform> PageAllocator<P> {
             nr_span_sections: AtomicUsize::new(0),
             span_len: AtomicUsize::new(0),
             used_len: AtomicUsize::new(0),
+            tag_table: AtomicUsize::new(0),
             nr_nodes: AtomicUsize::new(1),
             max_pages: AtomicUsize::new(0),
             report_delay_ns: AtomicU64::new(1_000_000_000),
@@ -246,6 +253,10 @@ impl<P: Platform> PageAllocator<P> {
         self.nr_span_sections
             .store(len.div_ceil(SECTION_SIZE), Ordering::Relaxed);
         self.span_len.store(len, Ordering::Relaxed);
+        let table_len = ((len >> PAGE_SHIFT) * TAG_BYTES).next_multiple_of(PAGE_SIZE);
+        // SAFETY: once, before the allocator is used (this function's contract).
+        let table = unsafe { self.platform.reserve_tag_table(table_len) };
+        self.tag_table.store(table as usize, Ordering::Relaxed);
         self.nr_nodes.store(config.nr_nodes, Ordering::Relaxed);
         self.max_pages.store(config.max_pages, Ordering::Relaxed);
         self.report_delay_ns

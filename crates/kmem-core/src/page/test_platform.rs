@@ -34,6 +34,22 @@ impl TestPlatform {
 }
 
 impl Platform for TestPlatform {
+    unsafe fn reserve_tag_table(&self, len: usize) -> *mut u8 {
+        // SAFETY: an anonymous private mapping (zero-filled, readable and writable
+        // from the start) with no address hint affects no existing memory.
+        let raw = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(raw, libc::MAP_FAILED, "tag table");
+        raw.cast()
+    }
     unsafe fn section_online(&self, _addr: *mut u8, _len: usize, _nid: usize) -> bool {
         true
     }

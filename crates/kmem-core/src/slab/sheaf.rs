@@ -385,14 +385,15 @@ impl<'a, P: Platform> Slub<'a, P> {
     ) -> bool {
         // From the page itself (no load through the cache): the CPU's sheaves of the
         // slab's cache, or the area's zero line, which reads as no room (see
-        // `slab::state::page_sheaf_offset`).
+        // `slab::state::sheaf_offset`).
         let off_cpu = match want {
             // kfree: the object's own page carries the tag (a tail page of a
             // multi-page slab mirrors its head's), so no second descriptor is read,
             // and the tag is not tested.
             None => self
                 .pages
-                .with_area_page(c.area(), p, |pg| Some(state::page_sheaf_offset(pg))),
+                .area_sheaf_tag(c.area(), p)
+                .map(state::sheaf_offset),
             // kmem_cache_free: the cache is on the head.
             Some(w) => self.pages.virt_to_slab_used(p).and_then(|h| {
                 let slab = Slab::of(h);

@@ -180,7 +180,8 @@ pub(crate) fn page_inline_sheaves(p: &Page) -> Option<usize> {
     (t != 0).then_some(t + CPU_AREA_ZERO_LINE)
 }
 
-/// The free fast path's reading of a page's sheaf tag, with no test: the offset of
+/// The free fast path's reading of a page's sheaf tag (`tag`, from the page-tag table:
+/// `PageAllocator::area_sheaf_tag`), with no test: the offset of
 /// the `kmem_cache_cpu` whose spare sheaf a plain free of an object in the page may
 /// push onto, or (tag 0: every page but those of live slabs of caches on the inline
 /// sheaf path, see below) [`CPU_AREA_ZERO_LINE`], which reads as no room.
@@ -192,14 +193,14 @@ pub(crate) fn page_inline_sheaves(p: &Page) -> Option<usize> {
 /// [`Slab::mirror_to_tails`]) and clears it ([`Slab::stop_inline_frees`],
 /// [`Slab::clear`] for the head; the page allocator clears a compound block's tails
 /// when it takes the block back and a block's head when it hands the block out). So
-/// the free fast paths read it from any page the object's address falls in
-/// (`PageAllocator::with_used_page`) without testing the page's flags or the tag.
+/// the free fast paths read it for any page the object's address falls in without
+/// testing the page's flags or the tag.
 #[inline(always)]
-pub(crate) fn page_sheaf_offset(p: &Page) -> usize {
-    p.sheaf_tag() + CPU_AREA_ZERO_LINE
+pub(crate) fn sheaf_offset(tag: usize) -> usize {
+    tag + CPU_AREA_ZERO_LINE
 }
 
-/// The sheaf tag of a slab of `cfg` (see [`page_sheaf_offset`]).
+/// The sheaf tag of a slab of `cfg` (see [`sheaf_offset`]).
 fn sheaf_tag_of(cfg: &CacheConfig) -> u32 {
     // Every cache's `cpu_offset` lies past the zero line and inside an area (the
     // percpu allocator's offsets start after it), so the tag is non-zero and fits; an
@@ -231,7 +232,7 @@ pub(crate) fn page_rseq_sheaves(p: &Page) -> Option<usize> {
 /// | word       | holds                                                             |
 /// |------------|-------------------------------------------------------------------|
 /// | `owner[0]` | the [`SlabState`] (freelist offset, `inuse`, `frozen`)            |
-/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the restartable sequences ([`FastPath::SheafRseq`]): the `cpu_offset` with [`RSEQ_SHEAVES_TAG`], 0 once the slab has an objcg vector; caches on the inline fast path ([`FastPath::Sheaf`]): 0 (their tag is the descriptor's own sheaf tag: [`page_sheaf_offset`]) |
+/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the restartable sequences ([`FastPath::SheafRseq`]): the `cpu_offset` with [`RSEQ_SHEAVES_TAG`], 0 once the slab has an objcg vector; caches on the inline fast path ([`FastPath::Sheaf`]): 0 (their tag is the page's sheaf tag, in the page-tag table: [`sheaf_offset`]) |
 /// | `owner[2]` | the cache (`&KmemCache`), which outlives its slabs                |
 /// | `owner[3]` | frozen-by: bits 40.. the tag of the CPU area that froze the slab (area id + 1; 0 = none), bits 16..40 the offset of the local freelist's last object from the slab base, bits 0..16 how many objects the local freelist holds |
 ///
@@ -368,7 +369,7 @@ impl<'a> Slab<'a> {
 
     /// The `cpu_offset` of the slab's cache if its fast path is [`FastPath::Sheaf`]
     /// and the slab has no objcg vector (its head then carries a sheaf tag:
-    /// [`page_sheaf_offset`]), else `None`: `kmem_cache_free`'s fast path
+    /// [`sheaf_offset`]), else `None`: `kmem_cache_free`'s fast path
     /// reads it from the head without looking further into the cache.
     #[inline(always)]
     pub(crate) fn inline_sheaves(self) -> Option<usize> {

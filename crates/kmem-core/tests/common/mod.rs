@@ -17,6 +17,8 @@ pub struct TestPlatform {
     pub echo: bool,
     /// slub_debug flags by cache name ([`Platform::slab_flags`]).
     pub policy: Option<fn(&str) -> kmem_core::SlabFlags>,
+    /// Give no page-tag table ([`Platform::reserve_tag_table`]'s default).
+    pub no_tag_table: bool,
 }
 
 impl TestPlatform {
@@ -29,6 +31,7 @@ impl TestPlatform {
             log: Mutex::new(String::new()),
             echo: std::env::var_os("KMEM_TEST_ECHO").is_some(),
             policy: None,
+            no_tag_table: false,
         }
     }
     pub fn advance(&self, ns: u64) {
@@ -40,6 +43,25 @@ impl TestPlatform {
 }
 
 impl Platform for TestPlatform {
+    unsafe fn reserve_tag_table(&self, len: usize) -> *mut u8 {
+        if self.no_tag_table {
+            return core::ptr::null_mut();
+        }
+        // SAFETY: an anonymous private mapping (zero-filled, readable and writable
+        // from the start) with no address hint affects no existing memory.
+        let raw = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(raw, libc::MAP_FAILED, "tag table");
+        raw.cast()
+    }
     unsafe fn section_online(&self, _addr: *mut u8, _len: usize, _nid: usize) -> bool {
         self.onlined.fetch_add(1, Ordering::Relaxed);
         true
@@ -148,6 +170,19 @@ pub fn kmem_design(
     };
     let k: &'static Kmem<TestPlatform> = Box::leak(Box::new(Kmem::new(platform)));
     k.set_slub_design(design);
+    // SAFETY: the span is ours alone and nobody else uses the allocator yet.
+    unsafe { k.init(base, len, config, 2) }.unwrap();
+    k
+}
+
+/// A fresh allocator (sheaves design) over a platform that gives no page-tag table.
+pub fn kmem_without_tag_table(sections: usize, config: Config) -> &'static Kmem<TestPlatform> {
+    let (base, len) = span(sections);
+    let platform = TestPlatform {
+        no_tag_table: true,
+        ..TestPlatform::new()
+    };
+    let k: &'static Kmem<TestPlatform> = Box::leak(Box::new(Kmem::new(platform)));
     // SAFETY: the span is ours alone and nobody else uses the allocator yet.
     unsafe { k.init(base, len, config, 2) }.unwrap();
     k

@@ -50,6 +50,16 @@ impl Platform for HeapPlatform {
         unsafe { self.os.report_free(addr, len) }
     }
 
+    unsafe fn reserve_tag_table(&self, len: usize) -> *mut u8 {
+        // SAFETY: forwarded from kmem-core, which upholds the contract.
+        unsafe { self.os.reserve_tag_table(len) }
+    }
+
+    unsafe fn tag_table_online(&self, addr: *mut u8, len: usize) -> bool {
+        // SAFETY: forwarded from kmem-core, which upholds the contract.
+        unsafe { self.os.tag_table_online(addr, len) }
+    }
+
     fn now_ns(&self) -> u64 {
         self.os.now_ns()
     }

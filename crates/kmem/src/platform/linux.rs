@@ -168,6 +168,32 @@ impl LinuxPlatform {
 }
 
 impl Platform for LinuxPlatform {
+    unsafe fn reserve_tag_table(&self, len: usize) -> *mut u8 {
+        // Address space only, as the span's: no commit charge until a part is opened.
+        // SAFETY: an anonymous private mapping with no address hint affects no
+        // existing memory.
+        let raw = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if raw == libc::MAP_FAILED {
+            std::ptr::null_mut()
+        } else {
+            raw.cast()
+        }
+    }
+
+    unsafe fn tag_table_online(&self, addr: *mut u8, len: usize) -> bool {
+        // SAFETY: a part of the table mapped above, which nobody uses yet (caller).
+        unsafe { libc::mprotect(addr.cast(), len, libc::PROT_READ | libc::PROT_WRITE) == 0 }
+    }
+
     unsafe fn section_online(&self, addr: *mut u8, len: usize, nid: usize) -> bool {
         // SAFETY: the section is part of the span we reserved and nobody uses it yet.
         if unsafe { libc::mprotect(addr.cast(), len, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
