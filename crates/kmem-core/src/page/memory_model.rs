@@ -29,7 +29,7 @@ use core::ptr::NonNull;
 /// The slab whose page `p` describes: `p` itself if it heads a slab, its head if it
 /// is a tail page of one, else `None`. `p` is a descriptor in a mapped memmap.
 #[inline(always)]
-fn slab_head(p: &Page) -> Option<&Page> {
+pub(crate) fn slab_head(p: &Page) -> Option<&Page> {
     let flags = p.flags();
     if flags.contains(PageFlags::SLAB) {
         return Some(p);
@@ -229,6 +229,22 @@ impl<P: Platform> PageAllocator<P> {
         // of the table is open before it counts in `used_len`: the entry is mapped.
         let tag = unsafe { &*(table as *const AtomicU32).add(off >> PAGE_SHIFT) };
         Some(tag.load(Ordering::Relaxed) as usize)
+    }
+
+    /// [`PageAllocator::area_sheaf_tag`] and `f` of the tag and the descriptor of the
+    /// page holding `addr` (one range check for both; `kmem_cache_free`'s fast path,
+    /// which checks the slab's cache on its head).
+    #[inline(always)]
+    pub(crate) fn with_area_tag_page<'p, R>(
+        &'p self,
+        area: &crate::percpu::CpuArea,
+        addr: *const u8,
+        f: impl FnOnce(usize, &'p Page) -> Option<R>,
+    ) -> Option<R> {
+        let tag = self.area_sheaf_tag(area, addr)?;
+        // SAFETY: inside the window, so in a section brought online once (see
+        // `area_sheaf_tag`), whose memmap stays mapped.
+        f(tag, unsafe { used_descriptor(addr) })
     }
 
     /// Stores this allocator's span window in `cpu`'s area (see

@@ -386,22 +386,18 @@ impl<'a, P: Platform> Slub<'a, P> {
         // From the page itself (no load through the cache): the CPU's sheaves of the
         // slab's cache, or the area's zero line, which reads as no room (see
         // `slab::state::sheaf_offset`).
+        // The object's own page carries the tag (a tail page of a multi-page slab
+        // mirrors its head's), read from the page-tag table, untested.
         let off_cpu = match want {
-            // kfree: the object's own page carries the tag (a tail page of a
-            // multi-page slab mirrors its head's), so no second descriptor is read,
-            // and the tag is not tested.
+            // kfree: nothing else.
             None => self
                 .pages
                 .area_sheaf_tag(c.area(), p)
                 .map(state::sheaf_offset),
             // kmem_cache_free: the cache is on the head.
-            Some(w) => self.pages.virt_to_slab_used(p).and_then(|h| {
-                let slab = Slab::of(h);
-                if core::ptr::eq(w, slab.cache()) {
-                    slab.inline_sheaves()
-                } else {
-                    None
-                }
+            Some(w) => self.pages.with_area_tag_page(c.area(), p, |t, pg| {
+                let h = crate::page::slab_head(pg)?;
+                core::ptr::eq(w, Slab::of(h).cache()).then(|| state::sheaf_offset(t))
             }),
         };
         let Some(off_cpu) = off_cpu else {

@@ -172,14 +172,6 @@ impl Chain {
     };
 }
 
-/// [`Slab::inline_sheaves`] read from any page that carries the word: a slab's head,
-/// or one of its tails marked [`PageFlags::SLAB_TAIL`] (which mirror it).
-#[inline(always)]
-pub(crate) fn page_inline_sheaves(p: &Page) -> Option<usize> {
-    let t = p.sheaf_tag();
-    (t != 0).then_some(t + CPU_AREA_ZERO_LINE)
-}
-
 /// The free fast path's reading of a page's sheaf tag (`tag`, from the page-tag table:
 /// `PageAllocator::area_sheaf_tag`), with no test: the offset of
 /// the `kmem_cache_cpu` whose spare sheaf a plain free of an object in the page may
@@ -218,7 +210,7 @@ pub(crate) const RSEQ_SHEAVES_TAG: usize = 2;
 const _: () = assert!(core::mem::align_of::<KmemCacheCpu>() > RSEQ_SHEAVES_TAG);
 
 /// The `cpu_offset` a free in per-CPU rseq mode pushes an object of this page's slab
-/// to (read from any page that carries the word, as [`page_inline_sheaves`]), when
+/// to (read from any page that carries the word: the head, or a `SLAB_TAIL` page), when
 /// the slab's cache is on [`FastPath::SheafRseq`] and the slab has no objcg vector.
 #[inline(always)]
 pub(crate) fn page_rseq_sheaves(p: &Page) -> Option<usize> {
@@ -365,15 +357,6 @@ impl<'a> Slab<'a> {
         // consecutive in one memmap (a block never crosses a section) and live as
         // long as the allocator.
         (1..1usize << order).map(move |i| unsafe { &*head.add(i) })
-    }
-
-    /// The `cpu_offset` of the slab's cache if its fast path is [`FastPath::Sheaf`]
-    /// and the slab has no objcg vector (its head then carries a sheaf tag:
-    /// [`sheaf_offset`]), else `None`: `kmem_cache_free`'s fast path
-    /// reads it from the head without looking further into the cache.
-    #[inline(always)]
-    pub(crate) fn inline_sheaves(self) -> Option<usize> {
-        page_inline_sheaves(self.0)
     }
 
     /// The tag of the CPU area that froze the slab (0: none recorded).
