@@ -182,6 +182,7 @@ impl<P: Platform> PageAllocator<P> {
         zone.managed.fetch_sub(managed as usize, Ordering::Relaxed);
         zone.nr_sections.fetch_sub(1, Ordering::Relaxed);
         drop(fa);
+        self.clear_section_tags(nr);
         let memmap = self.pfn_to_page_raw(nr << PFN_SECTION_SHIFT) as *mut u8;
         // SAFETY: the section is offline (its pages are off the free lists, the hotplug
         // lock keeps it from coming back online meanwhile), so nothing reads its memmap.
@@ -196,6 +197,28 @@ impl<P: Platform> PageAllocator<P> {
         zone.events[VmEvent::SectionOffline as usize].fetch_add(1, Ordering::Relaxed);
         self.recalc_pcp_high();
         true
+    }
+
+    /// Clears what is left in the tag table for section `nr` as it goes offline (its
+    /// part of the table stays open, and the free fast path reads it for any address
+    /// the span window holds). Every tag is 0 by then if the slab layer cleared its
+    /// slabs' tags as it discarded them; this keeps a missed clear from outliving the
+    /// memmap. Only entries that read non-zero are written, so table pages never
+    /// written stay untouched.
+    fn clear_section_tags(&self, nr: usize) {
+        let (tags, _) = self.section_tags_range(nr, 0);
+        if tags == 0 {
+            return;
+        }
+        let pages = self.section_span_bytes(nr) >> PAGE_SHIFT;
+        for i in 0..pages {
+            // SAFETY: entry `i` of the section's part of the table, which is open (it
+            // was opened before the section first came online) and sized for its pages.
+            let t = unsafe { &*(tags as *const crate::sync::AtomicU32).add(i) };
+            if t.load(Ordering::Relaxed) != 0 {
+                t.store(0, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Sections ever used (`0..n` may be online or offline).
@@ -355,13 +378,26 @@ mod tests {
         // A page in use keeps the section online.
         let page = pa.alloc_pages(None, Gfp::KERNEL, 0).unwrap();
         assert!(!pa.try_offline_section(0));
+        // A sheaf tag left on the page as it goes back (a clear the slab layer
+        // missed) stays in the tag table while the section is online ...
+        // SAFETY: the descriptor of the page we hold.
+        unsafe { page.as_ref() }.set_sheaf_tag(0x40, Ordering::Relaxed);
+        let pfn = pa.page_to_pfn(page);
+        let entry = || {
+            let table = pa.tag_table.load(Ordering::Relaxed) as *const crate::sync::AtomicU32;
+            // SAFETY: the entry of a page of a section brought online (its part of the
+            // table is open for good).
+            unsafe { &*table.add(pfn) }.load(Ordering::Relaxed)
+        };
+        assert_eq!(entry(), 0x40);
         // SAFETY: allocated above.
         unsafe { pa.free_pages(None, page, 0) };
         // Freed but not reported (resident): still online.
         assert!(!pa.try_offline_section(0));
         assert_eq!(pa.report_free_pages(), 512);
-        // The reporting pass took it offline already.
+        // The reporting pass took it offline already, and cleared the section's tags.
         assert!(!pa.sections[0].online());
+        assert_eq!(entry(), 0, "no tag outlives its section's memmap");
         assert_eq!(pa.nr_managed_pages(), 0);
         assert_eq!(pa.nr_free_pages(), 0);
         assert_eq!(pa.zone_event(0, VmEvent::SectionOffline), 1);
