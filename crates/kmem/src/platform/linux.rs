@@ -183,6 +183,10 @@ impl Platform for LinuxPlatform {
             )
         };
         if raw == libc::MAP_FAILED {
+            // Not fatal: without the table every free takes the regular path.
+            write_stderr(
+                b"kmem: no address space for the page-tag table; frees take the slower path\n",
+            );
             std::ptr::null_mut()
         } else {
             raw.cast()
