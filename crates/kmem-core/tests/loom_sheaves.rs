@@ -14,8 +14,9 @@
 //!    push also reads the object-start checks the install writes before the spare's
 //!    word (`KmemCacheCpu`'s `free_*` words, `rseq::sheaf_push_at`), a loom cell too.
 //! 2. The barn: kmem-core's own `BarnLists` under a lock, with CPUs exchanging full
-//!    and empty sheaves and a shrinker taking everything; a sheaf's objects, written
-//!    before it is put in the barn, are read by whoever takes it out.
+//!    and empty sheaves (put and get, and the front ends' one-step trades,
+//!    `exchange_empty` / `exchange_full`) and a shrinker taking everything; a sheaf's
+//!    objects, written before it is put in the barn, are read by whoever takes it out.
 //!
 //! Each model checks that every object ends up exactly once: held by a context, in a
 //! sheaf's counted slots, or back in the slabs.
@@ -370,5 +371,86 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
         }
         assert!(in_barn >= 1);
         assert_eq!(places, [1, 1, 1], "every sheaf in exactly one place");
+    });
+}
+
+#[test]
+fn one_step_trades_keep_every_sheaf_in_one_place() {
+    // The front ends' trades (`alloc_from_barn`, `free_to_barn`): each CPU gives one
+    // sheaf and takes one under a single hold of the barn's lock.
+    loom::model(|| {
+        // 0: CPU A's empty main; 1: full (object 3) and 3: empty, in the barn; 2: CPU
+        // B's spare, which B fills with objects 4 and 5 before trading it.
+        let sheaves = Arc::new([
+            ModelSheaf::new(vec![]),
+            ModelSheaf::new(vec![3]),
+            ModelSheaf::new(vec![]),
+            ModelSheaf::new(vec![]),
+        ]);
+        let which = {
+            let s = sheaves.clone();
+            move |p: NonNull<SlabSheaf>| (0..4).find(|&i| s[i].ptr() == p).unwrap()
+        };
+        let barn = Arc::new(Mutex::new(BarnLists::new()));
+        {
+            let mut l = barn.lock().unwrap();
+            l.put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES).unwrap();
+            l.put_empty(sheaves[3].ptr()).unwrap();
+        }
+        // CPU A: both its sheaves are empty; its main goes in for a full one.
+        let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
+        let a = thread::spawn(move || {
+            let full = b.lock().unwrap().exchange_empty(s[0].ptr())?;
+            let i = wh(full);
+            // Reading what the putter wrote before its trade.
+            // SAFETY: loom checks the cell's accesses for races.
+            let objects = s[i].objects.with(|v| unsafe { (*v).clone() });
+            Some((i, objects))
+        });
+        // CPU B: its spare is full; it goes in for an empty one.
+        let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
+        let bt = thread::spawn(move || {
+            // SAFETY: loom checks the cell's accesses for races.
+            s[2].objects.with_mut(|v| unsafe { (*v).extend([4, 5]) });
+            b.lock()
+                .unwrap()
+                .exchange_full(s[2].ptr(), MAX_FULL_SHEAVES)
+                .map(&wh)
+        });
+        let got_a = a.join().unwrap();
+        let got_b = bt.join().unwrap();
+        let mut places = vec![0usize; 4];
+        match got_a {
+            Some((i, objects)) => {
+                places[i] += 1;
+                let want: &[usize] = if i == 1 { &[3] } else { &[4, 5] };
+                assert_eq!(objects, want, "the sheaf's objects came with it");
+            }
+            None => unreachable!("the barn always held a full sheaf"),
+        }
+        match got_b {
+            Some(i) => {
+                places[i] += 1;
+                assert!(i == 0 || i == 3, "an empty sheaf for the full one");
+            }
+            None => unreachable!("the barn always held an empty sheaf"),
+        }
+        let (mut full, mut empty) = barn.lock().unwrap().take_all();
+        for (head, is_full) in [(&mut full, true), (&mut empty, false)] {
+            while let Some(p) = NonNull::new(*head) {
+                let i = which(p);
+                places[i] += 1;
+                // SAFETY: loom checks the cell's accesses for races.
+                let n = sheaves[i].objects.with(|v| unsafe { (*v).len() });
+                assert_eq!(
+                    n > 0,
+                    is_full,
+                    "a sheaf on the list that says what it holds"
+                );
+                // SAFETY: the model's sheaves are live; the lists are ours now.
+                *head = unsafe { p.as_ref() }.next_in_list();
+            }
+        }
+        assert_eq!(places, [1, 1, 1, 1], "every sheaf in exactly one place");
     });
 }
