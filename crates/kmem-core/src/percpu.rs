@@ -139,7 +139,8 @@ impl CpuArea {
     /// ([`CpuArea::set_span_window`]), so the plain reads race with nothing.
     #[inline(always)]
     pub(crate) fn span_window(&self) -> (usize, usize, usize) {
-        // SAFETY: the words are the owner's (above).
+        // SAFETY: the three words are the owner's (above): nothing writes them while
+        // the owner reads them.
         unsafe {
             (
                 *self.span_neg_base.as_ptr(),

@@ -157,7 +157,8 @@ impl<P: Platform> Slub<'_, P> {
             // An empty main sheaf that exists (a sheaf's word carries its capacity).
             let main_empty = m as u32 == 0 && (m >> SHEAF_CAP_SHIFT) != 0;
             let spare = cc.spare.load(Relaxed);
-            // SAFETY: a full spare's slot `n - 1` holds an object (ours: thread mode).
+            // SAFETY: read only when the spare is full (`&&`): its slot `n - 1` then
+            // holds an object, and the sheaf is this thread's (thread mode).
             let top_ok = full && unsafe { *slot(spare, n - 1) } != p as usize;
             if top_ok && main_empty {
                 cc.swap_sheaves();

@@ -3,7 +3,10 @@
 #![allow(dead_code)]
 
 use kmem_core::page::SECTION_SIZE;
-use kmem_core::{Config, Kmem, PageAllocator, Platform};
+use kmem_core::percpu::CpuArea;
+use kmem_core::slab::SlubStat;
+use kmem_core::{Config, CpuRef, Kmem, KmemCache, PageAllocator, Platform};
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
@@ -211,4 +214,44 @@ impl Rng {
         self.0 ^= self.0 << 17;
         self.0
     }
+}
+
+/// The allocator type of the tests.
+pub type K = Kmem<TestPlatform>;
+
+/// A cache's SLUB statistic summed over every CPU area.
+pub fn stat(k: &K, s: &KmemCache, item: SlubStat) -> u64 {
+    s.stat_sum(k.pages.cpu_areas().iter(), item)
+}
+
+/// A CPU area of `k` for this test alone, and the owner's handle on it.
+pub fn own_area(k: &'static K) -> (&'static CpuArea, Option<CpuRef<'static>>) {
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: fresh from the pool: the calling test owns it until it puts it back, and
+    // uses this one handle on it.
+    (a, Some(unsafe { CpuRef::new(a) }))
+}
+
+/// Checks the census of `s`: free objects (sheaves, barns, slab freelists) and `live`
+/// are disjoint, all objects of `s`, and together every object of its slabs.
+pub fn check_census(k: &K, s: &KmemCache, areas: &[CpuRef<'_>], live: &HashSet<usize>) {
+    let mut free = HashSet::new();
+    let mut twice = None;
+    let c = k.slub().census(s, areas, |o| {
+        if !free.insert(o) && twice.is_none() {
+            twice = Some(o);
+        }
+    });
+    assert_eq!(
+        c.foreign, None,
+        "a slot or link that is no object of the cache"
+    );
+    assert_eq!(twice, None, "an object waits in two places");
+    assert!(free.is_disjoint(live), "a handed-out object is also free");
+    assert_eq!(
+        live.len() + free.len(),
+        c.total,
+        "objects lost: {c:?}, {} live",
+        live.len()
+    );
 }

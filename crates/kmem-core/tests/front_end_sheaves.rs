@@ -1,0 +1,216 @@
+//! The front ends' sheaf slow paths (`Slub::alloc_sheaf_slow` / `free_sheaf_slow`,
+//! reached as `Kmem::kmalloc_sheaf_slow` / `kfree_sheaf_slow`): the swap, the one-step
+//! trades at the barn, what they refuse; and a platform without a page-tag table,
+//! whose frees all take the regular path.
+
+mod common;
+
+use common::{check_census, config, kmem, own_area, stat};
+use kmem_core::slab::{SlubDesign, SlubStat};
+use kmem_core::Gfp;
+use std::collections::HashSet;
+
+#[test]
+fn the_front_ends_sheaf_slow_paths_swap_trade_and_refuse_as_the_regular_path_does() {
+    let k = kmem(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let cpu = c.unwrap();
+    let s = k.kmalloc_cache(64, Gfp::KERNEL).unwrap();
+    let cap = s.config().sheaf_capacity;
+    let swaps = || stat(k, s, SlubStat::SheafSwap);
+    // Only plain requests.
+    for gfp in [Gfp::KERNEL | Gfp::ZERO, Gfp::KERNEL | Gfp::ACCOUNT] {
+        assert!(k.kmalloc_sheaf_slow(cpu, 64, gfp).is_none());
+    }
+    // A fresh area: the slow path refills the main sheaf (nothing to swap).
+    let mut held = vec![k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL).unwrap().as_ptr()];
+    while let Some(p) = k.kmalloc_fast(cpu, 64, Gfp::KERNEL) {
+        held.push(p.as_ptr());
+    }
+    assert_eq!((held.len(), swaps()), (cap, 0));
+    // One free (the regular path gives the area a spare sheaf): now the two sheaves
+    // swap and the slow path serves exactly that object.
+    let freed = held.pop().unwrap();
+    // SAFETY: ours, given up.
+    assert!(unsafe { k.kfree(c, freed) });
+    let again = k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL).unwrap();
+    assert_eq!((again.as_ptr(), swaps()), (freed, 1));
+    held.push(freed);
+    // Both sheaves are empty: the next one refills, without a swap.
+    held.push(k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL).unwrap().as_ptr());
+    assert_eq!(swaps(), 1);
+    while let Some(p) = k.kmalloc_fast(cpu, 64, Gfp::KERNEL) {
+        held.push(p.as_ptr());
+    }
+    // The emptied sheaf is the spare now: `cap` frees fill it on the fast path.
+    let (top, rest) = held.split_at(cap);
+    for &p in top {
+        // SAFETY: ours, given up.
+        assert!(unsafe { k.kfree_fast(cpu, p) }, "room on the spare");
+    }
+    let last = top[cap - 1];
+    // SAFETY: refused without effect.
+    assert!(!unsafe { k.kfree_fast(cpu, rest[0]) }, "the spare is full");
+    // A pointer inside an object is not this path's; a double free of the full
+    // spare's top is reported and refused, as the regular path does.
+    // SAFETY: refused (the bugs under test).
+    unsafe {
+        assert_eq!(k.kfree_sheaf_slow(cpu, rest[0].wrapping_add(8)), None);
+        assert_eq!(k.kfree_sheaf_slow(cpu, last), Some(false));
+    }
+    let log = k.pages.platform().take_log();
+    assert!(log.contains("Object already free"), "{log}");
+    assert_eq!(swaps(), 1, "refusals change nothing");
+    // The main sheaf is empty: the full spare becomes the main one and the free goes
+    // onto the emptied one; the next allocation pops the full one's top.
+    // SAFETY: ours, given up.
+    assert_eq!(unsafe { k.kfree_sheaf_slow(cpu, rest[0]) }, Some(true));
+    assert_eq!(swaps(), 2);
+    assert_eq!(k.kmalloc_fast(cpu, 64, Gfp::KERNEL).unwrap().as_ptr(), last);
+    // A full spare beside a main sheaf with objects goes to the barn (no swap).
+    let puts = stat(k, s, SlubStat::BarnPut);
+    for &p in &rest[1..] {
+        // SAFETY: ours, given up.
+        assert!(unsafe { k.kfree_fast(cpu, p) });
+    }
+    // SAFETY: ours again (just allocated), given up.
+    assert_eq!(unsafe { k.kfree_sheaf_slow(cpu, last) }, Some(true));
+    assert_eq!((swaps(), stat(k, s, SlubStat::BarnPut)), (2, puts + 1));
+    // Every object is free again, each in exactly one place.
+    check_census(k, s, &[cpu], &HashSet::new());
+    assert!(k.pages.platform().take_log().is_empty(), "no other reports");
+    // The CPU-slab design has no sheaves: the regular path does everything.
+    let old = common::kmem_design(2, config(1, 0), None, SlubDesign::CpuSlab);
+    let (_, oc) = own_area(old);
+    let p = old.kmalloc(oc, 64, Gfp::KERNEL).unwrap();
+    assert!(old
+        .kmalloc_sheaf_slow(oc.unwrap(), 64, Gfp::KERNEL)
+        .is_none());
+    // SAFETY: not taken (no sheaf cache), then freed once.
+    unsafe {
+        assert_eq!(old.kfree_sheaf_slow(oc.unwrap(), p.as_ptr()), None);
+        old.kfree(oc, p.as_ptr());
+    }
+}
+
+#[test]
+fn the_front_ends_slow_paths_trade_whole_sheaves_at_the_barn() {
+    let k = kmem(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let cpu = c.unwrap();
+    let s = k.kmalloc_cache(64, Gfp::KERNEL).unwrap();
+    let cap = s.config().sheaf_capacity;
+    let n = 5 * cap;
+    // What a C front end does: the fast path, else the sheaf slow path, else the
+    // regular path (a fresh area has no spare sheaf yet).
+    let alloc = || {
+        k.kmalloc_fast(cpu, 64, Gfp::KERNEL)
+            .or_else(|| k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL))
+            .or_else(|| k.kmalloc(c, 64, Gfp::KERNEL))
+            .unwrap()
+            .as_ptr() as usize
+    };
+    let free = |p: usize| {
+        let p = p as *mut u8;
+        // SAFETY: each object the test holds, given up once.
+        let done = unsafe {
+            k.kfree_fast(cpu, p) || k.kfree_sheaf_slow(cpu, p).unwrap_or_else(|| k.kfree(c, p))
+        };
+        assert!(done);
+    };
+    let take = |n: usize| {
+        let v: Vec<usize> = (0..n).map(|_| alloc()).collect();
+        let set: HashSet<usize> = v.iter().copied().collect();
+        assert_eq!(set.len(), n, "an object handed out twice");
+        (v, set)
+    };
+    // Refills from the slabs, then frees that fill both sheaves and hand the rest to
+    // the barn as full sheaves (new empty ones are made: the barn has none yet).
+    let (first, first_set) = take(n);
+    first.iter().for_each(|&p| free(p));
+    check_census(k, s, &[cpu], &HashSet::new());
+    let (gets, puts) = (stat(k, s, SlubStat::BarnGet), stat(k, s, SlubStat::BarnPut));
+    assert!(puts >= 3, "full sheaves went to the barn: {puts}");
+    // The same number again: both sheaves run dry and each further sheaf comes from
+    // the barn for the emptied main one, with the objects freed before: no refill,
+    // no new sheaf.
+    let (refills, made) = (
+        stat(k, s, SlubStat::SheafRefill),
+        stat(k, s, SlubStat::SheafAlloc),
+    );
+    let (second, second_set) = take(n);
+    assert_eq!(
+        second_set, first_set,
+        "the barn's sheaves hold the freed objects"
+    );
+    assert!(stat(k, s, SlubStat::BarnGet) >= gets + 3);
+    check_census(k, s, &[cpu], &second_set);
+    // And back: each full spare is traded for one of the empty sheaves the allocations
+    // left in the barn.
+    second.iter().for_each(|&p| free(p));
+    assert!(stat(k, s, SlubStat::BarnPut) >= puts + 3);
+    assert_eq!(
+        (
+            stat(k, s, SlubStat::SheafRefill),
+            stat(k, s, SlubStat::SheafAlloc)
+        ),
+        (refills, made),
+        "the exchanges used the barn's sheaves"
+    );
+    check_census(k, s, &[cpu], &HashSet::new());
+    // A double free of a traded sheaf's object is still caught on the regular path.
+    let p = alloc();
+    free(p);
+    // SAFETY: the bug under test: refused and reported.
+    unsafe { assert!(!k.kfree(c, p as *mut u8)) };
+    assert!(k
+        .pages
+        .platform()
+        .take_log()
+        .contains("Object already free"));
+    check_census(k, s, &[cpu], &HashSet::new());
+}
+
+#[test]
+fn without_a_tag_table_every_free_takes_the_regular_path() {
+    let k = common::kmem_without_tag_table(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let cpu = c.unwrap();
+    let s = k.kmalloc_cache(64, Gfp::KERNEL).unwrap();
+    let mut held = HashSet::new();
+    for _ in 0..3 * s.config().sheaf_capacity {
+        let p = k
+            .kmalloc_fast(cpu, 64, Gfp::KERNEL)
+            .or_else(|| k.kmalloc(c, 64, Gfp::KERNEL))
+            .unwrap();
+        assert!(held.insert(p.as_ptr() as usize), "handed out twice");
+    }
+    for &p in &held {
+        let p = p as *mut u8;
+        // SAFETY: ours, given up once: the fast paths refuse it (no tag to read), the
+        // regular path frees it (onto the sheaves, found through the slab's cache).
+        unsafe {
+            assert!(!k.kfree_fast(cpu, p));
+            assert_eq!(k.kfree_sheaf_slow(cpu, p), None);
+            assert!(k.kfree(c, p));
+        }
+    }
+    check_census(k, s, &[cpu], &HashSet::new());
+    // The frees went onto the CPU's sheaves: the fast pop finds one of them. No tag is
+    // kept anywhere: its slab's page reads 0.
+    let p = k.kmalloc_fast(cpu, 64, Gfp::KERNEL).unwrap();
+    assert!(held.contains(&(p.as_ptr() as usize)));
+    let page = k.pages.virt_to_page(p.as_ptr()).unwrap();
+    // SAFETY: the descriptor of a page we hold an object in.
+    assert_eq!(unsafe { page.as_ref() }.sheaf_tag(), 0);
+    // SAFETY: ours, given up once; a double free is still caught and refused.
+    unsafe {
+        assert!(k.kfree(c, p.as_ptr()));
+        assert!(!k.kfree(c, p.as_ptr()));
+    }
+    assert!(k
+        .pages
+        .platform()
+        .take_log()
+        .contains("Object already free"));
+}
