@@ -171,7 +171,7 @@ impl BarnLists {
     /// changes (the caller takes the general path: a refill, or freeing the empty one).
     #[inline]
     pub fn exchange_empty(&mut self, empty: NonNull<SlabSheaf>) -> Option<NonNull<SlabSheaf>> {
-        if self.full.is_null() || self.nr_empty >= MAX_EMPTY_SHEAVES {
+        if self.nr_empty >= MAX_EMPTY_SHEAVES {
             return None;
         }
         let full = self.get_full()?;
@@ -189,7 +189,7 @@ impl BarnLists {
         full: NonNull<SlabSheaf>,
         max: usize,
     ) -> Option<NonNull<SlabSheaf>> {
-        if self.empty.is_null() || self.nr_full >= max {
+        if self.nr_full >= max {
             return None;
         }
         let empty = self.get_empty()?;
