@@ -325,3 +325,39 @@ fn zeroed_allocations_from_an_objcg_sheaf_are_zeroed() {
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
 }
+
+#[test]
+fn a_pointer_inside_a_charged_object_or_past_the_last_one_is_never_kept() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "inner");
+    let (a, cpu) = own_area(k);
+    // 96 B: a class whose size is no power of two, so a slab's end holds no object.
+    let p = alloc(k, cpu, g, 96);
+    for q in [p.wrapping_add(8), p.wrapping_add(95)] {
+        assert!(!free(k, cpu, g, q), "an interior pointer is refused");
+        let log = k.pages.platform().take_log();
+        assert!(log.contains("Invalid object pointer"), "{log}");
+    }
+    // The slab's tail (past its last object) is no object either.
+    let cfg = k.kmalloc_cache(96, Gfp::ACCOUNT).unwrap().config();
+    assert_eq!(cfg.size, 96);
+    let slab_bytes = cfg.slab_bytes();
+    let base = p as usize & !(slab_bytes - 1);
+    let tail = base + cfg.objects * 96;
+    assert!(tail < base + slab_bytes);
+    assert!(!free(k, cpu, g, tail as *mut u8));
+    assert!(k
+        .pages
+        .platform()
+        .take_log()
+        .contains("Invalid object pointer"));
+    assert_eq!(held(k, a).1, 0, "nothing was kept");
+    // The object itself is still charged, and frees as usual.
+    assert!(g.usage() > 0);
+    assert!(free(k, cpu, g, p));
+    assert_eq!(held(k, a).1, 1);
+    k.memcg().memcg_drain_stock(cpu.unwrap());
+    assert_eq!(g.usage(), 0);
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+}

@@ -230,10 +230,10 @@ impl<'a, P: Platform> Memcg<'a, P> {
         None
     }
 
-    /// Keeps `obj` of `s` (class `i`), charged to `objcg`, on its class's sheaf when the sheaves
-    /// hold `objcg` (or nothing: they take `objcg` then) and have room: `Some(true)`.
-    /// A double free caught on top of the sheaf is reported: `Some(false)`. `None`:
-    /// nothing done.
+    /// Keeps `obj` of `s` (class `i`), charged to `objcg`, on its class's sheaf when
+    /// the sheaves hold `objcg` (or nothing: they take `objcg` then) and have room:
+    /// `Some(true)`. A double free caught on top of the sheaf is reported:
+    /// `Some(false)`. `None`: nothing done.
     #[inline(always)]
     fn objcg_sheaf_keep_at(
         &self,
@@ -243,43 +243,48 @@ impl<'a, P: Platform> Memcg<'a, P> {
         objcg: &ObjCgroup,
         obj: usize,
     ) -> Option<bool> {
-        match self.objcg_sheaf_push(&st.sheaves, i, objcg, obj) {
+        match Self::objcg_sheaf_push(&st.sheaves, i, objcg, obj) {
             Keep::Kept => Some(true),
             Keep::NoRoom => None,
             Keep::DoubleFree => {
-                self.objcg_sheaf_double_free(s, obj);
+                Self::objcg_sheaf_double_free(self.km.slub(), s, obj);
                 Some(false)
             }
         }
     }
 
-    /// Reports a double free caught on top of an objcg sheaf.
+    /// Reports a double free caught on top of an objcg sheaf. (Given the slab layer's
+    /// two-word handle, passed in registers, rather than the controller: a cold call
+    /// that takes the controller's handle makes the charged fast paths build it in
+    /// memory before their first test.)
     #[cold]
     #[inline(never)]
-    fn objcg_sheaf_double_free(&self, s: &KmemCache, obj: usize) {
-        let slab = self.km.pages().virt_to_head_page(obj as *const u8);
-        self.km.slub().report(s, slab, "Object already free", obj);
+    fn objcg_sheaf_double_free(slub: crate::slab::Slub<'_, P>, s: &KmemCache, obj: usize) {
+        let slab = slub.pages.virt_to_head_page(obj as *const u8);
+        slub.report(s, slab, "Object already free", obj);
     }
 
     #[inline(always)]
-    fn objcg_sheaf_push(&self, sh: &ObjcgSheaves, i: usize, objcg: &ObjCgroup, obj: usize) -> Keep {
+    fn objcg_sheaf_push(sh: &ObjcgSheaves, i: usize, objcg: &ObjCgroup, obj: usize) -> Keep {
         if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
             return Self::objcg_sheaf_retag_push(sh, i, objcg, obj);
         }
         let len = &sh.len[i];
         let n = len.load(Relaxed) as usize;
+        // Class `i`'s slots: `i` was bounds-checked by `len`.
+        let slots = &sh.objs[FIRST_SLOT[i]..];
         // The top first: a double free must not leave through the regular path (it
         // would free the object while the sheaf still holds it).
-        // SAFETY: `n - 1` < `len[i]` ≤ `CAPACITY[i]` (type invariant); `i` was
-        // bounds-checked by `len`.
-        if n > 0 && unsafe { sh.slot(i, n - 1) }.load(Relaxed) == obj {
+        // SAFETY: `n - 1` < `len[i]` ≤ `CAPACITY[i]` (type invariant), within the
+        // class's slots.
+        if n > 0 && unsafe { slots.get_unchecked(n - 1) }.load(Relaxed) == obj {
             return Keep::DoubleFree;
         }
         if n >= CAPACITY[i] {
             return Keep::NoRoom;
         }
-        // SAFETY: `n` < `CAPACITY[i]` (just checked).
-        unsafe { sh.slot(i, n) }.store(obj, Relaxed);
+        // SAFETY: `n` < `CAPACITY[i]` (just checked), within the class's slots.
+        unsafe { slots.get_unchecked(n) }.store(obj, Relaxed);
         len.store(n as u8 + 1, Relaxed);
         Keep::Kept
     }
@@ -408,14 +413,41 @@ impl<'a, P: Platform> Memcg<'a, P> {
         objcg: &ObjCgroup,
     ) -> Option<bool> {
         let st = self.stock(Some(c))?;
-        let (s, slab) = self.km.slub().slab_object(p)?;
-        let i = self.objcg_sheaf_class(s)?;
-        // SAFETY: the head page of a live slab (the lookup found it).
-        let data = memcg_data(unsafe { slab.as_ref() });
-        if !self.objcg_slot_is(s, data, p as usize, objcg) {
+        let (s, i, slot) = self.objcg_slot_of(p)?;
+        if !ptr::eq(slot.load(Relaxed), objcg) {
             return None;
         }
         self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize)
+    }
+
+    /// The cache, objcg sheaf class and objcg vector slot of `p` when it starts an
+    /// object of a class with objcg sheaves whose slab has a vector: the slab's head
+    /// from the page, the class from the cache, then one multiplication for the index
+    /// and one for the object-start test (these caches have no left red zone: they
+    /// are on a sheaf fast path, never slub_debug's).
+    #[inline(always)]
+    fn objcg_slot_of(
+        &self,
+        p: *mut u8,
+    ) -> Option<(&'a KmemCache, usize, &'a AtomicPtr<ObjCgroup>)> {
+        let h = self.km.pages().virt_to_slab_used(p)?;
+        let s = crate::slab::Slab::of(h).cache();
+        let i = self.objcg_sheaf_class(s)?;
+        let cfg = s.config();
+        debug_assert_eq!(cfg.red_left, 0);
+        let off = p as usize & (cfg.slab_bytes() - 1);
+        let idx = cfg.obj_to_index(off);
+        if idx >= cfg.objects || idx * cfg.size != off {
+            return None;
+        }
+        let data = memcg_data(h);
+        if data & MEMCG_DATA_OBJEXTS == 0 {
+            return None;
+        }
+        let vec = (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>;
+        // SAFETY: `idx` < objects, the length of the slab's vector, which lives while
+        // the slab does (a live slab: the caller owns one of its objects).
+        Some((s, i, unsafe { &*vec.add(idx) }))
     }
 
     /// `kfree` by a context running charged to `objcg` (its active memory cgroup):

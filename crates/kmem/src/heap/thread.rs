@@ -104,16 +104,12 @@ fn refresh_fast() {
 }
 
 /// The charged paths' test: the thread's own CPU area and its active objcg, when it
-/// is attached and has an active memory cgroup (two loads of initial-exec words).
-/// The charged words are set only while the fast word is [`no_area`]
-/// (`refresh_fast`), so it tests that first: a caller that has just read the fast word
-/// (`fast_cpu`) pays one compare, and a thread on the fast paths or in per-CPU rseq
-/// mode reads no more.
+/// is attached and has an active memory cgroup (two loads of initial-exec words). The
+/// charged area word is non-zero only while the fast word is [`no_area`]
+/// (`refresh_fast` sets them together), so a thread on the fast paths or in per-CPU
+/// rseq mode, whose word is 0, reads one word and tests it.
 #[inline(always)]
 pub(crate) fn charged_cpu() -> Option<(CpuRef<'static>, &'static ObjCgroup)> {
-    if fast_tls::get() != no_area() {
-        return None;
-    }
     let a = fast_tls::get_word::<{ fast_tls::CHARGED_AREA }>();
     if a == 0 {
         return None;
