@@ -279,9 +279,12 @@ impl<'a, P: Platform> Memcg<'a, P> {
     pub(super) fn stock<'c>(&self, cpu: Option<CpuRef<'c>>) -> Option<&'c MemcgStock> {
         let c = cpu?;
         let off = self.state.stock_active.load(Relaxed);
+        if off == 0 {
+            return None;
+        }
         // SAFETY: `off` was reserved in every CPU area by `Memcg::init` (all-zero is
         // the empty stock); the caller owns the area.
-        (off != 0).then(|| unsafe { &*c.area().ptr::<MemcgStock>(off) })
+        Some(unsafe { &*c.area().ptr::<MemcgStock>(off) })
     }
 
     /// The stock of `area` (for statistics: reads only).
