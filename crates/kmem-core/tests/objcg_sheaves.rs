@@ -8,7 +8,7 @@ mod common;
 
 use common::{config, kmem, kmem_cpu_slab, kmem_with, TestPlatform};
 use kmem_core::memcontrol::{
-    MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
+    MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_BYTES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
     OBJCG_SHEAVES_MAX_BYTES,
 };
 use kmem_core::{CpuArea, CpuRef, Gfp, Kmem, SlabFlags};
@@ -58,17 +58,21 @@ fn freed_charged_objects_wait_charged_and_come_back_to_the_same_group() {
     let g = group(k, "g");
     let (a, cpu) = own_area(k);
     let objs: Vec<_> = (0..8).map(|_| alloc(k, cpu, g, 32)).collect();
+    // What the allocations' refills left waiting (charged to g, never handed out).
+    let (tag, left) = held(k, a);
+    assert!(left < OBJCG_SHEAF_SLOTS);
+    assert!(left == 0 || std::ptr::eq(tag, g.objcg()));
     for &p in &objs {
         assert!(free(k, cpu, g, p));
     }
-    assert_eq!(held(k, a), (g.objcg() as *const ObjCgroup, 8));
+    assert_eq!(held(k, a), (g.objcg() as *const ObjCgroup, left + 8));
     // Still charged while they wait: the statistics count them as allocated.
     k.memcg().memcg_flush_stats(cpu);
-    assert_eq!(slab_bytes(g), 8 * 32);
+    assert_eq!(slab_bytes(g), ((left + 8) * 32) as isize);
     // The group's next allocations get them back, last freed first.
     let again: Vec<_> = (0..8).map(|_| alloc(k, cpu, g, 32)).collect();
     assert_eq!(again, objs.iter().rev().copied().collect::<Vec<_>>());
-    assert_eq!(held(k, a).1, 0);
+    assert_eq!(held(k, a).1, left);
     for &p in &again {
         free(k, cpu, g, p);
     }
@@ -82,25 +86,45 @@ fn freed_charged_objects_wait_charged_and_come_back_to_the_same_group() {
 }
 
 #[test]
-fn a_sheaf_holds_its_class_capacity_and_the_rest_is_uncharged_at_once() {
+fn a_full_sheaf_gives_back_its_older_half_and_keeps_the_latest_frees() {
     let k = kmem(2, config(1, 0));
     let g = group(k, "cap");
     let (a, cpu) = own_area(k);
     let objs: Vec<_> = (0..100).map(|_| alloc(k, cpu, g, 16)).collect();
     for &p in &objs {
+        assert!(free(k, cpu, g, p));
+    }
+    // Full sheaves gave their older halves back: more than half a sheaf waits, never
+    // more than one, and those are the latest frees.
+    let n = held(k, a).1;
+    assert!(n > OBJCG_SHEAF_SLOTS / 2 && n <= OBJCG_SHEAF_SLOTS, "{n}");
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(
+        slab_bytes(g),
+        (n * 16) as isize,
+        "only the waiting ones charged"
+    );
+    let again: Vec<_> = (0..n).map(|_| alloc(k, cpu, g, 16)).collect();
+    assert_eq!(
+        again,
+        objs.iter().rev().take(n).copied().collect::<Vec<_>>()
+    );
+    for &p in &again {
         free(k, cpu, g, p);
     }
-    assert_eq!(held(k, a).1, OBJCG_SHEAF_SLOTS);
-    k.memcg().memcg_flush_stats(cpu);
-    assert_eq!(slab_bytes(g), (OBJCG_SHEAF_SLOTS * 16) as isize);
-    // Large classes keep four objects.
+    // Large classes keep four objects at most.
     let big: Vec<_> = (0..OBJCG_SHEAF_MIN_SLOTS + 3)
         .map(|_| alloc(k, cpu, g, 8192))
         .collect();
+    let before = held(k, a).1;
     for &p in &big {
         free(k, cpu, g, p);
     }
-    assert_eq!(held(k, a).1, OBJCG_SHEAF_SLOTS + OBJCG_SHEAF_MIN_SLOTS);
+    let kept = held(k, a).1 - before;
+    assert!(
+        kept > OBJCG_SHEAF_MIN_SLOTS / 2 && kept <= OBJCG_SHEAF_MIN_SLOTS,
+        "{kept}"
+    );
     // Thread exit (the area going back) drains them.
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
@@ -135,12 +159,14 @@ fn another_groups_allocation_flushes_the_sheaves_and_its_objects_are_not_kept() 
     // A free outside any group (or in another one) uncharges at once.
     let r = alloc(k, cpu, h, 64);
     let o = alloc(k, cpu, h, 64);
+    // (What a refill left waiting stays charged to h.)
+    let waiting = held(k, a).1;
     // SAFETY: ours.
     assert!(unsafe { k.kfree(cpu, r) });
     free(k, cpu, g, o);
-    assert_eq!(held(k, a).1, 0);
+    assert_eq!(held(k, a).1, waiting);
     k.memcg().memcg_flush_stats(cpu);
-    assert_eq!(slab_bytes(h), 0);
+    assert_eq!(slab_bytes(h), (waiting * 64) as isize);
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
     assert_eq!((g.usage(), h.usage()), (0, 0));
@@ -181,6 +207,8 @@ fn a_double_free_on_a_full_objcg_sheaf_or_behind_its_back_is_never_freed_twice()
     let objs: Vec<_> = (0..OBJCG_SHEAF_SLOTS)
         .map(|_| alloc(k, cpu, g, 32))
         .collect();
+    // Empty sheaves first (a refill may have left objects waiting).
+    k.memcg().memcg_drain_stock(cpu.unwrap());
     for &p in &objs {
         assert!(free(k, cpu, g, p));
     }
@@ -192,6 +220,17 @@ fn a_double_free_on_a_full_objcg_sheaf_or_behind_its_back_is_never_freed_twice()
         .platform()
         .take_log()
         .contains("Object already free"));
+    // Below the top of a full sheaf too: the object is neither given back with the
+    // sheaf's older half nor kept twice.
+    for p in [objs[1], objs[12]] {
+        assert!(!free(k, cpu, g, p), "refused");
+        assert!(k
+            .pages
+            .platform()
+            .take_log()
+            .contains("Object already free"));
+        assert_eq!(held(k, a).1, OBJCG_SHEAF_SLOTS);
+    }
     // A free outside the group of an object waiting in the sheaf (the bug) frees it
     // through the regular path; the sheaf's flush finds it uncharged, reports it and
     // leaves it alone.
@@ -225,18 +264,33 @@ fn full_objcg_sheaves_hold_their_stated_bound_and_no_more() {
     let k = kmem(2, config(1, 0));
     let g = group(k, "bound");
     let (a, cpu) = own_area(k);
-    // More objects of every class than a sheaf holds, all freed: each class's sheaf
-    // fills and the rest is uncharged.
-    let objs: Vec<_> = kmem_core::kmalloc::KMALLOC_SIZES
+    // As many objects of every class as its sheaf holds, freed after a drain (so that
+    // no refill's objects wait): every class's sheaf is full, and that is the bound.
+    let sizes = kmem_core::kmalloc::KMALLOC_SIZES;
+    let cap =
+        |size: usize| (OBJCG_SHEAF_BYTES / size).clamp(OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS);
+    let objs: Vec<_> = sizes
         .iter()
-        .flat_map(|&size| (0..OBJCG_SHEAF_SLOTS + 1).map(move |_| size))
+        .flat_map(|&size| (0..cap(size)).map(move |_| size))
         .map(|size| alloc(k, cpu, g, size))
         .collect();
+    k.memcg().memcg_drain_stock(cpu.unwrap());
     for &p in &objs {
-        free(k, cpu, g, p);
+        assert!(free(k, cpu, g, p));
     }
     k.memcg().memcg_flush_stats(cpu);
     assert_eq!(slab_bytes(g), OBJCG_SHEAVES_MAX_BYTES as isize);
+    // More frees of every class keep it there: a full sheaf gives half back first.
+    let more: Vec<_> = sizes
+        .iter()
+        .flat_map(|&size| (0..cap(size) + 1).map(move |_| size))
+        .map(|size| alloc(k, cpu, g, size))
+        .collect();
+    for &p in &more {
+        assert!(free(k, cpu, g, p));
+    }
+    k.memcg().memcg_flush_stats(cpu);
+    assert!(slab_bytes(g) <= OBJCG_SHEAVES_MAX_BYTES as isize);
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
     assert_eq!(g.usage(), 0);
@@ -360,4 +414,42 @@ fn a_pointer_inside_a_charged_object_or_past_the_last_one_is_never_kept() {
     assert_eq!(g.usage(), 0);
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
+}
+
+#[test]
+fn a_run_of_charged_allocations_is_charged_a_refill_at_a_time() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "refill");
+    let (a, cpu) = own_area(k);
+    // The first charged allocation finds the stock empty: charged alone (a page of
+    // bytes goes into the stock). The second refills the class's sheaf from those
+    // bytes: half a sheaf allocated, recorded and charged at once, one handed out.
+    let first = alloc(k, cpu, g, 32);
+    assert_eq!(held(k, a).1, 0);
+    let second = alloc(k, cpu, g, 32);
+    let refill = OBJCG_SHEAF_SLOTS / 2;
+    assert_eq!(held(k, a), (g.objcg() as *const ObjCgroup, refill - 1));
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(slab_bytes(g), ((2 + refill - 1) * 32) as isize);
+    // The run goes on from the sheaf, a refill at a time; every object distinct and
+    // charged once.
+    let mut objs = vec![first, second];
+    objs.extend((0..200).map(|_| alloc(k, cpu, g, 32)));
+    assert_eq!(
+        objs.iter().copied().collect::<HashSet<_>>().len(),
+        objs.len()
+    );
+    let waiting = held(k, a).1;
+    assert!(waiting < refill);
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(slab_bytes(g), ((objs.len() + waiting) * 32) as isize);
+    for &p in &objs {
+        free(k, cpu, g, p);
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(held(k, a).1, 0);
+    k.memcg().memcg_flush_stats(None);
+    assert_eq!(slab_bytes(g), 0);
+    assert_eq!(g.usage(), 0);
 }

@@ -132,6 +132,8 @@ fn a_threads_charged_frees_wait_charged_for_its_next_allocations() {
                 .collect();
             let boxed = Box::new([7u8; 200]);
             let at = std::ptr::addr_of!(*boxed) as *mut u8;
+            // What the allocations' refills left waiting (charged, never handed out).
+            let left = waiting_in_objcg_sheaves(&g);
             for &q in &p {
                 // SAFETY: allocated above, freed once.
                 assert!(unsafe { h.kfree(q) });
@@ -143,7 +145,7 @@ fn a_threads_charged_frees_wait_charged_for_its_next_allocations() {
                 .chain([&at])
                 .filter(|&&q| !h.page_allocator().in_span(q))
                 .count();
-            assert_eq!(waiting_in_objcg_sheaves(&g), 5 - sampled);
+            assert_eq!(waiting_in_objcg_sheaves(&g), left + 5 - sampled);
             // The next charged allocations of the class take them back.
             let again: Vec<_> = (0..4)
                 .map(|_| h.kmalloc(40, Gfp::KERNEL).unwrap().as_ptr())
@@ -180,20 +182,23 @@ fn a_charged_allocation_for_another_group_gives_the_waiting_objects_back() {
                 // (An array: a Vec's own buffer would be charged and wait too.)
                 let p: [_; 4] =
                     std::array::from_fn(|_| h.kmalloc(40, Gfp::KERNEL).unwrap().as_ptr());
+                // What the allocations' refills left waiting.
+                let left = waiting_in_objcg_sheaves(&a);
                 for q in p {
                     // SAFETY: allocated above, freed once.
                     assert!(unsafe { h.kfree(q) });
                 }
+                // Charged allocations are never KFENCE samples: all four wait.
+                assert_eq!(waiting_in_objcg_sheaves(&a), left + 4);
             }
-            // Charged allocations are never KFENCE samples: all four wait.
-            assert_eq!(waiting_in_objcg_sheaves(&a), 4);
             {
                 let _in = b.enter();
                 let q = h.kmalloc(40, Gfp::KERNEL).unwrap().as_ptr();
                 assert_eq!(waiting_in_objcg_sheaves(&a), 0);
+                let left = waiting_in_objcg_sheaves(&b);
                 // SAFETY: allocated above, freed once.
                 assert!(unsafe { h.kfree(q) });
-                assert_eq!(waiting_in_objcg_sheaves(&b), 1);
+                assert_eq!(waiting_in_objcg_sheaves(&b), left + 1);
             }
             h.detach_thread();
         });

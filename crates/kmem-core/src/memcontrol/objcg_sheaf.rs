@@ -10,7 +10,12 @@
 //! it, still charged and still recorded in its slab's vector, on its class's sheaf
 //! when the area's sheaves hold that objcg; the next charged kmalloc of that class and
 //! objcg pops it and is done. Frees by other contexts (another group, none, another
-//! thread) uncharge as before. Objects leave charged: usage and the group statistics
+//! thread) uncharge as before. The sheaves also move the charge in steps when a
+//! thread allocates or frees runs of a class: a charged kmalloc that finds its class's
+//! sheaf empty refills it ([`REFILL`] objects, half a sheaf, charged at once from the
+//! stock's pre-charged bytes and recorded one by one), and a charged free that finds it
+//! full gives its older half back (cleared from the vectors, freed, uncharged at once)
+//! and waits there. Objects leave charged: usage and the group statistics
 //! count them as allocated while they wait — up to [`OBJCG_SHEAF_BYTES`] per class, or
 //! four objects of the larger classes: [`OBJCG_SHEAVES_MAX_BYTES`] (71 KiB) per area
 //! at most, as the
@@ -28,7 +33,8 @@
 //! Only caches on a sheaf fast path take part: slub_debug and init_on_* caches run
 //! their checks, poisoning and zeroing per object, and the CPU-slab design keeps its
 //! per-object charges. A double free of the object on top of a class's sheaf is
-//! caught, as the slab layer's sheaves catch it.
+//! caught, as the slab layer's sheaves catch it; so is one of any object of a full
+//! sheaf (searched whole before its older half goes back).
 
 use super::*;
 use crate::gfp::Gfp;
@@ -69,6 +75,21 @@ const CAPACITY: [usize; OBJCG_SHEAF_CLASSES] = {
     }
     out
 };
+
+/// Objects a refill of class `i`'s empty sheaf brings (half its capacity, at least
+/// two): charged in one step from the stock's pre-charged bytes, recorded one by one.
+/// A full sheaf gives back its older half the same way, so a thread that allocates or
+/// frees runs of a class charges and uncharges once every `REFILL[i]` objects.
+const REFILL: [usize; OBJCG_SHEAF_CLASSES] = {
+    let mut out = [0; OBJCG_SHEAF_CLASSES];
+    let mut i = 0;
+    while i < OBJCG_SHEAF_CLASSES {
+        out[i] = CAPACITY[i] / 2;
+        i += 1;
+    }
+    out
+};
+const _: () = assert!(OBJCG_SHEAF_MIN_SLOTS / 2 >= 2);
 
 /// The most bytes of objects one CPU area's objcg sheaves hold (every class full):
 /// what `usage()` may count of objects that wait there, per charged thread.
@@ -227,7 +248,172 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if !tag.is_null() && !ptr::eq(tag, objcg) {
             self.flush_objcg_sheaves(c, st);
         }
-        None
+        self.objcg_sheaf_refill(c, st, i, gfp, objcg)
+    }
+
+    /// Refills class `i`'s empty sheaf for `objcg` (`objcg_sheaf_alloc`, after the pop
+    /// missed): [`REFILL`] objects allocated and recorded, charged in one step from
+    /// the bytes the stock holds pre-charged, onto the sheaf; then the pop. `None` (nothing charged or kept) when the class has no objcg sheaves,
+    /// the sheaves hold another objcg's objects, or the stock cannot pay for the whole
+    /// refill at once: the caller charges one object the usual way, which may charge
+    /// pages, reclaim and count events — a refill never does.
+    #[cold]
+    #[inline(never)]
+    fn objcg_sheaf_refill(
+        &self,
+        c: CpuRef<'_>,
+        st: &MemcgStock,
+        i: usize,
+        gfp: Gfp,
+        objcg: &ObjCgroup,
+    ) -> Option<NonNull<u8>> {
+        let s = self.km.caches().set(1).get(i)?;
+        if self.objcg_sheaf_class(s) != Some(i) {
+            return None;
+        }
+        let sh = &st.sheaves;
+        if !Self::may_keep(sh, objcg) || sh.len[i].load(Relaxed) != 0 {
+            return None;
+        }
+        let n = REFILL[i];
+        let size = s.config().size;
+        if !Self::consume_obj_stock(st, objcg, s, n * size) {
+            return None;
+        }
+        let slub = self.km.slub();
+        let plain = gfp.difference(Gfp::ZERO);
+        let mut objs = [0usize; OBJCG_SHEAF_SLOTS];
+        let mut got = 0;
+        while got < n {
+            let Some(o) = slub
+                .alloc_fast(c, s, plain)
+                .or_else(|| slub.alloc(Some(c), s, plain))
+            else {
+                break;
+            };
+            if !self.memcg_slab_post_alloc_hook(Some(c), s, o, objcg) {
+                // SAFETY: the object just allocated, not recorded.
+                unsafe { slub.free(Some(c), s, o) };
+                break;
+            }
+            objs[got] = o.as_ptr() as usize;
+            got += 1;
+        }
+        if got < n {
+            self.obj_cgroup_uncharge(Some(c), objcg, s, (n - got) * size);
+        }
+        let objs = &objs[..got];
+        // The allocations above may have reclaimed (drained the sheaves): look again.
+        if !Self::may_keep(sh, objcg) || sh.len[i].load(Relaxed) != 0 {
+            for &o in objs {
+                self.objcg_give_back_one(c, s, o);
+            }
+            return None;
+        }
+        Self::objcg_sheaves_take(sh, objcg);
+        for (k, &o) in objs.iter().enumerate() {
+            // SAFETY: `k` < `REFILL[i]` ≤ `CAPACITY[i]`: a slot of class `i`.
+            unsafe { sh.slot(i, k) }.store(o, Relaxed);
+        }
+        sh.len[i].store(objs.len() as u8, Relaxed);
+        // The pop zeroes for `__GFP_ZERO`, as for any object that waited there.
+        self.objcg_sheaf_pop(st, i, gfp, objcg)
+    }
+
+    /// Whether the sheaves may keep objects of `objcg`: they hold it, or nothing (and
+    /// then take it: [`Memcg::objcg_sheaves_take`]).
+    fn may_keep(sh: &ObjcgSheaves, objcg: &ObjCgroup) -> bool {
+        let tag = sh.objcg.load(Relaxed);
+        ptr::eq(tag, objcg) || tag.is_null() && sh.objects() == 0
+    }
+
+    /// Tags empty, untagged sheaves with `objcg` (taking a reference); nothing when
+    /// they hold it already.
+    fn objcg_sheaves_take(sh: &ObjcgSheaves, objcg: &ObjCgroup) {
+        if ptr::eq(sh.objcg.load(Relaxed), objcg) {
+            return;
+        }
+        objcg.get();
+        let old = sh
+            .objcg
+            .swap(objcg as *const ObjCgroup as *mut ObjCgroup, Relaxed);
+        // SAFETY: a non-null tag holds a reference (type invariant), dropped here.
+        if let Some(old) = unsafe { old.as_ref() } {
+            old.put();
+        }
+    }
+
+    /// Gives back one charged, recorded object of `s` that no sheaf holds: cleared
+    /// from its vector, uncharged, freed.
+    fn objcg_give_back_one(&self, c: CpuRef<'_>, s: &KmemCache, obj: usize) {
+        let slub = self.km.slub();
+        let ObjectLookup::Slab(_, slab) = slub.lookup(obj as *const u8) else {
+            debug_assert!(false, "a refill's object is a slab object");
+            return;
+        };
+        // SAFETY: the head page of the object's live slab.
+        let data = memcg_data(unsafe { slab.as_ref() });
+        self.memcg_slab_free_hook_exts(Some(c), s, data, obj);
+        // SAFETY: an object of `s` this path owns, now uncharged; given up here.
+        unsafe { slub.free_object(Some(c), s, slab, obj) };
+    }
+
+    /// Class `i`'s sheaf (of `s`, tagged `objcg`) is full: its older half goes back —
+    /// each object cleared from its vector and freed, their bytes uncharged in one
+    /// step — so that a free can wait there. False when the sheaves hold another objcg.
+    #[cold]
+    #[inline(never)]
+    fn objcg_sheaf_make_room(
+        &self,
+        c: CpuRef<'_>,
+        st: &MemcgStock,
+        s: &KmemCache,
+        i: usize,
+        objcg: &ObjCgroup,
+    ) -> bool {
+        let sh = &st.sheaves;
+        if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
+            return false;
+        }
+        let n = sh.len[i].load(Relaxed) as usize;
+        let half = n / 2;
+        if half == 0 {
+            return false;
+        }
+        let slub = self.km.slub();
+        let mut freed = 0;
+        for k in 0..half {
+            // SAFETY: `k` < `len[i]` ≤ `CAPACITY[i]` (type invariant).
+            let obj = unsafe { sh.slot(i, k) }.load(Relaxed);
+            // An object of class `i` in a slab with a vector (type invariant).
+            let Some((_, _, slot, head)) = self.objcg_slot_of(obj as *mut u8) else {
+                debug_assert!(false, "an objcg sheaf held a non-object");
+                continue;
+            };
+            let slab = NonNull::from(head);
+            if !ptr::eq(slot.load(Relaxed), objcg) {
+                // Freed again behind the sheaf's back (a double free that took the
+                // regular path, which uncharged it): not freed a second time.
+                slub.report(s, Some(slab), "Object already free", obj);
+                continue;
+            }
+            slot.store(ptr::null_mut(), Relaxed);
+            // SAFETY: an object of `s` the sheaf owned (type invariant), cleared from
+            // its vector; given up here (its bytes are uncharged below).
+            unsafe { slub.free_object(Some(c), s, slab, obj) };
+            freed += 1;
+        }
+        for k in half..n {
+            // SAFETY: `k` < `len[i]` and `k - half` < `k`: slots of class `i`.
+            let o = unsafe { sh.slot(i, k) }.load(Relaxed);
+            // SAFETY: as above.
+            unsafe { sh.slot(i, k - half) }.store(o, Relaxed);
+        }
+        sh.len[i].store((n - half) as u8, Relaxed);
+        if freed != 0 {
+            self.obj_cgroup_uncharge(Some(c), objcg, s, freed * s.config().size);
+        }
+        true
     }
 
     /// Keeps `obj` of `s` (class `i`), charged to `objcg`, on its class's sheaf when
@@ -413,23 +599,24 @@ impl<'a, P: Platform> Memcg<'a, P> {
         objcg: &ObjCgroup,
     ) -> Option<bool> {
         let st = self.stock(Some(c))?;
-        let (s, i, slot) = self.objcg_slot_of(p)?;
+        let (s, i, slot, _) = self.objcg_slot_of(p)?;
         if !ptr::eq(slot.load(Relaxed), objcg) {
             return None;
         }
         self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize)
     }
 
-    /// The cache, objcg sheaf class and objcg vector slot of `p` when it starts an
+    /// The cache, objcg sheaf class, objcg vector slot and slab head page of `p` when it starts an
     /// object of a class with objcg sheaves whose slab has a vector: the slab's head
     /// from the page, the class from the cache, then one multiplication for the index
     /// and one for the object-start test (these caches have no left red zone: they
     /// are on a sheaf fast path, never slub_debug's).
     #[inline(always)]
+    #[allow(clippy::type_complexity)]
     fn objcg_slot_of(
         &self,
         p: *mut u8,
-    ) -> Option<(&'a KmemCache, usize, &'a AtomicPtr<ObjCgroup>)> {
+    ) -> Option<(&'a KmemCache, usize, &'a AtomicPtr<ObjCgroup>, &'a Page)> {
         let h = self.km.pages().virt_to_slab_used(p)?;
         let s = crate::slab::Slab::of(h).cache();
         let i = self.objcg_sheaf_class(s)?;
@@ -447,7 +634,44 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let vec = (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>;
         // SAFETY: `idx` < objects, the length of the slab's vector, which lives while
         // the slab does (a live slab: the caller owns one of its objects).
-        Some((s, i, unsafe { &*vec.add(idx) }))
+        Some((s, i, unsafe { &*vec.add(idx) }, h))
+    }
+
+    /// [`Memcg::kfree_objcg_fast`]'s slow half, for a caller it refused: when `p`'s
+    /// class's sheaf is full of `objcg`'s objects, its older half goes back (uncharged
+    /// in one step) and `p` waits there. A `p` already in the sheaf is a double free:
+    /// reported, refused (`Some(false)`). `None` leaves `p` untouched for the regular
+    /// free, as the fast half does.
+    ///
+    /// # Safety
+    /// As [`Memcg::kfree_objcg_fast`].
+    #[cold]
+    #[inline(never)]
+    pub unsafe fn kfree_objcg_full(
+        &self,
+        c: CpuRef<'_>,
+        p: *mut u8,
+        objcg: &ObjCgroup,
+    ) -> Option<bool> {
+        let st = self.stock(Some(c))?;
+        let (s, i, slot, _) = self.objcg_slot_of(p)?;
+        if !ptr::eq(slot.load(Relaxed), objcg) {
+            return None;
+        }
+        let sh = &st.sheaves;
+        let n = sh.len[i].load(Relaxed) as usize;
+        // SAFETY: `k` < `len[i]` ≤ `CAPACITY[i]` (type invariant).
+        if (0..n).any(|k| unsafe { sh.slot(i, k) }.load(Relaxed) == p as usize) {
+            // Freed again while it waits in the sheaf (a full one is searched whole:
+            // giving half of it back must not free an object the sheaf would then
+            // hand out again).
+            Self::objcg_sheaf_double_free(self.km.slub(), s, p as usize);
+            return Some(false);
+        }
+        if !self.objcg_sheaf_make_room(c, st, s, i, objcg) {
+            return None;
+        }
+        self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize)
     }
 
     /// `kfree` by a context running charged to `objcg` (its active memory cgroup):
@@ -467,6 +691,10 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if let Some(c) = cpu {
             // SAFETY: forwarded from the caller.
             if let Some(done) = unsafe { self.kfree_objcg_fast(c, p, objcg) } {
+                return done;
+            }
+            // SAFETY: forwarded from the caller.
+            if let Some(done) = unsafe { self.kfree_objcg_full(c, p, objcg) } {
                 return done;
             }
         }

@@ -84,17 +84,32 @@ impl<'a, P: Platform> Memcg<'a, P> {
         size: usize,
     ) -> bool {
         if let Some(st) = self.stock(cpu) {
-            // consume_obj_stock
-            let have = st.nr_bytes.load(Relaxed);
-            if ptr::eq(st.cached_objcg.load(Relaxed), objcg)
-                && ptr::eq(st.stat_cache.load(Relaxed), s)
-                && have >= size
-            {
-                set(&st.nr_bytes, have - size);
+            if Self::consume_obj_stock(st, objcg, s, size) {
                 return true;
             }
         }
         self.obj_cgroup_charge_slow(cpu, objcg, s, size)
+    }
+
+    /// `consume_obj_stock`: charges `size` bytes of objects of `s` to `objcg` from the
+    /// bytes stock `st` holds pre-charged, when it caches `objcg` and `s` and holds
+    /// enough; false (nothing done: no page charged, no reclaim, no event) otherwise.
+    #[inline]
+    pub(super) fn consume_obj_stock(
+        st: &MemcgStock,
+        objcg: &ObjCgroup,
+        s: &KmemCache,
+        size: usize,
+    ) -> bool {
+        let have = st.nr_bytes.load(Relaxed);
+        if ptr::eq(st.cached_objcg.load(Relaxed), objcg)
+            && ptr::eq(st.stat_cache.load(Relaxed), s)
+            && have >= size
+        {
+            set(&st.nr_bytes, have - size);
+            return true;
+        }
+        false
     }
 
     /// `obj_cgroup_uncharge` for an object of `s`: gives `size` bytes back. The fast

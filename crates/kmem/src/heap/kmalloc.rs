@@ -250,9 +250,14 @@ impl Heap {
                 return done;
             }
         }
-        if let Some((c, _)) = charged_cpu() {
-            // A thread with an active memory cgroup: its area without a
-            // `thread_local!` access.
+        if let Some((c, cg)) = charged_cpu() {
+            // A thread with an active memory cgroup, its objcg sheaf of the class full:
+            // half of it goes back and the object waits there; else the regular free
+            // (its area without a `thread_local!` access).
+            // SAFETY: forwarded from the caller.
+            if let Some(done) = unsafe { self.kmem.memcg().kfree_objcg_full(c, p, cg) } {
+                return done;
+            }
             // SAFETY: forwarded from the caller.
             return unsafe { self.kmem.kfree(Some(c), p) };
         }
