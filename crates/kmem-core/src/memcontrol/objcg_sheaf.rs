@@ -606,11 +606,11 @@ impl<'a, P: Platform> Memcg<'a, P> {
         self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize)
     }
 
-    /// The cache, objcg sheaf class, objcg vector slot and slab head page of `p` when it starts an
-    /// object of a class with objcg sheaves whose slab has a vector: the slab's head
-    /// from the page, the class from the cache, then one multiplication for the index
-    /// and one for the object-start test (these caches have no left red zone: they
-    /// are on a sheaf fast path, never slub_debug's).
+    /// The cache, objcg sheaf class, objcg vector slot and slab head page of `p` when
+    /// it starts an object of a class with objcg sheaves whose slab has a vector: the
+    /// slab's head from the page, the class from the cache, then one multiplication
+    /// for the index and one for the object-start test (these caches have no left red
+    /// zone: they are on a sheaf fast path, never slub_debug's).
     #[inline(always)]
     #[allow(clippy::type_complexity)]
     fn objcg_slot_of(
