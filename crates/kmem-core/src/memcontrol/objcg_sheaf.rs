@@ -253,10 +253,12 @@ impl<'a, P: Platform> Memcg<'a, P> {
 
     /// Refills class `i`'s empty sheaf for `objcg` (`objcg_sheaf_alloc`, after the pop
     /// missed): [`REFILL`] objects allocated and recorded, charged in one step from
-    /// the bytes the stock holds pre-charged, onto the sheaf; then the pop. `None` (nothing charged or kept) when the class has no objcg sheaves,
-    /// the sheaves hold another objcg's objects, or the stock cannot pay for the whole
-    /// refill at once: the caller charges one object the usual way, which may charge
-    /// pages, reclaim and count events — a refill never does.
+    /// the bytes the stock holds pre-charged, onto the sheaf; then the pop. `None`
+    /// (nothing charged or kept) when the class has no objcg sheaves, the sheaves hold
+    /// another objcg's objects, the stock cannot pay for the whole refill at once, or
+    /// the allocations drained the sheaves (everything given back): the caller charges
+    /// one object the usual way, which may charge pages, reclaim and count events — a
+    /// refill never does.
     #[cold]
     #[inline(never)]
     fn objcg_sheaf_refill(
