@@ -282,8 +282,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if off == 0 {
             return None;
         }
-        // SAFETY: `off` was reserved in every CPU area by `Memcg::init` (all-zero is
-        // the empty stock); the caller owns the area.
+        // SAFETY: a non-zero `off` was reserved in every CPU area by `Memcg::init`
+        // (all-zero is the empty stock); the caller owns the area.
         Some(unsafe { &*c.area().ptr::<MemcgStock>(off) })
     }
 

@@ -39,7 +39,7 @@
 use super::*;
 use crate::gfp::Gfp;
 use crate::kmalloc::KMALLOC_SIZES;
-use crate::slab::{FastPath, ObjectLookup};
+use crate::slab::FastPath;
 use crate::sync::{AtomicPtr, AtomicU8};
 use core::ptr::NonNull;
 
@@ -307,9 +307,11 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let objs = &objs[..got];
         // The allocations above may have reclaimed (drained the sheaves): look again.
         if !Self::may_keep(sh, objcg) || sh.len[i].load(Relaxed) != 0 {
-            for &o in objs {
-                self.objcg_give_back_one(c, s, o);
-            }
+            let freed = objs
+                .iter()
+                .filter(|&&o| self.objcg_give_back(c, s, objcg, o))
+                .count();
+            self.obj_cgroup_uncharge(Some(c), objcg, s, freed * size);
             return None;
         }
         Self::objcg_sheaves_take(sh, objcg);
@@ -345,19 +347,35 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
     }
 
-    /// Gives back one charged, recorded object of `s` that no sheaf holds: cleared
-    /// from its vector, uncharged, freed.
-    fn objcg_give_back_one(&self, c: CpuRef<'_>, s: &KmemCache, obj: usize) {
-        let slub = self.km.slub();
-        let ObjectLookup::Slab(_, slab) = slub.lookup(obj as *const u8) else {
-            debug_assert!(false, "a refill's object is a slab object");
-            return;
+    /// Gives back `obj`, an object of `s` kept charged to `objcg` (on an objcg sheaf,
+    /// or fresh from a refill): cleared from its vector slot and freed; the caller
+    /// uncharges its bytes. False (nothing freed) when its slot no longer names
+    /// `objcg`: freed again behind the sheaf's back (a double free that took the
+    /// regular path, which uncharged it), reported and not freed a second time.
+    #[inline(always)]
+    fn objcg_give_back(
+        &self,
+        c: CpuRef<'_>,
+        s: &KmemCache,
+        objcg: *const ObjCgroup,
+        obj: usize,
+    ) -> bool {
+        // An object of an objcg sheaf class, in a slab with a vector.
+        let Some((_, _, slot, head)) = self.objcg_slot_of(obj as *mut u8) else {
+            debug_assert!(false, "an objcg sheaf held a non-object");
+            return false;
         };
-        // SAFETY: the head page of the object's live slab.
-        let data = memcg_data(unsafe { slab.as_ref() });
-        self.memcg_slab_free_hook_exts(Some(c), s, data, obj);
-        // SAFETY: an object of `s` this path owns, now uncharged; given up here.
+        let slub = self.km.slub();
+        let slab = NonNull::from(head);
+        if !ptr::eq(slot.load(Relaxed), objcg) {
+            slub.report(s, Some(slab), "Object already free", obj);
+            return false;
+        }
+        slot.store(ptr::null_mut(), Relaxed);
+        // SAFETY: an object of `s` its caller owned, cleared from its vector; given
+        // up here (the caller uncharges its bytes).
         unsafe { slub.free_object(Some(c), s, slab, obj) };
+        true
     }
 
     /// Class `i`'s sheaf (of `s`, tagged `objcg`) is full: its older half goes back —
@@ -382,28 +400,13 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if half == 0 {
             return false;
         }
-        let slub = self.km.slub();
         let mut freed = 0;
         for k in 0..half {
             // SAFETY: `k` < `len[i]` ≤ `CAPACITY[i]` (type invariant).
             let obj = unsafe { sh.slot(i, k) }.load(Relaxed);
-            // An object of class `i` in a slab with a vector (type invariant).
-            let Some((_, _, slot, head)) = self.objcg_slot_of(obj as *mut u8) else {
-                debug_assert!(false, "an objcg sheaf held a non-object");
-                continue;
-            };
-            let slab = NonNull::from(head);
-            if !ptr::eq(slot.load(Relaxed), objcg) {
-                // Freed again behind the sheaf's back (a double free that took the
-                // regular path, which uncharged it): not freed a second time.
-                slub.report(s, Some(slab), "Object already free", obj);
-                continue;
+            if self.objcg_give_back(c, s, objcg, obj) {
+                freed += 1;
             }
-            slot.store(ptr::null_mut(), Relaxed);
-            // SAFETY: an object of `s` the sheaf owned (type invariant), cleared from
-            // its vector; given up here (its bytes are uncharged below).
-            unsafe { slub.free_object(Some(c), s, slab, obj) };
-            freed += 1;
         }
         for k in half..n {
             // SAFETY: `k` < `len[i]` and `k - half` < `k`: slots of class `i`.
@@ -507,58 +510,26 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let sh = &st.sheaves;
         // Untagged first: the frees below never come back here.
         let tag = sh.objcg.swap(ptr::null_mut(), Relaxed);
-        let slub = self.km.slub();
         for i in 0..OBJCG_SHEAF_CLASSES {
             let s = &self.km.caches().set(1)[i];
+            let mut freed = 0;
             while let Some(obj) = sh.pop(i) {
-                let ObjectLookup::Slab(found, slab) = slub.lookup(obj as *const u8) else {
-                    debug_assert!(false, "an objcg sheaf held a non-object");
-                    continue;
-                };
-                debug_assert!(ptr::eq(found, s));
-                // SAFETY: the head page of the object's live slab.
-                let data = memcg_data(unsafe { slab.as_ref() });
-                if !self.objcg_slot_is(s, data, obj, tag) {
-                    // Freed again behind the sheaf's back (a double free that took
-                    // the regular path, which uncharged it): not freed a second time.
-                    self.km
-                        .slub()
-                        .report(s, Some(slab), "Object already free", obj);
-                    continue;
+                if self.objcg_give_back(c, s, tag, obj) {
+                    freed += 1;
                 }
-                self.memcg_slab_free_hook_exts(Some(c), s, data, obj);
-                // SAFETY: an object of `s` the sheaf owned (type invariant), now
-                // uncharged; given up here.
-                unsafe { slub.free_object(Some(c), s, slab, obj) };
+            }
+            if freed != 0 {
+                // SAFETY: a non-null tag holds a reference (type invariant), kept until
+                // the end of the flush (and objects were kept only under a tag).
+                if let Some(t) = unsafe { tag.as_ref() } {
+                    self.obj_cgroup_uncharge(Some(c), t, s, freed * s.config().size);
+                }
             }
         }
         // SAFETY: a non-null tag holds a reference (type invariant), dropped here.
         if let Some(old) = unsafe { tag.as_ref() } {
             old.put();
         }
-    }
-
-    /// Whether the vector slot (in slab word `data`) of `obj`, an object of `s`,
-    /// names `objcg`.
-    #[inline]
-    fn objcg_slot_is(
-        &self,
-        s: &KmemCache,
-        data: usize,
-        obj: usize,
-        objcg: *const ObjCgroup,
-    ) -> bool {
-        if data & MEMCG_DATA_OBJEXTS == 0 {
-            return false;
-        }
-        let cfg = s.config();
-        let idx = cfg.obj_to_index(obj & (cfg.slab_bytes() - 1));
-        if idx >= cfg.objects {
-            return false;
-        }
-        let vec = (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>;
-        // SAFETY: `idx` < objects, the vector's length.
-        ptr::eq(unsafe { &*vec.add(idx) }.load(Relaxed), objcg)
     }
 }
 
@@ -600,12 +571,26 @@ impl<'a, P: Platform> Memcg<'a, P> {
         p: *mut u8,
         objcg: &ObjCgroup,
     ) -> Option<bool> {
+        let (st, s, i) = self.objcg_free_target(c, p, objcg)?;
+        self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize)
+    }
+
+    /// What both halves of a charged free start with: `c`'s stock, and the cache and
+    /// class of `p` when it is an object of a class with objcg sheaves charged to
+    /// `objcg` ([`Memcg::objcg_slot_of`]).
+    #[inline(always)]
+    fn objcg_free_target<'c>(
+        &self,
+        c: CpuRef<'c>,
+        p: *mut u8,
+        objcg: &ObjCgroup,
+    ) -> Option<(&'c MemcgStock, &'a KmemCache, usize)> {
         let st = self.stock(Some(c))?;
         let (s, i, slot, _) = self.objcg_slot_of(p)?;
         if !ptr::eq(slot.load(Relaxed), objcg) {
             return None;
         }
-        self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize)
+        Some((st, s, i))
     }
 
     /// The cache, objcg sheaf class, objcg vector slot and slab head page of `p` when
@@ -655,11 +640,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         p: *mut u8,
         objcg: &ObjCgroup,
     ) -> Option<bool> {
-        let st = self.stock(Some(c))?;
-        let (s, i, slot, _) = self.objcg_slot_of(p)?;
-        if !ptr::eq(slot.load(Relaxed), objcg) {
-            return None;
-        }
+        let (st, s, i) = self.objcg_free_target(c, p, objcg)?;
         let sh = &st.sheaves;
         let n = sh.len[i].load(Relaxed) as usize;
         // SAFETY: `k` < `len[i]` ≤ `CAPACITY[i]` (type invariant).
