@@ -88,6 +88,7 @@ pub mod memcontrol;
 pub mod page;
 pub mod percpu;
 pub mod platform;
+pub(crate) mod prefetch;
 pub mod printk;
 pub mod show_mem;
 pub mod slab;

@@ -81,6 +81,16 @@ unsafe fn used_descriptor<'p>(addr: *const u8) -> &'p Page {
     unsafe { &*(section as *const Page).wrapping_add(idx) }
 }
 
+/// Where the descriptor of the page holding `addr` lies, if `addr` is in a section of
+/// the span that was brought online: an address for a prefetch only (computed, never
+/// dereferenced here; any address is harmless to a prefetch).
+#[inline(always)]
+pub(crate) fn descriptor_addr(addr: usize) -> usize {
+    let section = addr & !(SECTION_SIZE - 1);
+    let idx = (addr >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
+    section + idx * core::mem::size_of::<Page>()
+}
+
 impl<P: Platform> PageAllocator<P> {
     /// Page frame number of `page` (offset from the span base, in pages).
     #[inline]
@@ -419,6 +429,8 @@ mod tests {
             let inner = unsafe { addr.as_ptr().add(PAGE_SIZE - 1) };
             assert_eq!(pa.virt_to_page(inner), Some(page));
             assert_eq!(pa.virt_to_page_raw(inner), page.as_ptr());
+            // The address a prefetch asks for is that descriptor's.
+            assert_eq!(descriptor_addr(inner as usize), page.as_ptr() as usize);
             assert_eq!(pa.page_to_nid(page), 0);
         }
     }

@@ -18,6 +18,47 @@ use crate::platform::Platform;
 use crate::sync::Ordering::Relaxed;
 use core::ptr::NonNull;
 
+/// How far ahead of the object it links a flush prefetches (objects).
+const FLUSH_PREFETCH: usize = 16;
+
+/// What a flush will write for the object `o`: its free pointer word, and the state
+/// word on its slab's head page (the slab is naturally aligned, so its base is
+/// `o` rounded down to the slab's size).
+#[inline(always)]
+fn prefetch_flushed(cfg: &CacheConfig, o: usize) {
+    crate::prefetch::prefetch_write(o + cfg.offset);
+    let base = o & !(cfg.slab_bytes() - 1);
+    crate::prefetch::prefetch_write(crate::page::descriptor_addr(base));
+}
+
+/// Most lines a refill prefetches of one slab before it walks its freelist.
+const WALK_PREFETCH_LINES: usize = 64;
+
+/// Before a freelist walk of the slab at `base` with `inuse` objects in use: when at
+/// least a quarter of its objects are free, prefetches the free pointer words of all
+/// of them (every line, for objects below a line), at most [`WALK_PREFETCH_LINES`]
+/// lines. The walk follows links one load after another; a list freed in random order
+/// jumps about the slab, and each cold line would cost a full miss in turn.
+#[inline]
+fn prefetch_free_objects(cfg: &CacheConfig, base: usize, inuse: u64) {
+    let objects = cfg.objects;
+    let free = objects.saturating_sub(inuse as usize);
+    if free < 8 || free * 4 < objects {
+        return;
+    }
+    const LINE: usize = 64;
+    let step = cfg.size.max(LINE);
+    let first = if cfg.size >= LINE {
+        base + cfg.offset
+    } else {
+        base
+    };
+    let lines = (cfg.objects * cfg.size / step).min(WALK_PREFETCH_LINES);
+    for k in 0..lines {
+        crate::prefetch::prefetch_read(first + k * step);
+    }
+}
+
 /// Slots `len..cap` of a sheaf the caller holds, as a slice to fill.
 fn room<'a>(sheaf: *mut SlabSheaf, len: usize, cap: usize) -> &'a mut [usize] {
     // SAFETY: a live sheaf the caller holds alone has `cap` slots; `len <= cap`.
@@ -87,6 +128,12 @@ impl<P: Platform> Slub<'_, P> {
         let cfg = s.config();
         let mut got = 0;
         let mut list = s.node[nid].list_lock.lock();
+        // The first slab's free objects are asked for here, each next one's while the
+        // one before it is walked (and the descriptor after that one's), so that the
+        // misses of a freelist freed in random order come in parallel.
+        if let Some(first) = NonNull::new(list.first()) {
+            self.prefetch_partial(cfg, first);
+        }
         while got < out.len() {
             let Some(slab) = NonNull::new(list.first()) else {
                 break;
@@ -101,6 +148,12 @@ impl<P: Platform> Slub<'_, P> {
                     // Cannot happen (rule 2); a full slab leaves the list.
                     self.remove_partial(&mut list, slab);
                     break;
+                }
+                let free = (cfg.objects as u64).saturating_sub(old.inuse()) as usize;
+                if got + free < out.len() {
+                    if let Some(next) = NonNull::new(sr.next.load(Relaxed)) {
+                        self.prefetch_partial(cfg, next);
+                    }
                 }
                 let mut obj = base + old.offset() as usize;
                 let mut k = got;
@@ -141,6 +194,17 @@ impl<P: Platform> Slub<'_, P> {
         got
     }
 
+    /// Prefetches, for a walk soon, the free objects of the partial slab `slab`
+    /// ([`prefetch_free_objects`], from its state) and the descriptor of the slab
+    /// after it on its list.
+    #[inline]
+    fn prefetch_partial(&self, cfg: &CacheConfig, slab: NonNull<Page>) {
+        // SAFETY: a slab on a node list the caller holds locked: a live descriptor.
+        let sr = unsafe { slab.as_ref() };
+        crate::prefetch::prefetch_read(sr.next.load(Relaxed) as usize);
+        prefetch_free_objects(cfg, self.slab_base(slab), Slab::of(sr).state().inuse());
+    }
+
     /// Gives the objects in slots `0..len` of `sheaf` back to their slabs (one
     /// `__slab_free` per run of objects of one slab) and leaves the sheaf empty.
     pub(super) fn sheaf_flush(
@@ -159,8 +223,14 @@ impl<P: Platform> Slub<'_, P> {
         let slab_bytes = cfg.slab_bytes();
         // SAFETY: slots 0..len hold objects of `s` the sheaf owns.
         let objs = unsafe { core::slice::from_raw_parts(slot(sheaf, 0), len) };
+        for &o in &objs[..len.min(FLUSH_PREFETCH)] {
+            prefetch_flushed(cfg, o);
+        }
         let mut i = 0;
         while i < len {
+            if let Some(&o) = objs.get(i + FLUSH_PREFETCH) {
+                prefetch_flushed(cfg, o);
+            }
             let head = objs[i];
             let base = head & !(slab_bytes - 1);
             let mut tail = head;
@@ -170,6 +240,9 @@ impl<P: Platform> Slub<'_, P> {
                 let next = objs[i];
                 if next.wrapping_sub(base) >= slab_bytes {
                     break;
+                }
+                if let Some(&o) = objs.get(i + FLUSH_PREFETCH) {
+                    prefetch_flushed(cfg, o);
                 }
                 // SAFETY: both are free objects of this slab, owned by the sheaf.
                 unsafe { key.set(tail, next) };
