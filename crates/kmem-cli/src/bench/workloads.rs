@@ -25,6 +25,12 @@
 //!   two is geometric (half of the sizes 8–15 bytes, a quarter 16–31, …, uniform
 //!   within the power) and at most param bytes; writes its first byte. Filling the
 //!   table before and emptying it after are not timed.
+//! - `rebuild`: one thread, a table of 200,000 objects of param bytes (16, 64, 256),
+//!   dropped and rebuilt again and again: every object freed in a random order (a
+//!   hash table's, a graph's), then as many allocated again, each written whole as it
+//!   comes (the next table's). What an allocator's caches do not absorb goes back to
+//!   its pages and comes out again, cache line by cache line; the shuffles, the fill
+//!   and the last drain are not timed.
 //!
 //! op `op`: ns per malloc+free (wall time over all threads / number of pairs).
 //!
@@ -92,6 +98,10 @@ const XMALLOC_THREADS: u64 = 2;
 const RANDOM_SLOTS: usize = 10_000;
 pub(super) const RANDOM_MAX: u64 = 65536;
 
+/// rebuild: objects in the table, their sizes.
+const REBUILD_OBJECTS: usize = 200_000;
+const REBUILD_SIZES: [u64; 3] = [16, 64, 256];
+
 /// The worker counts of `larson`.
 fn larson_threads(quick: bool) -> &'static [u64] {
     if quick {
@@ -112,7 +122,7 @@ fn larson_generations(quick: bool) -> u32 {
 
 /// Measurements per allocator.
 fn benches(quick: bool) -> u64 {
-    larson_threads(quick).len() as u64 + 2 + sizes::benches()
+    larson_threads(quick).len() as u64 + 2 + REBUILD_SIZES.len() as u64 + sizes::benches()
 }
 
 fn steps(quick: bool) -> u64 {
@@ -151,6 +161,15 @@ fn measure(ctx: &Ctx, allocators: &[(&'static str, Alloc)]) -> Vec<BenchResult> 
         ctx.status(format!("workloads random_sizes {name}"));
         let [t, _] = ctx.measure_phases(steps, |n| random_sizes(a, RANDOM_MAX as usize, n));
         out.push(BenchResult::time("random_sizes", name, RANDOM_MAX, "op", t));
+    }
+    let rounds: u64 = if ctx.quick { 2 } else { 5 };
+    for size in REBUILD_SIZES {
+        for &(name, a) in allocators {
+            ctx.status(format!("workloads rebuild {size} {name}"));
+            let ops = rounds * REBUILD_OBJECTS as u64;
+            let [t, _] = ctx.measure_phases(ops, |n| rebuild(a, size as usize, n));
+            out.push(BenchResult::time("rebuild", name, size, "op", t));
+        }
     }
     out.extend(sizes::measure(ctx, allocators));
     out
@@ -418,6 +437,53 @@ fn random_sizes(a: Alloc, max: usize, steps: u64) -> [Phase; 2] {
     [run, plus(fill, drain)]
 }
 
+/// rebuild: a table of [`REBUILD_OBJECTS`] objects of `size` bytes, freed in a random
+/// order and allocated again (each written whole) until `ops` frees and allocations
+/// are made: their time, and the rest's (the shuffles, the fill and the drain).
+fn rebuild(a: Alloc, size: usize, ops: u64) -> [Phase; 2] {
+    let mut rng = Rng::new(11);
+    let mut untimed = Phase {
+        ns: 0.0,
+        cycles: Some(0.0),
+    };
+    let mut timed = untimed;
+    let mut table: Vec<Block> = Vec::with_capacity(REBUILD_OBJECTS);
+    untimed = plus(
+        untimed,
+        phase(|| table.extend((0..REBUILD_OBJECTS).map(|i| alloc(a, size, i as u8)))),
+    );
+    for _ in 0..ops.div_ceil(REBUILD_OBJECTS as u64) {
+        let shuffle = phase(|| {
+            for i in (1..table.len()).rev() {
+                table.swap(i, rng.below(i as u64 + 1) as usize);
+            }
+        });
+        let round = phase(|| {
+            for b in table.iter_mut() {
+                // SAFETY: the slot's block came from `a`; it is overwritten at once.
+                unsafe { free(a, b) };
+            }
+            for (i, b) in table.iter_mut().enumerate() {
+                *b = alloc(a, size, i as u8);
+                // SAFETY: a fresh block of `size` bytes.
+                unsafe { std::ptr::write_bytes(b.ptr.as_ptr(), i as u8, size) };
+            }
+        });
+        untimed = plus(untimed, shuffle);
+        timed = plus(timed, round);
+    }
+    untimed = plus(
+        untimed,
+        phase(|| {
+            for b in table.drain(..) {
+                // SAFETY: every block of the table came from `a`, and leaves it here.
+                unsafe { free(a, &b) };
+            }
+        }),
+    );
+    [timed, untimed]
+}
+
 /// Larson's throughput line for each allocator, then for each bench and param kmem's
 /// ratio to mimalloc and to the fastest peer (kmem-cpu-slab is no peer), and the
 /// CPU-slab design's to kmem.
@@ -451,7 +517,7 @@ fn report_lines(results: &[BenchResult]) -> String {
             continue;
         };
         let unit = match bench {
-            "random_sizes" | "medium" => "B",
+            "random_sizes" | "medium" | "rebuild" => "B",
             "large_churn" => "MiB",
             _ => "threads",
         };
@@ -628,6 +694,18 @@ mod tests {
             log.allocs = 0;
             log.frees.clear();
         }
+    }
+
+    #[test]
+    fn rebuild_frees_the_whole_table_and_makes_it_again_each_round() {
+        static C: Counting = Counting::new();
+        let rounds = 2;
+        let [run, rest] = rebuild(&C, 64, rounds * REBUILD_OBJECTS as u64);
+        assert!(run.ns > 0.0 && rest.ns > 0.0);
+        let (allocs, frees) = finished(&C);
+        // The fill, then a whole table per round; all of it freed by the end.
+        assert_eq!(allocs, (rounds + 1) * REBUILD_OBJECTS as u64);
+        assert!(frees.iter().all(|f| f.2 == 64));
     }
 
     #[test]
