@@ -9,6 +9,7 @@
 //! Each module imports only modules listed before it (no import cycles); each
 //! module's doc says what it owns, its invariants and its locking.
 //! - [`sync`]: the spin lock and atomics (one place for loom to replace).
+//! - `prefetch`: cache-line prefetch hints for the slab layer's bulk paths.
 //! - [`gfp`], [`slab_flags`]: the flag words every layer passes down.
 //! - [`platform`]: the interface to the world below (memory, time, log, the
 //!   per-CPU hooks of a platform with shared CPU areas).
