@@ -74,16 +74,15 @@ pub(crate) unsafe fn section_tag_table(first: usize) -> Option<NonNull<AtomicU32
 /// mapped for as long as the allocator lives.
 #[inline(always)]
 unsafe fn used_descriptor<'p>(addr: *const u8) -> &'p Page {
-    let section = (addr as usize) & !(SECTION_SIZE - 1);
-    let idx = ((addr as usize) >> PAGE_SHIFT) & ((1 << PFN_SECTION_SHIFT) - 1);
     // SAFETY: the caller's contract: a mapped memmap, whose descriptors live as long
     // as the allocator.
-    unsafe { &*(section as *const Page).wrapping_add(idx) }
+    unsafe { &*(descriptor_addr(addr as usize) as *const Page) }
 }
 
-/// Where the descriptor of the page holding `addr` lies, if `addr` is in a section of
-/// the span that was brought online: an address for a prefetch only (computed, never
-/// dereferenced here; any address is harmless to a prefetch).
+/// Where the descriptor of the page holding `addr` lies if `addr` is in a section of
+/// the span (see [`used_descriptor`], which reads it there): computed, never
+/// dereferenced here, so also an address for a prefetch, which any address is
+/// harmless to.
 #[inline(always)]
 pub(crate) fn descriptor_addr(addr: usize) -> usize {
     let section = addr & !(SECTION_SIZE - 1);
