@@ -237,8 +237,9 @@ impl KmallocCaches {
     }
 
     /// Sets up every kmalloc cache through `create(cache, name, size, align, flags)`
-    /// (the allocator's boot-cache constructor), plain set first, smallest first;
-    /// stops at the first error.
+    /// (the allocator's boot-cache constructor), plain set first, smallest first, and
+    /// gives each accounted one on a sheaf fast path its objcg sheaf class (its index
+    /// in the set); stops at the first error.
     pub(crate) fn boot<E>(
         &self,
         mut create: impl FnMut(&KmemCache, &str, usize, usize, SlabFlags) -> Result<(), E>,
@@ -265,6 +266,12 @@ impl KmallocCaches {
                 write_size(&mut name, size);
                 let align = (1usize << size.trailing_zeros()).min(PAGE_SIZE);
                 create(s, name.as_str(), size, align, flags)?;
+                if t == 1 && s.config().fast != FastPath::CpuSlab {
+                    // The accounted caches: their objcg sheaf class, which a charged
+                    // free reads from the config (`memcontrol::objcg_sheaf`).
+                    // SAFETY: boot: the kmalloc caches are visible to nobody yet.
+                    unsafe { s.set_objcg_class(i as u8) };
+                }
             }
         }
         for (size, fast) in self.small_fast.iter().enumerate() {

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{config, kmem, kmem_cpu_slab, kmem_with, TestPlatform};
+use kmem_core::kmalloc::KMALLOC_SIZES;
 use kmem_core::memcontrol::{
     MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_BYTES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
     OBJCG_SHEAVES_MAX_BYTES,
@@ -452,4 +453,21 @@ fn a_run_of_charged_allocations_is_charged_a_refill_at_a_time() {
     k.memcg().memcg_flush_stats(None);
     assert_eq!(slab_bytes(g), 0);
     assert_eq!(g.usage(), 0);
+}
+
+#[test]
+fn the_accounted_kmalloc_caches_and_no_others_have_an_objcg_sheaf_class() {
+    let k = kmem(2, config(1, 0));
+    for (i, &size) in KMALLOC_SIZES.iter().enumerate() {
+        let cg = k.kmalloc_cache(size, Gfp::KERNEL | Gfp::ACCOUNT).unwrap();
+        assert_eq!(cg.config().objcg_class(), Some(i), "{}", cg.name());
+        let plain = k.kmalloc_cache(size, Gfp::KERNEL).unwrap();
+        assert_eq!(plain.config().objcg_class(), None, "{}", plain.name());
+    }
+    // The CPU-slab design charges every object: no cache has objcg sheaves.
+    let c = kmem_cpu_slab(2, config(1, 0));
+    for &size in &KMALLOC_SIZES {
+        let cg = c.kmalloc_cache(size, Gfp::KERNEL | Gfp::ACCOUNT).unwrap();
+        assert_eq!(cg.config().objcg_class(), None, "{}", cg.name());
+    }
 }

@@ -39,7 +39,7 @@
 use super::*;
 use crate::gfp::Gfp;
 use crate::kmalloc::KMALLOC_SIZES;
-use crate::slab::FastPath;
+use crate::slab::NO_OBJCG_CLASS;
 use crate::sync::{AtomicPtr, AtomicU8};
 use core::ptr::NonNull;
 
@@ -117,6 +117,7 @@ const FIRST_SLOT: [usize; OBJCG_SHEAF_CLASSES + 1] = {
     out
 };
 const NR_SLOTS: usize = FIRST_SLOT[OBJCG_SHEAF_CLASSES];
+const _: () = assert!(OBJCG_SHEAF_CLASSES < NO_OBJCG_CLASS as usize);
 
 /// A CPU area's objcg sheaves, in its [`MemcgStock`]. All-zero is the valid empty,
 /// untagged state. Only the area's owner touches them (atomics for the shared type
@@ -195,13 +196,13 @@ enum Keep {
 
 impl<'a, P: Platform> Memcg<'a, P> {
     /// The objcg sheaf class of `s`: its index when it is one of the accounted
-    /// kmalloc classes with sheaves and on a sheaf fast path.
+    /// kmalloc classes with sheaves and on a sheaf fast path (set in its config at
+    /// boot: one byte of the line a free reads anyway).
     #[inline]
     fn objcg_sheaf_class(&self, s: &KmemCache) -> Option<usize> {
-        let set = self.km.caches().set(1);
-        let off = (s as *const KmemCache as usize).wrapping_sub(set.as_ptr() as usize);
-        let i = off / core::mem::size_of::<KmemCache>();
-        (i < OBJCG_SHEAF_CLASSES && s.config().fast != FastPath::CpuSlab).then_some(i)
+        // NO_OBJCG_CLASS is above every class: one compare for both.
+        let i = s.config().objcg_class as usize;
+        (i < OBJCG_SHEAF_CLASSES).then_some(i)
     }
 
     /// A charged kmalloc of class `i` for `objcg` from the objcg sheaves of stock
@@ -595,9 +596,10 @@ impl<'a, P: Platform> Memcg<'a, P> {
 
     /// The cache, objcg sheaf class, objcg vector slot and slab head page of `p` when
     /// it starts an object of a class with objcg sheaves whose slab has a vector: the
-    /// slab's head from the page, the class from the cache, then one multiplication
-    /// for the index and one for the object-start test (these caches have no left red
-    /// zone: they are on a sheaf fast path, never slub_debug's).
+    /// slab's head from the page, the class from the cache's config, then the
+    /// object-start test of the free fast paths and one multiplication for the index,
+    /// side by side (these caches have no left red zone: they are on a sheaf fast
+    /// path, never slub_debug's).
     #[inline(always)]
     #[allow(clippy::type_complexity)]
     fn objcg_slot_of(
@@ -610,17 +612,20 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let cfg = s.config();
         debug_assert_eq!(cfg.red_left, 0);
         let off = p as usize & (cfg.slab_bytes() - 1);
-        let idx = cfg.obj_to_index(off);
-        if idx >= cfg.objects || idx * cfg.size != off {
+        // The free fast paths' object check: a multiple of the size, before the end
+        // of the last object (so the index below is one of the slab's objects).
+        if !cfg.starts_object_in_slab(off) {
             return None;
         }
+        let idx = cfg.obj_to_index(off);
         let data = memcg_data(h);
         if data & MEMCG_DATA_OBJEXTS == 0 {
             return None;
         }
         let vec = (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>;
-        // SAFETY: `idx` < objects, the length of the slab's vector, which lives while
-        // the slab does (a live slab: the caller owns one of its objects).
+        // SAFETY: `idx` < objects (an object's start, checked above), the length of
+        // the slab's vector, which lives while the slab does (a live slab: the caller
+        // owns one of its objects).
         Some((s, i, unsafe { &*vec.add(idx) }, h))
     }
 

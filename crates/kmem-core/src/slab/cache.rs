@@ -89,6 +89,16 @@ impl KmemCache {
         self.active.store(1, crate::sync::Ordering::Release);
     }
 
+    /// Sets the objcg sheaf class in the config ([`CacheConfig::objcg_class()`]):
+    /// kmalloc's boot, for its accounted caches on a sheaf fast path.
+    ///
+    /// # Safety
+    /// The cache is not yet visible to any other context.
+    pub(crate) unsafe fn set_objcg_class(&self, class: u8) {
+        // SAFETY: nobody else can see the cache yet (caller).
+        unsafe { (*self.config.get()).objcg_class = class };
+    }
+
     /// The cache's name.
     pub fn name(&self) -> &str {
         self.config().name()

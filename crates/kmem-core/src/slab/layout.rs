@@ -44,6 +44,11 @@ pub struct CacheConfig {
     /// How the per-CPU freelists are reached (owner only, lockless CAS, or the
     /// platform's restartable sequences).
     pub access: PerCpuAccess,
+    /// For an accounted kmalloc cache (`kmalloc-cg-*`) on a sheaf fast path, its
+    /// index among them, the class of its objcg sheaves; [`NO_OBJCG_CLASS`] for every
+    /// other cache. Set once at boot; read by a charged free from the line it reads
+    /// anyway (in the padding before `flags`).
+    pub(crate) objcg_class: u8,
     /// Creation flags.
     pub flags: SlabFlags,
     /// Bytes per object in the slab, free pointer and alignment included (`size`).
@@ -105,6 +110,13 @@ pub struct CacheConfig {
 
 // The fast paths' fields share the first cache line.
 const _: () = assert!(core::mem::offset_of!(CacheConfig, sheaf_capacity) + 8 <= 64);
+
+/// The objcg class byte of a cache without objcg sheaves ([`CacheConfig::objcg_class()`]
+/// is `None`).
+pub const NO_OBJCG_CLASS: u8 = u8::MAX;
+
+// The objcg class shares the first word with the fast path's kind.
+const _: () = assert!(core::mem::offset_of!(CacheConfig, objcg_class) < 8);
 
 /// How far into an object its free pointer may sit. The kernel puts it in the middle
 /// (`s->offset = ALIGN_DOWN(object_size / 2, sizeof(void *))`), away from both ends, so
@@ -169,6 +181,7 @@ impl CacheConfig {
         random: 0,
         harden_mask: 0,
         access: PerCpuAccess::Owned,
+        objcg_class: NO_OBJCG_CLASS,
         fast: FastPath::CpuSlab,
         sheaf_capacity: 0,
         barn_max_full: 0,
@@ -178,6 +191,13 @@ impl CacheConfig {
     /// The cache's name.
     pub fn name(&self) -> &str {
         core::str::from_utf8(&self.name[..self.name_len]).unwrap_or("?")
+    }
+
+    /// The class of the objcg sheaves that keep this cache's charged objects between
+    /// a free and the next allocation (its index among the accounted kmalloc caches),
+    /// or `None` for a cache without them.
+    pub fn objcg_class(&self) -> Option<usize> {
+        (self.objcg_class != NO_OBJCG_CLASS).then_some(self.objcg_class as usize)
     }
 
     /// The index of the object whose slot starts `off` bytes into its slab (its
