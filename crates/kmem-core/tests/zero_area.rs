@@ -105,3 +105,60 @@ fn the_zero_area_gives_and_takes_nothing_and_untagged_pages_read_as_the_zero_lin
     let line = unsafe { *a.ptr::<[u8; 64]>(kmem_core::page::CPU_AREA_ZERO_LINE) };
     assert_eq!(line, [0; 64], "the zero line was written");
 }
+
+#[test]
+fn the_typed_free_fast_path_takes_only_objects_of_the_cache_it_is_given() {
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let cpu = c.unwrap();
+    let s = k
+        .kmem_cache_create(c, "own-48", 48, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let t = k
+        .kmem_cache_create(c, "other-48", 48, 8, SlabFlags::empty(), None)
+        .unwrap();
+    // One object of each cache (and of kmalloc-64), each cache's spare sheaf given
+    // room as in the test above: one object freed first, then another taken.
+    let (x0, y0, m0) = (
+        k.slub().alloc(c, s, Gfp::KERNEL).unwrap(),
+        k.slub().alloc(c, t, Gfp::KERNEL).unwrap(),
+        k.kmalloc(c, 48, Gfp::KERNEL).unwrap(),
+    );
+    // SAFETY: ours, freed once.
+    unsafe {
+        assert!(k.slub().free(c, s, x0));
+        assert!(k.slub().free(c, t, y0));
+        assert!(k.kfree(c, m0.as_ptr()));
+    }
+    let x = k.slub().alloc(c, s, Gfp::KERNEL).unwrap();
+    let y = k.slub().alloc(c, t, Gfp::KERNEL).unwrap();
+    let m = k.kmalloc(c, 48, Gfp::KERNEL).unwrap();
+    // Another cache's object, of the same size or not, is refused untouched.
+    // SAFETY: refused without being touched.
+    unsafe {
+        assert!(!k.slub().free_fast_to(cpu, s, y.as_ptr()));
+        assert!(!k.slub().free_fast_to(cpu, t, x.as_ptr()));
+        assert!(!k.slub().free_fast_to(cpu, s, m.as_ptr()));
+        assert!(!k.slub().free_fast_to(cpu, t, m.as_ptr()));
+    }
+    // Each cache's own object is pushed, and comes back from its own cache only (once
+    // the main sheaf is used up: frees go to the spare one).
+    // SAFETY: ours, given up here.
+    unsafe {
+        assert!(k.slub().free_fast_to(cpu, s, x.as_ptr()));
+        assert!(k.slub().free_fast_to(cpu, t, y.as_ptr()));
+    }
+    let mut from_s = Vec::new();
+    for _ in 0..1000 {
+        from_s.push(k.slub().alloc(c, s, Gfp::KERNEL).unwrap());
+    }
+    assert!(from_s.contains(&x) && !from_s.contains(&y) && !from_s.contains(&m));
+    // SAFETY: all ours, freed once; the refused kmalloc object is still live.
+    unsafe {
+        for p in from_s {
+            assert!(k.slub().free(c, s, p));
+        }
+        assert!(k.kfree(c, m.as_ptr()));
+        k.pages.cpu_area_put(a);
+    }
+}

@@ -240,22 +240,6 @@ impl<P: Platform> PageAllocator<P> {
         Some(tag.load(Ordering::Relaxed) as usize)
     }
 
-    /// [`PageAllocator::area_sheaf_tag`] and `f` of the tag and the descriptor of the
-    /// page holding `addr` (one range check for both; `kmem_cache_free`'s fast path,
-    /// which checks the slab's cache on its head).
-    #[inline(always)]
-    pub(crate) fn with_area_tag_page<'p, R>(
-        &'p self,
-        area: &crate::percpu::CpuArea,
-        addr: *const u8,
-        f: impl FnOnce(usize, &'p Page) -> Option<R>,
-    ) -> Option<R> {
-        let tag = self.area_sheaf_tag(area, addr)?;
-        // SAFETY: inside the window, so in a section brought online once (see
-        // `area_sheaf_tag`), whose memmap stays mapped.
-        f(tag, unsafe { used_descriptor(addr) })
-    }
-
     /// Stores this allocator's span window in `cpu`'s area (see
     /// [`PageAllocator::area_sheaf_tag`]): when the area is handed to an owner, and at
     /// its housekeeping ticks, so that a section brought online since reaches the

@@ -69,7 +69,7 @@ mod descriptor;
 mod hooks;
 mod hotplug;
 mod memory_model;
-pub(crate) use memory_model::{descriptor_addr, slab_head};
+pub(crate) use memory_model::descriptor_addr;
 mod mmzone;
 mod pcp;
 mod report;

@@ -388,21 +388,20 @@ impl<'a, P: Platform> Slub<'a, P> {
         // `slab::state::sheaf_offset`).
         // The object's own page carries the tag (a tail page of a multi-page slab
         // mirrors its head's), read from the page-tag table, untested.
-        let off_cpu = match want {
-            // kfree: nothing else.
-            None => self
-                .pages
-                .area_sheaf_tag(c.area(), p)
-                .map(state::sheaf_offset),
-            // kmem_cache_free: the cache is on the head.
-            Some(w) => self.pages.with_area_tag_page(c.area(), p, |t, pg| {
-                let h = crate::page::slab_head(pg)?;
-                core::ptr::eq(w, Slab::of(h).cache()).then(|| state::sheaf_offset(t))
-            }),
-        };
-        let Some(off_cpu) = off_cpu else {
+        let Some(off_cpu) = self
+            .pages
+            .area_sheaf_tag(c.area(), p)
+            .map(state::sheaf_offset)
+        else {
             return false;
         };
+        // kmem_cache_free: the tag names the slab's cache by its `cpu_offset`, which
+        // no other live cache shares (`sheaf_offset`'s invariant), so an equal offset
+        // is a slab of `want` and no descriptor is read; the zero line (a slab off
+        // the inline path, or no slab) equals no cache's offset.
+        if want.is_some_and(|w| off_cpu != w.config().cpu_offset) {
+            return false;
+        }
         // SAFETY: the offset is the slab's cache's `cpu_offset`, where every CPU area
         // keeps its `kmem_cache_cpu`, or the zero line (64 zero bytes of every area and
         // of the zero area): either reads as a `KmemCacheCpu`.
