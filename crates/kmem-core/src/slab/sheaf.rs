@@ -396,7 +396,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             return false;
         };
         // kmem_cache_free: the tag names the slab's cache by its `cpu_offset`, which
-        // no other live cache shares (`sheaf_offset`'s invariant), so an equal offset
+        // no other cache shares (`sheaf_offset`'s invariant), so an equal offset
         // is a slab of `want` and no descriptor is read; the zero line (a slab off
         // the inline path, or no slab) equals no cache's offset.
         if want.is_some_and(|w| off_cpu != w.config().cpu_offset) {

@@ -181,9 +181,9 @@ impl Chain {
 /// Invariant: a page's sheaf tag is non-zero only while the page is the head of a
 /// live slab of a cache on [`FastPath::Sheaf`] with no objcg vector, or one of that
 /// slab's `SLAB_TAIL` pages, and then it is the cache's `cpu_offset` less
-/// [`CPU_AREA_ZERO_LINE`]: an offset no other live cache has (the per-CPU allocator
-/// gives each cache its own, back only when the cache is destroyed, after its slabs),
-/// so `kmem_cache_free`'s fast path knows a slab of the cache it is given by the tag
+/// [`CPU_AREA_ZERO_LINE`]: an offset no other cache has (the per-CPU allocator gives
+/// each cache its own and never takes one back, a destroyed cache's too), so
+/// `kmem_cache_free`'s fast path knows a slab of the cache it is given by the tag
 /// alone. Only the slab layer sets it ([`Slab::init`],
 /// [`Slab::mirror_to_tails`]) and clears it ([`Slab::stop_inline_frees`],
 /// [`Slab::clear`] for the head; the page allocator clears a compound block's tails
