@@ -269,7 +269,9 @@ impl KmallocCaches {
                 if t == 1 && s.config().fast != FastPath::CpuSlab {
                     // The accounted caches: their objcg sheaf class, which a charged
                     // free reads from the config (`memcontrol::objcg_sheaf`).
-                    // SAFETY: boot: the kmalloc caches are visible to nobody yet.
+                    // SAFETY: boot, before the allocator is up: nothing allocates from
+                    // or frees to the kmalloc caches yet, and nothing walks the cache
+                    // list `create` put `s` on before the boot returns.
                     unsafe { s.set_objcg_class(i as u8) };
                 }
             }
