@@ -93,9 +93,9 @@ impl KmemCache {
     /// kmalloc's boot, for its accounted caches on a sheaf fast path.
     ///
     /// # Safety
-    /// The cache is not yet visible to any other context.
+    /// No other context reads the cache's config yet (the allocator's boot).
     pub(crate) unsafe fn set_objcg_class(&self, class: u8) {
-        // SAFETY: nobody else can see the cache yet (caller).
+        // SAFETY: nobody else reads the config meanwhile (caller).
         unsafe { (*self.config.get()).objcg_class = class };
     }
 

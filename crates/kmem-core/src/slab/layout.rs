@@ -113,7 +113,7 @@ const _: () = assert!(core::mem::offset_of!(CacheConfig, sheaf_capacity) + 8 <= 
 
 /// The objcg class byte of a cache without objcg sheaves ([`CacheConfig::objcg_class()`]
 /// is `None`).
-pub const NO_OBJCG_CLASS: u8 = u8::MAX;
+pub(crate) const NO_OBJCG_CLASS: u8 = u8::MAX;
 
 // The objcg class shares the first word with the fast path's kind.
 const _: () = assert!(core::mem::offset_of!(CacheConfig, objcg_class) < 8);

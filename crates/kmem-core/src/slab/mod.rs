@@ -126,7 +126,8 @@ pub use cpu::{
 };
 use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};
-pub use layout::{calculate_order, CacheConfig, Ctor, NO_OBJCG_CLASS};
+pub(crate) use layout::NO_OBJCG_CLASS;
+pub use layout::{calculate_order, CacheConfig, Ctor};
 use lockless::Push;
 pub use sheaf::{sheaf_pop_at, FastPath, SlabSheaf, SlubDesign};
 pub use sheaf_size::{
