@@ -104,20 +104,23 @@ fn steps(_quick: bool) -> u64 {
 fn run(ctx: &Ctx) -> Vec<BenchResult> {
     let runs: u64 = if ctx.quick { 2 } else { 8 };
     let mut out = Vec::new();
+    let who = allocators();
     for (bench, n) in PATTERNS {
-        for (name, a) in allocators() {
-            ctx.status(format!("global {bench} {name}"));
-            let t = ctx.measure(runs, |r| {
-                for _ in 0..r {
-                    match bench {
-                        "vec_push" => vec_push(a, n),
-                        "box_tree" => box_tree(a, n),
-                        "string_build" => string_build(a, n),
-                        "hashmap_churn" => hashmap_churn(a, n),
-                        _ => realloc_grow(a, n),
-                    }
+        ctx.status(format!("global {bench}"));
+        // The allocators take turns, a repetition each (`measure_interleaved`).
+        let times = ctx.measure_interleaved(runs, who.len(), |i, r| {
+            let a = who[i].1;
+            for _ in 0..r {
+                match bench {
+                    "vec_push" => vec_push(a, n),
+                    "box_tree" => box_tree(a, n),
+                    "string_build" => string_build(a, n),
+                    "hashmap_churn" => hashmap_churn(a, n),
+                    _ => realloc_grow(a, n),
                 }
-            });
+            }
+        });
+        for ((name, _), t) in who.iter().zip(times) {
             out.push(BenchResult::time(bench, name, n, "run", t));
         }
     }

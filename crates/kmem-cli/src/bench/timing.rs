@@ -64,6 +64,43 @@ impl Ctx {
         medians(ops, &mut ns, &mut cyc)
     }
 
+    /// Like [`Ctx::measure`] for `n` contestants timed against each other (peers on
+    /// the same workload): `f(i, ops)` runs contestant `i`. The repetitions are
+    /// interleaved, one of each contestant in turn, the first of each turn rotating,
+    /// so that every contestant's median is taken over the same stretch of time: on
+    /// a shared VM whose speed moves for seconds at a time, contestants measured one
+    /// block after another saw different speeds, and their ratio moved by 2x between
+    /// runs. Each repetition is preceded by a quarter-size warm-up of the same
+    /// contestant, untimed, so it starts from its own state rather than from the
+    /// caches the one before it left. Returns the medians per operation, by index.
+    pub fn measure_interleaved(
+        &self,
+        ops: u64,
+        n: usize,
+        mut f: impl FnMut(usize, u64),
+    ) -> Vec<Timing> {
+        let warm = ops.div_ceil(4).max(1);
+        let mut ns = vec![Vec::with_capacity(self.reps); n];
+        let mut cyc = vec![Vec::with_capacity(self.reps); n];
+        for rep in 0..self.reps {
+            for k in 0..n {
+                let i = (rep + k) % n;
+                f(i, warm);
+                let p = phase(|| f(i, ops));
+                ns[i].push(p.ns / ops as f64);
+                if let Some(c) = p.cycles {
+                    cyc[i].push(c / ops as f64);
+                }
+            }
+        }
+        (0..n)
+            .map(|i| {
+                self.tick();
+                medians(ops, &mut ns[i], &mut cyc[i])
+            })
+            .collect()
+    }
+
     /// Like [`Ctx::measure`] for a run of two phases (say, allocate everything, then
     /// free everything): `f(ops)` returns the time of each phase; the medians per
     /// operation of each phase come back. The warm-up is one whole run.
@@ -275,6 +312,42 @@ mod tests {
         assert_eq!(t.ops, 10);
         assert!(t.ns >= 0.0 && t.ns.is_finite());
         assert_eq!(t.cycles.is_some(), rdtsc().is_some());
+    }
+
+    #[test]
+    fn measure_interleaved_takes_turns_and_warms_each_turn() {
+        let ctx = Ctx::quiet(true);
+        let mut calls = Vec::new();
+        let t = ctx.measure_interleaved(8, 3, |i, n| calls.push((i, n)));
+        // Each repetition: every contestant once, a warm-up (2) before its timed run
+        // (8), the first of the turn rotating 0, 1, 2, 0, 1.
+        let firsts: Vec<usize> = calls.chunks(6).map(|turn| turn[0].0).collect();
+        assert_eq!(firsts, [0, 1, 2, 0, 1]);
+        for turn in calls.chunks(6) {
+            let mut who: Vec<usize> = turn.iter().step_by(2).map(|c| c.0).collect();
+            who.sort();
+            assert_eq!(who, [0, 1, 2]);
+            for pair in turn.chunks(2) {
+                assert_eq!((pair[0].1, pair[1].1), (2, 8));
+                assert_eq!(pair[0].0, pair[1].0);
+            }
+        }
+        assert_eq!(calls.len(), 5 * 3 * 2);
+        assert_eq!(t.len(), 3);
+        assert!(t.iter().all(|t| t.ops == 8 && t.ns.is_finite()));
+    }
+
+    #[test]
+    fn measure_interleaved_keeps_each_contestant_s_own_median() {
+        let ctx = Ctx::quiet(true);
+        // Contestant i's every run spins i * 200 µs: the medians keep their order
+        // whatever the interleaving.
+        let t = ctx.measure_interleaved(1, 3, |i, _| {
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_micros(200 * i as u64) {}
+        });
+        assert!(t[0].ns < t[1].ns && t[1].ns < t[2].ns, "{t:?}");
+        assert!(t[2].ns >= 400_000.0, "{t:?}");
     }
 
     #[test]
