@@ -5,7 +5,7 @@ mod common;
 
 use common::{config, kmem, kmem_cpu_slab, pattern, TestPlatform};
 use kmem_core::kmalloc::{KMALLOC_PLAIN_SIZES, KMALLOC_SIZES, NR_KMALLOC_PLAIN};
-use kmem_core::slab::{SlubDesign, SlubStat};
+use kmem_core::slab::{ObjectLookup, SlubDesign, SlubStat};
 use kmem_core::vmstat::VmEvent;
 use kmem_core::{CpuRef, Gfp, Kmem, SlabFlags, PAGE_SIZE};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -888,4 +888,87 @@ fn large_object_slabs_work_in_both_designs() {
         // SAFETY: owned; not used afterwards.
         unsafe { k.pages.cpu_area_put(area) };
     }
+}
+
+#[test]
+fn an_outgrown_object_goes_to_its_slab_and_an_emptied_slab_to_the_zone() {
+    let k = kmem(2, config(1, 0));
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this thread.
+    let cpu = Some(unsafe { CpuRef::new(area) });
+    let s = k.kmalloc_cache(1024, Gfp::KERNEL).unwrap();
+    let per = s.config().objects;
+    let slab_pages = 1usize << s.config().order;
+    // The node would keep this many empty slabs for an ordinary free.
+    assert!(s.config().min_partial >= 5);
+    let slabs_before = s.nr_slabs(0);
+    // Eight slabs of objects, straight from the slabs (a node given: past the sheaves).
+    let objs: Vec<_> = (0..8 * per)
+        .map(|_| k.slub().alloc_node(cpu, s, Gfp::KERNEL, Some(0)).unwrap())
+        .collect();
+    let slabs_full = s.nr_slabs(0);
+    assert!(slabs_full >= slabs_before + 8);
+    let (free_before, pcp_before) = (k.pages.nr_free_pages(), k.pages.nr_pcp_pages(0));
+    for p in &objs {
+        let ObjectLookup::Slab(found, slab) = k.slub().lookup(p.as_ptr()) else {
+            panic!("{p:?} is not a slab object");
+        };
+        assert!(std::ptr::eq(found, s));
+        // SAFETY: ours, given up here.
+        assert!(unsafe { k.slub().free_outgrown(cpu, s, slab, p.as_ptr() as usize) });
+    }
+    // No sheaf took them, and of the slabs they emptied the node keeps at most one
+    // (not `min_partial`); the others went to the zone, not to this CPU's page lists.
+    let left = s.nr_slabs(0);
+    assert!(
+        left <= slabs_before + 1,
+        "{left} slabs left of {slabs_full}, {slabs_before} before"
+    );
+    assert_eq!(k.pages.nr_pcp_pages(0), pcp_before);
+    assert_eq!(
+        k.pages.nr_free_pages(),
+        free_before + (slabs_full - left) * slab_pages
+    );
+    // Nothing lost or handed out twice: as many objects again, all distinct.
+    let mut again: Vec<usize> = (0..8 * per)
+        .map(|_| k.kmalloc(cpu, 1024, Gfp::KERNEL).unwrap().as_ptr() as usize)
+        .collect();
+    again.sort();
+    assert!(again.windows(2).all(|w| w[0] + 1024 <= w[1]));
+    for p in again {
+        // SAFETY: ours.
+        assert!(unsafe { k.kfree(cpu, p as *mut u8) });
+    }
+    // A second free of an outgrown object is caught at its slab's freelist head (two
+    // objects of one slab, the other keeping it in use).
+    let bytes = s.config().slab_bytes();
+    let pair: Vec<usize> = (0..per + 1)
+        .map(|_| {
+            k.slub()
+                .alloc_node(cpu, s, Gfp::KERNEL, Some(0))
+                .unwrap()
+                .as_ptr() as usize
+        })
+        .collect();
+    let p = pair[0];
+    assert!(
+        pair[1..]
+            .iter()
+            .any(|&q| q & !(bytes - 1) == p & !(bytes - 1)),
+        "two objects of one slab"
+    );
+    let ObjectLookup::Slab(_, slab) = k.slub().lookup(p as *const u8) else {
+        panic!("not a slab object");
+    };
+    // SAFETY: ours; the second call is the double free under test.
+    unsafe {
+        assert!(k.slub().free_outgrown(cpu, s, slab, p));
+        assert!(!k.slub().free_outgrown(cpu, s, slab, p));
+    }
+    for q in pair.into_iter().filter(|&q| q != p) {
+        // SAFETY: ours.
+        assert!(unsafe { k.kfree(cpu, q as *mut u8) });
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(area) };
 }

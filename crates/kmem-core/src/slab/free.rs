@@ -163,6 +163,33 @@ impl<'a, P: Platform> Slub<'a, P> {
         unsafe { self.slab_free(cpu, s, slab, obj, obj, 1) }
     }
 
+    /// Frees `obj`, an object a `krealloc` has just moved to a larger class, straight
+    /// to its slab instead of onto a sheaf; a slab this empties goes back to the page
+    /// allocator's zone at once (not to the per-CPU page lists), unless the node has no
+    /// other partial slab. A buffer that outgrows its class is seldom followed by an
+    /// allocation of that class on the same CPU, and its memory is what the larger
+    /// class needs next: kept in a sheaf, it pins its slab, and a slab kept empty on the
+    /// node, or a block on a per-CPU list, does not merge with its buddy
+    /// (BENCHMARKS.md, "Realloc growth frees to the slab"). Caches off the fast paths
+    /// (slub_debug) and the CPU-slab design free as [`Slub::free_object`] does.
+    ///
+    /// # Safety
+    /// As [`Slub::free_object`].
+    pub unsafe fn free_outgrown(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        obj: usize,
+    ) -> bool {
+        if s.config().off_fast_paths() || s.config().fast == FastPath::CpuSlab {
+            // SAFETY: forwarded.
+            return unsafe { self.free_object(cpu, s, slab, obj) };
+        }
+        // SAFETY: forwarded.
+        unsafe { self.slab_free_as(cpu, s, slab, obj, obj, 1, Emptied::Release) }
+    }
+
     /// A free of the object at the head of a freelist: it is already free. Reported
     /// (`Object already free`, as slub_debug says) and refused (returns false); for
     /// the platform's own fast paths (rseq) too.
@@ -180,8 +207,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// # Safety
     /// The objects are objects of `slab`, owned by the caller; `tail`'s free pointer
     /// will be overwritten.
-    #[cold]
-    #[inline(never)]
+    #[inline(always)]
     pub(super) unsafe fn slab_free(
         &self,
         cpu: Option<CpuRef<'_>>,
@@ -190,6 +216,27 @@ impl<'a, P: Platform> Slub<'a, P> {
         head: usize,
         tail: usize,
         cnt: u64,
+    ) -> bool {
+        // SAFETY: forwarded.
+        unsafe { self.slab_free_as(cpu, s, slab, head, tail, cnt, Emptied::Keep) }
+    }
+
+    /// [`Slub::slab_free`], with what becomes of a slab the free empties.
+    ///
+    /// # Safety
+    /// As [`Slub::slab_free`].
+    #[cold]
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn slab_free_as(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        head: usize,
+        tail: usize,
+        cnt: u64,
+        emptied: Emptied,
     ) -> bool {
         let cfg = s.config();
         s.stat(cpu, SlubStat::FreeSlowpath);
@@ -244,13 +291,18 @@ impl<'a, P: Platform> Slub<'a, P> {
         let Some(mut list) = lock else {
             return true;
         };
-        if new.inuse() == 0 && list.len() >= cfg.min_partial {
+        let (keep, pcp) = match emptied {
+            Emptied::Keep => (cfg.min_partial, cpu),
+            Emptied::Release => (cfg.min_partial.min(1), None),
+        };
+        if new.inuse() == 0 && list.len() >= keep {
             if !old.list_empty() {
                 self.remove_partial(&mut list, slab);
                 s.stat(cpu, SlubStat::FreeRemovePartial);
             }
             drop(list);
-            self.discard_slab(cpu, s, slab);
+            // Without a CPU the pages go to the zone, where they merge at once.
+            self.discard_slab(pcp, s, slab);
             return true;
         }
         if old.list_empty() {
@@ -259,4 +311,15 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
         true
     }
+}
+
+/// What `__slab_free` does with a slab the free leaves empty.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Emptied {
+    /// The kernel's way: kept on the node while it has fewer than `min_partial`
+    /// partial slabs, else freed through this CPU's page lists.
+    Keep,
+    /// Kept only while the node has no other partial slab, else freed to the zone
+    /// (see [`Slub::free_outgrown`]).
+    Release,
 }

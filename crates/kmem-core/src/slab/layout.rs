@@ -396,7 +396,8 @@ impl CacheConfig {
 /// 1 MiB, and caches that large) would fit a `SLUB_MAX_ORDER` slab once or twice,
 /// wasting up to half of it and making every few allocations a new slab: they get the
 /// smallest order up to `MAX_ORDER` that holds four of them (then two, then one) with
-/// at most 1/8 (then 1/4) of waste.
+/// at most 1/8 (then 1/4) of waste, except those that fit a `SLUB_MAX_ORDER` slab twice
+/// (see `calculate_large_order`).
 pub fn calculate_order(size: usize, nr_cpus: usize) -> Option<(usize, usize)> {
     if size > SLUB_LARGE_OBJECT {
         return calculate_large_order(size);
@@ -430,8 +431,16 @@ pub fn calculate_order(size: usize, nr_cpus: usize) -> Option<(usize, usize)> {
     })
 }
 
-/// [`calculate_order`] for objects above [`SLUB_LARGE_OBJECT`].
+/// [`calculate_order`] for objects above [`SLUB_LARGE_OBJECT`]. Those that fit a
+/// `SLUB_MAX_ORDER` slab twice with at most 1/8 of waste (kmalloc-16k) stay on it, the
+/// order of the classes below them: a slab one of these classes empties then serves
+/// any of them without waiting for its buddy (a buffer grown from 8 KiB to 16 KiB;
+/// BENCHMARKS.md, "Realloc growth frees to the slab").
 fn calculate_large_order(size: usize) -> Option<(usize, usize)> {
+    let slab = PAGE_SIZE << SLUB_MAX_ORDER;
+    if slab / size >= 2 && slab % size <= slab / 8 {
+        return Some((SLUB_MAX_ORDER, slab / size));
+    }
     for min_objects in [4, 2, 1] {
         for fraction in [8, 4] {
             for order in SLUB_MAX_ORDER..=MAX_ORDER {
@@ -500,6 +509,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(long.name().len(), CACHE_NAME_LEN);
+    }
+
+    #[test]
+    fn classes_from_2k_to_16k_share_one_slab_order() {
+        // An emptied slab of any of them serves the others without a merge.
+        for (size, objects) in [(2048usize, 16), (4096, 8), (8192, 4), (16384, 2)] {
+            assert_eq!(
+                calculate_order(size, 2),
+                Some((SLUB_MAX_ORDER, objects)),
+                "size {size}"
+            );
+        }
+        // Above, four to a slab of a higher order; 12 KiB would waste a quarter of
+        // an order-3 slab, so it gets a higher order too.
+        assert_eq!(calculate_order(32768, 2), Some((5, 4)));
+        let (order, objects) = calculate_order(12288, 2).unwrap();
+        assert!(order > SLUB_MAX_ORDER && objects >= 4, "{order} {objects}");
     }
 
     #[test]

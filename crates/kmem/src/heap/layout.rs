@@ -11,7 +11,9 @@
 //! `realloc` stays in place while the object's class still holds the new size and at
 //! least half of the class is used; growing a little past a class moves the object
 //! to the power of two above it (see `realloc_target`), so growing buffers move no
-//! more often than with the kernel's power-of-two classes. A page block stays while
+//! more often than with the kernel's power-of-two classes. The object a move leaves,
+//! from a class of `OUTGROWN_MIN` bytes up (`kmem_core::kmalloc`), goes back to its slab rather than to a
+//! sheaf, so that its memory can serve the larger class soon. A page block stays while
 //! it holds the new size, grows into the buddy blocks after it when they are free
 //! and shrinks by freeing its upper halves; a huge mapping moves with `mremap`.
 //! `alloc_zeroed` skips clearing page blocks whose memory is fresh from the OS (their
@@ -23,12 +25,15 @@
 use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, no_area, rseq_tag};
 use super::{heap, Heap, HEAP};
 use crate::platform::fast_tls;
-use kmem_core::kmalloc::{KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE};
+use kmem_core::kmalloc::{
+    outgrown_to_slab, KMALLOC_MAX_CACHE_SIZE, KMALLOC_MAX_SIZE, OUTGROWN_MIN,
+};
 use kmem_core::page::get_order;
-use kmem_core::slab::ObjectLookup;
+use kmem_core::page::Page;
+use kmem_core::slab::{KmemCache, ObjectLookup};
 use kmem_core::{Gfp, Platform, MAX_ORDER, PAGE_SIZE};
 use std::alloc::Layout;
-use std::ptr;
+use std::ptr::{self, NonNull};
 
 /// kmalloc's fast path alone for `malloc(size)` (any size, alignment 8): the top of
 /// the thread's main sheaf of the class, or null for [`alloc_small_slow`] and
@@ -484,7 +489,7 @@ impl Heap {
         if !self.kmem.pages.in_span(p) {
             return None;
         }
-        let ObjectLookup::Slab(s, _) = self.kmem.slub().lookup(p) else {
+        let ObjectLookup::Slab(s, slab) = self.kmem.slub().lookup(p) else {
             return None;
         };
         let cfg = s.config();
@@ -503,10 +508,29 @@ impl Heap {
             // SAFETY: both allocations are ours and hold this many bytes; distinct.
             unsafe {
                 ptr::copy_nonoverlapping(p, q, have.min(old_limit).min(new_size));
-                dealloc_ptr(p);
+                if new_size > have && have >= OUTGROWN_MIN && outgrown_to_slab(cfg, slab) {
+                    self.free_outgrown(s, slab, p);
+                } else {
+                    dealloc_ptr(p);
+                }
             }
         }
         Some(q)
+    }
+
+    /// Frees `p`, an object of `s` (slab `slab`) that a realloc has just outgrown,
+    /// to its slab (`Slub::free_outgrown`).
+    ///
+    /// # Safety
+    /// `p` is an uncharged object of `s` in `slab`, given up by the caller.
+    #[inline(never)]
+    unsafe fn free_outgrown(&self, s: &KmemCache, slab: NonNull<Page>, p: *mut u8) {
+        // SAFETY: forwarded from the caller.
+        unsafe {
+            self.kmem
+                .slub()
+                .free_outgrown(self.cpu().get(), s, slab, p as usize)
+        };
     }
 
     /// [`Heap::realloc`] past [`Heap::realloc_object`]: large blocks, huge mappings,
