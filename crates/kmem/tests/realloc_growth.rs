@@ -61,9 +61,10 @@ fn free_all(bufs: Vec<*mut u8>, size: usize) {
 
 #[test]
 fn outgrown_objects_go_back_to_their_slabs_and_charged_ones_are_uncharged() {
-    // Plain: the 2,000 objects of kmalloc-512 the realloc leaves are no longer held
-    // (allocated or kept by a CPU's sheaves: `active_objs`). In a sheaf (and the
-    // barn behind it) they would still count: 2,000 fit in kmalloc-512's barn.
+    // Plain: of the 2,000 objects of kmalloc-512 the realloc leaves, all but the one
+    // spare sheaf's worth are no longer held (allocated or kept by a CPU's sheaves or
+    // its barn: `active_objs`). In the barn they would still count: 2,000 fit in
+    // kmalloc-512's.
     let n = 2000;
     let before = active("kmalloc-512");
     let old = Layout::from_size_align(512, 8).unwrap();
@@ -79,7 +80,7 @@ fn outgrown_objects_go_back_to_their_slabs_and_charged_ones_are_uncharged() {
     let grown = grow(n, 512, 1024);
     let after = active("kmalloc-512");
     assert!(
-        after + (n as u64) <= held + 64,
+        after + (n as u64) <= held + 256,
         "kmalloc-512 holds {after} objects after the growth, {held} with the buffers"
     );
     free_all(grown, 1024);

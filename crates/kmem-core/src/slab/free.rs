@@ -163,15 +163,18 @@ impl<'a, P: Platform> Slub<'a, P> {
         unsafe { self.slab_free(cpu, s, slab, obj, obj, 1) }
     }
 
-    /// Frees `obj`, an object a `krealloc` has just moved to a larger class, straight
-    /// to its slab instead of onto a sheaf; a slab this empties goes back to the page
-    /// allocator's zone at once (not to the per-CPU page lists), unless the node has no
-    /// other partial slab. A buffer that outgrows its class is seldom followed by an
-    /// allocation of that class on the same CPU, and its memory is what the larger
-    /// class needs next: kept in a sheaf, it pins its slab, and a slab kept empty on the
-    /// node, or a block on a per-CPU list, does not merge with its buddy
-    /// (BENCHMARKS.md, "Realloc growth frees to the slab"). Caches off the fast paths
-    /// (slub_debug) and the CPU-slab design free as [`Slub::free_object`] does.
+    /// Frees `obj`, an object a `krealloc` has just moved to a larger class: onto the
+    /// CPU's spare sheaf while it has room, as any free, but when it is full straight
+    /// to the object's slab instead of trading the sheaf at the barn; a slab this
+    /// empties goes back to the page allocator's zone at once (not to the per-CPU page
+    /// lists) unless the node has no other partial slab. Buffers that outgrow their
+    /// class by the hundred (vectors doubling) are not followed by allocations of that
+    /// class, and their memory is what the larger class needs next: kept in the barn,
+    /// each pins its slab, and a slab kept empty on the node, or a block on a per-CPU
+    /// list, does not merge with its buddy (BENCHMARKS.md, "Realloc growth frees to
+    /// the slab"). One buffer grown and freed at a time still finds room on the spare.
+    /// Caches off the fast paths (slub_debug) and the CPU-slab design free as
+    /// [`Slub::free_object`] does.
     ///
     /// # Safety
     /// As [`Slub::free_object`].
@@ -182,9 +185,21 @@ impl<'a, P: Platform> Slub<'a, P> {
         slab: NonNull<Page>,
         obj: usize,
     ) -> bool {
-        if s.config().off_fast_paths() || s.config().fast == FastPath::CpuSlab {
+        let fast = s.config().fast;
+        if s.config().off_fast_paths() || fast == FastPath::CpuSlab {
             // SAFETY: forwarded.
             return unsafe { self.free_object(cpu, s, slab, obj) };
+        }
+        if let (Some(c), FastPath::Sheaf) = (cpu, fast) {
+            let cc = s.cpu(c);
+            match cc.sheaf_push(obj) {
+                Ok(()) => return true,
+                Err(true) => return self.double_free(s, slab, obj),
+                // No spare sheaf yet: the ordinary free installs one.
+                // SAFETY: forwarded.
+                Err(false) if !cc.has_spare() => return unsafe { self.sheaf_free(c, s, obj) },
+                Err(false) => {} // the spare is full: to the slab, not to the barn
+            }
         }
         // SAFETY: forwarded.
         unsafe { self.slab_free_as(cpu, s, slab, obj, obj, 1, Emptied::Release) }

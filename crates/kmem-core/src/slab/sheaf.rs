@@ -214,6 +214,12 @@ impl KmemCacheCpu {
         }
     }
 
+    /// Whether the CPU holds a spare sheaf (full or not). The owner only.
+    #[inline]
+    pub(super) fn has_spare(&self) -> bool {
+        !self.spare.load(Relaxed).is_null()
+    }
+
     /// The fast push: `obj` on the spare sheaf's top. `Err(false)`: no room (or no
     /// spare sheaf); `Err(true)`: `obj` is already the top (a double free).
     #[inline(always)]

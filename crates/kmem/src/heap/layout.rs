@@ -508,10 +508,12 @@ impl Heap {
             // SAFETY: both allocations are ours and hold this many bytes; distinct.
             unsafe {
                 ptr::copy_nonoverlapping(p, q, have.min(old_limit).min(new_size));
-                if new_size > have && have >= OUTGROWN_MIN && outgrown_to_slab(cfg, slab) {
-                    self.free_outgrown(s, slab, p);
-                } else {
-                    dealloc_ptr(p);
+                if !dealloc_fast(p) {
+                    if new_size > have && have >= OUTGROWN_MIN && outgrown_to_slab(cfg, slab) {
+                        self.free_outgrown(s, slab, p);
+                    } else {
+                        dealloc_other(p);
+                    }
                 }
             }
         }
