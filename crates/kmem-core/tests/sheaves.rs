@@ -1,12 +1,13 @@
 //! The sheaves design: every object in exactly one place (handed out, one sheaf slot,
-//! or one slab freelist) after random operations, CPU flushes, thread exits (areas
-//! given back) and shrinks; the barn's exchanges; the prefill API; the double free on
+//! or one slab freelist) after random operations (frees by every path, a realloc's
+//! `free_outgrown` among them), CPU flushes, thread exits (areas given back) and
+//! shrinks; the barn's exchanges; the prefill API; the double free on
 //! a sheaf's top; hardening on refill; statistics; node allocation bypassing sheaves.
 
 mod common;
 
 use common::{check_census, config, kmem, own_area, pattern, stat, Rng};
-use kmem_core::slab::{FastPath, SlubDesign, SlubStat};
+use kmem_core::slab::{FastPath, ObjectLookup, SlubDesign, SlubStat};
 use kmem_core::{CpuRef, Gfp, SlabFlags};
 use proptest::prelude::*;
 use std::collections::HashSet;
@@ -91,7 +92,14 @@ fn run(ops: Vec<Op>, size: usize) {
                     // SAFETY: ours, given up (each call takes it only when it says so).
                     let ok = unsafe {
                         let fast = seed & 2 != 0;
-                        if fast && k.slub().free_fast_to(c.unwrap(), s, p as *mut u8) {
+                        if seed & 12 == 4 {
+                            // As a realloc frees the object it moved out of.
+                            let ObjectLookup::Slab(_, slab) = k.slub().lookup(p as *const u8)
+                            else {
+                                panic!("{p:#x} is not a slab object");
+                            };
+                            k.slub().free_outgrown(c, s, slab, p)
+                        } else if fast && k.slub().free_fast_to(c.unwrap(), s, p as *mut u8) {
                             true
                         } else {
                             match fast.then(|| k.slub().free_sheaf_slow(c.unwrap(), p as *mut u8)) {

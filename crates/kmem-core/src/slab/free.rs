@@ -198,7 +198,9 @@ impl<'a, P: Platform> Slub<'a, P> {
                 // No spare sheaf yet: the ordinary free installs one.
                 // SAFETY: forwarded.
                 Err(false) if !cc.has_spare() => return unsafe { self.sheaf_free(c, s, obj) },
-                Err(false) => {} // the spare is full: to the slab, not to the barn
+                // The spare is full: to the slabs, not to the barn.
+                // SAFETY: forwarded.
+                Err(false) => return unsafe { self.spare_flush_push(c, s, obj) },
             }
         }
         // SAFETY: forwarded.
@@ -243,7 +245,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     #[cold]
     #[inline(never)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn slab_free_as(
+    pub(super) unsafe fn slab_free_as(
         &self,
         cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
@@ -330,7 +332,7 @@ impl<'a, P: Platform> Slub<'a, P> {
 
 /// What `__slab_free` does with a slab the free leaves empty.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Emptied {
+pub(super) enum Emptied {
     /// The kernel's way: kept on the node while it has fewer than `min_partial`
     /// partial slabs, else freed through this CPU's page lists.
     Keep,

@@ -8,6 +8,7 @@
 //! slabs (no page allocation under it); a flush takes none of its own
 //! (`__slab_free` takes `list_lock` when a slab changes lists).
 
+use super::free::Emptied;
 use super::freelist::FreePointerKey;
 use super::sheaf::{slot, SlabSheaf};
 use super::*;
@@ -207,12 +208,25 @@ impl<P: Platform> Slub<'_, P> {
 
     /// Gives the objects in slots `0..len` of `sheaf` back to their slabs (one
     /// `__slab_free` per run of objects of one slab) and leaves the sheaf empty.
+    #[inline]
     pub(super) fn sheaf_flush(
         &self,
         cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
         sheaf: *mut SlabSheaf,
         len: usize,
+    ) {
+        self.sheaf_flush_as(cpu, s, sheaf, len, Emptied::Keep);
+    }
+
+    /// [`Slub::sheaf_flush`], with what becomes of a slab the flush empties.
+    pub(super) fn sheaf_flush_as(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        sheaf: *mut SlabSheaf,
+        len: usize,
+        emptied: Emptied,
     ) {
         if len == 0 {
             return;
@@ -254,7 +268,7 @@ impl<P: Platform> Slub<'_, P> {
             // SAFETY: a chain of the sheaf's objects of this slab, given up.
             if !unsafe { self.flush_run_plain(cpu, s, slab, base, head, tail, cnt) } {
                 // SAFETY: as above.
-                unsafe { self.slab_free(cpu, s, slab, head, tail, cnt) };
+                unsafe { self.slab_free_as(cpu, s, slab, head, tail, cnt, emptied) };
             }
         }
         // SAFETY: a live sheaf the caller holds.

@@ -45,6 +45,7 @@
 //! while refilling from its partial slabs; flushes free through `__slab_free`.
 
 use super::barn::Barn;
+use super::free::Emptied;
 use super::*;
 use crate::gfp::Gfp;
 use crate::percpu::{CpuRef, InlineArea};
@@ -657,6 +658,28 @@ impl<'a, P: Platform> Slub<'a, P> {
         // SAFETY: the spare sheaf is ours and has room.
         unsafe { *slot(f.sheaf, f.len) = obj };
         f.len += 1;
+        self.install(cc, Which::Spare, f);
+        cc.count(SlubStat::FreeCpuSheaf);
+        true
+    }
+
+    /// For [`Slub::free_outgrown`]: the CPU's spare sheaf, full, is flushed to its
+    /// slabs (runs of one slab's objects, a CAS each; an emptied slab goes to the
+    /// zone: `Emptied::Release`), then `obj` goes on it. The owner only, with the
+    /// sheaf fast path ([`FastPath::Sheaf`]).
+    ///
+    /// # Safety
+    /// `obj` is an object of `s` that the caller gives up.
+    #[inline(never)]
+    pub(super) unsafe fn spare_flush_push(&self, c: CpuRef<'_>, s: &KmemCache, obj: usize) -> bool {
+        let cfg = s.config();
+        let cc = s.cpu(c);
+        let mut f = self.take(c, cfg, cc, Which::Spare);
+        debug_assert!(!f.sheaf.is_null() && f.len >= f.cap());
+        self.sheaf_flush_as(Some(c), s, f.sheaf, f.len, Emptied::Release);
+        // SAFETY: the spare sheaf is ours and empty now.
+        unsafe { *slot(f.sheaf, 0) = obj };
+        f.len = 1;
         self.install(cc, Which::Spare, f);
         cc.count(SlubStat::FreeCpuSheaf);
         true
