@@ -59,19 +59,24 @@ const fn rss_child<const I: usize>(what: &'static str) -> Child {
 
 /// `medium` and `large_churn` times with each of `allocators`.
 pub fn measure(ctx: &Ctx, allocators: &[(&'static str, Alloc)]) -> Vec<BenchResult> {
+    // The allocators take turns, a repetition each (`Ctx::measure_interleaved`).
     let mut out = Vec::new();
+    let n = allocators.len();
     let pairs: u64 = if ctx.quick { 20_000 } else { 100_000 };
     for size in MEDIUM_SIZES {
-        for &(name, a) in allocators {
-            ctx.status(format!("workloads medium {size} {name}"));
-            let t = ctx.measure(pairs, |n| medium(a, size as usize, n));
+        ctx.status(format!("workloads medium {size}"));
+        let times =
+            ctx.measure_interleaved(pairs, n, |i, m| medium(allocators[i].1, size as usize, m));
+        for (&(name, _), t) in allocators.iter().zip(times) {
             out.push(BenchResult::time("medium", name, size, "pair", t));
         }
     }
     let blocks: u64 = if ctx.quick { 12 } else { 40 };
-    for &(name, a) in allocators {
-        ctx.status(format!("workloads large_churn {name}"));
-        let t = ctx.measure(blocks, |n| large_churn(a, &mut Rng::new(3), n));
+    ctx.status("workloads large_churn".to_string());
+    let times = ctx.measure_interleaved(blocks, n, |i, m| {
+        large_churn(allocators[i].1, &mut Rng::new(3), m)
+    });
+    for (&(name, _), t) in allocators.iter().zip(times) {
         out.push(BenchResult::time("large_churn", name, CHURN_MAX_MIB, "op", t).without_bytes());
     }
     out

@@ -101,6 +101,45 @@ impl Ctx {
             .collect()
     }
 
+    /// [`Ctx::measure_phases`] for `n` contestants taking turns, as
+    /// [`Ctx::measure_interleaved`] has them, except that each is warmed up once, with
+    /// a whole run, before the first turn: a run of these is a whole workload (built,
+    /// churned, torn down), and a warm-up before every turn would double the suite's
+    /// time. Its first operations meet the caches the contestant before it left, the
+    /// same for every contestant as the turns rotate. Returns each contestant's two
+    /// phase medians, by index.
+    pub fn measure_phases_interleaved(
+        &self,
+        ops: u64,
+        n: usize,
+        mut f: impl FnMut(usize, u64) -> [Phase; 2],
+    ) -> Vec<[Timing; 2]> {
+        for i in 0..n {
+            f(i, ops);
+        }
+        let mut ns = vec![[Vec::new(), Vec::new()]; n];
+        let mut cyc = vec![[Vec::new(), Vec::new()]; n];
+        for rep in 0..self.reps {
+            for k in 0..n {
+                let i = (rep + k) % n;
+                let phases = f(i, ops);
+                for p in 0..2 {
+                    ns[i][p].push(phases[p].ns / ops as f64);
+                    if let Some(c) = phases[p].cycles {
+                        cyc[i][p].push(c / ops as f64);
+                    }
+                }
+            }
+        }
+        ns.iter_mut()
+            .zip(cyc.iter_mut())
+            .map(|([ns0, ns1], [cyc0, cyc1])| {
+                self.tick();
+                [medians(ops, ns0, cyc0), medians(ops, ns1, cyc1)]
+            })
+            .collect()
+    }
+
     /// Like [`Ctx::measure`] for a run of two phases (say, allocate everything, then
     /// free everything): `f(ops)` returns the time of each phase; the medians per
     /// operation of each phase come back. The warm-up is one whole run.
@@ -371,6 +410,32 @@ mod tests {
         assert_eq!(run, 6.0);
         assert_eq!((a.ns, a.cycles, a.ops), (4.0, Some(10.0), 4));
         assert_eq!((b.ns, b.cycles, b.ops), (2.0, None, 4));
+    }
+
+    #[test]
+    fn measure_phases_interleaved_warms_each_once_then_takes_turns() {
+        let ctx = Ctx::quiet(true);
+        let mut calls = Vec::new();
+        let t = ctx.measure_phases_interleaved(4, 2, |i, n| {
+            calls.push(i);
+            assert_eq!(n, 4);
+            // Contestant i's phase 0 takes 4 × (i + 1) ns, phase 1 always 8 ns.
+            [
+                Phase {
+                    ns: 4.0 * (i + 1) as f64,
+                    cycles: Some(40.0),
+                },
+                Phase {
+                    ns: 8.0,
+                    cycles: None,
+                },
+            ]
+        });
+        // One warm-up each, then five turns whose first alternates.
+        assert_eq!(calls, [0, 1, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1]);
+        assert_eq!(t.len(), 2);
+        assert_eq!((t[0][0].ns, t[0][0].cycles), (1.0, Some(10.0)));
+        assert_eq!((t[1][0].ns, t[1][1].ns, t[1][1].cycles), (2.0, 2.0, None));
     }
 
     #[test]

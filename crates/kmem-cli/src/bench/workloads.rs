@@ -40,7 +40,7 @@
 
 use super::child::{self, Child, KMEM_CPU_SLAB};
 use super::sizes;
-use super::timing::{phase, Phase};
+use super::timing::{phase, Phase, Timing};
 use super::{BenchResult, Ctx, Suite};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
@@ -141,38 +141,49 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
 /// Every bench with each of `allocators`.
 fn measure(ctx: &Ctx, allocators: &[(&'static str, Alloc)]) -> Vec<BenchResult> {
     let mut out = Vec::new();
+    // The allocators take turns, a repetition each (`Ctx::measure_interleaved`).
+    let n = allocators.len();
+    let mut push = |bench: &'static str, param: u64, op: &'static str, times: Vec<Timing>| {
+        for (&(name, _), t) in allocators.iter().zip(times) {
+            out.push(BenchResult::time(bench, name, param, op, t));
+        }
+    };
     let gens = larson_generations(ctx.quick);
     for &threads in larson_threads(ctx.quick) {
-        for &(name, a) in allocators {
-            ctx.status(format!("workloads larson {threads} {name}"));
-            let ops = threads * u64::from(gens) * LARSON_K;
-            let [t, _] = ctx.measure_phases(ops, |_| larson(a, threads as usize, gens, LARSON_K));
-            out.push(BenchResult::time("larson", name, threads, "op", t));
-        }
+        ctx.status(format!("workloads larson {threads}"));
+        let ops = threads * u64::from(gens) * LARSON_K;
+        let times = ctx.measure_phases_interleaved(ops, n, |i, _| {
+            larson(allocators[i].1, threads as usize, gens, LARSON_K)
+        });
+        push("larson", threads, "op", first_phase(times));
     }
     let objects: u64 = if ctx.quick { 500_000 } else { 2_000_000 };
-    for &(name, a) in allocators {
-        ctx.status(format!("workloads xmalloc {name}"));
-        let t = ctx.measure(objects, |n| xmalloc(a, XMALLOC_THREADS as usize, n));
-        out.push(BenchResult::time("xmalloc", name, XMALLOC_THREADS, "op", t));
-    }
+    ctx.status("workloads xmalloc".to_string());
+    let times = ctx.measure_interleaved(objects, n, |i, m| {
+        xmalloc(allocators[i].1, XMALLOC_THREADS as usize, m)
+    });
+    push("xmalloc", XMALLOC_THREADS, "op", times);
     let steps: u64 = if ctx.quick { 1_000_000 } else { 4_000_000 };
-    for &(name, a) in allocators {
-        ctx.status(format!("workloads random_sizes {name}"));
-        let [t, _] = ctx.measure_phases(steps, |n| random_sizes(a, RANDOM_MAX as usize, n));
-        out.push(BenchResult::time("random_sizes", name, RANDOM_MAX, "op", t));
-    }
+    ctx.status("workloads random_sizes".to_string());
+    let times = ctx.measure_phases_interleaved(steps, n, |i, m| {
+        random_sizes(allocators[i].1, RANDOM_MAX as usize, m)
+    });
+    push("random_sizes", RANDOM_MAX, "op", first_phase(times));
     let rounds: u64 = if ctx.quick { 2 } else { 5 };
     for size in REBUILD_SIZES {
-        for &(name, a) in allocators {
-            ctx.status(format!("workloads rebuild {size} {name}"));
-            let ops = rounds * REBUILD_OBJECTS as u64;
-            let [t, _] = ctx.measure_phases(ops, |n| rebuild(a, size as usize, n));
-            out.push(BenchResult::time("rebuild", name, size, "op", t));
-        }
+        ctx.status(format!("workloads rebuild {size}"));
+        let ops = rounds * REBUILD_OBJECTS as u64;
+        let times = ctx
+            .measure_phases_interleaved(ops, n, |i, m| rebuild(allocators[i].1, size as usize, m));
+        push("rebuild", size, "op", first_phase(times));
     }
     out.extend(sizes::measure(ctx, allocators));
     out
+}
+
+/// The first phase's medians of each contestant.
+fn first_phase(times: Vec<[Timing; 2]>) -> Vec<Timing> {
+    times.into_iter().map(|[t, _]| t).collect()
 }
 
 /// A per-thread xorshift64 generator.
