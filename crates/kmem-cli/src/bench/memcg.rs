@@ -65,14 +65,16 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     let mut best = vec![None::<super::Timing>; MODES.len() * SIZES.len()];
     for pass in 0..PASSES {
         for (si, &size) in SIZES.iter().enumerate() {
-            for (mi, &mode) in MODES.iter().enumerate() {
-                ctx.status(format!(
-                    "memcg kmalloc_batch4({size}) {mode} (pass {})",
-                    pass + 1
-                ));
+            ctx.status(format!("memcg kmalloc_batch4({size}) (pass {})", pass + 1));
+            // The modes take turns, a repetition each (`Ctx::measure_interleaved`), so
+            // that the overhead compares runs of the same stretch of time.
+            let times = ctx.measure_interleaved(loops, MODES.len(), |mi, n| {
+                let mode = MODES[mi];
                 memcg::set_stock_enabled(mode != "nostock");
                 let group = (mode != "off").then_some(&cg);
-                let t = ctx.measure(loops, |n| batch4(n, size as usize, group));
+                batch4(n, size as usize, group);
+            });
+            for (mi, t) in times.into_iter().enumerate() {
                 let slot = &mut best[si * MODES.len() + mi];
                 if slot.is_none_or(|b| t.ns < b.ns) {
                     *slot = Some(t);
