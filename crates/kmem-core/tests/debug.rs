@@ -348,31 +348,31 @@ fn debug_objects_keep_their_alignment_and_size() {
 #[test]
 fn write_into_the_slack_of_the_class_is_caught() {
     let (k, cpu) = setup();
-    let p = k.kmalloc(Some(cpu), 20, Gfp::KERNEL).unwrap().as_ptr();
-    assert_eq!(k.ksize(p), 20, "ksize is the request under Z");
-    // SAFETY: the bug under test: byte 24 of a 20-byte request (kmalloc-32's slack).
-    unsafe { p.add(24).write(b'X') };
+    let p = k.kmalloc(Some(cpu), 18, Gfp::KERNEL).unwrap().as_ptr();
+    assert_eq!(k.ksize(p), 18, "ksize is the request under Z");
+    // SAFETY: the bug under test: byte 21 of an 18-byte request (kmalloc-24's slack).
+    unsafe { p.add(21).write(b'X') };
     // SAFETY: our object (damaged).
     let freed = unsafe { k.kfree(Some(cpu), p) };
     assert!(!freed, "a damaged object is not freed");
     let l = log(k);
     assert!(
-        l.contains("BUG kmalloc-32 (Not tainted): kmalloc Redzone overwritten"),
+        l.contains("BUG kmalloc-24 (Not tainted): kmalloc Redzone overwritten"),
         "{l}"
     );
     assert!(l.contains("First byte 0x58 instead of 0xcc"), "{l}");
     // The bytes asked for are the caller's: no report.
-    let q = k.kmalloc(Some(cpu), 20, Gfp::KERNEL).unwrap().as_ptr();
-    // SAFETY: inside the 20 bytes asked for.
-    unsafe { q.write_bytes(7, 20) };
-    // In place to 30 bytes: the zone now starts at 30.
+    let q = k.kmalloc(Some(cpu), 18, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: inside the 18 bytes asked for.
+    unsafe { q.write_bytes(7, 18) };
+    // In place to 23 bytes: the zone now starts at 23.
     // SAFETY: ours.
-    let r = unsafe { k.krealloc(Some(cpu), q, 30, Gfp::KERNEL) }
+    let r = unsafe { k.krealloc(Some(cpu), q, 23, Gfp::KERNEL) }
         .unwrap()
         .as_ptr();
-    assert_eq!((r, k.ksize(r)), (q, 30));
-    // SAFETY: inside the 30 bytes now asked for.
-    unsafe { r.add(29).write(1) };
+    assert_eq!((r, k.ksize(r)), (q, 23));
+    // SAFETY: inside the 23 bytes now asked for.
+    unsafe { r.add(22).write(1) };
     // SAFETY: ours, intact.
     assert!(unsafe { k.kfree(Some(cpu), r) });
     assert!(log(k).is_empty(), "valid use reports nothing");
