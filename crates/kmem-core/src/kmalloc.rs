@@ -623,13 +623,14 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
     }
 }
 
-/// The smallest class whose objects a `krealloc` that outgrows them frees to their
-/// slab rather than to a sheaf ([`Slub::free_outgrown`]): from here up the copy costs
-/// more than the slab's CAS, and the memory a sheaf would hold back matters. Measured
-/// on 1,000 buffers doubled from 8 B to 16 KiB (`global` realloc_grow): from 256 B,
-/// 12.6 MB touched a run and 46,000 misses of a 16 MiB cache; from 1 KiB, 13.2 MB and
-/// 66,000; with sheaves for all, 15.6 MB and 112,000 (BENCHMARKS.md, "Realloc growth
-/// frees to the slab").
+/// The smallest class whose objects a `krealloc` that outgrows them frees with
+/// [`Slub::free_outgrown`] (past the barn, to their slabs): from here up the copy
+/// costs more than the slab's CAS, and the memory the barn would hold back matters.
+/// Measured on 1,000 buffers doubled from 8 B to 16 KiB (`global` realloc_grow): a run
+/// touches 12.8 MB and misses a 16 MiB cache 52,000 times, against 15.6 MB and 112,000
+/// with every free to the sheaves and barns; starting at 1 KiB instead left 0.6 MB and
+/// 20,000 misses more (measured on the first form of this path; BENCHMARKS.md,
+/// "Realloc growth frees to the slab").
 pub const OUTGROWN_MIN: usize = 256;
 
 /// Whether an outgrown object of a cache with config `cfg`, in slab `slab`, goes to

@@ -173,8 +173,9 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// each pins its slab, and a slab kept empty on the node, or a block on a per-CPU
     /// list, does not merge with its buddy (BENCHMARKS.md, "Realloc growth frees to
     /// the slab"). One buffer grown and freed at a time still finds room on the spare.
-    /// Caches off the fast paths (slub_debug) and the CPU-slab design free as
-    /// [`Slub::free_object`] does.
+    /// Without the plain sheaf fast path (statistics on, restartable sequences, no
+    /// CPU) the object goes straight to its slab. Caches off the fast paths
+    /// (slub_debug) and the CPU-slab design free as [`Slub::free_object`] does.
     ///
     /// # Safety
     /// As [`Slub::free_object`].

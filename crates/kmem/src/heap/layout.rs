@@ -12,8 +12,10 @@
 //! least half of the class is used; growing a little past a class moves the object
 //! to the power of two above it (see `realloc_target`), so growing buffers move no
 //! more often than with the kernel's power-of-two classes. The object a move leaves,
-//! from a class of `OUTGROWN_MIN` bytes up (`kmem_core::kmalloc`), goes back to its slab rather than to a
-//! sheaf, so that its memory can serve the larger class soon. A page block stays while
+//! from a class of `OUTGROWN_MIN` bytes up (`kmem_core::kmalloc`), goes onto the
+//! spare sheaf while it has room and then back to its slab rather than to the barn, so
+//! that its memory can serve the larger class soon (not in per-CPU rseq mode, whose
+//! frees keep their restartable push). A page block stays while
 //! it holds the new size, grows into the buddy blocks after it when they are free
 //! and shrinks by freeing its upper halves; a huge mapping moves with `mremap`.
 //! `alloc_zeroed` skips clearing page blocks whose memory is fresh from the OS (their
@@ -509,7 +511,11 @@ impl Heap {
             unsafe {
                 ptr::copy_nonoverlapping(p, q, have.min(old_limit).min(new_size));
                 if !dealloc_fast(p) {
-                    if new_size > have && have >= OUTGROWN_MIN && outgrown_to_slab(cfg, slab) {
+                    if new_size > have
+                        && have >= OUTGROWN_MIN
+                        && fast_tls::get() != rseq_tag()
+                        && outgrown_to_slab(cfg, slab)
+                    {
                         self.free_outgrown(s, slab, p);
                     } else {
                         dealloc_other(p);
