@@ -167,7 +167,8 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// CPU's spare sheaf while it has room, as any free, but when it is full straight
     /// to the object's slab instead of trading the sheaf at the barn; a slab this
     /// empties goes back to the page allocator's zone at once (not to the per-CPU page
-    /// lists) unless the node has no other partial slab. Buffers that outgrow their
+    /// lists), the node keeping an empty slab only as the kernel keeps one below
+    /// `min_partial`, with a bound of one partial slab. Buffers that outgrow their
     /// class by the hundred (vectors doubling) are not followed by allocations of that
     /// class, and their memory is what the larger class needs next: kept in the barn,
     /// each pins its slab, and a slab kept empty on the node, or a block on a per-CPU
@@ -337,7 +338,8 @@ pub(super) enum Emptied {
     /// The kernel's way: kept on the node while it has fewer than `min_partial`
     /// partial slabs, else freed through this CPU's page lists.
     Keep,
-    /// Kept only while the node has no other partial slab, else freed to the zone
-    /// (see [`Slub::free_outgrown`]).
+    /// Kept only while the node has no partial slab (the `min_partial` test with a
+    /// bound of one: a slab that was on the list counts itself), else freed to the
+    /// zone (see [`Slub::free_outgrown`]).
     Release,
 }
