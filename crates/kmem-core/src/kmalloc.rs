@@ -607,7 +607,8 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
             return Some(unsafe { NonNull::new_unchecked(p) });
         }
         let q = alloc(new_size)?;
-        // SAFETY: both are ours; `old` bytes of `p` are valid, `q` has more room.
+        // SAFETY: both are ours and distinct; `old` bytes of `p` are valid, `q` has
+        // more room.
         unsafe { ptr::copy_nonoverlapping(p, q.as_ptr(), old) };
         match slab_cache {
             Some((s, slab)) if cap >= OUTGROWN_MIN && outgrown_to_slab(s.config(), slab) => {

@@ -366,7 +366,7 @@ fn write_into_the_slack_of_the_class_is_caught() {
     // SAFETY: inside the 18 bytes asked for.
     unsafe { q.write_bytes(7, 18) };
     // In place to 23 bytes: the zone now starts at 23.
-    // SAFETY: ours.
+    // SAFETY: ours, and the request still fits kmalloc-24.
     let r = unsafe { k.krealloc(Some(cpu), q, 23, Gfp::KERNEL) }
         .unwrap()
         .as_ptr();

@@ -5,7 +5,7 @@ mod common;
 
 use common::{config, kmem, kmem_cpu_slab, pattern, TestPlatform};
 use kmem_core::kmalloc::{KMALLOC_PLAIN_SIZES, KMALLOC_SIZES, NR_KMALLOC_PLAIN};
-use kmem_core::slab::{ObjectLookup, SlubDesign, SlubStat};
+use kmem_core::slab::{SlubDesign, SlubStat};
 use kmem_core::vmstat::VmEvent;
 use kmem_core::{CpuRef, Gfp, Kmem, SlabFlags, PAGE_SIZE};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -888,90 +888,4 @@ fn large_object_slabs_work_in_both_designs() {
         // SAFETY: owned; not used afterwards.
         unsafe { k.pages.cpu_area_put(area) };
     }
-}
-
-#[test]
-fn an_outgrown_object_goes_to_its_slab_and_an_emptied_slab_to_the_zone() {
-    let k = kmem(2, config(1, 0));
-    let area = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned by this thread.
-    let cpu = Some(unsafe { CpuRef::new(area) });
-    let s = k.kmalloc_cache(1024, Gfp::KERNEL).unwrap();
-    let per = s.config().objects;
-    // The node would keep this many empty slabs for an ordinary free.
-    assert!(s.config().min_partial >= 5);
-    let slabs_before = s.nr_slabs(0);
-    // 32 slabs of objects, straight from the slabs (a node given: past the sheaves).
-    let n = 32 * per;
-    let objs: Vec<_> = (0..n)
-        .map(|_| k.slub().alloc_node(cpu, s, Gfp::KERNEL, Some(0)).unwrap())
-        .collect();
-    let slabs_full = s.nr_slabs(0);
-    assert!(slabs_full >= slabs_before + 32);
-    let mut pcp_before = 0;
-    for (i, p) in objs.iter().enumerate() {
-        let ObjectLookup::Slab(found, slab) = k.slub().lookup(p.as_ptr()) else {
-            panic!("{p:?} is not a slab object");
-        };
-        assert!(std::ptr::eq(found, s));
-        // SAFETY: ours, given up here.
-        assert!(unsafe { k.slub().free_outgrown(cpu, s, slab, p.as_ptr() as usize) });
-        if i == 0 {
-            // After the first free, which may have made the spare sheaf.
-            pcp_before = k.pages.nr_pcp_pages(0);
-        }
-    }
-    // One spare sheaf took the first of them; the rest went to their slabs, not to
-    // the barn (which holds more than 32 slabs of these). Of the slabs they emptied
-    // the node keeps at most one (not `min_partial`); the others went to the zone,
-    // not to this CPU's page lists.
-    let pinned = s.config().sheaf_capacity.div_ceil(per) + 1;
-    let left = s.nr_slabs(0);
-    assert!(
-        left <= slabs_before + 1 + pinned,
-        "{left} slabs left of {slabs_full}, {slabs_before} before"
-    );
-    assert_eq!(k.pages.nr_pcp_pages(0), pcp_before);
-    // Nothing lost or handed out twice: as many objects again, all distinct.
-    let mut again: Vec<usize> = (0..n)
-        .map(|_| k.kmalloc(cpu, 1024, Gfp::KERNEL).unwrap().as_ptr() as usize)
-        .collect();
-    again.sort();
-    assert!(again.windows(2).all(|w| w[0] + 1024 <= w[1]));
-    for p in again {
-        // SAFETY: ours.
-        assert!(unsafe { k.kfree(cpu, p as *mut u8) });
-    }
-    // A second free of an outgrown object is caught at its slab's freelist head (two
-    // objects of one slab, the other keeping it in use).
-    let bytes = s.config().slab_bytes();
-    let pair: Vec<usize> = (0..per + 1)
-        .map(|_| {
-            k.slub()
-                .alloc_node(cpu, s, Gfp::KERNEL, Some(0))
-                .unwrap()
-                .as_ptr() as usize
-        })
-        .collect();
-    let p = pair[0];
-    assert!(
-        pair[1..]
-            .iter()
-            .any(|&q| q & !(bytes - 1) == p & !(bytes - 1)),
-        "two objects of one slab"
-    );
-    let ObjectLookup::Slab(_, slab) = k.slub().lookup(p as *const u8) else {
-        panic!("not a slab object");
-    };
-    // SAFETY: ours; the second call is the double free under test.
-    unsafe {
-        assert!(k.slub().free_outgrown(cpu, s, slab, p));
-        assert!(!k.slub().free_outgrown(cpu, s, slab, p));
-    }
-    for q in pair.into_iter().filter(|&q| q != p) {
-        // SAFETY: ours.
-        assert!(unsafe { k.kfree(cpu, q as *mut u8) });
-    }
-    // SAFETY: owned; not used afterwards.
-    unsafe { k.pages.cpu_area_put(area) };
 }

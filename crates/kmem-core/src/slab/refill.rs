@@ -267,7 +267,8 @@ impl<P: Platform> Slub<'_, P> {
             let slab = self.freelist_slab(base);
             // SAFETY: a chain of the sheaf's objects of this slab, given up.
             if !unsafe { self.flush_run_plain(cpu, s, slab, base, head, tail, cnt) } {
-                // SAFETY: as above.
+                // SAFETY: a chain of the sheaf's objects of this slab, given up (the
+                // plain run changed nothing).
                 unsafe { self.slab_free_as(cpu, s, slab, head, tail, cnt, emptied) };
             }
         }
