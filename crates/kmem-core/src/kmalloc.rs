@@ -5,10 +5,11 @@
 //! - The accounted and reclaimable sets have the kernel's classes (`kmalloc_index`):
 //!   powers of two from 8 to 8 KiB plus 96 and 192 ([`KMALLOC_SIZES`]).
 //! - The plain set, which malloc and `GlobalAlloc` use, has the kernel's classes up to
-//!   128 bytes with 24, 48, 80 and 112 added (16-byte steps from 32; 24 for the
-//!   three-word objects Rust boxes by the thousand, `Box<Node>` of a tree with two
-//!   children, `Rc<u64>`, which kmalloc-32 would pad by a third; malloc's 16-byte
-//!   alignment rounds C's requests past it), then four classes per
+//!   128 bytes with 24, 40, 48, 56, 80 and 112 added (8-byte steps up to 64, for the
+//!   three-, five- and seven-word objects Rust boxes by the thousand — `Box<Node>` of
+//!   a tree with two children, `Rc<u64>`, a node holding two fat pointers — which the
+//!   next 16-byte class would pad by up to a third; 16-byte steps from 64 to 128;
+//!   malloc's 16-byte alignment rounds C's requests past the odd ones), then four classes per
 //!   doubling (2^k × 5/4, 6/4, 7/4, 8/4) up to 8 KiB, then the powers of two up to
 //!   [`KMALLOC_MAX_CACHE_SIZE`] (1 MiB) ([`KMALLOC_PLAIN_SIZES`],
 //!   [`kmalloc_plain_index`]). Up to 8 KiB a request is rounded up by at most 25%
@@ -53,9 +54,9 @@ pub const NR_KMALLOC: usize = 13;
 /// kernel's `KMALLOC_MAX_CACHE_SIZE`, two pages).
 pub const KMALLOC_KERNEL_MAX_CACHE_SIZE: usize = 8192;
 
-/// Number of caches in the plain set: 10 up to 128 bytes, 4 per doubling up to 8 KiB,
+/// Number of caches in the plain set: 12 up to 128 bytes, 4 per doubling up to 8 KiB,
 /// then the powers of two up to 1 MiB.
-pub const NR_KMALLOC_PLAIN: usize = 10 + 4 * 6 + 7;
+pub const NR_KMALLOC_PLAIN: usize = 12 + 4 * 6 + 7;
 /// The plain set's size classes, in cache order.
 pub const KMALLOC_PLAIN_SIZES: [usize; NR_KMALLOC_PLAIN] = plain_sizes();
 /// Largest size served by a kmalloc cache (the plain set's largest class).
@@ -66,13 +67,13 @@ pub const NR_KMALLOC_TYPES: usize = 3;
 pub const KMALLOC_MAX_SIZE: usize = PAGE_SIZE << MAX_ORDER;
 
 /// Index of the plain set's first class above 1 KiB (1280).
-const PLAIN_ABOVE_1K: usize = 22;
+const PLAIN_ABOVE_1K: usize = 24;
 /// Index of the plain set's first class above 8 KiB (16 KiB).
-const PLAIN_ABOVE_8K: usize = 34;
+const PLAIN_ABOVE_8K: usize = 36;
 
 const fn plain_sizes() -> [usize; NR_KMALLOC_PLAIN] {
     let mut out = [0; NR_KMALLOC_PLAIN];
-    let small = [8, 16, 24, 32, 48, 64, 80, 96, 112, 128];
+    let small = [8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128];
     let mut i = 0;
     while i < small.len() {
         out[i] = small[i];
@@ -761,11 +762,11 @@ mod tests {
             }
         }
         assert_eq!(kmalloc_plain_index(KMALLOC_MAX_CACHE_SIZE + 1), None);
-        // Four classes per doubling from 128 bytes to 8 KiB, then one: each a multiple
-        // of 16 from 32 on (24 is the one 8-byte step), never more than 25% above the
+        // 8-byte steps up to 64; four classes per doubling from 128 bytes to 8 KiB,
+        // then one: each a multiple of 16 from 64 on, never more than 25% above the
         // size it serves up to 8 KiB.
-        assert_eq!(KMALLOC_PLAIN_SIZES[..4], [8, 16, 24, 32]);
-        for w in KMALLOC_PLAIN_SIZES[3..].windows(2) {
+        assert_eq!(KMALLOC_PLAIN_SIZES[..8], [8, 16, 24, 32, 40, 48, 56, 64]);
+        for w in KMALLOC_PLAIN_SIZES[7..].windows(2) {
             assert!(w[1] > w[0] && w[1] % 16 == 0);
             if (128..8192).contains(&w[0]) {
                 assert!((w[1] - w[0]) * 4 <= w[0], "{w:?}");

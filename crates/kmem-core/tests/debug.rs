@@ -150,7 +150,7 @@ fn double_frees_at_and_away_from_the_head() {
     }
     let l = log(k);
     assert_eq!(
-        l.matches("BUG kmalloc-64 (Not tainted): Object already free")
+        l.matches("BUG kmalloc-56 (Not tainted): Object already free")
             .count(),
         2,
         "{l}"
@@ -377,8 +377,8 @@ fn write_into_the_slack_of_the_class_is_caught() {
     assert!(unsafe { k.kfree(Some(cpu), r) });
     assert!(log(k).is_empty(), "valid use reports nothing");
     // validate sees the slack of a live object.
-    let v = k.kmalloc(Some(cpu), 40, Gfp::KERNEL).unwrap().as_ptr();
-    // SAFETY: the bug under test: byte 44 of a 40-byte request (kmalloc-48).
+    let v = k.kmalloc(Some(cpu), 42, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: the bug under test: byte 44 of a 42-byte request (kmalloc-48).
     unsafe { v.add(44).write(b'Y') };
     let mut found = Vec::new();
     k.validate_all(&mut |p| found.push(p.what));

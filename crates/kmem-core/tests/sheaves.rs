@@ -286,7 +286,7 @@ fn a_double_free_on_the_sheaf_top_is_caught() {
     assert!(!unsafe { k.kfree(c, p) }, "refused");
     let log = k.pages.platform().take_log();
     assert!(
-        log.contains("BUG kmalloc-48 (Not tainted): Object already free"),
+        log.contains("BUG kmalloc-40 (Not tainted): Object already free"),
         "{log}"
     );
     // Only once in the sheaf: handed out again exactly once (frees wait in the spare
@@ -544,7 +544,7 @@ fn kmallocs_fast_path_pops_the_class_of_every_size_its_tables_cover() {
     );
     for (k, sizes) in [
         (old, 0..=kmem_core::kmalloc::SMALL_FAST_MAX),
-        (debug, 49..=64),
+        (debug, 57..=64),
     ] {
         let (_, c) = own_area(k);
         for size in sizes {

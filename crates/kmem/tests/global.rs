@@ -96,11 +96,11 @@ fn realloc_keeps_contents_and_stays_in_place_when_it_can() {
     unsafe {
         let p = alloc(layout);
         p.write_bytes(7, 50);
-        // Within kmalloc-64: same place.
-        let q = realloc(p, layout, 60);
+        // Within kmalloc-56: same place.
+        let q = realloc(p, layout, 56);
         assert_eq!(q, p);
         // Shrinking that keeps half of the class: same place.
-        let q = realloc(q, Layout::from_size_align(60, 8).unwrap(), 40);
+        let q = realloc(q, Layout::from_size_align(56, 8).unwrap(), 40);
         assert_eq!(q, p);
         // Shrinking below half: moves to a smaller class (the memory goes back).
         let q = realloc(q, Layout::from_size_align(40, 8).unwrap(), 10);
