@@ -6,11 +6,15 @@
 //! - `kmalloc_kfree` (test 2): 10000 times kmalloc(N) then kfree at once (op `pair`).
 //!
 //! Sizes 8 … 16384. Peers allocate the same sizes (alignment 8) through GlobalAlloc.
+//! At each size the allocators take turns, a repetition each
+//! ([`Ctx::measure_phases_interleaved`], [`Ctx::measure_interleaved`]), so that kmem and
+//! a peer are compared over the same stretch of time on a noisy machine.
 //! `kmem-cpu-slab` is kmem in the slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`):
 //! the same kmalloc tests in a child process (`kmem bench-child slab`), since the
 //! design is fixed when the heap starts and this process's `kmem` runs sheaves.
 
 use super::child::{self, Child, KMEM_CPU_SLAB};
+use super::slab_test::then_phases;
 use super::peers::Peer;
 use super::{BenchResult, Ctx, Suite, Timing};
 use kmem::{heap, Gfp};
@@ -46,49 +50,54 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     child::beside_kmem(out)
 }
 
-/// Both tests at every size with kmem and each of `peers`.
+/// Both tests at every size with kmem and each of `peers`, taking turns.
 fn measure(ctx: &Ctx, peers: &[Peer]) -> Vec<BenchResult> {
     let mut out = Vec::new();
     let h = heap();
     let rounds: u64 = if ctx.quick { 2 } else { 10 };
     let mut ptrs = vec![std::ptr::null_mut::<u8>(); COUNT];
+    // The contestants: kmem (`None`), then the peers.
+    let who: Vec<Option<Peer>> = std::iter::once(None)
+        .chain(peers.iter().copied().map(Some))
+        .collect();
     for &size in &SIZES {
         ctx.status(format!("slab_test kmalloc({size})"));
         let n = COUNT as u64 * rounds;
-        // Test 1, kmem.
-        let t1 = ctx.alloc_then_free(
-            rounds,
-            &mut ptrs,
-            || {
-                h.kmalloc(size as usize, Gfp::KERNEL)
-                    .expect("memory")
-                    .as_ptr()
-            },
-            // SAFETY: each pointer comes from the kmalloc above, freed once.
-            |p| unsafe {
-                h.kfree(p);
-            },
-        );
-        // Test 2, kmem.
-        let t2 = ctx.measure(n, |n| {
-            for _ in 0..n {
-                let p = h.kmalloc(size as usize, Gfp::KERNEL).expect("memory");
-                // SAFETY: allocated just above.
-                unsafe { h.kfree(std::hint::black_box(p.as_ptr())) };
-            }
-        });
-        out.extend(figures("kmem", size, t1, t2));
-        for &peer in peers {
-            let layout = Layout::from_size_align(size as usize, 8).unwrap();
-            let t1 = ctx.alloc_then_free(
+        let layout = Layout::from_size_align(size as usize, 8).unwrap();
+        // Test 1.
+        let t1 = ctx.measure_phases_interleaved(n, who.len(), |i, _| match who[i] {
+            None => then_phases(
+                rounds,
+                &mut ptrs,
+                || {
+                    h.kmalloc(size as usize, Gfp::KERNEL)
+                        .expect("memory")
+                        .as_ptr()
+                },
+                // SAFETY: each pointer comes from the kmalloc above, freed once.
+                |p| unsafe {
+                    h.kfree(p);
+                },
+            ),
+            Some(peer) => then_phases(
                 rounds,
                 &mut ptrs,
                 // SAFETY: non-zero size; freed below with this layout.
                 || unsafe { peer.alloc(layout) },
                 // SAFETY: each pointer comes from the alloc above with this layout.
                 |p| unsafe { peer.dealloc(p, layout) },
-            );
-            let t2 = ctx.measure(n, |n| {
+            ),
+        });
+        // Test 2.
+        let t2 = ctx.measure_interleaved(n, who.len(), |i, n| match who[i] {
+            None => {
+                for _ in 0..n {
+                    let p = h.kmalloc(size as usize, Gfp::KERNEL).expect("memory");
+                    // SAFETY: allocated just above.
+                    unsafe { h.kfree(std::hint::black_box(p.as_ptr())) };
+                }
+            }
+            Some(peer) => {
                 for _ in 0..n {
                     // SAFETY: non-zero size; freed with the same layout.
                     unsafe {
@@ -96,8 +105,11 @@ fn measure(ctx: &Ctx, peers: &[Peer]) -> Vec<BenchResult> {
                         peer.dealloc(std::hint::black_box(p), layout);
                     }
                 }
-            });
-            out.extend(figures(peer.name(), size, t1, t2));
+            }
+        });
+        for (k, w) in who.iter().enumerate() {
+            let name = w.map_or("kmem", Peer::name);
+            out.extend(figures(name, size, t1[k], t2[k]));
         }
     }
     out

@@ -19,29 +19,41 @@ impl Ctx {
         mut free: impl FnMut(*mut u8),
     ) -> [Timing; 2] {
         self.measure_phases(ptrs.len() as u64 * rounds, |_| {
-            let mut acc = [Phase {
-                ns: 0.0,
-                cycles: Some(0.0),
-            }; 2];
-            for _ in 0..rounds {
-                let pa = phase(|| {
-                    for p in ptrs.iter_mut() {
-                        *p = alloc();
-                    }
-                });
-                let pf = phase(|| {
-                    for &p in ptrs.iter() {
-                        free(std::hint::black_box(p));
-                    }
-                });
-                for (a, p) in acc.iter_mut().zip([pa, pf]) {
-                    a.ns += p.ns;
-                    a.cycles = a.cycles.zip(p.cycles).map(|(x, y)| x + y);
-                }
-            }
-            acc
+            then_phases(rounds, ptrs, &mut alloc, &mut free)
         })
     }
+}
+
+/// One run of test 1: `rounds` times, fill `ptrs` with `alloc()`, then give them all
+/// to `free`; the time of each phase, summed over the rounds. A contestant of
+/// [`Ctx::measure_phases_interleaved`] returns this for its turn.
+pub fn then_phases(
+    rounds: u64,
+    ptrs: &mut [*mut u8],
+    mut alloc: impl FnMut() -> *mut u8,
+    mut free: impl FnMut(*mut u8),
+) -> [Phase; 2] {
+    let mut acc = [Phase {
+        ns: 0.0,
+        cycles: Some(0.0),
+    }; 2];
+    for _ in 0..rounds {
+        let pa = phase(|| {
+            for p in ptrs.iter_mut() {
+                *p = alloc();
+            }
+        });
+        let pf = phase(|| {
+            for &p in ptrs.iter() {
+                free(std::hint::black_box(p));
+            }
+        });
+        for (a, p) in acc.iter_mut().zip([pa, pf]) {
+            a.ns += p.ns;
+            a.cycles = a.cycles.zip(p.cycles).map(|(x, y)| x + y);
+        }
+    }
+    acc
 }
 
 /// The names slab_test prints for one allocator interface.
