@@ -40,9 +40,13 @@ fn rss_returns_after_a_large_free() {
     h.drain_local();
     let after = rss_bytes();
     // What may stay: 10% (the memmap pages of blocks still in use, page-table
-    // bookkeeping of the test harness).
+    // bookkeeping of the test harness), and the memmap page that describes the head
+    // of each reported 4 MiB block of the section that stays online (one page per
+    // block of its 128 MiB: 128 KiB). In a release build `before` is small enough
+    // that the heads alone pass the 10%.
+    let memmap_heads = (128 << 20) / (4 << 20) * PAGE_SIZE;
     assert!(
-        after <= before + before / 10,
+        after <= before + before / 10 + memmap_heads,
         "before {before} peak {peak} after {after}"
     );
     let pa = h.page_allocator();
