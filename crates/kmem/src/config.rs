@@ -12,6 +12,9 @@
 //!
 //! Owns no state and takes no lock: the heap keeps the result.
 
+mod slub_debug;
+pub use slub_debug::{DebugConfig, DebugFlags, DEBUG_BLOCKS};
+
 use crate::platform::linux::write_stderr;
 use crate::platform::os;
 pub use kmem_core::slab::SlubDesign;
@@ -246,11 +249,7 @@ pub const VARS: [Var; 13] = [
                that nothing points to (kmemleak's unreferenced objects), grouped by \
                allocation site, largest first; `1` or `on`",
         expected: "1, on, 0 or off",
-        parse: |v, cfg| {
-            let modes: [(&[u8], _); 4] =
-                [(b"1", true), (b"on", true), (b"0", false), (b"off", false)];
-            keyword(v, &modes).map(|m| cfg.leaks = m).is_some()
-        },
+        parse: |v, cfg| switch(v).map(|m| cfg.leaks = m).is_some(),
     },
 ];
 
@@ -380,155 +379,6 @@ impl StatsTarget {
             StatsTarget::File(buf) => std::ffi::CStr::from_bytes_until_nul(buf).ok(),
             _ => None,
         }
-    }
-}
-
-/// The slub_debug letters (`SLAB_CONSISTENCY_CHECKS` … `SLAB_TRACE`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DebugFlags(pub u8);
-
-impl DebugFlags {
-    /// F: consistency checks.
-    pub const F: u8 = 1 << 0;
-    /// Z: red zones.
-    pub const Z: u8 = 1 << 1;
-    /// P: poisoning.
-    pub const P: u8 = 1 << 2;
-    /// U: allocation and free tracking.
-    pub const U: u8 = 1 << 3;
-    /// T: tracing.
-    pub const T: u8 = 1 << 4;
-    /// What the kernel turns on for a bare `slub_debug`: F, Z, P and U.
-    pub const DEFAULT: u8 = Self::F | Self::Z | Self::P | Self::U;
-    /// Whether `letter`'s flag is set.
-    pub fn has(self, flag: u8) -> bool {
-        self.0 & flag != 0
-    }
-}
-
-/// Most `;`-separated blocks and cache names per block kept from `KMEM_DEBUG`.
-pub const DEBUG_BLOCKS: usize = 8;
-const DEBUG_NAMES: usize = 8;
-
-/// `KMEM_DEBUG` parsed: blocks of flags, each for all caches or for named ones
-/// (a trailing `*` matches a prefix, as the kernel allows).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct DebugConfig {
-    text: [u8; 256],
-    blocks: [DebugBlock; DEBUG_BLOCKS],
-    nblocks: usize,
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct DebugBlock {
-    flags: DebugFlags,
-    names: [(u8, u8); DEBUG_NAMES],
-    nnames: usize,
-}
-
-impl Default for DebugConfig {
-    fn default() -> Self {
-        Self::EMPTY
-    }
-}
-
-const EMPTY_BLOCK: DebugBlock = DebugBlock {
-    flags: DebugFlags(0),
-    names: [(0, 0); DEBUG_NAMES],
-    nnames: 0,
-};
-
-impl DebugConfig {
-    /// No debugging.
-    pub const EMPTY: DebugConfig = DebugConfig {
-        text: [0; 256],
-        blocks: [EMPTY_BLOCK; DEBUG_BLOCKS],
-        nblocks: 0,
-    };
-
-    /// Parses slub_debug syntax; the error says what was not understood.
-    pub fn parse(v: &[u8]) -> Result<Self, &'static str> {
-        let mut cfg = DebugConfig::default();
-        if v.len() > cfg.text.len() {
-            return Err("longer than 256 bytes");
-        }
-        cfg.text[..v.len()].copy_from_slice(v);
-        let mut pos = 0usize;
-        for block in v.split(|&b| b == b';') {
-            let start = pos;
-            pos += block.len() + 1;
-            if block.is_empty() {
-                continue;
-            }
-            if cfg.nblocks == DEBUG_BLOCKS {
-                return Err("more than 8 blocks");
-            }
-            let mut parts = block.split(|&b| b == b',');
-            let opts = parts.next().unwrap_or(b"");
-            let mut flags = 0u8;
-            if opts.is_empty() {
-                flags = DebugFlags::DEFAULT;
-            }
-            for &c in opts {
-                flags |= match c.to_ascii_uppercase() {
-                    b'F' => DebugFlags::F,
-                    b'Z' => DebugFlags::Z,
-                    b'P' => DebugFlags::P,
-                    b'U' => DebugFlags::U,
-                    b'T' => DebugFlags::T,
-                    b'-' => 0,
-                    b'A' | b'O' => 0,
-                    _ => return Err("an unknown option letter"),
-                };
-            }
-            let mut b = DebugBlock {
-                flags: DebugFlags(flags),
-                ..DebugBlock::default()
-            };
-            let mut off = start + opts.len() + 1;
-            for name in parts {
-                if b.nnames == DEBUG_NAMES {
-                    return Err("more than 8 cache names in a block");
-                }
-                if name.is_empty() {
-                    return Err("an empty cache name");
-                }
-                b.names[b.nnames] = (off as u8, name.len() as u8);
-                b.nnames += 1;
-                off += name.len() + 1;
-            }
-            cfg.blocks[cfg.nblocks] = b;
-            cfg.nblocks += 1;
-        }
-        Ok(cfg)
-    }
-
-    /// The debug flags for the cache called `name` (the last block that names it, or
-    /// the last block for all caches).
-    pub fn flags_for(&self, name: &str) -> DebugFlags {
-        let mut all = DebugFlags(0);
-        let mut named = None;
-        for b in &self.blocks[..self.nblocks] {
-            if b.nnames == 0 {
-                all = b.flags;
-            }
-            for &(off, len) in &b.names[..b.nnames] {
-                let pat = &self.text[off as usize..off as usize + len as usize];
-                let hit = match pat.split_last() {
-                    Some((b'*', prefix)) => name.as_bytes().starts_with(prefix),
-                    _ => name.as_bytes() == pat,
-                };
-                if hit {
-                    named = Some(b.flags);
-                }
-            }
-        }
-        named.unwrap_or(all)
-    }
-
-    /// Whether any block turns anything on.
-    pub fn any(&self) -> bool {
-        self.blocks[..self.nblocks].iter().any(|b| b.flags.0 != 0)
     }
 }
 
@@ -666,6 +516,14 @@ pub fn parse_size(v: &[u8]) -> Option<usize> {
 /// The value of the keyword `v` in `table`.
 fn keyword<T: Copy>(v: &[u8], table: &[(&[u8], T)]) -> Option<T> {
     table.iter().find(|(k, _)| *k == v).map(|&(_, t)| t)
+}
+
+/// An on/off switch: `1` or `on`, `0` or `off`.
+fn switch(v: &[u8]) -> Option<bool> {
+    keyword(
+        v,
+        &[(b"1", true), (b"on", true), (b"0", false), (b"off", false)],
+    )
 }
 
 fn parse_u64(v: &[u8]) -> Option<u64> {

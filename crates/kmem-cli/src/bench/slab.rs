@@ -14,8 +14,8 @@
 //! design is fixed when the heap starts and this process's `kmem` runs sheaves.
 
 use super::child::{self, Child, KMEM_CPU_SLAB};
-use super::slab_test::then_phases;
 use super::peers::Peer;
+use super::slab_test::then_phases;
 use super::{BenchResult, Ctx, Suite, Timing};
 use kmem::{heap, Gfp};
 use std::alloc::Layout;
