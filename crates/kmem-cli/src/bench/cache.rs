@@ -9,14 +9,15 @@
 //! - `cross_thread_free`: one thread allocates 64-byte objects, another frees them
 //!   (op `elem`: wall time per object).
 //!
-//! Peers run the same loops with the same sizes through GlobalAlloc. `kmem-cpu-slab`
+//! Peers run the same loops with the same sizes through GlobalAlloc, kmem and the
+//! peers taking turns in each bench (a repetition each). `kmem-cpu-slab`
 //! is kmem in the slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`): the same loops
 //! on kmem's caches in a child process (`kmem bench-child cache`), since the design is
 //! fixed when the heap starts and this process's `kmem` runs sheaves.
 
 use super::child::{self, Child, KMEM_CPU_SLAB};
 use super::peers::Peer;
-use super::{BenchResult, Ctx, Suite};
+use super::{BenchResult, Ctx, Suite, Timing};
 use kmem::{heap, Gfp, RawKmemCache as KmemCache, SlabFlags};
 use std::alloc::Layout;
 use std::sync::{Barrier, OnceLock};
@@ -111,76 +112,64 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     child::beside_kmem(out)
 }
 
-/// Every bench with each of `who`.
+/// Every bench with each of `who`, the allocators taking turns, a repetition each
+/// ([`Ctx::measure_interleaved`]), so that kmem and a peer are compared over the same
+/// stretch of time on a noisy machine.
 fn measure(ctx: &Ctx, who: &[Who]) -> Vec<BenchResult> {
     let mut out = Vec::new();
     let loops: u64 = if ctx.quick { 200_000 } else { 2_000_000 };
     let layout = Layout::from_size_align(OBJ, 8).unwrap();
-    for &w in who {
-        ctx.status(format!("cache {}", w.name()));
-        let t = ctx.measure(loops, |n| reuse(w, layout, n));
-        out.push(BenchResult::time(
-            "fastpath_reuse",
-            w.name(),
-            OBJ as u64,
-            "pair",
-            t,
-        ));
+    let mut record = |bench: &'static str, param: u64, op: &'static str, times: Vec<Timing>| {
+        for (w, t) in who.iter().zip(times) {
+            out.push(BenchResult::time(bench, w.name(), param, op, t));
+        }
+    };
 
-        let mut ptrs = [std::ptr::null_mut::<u8>(); N];
-        let rounds = (loops / N as u64).max(1);
-        let t = ctx.measure(rounds * N as u64, |n| {
-            for _ in 0..n / N as u64 {
-                for p in ptrs.iter_mut() {
-                    *p = w.alloc(layout);
-                }
-                for &p in ptrs.iter() {
-                    // SAFETY: allocated just above.
-                    unsafe { w.free(std::hint::black_box(p), layout) };
-                }
+    ctx.status("cache fastpath_reuse".to_string());
+    let t = ctx.measure_interleaved(loops, who.len(), |i, n| reuse(who[i], layout, n));
+    record("fastpath_reuse", OBJ as u64, "pair", t);
+
+    ctx.status("cache n_pattern".to_string());
+    let mut ptrs = [std::ptr::null_mut::<u8>(); N];
+    let rounds = (loops / N as u64).max(1);
+    let t = ctx.measure_interleaved(rounds * N as u64, who.len(), |i, n| {
+        let w = who[i];
+        for _ in 0..n / N as u64 {
+            for p in ptrs.iter_mut() {
+                *p = w.alloc(layout);
+            }
+            for &p in ptrs.iter() {
+                // SAFETY: allocated just above.
+                unsafe { w.free(std::hint::black_box(p), layout) };
+            }
+        }
+    });
+    record("n_pattern", N as u64, "elem", t);
+
+    ctx.status("cache fastpath_reuse_2t".to_string());
+    let t = ctx.measure_interleaved(loops, who.len(), |i, n| {
+        let barrier = Barrier::new(2);
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    barrier.wait();
+                    reuse(who[i], layout, n);
+                });
             }
         });
-        out.push(BenchResult::time(
-            "n_pattern",
-            w.name(),
-            N as u64,
-            "elem",
-            t,
-        ));
+    });
+    record("fastpath_reuse_2t", 2, "pair", t);
 
-        let t = ctx.measure(loops, |n| {
-            let barrier = Barrier::new(2);
-            std::thread::scope(|s| {
-                for _ in 0..2 {
-                    s.spawn(|| {
-                        barrier.wait();
-                        reuse(w, layout, n);
-                    });
-                }
-            });
-        });
-        out.push(BenchResult::time(
-            "fastpath_reuse_2t",
-            w.name(),
-            2,
-            "pair",
-            t,
-        ));
-
-        let w64 = match w {
+    ctx.status("cache cross_thread_free".to_string());
+    let l64 = Layout::from_size_align(64, 8).unwrap();
+    let t = ctx.measure_interleaved(loops, who.len(), |i, n| {
+        let w64 = match who[i] {
             Who::Kmem(_) => Who::Kmem(cache(64)),
             p => p,
         };
-        let l64 = Layout::from_size_align(64, 8).unwrap();
-        let t = ctx.measure(loops, |n| cross_thread(w64, l64, n));
-        out.push(BenchResult::time(
-            "cross_thread_free",
-            w.name(),
-            64,
-            "elem",
-            t,
-        ));
-    }
+        cross_thread(w64, l64, n)
+    });
+    record("cross_thread_free", 64, "elem", t);
     out
 }
 
