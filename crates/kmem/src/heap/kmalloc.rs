@@ -10,6 +10,7 @@
 //! per-CPU fallback (`percpu`). No lock of its own:
 //! the CPU area's rules apply (see `cpu`).
 
+use super::percpu::{tagged_rseq_area, RseqArea};
 use super::thread::{
     active_objcg, charged_cpu, enable_rseq_fast, fast_cpu, inline_area, rseq_tag, thread_cpu,
 };
@@ -29,6 +30,10 @@ impl Heap {
         if let Some(p) = self.kmem.kmalloc_fast(inline_area(), size, gfp) {
             return Some(p);
         }
+        if let Some(rseq) = tagged_rseq_area() {
+            // Per-CPU rseq mode: its fast path, chosen by the word already loaded.
+            return self.kmalloc_rseq(rseq, size, gfp);
+        }
         if let Some((c, cg)) = charged_cpu() {
             // An attached thread with an active memory cgroup: an object kept charged
             // to its objcg in its area's objcg sheaves (KFENCE samples no charged
@@ -37,29 +42,25 @@ impl Heap {
                 return Some(p);
             }
         }
-        self.kmalloc_other(size, gfp)
+        self.kmalloc_layers(size, gfp)
     }
 
-    /// [`Heap::kmalloc`] past its fast path: an empty sheaf, `__GFP_ZERO`, an active
-    /// memory cgroup, per-CPU mode, or a thread without its area yet. Not `#[cold]`:
-    /// it is per-CPU mode's fast path.
+    /// [`Heap::kmalloc`] in per-CPU rseq mode (the thread's fast word is the rseq
+    /// tag): the restartable pop of a plain request, then the layers. Not `#[cold]`:
+    /// it is that mode's fast path (out of line so that thread mode's stays as short,
+    /// and in a function of its own, whose few registers cost the pop little).
     #[inline(never)]
-    fn kmalloc_other(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        if fast_tls::get() == rseq_tag()
-            && !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO)
-        {
-            // Per-CPU rseq mode, a plain request: the restartable pop first, as the
-            // thread mode's pop comes before the layers below (here, not in
-            // `kmalloc`, so that the thread mode's fast path stays as short; and
-            // in a function of its own, whose few registers cost the pop little).
-            if let Some(p) = self.rseq_alloc_small(size) {
+    fn kmalloc_rseq(&self, rseq: RseqArea, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        if !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO) {
+            if let Some(p) = self.rseq_alloc_small(rseq, size) {
                 return Some(p);
             }
         }
         self.kmalloc_layers(size, gfp)
     }
 
-    /// [`Heap::kmalloc_other`] past the rseq pop: KFENCE, the sheaf slow path, the
+    /// [`Heap::kmalloc`] past its fast paths: an empty sheaf, `__GFP_ZERO`, an active
+    /// memory cgroup, a thread without its area yet — KFENCE, the sheaf slow path, the
     /// zone path, per-CPU mode's fallbacks, the charged path.
     #[inline(never)]
     fn kmalloc_layers(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
@@ -198,6 +199,11 @@ impl Heap {
         if unsafe { self.kmem.kfree_fast(inline_area(), p) } {
             return true;
         }
+        if let Some(rseq) = tagged_rseq_area() {
+            // Per-CPU rseq mode (as in `kmalloc`).
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.kfree_rseq(rseq, p) };
+        }
         if let Some((c, cg)) = charged_cpu() {
             // A thread with an active memory cgroup: an object charged to it may stay
             // charged in its area's objcg sheaves.
@@ -207,28 +213,27 @@ impl Heap {
             }
         }
         // SAFETY: forwarded from the caller.
-        unsafe { self.kfree_other(p) }
+        unsafe { self.kfree_layers(p) }
     }
 
-    /// [`Heap::kfree`] past its fast path (see [`Heap::kmalloc_other`]): a full sheaf,
-    /// a charged object, a large block, a bad pointer, per-CPU mode.
+    /// [`Heap::kfree`] in per-CPU rseq mode (see [`Heap::kmalloc_rseq`]): the
+    /// restartable push from the object's page, then the layers.
     ///
     /// # Safety
     /// As [`Heap::kfree`].
     #[inline(never)]
-    pub(super) unsafe fn kfree_other(&self, p: *mut u8) -> bool {
-        // Per-CPU rseq mode: the restartable push from the object's page first (as
-        // in `kmalloc_other`).
+    unsafe fn kfree_rseq(&self, rseq: RseqArea, p: *mut u8) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { fast_tls::get() == rseq_tag() && self.rseq_free_fast(p) || self.kfree_layers(p) }
+        unsafe { self.rseq_free_fast(rseq, p) || self.kfree_layers(p) }
     }
 
-    /// [`Heap::kfree_other`] past the rseq push.
+    /// [`Heap::kfree`] past its fast paths: a full sheaf, a charged object, a large
+    /// block, a bad pointer, per-CPU mode's fallbacks.
     ///
     /// # Safety
     /// As [`Heap::kfree`].
     #[inline(never)]
-    unsafe fn kfree_layers(&self, p: *mut u8) -> bool {
+    pub(super) unsafe fn kfree_layers(&self, p: *mut u8) -> bool {
         if crate::kfence::owns(p) {
             return self.kfence_free(p);
         }
@@ -237,16 +242,16 @@ impl Heap {
             return true;
         }
         if let Some(c) = fast_cpu() {
-            // As in `kmalloc_other`: the sheaf slow path without the layers below.
+            // As in `kmalloc_layers`: the sheaf slow path without the layers below.
             // SAFETY: forwarded from the caller.
             if let Some(done) = unsafe { self.kmem.kfree_sheaf_slow(c, p) } {
                 return done;
             }
         }
-        if fast_tls::get() == rseq_tag() {
-            // As in `kmalloc_other`: the restartable push first.
+        if let Some(rseq) = tagged_rseq_area() {
+            // As in `kmalloc_layers`: the restartable push.
             // SAFETY: forwarded from the caller.
-            if let Some(done) = unsafe { self.rseq_free_ptr(p) } {
+            if let Some(done) = unsafe { self.rseq_free_ptr(rseq, p) } {
                 return done;
             }
         }

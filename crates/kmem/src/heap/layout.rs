@@ -24,6 +24,7 @@
 //! No lock of its own: the kmalloc and page paths follow the CPU area's rules (see
 //! `cpu`), huge mappings the huge list's lock, taken inside `crate::huge`.
 
+use super::percpu::{tagged_rseq_area, RseqArea};
 use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, no_area, rseq_tag};
 use super::{heap, Heap, HEAP};
 use crate::platform::fast_tls;
@@ -56,10 +57,13 @@ pub fn alloc_small_fast(size: usize) -> *mut u8 {
 /// sheaf of the class; else (or when it is empty) null, for [`alloc_layout`].
 #[inline(always)]
 pub fn alloc_rseq_small(size: usize) -> *mut u8 {
-    if fast_tls::get() != rseq_tag() || size > kmem_core::kmalloc::SMALL_FAST_MAX {
+    let Some(rseq) = tagged_rseq_area() else {
+        return ptr::null_mut();
+    };
+    if size > kmem_core::kmalloc::SMALL_FAST_MAX {
         return ptr::null_mut();
     }
-    match HEAP.rseq_alloc_small(size) {
+    match HEAP.rseq_alloc_small(rseq, size) {
         Some(p) => p.as_ptr(),
         None => ptr::null_mut(),
     }
@@ -109,7 +113,7 @@ pub fn alloc_small_slow(size: usize) -> *mut u8 {
 #[inline(always)]
 pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
     // SAFETY: forwarded from the caller.
-    fast_tls::get() == rseq_tag() && unsafe { HEAP.rseq_free_fast(p) }
+    tagged_rseq_area().is_some_and(|rseq| unsafe { HEAP.rseq_free_fast(rseq, p) })
 }
 
 /// [`Heap::alloc`] (or, `zeroed`, [`Heap::alloc_zeroed`]) for the allocator front
@@ -135,8 +139,8 @@ pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
 /// [`alloc_layout`] in per-CPU rseq mode: a pop from the CPU's sheaf in a restartable
 /// sequence, else the regular path.
 #[inline(never)]
-fn alloc_rseq(layout: Layout) -> *mut u8 {
-    match HEAP.rseq_alloc_plain(layout.size()) {
+fn alloc_rseq(rseq: RseqArea, layout: Layout) -> *mut u8 {
+    match HEAP.rseq_alloc_plain(rseq, layout.size()) {
         Some(p) => p.as_ptr(),
         None => alloc_layout_rest(layout, false),
     }
@@ -144,8 +148,10 @@ fn alloc_rseq(layout: Layout) -> *mut u8 {
 
 #[inline(never)]
 fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
-    if !zeroed && layout.align() <= 8 && fast_tls::get() == rseq_tag() {
-        return alloc_rseq(layout);
+    if !zeroed && layout.align() <= 8 {
+        if let Some(rseq) = tagged_rseq_area() {
+            return alloc_rseq(rseq, layout);
+        }
     }
     alloc_layout_rest(layout, zeroed)
 }
@@ -220,9 +226,9 @@ pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
 #[inline(never)]
 pub unsafe fn dealloc_other(p: *mut u8) -> bool {
     let w = fast_tls::get();
-    if w == rseq_tag() {
+    if let Some(rseq) = tagged_rseq_area() {
         // SAFETY: forwarded from the caller.
-        return unsafe { dealloc_rseq(p) };
+        return unsafe { dealloc_rseq(rseq, p) };
     }
     if w != no_area() {
         if let Some(c) = fast_cpu() {
@@ -241,7 +247,7 @@ pub unsafe fn dealloc_other(p: *mut u8) -> bool {
         return match unsafe { HEAP.kmem.memcg().kfree_objcg_fast(c, p, cg) } {
             Some(done) => done,
             // SAFETY: forwarded from the caller.
-            None if HEAP.kmem.pages.in_span(p) => unsafe { HEAP.kfree_other(p) },
+            None if HEAP.kmem.pages.in_span(p) => unsafe { HEAP.kfree_layers(p) },
             // SAFETY: forwarded from the caller.
             None => unsafe { dealloc_slow(p) },
         };
@@ -256,9 +262,9 @@ pub unsafe fn dealloc_other(p: *mut u8) -> bool {
 /// # Safety
 /// As [`Heap::dealloc`].
 #[inline(never)]
-unsafe fn dealloc_rseq(p: *mut u8) -> bool {
+unsafe fn dealloc_rseq(rseq: RseqArea, p: *mut u8) -> bool {
     // SAFETY: forwarded from the caller.
-    match unsafe { HEAP.rseq_free_ptr(p) } {
+    match unsafe { HEAP.rseq_free_ptr(rseq, p) } {
         Some(done) => done,
         // SAFETY: forwarded from the caller.
         None => unsafe { dealloc_slow(p) },

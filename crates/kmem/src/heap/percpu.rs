@@ -182,6 +182,36 @@ pub(super) fn rseq_take(area_id: usize, freelist: &AtomicUsize) -> usize {
     freelist.swap(0, Ordering::AcqRel)
 }
 
+/// The thread's `struct rseq` as the rseq fast paths address it.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub(super) use crate::platform::rseq::RseqArea;
+/// Stands in for the thread's `struct rseq` where there are no restartable sequences
+/// ([`tagged_rseq_area`] never hands one out there).
+#[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+#[derive(Clone, Copy)]
+pub(super) struct RseqArea;
+
+/// The thread's `struct rseq` when its fast word is the rseq tag (per-CPU rseq mode,
+/// no active memory cgroup), else `None`: what the front ends' rseq fast paths test
+/// first, from the fast word they loaded already (its load is `pure`: the two merge),
+/// and pass on, so that the out-of-line halves test nothing again.
+#[inline(always)]
+pub(super) fn tagged_rseq_area() -> Option<RseqArea> {
+    if crate::platform::fast_tls::get() != super::thread::rseq_tag() {
+        return None;
+    }
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        // SAFETY: a fast word is the rseq tag only in per-CPU rseq mode
+        // (`refresh_fast`, `enable_rseq_fast`: `rseq_fast_paths`), which
+        // `resolve_mode` chooses only after `rseq::area` returned `Some`
+        // (`rseq_possible`).
+        Some(unsafe { crate::platform::rseq::area_known() })
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    None
+}
+
 /// Zeroes a fresh object of `s` for `__GFP_ZERO` (the core's `post_alloc_init`, for
 /// objects the platform's own fast paths handed out).
 #[inline]
@@ -276,8 +306,8 @@ impl Heap {
     /// word is `rseq_tag()`): an object of the plain kmalloc cache for `size` from the
     /// CPU's sheaf, or `None` (the regular path refills, zeroes and reports).
     #[inline(always)]
-    pub(super) fn rseq_alloc_plain(&self, size: usize) -> Option<NonNull<u8>> {
-        if let Some(p) = self.rseq_alloc_small(size) {
+    pub(super) fn rseq_alloc_plain(&self, rseq: RseqArea, size: usize) -> Option<NonNull<u8>> {
+        if let Some(p) = self.rseq_alloc_small(rseq, size) {
             return Some(p);
         }
         let s = self.kmem.kmalloc_cache(size, Gfp::KERNEL)?;
@@ -286,17 +316,17 @@ impl Heap {
 
     /// The rseq allocation fast path of a plain request up to `SMALL_FAST_MAX`
     /// bytes: from the size table straight to the CPU's main sheaf of the class (one
-    /// table load, then the restartable pop; no load through the cache). `None`: not
-    /// such a size, or the pop found nothing; the caller goes on.
+    /// table load, then the restartable pop; no load through the cache), `rseq`
+    /// from [`tagged_rseq_area`]. `None`: not such a size, or the pop found nothing;
+    /// the caller goes on.
     #[inline(always)]
-    pub(super) fn rseq_alloc_small(&self, size: usize) -> Option<NonNull<u8>> {
+    pub(super) fn rseq_alloc_small(&self, rseq: RseqArea, size: usize) -> Option<NonNull<u8>> {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
             let off = self.kmem.kmalloc_rseq_offset(size);
             if off == 0 {
                 return None;
             }
-            let rseq = crate::platform::rseq::area()?;
             // SAFETY: `rseq` is this thread's registered area; the table has
             // MAX_CPU_IDS entries, null or CPU areas, each holding at `off` the
             // `kmem_cache_cpu` of the class's cache, which runs on the restartable
@@ -309,7 +339,7 @@ impl Heap {
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         {
-            let _ = size;
+            let _ = (rseq, size);
             None
         }
     }
@@ -321,9 +351,9 @@ impl Heap {
     /// # Safety
     /// As [`Heap::dealloc`].
     #[inline(always)]
-    pub(super) unsafe fn rseq_free_ptr(&self, p: *mut u8) -> Option<bool> {
+    pub(super) unsafe fn rseq_free_ptr(&self, rseq: RseqArea, p: *mut u8) -> Option<bool> {
         // SAFETY: forwarded from the caller.
-        if unsafe { self.rseq_free_fast(p) } {
+        if unsafe { self.rseq_free_fast(rseq, p) } {
             return Some(true);
         }
         match self.kmem.slub().lookup(p) {
@@ -335,16 +365,17 @@ impl Heap {
 
     /// The rseq free fast path: from the object's own page straight to the CPU's
     /// spare sheaf of its cache (`Slub::rseq_free_target`), pushed in a restartable
-    /// sequence that also checks the object's start. True when `p` went onto the
-    /// sheaf; false leaves it untouched (not a plain object of an rseq sheaf cache,
-    /// a full sheaf, a double free on the top: the regular path decides and reports).
+    /// sequence that also checks the object's start (`rseq` from
+    /// [`tagged_rseq_area`]). True when `p` went onto the sheaf; false leaves it
+    /// untouched (not a plain object of an rseq sheaf cache, a full sheaf, a double
+    /// free on the top: the regular path decides and reports).
     ///
     /// # Safety
     /// As [`Heap::dealloc`] when it returns true.
     #[inline(always)]
-    pub(super) unsafe fn rseq_free_fast(&self, p: *mut u8) -> bool {
+    pub(super) unsafe fn rseq_free_fast(&self, rseq: RseqArea, p: *mut u8) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { self.rseq_free_fast_to(p, None) }
+        unsafe { self.rseq_free_fast_to(rseq, p, None) }
     }
 
     /// [`Heap::rseq_free_fast`] for `kmem_cache_free(s, p)` when `want` is `Some(s)`:
@@ -355,7 +386,12 @@ impl Heap {
     /// # Safety
     /// As [`Heap::rseq_free_fast`].
     #[inline(always)]
-    pub(super) unsafe fn rseq_free_fast_to(&self, p: *mut u8, want: Option<&KmemCache>) -> bool {
+    pub(super) unsafe fn rseq_free_fast_to(
+        &self,
+        rseq: RseqArea,
+        p: *mut u8,
+        want: Option<&KmemCache>,
+    ) -> bool {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
             use crate::platform::rseq::{self, Pushed};
@@ -365,9 +401,6 @@ impl Heap {
             if want.is_some_and(|s| s.config().cpu_offset != off) {
                 return false;
             }
-            let Some(rseq) = rseq::area() else {
-                return false;
-            };
             let table = self.cpu_table.as_ptr().cast();
             // SAFETY: as in `rseq_alloc_small`, for the `cpu_offset` the object's
             // slab names (a cache on the restartable sequences, its slab without an
@@ -378,7 +411,7 @@ impl Heap {
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         {
-            let _ = (p, want);
+            let _ = (rseq, p, want);
             false
         }
     }

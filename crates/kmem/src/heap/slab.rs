@@ -6,7 +6,7 @@
 //! Fast paths as for kmalloc: the thread's own area, else the per-CPU fallback
 //! (`percpu`). No lock of its own: the CPU area's rules apply (see `cpu`).
 
-use super::percpu::zero_if_asked;
+use super::percpu::{tagged_rseq_area, zero_if_asked};
 use super::thread::{active_objcg, inline_area, rseq_tag, thread_cpu};
 use super::{Heap, HEAP};
 use crate::platform::fast_tls;
@@ -62,7 +62,7 @@ impl Heap {
         self.kmem_cache_alloc_other(s, gfp)
     }
 
-    /// [`Heap::kmem_cache_alloc`] past its fast path (see `Heap::kmalloc_other`).
+    /// [`Heap::kmem_cache_alloc`] past its fast path (see `Heap::kmalloc_rseq`).
     #[inline(never)]
     fn kmem_cache_alloc_other(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         if fast_tls::get() == rseq_tag() {
@@ -139,7 +139,7 @@ impl Heap {
         // object of `s`.
         // SAFETY: forwarded from the caller.
         unsafe {
-            fast_tls::get() == rseq_tag() && self.rseq_free_fast_to(p.as_ptr(), Some(s))
+            tagged_rseq_area().is_some_and(|r| self.rseq_free_fast_to(r, p.as_ptr(), Some(s)))
                 || self.kmem_cache_free_layers(s, p)
         }
     }

@@ -623,6 +623,12 @@ pub fn rseq_offset() -> Option<isize> {
     (off != 0).then_some(off)
 }
 
+/// [`rseq_offset`]'s word as it is: 0 when none was found.
+#[inline(always)]
+pub fn rseq_offset_raw() -> isize {
+    RSEQ_OFFSET.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// The CPU the caller runs on: the `cpu_id` field of the thread's rseq area (one load,
 /// kept current by the kernel), else `sched_getcpu`; 0 if unknown.
 #[inline]

@@ -48,7 +48,7 @@ macro_rules! rseq_arm {
     () => {
         "20:\n\
          lea {t}, [rip + 23f]\n\
-         mov qword ptr [{rseq} + 8], {t}\n\
+         mov qword ptr fs:[{rseq} + 8], {t}\n\
          21:"
     };
 }
@@ -59,7 +59,7 @@ macro_rules! rseq_arm {
 /// [`rseq_this_cpu_at`] add the `kmem_cache_cpu`'s offset.)
 macro_rules! rseq_cpu_area {
     () => {
-        "mov {t:e}, dword ptr [{rseq} + 4]\n\
+        "mov {t:e}, dword ptr fs:[{rseq} + 4]\n\
          cmp {t}, {len}\n\
          jae 25f\n\
          mov {cc}, qword ptr [{table} + {t} * 8]\n\
@@ -125,17 +125,33 @@ macro_rules! rseq_push_end {
 /// Entries of the CPU table the sections index (CPU ids at or past it: no area).
 pub const TABLE_LEN: usize = super::MAX_CPU_IDS;
 
+/// The calling thread's `struct rseq`, named by its offset from the thread pointer
+/// (glibc's `__rseq_offset`): the sections address it as `fs:[offset + field]`, so
+/// that reaching `cpu_id` is one load rather than two (the thread pointer from `fs:0`,
+/// then the field). The same for every thread; meaningful only with the `fs` base of a
+/// thread glibc registered (all of them, once [`area`] returns it).
+#[derive(Clone, Copy, Debug)]
+pub struct RseqArea(isize);
+
 /// The calling thread's `struct rseq`, if glibc registered one.
 #[inline]
-pub fn area() -> Option<*mut u8> {
-    let off = super::linux::rseq_offset()?;
-    let tp: usize;
-    // SAFETY: on x86_64 glibc keeps the thread pointer at fs:0 (the TCB's
-    // self-pointer); reading it has no side effects.
-    unsafe {
-        std::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
-    };
-    Some((tp as isize + off) as *mut u8)
+pub fn area() -> Option<RseqArea> {
+    super::linux::rseq_offset().map(RseqArea)
+}
+
+/// [`area`] without its test, for a caller that knows it returned `Some` before (on
+/// any thread: glibc registers every thread at the same offset, and the offset once
+/// found never changes). Per-CPU rseq mode is chosen only then, so a thread whose
+/// fast word is the rseq tag may use this.
+///
+/// # Safety
+/// [`area`] has returned `Some` in this process. (Otherwise the sections would
+/// address the TCB's own words as a `struct rseq`.)
+#[inline(always)]
+pub unsafe fn area_known() -> RseqArea {
+    let off = super::linux::rseq_offset_raw();
+    debug_assert_ne!(off, 0);
+    RseqArea(off)
 }
 
 /// Pops an object from the CPU freelist of the cache `cfg` on the CPU the thread runs
@@ -149,7 +165,7 @@ pub fn area() -> Option<*mut u8> {
 /// with `rseq` set (no other context changes a CPU's freelist except by committing on
 /// that CPU, or while it is empty).
 #[inline]
-pub unsafe fn pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
+pub unsafe fn pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> usize {
     let obj: usize;
     // SAFETY: the caller's contract. Inside the section every load is from the CPU
     // table, the area's `kmem_cache_cpu`, or the free pointer word of an object that
@@ -183,7 +199,7 @@ pub unsafe fn pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
             "xor {obj:e}, {obj:e}",
             "26:",
             rseq_descriptor!(),
-            rseq = in(reg) rseq,
+            rseq = in(reg) rseq.0,
             table = in(reg) table,
             cfg = in(reg) cfg as *const CacheConfig,
             slab = in(reg) cfg.slab_bytes(),
@@ -224,7 +240,7 @@ pub enum Pushed {
 /// and the caller gives it up.
 #[inline]
 pub unsafe fn push(
-    rseq: *mut u8,
+    rseq: RseqArea,
     table: *const u8,
     cfg: &CacheConfig,
     obj: usize,
@@ -258,7 +274,7 @@ pub unsafe fn push(
             "mov qword ptr [{cc} + {off_fl}], {obj}",
             rseq_push_end!(),
             rseq_descriptor!(),
-            rseq = in(reg) rseq,
+            rseq = in(reg) rseq.0,
             table = in(reg) table,
             cfg = in(reg) cfg as *const CacheConfig,
             obj = in(reg) obj,
@@ -293,7 +309,7 @@ pub unsafe fn push(
 /// As [`sheaf_pop_at`] with the cache's `cpu_offset`: `cfg` is the live config of a
 /// cache with `FastPath::SheafRseq`.
 #[inline]
-pub unsafe fn sheaf_pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> usize {
+pub unsafe fn sheaf_pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> usize {
     // SAFETY: forwarded; a cache's `cpu_offset` never changes.
     unsafe { sheaf_pop_at(rseq, table, cfg.cpu_offset) }
 }
@@ -309,7 +325,7 @@ pub unsafe fn sheaf_pop(rseq: *mut u8, table: *const u8, cfg: &CacheConfig) -> u
 /// cache; no other context changes a CPU's main sheaf except by committing on that
 /// CPU, or after taking its word).
 #[inline]
-pub unsafe fn sheaf_pop_at(rseq: *mut u8, table: *const u8, off: usize) -> usize {
+pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usize {
     let obj: usize;
     // SAFETY: the caller's contract. Inside the section every load is from the CPU
     // table, the area's `kmem_cache_cpu`, or slot `count - 1` of the CPU's main sheaf
@@ -337,7 +353,7 @@ pub unsafe fn sheaf_pop_at(rseq: *mut u8, table: *const u8, off: usize) -> usize
             "xor {obj:e}, {obj:e}",
             "26:",
             rseq_descriptor!(),
-            rseq = in(reg) rseq,
+            rseq = in(reg) rseq.0,
             table = in(reg) table,
             off = in(reg) off,
             len = const TABLE_LEN,
@@ -360,7 +376,12 @@ pub unsafe fn sheaf_pop_at(rseq: *mut u8, table: *const u8, off: usize) -> usize
 /// # Safety
 /// As [`sheaf_push_at`] with the cache's `cpu_offset`.
 #[inline]
-pub unsafe fn sheaf_push(rseq: *mut u8, table: *const u8, cfg: &CacheConfig, obj: usize) -> Pushed {
+pub unsafe fn sheaf_push(
+    rseq: RseqArea,
+    table: *const u8,
+    cfg: &CacheConfig,
+    obj: usize,
+) -> Pushed {
     // SAFETY: forwarded; a cache's `cpu_offset` never changes.
     unsafe { sheaf_push_at(rseq, table, cfg.cpu_offset, obj) }
 }
@@ -377,7 +398,7 @@ pub unsafe fn sheaf_push(rseq: *mut u8, table: *const u8, cfg: &CacheConfig, obj
 /// As [`sheaf_pop_at`]; `obj` lies in a slab of the cache whose `cpu_offset` is `off`
 /// and the caller gives it up if it starts an object there.
 #[inline]
-pub unsafe fn sheaf_push_at(rseq: *mut u8, table: *const u8, off: usize, obj: usize) -> Pushed {
+pub unsafe fn sheaf_push_at(rseq: RseqArea, table: *const u8, off: usize, obj: usize) -> Pushed {
     let res: usize;
     // SAFETY: the caller's contract. A count below the capacity means a spare sheaf
     // with `count` objects and `capacity` slots, whose cache's object checks are in
@@ -416,7 +437,7 @@ pub unsafe fn sheaf_push_at(rseq: *mut u8, table: *const u8, off: usize, obj: us
             "xor {t:e}, {t:e}",
             "26:",
             rseq_descriptor!(),
-            rseq = in(reg) rseq,
+            rseq = in(reg) rseq.0,
             table = in(reg) table,
             off = in(reg) off,
             obj = in(reg) obj,
@@ -448,7 +469,7 @@ pub unsafe fn sheaf_push_at(rseq: *mut u8, table: *const u8, off: usize, obj: us
 /// `rseq` is the calling thread's registered `struct rseq`; `freelist` is the
 /// `freelist` word of a `kmem_cache_cpu` in CPU `cpu`'s area.
 #[inline]
-pub unsafe fn take_on(rseq: *mut u8, cpu: usize, freelist: *mut usize) -> Option<usize> {
+pub unsafe fn take_on(rseq: RseqArea, cpu: usize, freelist: *mut usize) -> Option<usize> {
     let v: usize;
     let ok: usize;
     // SAFETY: the caller's contract; the commit (the store of 0) is the last
@@ -456,7 +477,7 @@ pub unsafe fn take_on(rseq: *mut u8, cpu: usize, freelist: *mut usize) -> Option
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
-            "mov {t:e}, dword ptr [{rseq} + 4]",
+            "mov {t:e}, dword ptr fs:[{rseq} + 4]",
             "cmp {t}, {cpu}",
             "jne 25f",
             "mov {v}, qword ptr [{fl}]",
@@ -469,7 +490,7 @@ pub unsafe fn take_on(rseq: *mut u8, cpu: usize, freelist: *mut usize) -> Option
             "xor {v:e}, {v:e}",
             "26:",
             rseq_descriptor!(),
-            rseq = in(reg) rseq,
+            rseq = in(reg) rseq.0,
             cpu = in(reg) cpu,
             fl = in(reg) freelist,
             v = out(reg) v,
