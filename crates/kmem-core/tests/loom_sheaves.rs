@@ -1,7 +1,8 @@
 //! loom models of what the sheaves design relies on (`slab/sheaf.rs`, `slab/barn.rs`):
 //!
 //! 1. The sheaves under restartable sequences (`cpu-rseq`): sections on a CPU pop
-//!    from the main sheaf and push onto the spare by reading that sheaf's
+//!    from the main sheaf (or the spare, when the main one is empty) and push onto the
+//!    spare by reading that sheaf's
 //!    `count | capacity << 32` word, reading or writing a slot, and committing the word; the area's lock holder, which may run on another
 //!    CPU, first *takes* the word (a section on that CPU that stores 0), then works on
 //!    the sheaves with plain accesses, then *installs* the main pointer and the word
@@ -93,17 +94,23 @@ impl Cpu {
         c
     }
 
-    /// `rseq::sheaf_pop`, on the main sheaf.
+    /// `rseq::sheaf_pop`: on the main sheaf, or on the spare when the main one is
+    /// empty (the swap of the lock holder's slow path, done by the section).
     fn pop(&self) -> Option<usize> {
         let _cpu = self.on_cpu.lock().unwrap();
-        let wv = self.main_word.load(Ordering::Acquire);
+        let (mut word, mut sheaf) = (&self.main_word, &self.main);
+        let mut wv = word.load(Ordering::Acquire);
+        if wv as u32 == 0 {
+            (word, sheaf) = (&self.spare_word, &self.spare);
+            wv = word.load(Ordering::Acquire);
+        }
         let n = wv as u32 as usize;
         if n == 0 {
             return None;
         }
-        let m = self.main.load(Ordering::Relaxed);
-        let obj = self.sheaves[m].get(n - 1);
-        self.main_word.store(wv - 1, Ordering::Relaxed);
+        let s = sheaf.load(Ordering::Relaxed);
+        let obj = self.sheaves[s].get(n - 1);
+        word.store(wv - 1, Ordering::Relaxed);
         Some(obj)
     }
 

@@ -11,9 +11,7 @@
 //! the CPU area's rules apply (see `cpu`).
 
 use super::percpu::{tagged_rseq_area, RseqArea};
-use super::thread::{
-    active_objcg, charged_cpu, enable_rseq_fast, fast_cpu, inline_area, rseq_tag, thread_cpu,
-};
+use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, rseq_tag, thread_cpu};
 use super::Heap;
 use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
@@ -108,10 +106,7 @@ impl Heap {
     /// else under the CPU area's lock), a thread's first allocation, the zone path.
     #[inline(always)]
     fn kmalloc_percpu(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        if self.rseq_fast_paths() {
-            // From now on the front ends take the rseq fast paths directly.
-            enable_rseq_fast();
-        }
+        self.enable_rseq_fast_paths();
         self.percpu_fallback(
             || {
                 self.kmem
@@ -280,6 +275,7 @@ impl Heap {
     /// As [`Heap::kfree`].
     #[inline(always)]
     unsafe fn kfree_percpu(&self, p: *mut u8) -> bool {
+        self.enable_rseq_fast_paths();
         self.percpu_fallback(
             || match self.kmem.slub().lookup(p) {
                 // SAFETY: a checked object of `slab`, given up by the caller.

@@ -91,6 +91,7 @@ impl Heap {
     /// [`Heap::kmem_cache_alloc`] without a thread area (see `Heap::kmalloc_percpu`).
     #[inline(always)]
     fn kmem_cache_alloc_percpu(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        self.enable_rseq_fast_paths();
         self.percpu_fallback(
             || self.rseq_alloc(s, gfp).map(Some),
             |area| {
@@ -164,6 +165,7 @@ impl Heap {
     /// As [`Heap::kmem_cache_free`].
     #[inline(always)]
     unsafe fn kmem_cache_free_percpu(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
+        self.enable_rseq_fast_paths();
         self.percpu_fallback(
             || match self.kmem.slub().lookup(p.as_ptr()) {
                 ObjectLookup::Slab(found, slab) if std::ptr::eq(found, s) => {

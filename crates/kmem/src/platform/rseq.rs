@@ -14,10 +14,10 @@
 //! - [`push`]: if `freelist` is in the object's slab (the CPU slab), write the
 //!   object's encoded free pointer and commit `freelist = obj`;
 //! - [`sheaf_pop_at`], [`sheaf_push_at`] (sheaves design; [`sheaf_pop`] and
-//!   [`sheaf_push`] take the cache's config): on the CPU's main sheaf (pop) or spare
-//!   sheaf (push) of the `kmem_cache_cpu` at a given offset, whose `count | capacity
-//!   << 32` words sit in it: read the word, read or write the slot, commit the word
-//!   less or plus one; the push first checks that the object starts one of the
+//!   [`sheaf_push`] take the cache's config): on the CPU's main sheaf, or its spare
+//!   when the main one is empty (pop), or its spare sheaf (push) of the
+//!   `kmem_cache_cpu` at a given offset, whose `count | capacity << 32` words sit in
+//!   it: read the word, read or write the slot, commit the word less or plus one; the push first checks that the object starts one of the
 //!   cache's objects (the `free_*` words of the same line), so the front ends' free
 //!   needs nothing but the object's page before it;
 //! - [`take_on`]: on CPU `cpu` only, commit `freelist = 0` and return the old value
@@ -302,8 +302,9 @@ pub unsafe fn push(
 }
 
 /// Pops an object from the main sheaf of the cache `cfg` on the CPU the thread runs
-/// on (sheaves design); 0 when there is none (no area for the CPU yet, or the sheaf is
-/// empty or taken by the lock holder: its word is 0).
+/// on, or from its spare when the main one is empty (sheaves design); 0 when there is
+/// none (no area for the CPU yet, or both sheaves are empty or taken by the lock
+/// holder: their words are 0).
 ///
 /// # Safety
 /// As [`sheaf_pop_at`] with the cache's `cpu_offset`: `cfg` is the live config of a
@@ -314,39 +315,56 @@ pub unsafe fn sheaf_pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> 
     unsafe { sheaf_pop_at(rseq, table, cfg.cpu_offset) }
 }
 
+// Each sheaf's pointer sits one word after its `count | capacity << 32` word, so the
+// pop reaches either sheaf from the address of its word.
+const _: () = assert!(SHEAF_MAIN_OFFSET == SHEAF_LEN_OFFSET + 8);
+const _: () = assert!(SPARE_OFFSET == SPARE_LEN_OFFSET + 8);
+
 /// Pops an object from the main sheaf of the `kmem_cache_cpu` at offset `off` of the
-/// CPU area of the CPU the thread runs on; 0 when there is none (no area for the CPU
-/// yet, or the sheaf is empty or taken by the lock holder: its word is 0).
+/// CPU area of the CPU the thread runs on, or from the spare sheaf (where the frees
+/// went) when the main one is empty; 0 when there is none (no area for the CPU yet, or
+/// both sheaves are empty or taken by the lock holder: their words are 0).
+///
+/// Popping the spare is what thread mode's swap of the two sheaves does, without the
+/// swap: in this mode a swap is the locked slow path (the area's lock, two takes, two
+/// installs), which an allocation after a run of frees otherwise paid once a sheaf
+/// (`bench percpu` fastpath_reuse_2t: 15–20 ns a pair).
 ///
 /// # Safety
 /// `rseq` is the calling thread's registered `struct rseq`; `table` has
 /// [`TABLE_LEN`] entries, each null or a CPU area in which `off` holds the
 /// `kmem_cache_cpu` of a cache with `FastPath::SheafRseq` (the `cpu_offset` of such a
-/// cache; no other context changes a CPU's main sheaf except by committing on that
-/// CPU, or after taking its word).
+/// cache; no other context changes a CPU's sheaves except by committing on that CPU,
+/// or after taking their words).
 #[inline]
 pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usize {
     let obj: usize;
     // SAFETY: the caller's contract. Inside the section every load is from the CPU
-    // table, the area's `kmem_cache_cpu`, or slot `count - 1` of the CPU's main sheaf
-    // (a non-zero count means the sheaf has `count` objects); the commit is the store
-    // of the count, the last instruction before label 22. Inputs are never written.
+    // table, the area's `kmem_cache_cpu`, or slot `count - 1` of the sheaf whose word
+    // `w` addresses (a non-zero count means that sheaf has `count` objects, its pointer
+    // one word after the word); the commit is the store of that count, the last
+    // instruction before label 22. Inputs are never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
             rseq_this_cpu_at!(),
-            // (`t` is free once `cc` is known: it holds the count, `obj` the sheaf;
-            // six registers, all of them ones a call may clobber anyway.) The count
-            // is the word's low half: a 32-bit load and a 32-bit commit, which leave
-            // the capacity half as it is (a take zeroes the whole word, on this CPU
-            // or where no sequence runs, so none falls between the two).
-            "mov {t:e}, dword ptr [{cc} + {off_len}]",
+            // The count is the word's low half: a 32-bit load and a 32-bit commit,
+            // which leave the capacity half as it is (a take zeroes the whole word, on
+            // this CPU or where no sequence runs, so none falls between the two).
+            // `w`: the main sheaf's word, else the spare's when the main is empty.
+            "lea {w}, [{cc} + {off_len}]",
+            "mov {t:e}, dword ptr [{w}]",
+            "test {t:e}, {t:e}",
+            "jnz 31f",
+            "lea {w}, [{cc} + {off_slen}]",
+            "mov {t:e}, dword ptr [{w}]",
             "test {t:e}, {t:e}",
             "jz 25f",
-            "mov {obj}, qword ptr [{cc} + {off_main}]",
+            "31:",
+            "mov {obj}, qword ptr [{w} + 8]",
             "mov {obj}, qword ptr [{obj} + {t} * 8 + {hdr} - 8]",
             "dec {t:e}",
-            "mov dword ptr [{cc} + {off_len}], {t:e}",
+            "mov dword ptr [{w}], {t:e}",
             "22:",
             "jmp 26f",
             "25:",
@@ -358,10 +376,11 @@ pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usiz
             off = in(reg) off,
             len = const TABLE_LEN,
             off_len = const SHEAF_LEN_OFFSET,
-            off_main = const SHEAF_MAIN_OFFSET,
+            off_slen = const SPARE_LEN_OFFSET,
             hdr = const SHEAF_HEADER,
             obj = out(reg) obj,
             t = out(reg) _,
+            w = out(reg) _,
             cc = out(reg) _,
             options(nostack),
         );
