@@ -110,9 +110,18 @@ impl Heap {
         self.kmem.pages.drain_all_pages(self.cpu().get());
     }
 
-    /// Gives every free 2 MiB block back to the OS now and takes free sections offline
-    /// (`malloc_trim`); returns the pages given back.
+    /// `malloc_trim`: first what the caches keep for reuse goes back to the page
+    /// allocator — the caller's sheaves and every barn flushed to their slabs, empty
+    /// slabs freed ([`Heap::shrink_all`]; other threads drain at their next call) —
+    /// then every free block is given back to the OS now and free sections go
+    /// offline. Returns the pages given back.
+    ///
+    /// Also what a program can call between two phases: the objects an earlier phase
+    /// freed in random order otherwise stay in the barns (up to 4 MiB a small class)
+    /// and go round again, laid out as that phase left them (BENCHMARKS.md, "`global`
+    /// after `workloads`").
     pub fn trim(&self) -> usize {
+        self.shrink_all();
         self.drain_local();
         self.huge.trim() / kmem_core::PAGE_SIZE + self.kmem.pages.report_free_pages()
     }
