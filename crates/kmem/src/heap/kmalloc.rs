@@ -2,13 +2,14 @@
 //! `kcalloc`, `krealloc`, `ksize`, `kfree`, each charged to (or uncharging) the
 //! thread's active memory cgroup.
 //!
-//! Fast paths: one thread-local load (`thread::fast_cpu`); with the thread's area
-//! (thread mode, attached, no active memory cgroup) straight to the core with that
-//! area; with an active memory cgroup (two more such loads, `thread::charged_cpu`) the
-//! area's objcg sheaves; otherwise, out of line, the restartable sequence when the word
-//! says per-CPU rseq mode (`thread::rseq_tag`), else the memory cgroup's path or the
-//! per-CPU fallback (`percpu`). No lock of its own:
-//! the CPU area's rules apply (see `cpu`).
+//! Fast paths: one thread-local load (the fast word, `thread::inline_area`); with the
+//! thread's area (thread mode, attached, no active memory cgroup) straight to the core
+//! with that area; when the same word says per-CPU rseq mode (`thread::rseq_tag`), out
+//! of line the restartable sequence (`kmalloc_rseq`, `kfree_rseq`); with an active
+//! memory cgroup (two more such loads, `thread::charged_cpu`) the area's objcg sheaves;
+//! else, out of line, the layers (`kmalloc_layers`, `kfree_layers`: KFENCE, the sheaf
+//! slow path, the memory cgroup's path, the per-CPU fallback of `percpu`). No lock of
+//! its own: the CPU area's rules apply (see `cpu`).
 
 use super::percpu::{tagged_rseq_area, RseqArea};
 use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, rseq_tag, thread_cpu};
