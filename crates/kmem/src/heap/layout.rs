@@ -73,7 +73,7 @@ pub fn alloc_rseq_small(size: usize) -> *mut u8 {
 /// `size <= MEDIUM_FAST_MAX`), before the heap's layers: per-CPU rseq mode's
 /// restartable pop (sizes up to `SMALL_FAST_MAX`), or, on a thread with its own area,
 /// the class's sheaf slow path straight away (a swap of its two sheaves, a barn
-/// exchange or a refill: [`alloc_sheaf_slow`]), or, on a thread with an active memory
+/// exchange or a refill: `alloc_sheaf_slow`), or, on a thread with an active memory
 /// cgroup, the pop from its objcg sheaves. Null: take [`alloc_layout`], which does
 /// everything else (and tries these again; they refuse fast).
 ///
