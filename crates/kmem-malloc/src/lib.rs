@@ -4,8 +4,9 @@
 //! The C ABI over the process heap of the `kmem` crate: the malloc family, the
 //! alignment functions, `malloc_usable_size`, and harmless answers for glibc's
 //! extras (`malloc_trim` trims, `malloc_stats` prints kmem's report, `mallinfo2`
-//! reports kmem's figures, `mallopt` accepts and ignores). C++'s `operator new` and
-//! `delete` reach `malloc` and `free`.
+//! reports kmem's figures, `mallopt` accepts and ignores). C++'s global
+//! `operator new` and `operator delete`, every form, are kmem's too (`cxx`): the same
+//! fast paths as `malloc` and `free`, without the C++ runtime's wrappers.
 //!
 //! Rules this file keeps:
 //! - Nothing here allocates through Rust's allocator (it would be this malloc again)
@@ -44,6 +45,8 @@
 //! kmalloc-192 to 64, the others to their size), so plain `malloc` gets it for free.
 
 #![allow(clippy::missing_safety_doc)] // C ABI: the contracts are C's.
+
+mod cxx;
 
 use kmem::heap;
 use libc::{c_int, c_void, size_t};

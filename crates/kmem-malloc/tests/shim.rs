@@ -273,6 +273,60 @@ fn cpp_map_and_strings() {
     assert!(out.starts_with("50000 "), "{out}");
 }
 
+/// C++'s global operators are kmem's own (`cxx.rs`): every form resolves to
+/// libkmem.so, round trips with its alignment, and keeps C++'s failure semantics
+/// (`std::bad_alloc`, null from the nothrow forms, the new-handler's call) by
+/// handing failures to the C++ runtime; the output matches a run without kmem.
+#[test]
+fn cxx_operators_are_kmems_and_fail_as_cxx_does() {
+    let prog = compile("cxx_new.cpp");
+    let name = lib().file_name().unwrap().to_str().unwrap().to_owned();
+    let out = run_with(&prog, &["where"], true, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines = text(&out.stdout);
+    assert_eq!(lines.lines().count(), 8, "{lines}");
+    for l in lines.lines() {
+        assert!(l.ends_with(&format!(" {name}")), "{l}: not kmem's\n{lines}");
+    }
+    // Without the preload the C++ runtime defines them: the check can tell.
+    let plain = text(&run_with(&prog, &["where"], false, &[]).stdout);
+    assert!(!plain.contains(&name), "{plain}");
+    for env in [
+        &[][..],
+        &[("KMEM_PERCPU", "cpu-rseq")][..],
+        &[("KMEM_DEBUG", "FZPU")][..],
+    ] {
+        for what in ["forms", "fail"] {
+            let out = run_with(&prog, &[what], true, env);
+            assert!(
+                out.status.success(),
+                "{what} {env:?}: {}",
+                text(&out.stderr)
+            );
+            let expect = text(&run_with(&prog, &[what], false, &[]).stdout);
+            assert_eq!(text(&out.stdout), expect, "{what} {env:?}");
+        }
+    }
+    let fail = text(&run_with(&prog, &["fail"], true, &[]).stdout);
+    assert_eq!(
+        fail, "bad_alloc 3\nnothrow null\nhandler 1 then bad_alloc\n",
+        "huge requests throw, return null, call the handler once"
+    );
+}
+
+/// `delete` checks the pointer as `free` does: a double delete is reported in the
+/// kernel's format, then the program aborts.
+#[test]
+fn cxx_double_delete_is_reported_and_aborts() {
+    use std::os::unix::process::ExitStatusExt;
+    let prog = compile("cxx_new.cpp");
+    let out = run_with(&prog, &["double"], true, &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "{err}");
+    assert!(err.contains("BUG kmalloc-8"), "{err}");
+    assert!(err.contains("Object already free"), "{err}");
+}
+
 #[test]
 fn slub_debug_through_the_shim() {
     let prog = compile("debug.c");
