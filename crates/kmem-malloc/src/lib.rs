@@ -40,9 +40,15 @@
 //! `_enter`/`_leave`, `_usage`, `_stat` (declared in `include/kmem.h`) account and
 //! limit what a thread allocates, as kmem's `MemCgroup` does for Rust programs.
 //!
-//! Alignment: glibc promises 16 bytes for requests of 16 bytes or more; kmalloc
-//! classes above 8 bytes are multiples of 16 and aligned to it (kmalloc-96 to 32,
-//! kmalloc-192 to 64, the others to their size), so plain `malloc` gets it for free.
+//! Alignment: `malloc(n)` is aligned for any object of `n` bytes, as C17 asks (DR
+//! 445) and as mimalloc does: 16 bytes for every `n` that is a multiple of 16 and for
+//! every `n` above 64 (the classes there are multiples of 16: kmalloc-96 aligned to
+//! 32, kmalloc-192 to 64, the others to their size), but 8 for the requests of 17–24,
+//! 33–40 and 49–56 bytes, which the 8-aligned kmalloc-24, -40 and -56 serve (no
+//! 16-aligned type has those sizes). glibc, jemalloc and tcmalloc align those to
+//! 16 too; GCC does not assume it of `malloc` (it copies into them with unaligned
+//! stores). `posix_memalign`/`aligned_alloc` give any alignment asked for, and C++'s
+//! array `new` rounds up past those classes (`cxx`).
 
 #![allow(clippy::missing_safety_doc)] // C ABI: the contracts are C's.
 
@@ -53,7 +59,8 @@ use libc::{c_int, c_void, size_t};
 use std::alloc::Layout;
 use std::ptr;
 
-/// The alignment `malloc` asks the heap for (the class size gives 16 above 8 bytes).
+/// The alignment `malloc` asks the heap for (the class gives each object what its
+/// size allows: see the crate docs).
 const MALLOC_ALIGN: usize = 8;
 
 /// The library's load-time constructor (an `.init_array` entry, run by the dynamic
