@@ -296,9 +296,19 @@ macro_rules! delete {
             $(let _ = $arg;)*
             // SAFETY: the caller's pointer, from `new` (kmem's, or the runtime's,
             // which is kmem's malloc): free checks it as for C.
-            unsafe { free_or_abort(p) };
+            unsafe { delete_body(p) };
         }
     )*};
+}
+
+/// What every `delete` form runs: `free`'s body, out of line, so that each form is
+/// a jump to it. Inlined, the forms would be copies of `free` that the compiler
+/// merges into it, and profilers and debuggers would name a C program's `free`
+/// after one of them (`operator delete[]`).
+#[inline(never)]
+unsafe extern "C" fn delete_body(p: *mut c_void) {
+    // SAFETY: forwarded from the `delete` forms' callers.
+    unsafe { free_or_abort(p) }
 }
 
 delete! {
