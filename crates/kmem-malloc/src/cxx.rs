@@ -42,14 +42,8 @@
 // The functions are named by their mangled C++ names.
 #![allow(non_snake_case)]
 
-use super::{alloc, free_or_abort, malloc_other};
+use super::{alloc, free_or_abort, malloc_other, MALLOC_ALIGN};
 use libc::{c_char, c_void, size_t};
-
-/// The alignment C++ guarantees without `align_val_t`
-/// (`__STDCPP_DEFAULT_NEW_ALIGNMENT__`, 16 on x86-64 and AArch64 Linux): an
-/// `align_val_t` form asking for no more is served as the plain form is (`malloc`'s
-/// classes align each object for its size, module docs).
-const DEFAULT_NEW_ALIGN: usize = 16;
 
 /// A NUL-terminated mangled name, passed in one register (made by `name!`).
 #[derive(Clone, Copy)]
@@ -173,7 +167,11 @@ extern "C-unwind" fn new_slow_nothrow(name: Name, size: size_t, nt: *const c_voi
 /// none or `align` is not a power of two (the caller hands over to the runtime).
 #[inline]
 fn new_aligned(size: size_t, align: usize) -> *mut c_void {
-    if align <= DEFAULT_NEW_ALIGN {
+    // Only 8 bytes come with every class: `new(24, align_val_t(16))` must not get
+    // kmalloc-24's 8-aligned object, so anything more takes the layout path, whose
+    // class covers the alignment. (The compiler passes `align_val_t` only above
+    // `__STDCPP_DEFAULT_NEW_ALIGNMENT__`, 16; explicit calls may pass less.)
+    if align <= MALLOC_ALIGN {
         let p = new_fast(size);
         return if p.is_null() { malloc_other(size) } else { p };
     }

@@ -140,6 +140,16 @@ static int forms() {
         CHECK(((std::uintptr_t)r & 127) == 0);
         ::operator delete[](r, n, std::align_val_t(128));
     }
+    // align_val_t at or below the default alignment: still honoured, whatever the
+    // size's class would give (kmalloc-24, -40 and -56 are 8-aligned).
+    for (std::size_t n = 1; n <= 200; n++) {
+        for (std::size_t al : {1, 2, 4, 8, 16}) {
+            void *p = ::operator new(n, std::align_val_t(al));
+            CHECK(((std::uintptr_t)p & (al - 1)) == 0);
+            fill(p, n, 3);
+            ::operator delete(p, std::align_val_t(al));
+        }
+    }
     // new'd memory is malloc's: free and realloc take it.
     char *s = new char[40];
     std::strcpy(s, "grows");
