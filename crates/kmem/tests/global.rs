@@ -89,6 +89,46 @@ fn alloc_zeroed_fresh_and_reused() {
     }
 }
 
+/// `alloc_zeroed` pops from the same sheaves as `alloc` and clears what it hands out:
+/// objects dirtied and freed (more than the thread's two sheaves hold, so that they
+/// come back through swaps and the barn) are all zero when allocated zeroed again.
+#[test]
+fn alloc_zeroed_reuses_dirty_objects_cleared() {
+    for size in [8usize, 17, 24, 100, 250, 1000, 3000, 20_000] {
+        let layout = Layout::from_size_align(size, 8).unwrap();
+        let n = if size <= 1000 { 600 } else { 60 };
+        for round in 0..3 {
+            let ps: Vec<*mut u8> = (0..n)
+                // SAFETY: non-zero size.
+                .map(|_| unsafe { alloc(layout) })
+                .collect();
+            for &p in &ps {
+                assert!(!p.is_null());
+                // SAFETY: ours, `size` bytes.
+                unsafe { p.write_bytes(0xa5, size) };
+            }
+            for &p in &ps {
+                // SAFETY: ours, freed once.
+                unsafe { dealloc(p, layout) };
+            }
+            let zs: Vec<*mut u8> = (0..n)
+                // SAFETY: non-zero size.
+                .map(|_| unsafe { alloc_zeroed(layout) })
+                .collect();
+            for &p in &zs {
+                assert!(!p.is_null());
+                // SAFETY: ours, `size` bytes.
+                let bytes = unsafe { std::slice::from_raw_parts(p, size) };
+                assert!(bytes.iter().all(|&b| b == 0), "size {size} round {round}");
+            }
+            for &p in &zs {
+                // SAFETY: ours, freed once.
+                unsafe { dealloc(p, layout) };
+            }
+        }
+    }
+}
+
 #[test]
 fn realloc_keeps_contents_and_stays_in_place_when_it_can() {
     let layout = Layout::from_size_align(50, 8).unwrap();

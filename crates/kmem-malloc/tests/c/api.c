@@ -17,11 +17,13 @@ int main(void) {
     free(z);
     free(NULL);
 
-    /* Minimum alignment: 16 bytes for sizes >= 16; usable size is writable. */
+    /* Minimum alignment: what any object of n bytes needs (the largest power of
+       two dividing n, up to 16), and 16 above 64 bytes; usable size is writable. */
     for (size_t n = 1; n <= 70000; n = n * 3 + 1) {
         unsigned char *p = malloc(n);
         CHECK(p != NULL);
-        if (n >= 16) CHECK(((uintptr_t)p & 15) == 0);
+        size_t want = n > 64 ? 16 : ((n & -n) < 16 ? (n & -n) : 16);
+        CHECK(((uintptr_t)p & (want - 1)) == 0);
         size_t u = malloc_usable_size(p);
         CHECK(u >= n);
         memset(p, 0xab, u);
@@ -43,6 +45,28 @@ int main(void) {
     free(c);
     errno = 0;
     CHECK(calloc(SIZE_MAX / 2, 3) == NULL && errno == ENOMEM);
+    /* calloc takes malloc's sheaves and clears what it pops: objects dirtied and
+       freed (more than two sheaves' worth) come back zeroed. */
+    static const size_t csizes[] = {8, 24, 32, 100, 1000, 5000};
+    static void *dirty[600];
+    for (int k = 0; k < 6; k++) {
+        size_t cs = csizes[k];
+        for (int round = 0; round < 3; round++) {
+            for (int i = 0; i < 600; i++) {
+                dirty[i] = malloc(cs);
+                CHECK(dirty[i] != NULL);
+                memset(dirty[i], 0xa5, cs);
+            }
+            for (int i = 0; i < 600; i++) free(dirty[i]);
+            for (int i = 0; i < 600; i++) {
+                unsigned char *z = calloc(1, cs);
+                CHECK(z != NULL);
+                for (size_t j = 0; j < cs; j++) CHECK(z[j] == 0);
+                dirty[i] = z;
+            }
+            for (int i = 0; i < 600; i++) free(dirty[i]);
+        }
+    }
 
     /* realloc: NULL allocates, 0 frees and returns NULL, contents survive growth. */
     char *r = realloc(NULL, 10);

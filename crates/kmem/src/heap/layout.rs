@@ -123,34 +123,52 @@ pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
 /// ready; without one it reads the zero area, whose sheaves are empty); everything
 /// else out of line (`alloc_layout_slow`: per-CPU rseq mode's restartable pop, the
 /// sheaf slow path, then [`heap`]).
+///
+/// A zeroed layout (`calloc`, `GlobalAlloc::alloc_zeroed`) takes the same pops and
+/// clears the `size` bytes asked for (`zeroed` is a constant at every call site, so
+/// the test costs the plain path nothing). Through the layers it cost about 190
+/// instructions more than a plain allocation (`calloc(1, 32)` + `free`: 243 against
+/// `malloc`'s 54), where the pop and a `memset` are what it needs; the layers zero the
+/// whole object (`post_alloc_init`), which neither contract asks for.
 #[inline(always)]
 pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
-    if !zeroed && layout.align() <= 8 {
+    if layout.align() <= 8 {
         if let Some(p) = HEAP
             .kmem
             .kmalloc_fast(inline_area(), layout.size(), Gfp::KERNEL)
         {
-            return p.as_ptr();
+            return zero_if(p, layout.size(), zeroed);
         }
     }
     alloc_layout_slow(layout, zeroed)
 }
 
+/// `p` (a new object of at least `size` bytes, the caller's), its first `size` bytes
+/// cleared when `zeroed`.
+#[inline(always)]
+fn zero_if(p: NonNull<u8>, size: usize, zeroed: bool) -> *mut u8 {
+    if zeroed {
+        // SAFETY: the caller's new object, at least `size` bytes long.
+        unsafe { ptr::write_bytes(p.as_ptr(), 0, size) };
+    }
+    p.as_ptr()
+}
+
 /// [`alloc_layout`] in per-CPU rseq mode: a pop from the CPU's sheaf in a restartable
 /// sequence, else the regular path.
 #[inline(never)]
-fn alloc_rseq(rseq: RseqArea, layout: Layout) -> *mut u8 {
+fn alloc_rseq(rseq: RseqArea, layout: Layout, zeroed: bool) -> *mut u8 {
     match HEAP.rseq_alloc_plain(rseq, layout.size()) {
-        Some(p) => p.as_ptr(),
-        None => alloc_layout_rest(layout, false),
+        Some(p) => zero_if(p, layout.size(), zeroed),
+        None => alloc_layout_rest(layout, zeroed),
     }
 }
 
 #[inline(never)]
 fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
-    if !zeroed && layout.align() <= 8 {
+    if layout.align() <= 8 {
         if let Some(rseq) = tagged_rseq_area() {
-            return alloc_rseq(rseq, layout);
+            return alloc_rseq(rseq, layout, zeroed);
         }
     }
     alloc_layout_rest(layout, zeroed)
@@ -158,9 +176,9 @@ fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
 
 /// [`alloc_layout_slow`] past per-CPU rseq mode's pop.
 fn alloc_layout_rest(layout: Layout, zeroed: bool) -> *mut u8 {
-    if !zeroed && layout.align() <= 8 {
+    if layout.align() <= 8 {
         if let Some(p) = alloc_sheaf_slow(layout.size()) {
-            return p.as_ptr();
+            return zero_if(p, layout.size(), zeroed);
         }
     }
     let gfp = if zeroed { Gfp::ZERO } else { Gfp::KERNEL };
