@@ -89,6 +89,46 @@ fn alloc_zeroed_fresh_and_reused() {
     }
 }
 
+/// Layouts aligned beyond 8 bytes take the sheaf pops of the class their size rounds
+/// up to: hundreds of objects of each (so that many positions in many slabs are
+/// handed out), each aligned, usable for its whole size and distinct from the others.
+#[test]
+fn aligned_layouts_many_objects_each_aligned_and_distinct() {
+    for shift in 4..=12 {
+        let align = 1usize << shift;
+        for size in [
+            1,
+            8,
+            24,
+            40,
+            56,
+            100,
+            align / 2 + 1,
+            align + 8,
+            3 * align - 8,
+        ] {
+            let layout = Layout::from_size_align(size, align).unwrap();
+            let ps: Vec<*mut u8> = (0..300)
+                // SAFETY: non-zero size.
+                .map(|_| unsafe { alloc(layout) })
+                .collect();
+            for (i, &p) in ps.iter().enumerate() {
+                assert!(!p.is_null(), "size {size} align {align}");
+                assert_eq!(p as usize % align, 0, "size {size} align {align}");
+                // SAFETY: ours, `size` bytes.
+                unsafe { p.write_bytes(i as u8, size) };
+            }
+            for (i, &p) in ps.iter().enumerate() {
+                // SAFETY: ours, `size` bytes, written above.
+                let bytes = unsafe { std::slice::from_raw_parts(p, size) };
+                assert!(bytes.iter().all(|&b| b == i as u8), "overlap: size {size}");
+                // SAFETY: ours, freed once.
+                unsafe { dealloc(p, layout) };
+            }
+        }
+    }
+}
+
 /// `alloc_zeroed` pops from the same sheaves as `alloc` and clears what it hands out:
 /// objects dirtied and freed (more than the thread's two sheaves hold, so that they
 /// come back through swaps and the barn) are all zero when allocated zeroed again.

@@ -130,17 +130,37 @@ pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
 /// instructions more than a plain allocation (`calloc(1, 32)` + `free`: 243 against
 /// `malloc`'s 54), where the pop and a `memset` are what it needs; the layers zero the
 /// whole object (`post_alloc_init`), which neither contract asks for.
+///
+/// A layout aligned beyond 8 bytes (up to a page: `posix_memalign`, `aligned_alloc`,
+/// C++'s aligned `new`, Rust's `u128`, SIMD and cache-padded types) pops from the class
+/// of its size rounded up to the alignment, the class the layers would choose
+/// (`Heap::alloc_aligned`): kmalloc's classes are aligned to the largest power of two
+/// dividing their size, up to a page. Through the layers, `aligned_alloc(64, 64)` +
+/// `free` took 155 instructions, a plain pair 54.
 #[inline(always)]
 pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
-    if layout.align() <= 8 {
-        if let Some(p) = HEAP
-            .kmem
-            .kmalloc_fast(inline_area(), layout.size(), Gfp::KERNEL)
-        {
+    if let Some(size) = class_size(layout) {
+        if let Some(p) = HEAP.kmem.kmalloc_fast(inline_area(), size, Gfp::KERNEL) {
             return zero_if(p, layout.size(), zeroed);
         }
     }
     alloc_layout_slow(layout, zeroed)
+}
+
+/// The size whose kmalloc class serves `layout` on the fast paths: its size up to an
+/// alignment of 8 (every class has that), else its size rounded up to a multiple of
+/// the alignment, as the layers round it, for alignments up to a page; `None` above.
+#[inline(always)]
+fn class_size(layout: Layout) -> Option<usize> {
+    let (size, align) = (layout.size(), layout.align());
+    if align <= 8 {
+        return Some(size);
+    }
+    if align > PAGE_SIZE {
+        return None;
+    }
+    // No overflow: a `Layout`'s size rounded up to its alignment fits in an isize.
+    Some((size.max(align) + (align - 1)) & !(align - 1))
 }
 
 /// `p` (a new object of at least `size` bytes, the caller's), its first `size` bytes
@@ -157,8 +177,8 @@ fn zero_if(p: NonNull<u8>, size: usize, zeroed: bool) -> *mut u8 {
 /// [`alloc_layout`] in per-CPU rseq mode: a pop from the CPU's sheaf in a restartable
 /// sequence, else the regular path.
 #[inline(never)]
-fn alloc_rseq(rseq: RseqArea, layout: Layout, zeroed: bool) -> *mut u8 {
-    match HEAP.rseq_alloc_plain(rseq, layout.size()) {
+fn alloc_rseq(rseq: RseqArea, layout: Layout, size: usize, zeroed: bool) -> *mut u8 {
+    match HEAP.rseq_alloc_plain(rseq, size) {
         Some(p) => zero_if(p, layout.size(), zeroed),
         None => alloc_layout_rest(layout, zeroed),
     }
@@ -166,9 +186,9 @@ fn alloc_rseq(rseq: RseqArea, layout: Layout, zeroed: bool) -> *mut u8 {
 
 #[inline(never)]
 fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
-    if layout.align() <= 8 {
+    if let Some(size) = class_size(layout) {
         if let Some(rseq) = tagged_rseq_area() {
-            return alloc_rseq(rseq, layout, zeroed);
+            return alloc_rseq(rseq, layout, size, zeroed);
         }
     }
     alloc_layout_rest(layout, zeroed)
@@ -176,8 +196,8 @@ fn alloc_layout_slow(layout: Layout, zeroed: bool) -> *mut u8 {
 
 /// [`alloc_layout_slow`] past per-CPU rseq mode's pop.
 fn alloc_layout_rest(layout: Layout, zeroed: bool) -> *mut u8 {
-    if layout.align() <= 8 {
-        if let Some(p) = alloc_sheaf_slow(layout.size()) {
+    if let Some(size) = class_size(layout) {
+        if let Some(p) = alloc_sheaf_slow(size) {
             return zero_if(p, layout.size(), zeroed);
         }
     }
