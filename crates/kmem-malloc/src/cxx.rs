@@ -6,8 +6,8 @@
 //! to `malloc` through the PLT) and its `delete` through one more jump to `free`:
 //! two extra calls and about ten instructions on every allocate/free pair, which
 //! mimalloc, jemalloc and tcmalloc avoid by exporting these symbols too. Here `new`
-//! is `malloc`'s fast path inlined and `delete` is `free`'s, so a C++ pair costs what
-//! a C pair does.
+//! is `malloc`'s fast path inlined and `delete` a jump to a copy of `free`'s, so a
+//! C++ pair costs what a C pair does, and one instruction more.
 //!
 //! Failure keeps C++'s semantics without C++ code here: when kmem has no memory (or
 //! the request is invalid), the call is handed to the *next* definition of the same
