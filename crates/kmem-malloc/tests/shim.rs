@@ -273,6 +273,15 @@ fn cpp_map_and_strings() {
     assert!(out.starts_with("50000 "), "{out}");
 }
 
+/// `bench preload`'s `cpp_front_ends` (new, new[], aligned new, calloc,
+/// posix_memalign and their frees on 64 live slots) gives the same checksum on kmem.
+#[test]
+fn cpp_front_ends_same_output() {
+    let prog = compile("front.cpp");
+    let out = same_output(&prog, &["200000"], None);
+    assert!(out.starts_with("200000 "), "{out}");
+}
+
 /// C++'s global operators are kmem's own (`cxx.rs`): every form resolves to
 /// libkmem.so, round trips with its alignment, and keeps C++'s failure semantics
 /// (`std::bad_alloc`, null from the nothrow forms, the new-handler's call) by

@@ -8,7 +8,15 @@
 //! - `sort`: sort(1) of a generated 200,000-line file;
 //! - `gcc`: cc -O2 compiling a small C file (param 1);
 //! - `cpp_map`: a C++ program filling a std::map<std::string, std::vector<int>> with
-//!   200,000 insertions.
+//!   200,000 insertions;
+//! - `cpp_front_ends`: a C++ program cycling 64 live slots through the allocation
+//!   calls besides plain malloc (new/delete, new[]/delete[], aligned new, calloc,
+//!   posix_memalign), 5,000,000 of them.
+//!
+//! The allocators take turns: after a warm-up run of each, every repetition runs the
+//! program once on each, the first of each turn rotating, so that the medians compare
+//! runs of the same stretch of the machine's time (as `Ctx::measure_interleaved` does
+//! in process).
 //!
 //! A program or peer library that is missing is skipped with a note on stderr.
 
@@ -19,14 +27,18 @@ use std::time::Instant;
 
 pub const SUITE: Suite = Suite {
     name: "preload",
-    steps: |_| 16,
+    steps: |_| PROGRAMS,
     run,
     report_lines,
 };
 
+/// The programs the suite runs (one progress step each).
+const PROGRAMS: u64 = 5;
+
 const WORK_PY: &str = include_str!("programs/work.py");
 const MAP_CPP: &str = include_str!("programs/map.cpp");
 const THREADS_C: &str = include_str!("programs/threads.c");
+const FRONT_CPP: &str = include_str!("programs/front.cpp");
 
 /// The peers: a name and the places their library may be.
 const PEERS: [(&str, &[&str]); 2] = [
@@ -99,25 +111,43 @@ fn programs(dir: &Path) -> Vec<Program> {
     } else {
         eprintln!("kmem bench preload: cc not found; gcc skipped");
     }
-    let cpp = dir.join("map.cpp");
-    let bin = dir.join("map");
-    let built = std::fs::write(&cpp, MAP_CPP).is_ok()
+    for (name, source, text, param, args) in [
+        ("cpp_map", "map.cpp", MAP_CPP, 200_000, &[][..]),
+        (
+            "cpp_front_ends",
+            "front.cpp",
+            FRONT_CPP,
+            5_000_000,
+            &["5000000"][..],
+        ),
+    ] {
+        match build_cpp(dir, source, text) {
+            Some(bin) => out.push(Program {
+                name,
+                param,
+                cmd: std::iter::once(bin.display().to_string())
+                    .chain(args.iter().map(|a| a.to_string()))
+                    .collect(),
+            }),
+            None => eprintln!("kmem bench preload: c++ not found; {name} skipped"),
+        }
+    }
+    out
+}
+
+/// Writes the C++ program `text` to `dir/source` and compiles it with `c++ -O2`:
+/// the executable's path, or `None` when that failed.
+fn build_cpp(dir: &Path, source: &str, text: &str) -> Option<PathBuf> {
+    let src = dir.join(source);
+    let bin = dir.join(source.trim_end_matches(".cpp"));
+    let built = std::fs::write(&src, text).is_ok()
         && Command::new("c++")
             .args(["-O2", "-o"])
             .arg(&bin)
-            .arg(&cpp)
+            .arg(&src)
             .status()
             .is_ok_and(|s| s.success());
-    if built {
-        out.push(Program {
-            name: "cpp_map",
-            param: 200_000,
-            cmd: vec![bin.display().to_string()],
-        });
-    } else {
-        eprintln!("kmem bench preload: c++ not found; cpp_map skipped");
-    }
-    out
+    built.then_some(bin)
 }
 
 fn which(prog: &str) -> bool {
@@ -172,19 +202,33 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     }
     let reps = if ctx.quick { 1 } else { 5 };
     for p in programs(&dir) {
-        for (name, lib) in &libs {
-            ctx.status(format!("preload {} {name}", p.name));
-            // One warm-up run (page cache, dynamic linking), then the median.
-            if time_once(&p, lib.as_deref()).is_none() {
-                eprintln!(
-                    "kmem bench preload: {} failed under {name}; skipped",
-                    p.name
-                );
-                continue;
+        ctx.status(format!("preload {}", p.name));
+        // One warm-up run each (page cache, dynamic linking); a malloc under which
+        // the program fails is left out.
+        let ok: Vec<bool> = libs
+            .iter()
+            .map(|(name, lib)| {
+                let ok = time_once(&p, lib.as_deref()).is_some();
+                if !ok {
+                    eprintln!(
+                        "kmem bench preload: {} failed under {name}; skipped",
+                        p.name
+                    );
+                }
+                ok
+            })
+            .collect();
+        // Then the allocators take turns, a run each, the first of each turn rotating.
+        let mut ns: Vec<Vec<f64>> = vec![Vec::new(); libs.len()];
+        for rep in 0..reps {
+            for k in 0..libs.len() {
+                let i = (rep + k) % libs.len();
+                if ok[i] {
+                    ns[i].extend(time_once(&p, libs[i].1.as_deref()));
+                }
             }
-            let mut ns: Vec<f64> = (0..reps)
-                .filter_map(|_| time_once(&p, lib.as_deref()))
-                .collect();
+        }
+        for ((name, _), mut ns) in libs.iter().zip(ns) {
             ns.sort_by(|a, b| a.total_cmp(b));
             if let Some(&m) = ns.get(ns.len() / 2) {
                 let t = Timing {
@@ -215,7 +259,7 @@ fn report_lines(results: &[BenchResult]) -> String {
                 .and_then(|r| r.ns)
         };
         let Some(k) = ns("kmem") else { continue };
-        let _ = write!(out, "{b:>12}:");
+        let _ = write!(out, "{b:>14}:");
         for peer in ["system", "jemalloc", "mimalloc"] {
             if let Some(v) = ns(peer) {
                 let _ = write!(out, "  vs {peer} {:.2}", k / v);
