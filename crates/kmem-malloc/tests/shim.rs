@@ -323,6 +323,23 @@ fn cxx_operators_are_kmems_and_fail_as_cxx_does() {
     );
 }
 
+/// With kmem's own `new`, allocation sites start at the program's frame: kmemleak
+/// names the function that leaked, not libstdc++'s `operator new`.
+#[test]
+fn cxx_leaks_are_reported_at_the_programs_own_site() {
+    let prog = compile("cxx_new.cpp");
+    let out = run_with(&prog, &["leak"], true, &[("KMEM_LEAKS", "1")]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("100 object(s), 2400 bytes"), "{err}");
+    let site = err
+        .lines()
+        .skip_while(|l| !l.contains("100 object(s)"))
+        .nth(1)
+        .unwrap_or_default();
+    assert!(site.contains("leak_nodes"), "first frame: {site}\n{err}");
+}
+
 /// `delete` checks the pointer as `free` does: a double delete is reported in the
 /// kernel's format, then the program aborts.
 #[test]

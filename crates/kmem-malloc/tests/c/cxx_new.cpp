@@ -7,6 +7,7 @@
 //   cxx_new forms     allocates, fills, checks and deletes through every form
 //   cxx_new fail      huge requests: bad_alloc, nullptr, the new-handler's calls
 //   cxx_new double    deletes one object twice (must be reported, then abort)
+//   cxx_new leak      leaks 100 nodes from leak_nodes() (for KMEM_LEAKS=1)
 #include <dlfcn.h>
 #include <malloc.h>
 #include <cstdint>
@@ -206,6 +207,23 @@ static int fail() {
     return 0;
 }
 
+struct Node3 {
+    Node3 *left, *right;
+    long value;
+};
+static Node3 *volatile leaked[100];
+
+// Allocates 100 nodes and drops them: a leak whose site is this function.
+__attribute__((noinline)) static void leak_nodes() {
+    for (int i = 0; i < 100; i++) leaked[i] = new Node3{nullptr, nullptr, i};
+}
+
+static int leak() {
+    leak_nodes();
+    for (int i = 0; i < 100; i++) leaked[i] = nullptr;
+    return 0;
+}
+
 static int double_delete() {
     int *volatile p = new int(5);
     delete p;
@@ -219,5 +237,6 @@ int main(int argc, char **argv) {
     if (!std::strcmp(what, "forms")) return forms();
     if (!std::strcmp(what, "fail")) return fail();
     if (!std::strcmp(what, "double")) return double_delete();
+    if (!std::strcmp(what, "leak")) return leak();
     return 2;
 }
