@@ -42,7 +42,7 @@
 // The functions are named by their mangled C++ names.
 #![allow(non_snake_case)]
 
-use super::{alloc, free_or_abort, malloc_other, MALLOC_ALIGN};
+use super::{alloc, free_or_abort, malloc_fast, malloc_other, MALLOC_ALIGN};
 use libc::{c_char, c_void, size_t};
 
 /// A NUL-terminated mangled name, passed in one register (made by `name!`).
@@ -119,16 +119,6 @@ fn new_fallback3(name: Name, size: size_t, align: usize, nt: usize) -> *mut c_vo
     unsafe { f(size, align, nt) }
 }
 
-/// `malloc`'s fast path (a pop from the class's main sheaf), or null.
-#[inline(always)]
-fn new_fast(size: size_t) -> *mut c_void {
-    if size <= kmem::heap::SMALL_FAST_MAX {
-        kmem::heap::alloc_small_fast(size).cast()
-    } else {
-        core::ptr::null_mut()
-    }
-}
-
 /// The size the array forms allocate for `size`: above 16 bytes, a multiple of 16,
 /// so that the object is aligned for anything no larger than `size` (see the
 /// module docs).
@@ -141,7 +131,7 @@ fn array_size(size: size_t) -> size_t {
     }
 }
 
-/// The plain `new` forms past [`new_fast`] (out of line, so that the fast path saves
+/// The plain `new` forms past `malloc`'s fast path (out of line, so that the fast path saves
 /// no register; with nothing to drop on the way, the call is a tail call):
 /// the rest of `malloc`, then the runtime's operator `name`.
 #[inline(never)]
@@ -172,7 +162,7 @@ fn new_aligned(size: size_t, align: usize) -> *mut c_void {
     // class covers the alignment. (The compiler passes `align_val_t` only above
     // `__STDCPP_DEFAULT_NEW_ALIGNMENT__`, 16; explicit calls may pass less.)
     if align <= MALLOC_ALIGN {
-        let p = new_fast(size);
+        let p = malloc_fast(size);
         return if p.is_null() { malloc_other(size) } else { p };
     }
     alloc(size.max(1), align, false)
@@ -185,7 +175,7 @@ macro_rules! new_plain {
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name(size: size_t) -> *mut c_void {
             let size = $size(size);
-            let p = new_fast(size);
+            let p = malloc_fast(size);
             if p.is_null() {
                 return new_slow(name!($name), size);
             }
@@ -212,7 +202,7 @@ macro_rules! new_nothrow {
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name(size: size_t, nt: *const c_void) -> *mut c_void {
             let size = $size(size);
-            let p = new_fast(size);
+            let p = malloc_fast(size);
             if p.is_null() {
                 return new_slow_nothrow(name!($name), size, nt);
             }

@@ -148,13 +148,23 @@ fn abort_bad_pointer() -> ! {
 /// `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
-    if size <= kmem::heap::SMALL_FAST_MAX {
-        let p = kmem::heap::alloc_small_fast(size);
-        if !p.is_null() {
-            return p.cast();
-        }
+    let p = malloc_fast(size);
+    if !p.is_null() {
+        return p;
     }
     malloc_other(size)
+}
+
+/// `malloc`'s fast path alone (a pop from the class's main sheaf), or null for
+/// [`malloc_other`]; shared with C++'s `new` (`cxx`), which cannot call the exported
+/// `malloc` without going through the GOT.
+#[inline(always)]
+fn malloc_fast(size: size_t) -> *mut c_void {
+    if size <= kmem::heap::SMALL_FAST_MAX {
+        kmem::heap::alloc_small_fast(size).cast()
+    } else {
+        ptr::null_mut()
+    }
 }
 
 /// `malloc` past its fast path (a tail call): for sizes up to `MEDIUM_FAST_MAX`, the

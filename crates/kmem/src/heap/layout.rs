@@ -159,8 +159,18 @@ fn class_size(layout: Layout) -> Option<usize> {
     if align > PAGE_SIZE {
         return None;
     }
-    // No overflow: a `Layout`'s size rounded up to its alignment fits in an isize.
-    Some((size.max(align) + (align - 1)) & !(align - 1))
+    aligned_class_size(size, align)
+}
+
+/// The size whose kmalloc class serves `size` bytes aligned to `align` (a power of
+/// two up to a page): the size rounded up to a multiple of the alignment, at least
+/// the alignment, since a class is aligned to the largest power of two dividing its
+/// size (up to a page). `None` on overflow. One rule for the fast paths
+/// ([`class_size`]) and the layers (`Heap::alloc_aligned`), so both pick one class.
+#[inline(always)]
+fn aligned_class_size(size: usize, align: usize) -> Option<usize> {
+    debug_assert!(align.is_power_of_two());
+    Some(size.max(align).checked_add(align - 1)? & !(align - 1))
 }
 
 /// `p` (a new object of at least `size` bytes, the caller's), its first `size` bytes
@@ -366,7 +376,7 @@ impl Heap {
             let sz = if size > KMALLOC_MAX_CACHE_SIZE {
                 size
             } else {
-                let Some(sz) = size.max(align).checked_next_multiple_of(align) else {
+                let Some(sz) = aligned_class_size(size, align) else {
                     return ptr::null_mut();
                 };
                 sz
