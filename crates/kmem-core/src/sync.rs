@@ -44,12 +44,51 @@ fn relax() {
     }
 }
 
+/// The lock word of a free [`SpinLock`].
+const FREE: u32 = 0;
+/// The lock word of a [`SpinLock`] held through a guard.
+const HELD: u32 = 1;
+
+/// The fork generation: a lock taken by [`SpinLock::lock_forever`] (the fork
+/// handlers) holds this value instead of [`HELD`]. After the fork, parent and child
+/// each move it on with [`release_fork_locks`], which frees every such lock at once
+/// without writing to it: the first to want one of them takes it from the old value.
+/// (Each cache's node locks sit on a page of their own. Unlocked one by one after
+/// a fork, they cost the parent and the child about 55 copy-on-write faults each;
+/// now only the pages of the locks a process takes again are written, and a child
+/// that goes on to `exec` writes none.) A lock held through a guard is [`HELD`], so a
+/// new generation never frees it.
+static FORK_GEN: AtomicU32 = AtomicU32::new(2);
+
+/// Frees every lock taken with [`SpinLock::lock_forever`] in the current fork
+/// generation, by starting the next one. Each such lock is taken the next time
+/// someone asks for it (a write only then).
+///
+/// # Safety
+/// The caller took every lock that is held by `lock_forever` in this generation (only
+/// the fork handlers take them, all on the thread that forks; a second fork waits at
+/// the first of them) and holds no reference into their data.
+pub unsafe fn release_fork_locks() {
+    FORK_GEN.fetch_add(1, Ordering::Release);
+}
+
+/// Whether lock word `v` means a lock held now: through a guard, or by the fork
+/// handlers in the current generation.
+#[inline]
+fn held(v: u32) -> bool {
+    v == HELD || (v != FREE && v == FORK_GEN.load(Ordering::Acquire))
+}
+
 /// A spin lock that owns the data it protects.
 ///
-/// Invariant: `data` is only reached through a [`SpinLockGuard`], and at most one guard
-/// exists at a time (`locked` is true exactly while it exists).
+/// Invariant: `data` is only reached through a [`SpinLockGuard`], or by the thread
+/// that took the lock with [`SpinLock::lock_forever`]; at most one of them at a time:
+/// the word is [`HELD`] exactly while a guard exists, and equal to the fork
+/// generation ([`FORK_GEN`]) while the fork handlers hold it. Any other value than
+/// these is a free lock: [`FREE`], or a generation that a fork's child has left
+/// behind ([`release_fork_locks`]).
 pub struct SpinLock<T> {
-    locked: AtomicBool,
+    word: AtomicU32,
     data: UnsafeCell<T>,
 }
 
@@ -63,7 +102,7 @@ impl<T> SpinLock<T> {
     /// A new, unlocked lock.
     pub const fn new(data: T) -> Self {
         Self {
-            locked: AtomicBool::new(false),
+            word: AtomicU32::new(FREE),
             data: UnsafeCell::new(data),
         }
     }
@@ -72,8 +111,8 @@ impl<T> SpinLock<T> {
     #[inline]
     pub fn lock(&self) -> SpinLockGuard<'_, T> {
         if self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .word
+            .compare_exchange_weak(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
             .is_err()
         {
             self.lock_contended();
@@ -86,7 +125,8 @@ impl<T> SpinLock<T> {
     fn lock_contended(&self) {
         let mut spins = 0u32;
         loop {
-            while self.locked.load(Ordering::Relaxed) {
+            let mut v = self.word.load(Ordering::Relaxed);
+            while held(v) {
                 spins += 1;
                 if spins >= SPINS_BEFORE_RELAX {
                     spins = 0;
@@ -94,35 +134,42 @@ impl<T> SpinLock<T> {
                 } else {
                     core::hint::spin_loop();
                 }
+                v = self.word.load(Ordering::Relaxed);
             }
-            if self
-                .locked
-                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
+            if self.take_free(v) {
                 return;
             }
         }
     }
 
+    /// Takes the lock from its free word `v` ([`FREE`] or a past fork generation).
+    #[inline]
+    fn take_free(&self, v: u32) -> bool {
+        self.word
+            .compare_exchange(v, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// Takes the lock if it is free.
     #[inline]
     pub fn try_lock(&self) -> Option<SpinLockGuard<'_, T>> {
-        self.locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()
-            .map(|_| SpinLockGuard { lock: self })
+        let v = self.word.load(Ordering::Relaxed);
+        (!held(v) && self.take_free(v)).then(|| SpinLockGuard { lock: self })
     }
 
     /// Whether some context holds the lock now (a hint for assertions and reports).
     pub fn is_locked(&self) -> bool {
-        self.locked.load(Ordering::Relaxed)
+        held(self.word.load(Ordering::Relaxed))
     }
 
     /// Takes the lock and keeps it without a guard (fork handlers take every lock in
-    /// one function and release them in another); release with `force_unlock`.
+    /// one function and release them in another); release it with `force_unlock`, or
+    /// with every other such lock by [`release_fork_locks`].
     pub fn lock_forever(&self) {
         core::mem::forget(self.lock());
+        // Ours now: mark it as the fork handlers' (see `FORK_GEN`).
+        self.word
+            .store(FORK_GEN.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
     /// Releases a lock whose guard was forgotten with `core::mem::forget`.
@@ -132,7 +179,7 @@ impl<T> SpinLock<T> {
     /// This serves the fork handlers, which take every lock in one function and release
     /// it in another.
     pub unsafe fn force_unlock(&self) {
-        self.locked.store(false, Ordering::Release);
+        self.word.store(FREE, Ordering::Release);
     }
 }
 
@@ -162,7 +209,7 @@ impl<T> DerefMut for SpinLockGuard<'_, T> {
 impl<T> Drop for SpinLockGuard<'_, T> {
     #[inline]
     fn drop(&mut self) {
-        self.lock.locked.store(false, Ordering::Release);
+        self.lock.word.store(FREE, Ordering::Release);
     }
 }
 

@@ -89,7 +89,27 @@ pub(crate) trait HugeOwner {
 }
 
 /// A fresh anonymous mapping of `len` bytes aligned to `align` (the slop trimmed).
+/// With `KMEM_THP` on, a mapping of 2 MiB or more starts on a 2 MiB boundary and is
+/// advised huge pages ([`os::advise_huge`]), as the span's sections are: a huge
+/// page then backs each whole 2 MiB of it, and a buffer of many megabytes costs a
+/// page fault per 2 MiB instead of per 4 KiB.
 fn map_aligned(len: usize, align: usize) -> Option<usize> {
+    let huge = os::thp() && len >= os::HPAGE_SIZE;
+    let align = if huge {
+        align.max(os::HPAGE_SIZE)
+    } else {
+        align
+    };
+    let addr = map_trimmed(len, align)?;
+    if huge {
+        // SAFETY: the mapping just made, ours.
+        unsafe { os::advise_huge(addr, len) };
+    }
+    Some(addr)
+}
+
+/// A fresh anonymous mapping of `len` bytes aligned to `align` (the slop trimmed).
+fn map_trimmed(len: usize, align: usize) -> Option<usize> {
     let extra = if align > PAGE_SIZE { align } else { 0 };
     let map_len = len.checked_add(extra)?;
     let start = os::map_anonymous(map_len)?;
@@ -122,18 +142,10 @@ impl HugeList {
         }
     }
 
-    /// Takes the list lock until `unlock_after_fork` (the fork handlers).
+    /// Takes the list lock for the fork handlers, until they release every such lock
+    /// at once (`kmem_core::sync::release_fork_locks`).
     pub(crate) fn lock_for_fork(&self) {
         self.head.lock_forever();
-    }
-
-    /// Releases the lock `lock_for_fork` took.
-    ///
-    /// # Safety
-    /// Called once after `lock_for_fork`, on the same thread (or its child).
-    pub(crate) unsafe fn unlock_after_fork(&self) {
-        // SAFETY: taken by lock_for_fork, guard forgotten (caller).
-        unsafe { self.head.force_unlock() };
     }
 
     /// Live huge allocations and their mapped bytes.

@@ -728,16 +728,8 @@ fn fault_context(uctx: *mut libc::c_void) -> (bool, usize) {
 }
 
 /// `pthread_atfork` prepare: takes the FIFO's lock (a leaf: after every other
-/// allocator lock), so a child never inherits it held.
+/// allocator lock), so a child never inherits it held; the fork handlers release it
+/// with every other such lock (`kmem_core::sync::release_fork_locks`).
 pub(crate) fn lock_for_fork() {
     FREE.lock_forever();
-}
-
-/// After `fork`, in parent and child: releases what [`lock_for_fork`] took.
-///
-/// # Safety
-/// Called once after `lock_for_fork`, by the thread that called it (or its child).
-pub(crate) unsafe fn unlock_after_fork() {
-    // SAFETY: the caller's contract.
-    unsafe { FREE.force_unlock() };
 }

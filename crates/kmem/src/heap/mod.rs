@@ -211,6 +211,8 @@ impl Heap {
         crate::kfence::init(env.kfence_ms);
         self.configure_core(mode);
         let nodes = self.kmem.pages.platform().os().setup(env.numa_fake);
+        // Before the first section comes online (`KMEM_THP`).
+        os::set_thp(env.thp);
         let max_pages = env.max_bytes >> PAGE_SHIFT;
         // With a bound, the span needs the bound plus room for partly used sections
         // of every node; without one, the whole reach of the section table.

@@ -9,7 +9,7 @@
 //! [`rseq_init`]) and the location of kmem's own code (found once, for stack traces).
 //! Locking: none; racing first users of the once-found values compute the same ones.
 
-use kmem_core::page::{MAX_NUMNODES, MAX_SECTIONS, SECTION_SIZE};
+use kmem_core::page::{MAX_NUMNODES, MAX_SECTIONS, MEMMAP_PAGES, PAGE_SIZE, SECTION_SIZE};
 use kmem_core::Platform;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -202,6 +202,14 @@ impl Platform for LinuxPlatform {
         // SAFETY: the section is part of the span we reserved and nobody uses it yet.
         if unsafe { libc::mprotect(addr.cast(), len, libc::PROT_READ | libc::PROT_WRITE) } != 0 {
             return false;
+        }
+        // Huge pages for the pages the buddy allocator hands out, not for the memmap
+        // at the section's start: only the descriptors of pages in use are touched,
+        // and a huge page would make all 2 MiB of them resident.
+        let memmap = MEMMAP_PAGES * PAGE_SIZE;
+        if len > memmap {
+            // SAFETY: part of the section just opened, ours.
+            unsafe { super::os::advise_huge(addr as usize + memmap, len - memmap) };
         }
         let real = self.real_nodes.load(Ordering::Relaxed);
         if real > 1 {

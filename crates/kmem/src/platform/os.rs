@@ -9,6 +9,7 @@
 
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 extern "C" {
     /// The C library's environment (POSIX; glibc and musl both define it).
@@ -90,6 +91,38 @@ pub(crate) fn map_anonymous(len: usize) -> Option<usize> {
 pub(crate) unsafe fn unmap(addr: usize, len: usize) {
     // SAFETY: the caller's contract.
     unsafe { libc::munmap(addr as *mut c_void, len) };
+}
+
+/// The size of a transparent huge page (x86-64's and arm64's PMD with 4 KiB pages).
+pub(crate) const HPAGE_SIZE: usize = 2 << 20;
+
+/// Whether kmem advises transparent huge pages (`KMEM_THP`; set once, at the heap's
+/// initialisation, before any section or huge mapping is made).
+static THP: AtomicBool = AtomicBool::new(false);
+
+/// Sets whether [`advise_huge`] advises (the heap's initialisation).
+pub(crate) fn set_thp(on: bool) {
+    THP.store(on, Ordering::Relaxed);
+}
+
+/// Whether [`advise_huge`] advises.
+pub(crate) fn thp() -> bool {
+    THP.load(Ordering::Relaxed)
+}
+
+/// Asks the kernel to back `addr..addr + len` with transparent huge pages
+/// (`MADV_HUGEPAGE`) when `KMEM_THP` is on. Advice only: a kernel without THP refuses
+/// it (EINVAL), and the range is backed by 4 KiB pages as before. Only the whole 2 MiB
+/// blocks inside the range can become huge pages.
+///
+/// # Safety
+/// The range is (part of) a mapping of the caller's.
+pub(crate) unsafe fn advise_huge(addr: usize, len: usize) {
+    if thp() && len >= HPAGE_SIZE {
+        // SAFETY: the caller's mapping; MADV_HUGEPAGE changes how it is backed, never
+        // its contents.
+        unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_HUGEPAGE) };
+    }
 }
 
 /// Resizes the mapping of `old_len` bytes at `addr` to `new_len` bytes, moving it if
