@@ -6,6 +6,8 @@
 //! - `python_json`: python3 building 200,000-entry dicts and lists and round-tripping
 //!   them through JSON;
 //! - `sort`: sort(1) of a generated 200,000-line file;
+//! - `shell_loop`: sh(1) running `/bin/true` 300 times (param 300): a fork and an
+//!   exec each, with the malloc preloaded into the shell and every child;
 //! - `gcc`: cc -O2 compiling a small C file (param 1);
 //! - `cpp_map`: a C++ program filling a std::map<std::string, std::vector<int>> with
 //!   200,000 insertions;
@@ -33,7 +35,7 @@ pub const SUITE: Suite = Suite {
 };
 
 /// The programs the suite runs (one progress step each).
-const PROGRAMS: u64 = 5;
+const PROGRAMS: u64 = 6;
 
 const WORK_PY: &str = include_str!("programs/work.py");
 const MAP_CPP: &str = include_str!("programs/map.cpp");
@@ -92,6 +94,17 @@ fn programs(dir: &Path) -> Vec<Program> {
             name: "sort",
             param: 200_000,
             cmd: vec!["sort".into(), input.display().to_string()],
+        });
+    }
+    if which("sh") && Path::new("/bin/true").is_file() {
+        out.push(Program {
+            name: "shell_loop",
+            param: 300,
+            cmd: vec![
+                "sh".into(),
+                "-c".into(),
+                "i=0; while [ $i -lt 300 ]; do /bin/true; i=$((i + 1)); done".into(),
+            ],
         });
     }
     let c = dir.join("threads.c");
