@@ -270,6 +270,11 @@ impl<P: Platform> Kmem<P> {
     /// never touched again (their owners may have been between two stores of a list
     /// update); only their memory is lost.
     ///
+    /// This unlocks each lock, a write to every cache's page. A platform whose fork
+    /// handlers take nothing but `lock_forever` locks may instead free them all at
+    /// once, its own included, with [`crate::sync::release_fork_locks`] (the process
+    /// heap does: no page is written after the fork).
+    ///
     /// # Safety
     /// Called once after `fork_prepare`, by the thread that called it (or its child).
     pub unsafe fn fork_release(&self) {
