@@ -83,9 +83,9 @@ fn held(v: u32) -> bool {
 ///
 /// Invariant: `data` is only reached through a [`SpinLockGuard`], or by the thread
 /// that took the lock with [`SpinLock::lock_forever`]; at most one of them at a time:
-/// the word is [`HELD`] exactly while a guard exists, and equal to the fork
-/// generation ([`FORK_GEN`]) while the fork handlers hold it. Any other value than
-/// these is a free lock: [`FREE`], or a generation that [`release_fork_locks`] has
+/// the word is `HELD` exactly while a guard exists, and equal to the fork
+/// generation (`FORK_GEN`) while the fork handlers hold it. Any other value than
+/// these is a free lock: `FREE`, or a generation that [`release_fork_locks`] has
 /// left behind (in the parent or the child of a fork).
 pub struct SpinLock<T> {
     word: AtomicU32,
