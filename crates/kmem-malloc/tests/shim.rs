@@ -652,6 +652,16 @@ fn kfence_catches_out_of_bounds_and_use_after_free() {
         assert!(err.contains("allocated by task "), "{what}: {err}");
         assert!(!text(&out.stdout).contains("survived"), "{what}");
     }
+    // An object damaged and never freed: the check at exit finds it, after the
+    // program's own end (only the sampled slots ever used are read).
+    let out = run_with(&prog, &["exit"], true, &[("KMEM_KFENCE", "all")]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGABRT), "exit: {err}");
+    assert!(text(&out.stdout).contains("survived"), "exit: {err}");
+    assert!(
+        err.contains("BUG: KFENCE: memory corruption") && err.contains("Corrupted memory at 0x"),
+        "exit: {err}"
+    );
     // Without KFENCE the same overflow goes unnoticed (what the pool is for).
     let out = run_with(&prog, &["over"], true, &[("KMEM_KFENCE", "off")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
