@@ -189,6 +189,13 @@ fn kmem_top_shows_a_running_program_and_its_allocation_sites() {
         );
         text
     };
+    // The program makes its view at its first slow path after its first interval.
+    let segment = kmem::live::segment_file(pid);
+    let t0 = std::time::Instant::now();
+    while !segment.exists() {
+        assert!(t0.elapsed().as_secs() < 10, "no live view for {pid}");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
     let p = pid.to_string();
     let list = run(&["top"]);
     assert!(

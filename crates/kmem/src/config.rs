@@ -213,9 +213,9 @@ pub const VARS: [Var; 14] = [
     Var {
         name: c"KMEM_LIVE",
         default: "250",
-        help: "the live view `kmem top` reads (`/dev/shm/kmem.PID`, owner-only): published \
-               by allocation slow paths at most every this many milliseconds; `off` (or \
-               `0`) publishes nothing",
+        help: "the live view `kmem top` reads (`/dev/shm/kmem.PID`, owner-only): made once \
+               the process has run this many milliseconds, then published by allocation \
+               slow paths at most that often; `off` (or `0`) publishes nothing",
         expected: "milliseconds or off",
         parse: |v, cfg| {
             if v == b"off" {

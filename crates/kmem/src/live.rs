@@ -29,10 +29,16 @@
 //! as the kernel's seqlocks: a reader copies the text and retries if `seq` moved.
 //!
 //! ## Lifetime
-//! Made when the heap is ready (or, in a child after `fork`, at its first tick: the
-//! child drops the parent's mapping), removed by an `atexit` handler. A process that
-//! dies without running it leaves a stale file; [`processes`] recognises it (no such
-//! pid, or a pid whose start time differs from the header's) and removes it.
+//! Made at the first tick once the process has run for the publishing interval
+//! (`KMEM_LIVE`, 250 ms by default; a child after `fork` drops the parent's mapping
+//! and counts from the fork), removed by an `atexit` handler. A process that ends
+//! sooner, as most commands a shell or a build runs do, makes none and pays nothing
+//! for the view (making, publishing and removing it cost `ls` about a fifth of its
+//! CPU time); `kmem top` sees a process from its first tick after that interval, so
+//! one that stops allocating before then shows no view until it allocates again.
+//! A process that dies without running the `atexit` handler leaves a stale file;
+//! [`processes`] recognises it (no such pid, or a pid whose start time differs from
+//! the header's) and removes it.
 //!
 //! Locking: none here (the reader maps the file and copies under the sequence counts).
 

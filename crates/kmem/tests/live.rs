@@ -2,8 +2,9 @@
 //! again, with `KmemAlloc` as its global allocator and no live-view code of its own)
 //! holds objects and keeps allocating; the parent reads the child's view through
 //! `kmem::live` and checks it against the report the child printed itself. Also: the
-//! segment is owner-only, removed at a normal exit, and a killed child's stale
-//! segment is recognised and removed.
+//! segment is owner-only, made only once the child has run for its publishing
+//! interval, removed at a normal exit, and a killed child's stale segment is
+//! recognised and removed.
 
 use kmem::live;
 use std::io::{BufRead, BufReader, Write};
@@ -39,15 +40,41 @@ fn child() {
     );
     std::io::stdout().flush().unwrap();
     std::hint::black_box(&held);
+    let own = live::segment_file(std::process::id());
     if std::env::var_os("KMEM_TEST_LIVE_EXIT").is_some() {
+        // Until the segment exists (the first tick after the interval), then exit:
+        // the exit handler must remove it.
+        while !own.exists() {
+            churn();
+        }
         return;
     }
     // Keep allocating (other sizes) until killed: slow paths publish the view.
     loop {
-        let churn: Vec<Box<[u8; 40]>> = (0..2000).map(|_| Box::new([2u8; 40])).collect();
-        drop(std::hint::black_box(churn));
-        std::thread::sleep(Duration::from_millis(1));
+        churn();
     }
+}
+
+/// Allocations of another size, for the slow paths that publish the view.
+fn churn() {
+    let churn: Vec<Box<[u8; 40]>> = (0..2000).map(|_| Box::new([2u8; 40])).collect();
+    drop(std::hint::black_box(churn));
+    std::thread::sleep(Duration::from_millis(1));
+}
+
+/// The segment of `pid`, once it is there (the child makes it at its first tick
+/// after its first interval).
+fn wait_for_segment(pid: u32) -> std::path::PathBuf {
+    let path = live::segment_file(pid);
+    let t0 = std::time::Instant::now();
+    while !path.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "no segment for {pid}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    path
 }
 
 // The caller waits for (or kills) the child it gets back.
@@ -81,7 +108,7 @@ fn live_view_from_another_process() {
     }
     let (mut c, own, _out) = spawn(false);
     let pid = c.id();
-    let path = live::segment_file(pid);
+    let path = wait_for_segment(pid);
     let mode = std::fs::metadata(&path).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "owner-only segment");
     // A fresh publish (the child keeps allocating, so it answers the request).
@@ -118,4 +145,33 @@ fn live_view_from_another_process() {
     let rest: Vec<String> = out.lines().map(Result::unwrap).collect();
     assert!(c.wait().unwrap().success(), "{rest:?}");
     assert!(!path.exists(), "removed at exit");
+}
+
+/// A process that ends within its first publishing interval makes no segment at
+/// all: the view costs a short command nothing.
+#[test]
+fn a_process_shorter_than_the_interval_makes_no_segment() {
+    if std::env::var_os(CHILD).is_some() {
+        let held: Vec<Box<[u8; 100]>> = (0..5000).map(|_| Box::new([3u8; 100])).collect();
+        for _ in 0..20 {
+            churn();
+        }
+        std::hint::black_box(&held);
+        let made = live::segment_file(std::process::id()).exists();
+        println!("segment {made}");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_process_shorter_than_the_interval_makes_no_segment",
+        ])
+        .args(["--nocapture"])
+        .env(CHILD, "1")
+        .env("KMEM_LIVE", "60000")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("segment false"), "{text}");
 }

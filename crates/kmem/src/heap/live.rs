@@ -68,6 +68,9 @@ pub(crate) struct Writer {
     seg: AtomicPtr<u8>,
     pub(crate) state: AtomicU8,
     busy: AtomicBool,
+    /// When the process (or, in a fork child, the child) started: no segment before
+    /// the publishing interval has passed since (platform clock, ns).
+    started_ns: AtomicU64,
     last_ns: AtomicU64,
     served: AtomicU64,
     sites_served: AtomicU64,
@@ -84,6 +87,7 @@ pub(crate) static WRITER: Writer = Writer {
     seg: AtomicPtr::new(std::ptr::null_mut()),
     state: AtomicU8::new(NOT_STARTED),
     busy: AtomicBool::new(false),
+    started_ns: AtomicU64::new(0),
     last_ns: AtomicU64::new(0),
     served: AtomicU64::new(0),
     sites_served: AtomicU64::new(0),
@@ -125,15 +129,21 @@ pub(crate) fn start_ticks_of(stat: &[u8]) -> Option<u64> {
     std::str::from_utf8(f).ok()?.trim().parse().ok()
 }
 
-/// Called when the heap is ready: makes the segment and publishes once, unless
-/// `KMEM_LIVE=off`; registers the removal at exit.
+/// Called when the heap is ready: unless `KMEM_LIVE=off`, notes the time (the
+/// segment is made at the first tick once the interval has passed: see the module
+/// docs of `kmem::live`) and registers the removal at exit.
 pub(crate) fn start(interval_ms: u64) {
     if interval_ms == 0 {
         WRITER.state.store(OFF, Ordering::Relaxed);
         return;
     }
+    WRITER.started_ns.store(now_ns(), Ordering::Relaxed);
     crate::platform::os::at_exit(remove_at_exit);
-    publish_now();
+}
+
+/// The platform clock (ns), as the ticks have it.
+fn now_ns() -> u64 {
+    kmem_core::Platform::now_ns(super::heap().page_allocator().platform())
 }
 
 /// After `fork`, in the child: forget the parent's segment (its next tick makes its
@@ -150,6 +160,8 @@ pub(crate) fn after_fork_child() {
         unsafe { libc::munmap(seg.cast(), SEGMENT_BYTES) };
     }
     w.busy.store(false, Ordering::Relaxed);
+    // The child's own interval starts now: one that ends sooner makes no segment.
+    w.started_ns.store(now_ns(), Ordering::Relaxed);
     w.state.store(NOT_STARTED, Ordering::Relaxed);
 }
 
@@ -180,6 +192,10 @@ pub(crate) fn tick(now_ns: u64) {
         if !asked && now_ns.saturating_sub(w.last_ns.load(Ordering::Relaxed)) < interval {
             return;
         }
+    } else if now_ns.saturating_sub(w.started_ns.load(Ordering::Relaxed)) < interval {
+        // Not yet made: a process that ends within its first interval (most commands
+        // a shell runs) pays nothing for the view.
+        return;
     }
     publish_now();
 }
