@@ -36,7 +36,7 @@ use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
 use crate::slab::{
     accounting, has_obj_exts, Accounting, CacheConfig, FastPath, KmemCache, ObjectLookup,
-    SlabFlags, Slub,
+    OtherNodes, SlabFlags, Slub, NEW_OTHER_NODES,
 };
 use crate::sync::AtomicU32;
 use crate::sync::Ordering::Relaxed;
@@ -185,6 +185,11 @@ pub struct KmallocCaches {
     plain: [KmemCache; NR_KMALLOC_PLAIN],
     /// The accounted (0) and reclaimable (1) sets.
     kernel: [[KmemCache; NR_KMALLOC]; NR_KMALLOC_TYPES - 1],
+    /// Each plain cache's nodes past the first (apart from the caches, so that these
+    /// stay small and untouched on one node: [`OtherNodes`]).
+    plain_nodes: [OtherNodes; NR_KMALLOC_PLAIN],
+    /// The same for `kernel`.
+    kernel_nodes: [[OtherNodes; NR_KMALLOC]; NR_KMALLOC_TYPES - 1],
     /// For sizes up to [`SMALL_FAST_MAX`], by size (one entry a byte: 4 KiB, so that
     /// the index is the size itself, with no rounding): the `cpu_offset` of the plain
     /// class's per-CPU sheaves when that cache runs the inline sheaf path, else
@@ -236,6 +241,8 @@ impl KmallocCaches {
         Self {
             plain: [const { KmemCache::new() }; NR_KMALLOC_PLAIN],
             kernel: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
+            plain_nodes: [NEW_OTHER_NODES; NR_KMALLOC_PLAIN],
+            kernel_nodes: [const { [NEW_OTHER_NODES; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
             small_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
             small_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
             medium_fast: [const { AtomicU32::new(ZERO_LINE) };
@@ -243,13 +250,20 @@ impl KmallocCaches {
         }
     }
 
-    /// Sets up every kmalloc cache through `create(cache, name, size, align, flags)`
-    /// (the allocator's boot-cache constructor), plain set first, smallest first, and
-    /// gives each accounted one on a sheaf fast path its objcg sheaf class (its index
-    /// in the set); stops at the first error.
+    /// Sets up every kmalloc cache through `create(cache, other_nodes, name, size,
+    /// align, flags)` (the allocator's boot-cache constructor), plain set first,
+    /// smallest first, and gives each accounted one on a sheaf fast path its objcg
+    /// sheaf class (its index in the set); stops at the first error.
     pub(crate) fn boot<E>(
         &self,
-        mut create: impl FnMut(&KmemCache, &str, usize, usize, SlabFlags) -> Result<(), E>,
+        mut create: impl FnMut(
+            &KmemCache,
+            *const OtherNodes,
+            &str,
+            usize,
+            usize,
+            SlabFlags,
+        ) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut name = NameBuf::new();
         for (t, prefix) in ["kmalloc-", "kmalloc-cg-", "kmalloc-rcl-"]
@@ -262,7 +276,11 @@ impl KmallocCaches {
                 _ => SlabFlags::empty(),
             };
             let set = self.set(t);
-            for (i, s) in set.iter().enumerate() {
+            let nodes: &[OtherNodes] = match t {
+                0 => &self.plain_nodes,
+                t => &self.kernel_nodes[t - 1],
+            };
+            for (i, (s, other)) in set.iter().zip(nodes).enumerate() {
                 let size = if t == 0 {
                     KMALLOC_PLAIN_SIZES[i]
                 } else {
@@ -272,7 +290,7 @@ impl KmallocCaches {
                 let _ = write!(name, "{prefix}");
                 write_size(&mut name, size);
                 let align = (1usize << size.trailing_zeros()).min(PAGE_SIZE);
-                create(s, name.as_str(), size, align, flags)?;
+                create(s, other, name.as_str(), size, align, flags)?;
                 if t == 1 && s.config().fast != FastPath::CpuSlab {
                     // The accounted caches: their objcg sheaf class, which a charged
                     // free reads from the config (`memcontrol::objcg_sheaf`).

@@ -19,4 +19,24 @@ fn fake_nodes_have_their_own_memory() {
     }
     assert!(pa.event(VmEvent::NumaHit) >= 3);
     assert_eq!(h.buddyinfo().lines().count(), 3);
+    // Slabs on every node: kmalloc's caches keep their nodes past the first apart
+    // from the cache (`OtherNodes`); each node's slabs are on its own lists.
+    let mut held = Vec::new();
+    for nid in 0..3 {
+        for _ in 0..200 {
+            let p = h
+                .kmalloc_node(96, Gfp::KERNEL, nid)
+                .expect("object on node");
+            let page = pa.virt_to_head_page(p.as_ptr()).expect("a slab page");
+            assert_eq!(pa.page_to_nid(page), nid);
+            held.push(p);
+        }
+    }
+    for p in held {
+        // SAFETY: allocated above, freed once.
+        assert!(unsafe { h.kfree(p.as_ptr()) });
+    }
+    assert!(h.validate().is_empty());
+    let info = h.slabinfo();
+    assert!(info.lines().any(|l| l.starts_with("kmalloc-96 ")), "{info}");
 }

@@ -7,7 +7,8 @@ use crate::page::Page;
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
 use crate::slab::{
-    has_obj_exts, CacheConfig, Ctor, DestroyError, KmemCache, ObjectLookup, SlabFlags,
+    has_obj_exts, CacheConfig, CacheWithNodes, Ctor, DestroyError, KmemCache, ObjectLookup,
+    SlabFlags, NEW_OTHER_NODES,
 };
 use crate::sync::Ordering::Relaxed;
 use core::ptr::{self, NonNull};
@@ -53,13 +54,18 @@ impl<P: Platform> Kmem<P> {
             core::mem::align_of::<crate::slab::KmemCacheCpu>(),
         )?;
         let mem = self.slub().alloc(cpu, &self.kmem_cache, Gfp::KERNEL)?;
-        let s = mem.as_ptr() as *mut KmemCache;
-        // SAFETY: a fresh object of `kmem_cache`, sized and aligned for a KmemCache;
-        // nobody else can see it until it is on the list.
-        unsafe {
+        let obj = mem.as_ptr() as *mut CacheWithNodes;
+        // SAFETY: a fresh object of `kmem_cache`, sized and aligned for a
+        // CacheWithNodes; nobody else can see it until it is on the list, and its
+        // nodes live as long as the cache (they are the same object).
+        let s = unsafe {
+            let s = core::ptr::addr_of_mut!((*obj).cache);
+            let nodes = core::ptr::addr_of_mut!((*obj).other_nodes);
             s.write(KmemCache::new());
-            (*s).set_config(cfg);
-        }
+            nodes.write(NEW_OTHER_NODES);
+            (*s).set_config(cfg, nodes);
+            s
+        };
         // SAFETY: initialised above; objects of kmem_cache live until destroyed.
         let s: &'static KmemCache = unsafe { &*s };
         self.caches.add(s);

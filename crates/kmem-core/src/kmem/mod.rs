@@ -24,8 +24,8 @@ use crate::page::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker};
 use crate::percpu::{CpuRef, DRAIN_CACHES};
 use crate::platform::Platform;
 use crate::slab::{
-    sheaf_capacity, Accounting, CacheConfig, CacheList, FastPath, KmemCache, PerCpuAccess,
-    SlabFlags, Slub, SlubDesign,
+    sheaf_capacity, Accounting, CacheConfig, CacheList, CacheWithNodes, FastPath, KmemCache,
+    OtherNodes, PerCpuAccess, SlabFlags, Slub, SlubDesign, NEW_OTHER_NODES,
 };
 use crate::sync::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use core::ptr::NonNull;
@@ -36,6 +36,8 @@ pub struct Kmem<P: Platform> {
     pub pages: PageAllocator<P>,
     caches: CacheList,
     kmem_cache: KmemCache,
+    /// `kmem_cache`'s nodes past the first.
+    kmem_cache_nodes: OtherNodes,
     kmalloc: KmallocCaches,
     slab_up: AtomicBool,
     nr_cpus: AtomicUsize,
@@ -54,6 +56,7 @@ impl<P: Platform> Kmem<P> {
             pages: PageAllocator::new(platform),
             caches: CacheList::new(),
             kmem_cache: KmemCache::new(),
+            kmem_cache_nodes: NEW_OTHER_NODES,
             kmalloc: KmallocCaches::new(),
             slab_up: AtomicBool::new(false),
             nr_cpus: AtomicUsize::new(1),
@@ -171,7 +174,12 @@ impl<P: Platform> Kmem<P> {
         // SAFETY: forwarded from the caller.
         unsafe { self.pages.init(base, len, config) }?;
         self.nr_cpus.store(nr_cpus.max(1), Relaxed);
-        let boot = |s: &KmemCache, name: &str, size: usize, align: usize, flags: SlabFlags| {
+        let boot = |s: &KmemCache,
+                    nodes: *const OtherNodes,
+                    name: &str,
+                    size: usize,
+                    align: usize,
+                    flags: SlabFlags| {
             let flags = flags | self.policy_flags(name);
             let mut cfg = CacheConfig::calculate(name, size, align, flags, None, nr_cpus)
                 .ok_or(InitError::BadConfig)?;
@@ -185,15 +193,17 @@ impl<P: Platform> Kmem<P> {
                     core::mem::align_of::<crate::slab::KmemCacheCpu>(),
                 )
                 .ok_or(InitError::BadConfig)?;
-            // SAFETY: the boot caches are not visible to anybody before init returns.
-            unsafe { s.set_config(cfg) };
+            // SAFETY: the boot caches are not visible to anybody before init returns;
+            // their nodes are in the allocator with them.
+            unsafe { s.set_config(cfg, nodes) };
             self.caches.add(s);
             Ok::<(), InitError>(())
         };
         boot(
             &self.kmem_cache,
+            &self.kmem_cache_nodes,
             "kmem_cache",
-            core::mem::size_of::<KmemCache>(),
+            core::mem::size_of::<CacheWithNodes>(),
             64,
             SlabFlags::HWCACHE_ALIGN,
         )?;

@@ -27,10 +27,10 @@ pub(super) fn memcg_env() -> &'static MemcgEnv {
         state: MemcgState::new(),
         boot: KmemCache::new(),
     }));
-    let size = core::mem::size_of::<KmemCache>();
+    let size = core::mem::size_of::<crate::slab::CacheWithNodes>();
     assert!(slab.setup(&env.boot, "kmem_cache", size, 64, SlabFlags::HWCACHE_ALIGN));
     env.kmalloc
-        .boot(|s, name, size, align, flags| {
+        .boot(|s, _other_nodes, name, size, align, flags| {
             slab.setup(s, name, size, align, flags)
                 .then_some(())
                 .ok_or(())

@@ -325,7 +325,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                     // Second round: a new slab on this node.
                     let slab = self.allocate_slab(None, s, gfp, Some(n))?;
                     let nn = self.pages.page_to_nid(slab);
-                    let mut list = s.node[nn].list_lock.lock();
+                    let mut list = s.node(nn).list_lock.lock();
                     self.add_partial(&mut list, slab, false);
                     drop(list);
                     return self.alloc_nocpu(s, gfp, Some(nn));

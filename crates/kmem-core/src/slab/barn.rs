@@ -311,7 +311,7 @@ impl<P: Platform> Slub<'_, P> {
         }
         let mut freed = 0;
         for nid in 0..self.pages.nr_nodes() {
-            let (full, empty) = s.node[nid].barn.lists.lock().take_idle();
+            let (full, empty) = s.node(nid).barn.lists.lock().take_idle();
             freed += self.free_sheaf_chains(cpu, s, full, empty);
         }
         freed
@@ -355,7 +355,7 @@ impl<P: Platform> Slub<'_, P> {
         self.release_fresh_slabs(cpu, s);
         let mut freed = 0;
         for nid in 0..self.pages.nr_nodes() {
-            let (full, empty) = s.node[nid].barn.lists.lock().take_all();
+            let (full, empty) = s.node(nid).barn.lists.lock().take_all();
             freed += self.free_sheaf_chains(cpu, s, full, empty);
         }
         freed

@@ -89,7 +89,7 @@ impl CacheList {
         // SAFETY: we hold the list lock (just taken).
         unsafe {
             self.for_each_locked(|s| {
-                for node in &s.node[..nr_nodes] {
+                for node in s.nodes(nr_nodes) {
                     node.list_lock.lock_forever();
                     // A leaf lock: a child must not find it held by a thread that
                     // does not exist there.
@@ -107,7 +107,7 @@ impl CacheList {
         // SAFETY: every lock below was taken by `fork_lock`, guards forgotten.
         unsafe {
             self.for_each_locked(|s| {
-                for node in &s.node[..nr_nodes] {
+                for node in s.nodes(nr_nodes) {
                     node.barn.lists.force_unlock();
                     node.list_lock.force_unlock();
                 }

@@ -70,7 +70,7 @@ impl<P: Platform> Slub<'_, P> {
         }
         for nid in 0..self.pages.nr_nodes() {
             c.total += s.nr_slabs(nid) * cfg.objects;
-            let lists = s.node[nid].barn.lists.lock();
+            let lists = s.node(nid).barn.lists.lock();
             for mut p in lists.heads() {
                 while let Some(sh) = NonNull::new(p) {
                     // SAFETY: barn sheaves are live; we hold the barn's lock.
@@ -83,7 +83,7 @@ impl<P: Platform> Slub<'_, P> {
                 }
             }
             drop(lists);
-            let list = s.node[nid].list_lock.lock();
+            let list = s.node(nid).list_lock.lock();
             let mut p = list.first();
             while let Some(slab) = NonNull::new(p) {
                 // SAFETY: node-list slabs are live; we hold the list lock, so their
@@ -107,7 +107,7 @@ impl<P: Platform> Slub<'_, P> {
                 p = sr.next.load(Relaxed);
             }
             let mut fresh = 0;
-            s.node[nid].fresh.for_each(cfg, &list, |o| {
+            s.node(nid).fresh.for_each(cfg, &list, |o| {
                 visit(o, &mut c);
                 fresh += 1;
             });

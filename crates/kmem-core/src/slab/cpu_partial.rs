@@ -71,7 +71,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         // SAFETY: a live slab, frozen for us.
         let sr = unsafe { slab.as_ref() };
         let nid = self.pages.page_to_nid(slab);
-        let mut list = s.node[nid].list_lock.lock();
+        let mut list = s.node(nid).list_lock.lock();
         let (old, new) = self.unfreeze_merge(cfg, sr, slab, chain);
         if !old.list_empty() {
             cc.count(SlubStat::DeactivateRemoteFrees);

@@ -285,13 +285,13 @@ impl<P: Platform> Slub<'_, P> {
         let first =
             nid.unwrap_or_else(|| cpu.map_or(0, |c| c.area().node()) % self.pages.nr_nodes());
         loop {
-            let node = &s.node[first];
+            let node = &s.node(first);
             let mut list = node.list_lock.lock();
             let Some(slab) = NonNull::new(list.first()) else {
                 drop(list);
                 let slab = self.allocate_slab(cpu, s, gfp, Some(first))?;
                 let nn = self.pages.page_to_nid(slab);
-                let mut list = s.node[nn].list_lock.lock();
+                let mut list = s.node(nn).list_lock.lock();
                 self.add_partial(&mut list, slab, false);
                 continue;
             };
@@ -389,7 +389,7 @@ impl<P: Platform> Slub<'_, P> {
         s.stat(cpu, SlubStat::FreeSlowpath);
         let frames = self.capture(cfg);
         let nid = self.pages.page_to_nid(slab);
-        let node = &s.node[nid];
+        let node = &s.node(nid);
         let mut list = node.list_lock.lock();
         // SAFETY: a live slab of `s`.
         let sr = unsafe { slab.as_ref() };
@@ -474,7 +474,7 @@ impl<P: Platform> Slub<'_, P> {
         self.remove_partial(list, slab);
         let nid = self.pages.page_to_nid(slab);
         // SAFETY: as in alloc_debug.
-        unsafe { s.node[nid].full.lock().push_head(slab.as_ptr()) };
+        unsafe { s.node(nid).full.lock().push_head(slab.as_ptr()) };
     }
 
     /// An object taken off the freelist and kept out of use after a report: it counts
@@ -669,7 +669,7 @@ impl<P: Platform> Slub<'_, P> {
     /// `list_lock` and then its `full` lock while `f` runs.
     pub(super) fn for_each_listed_slab(&self, s: &KmemCache, f: &mut dyn FnMut(NonNull<Page>)) {
         for nid in 0..self.pages.nr_nodes() {
-            let node = &s.node[nid];
+            let node = &s.node(nid);
             let list = node.list_lock.lock();
             let full = node.full.lock();
             for l in [&*list, &*full] {

@@ -263,7 +263,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let sr = unsafe { slab.as_ref() };
         let base = self.slab_base(slab);
         let nid = self.pages.page_to_nid(slab);
-        let node = &s.node[nid];
+        let node = &s.node(nid);
         let mut lock = None;
         let mut freezer: Option<CpuRef<'_>>;
         let (old, new) = loop {

@@ -102,7 +102,7 @@ impl<P: Platform> Slub<'_, P> {
         list: &PageList,
         out: &mut [usize],
     ) -> usize {
-        let fresh = &s.node[nid].fresh;
+        let fresh = &s.node(nid).fresh;
         let Some((slab, next)) = fresh.take(list) else {
             return 0;
         };
@@ -132,8 +132,8 @@ impl<P: Platform> Slub<'_, P> {
         slab: NonNull<Page>,
         next: usize,
     ) {
-        let list = s.node[nid].list_lock.lock();
-        let fresh = &s.node[nid].fresh;
+        let list = s.node(nid).list_lock.lock();
+        let fresh = &s.node(nid).fresh;
         if !fresh.is_set(&list) {
             fresh.slab.store(slab.as_ptr(), Relaxed);
             fresh.next.store(next, Relaxed);
@@ -149,8 +149,8 @@ impl<P: Platform> Slub<'_, P> {
     pub fn release_fresh_slabs(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
         let mut released = 0;
         for nid in 0..self.pages.nr_nodes() {
-            let list = s.node[nid].list_lock.lock();
-            let taken = s.node[nid].fresh.take(&list);
+            let list = s.node(nid).list_lock.lock();
+            let taken = s.node(nid).fresh.take(&list);
             drop(list);
             if let Some((slab, next)) = taken {
                 released += self.free_fresh_tail(cpu, s, slab, next);

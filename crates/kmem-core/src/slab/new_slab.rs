@@ -115,7 +115,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
         head.private.store(0, Relaxed);
         let nid = self.pages.page_to_nid(slab);
-        s.node[nid].nr_slabs.fetch_add(1, Relaxed);
+        s.node(nid).nr_slabs.fetch_add(1, Relaxed);
         s.stat(cpu, SlubStat::AllocSlab);
         Some((slab, taken, fresh))
     }
@@ -215,7 +215,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             self.validate_slab(s, cfg, slab, &mut |_| {});
         }
         let nid = self.pages.page_to_nid(slab);
-        s.node[nid].nr_slabs.fetch_sub(1, Relaxed);
+        s.node(nid).nr_slabs.fetch_sub(1, Relaxed);
         // SAFETY: the slab is empty and on no list: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
         // The words first: the free fast paths read the sheaf tag and `owner[1]`

@@ -44,7 +44,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     ) -> Option<usize> {
         let cfg = s.config();
         let cc = s.cpu(c);
-        let mut list = s.node[nid].list_lock.lock();
+        let mut list = s.node(nid).list_lock.lock();
         let slab = NonNull::new(list.first())?;
         self.remove_partial(&mut list, slab);
         // SAFETY: a slab from the node list: live, unfrozen, ours under the lock.
@@ -132,7 +132,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let sr = unsafe { slab.as_ref() };
         let s = Slab::of(sr).cache();
         let nid = self.pages.page_to_nid(slab);
-        let mut list = s.node[nid].list_lock.lock();
+        let mut list = s.node(nid).list_lock.lock();
         let (_, new) = self.unfreeze_merge(s.config(), sr, slab, Chain::EMPTY);
         if !new.list_empty() {
             self.add_partial(&mut list, slab, true);
@@ -144,7 +144,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         // SAFETY: a frozen slab we own.
         let sr = unsafe { slab.as_ref() };
         let nid = self.pages.page_to_nid(slab);
-        let mut list = s.node[nid].list_lock.lock();
+        let mut list = s.node(nid).list_lock.lock();
         let (_, new) = self.unfreeze_merge(s.config(), sr, slab, Chain::EMPTY);
         if new.inuse() == 0 && list.len() >= s.config().min_partial {
             drop(list);
@@ -165,7 +165,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let mut freed = 0;
         for nid in 0..self.pages.nr_nodes() {
             loop {
-                let mut list = s.node[nid].list_lock.lock();
+                let mut list = s.node(nid).list_lock.lock();
                 let mut p = list.first();
                 let mut empty = None;
                 while let Some(slab) = NonNull::new(p) {

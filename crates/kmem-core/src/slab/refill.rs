@@ -113,7 +113,7 @@ impl<P: Platform> Slub<'_, P> {
             if let Some(next) = fresh {
                 self.keep_fresh(cpu, s, nn, slab, next);
             } else if took < s.config().objects {
-                let mut list = s.node[nn].list_lock.lock();
+                let mut list = s.node(nn).list_lock.lock();
                 self.add_partial(&mut list, slab, false);
             }
         }
@@ -128,7 +128,7 @@ impl<P: Platform> Slub<'_, P> {
     pub(super) fn take_from_partial(&self, s: &KmemCache, nid: usize, out: &mut [usize]) -> usize {
         let cfg = s.config();
         let mut got = 0;
-        let mut list = s.node[nid].list_lock.lock();
+        let mut list = s.node(nid).list_lock.lock();
         // The first slab's free objects are asked for here, each next one's while the
         // one before it is walked (and the descriptor after that one's), so that the
         // misses of a freelist freed in random order come in parallel.

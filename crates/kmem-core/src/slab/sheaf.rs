@@ -441,7 +441,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// The barn of `s` for the CPU area `c` (its node's).
     #[inline]
     pub(super) fn barn<'s>(&self, c: CpuRef<'_>, s: &'s KmemCache) -> &'s Barn {
-        &s.node[self.pages_local_node(c)].barn
+        &s.node(self.pages_local_node(c)).barn
     }
 
     /// Takes one of the CPU's sheaves for the slow path (see the module docs): with
@@ -770,7 +770,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let r = unsafe { sheaf.as_ref() };
         let size = r.size.load(Relaxed);
         let standard = r.capacity.load(Relaxed) == s.config().sheaf_capacity;
-        let barn = &s.node[nid].barn;
+        let barn = &s.node(nid).barn;
         let kept = standard && {
             let mut l = barn.lists.lock();
             if size > 0 {

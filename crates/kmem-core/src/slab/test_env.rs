@@ -5,7 +5,7 @@
 
 extern crate std;
 
-use super::{CacheConfig, CacheList, KmemCache, KmemCacheCpu, SlabFlags, Slub};
+use super::{CacheConfig, CacheList, KmemCache, KmemCacheCpu, SlabFlags, Slub, NEW_OTHER_NODES};
 use crate::page::test_platform::allocator;
 use crate::page::{Config, PageAllocator};
 use std::boxed::Box;
@@ -53,8 +53,9 @@ impl SlabEnv {
             return false;
         };
         cfg.cpu_offset = off;
-        // SAFETY: the caller's cache is not visible to anybody yet.
-        unsafe { s.set_config(cfg) };
+        // SAFETY: the caller's cache is not visible to anybody yet; its other nodes
+        // are leaked, as the test allocators are.
+        unsafe { s.set_config(cfg, Box::leak(Box::new(NEW_OTHER_NODES))) };
         self.caches.add(s);
         true
     }
