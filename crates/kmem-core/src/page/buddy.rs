@@ -52,6 +52,29 @@ impl<P: Platform> PageAllocator<P> {
         }
     }
 
+    /// Lists the next block of the zone's deferred pages (the largest aligned block
+    /// that fits, `MAX_ORDER` but at the range's end), as reported and without
+    /// counting it again (the pages counted as free and reported when their section
+    /// came online). False when nothing is deferred.
+    pub(super) fn grow_deferred(&self, fa: &mut FreeArea) -> bool {
+        let (pfn, end) = fa.deferred;
+        if pfn >= end {
+            return false;
+        }
+        let order = largest_block(pfn, end);
+        let page = self.pfn_to_page_raw(pfn);
+        // SAFETY: a deferred page is a free, managed page of an online section of
+        // this zone whose descriptor nobody uses (it is on no list); the zone lock is
+        // held.
+        unsafe {
+            (*page).set_order(order);
+            (*page).set_flags(PageFlags::BUDDY | PageFlags::REPORTED);
+            fa.lists[order].push_tail(page);
+        }
+        fa.deferred.0 = pfn + (1 << order);
+        true
+    }
+
     /// Removes a free block from its list; returns whether it was reported.
     pub(super) fn del_from_free_list(
         &self,
@@ -76,7 +99,7 @@ impl<P: Platform> PageAllocator<P> {
 
     /// Counts `nr` pages at `pfn` into (`add`) or out of the reported pages of their
     /// section and zone. Zone lock held (it covers the section's count).
-    fn account_reported(&self, zone: &Zone, pfn: usize, nr: usize, add: bool) {
+    pub(super) fn account_reported(&self, zone: &Zone, pfn: usize, nr: usize, add: bool) {
         let s = &self.sections[pfn >> PFN_SECTION_SHIFT].nr_reported;
         let z = &zone.vm_stat[ZoneStat::NrFreeReported as usize];
         if add {
@@ -162,16 +185,20 @@ impl<P: Platform> PageAllocator<P> {
         zone: &Zone,
         order: usize,
     ) -> Option<(usize, bool)> {
-        for o in order..=MAX_ORDER {
-            let head = fa.lists[o].first();
-            if let Some(page) = NonNull::new(head) {
-                let pfn = self.page_to_pfn(page);
-                let reported = self.del_from_free_list(fa, zone, pfn, o);
-                self.expand(fa, zone, pfn, order, o, reported);
-                return Some((pfn, reported));
+        loop {
+            for o in order..=MAX_ORDER {
+                let head = fa.lists[o].first();
+                if let Some(page) = NonNull::new(head) {
+                    let pfn = self.page_to_pfn(page);
+                    let reported = self.del_from_free_list(fa, zone, pfn, o);
+                    self.expand(fa, zone, pfn, order, o, reported);
+                    return Some((pfn, reported));
+                }
+            }
+            if !self.grow_deferred(fa) {
+                return None;
             }
         }
-        None
     }
 
     /// `rmqueue_buddy`: takes one block straight from the zone (no per-CPU list).
@@ -209,11 +236,36 @@ impl<P: Platform> PageAllocator<P> {
         self.maybe_report(None, zone);
     }
 
-    /// Free blocks per order of zone `nid` (`/proc/buddyinfo`).
+    /// Free blocks per order of zone `nid` (`/proc/buddyinfo`): the deferred pages as
+    /// the blocks they will be listed as.
     pub fn free_area_counts(&self, nid: usize) -> [usize; NR_ORDERS] {
         let fa = self.zones[nid].lock.lock();
-        core::array::from_fn(|o| fa.lists[o].len())
+        let mut counts: [usize; NR_ORDERS] = core::array::from_fn(|o| fa.lists[o].len());
+        let (mut pfn, end) = fa.deferred;
+        while pfn < end {
+            let order = largest_block(pfn, end);
+            counts[order] += 1;
+            pfn += 1 << order;
+        }
+        counts
     }
+
+    /// The zone's deferred pages (see [`FreeArea`]'s `deferred`): pages `start..end`
+    /// are free but not listed, with blank descriptors. A walk of the memmap skips
+    /// them.
+    pub fn deferred_pages(&self, nid: usize) -> (usize, usize) {
+        self.zones[nid].lock.lock().deferred
+    }
+}
+
+/// The order of the largest block that starts at `pfn` (aligned to its size) and
+/// ends by `end`, at most `MAX_ORDER` (`pfn < end`).
+pub(super) fn largest_block(pfn: usize, end: usize) -> usize {
+    let mut order = MAX_ORDER;
+    while order > 0 && (pfn & ((1 << order) - 1) != 0 || pfn + (1 << order) > end) {
+        order -= 1;
+    }
+    order
 }
 
 #[cfg(test)]
@@ -283,8 +335,50 @@ mod tests {
         assert_eq!(head.private.load(Ordering::Relaxed), 5_000);
         assert_eq!(reported_pages(pa), SECTION_MANAGED_PAGES - 512);
         assert_eq!(zone.report_pending.load(Ordering::Relaxed), 1);
-        // The order-9 block's buddy (pfn 0) is memmap: no merge across it.
-        assert_eq!(fa.lists[10].len(), (SECTION_MANAGED_PAGES - 512) >> 10);
+        // The order-9 block's buddy (pfn 0) is memmap: no merge across it. One
+        // order-10 block is listed, the others wait deferred.
+        assert_eq!(fa.lists[10].len(), 1);
+        let deferred = (fa.deferred.1 - fa.deferred.0) >> 10;
+        assert_eq!(1 + deferred, (SECTION_MANAGED_PAGES - 512) >> 10);
+    }
+
+    #[test]
+    fn a_fresh_section_lists_two_blocks_and_defers_the_rest() {
+        let pa = allocator(1, Config::default());
+        assert!(pa.add_memory(0));
+        let zone = &pa.zones[0];
+        let all = SECTION_MANAGED_PAGES;
+        {
+            let fa = zone.lock.lock();
+            assert_eq!(fa.lists[9].len() + fa.lists[10].len(), 2);
+            assert_eq!(fa.deferred, (FIRST + 512 + 1024, FIRST + all));
+        }
+        // The deferred pages count as free and reported, and as buddyinfo's blocks;
+        // their descriptors are untouched.
+        assert_eq!(reported_pages(pa), all);
+        assert_eq!(pa.free_area_counts(0)[10], (all - 512) >> 10);
+        assert_eq!(page(pa, FIRST + 512 + 1024).flags(), PageFlags::empty());
+        // Taking more than the listed blocks lists deferred ones, a block at a time;
+        // every page comes out once.
+        let mut fa = zone.lock.lock();
+        let mut taken = [0usize; 64];
+        let mut n = 0;
+        while let Some((pfn, reported)) = pa.rmqueue_smallest(&mut fa, zone, MAX_ORDER) {
+            assert!(reported);
+            taken[n] = pfn;
+            n += 1;
+        }
+        assert_eq!(
+            fa.deferred.0, fa.deferred.1,
+            "everything deferred was listed"
+        );
+        assert_eq!(n, (all - 512) >> 10);
+        let taken = &mut taken[..n];
+        taken.sort_unstable();
+        assert!(taken.windows(2).all(|w| w[1] == w[0] + 1024), "{taken:?}");
+        // The order-9 block is still there for smaller requests.
+        assert_eq!(pa.rmqueue_smallest(&mut fa, zone, 9), Some((FIRST, true)));
+        assert!(pa.rmqueue_smallest(&mut fa, zone, 0).is_none());
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! (`memory_model.rs`) take no lock: a section's memory stays mapped once it was
 //! online, and its state is published with release stores.
 
+use super::buddy::largest_block;
 use super::descriptor::{MAX_ORDER, PAGE_SHIFT};
 use super::mmzone::{
     MEMMAP_PAGES, PFN_SECTION_SHIFT, SECTION_OFFLINE, SECTION_ONLINE, SECTION_SHIFT, SECTION_SIZE,
@@ -17,6 +18,11 @@ use crate::platform::Platform;
 use crate::sync::Ordering;
 use crate::vmstat::{VmEvent, ZoneStat};
 use core::ptr;
+
+/// Pages a section coming online lists on the free lists at once (its first two
+/// blocks: the 2 MiB past the memmap and one 4 MiB block); the rest waits in the
+/// zone's deferred range until the lists run out.
+const ONLINE_LISTED_PAGES: usize = 1 << MAX_ORDER;
 
 /// What the hotplug lock guards.
 pub(super) struct Hotplug {
@@ -129,14 +135,20 @@ impl<P: Platform> PageAllocator<P> {
         sec.state.store(SECTION_ONLINE, Ordering::Release);
         // Hand the pages over as the largest aligned blocks that fit. They were never
         // touched (or were discarded): list them as reported, behind resident blocks.
+        // Past the first ONLINE_LISTED_PAGES, while the zone defers no other pages,
+        // the rest is deferred (`FreeArea::deferred`): each block listed writes its
+        // head's descriptor, a page of the memmap of its own.
         let start = (nr << PFN_SECTION_SHIFT) + MEMMAP_PAGES;
         let end = start + pages;
+        let defer = fa.deferred.0 >= fa.deferred.1;
         let mut pfn = start;
         while pfn < end {
-            let mut order = MAX_ORDER;
-            while order > 0 && (pfn & ((1 << order) - 1) != 0 || pfn + (1 << order) > end) {
-                order -= 1;
+            if defer && pfn - start >= ONLINE_LISTED_PAGES && pfn % (1 << MAX_ORDER) == 0 {
+                fa.deferred = (pfn, end);
+                self.account_reported(zone, pfn, end - pfn, true);
+                break;
             }
+            let order = largest_block(pfn, end);
             self.add_to_free_list(&mut fa, zone, pfn, order, true);
             pfn += 1 << order;
         }
@@ -168,7 +180,14 @@ impl<P: Platform> PageAllocator<P> {
             return false;
         }
         let start = (nr << PFN_SECTION_SHIFT) + MEMMAP_PAGES;
-        let end = start + managed as usize;
+        let mut end = start + managed as usize;
+        let (dstart, dend) = fa.deferred;
+        if dstart < dend && dstart >= start && dend <= end {
+            // The deferred tail is on no list: forget it (it counted as reported).
+            self.account_reported(zone, dstart, dend - dstart, false);
+            fa.deferred = (0, 0);
+            end = dstart;
+        }
         let mut pfn = start;
         while pfn < end {
             // SAFETY: every managed page of the section is in a free, reported block
@@ -400,6 +419,10 @@ mod tests {
         assert_eq!(entry(), 0, "no tag outlives its section's memmap");
         assert_eq!(pa.nr_managed_pages(), 0);
         assert_eq!(pa.nr_free_pages(), 0);
+        // Its deferred pages (never listed) went with it, and none stays reported.
+        let reported = &pa.zones[0].vm_stat[crate::vmstat::ZoneStat::NrFreeReported as usize];
+        assert_eq!(reported.load(Ordering::Relaxed), 0);
+        assert_eq!(pa.deferred_pages(0), (0, 0));
         assert_eq!(pa.zone_event(0, VmEvent::SectionOffline), 1);
         assert_eq!(pa.pfn_to_page(MEMMAP_PAGES), None);
         // The next demand brings the same section back, with a fresh memmap.
@@ -408,5 +431,10 @@ mod tests {
         assert_eq!(pa.nr_used_sections(), 1);
         assert_eq!(pa.nr_online_sections(), 1);
         assert_eq!(pa.nr_free_pages(), SECTION_MANAGED_PAGES - 1);
+        assert_eq!(
+            reported.load(Ordering::Relaxed) as usize,
+            SECTION_MANAGED_PAGES - 1
+        );
+        assert_ne!(pa.deferred_pages(0), (0, 0));
     }
 }

@@ -105,6 +105,14 @@ pub struct FreeArea {
     /// `free_area[order]`: free blocks of 2^order pages; recently freed (resident)
     /// blocks at the head, reported blocks at the tail.
     pub(super) lists: [PageList; NR_ORDERS],
+    /// Free pages `deferred.0..deferred.1` of one section of the zone that are not
+    /// listed yet (the kernel's deferred struct page init): a section coming online
+    /// lists its first blocks only, and the rest are listed a block at a time when the
+    /// lists run out (`buddy.rs`, `grow_deferred`). They count as free and reported
+    /// (never touched); their descriptors stay as the memmap was (zero), so a process
+    /// that uses a few MiB writes a few pages of the memmap, not one for each of the
+    /// section's 32 blocks. `deferred.0` is `MAX_ORDER`-aligned; empty when equal.
+    pub(super) deferred: (usize, usize),
 }
 
 /// A zone: the pages of one node (`struct zone`).
@@ -136,6 +144,7 @@ impl Zone {
             nid: AtomicU32::new(0),
             lock: SpinLock::new(FreeArea {
                 lists: [const { PageList::new() }; NR_ORDERS],
+                deferred: (0, 0),
             }),
             managed: AtomicUsize::new(0),
             nr_sections: AtomicUsize::new(0),

@@ -472,6 +472,11 @@ fn scan_span(h: &super::Heap, sc: &mut Scanner<'_>) {
     let slub = h.kmem().slub();
     let (base, len) = pa.span();
     let per_section = 1usize << PFN_SECTION_SHIFT;
+    // Free pages not yet listed have blank descriptors: skipped whole.
+    let mut deferred = [(usize::MAX, 0); kmem_core::page::MAX_NUMNODES];
+    for (nid, d) in deferred.iter_mut().enumerate().take(pa.nr_nodes()) {
+        *d = pa.deferred_pages(nid);
+    }
     for sec in 0..len / SECTION_SIZE {
         let first = sec * per_section;
         if pa.pfn_to_page(first + MEMMAP_PAGES).is_none() {
@@ -481,6 +486,10 @@ fn scan_span(h: &super::Heap, sc: &mut Scanner<'_>) {
         sc.scan_inside(sbase, sbase + MEMMAP_PAGES * PAGE_SIZE);
         let mut pfn = first + MEMMAP_PAGES;
         while pfn < first + per_section {
+            if let Some(&(_, end)) = deferred.iter().find(|&&(s, e)| s == pfn && s < e) {
+                pfn = end;
+                continue;
+            }
             let Some(page) = pa.pfn_to_page(pfn) else {
                 break;
             };
