@@ -143,7 +143,7 @@ impl<P: Platform> PageAllocator<P> {
         let defer = fa.deferred.0 >= fa.deferred.1;
         let mut pfn = start;
         while pfn < end {
-            if defer && pfn - start >= ONLINE_LISTED_PAGES && pfn % (1 << MAX_ORDER) == 0 {
+            if defer && pfn - start >= ONLINE_LISTED_PAGES && pfn.is_multiple_of(1 << MAX_ORDER) {
                 fa.deferred = (pfn, end);
                 self.account_reported(zone, pfn, end - pfn, true);
                 break;
