@@ -215,6 +215,28 @@ fn a_forked_child_copies_no_page_for_the_allocators_locks() {
     );
 }
 
+/// libkmem.so links the unwinder in (`build.rs`) where the C compiler has
+/// `libgcc_eh.a`: a preloaded C program maps no libgcc_s, and a C++ program's
+/// exceptions (its own libgcc_s) still work (`cxx_operators_are_kmems_...`).
+#[test]
+fn a_preloaded_program_loads_no_libgcc_s() {
+    let out = Command::new("cc")
+        .arg("-print-file-name=libgcc_eh.a")
+        .output()
+        .expect("a C compiler");
+    let eh = PathBuf::from(text(&out.stdout).trim());
+    if !(eh.is_absolute() && eh.is_file()) {
+        // No static unwinder here: libkmem.so needs libgcc_s, as Rust's cdylibs do.
+        return;
+    }
+    let prog = compile("maps.c");
+    let with = run_with(&prog, &[], true, &[]);
+    assert!(with.status.success());
+    let maps = text(&with.stdout);
+    assert!(maps.contains("libkmem"), "{maps}");
+    assert!(!maps.contains("libgcc_s"), "{maps}");
+}
+
 #[test]
 fn kmem_settings_work_under_the_shim() {
     let prog = compile("api.c");
