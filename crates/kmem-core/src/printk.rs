@@ -3,12 +3,85 @@
 //! [`Platform::log`], so reports can be written from the allocation path itself, and
 //! [`GfpNames`] prints GFP flags as printk's `%pGg` does.
 //!
+//! [`RateLimit`] is the kernel's `ratelimit_state`: a report that can repeat without
+//! bound (an allocation failure, on every failing call) prints at most a burst of
+//! times an interval, then says how many it held back.
+//!
 //! No locks: a writer belongs to the caller's stack; the platform's `log` may be
-//! called concurrently (its contract).
+//! called concurrently (its contract); a rate limit's state is atomics.
 
 use crate::gfp::Gfp;
 use crate::platform::Platform;
+use crate::sync::{AtomicU32, AtomicU64, Ordering::Relaxed};
 use core::fmt::{self, Write};
+
+/// `DEFAULT_RATELIMIT_INTERVAL`: 5 s.
+pub const DEFAULT_RATELIMIT_INTERVAL_NS: u64 = 5_000_000_000;
+/// `DEFAULT_RATELIMIT_BURST`.
+pub const DEFAULT_RATELIMIT_BURST: u32 = 10;
+
+/// `struct ratelimit_state`: at most `burst` reports in each `interval_ns` of the
+/// platform clock. Lock-free: concurrent callers at an interval's turn may let a
+/// report or two more through, never fewer.
+#[derive(Debug)]
+pub struct RateLimit {
+    interval_ns: u64,
+    burst: u32,
+    /// Start of the current interval (0: none yet).
+    begin: AtomicU64,
+    /// Reports let through in the current interval.
+    printed: AtomicU32,
+    /// Reports held back since the last one printed the count.
+    missed: AtomicU32,
+}
+
+/// What [`RateLimit::check`] allows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RateLimited {
+    /// Print; first say that this many were held back (`N callbacks suppressed`).
+    Print {
+        /// Reports held back in the intervals before (0: none).
+        suppressed: u32,
+    },
+    /// Held back.
+    Suppress,
+}
+
+impl RateLimit {
+    /// A limit of `burst` reports each `interval_ns`.
+    pub const fn new(interval_ns: u64, burst: u32) -> Self {
+        Self {
+            interval_ns,
+            burst,
+            begin: AtomicU64::new(0),
+            printed: AtomicU32::new(0),
+            missed: AtomicU32::new(0),
+        }
+    }
+
+    /// `__ratelimit`: whether a report at `now_ns` may print.
+    pub fn check(&self, now_ns: u64) -> RateLimited {
+        let now = now_ns.max(1);
+        let begin = self.begin.load(Relaxed);
+        let mut suppressed = 0;
+        if (begin == 0 || now.saturating_sub(begin) >= self.interval_ns)
+            && self
+                .begin
+                .compare_exchange(begin, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            // A new interval (this caller turned it): the count so far goes out first.
+            suppressed = self.missed.swap(0, Relaxed);
+            self.printed.store(0, Relaxed);
+        }
+        if self.printed.fetch_add(1, Relaxed) < self.burst {
+            RateLimited::Print { suppressed }
+        } else {
+            self.missed.fetch_add(1, Relaxed);
+            RateLimited::Suppress
+        }
+    }
+}
 
 /// A `fmt::Write` that buffers one line on the stack and gives it to the platform.
 pub struct LogWriter<'a, P: Platform> {
@@ -84,6 +157,23 @@ impl fmt::Display for GfpNames {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_rate_limit_lets_a_burst_through_each_interval_and_counts_the_rest() {
+        use super::{RateLimit, RateLimited::*};
+        let rs = RateLimit::new(100, 3);
+        let at = |t| rs.check(t);
+        assert_eq!([at(10), at(20), at(30)], [Print { suppressed: 0 }; 3]);
+        assert_eq!([at(40), at(109)], [Suppress; 2]);
+        // The next interval starts with the count of what was held back.
+        assert_eq!(at(110), Print { suppressed: 2 });
+        assert_eq!(
+            [at(111), at(112), at(113)],
+            [Print { suppressed: 0 }, Print { suppressed: 0 }, Suppress]
+        );
+        assert_eq!(at(500), Print { suppressed: 1 });
+        assert_eq!(at(900), Print { suppressed: 0 });
+    }
+
     extern crate std;
     use super::*;
     use std::string::String;

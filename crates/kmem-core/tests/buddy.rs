@@ -316,6 +316,40 @@ fn bulk_alloc_fills_empty_slots_and_bulk_free_returns_them() {
     }
 }
 
+/// The allocation failure report is rate limited as the kernel's `warn_alloc`: ten
+/// an interval of 5 s, then the count of those held back before the next one.
+#[test]
+fn allocation_failure_reports_are_rate_limited() {
+    let pa = allocator(1, config(1, 1024));
+    let mut held = Vec::new();
+    while let Some(p) = pa.alloc_pages(None, Gfp::KERNEL, 0) {
+        held.push(p);
+    }
+    for _ in 0..30 {
+        assert!(pa.alloc_pages(None, Gfp::KERNEL, 0).is_none());
+    }
+    let failures = pa.event(VmEvent::AllocFail);
+    assert_eq!(failures, 31);
+    let log = pa.platform().take_log();
+    assert_eq!(
+        log.matches("kmem: page allocation failure").count(),
+        10,
+        "{log}"
+    );
+    assert!(!log.contains("suppressed"));
+    pa.platform().advance(5_000_000_000);
+    assert!(pa.alloc_pages(None, Gfp::KERNEL, 0).is_none());
+    let log = pa.platform().take_log();
+    assert!(
+        log.starts_with("warn_alloc: 21 callbacks suppressed\nkmem: page allocation failure"),
+        "{log}"
+    );
+    for p in held {
+        // SAFETY: allocated above, freed once.
+        unsafe { pa.free_pages(None, p, 0) };
+    }
+}
+
 #[test]
 fn bounded_heap_fails_with_none_reports_and_recovers() {
     let max = 2048;

@@ -180,6 +180,8 @@ pub struct PageAllocator<P: Platform> {
     hooks: Hooks,
     /// The next node of the interleave policy.
     interleave_next: AtomicUsize,
+    /// `warn_alloc`'s rate limit (`nopage_rs`).
+    pub(crate) warn_alloc_rs: crate::printk::RateLimit,
 }
 
 impl<P: Platform> PageAllocator<P> {
@@ -205,6 +207,10 @@ impl<P: Platform> PageAllocator<P> {
             percpu: PerCpuOffsets::new(pcp::PERCPU_DYNAMIC_START),
             hooks: Hooks::new(),
             interleave_next: AtomicUsize::new(0),
+            warn_alloc_rs: crate::printk::RateLimit::new(
+                crate::printk::DEFAULT_RATELIMIT_INTERVAL_NS,
+                crate::printk::DEFAULT_RATELIMIT_BURST,
+            ),
         }
     }
 

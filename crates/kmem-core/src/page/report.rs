@@ -12,7 +12,7 @@ use super::mmzone::Watermark;
 use super::PageAllocator;
 use crate::gfp::Gfp;
 use crate::platform::Platform;
-use crate::printk::{GfpNames, LogWriter};
+use crate::printk::{GfpNames, LogWriter, RateLimited};
 use crate::sync::Ordering;
 use crate::vmstat::{VmEvent, ZoneStat};
 use core::fmt::{self, Write};
@@ -91,7 +91,17 @@ impl<P: Platform> PageAllocator<P> {
     #[cold]
     #[inline(never)]
     pub(super) fn warn_alloc(&self, gfp: Gfp, order: usize, nid: usize) {
+        // `nopage_rs`: a program that keeps asking for what cannot be had (probing
+        // for the largest block that fits, retrying in a loop) gets a few reports an
+        // interval, not one a call.
+        let suppressed = match self.warn_alloc_rs.check(self.platform().now_ns()) {
+            RateLimited::Print { suppressed } => suppressed,
+            RateLimited::Suppress => return,
+        };
         let mut w = LogWriter::new(self.platform());
+        if suppressed > 0 {
+            let _ = writeln!(w, "warn_alloc: {suppressed} callbacks suppressed");
+        }
         let _ = writeln!(
             w,
             "kmem: page allocation failure: order:{order}, mode:{:#x}({}), nodemask=(null),preferred_node={nid}",
