@@ -12,14 +12,21 @@ pub fn lib() -> PathBuf {
     static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     LIB.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-q", "-p", "kmem-malloc", "--manifest-path"])
-            .arg(root.join("Cargo.toml"))
-            .status()
-            .expect("cargo");
-        assert!(status.success(), "building libkmem.so");
         let exe = std::env::current_exe().unwrap();
-        let lib = exe.parent().unwrap().parent().unwrap().join("libkmem.so");
+        // target/PROFILE/deps/this-test: build the library in the same profile, so
+        // that `cargo test --release` tests the library it just built, not a stale one.
+        let profile_dir = exe.parent().unwrap().parent().unwrap();
+        let mut cargo = Command::new(env!("CARGO"));
+        cargo.args(["build", "-q", "-p", "kmem-malloc", "--manifest-path"]);
+        cargo.arg(root.join("Cargo.toml"));
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cargo.arg("--release");
+        }
+        assert!(
+            cargo.status().expect("cargo").success(),
+            "building libkmem.so"
+        );
+        let lib = profile_dir.join("libkmem.so");
         assert!(lib.is_file(), "{} was not built", lib.display());
         lib
     })
