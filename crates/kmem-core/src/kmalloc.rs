@@ -31,12 +31,12 @@
 
 use crate::gfp::Gfp;
 use crate::page::{Page, PageAllocator, CPU_AREA_ZERO_LINE};
-use crate::page::{MAX_ORDER, PAGE_SIZE};
+use crate::page::{MAX_NUMNODES, MAX_ORDER, PAGE_SIZE};
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
 use crate::slab::{
-    accounting, has_obj_exts, Accounting, CacheConfig, FastPath, KmemCache, ObjectLookup,
-    OtherNodes, SlabFlags, Slub, NEW_OTHER_NODES,
+    accounting, has_obj_exts, Accounting, CacheConfig, FastPath, KmemCache, KmemCacheNode,
+    NodeTable, ObjectLookup, SlabFlags, Slub,
 };
 use crate::sync::AtomicU32;
 use crate::sync::Ordering::Relaxed;
@@ -63,6 +63,17 @@ pub const KMALLOC_PLAIN_SIZES: [usize; NR_KMALLOC_PLAIN] = plain_sizes();
 pub const KMALLOC_MAX_CACHE_SIZE: usize = 1 << 20;
 /// Sets of kmalloc caches: plain, cg (accounted), rcl (reclaimable).
 pub const NR_KMALLOC_TYPES: usize = 3;
+/// kmalloc's caches in all: the plain set and the other types' sets.
+pub const NR_KMALLOC_ALL: usize = NR_KMALLOC_PLAIN + (NR_KMALLOC_TYPES - 1) * NR_KMALLOC;
+
+/// The index among all kmalloc caches of cache `i` of set `t` (0: plain).
+const fn kmalloc_index_of(t: usize, i: usize) -> usize {
+    if t == 0 {
+        i
+    } else {
+        NR_KMALLOC_PLAIN + (t - 1) * NR_KMALLOC + i
+    }
+}
 /// Largest size kmalloc serves at all (the largest buddy block).
 pub const KMALLOC_MAX_SIZE: usize = PAGE_SIZE << MAX_ORDER;
 
@@ -185,11 +196,11 @@ pub struct KmallocCaches {
     plain: [KmemCache; NR_KMALLOC_PLAIN],
     /// The accounted (0) and reclaimable (1) sets.
     kernel: [[KmemCache; NR_KMALLOC]; NR_KMALLOC_TYPES - 1],
-    /// Each plain cache's nodes past the first (apart from the caches, so that these
-    /// stay small and untouched on one node: [`OtherNodes`]).
-    plain_nodes: [OtherNodes; NR_KMALLOC_PLAIN],
-    /// The same for `kernel`.
-    kernel_nodes: [[OtherNodes; NR_KMALLOC]; NR_KMALLOC_TYPES - 1],
+    /// The caches' node states, node-major (`nodes[nid][i]`, `i` as in
+    /// [`kmalloc_index_of`]): apart from the caches, so that node 0's of all of them
+    /// share three pages and the other nodes' are never touched on one node
+    /// ([`NodeTable`]).
+    nodes: [[KmemCacheNode; NR_KMALLOC_ALL]; MAX_NUMNODES],
     /// For sizes up to [`SMALL_FAST_MAX`], by size (one entry a byte: 4 KiB, so that
     /// the index is the size itself, with no rounding): the `cpu_offset` of the plain
     /// class's per-CPU sheaves when that cache runs the inline sheaf path, else
@@ -241,8 +252,7 @@ impl KmallocCaches {
         Self {
             plain: [const { KmemCache::new() }; NR_KMALLOC_PLAIN],
             kernel: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
-            plain_nodes: [NEW_OTHER_NODES; NR_KMALLOC_PLAIN],
-            kernel_nodes: [const { [NEW_OTHER_NODES; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
+            nodes: [const { [const { KmemCacheNode::new() }; NR_KMALLOC_ALL] }; MAX_NUMNODES],
             small_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
             small_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
             medium_fast: [const { AtomicU32::new(ZERO_LINE) };
@@ -250,20 +260,13 @@ impl KmallocCaches {
         }
     }
 
-    /// Sets up every kmalloc cache through `create(cache, other_nodes, name, size,
-    /// align, flags)` (the allocator's boot-cache constructor), plain set first,
+    /// Sets up every kmalloc cache through `create(cache, nodes, name, size, align,
+    /// flags)` (the allocator's boot-cache constructor), plain set first,
     /// smallest first, and gives each accounted one on a sheaf fast path its objcg
     /// sheaf class (its index in the set); stops at the first error.
     pub(crate) fn boot<E>(
         &self,
-        mut create: impl FnMut(
-            &KmemCache,
-            *const OtherNodes,
-            &str,
-            usize,
-            usize,
-            SlabFlags,
-        ) -> Result<(), E>,
+        mut create: impl FnMut(&KmemCache, NodeTable, &str, usize, usize, SlabFlags) -> Result<(), E>,
     ) -> Result<(), E> {
         let mut name = NameBuf::new();
         for (t, prefix) in ["kmalloc-", "kmalloc-cg-", "kmalloc-rcl-"]
@@ -276,11 +279,7 @@ impl KmallocCaches {
                 _ => SlabFlags::empty(),
             };
             let set = self.set(t);
-            let nodes: &[OtherNodes] = match t {
-                0 => &self.plain_nodes,
-                t => &self.kernel_nodes[t - 1],
-            };
-            for (i, (s, other)) in set.iter().zip(nodes).enumerate() {
+            for (i, s) in set.iter().enumerate() {
                 let size = if t == 0 {
                     KMALLOC_PLAIN_SIZES[i]
                 } else {
@@ -290,7 +289,8 @@ impl KmallocCaches {
                 let _ = write!(name, "{prefix}");
                 write_size(&mut name, size);
                 let align = (1usize << size.trailing_zeros()).min(PAGE_SIZE);
-                create(s, other, name.as_str(), size, align, flags)?;
+                let nodes = NodeTable::column(&self.nodes, kmalloc_index_of(t, i));
+                create(s, nodes, name.as_str(), size, align, flags)?;
                 if t == 1 && s.config().fast != FastPath::CpuSlab {
                     // The accounted caches: their objcg sheaf class, which a charged
                     // free reads from the config (`memcontrol::objcg_sheaf`).

@@ -19,8 +19,8 @@ fn fake_nodes_have_their_own_memory() {
     }
     assert!(pa.event(VmEvent::NumaHit) >= 3);
     assert_eq!(h.buddyinfo().lines().count(), 3);
-    // Slabs on every node: kmalloc's caches keep their nodes past the first apart
-    // from the cache (`OtherNodes`); each node's slabs are on its own lists.
+    // Slabs on every node: kmalloc's caches keep their node states in a node-major
+    // table apart from the caches (`NodeTable`); each node's slabs are on its own lists.
     let mut held = Vec::new();
     for nid in 0..3 {
         for _ in 0..200 {

@@ -7,8 +7,8 @@ use crate::page::Page;
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
 use crate::slab::{
-    has_obj_exts, CacheConfig, CacheWithNodes, Ctor, DestroyError, KmemCache, ObjectLookup,
-    SlabFlags, NEW_OTHER_NODES,
+    has_obj_exts, CacheConfig, CacheWithNodes, Ctor, DestroyError, KmemCache, NodeTable,
+    ObjectLookup, SlabFlags, NEW_CACHE_NODES,
 };
 use crate::sync::Ordering::Relaxed;
 use core::ptr::{self, NonNull};
@@ -60,10 +60,10 @@ impl<P: Platform> Kmem<P> {
         // nodes live as long as the cache (they are the same object).
         let s = unsafe {
             let s = core::ptr::addr_of_mut!((*obj).cache);
-            let nodes = core::ptr::addr_of_mut!((*obj).other_nodes);
+            let nodes = core::ptr::addr_of_mut!((*obj).nodes);
             s.write(KmemCache::new());
-            nodes.write(NEW_OTHER_NODES);
-            (*s).set_config(cfg, nodes);
+            nodes.write(NEW_CACHE_NODES);
+            (*s).set_config(cfg, NodeTable::of(nodes));
             s
         };
         // SAFETY: initialised above; objects of kmem_cache live until destroyed.

@@ -24,8 +24,8 @@ use crate::page::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker};
 use crate::percpu::{CpuRef, DRAIN_CACHES};
 use crate::platform::Platform;
 use crate::slab::{
-    sheaf_capacity, Accounting, CacheConfig, CacheList, CacheWithNodes, FastPath, KmemCache,
-    OtherNodes, PerCpuAccess, SlabFlags, Slub, SlubDesign, NEW_OTHER_NODES,
+    sheaf_capacity, Accounting, CacheConfig, CacheList, CacheNodes, CacheWithNodes, FastPath,
+    KmemCache, NodeTable, PerCpuAccess, SlabFlags, Slub, SlubDesign, NEW_CACHE_NODES,
 };
 use crate::sync::{AtomicBool, AtomicU8, AtomicUsize, Ordering::Relaxed};
 use core::ptr::NonNull;
@@ -36,8 +36,8 @@ pub struct Kmem<P: Platform> {
     pub pages: PageAllocator<P>,
     caches: CacheList,
     kmem_cache: KmemCache,
-    /// `kmem_cache`'s nodes past the first.
-    kmem_cache_nodes: OtherNodes,
+    /// `kmem_cache`'s node states.
+    kmem_cache_nodes: CacheNodes,
     kmalloc: KmallocCaches,
     slab_up: AtomicBool,
     nr_cpus: AtomicUsize,
@@ -56,7 +56,7 @@ impl<P: Platform> Kmem<P> {
             pages: PageAllocator::new(platform),
             caches: CacheList::new(),
             kmem_cache: KmemCache::new(),
-            kmem_cache_nodes: NEW_OTHER_NODES,
+            kmem_cache_nodes: NEW_CACHE_NODES,
             kmalloc: KmallocCaches::new(),
             slab_up: AtomicBool::new(false),
             nr_cpus: AtomicUsize::new(1),
@@ -175,7 +175,7 @@ impl<P: Platform> Kmem<P> {
         unsafe { self.pages.init(base, len, config) }?;
         self.nr_cpus.store(nr_cpus.max(1), Relaxed);
         let boot = |s: &KmemCache,
-                    nodes: *const OtherNodes,
+                    nodes: NodeTable,
                     name: &str,
                     size: usize,
                     align: usize,
@@ -201,7 +201,7 @@ impl<P: Platform> Kmem<P> {
         };
         boot(
             &self.kmem_cache,
-            &self.kmem_cache_nodes,
+            NodeTable::of(&self.kmem_cache_nodes),
             "kmem_cache",
             core::mem::size_of::<CacheWithNodes>(),
             64,

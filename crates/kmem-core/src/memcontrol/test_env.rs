@@ -30,7 +30,7 @@ pub(super) fn memcg_env() -> &'static MemcgEnv {
     let size = core::mem::size_of::<crate::slab::CacheWithNodes>();
     assert!(slab.setup(&env.boot, "kmem_cache", size, 64, SlabFlags::HWCACHE_ALIGN));
     env.kmalloc
-        .boot(|s, _other_nodes, name, size, align, flags| {
+        .boot(|s, _nodes, name, size, align, flags| {
             slab.setup(s, name, size, align, flags)
                 .then_some(())
                 .ok_or(())

@@ -26,7 +26,7 @@ pub struct KmemCacheNode {
 }
 
 impl KmemCacheNode {
-    const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         Self {
             list_lock: SpinLock::new(PageList::new()),
             full: SpinLock::new(PageList::new()),
@@ -37,33 +37,69 @@ impl KmemCacheNode {
     }
 }
 
-/// The `kmem_cache_node`s of a cache's nodes past the first, kept apart from the
-/// cache by whoever makes it ([`KmemCache::set_config`]): on a machine of one node
-/// they are never touched, so a cache is about 700 bytes where the full array made it
-/// 2.9 KB. kmalloc's 69 caches then share 13 pages instead of taking one or two each,
-/// which a process faulted in as it started and the fork handlers wrote on every fork.
-pub type OtherNodes = [KmemCacheNode; MAX_NUMNODES - 1];
+/// Where a cache's `kmem_cache_node`s are, given to [`KmemCache::set_config`] by
+/// whoever makes the cache: node `nid`'s at `nid * stride` bytes from node 0's. Kept
+/// apart from the cache, as the kernel allocates each node's structure on its own: a
+/// cache with the 16 nodes inline was 2.9 KB, so each of kmalloc's 69 caches took a
+/// page or two that every process faulted in as it started, and that the fork handler
+/// wrote on every fork (its locks). kmalloc keeps its caches' nodes in one node-major
+/// table (node 0's row: 3 pages), `kmem_cache_create` in the object with the cache
+/// ([`CacheWithNodes`]).
+#[derive(Clone, Copy, Debug)]
+pub struct NodeTable {
+    base: *const KmemCacheNode,
+    stride: usize,
+}
 
-/// [`OtherNodes`] as a fresh cache has them (a `const` for array initialisers).
+/// One `kmem_cache_node` per node, for a cache that keeps its own.
+pub type CacheNodes = [KmemCacheNode; MAX_NUMNODES];
+
+/// [`CacheNodes`] as a fresh cache has them (a `const` for initialisers).
 #[allow(clippy::declare_interior_mutable_const)]
-pub const NEW_OTHER_NODES: OtherNodes = [const { KmemCacheNode::new() }; MAX_NUMNODES - 1];
+pub const NEW_CACHE_NODES: CacheNodes = [const { KmemCacheNode::new() }; MAX_NUMNODES];
 
-/// A cache together with its [`OtherNodes`]: what a cache made by
-/// `kmem_cache_create` is (one object of the `kmem_cache` cache), the cache first.
+impl NodeTable {
+    /// A cache's own array of nodes.
+    pub fn of(nodes: *const CacheNodes) -> Self {
+        Self {
+            base: nodes.cast(),
+            stride: core::mem::size_of::<KmemCacheNode>(),
+        }
+    }
+
+    /// Column `i` of a node-major table (`table[nid][i]` is cache `i`'s node `nid`).
+    pub fn column<const N: usize>(
+        table: *const [[KmemCacheNode; N]; MAX_NUMNODES],
+        i: usize,
+    ) -> Self {
+        debug_assert!(i < N);
+        Self {
+            base: table.cast::<KmemCacheNode>().wrapping_add(i),
+            stride: core::mem::size_of::<[KmemCacheNode; N]>(),
+        }
+    }
+}
+
+/// What [`KmemCache::node`] gives for a cache never set up: empty lists, an empty
+/// barn.
+static UNSET_NODE: KmemCacheNode = KmemCacheNode::new();
+
+/// A cache together with its nodes: what a cache made by `kmem_cache_create` is (one
+/// object of the `kmem_cache` cache), the cache first.
 #[repr(C)]
 pub struct CacheWithNodes {
     /// The cache.
     pub cache: KmemCache,
-    /// Its nodes past the first.
-    pub other_nodes: OtherNodes,
+    /// Its nodes.
+    pub nodes: CacheNodes,
 }
 
 /// A slab cache (`struct kmem_cache`).
 ///
-/// Invariant: `config` and `other_nodes` are written only while the cache is being
-/// created, before `active` is set and before anybody else can see the cache;
-/// afterwards they are read-only. `other_nodes` then points to the cache's
-/// [`OtherNodes`], which live as long as the cache.
+/// Invariant: `config` and `nodes` are written only while the cache is being created,
+/// before `active` is set and before anybody else can see the cache; afterwards they
+/// are read-only. `nodes` then says where the cache's `MAX_NUMNODES` node states are
+/// ([`NodeTable`]); they live as long as the cache and belong to it alone.
 ///
 /// `repr(C)` and 64-byte aligned, the config first: the fields the fast paths read
 /// share one cache line (see [`CacheConfig`]).
@@ -73,15 +109,13 @@ pub struct KmemCache {
     active: AtomicUsize,
     /// Next cache on the allocator's list of caches.
     pub(crate) next: AtomicPtr<KmemCache>,
-    /// Node 0's state, in the cache itself.
-    node0: KmemCacheNode,
-    /// Nodes 1.. (see the invariant).
-    other_nodes: UnsafeCell<*const KmemCacheNode>,
+    /// Where the node states are (see the invariant).
+    nodes: UnsafeCell<NodeTable>,
     /// Statistics of contexts without a CPU area.
     stat: [AtomicU64; NR_SLUB_STAT],
 }
 
-// SAFETY: `config` and `other_nodes` are immutable once the cache is shared (type
+// SAFETY: `config` and `nodes` are immutable once the cache is shared (type
 // invariant); everything else is atomics and locks.
 unsafe impl Sync for KmemCache {}
 
@@ -94,23 +128,33 @@ impl KmemCache {
             config: UnsafeCell::new(CacheConfig::EMPTY),
             active: AtomicUsize::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
-            node0: KmemCacheNode::new(),
-            other_nodes: UnsafeCell::new(ptr::null()),
+            nodes: UnsafeCell::new(NodeTable {
+                base: ptr::null(),
+                stride: 0,
+            }),
             stat: [const { AtomicU64::new(0) }; NR_SLUB_STAT],
         }
     }
 
-    /// Node `nid`'s state (`get_node(s, nid)`).
+    /// Node `nid`'s state (`get_node(s, nid)`). A cache never set up (kmalloc's,
+    /// when the allocator's initialisation failed and allocations fail) reads as
+    /// [`UNSET_NODE`], whose lists stay empty: such a cache never gets a slab.
     #[inline]
     pub(crate) fn node(&self, nid: usize) -> &KmemCacheNode {
-        if nid == 0 {
-            return &self.node0;
-        }
         debug_assert!(nid < MAX_NUMNODES);
-        // SAFETY: read-only once the cache is shared, and then the cache's
-        // `OtherNodes`, which outlive it (type invariant); `nid - 1` is inside them
-        // (node ids are below MAX_NUMNODES).
-        unsafe { &*(*self.other_nodes.get()).add(nid - 1) }
+        // SAFETY: read-only once the cache is shared (type invariant); before
+        // `set_config` only its own creator could write it, and nobody does.
+        let t = unsafe { *self.nodes.get() };
+        if t.base.is_null() {
+            return &UNSET_NODE;
+        }
+        // SAFETY: set, `nodes` names the cache's node states, which outlive it (type
+        // invariant); `nid` is below MAX_NUMNODES.
+        unsafe {
+            &*(t.base as *const u8)
+                .wrapping_add(nid * t.stride)
+                .cast::<KmemCacheNode>()
+        }
     }
 
     /// The states of nodes `0..nr_nodes`.
@@ -125,16 +169,17 @@ impl KmemCache {
         unsafe { &*self.config.get() }
     }
 
-    /// Sets the cache's layout and its nodes past the first, and marks it active.
+    /// Sets the cache's layout and where its node states are, and marks it active.
     ///
     /// # Safety
-    /// The cache is not yet visible to any other context; `other_nodes` lives as long
-    /// as the cache and belongs to it alone.
-    pub(crate) unsafe fn set_config(&self, cfg: CacheConfig, other_nodes: *const OtherNodes) {
+    /// The cache is not yet visible to any other context; the `MAX_NUMNODES` node
+    /// states `nodes` names are valid, live as long as the cache and belong to it
+    /// alone.
+    pub(crate) unsafe fn set_config(&self, cfg: CacheConfig, nodes: NodeTable) {
         // SAFETY: nobody else can see the cache yet (caller).
         unsafe {
             *self.config.get() = cfg;
-            *self.other_nodes.get() = other_nodes.cast();
+            *self.nodes.get() = nodes;
         }
         self.active.store(1, crate::sync::Ordering::Release);
     }

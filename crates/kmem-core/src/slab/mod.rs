@@ -116,7 +116,7 @@ pub(crate) mod test_env;
 pub use crate::slab_flags::SlabFlags;
 pub use accounting::{has_obj_exts, Accounting, NoAccounting};
 pub use alloc::post_alloc_init;
-pub use cache::{CacheWithNodes, KmemCache, KmemCacheNode, OtherNodes, NEW_OTHER_NODES};
+pub use cache::{CacheNodes, CacheWithNodes, KmemCache, KmemCacheNode, NodeTable, NEW_CACHE_NODES};
 pub use cache_list::{CacheList, DestroyError};
 pub use census::SheafCensus;
 pub use cpu::{

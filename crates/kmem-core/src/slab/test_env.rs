@@ -5,7 +5,9 @@
 
 extern crate std;
 
-use super::{CacheConfig, CacheList, KmemCache, KmemCacheCpu, SlabFlags, Slub, NEW_OTHER_NODES};
+use super::{
+    CacheConfig, CacheList, KmemCache, KmemCacheCpu, NodeTable, SlabFlags, Slub, NEW_CACHE_NODES,
+};
 use crate::page::test_platform::allocator;
 use crate::page::{Config, PageAllocator};
 use std::boxed::Box;
@@ -53,9 +55,10 @@ impl SlabEnv {
             return false;
         };
         cfg.cpu_offset = off;
-        // SAFETY: the caller's cache is not visible to anybody yet; its other nodes
-        // are leaked, as the test allocators are.
-        unsafe { s.set_config(cfg, Box::leak(Box::new(NEW_OTHER_NODES))) };
+        let nodes = NodeTable::of(Box::leak(Box::new(NEW_CACHE_NODES)));
+        // SAFETY: the caller's cache is not visible to anybody yet; its nodes are
+        // leaked, as the test allocators are.
+        unsafe { s.set_config(cfg, nodes) };
         self.caches.add(s);
         true
     }
