@@ -21,8 +21,13 @@ fn main() {
 }
 
 /// The directory of the C compiler's `libgcc_eh.a`, if it has one (`cc
-/// -print-file-name` answers the bare name when it has not).
+/// -print-file-name` answers the bare name when it has not). Native GNU builds only:
+/// a cross build's `cc` would name the host's archive.
 fn static_unwinder_dir() -> Option<std::path::PathBuf> {
+    let (target, host) = (std::env::var("TARGET").ok()?, std::env::var("HOST").ok()?);
+    if target != host || !target.contains("linux-gnu") {
+        return None;
+    }
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
     let out = std::process::Command::new(cc)
         .arg("-print-file-name=libgcc_eh.a")
