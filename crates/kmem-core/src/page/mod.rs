@@ -9,13 +9,13 @@
 //! | `descriptor.rs`   | `struct page` ([`Page`], [`PageFlags`]), [`PageList`], [`PAGE_SIZE`], [`MAX_ORDER`], [`get_order`] |
 //! | `mmzone.rs`       | sections ([`MemSection`]), zones ([`Zone`], [`FreeArea`]), watermarks |
 //! | `memory_model.rs` | pfn / page / address conversions (`pfn_to_page`, `page_address`, ...) |
-//! | `buddy.rs`        | the zone free lists: split (`expand`), merge (`__free_one_page`) |
+//! | `buddy.rs`        | the zone free lists: split (`expand`), merge (`__free_one_page`), listing deferred blocks |
 //! | `pcp.rs`          | per-CPU page lists ([`ZonePcp`]): refill, spill, drains, `high` |
 //! | `cpu_area.rs`     | CPU areas coming and going: `cpu_area_get`, `cpu_area_flush`, `cpu_area_put` |
 //! | `alloc.rs`        | `alloc_pages_node`, the slow path, `free_pages`, `prep_new_page`, compound pages |
 //! | `bulk.rs`         | `alloc_pages_bulk`, `free_pages_bulk`                            |
 //! | `resize.rs`       | `grow_in_place`, `shrink_in_place`                               |
-//! | `hotplug.rs`      | `add_memory`, onlining and offlining sections                   |
+//! | `hotplug.rs`      | `add_memory`, onlining (first blocks listed, the rest deferred) and offlining sections |
 //! | `reporting.rs`    | free page reporting                                              |
 //! | `stat.rs`         | zone counters and events (the page layer's side of [`crate::vmstat`]) |
 //! | `report.rs`       | what the page layer prints itself: `warn_alloc` with [`show_free_areas`], `bad_page` |

@@ -54,7 +54,7 @@
 //! | file | owns |
 //! |------|------|
 //! | `mod.rs` | [`Slub`] (the operations, bound to the page allocator and the cache list), object lookup |
-//! | `cache.rs`, `layout.rs`, `cache_list.rs` | [`KmemCache`] and [`KmemCacheNode`]; [`CacheConfig`] (`calculate_sizes`/`order`); the list of caches |
+//! | `cache.rs`, `layout.rs`, `cache_list.rs` | [`KmemCache`], [`KmemCacheNode`] and where a cache's node states are ([`NodeTable`]); [`CacheConfig`] (`calculate_sizes`/`order`); the list of caches |
 //! | `state.rs`, `freelist.rs` | the [`Slab`] view and [`SlabState`]; free-pointer encoding |
 //! | `cpu.rs` | [`KmemCacheCpu`] and how a CPU freelist is taken and installed |
 //! | `alloc.rs`, `free.rs` | the fast paths and their slow paths |
