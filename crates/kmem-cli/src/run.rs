@@ -113,7 +113,8 @@ pub struct RunOptions {
     /// unless --debug is given, which then needs U)
     #[arg(long)]
     pub leaks: bool,
-    /// The live view for `kmem top` (KMEM_LIVE): published at most every MS ms, or off
+    /// The live view for `kmem top` (KMEM_LIVE): made once the program has run MS ms,
+    /// then published at most every MS ms; or off
     #[arg(long, value_name = "MS")]
     pub live: Option<String>,
     /// KFENCE sampling (KMEM_KFENCE): one allocation every MS ms on a guarded page,
