@@ -31,7 +31,8 @@
 //! ## Lifetime
 //! Made at the first tick once the process has run for the publishing interval
 //! (`KMEM_LIVE`, 250 ms by default; a child after `fork` drops the parent's mapping
-//! and counts from the fork), removed by an `atexit` handler. A process that ends
+//! and counts from the fork, or from the parent's start if the parent had made none:
+//! its interval then needs no write in the child), removed by an `atexit` handler. A process that ends
 //! sooner, as most commands a shell or a build runs do, makes none and pays nothing
 //! for the view (making, publishing and removing it cost `ls` about a fifth of its
 //! CPU time); `kmem top` sees a process from its first tick after that interval, so
