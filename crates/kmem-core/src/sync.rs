@@ -72,6 +72,15 @@ pub unsafe fn release_fork_locks() {
     FORK_GEN.fetch_add(1, Ordering::Release);
 }
 
+/// The current fork generation: it moves on at every fork whose handlers call
+/// [`release_fork_locks`], in the parent and in the child alike. State that must not
+/// be shared across a fork (a pool of random words) notes it and starts afresh when
+/// it has moved, with no write at the fork itself.
+#[inline]
+pub fn fork_generation() -> u32 {
+    FORK_GEN.load(Ordering::Acquire)
+}
+
 /// Whether lock word `v` means a lock held now: through a guard, or by the fork
 /// handlers in the current generation.
 #[inline]

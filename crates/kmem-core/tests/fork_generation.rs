@@ -2,7 +2,7 @@
 //! them all at once ([`release_fork_locks`]), in a process of its own (the fork
 //! generation is process-wide, so this is one test).
 
-use kmem_core::sync::{release_fork_locks, SpinLock};
+use kmem_core::sync::{fork_generation, release_fork_locks, SpinLock};
 
 #[test]
 fn a_new_fork_generation_frees_the_fork_handlers_locks_only() {
@@ -11,9 +11,11 @@ fn a_new_fork_generation_frees_the_fork_handlers_locks_only() {
     forked.lock_forever();
     let g = guarded.lock();
     assert!(forked.is_locked() && forked.try_lock().is_none());
+    let before = fork_generation();
     // SAFETY: stands in for a fork's child: nobody uses `forked`'s data meanwhile, and
     // nothing else in this process takes a lock with `lock_forever`.
     unsafe { release_fork_locks() };
+    assert_eq!(fork_generation(), before + 1, "the generation moves on");
     assert!(!forked.is_locked(), "a past generation is free");
     assert_eq!(*forked.lock(), 7, "and taken as any free lock");
     assert!(

@@ -52,5 +52,4 @@ extern "C" fn fork_parent() {
 extern "C" fn fork_child() {
     fork_parent();
     super::live::after_fork_child();
-    crate::platform::linux::random_after_fork();
 }

@@ -88,49 +88,46 @@ const RANDOM_POOL_WORDS: usize = 32;
 /// caches as it starts, each wanting its own freelist key, and one system call a key
 /// cost a short-lived program more than the rest of kmem's start (`ls`: 70 calls,
 /// about a tenth of its CPU time in this VM). Each word is handed out once and
-/// cleared; a fork child drops what is left ([`random_after_fork`]), so parent and
-/// child never hand out the same words.
+/// cleared. The pool belongs to the fork generation that filled it
+/// (`kmem_core::sync::fork_generation`, which moves on at every fork in the parent and
+/// the child): after a fork each refills before its next word, so parent and child
+/// never hand out the same words, and a child that only execs writes nothing here.
 struct RandomPool {
     words: [u64; RANDOM_POOL_WORDS],
     /// The next word to hand out; `RANDOM_POOL_WORDS`: empty.
     next: usize,
+    /// The fork generation that filled the pool.
+    generation: u32,
 }
 
 static RANDOM_POOL: kmem_core::sync::SpinLock<RandomPool> =
     kmem_core::sync::SpinLock::new(RandomPool {
         words: [0; RANDOM_POOL_WORDS],
         next: RANDOM_POOL_WORDS,
+        generation: 0,
     });
 
-/// The next word of the pool, refilled when empty; `None` when the pool is busy
-/// (another thread: never wait) or `getrandom` cannot fill it (the caller asks for a
-/// word alone, with its fallback).
+/// The next word of the pool, refilled when empty (or filled before a fork); `None` when the pool is busy (another thread, or one
+/// that held it across a fork: never wait) or `getrandom` cannot fill it (the caller
+/// asks for a word alone, with its fallback).
 fn pooled_random() -> Option<u64> {
     let mut p = RANDOM_POOL.try_lock()?;
-    if p.next == RANDOM_POOL_WORDS {
+    let generation = kmem_core::sync::fork_generation();
+    if p.next == RANDOM_POOL_WORDS || p.generation != generation {
         let bytes = core::mem::size_of_val(&p.words);
         // SAFETY: getrandom writes at most `bytes` bytes into the pool's words; it
         // does not allocate.
         let n = unsafe { libc::getrandom(p.words.as_mut_ptr().cast(), bytes, libc::GRND_NONBLOCK) };
         if n != bytes as isize {
+            p.next = RANDOM_POOL_WORDS;
             return None;
         }
         p.next = 0;
+        p.generation = generation;
     }
     let i = p.next;
     p.next += 1;
     Some(core::mem::take(&mut p.words[i]))
-}
-
-/// In a fork child: forgets the pool's words, which the parent hands out too (and
-/// frees its lock, which a thread of the parent may have held).
-pub(crate) fn random_after_fork() {
-    // SAFETY: the child runs one thread, this one, which is inside the fork handler,
-    // not inside `pooled_random`: nobody holds the lock.
-    unsafe { RANDOM_POOL.force_unlock() };
-    let mut p = RANDOM_POOL.lock();
-    p.words = [0; RANDOM_POOL_WORDS];
-    p.next = RANDOM_POOL_WORDS;
 }
 
 /// The calling thread's `errno` (read without allocating).
