@@ -80,8 +80,9 @@ impl NodeTable {
     }
 }
 
-/// What [`KmemCache::node`] gives for a cache never set up: empty lists, an empty
-/// barn.
+/// Every node of a cache never set up (kmalloc's, when the allocator's
+/// initialisation failed and its allocations fail): empty lists, an empty barn. Such
+/// a cache never gets a slab, so nothing is ever put on them.
 static UNSET_NODE: KmemCacheNode = KmemCacheNode::new();
 
 /// A cache together with its nodes: what a cache made by `kmem_cache_create` is (one
@@ -99,7 +100,8 @@ pub struct CacheWithNodes {
 /// Invariant: `config` and `nodes` are written only while the cache is being created,
 /// before `active` is set and before anybody else can see the cache; afterwards they
 /// are read-only. `nodes` then says where the cache's `MAX_NUMNODES` node states are
-/// ([`NodeTable`]); they live as long as the cache and belong to it alone.
+/// ([`NodeTable`]); they live as long as the cache and belong to it alone. Before,
+/// every node is [`UNSET_NODE`].
 ///
 /// `repr(C)` and 64-byte aligned, the config first: the fields the fast paths read
 /// share one cache line (see [`CacheConfig`]).
@@ -128,28 +130,25 @@ impl KmemCache {
             config: UnsafeCell::new(CacheConfig::EMPTY),
             active: AtomicUsize::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
+            // Until `set_config`: every node is UNSET_NODE (stride 0).
             nodes: UnsafeCell::new(NodeTable {
-                base: ptr::null(),
+                base: &raw const UNSET_NODE,
                 stride: 0,
             }),
             stat: [const { AtomicU64::new(0) }; NR_SLUB_STAT],
         }
     }
 
-    /// Node `nid`'s state (`get_node(s, nid)`). A cache never set up (kmalloc's,
-    /// when the allocator's initialisation failed and allocations fail) reads as
-    /// [`UNSET_NODE`], whose lists stay empty: such a cache never gets a slab.
+    /// Node `nid`'s state (`get_node(s, nid)`); [`UNSET_NODE`] for a cache never set
+    /// up.
     #[inline]
     pub(crate) fn node(&self, nid: usize) -> &KmemCacheNode {
         debug_assert!(nid < MAX_NUMNODES);
         // SAFETY: read-only once the cache is shared (type invariant); before
         // `set_config` only its own creator could write it, and nobody does.
         let t = unsafe { *self.nodes.get() };
-        if t.base.is_null() {
-            return &UNSET_NODE;
-        }
-        // SAFETY: set, `nodes` names the cache's node states, which outlive it (type
-        // invariant); `nid` is below MAX_NUMNODES.
+        // SAFETY: `nodes` names the cache's node states, which outlive it (type
+        // invariant), or UNSET_NODE with stride 0; `nid` is below MAX_NUMNODES.
         unsafe {
             &*(t.base as *const u8)
                 .wrapping_add(nid * t.stride)
@@ -176,7 +175,8 @@ impl KmemCache {
     /// states `nodes` names are valid, live as long as the cache and belong to it
     /// alone.
     pub(crate) unsafe fn set_config(&self, cfg: CacheConfig, nodes: NodeTable) {
-        // SAFETY: nobody else can see the cache yet (caller).
+        // SAFETY: nobody else can see the cache yet (caller), so nothing reads the
+        // config or the node table while they are written.
         unsafe {
             *self.config.get() = cfg;
             *self.nodes.get() = nodes;
