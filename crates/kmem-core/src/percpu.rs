@@ -74,17 +74,9 @@ pub struct CpuArea {
     /// The area's `local_lock`, for platforms where several contexts share an area
     /// (std's per-CPU mode, a preemptible kernel): whoever holds it is the owner.
     local_lock: SpinLock<()>,
-    /// The page layer's span window for the free fast path: its negated base, the
-    /// bytes of sections ever brought online, as of the owner's last refresh (owner
-    /// only: `PageAllocator::refresh_span_window`), and the page-tag table's address.
-    /// The window only lags, never leads: `used_len` only grows, so an address inside
-    /// it has a mapped tag. Zero in the zero area, whose window holds no address.
-    span_neg_base: AtomicUsize,
-    span_used: AtomicUsize,
-    span_tags: AtomicUsize,
 }
 
-// The window shares the header's line (the free fast path reads nothing else there).
+// The header fills one line (per-CPU data starts on the next).
 const _: () = assert!(core::mem::size_of::<CpuArea>() == 64);
 
 /// Offset of per-CPU data from the start of an area.
@@ -128,34 +120,6 @@ impl CpuArea {
     pub unsafe fn unlock_after_fork(&self) {
         // SAFETY: taken by lock_for_fork with its guard forgotten (caller).
         unsafe { self.local_lock.force_unlock() };
-    }
-
-    /// The span window (negated base, bytes in use, tag table) the owner last stored; plain
-    /// reads, which the compiler folds into the range check's `add` and `cmp` (it folds
-    /// no atomic load).
-    ///
-    /// Only the area's owner calls it (the inline free path, on its own area or the
-    /// zero area), and only the owner writes the window
-    /// ([`CpuArea::set_span_window`]), so the plain reads race with nothing.
-    #[inline(always)]
-    pub(crate) fn span_window(&self) -> (usize, usize, usize) {
-        // SAFETY: the three words are the owner's (above): nothing writes them while
-        // the owner reads them.
-        unsafe {
-            (
-                *self.span_neg_base.as_ptr(),
-                *self.span_used.as_ptr(),
-                *self.span_tags.as_ptr(),
-            )
-        }
-    }
-
-    /// Stores the span window (the owner, or whoever is about to hand the area to one).
-    #[inline]
-    pub(crate) fn set_span_window(&self, neg_base: usize, used: usize, tags: usize) {
-        self.span_neg_base.store(neg_base, Ordering::Relaxed);
-        self.span_used.store(used, Ordering::Relaxed);
-        self.span_tags.store(tags, Ordering::Relaxed);
     }
 
     /// A pointer to the per-CPU object at `offset` (from [`PerCpuOffsets`] or a fixed
@@ -407,9 +371,6 @@ impl CpuAreaPool {
                 slow_paths: AtomicU32::new(0),
                 next_free: AtomicPtr::new(ptr::null_mut()),
                 local_lock: SpinLock::new(()),
-                span_neg_base: AtomicUsize::new(0),
-                span_used: AtomicUsize::new(0),
-                span_tags: AtomicUsize::new(0),
             });
         }
         self.table[id].store(area, Ordering::Release);

@@ -48,8 +48,6 @@ impl<P: Platform> PageAllocator<P> {
             }
         };
         area.set_node(nid);
-        // SAFETY: the area is ours now (popped or registered above).
-        self.refresh_span_window(unsafe { CpuRef::new(area) });
         self.recalc_pcp_high();
         Some(area)
     }

@@ -93,6 +93,10 @@ impl<P: Platform> PageAllocator<P> {
                 let used =
                     (hp.next_section << SECTION_SHIFT).min(self.span_len.load(Ordering::Relaxed));
                 self.used_len.store(used, Ordering::Release);
+                if tags != 0 {
+                    // After the part of the table opened above (see `TagWindow`).
+                    self.window.tagged_len.store(used, Ordering::Release);
+                }
                 s
             }
         };
@@ -220,7 +224,7 @@ impl<P: Platform> PageAllocator<P> {
 
     /// Clears what is left in the tag table for section `nr` as it goes offline (its
     /// part of the table stays open, and the free fast path reads it for any address
-    /// the span window holds). Every tag is 0 by then if the slab layer cleared its
+    /// below the tag window's `tagged_len`). Every tag is 0 by then if the slab layer cleared its
     /// slabs' tags as it discarded them; this keeps a missed clear from outliving the
     /// memmap. Only entries that read non-zero are written, so table pages never
     /// written stay untouched.
@@ -403,7 +407,7 @@ mod tests {
         unsafe { page.as_ref() }.set_sheaf_tag(0x40, Ordering::Relaxed);
         let pfn = pa.page_to_pfn(page);
         let entry = || {
-            let table = pa.tag_table.load(Ordering::Relaxed) as *const crate::sync::AtomicU32;
+            let table = pa.window.table.load(Ordering::Relaxed) as *const crate::sync::AtomicU32;
             // SAFETY: the entry of a page of a section brought online (its part of the
             // table is open for good).
             unsafe { &*table.add(pfn) }.load(Ordering::Relaxed)

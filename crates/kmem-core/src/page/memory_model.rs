@@ -12,12 +12,11 @@
 //! part is opened when the section first comes online (`add_memory`) and stays open,
 //! and the first descriptor of the section's memmap holds its address
 //! ([`section_tag_table`]), so a tag can be reached from an address (the free fast
-//! path: [`PageAllocator::area_sheaf_tag`]) and from a descriptor alike.
+//! path: [`PageAllocator::sheaf_tag`]) and from a descriptor alike.
 
 use super::descriptor::{Page, PageFlags, PAGE_SHIFT};
 use super::mmzone::{MEMMAP_PAGES, PFN_SECTION_SHIFT, SECTION_SHIFT, SECTION_SIZE};
 use super::PageAllocator;
-use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::sync::{AtomicU32, Ordering};
 use core::ptr::NonNull;
@@ -208,7 +207,7 @@ impl<P: Platform> PageAllocator<P> {
         addr: *const u8,
         f: impl FnOnce(&'p Page) -> Option<R>,
     ) -> Option<R> {
-        let off = (addr as usize).wrapping_add(self.neg_base.load(Ordering::Relaxed));
+        let off = (addr as usize).wrapping_add(self.window.neg_base.load(Ordering::Relaxed));
         if off >= self.used_len.load(Ordering::Acquire) {
             return None;
         }
@@ -217,49 +216,29 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// The sheaf tag of the page holding `addr` (see `Page::sheaf_tag`) when `addr`
-    /// lies in the span window of `area` (its owner's copy, or the zero area's empty
-    /// one), else `None`: the inline free path's range check and tag, read from the
-    /// page-tag table at the address's page offset, with no descriptor and no flags.
-    /// The window's loads come from the area's header line, folded into the `add` and
-    /// the `cmp`, and the zero area refuses every address at once.
+    /// lies in the part of the span the tag table covers, else `None`: the inline free
+    /// path's range check and tag, read from the page-tag table at the address's page
+    /// offset, with no descriptor and no flags. Its loads ([`super::TagWindow`]) depend
+    /// on nothing but the address, so they run beside the load of the caller's CPU area.
     #[inline(always)]
-    pub(crate) fn area_sheaf_tag(
-        &self,
-        area: &crate::percpu::CpuArea,
-        addr: *const u8,
-    ) -> Option<usize> {
-        let (neg_base, used, table) = area.span_window();
-        let off = (addr as usize).wrapping_add(neg_base);
-        if off >= used {
+    pub(crate) fn sheaf_tag(&self, addr: *const u8) -> Option<usize> {
+        let w = &self.window;
+        let table = w.table.load(Ordering::Relaxed);
+        let off = (addr as usize).wrapping_add(w.neg_base.load(Ordering::Relaxed));
+        if off >= w.tagged_len.load(Ordering::Acquire) {
             return None;
         }
-        // SAFETY: the window is a copy of this allocator's base, table and an earlier
-        // `used_len` (which only grows; 0 when there is no table), and a section's part
-        // of the table is open before it counts in `used_len`: the entry is mapped.
+        // SAFETY: below `tagged_len`, whose sections' parts of the table were opened
+        // before it counted them (Acquire above; `TagWindow`'s invariant): the entry is
+        // mapped, and `table` is not 0 (else `tagged_len` is).
         let tag = unsafe { &*(table as *const AtomicU32).add(off >> PAGE_SHIFT) };
         Some(tag.load(Ordering::Relaxed) as usize)
-    }
-
-    /// Stores this allocator's span window in `cpu`'s area (see
-    /// [`PageAllocator::area_sheaf_tag`]): when the area is handed to an owner, and at
-    /// its housekeeping ticks, so that a section brought online since reaches the
-    /// area's fast path within sixteen slow paths. Without a tag table the window
-    /// holds no address.
-    #[inline]
-    pub fn refresh_span_window(&self, cpu: CpuRef<'_>) {
-        let table = self.tag_table.load(Ordering::Relaxed);
-        let used = match table {
-            0 => 0,
-            _ => self.used_len.load(Ordering::Acquire),
-        };
-        cpu.area()
-            .set_span_window(self.neg_base.load(Ordering::Relaxed), used, table);
     }
 
     /// The address and length of section `nr`'s part of the page-tag table (0: no
     /// table), whole pages.
     pub(super) fn section_tags_range(&self, nr: usize, pages: usize) -> (usize, usize) {
-        match self.tag_table.load(Ordering::Relaxed) {
+        match self.window.table.load(Ordering::Relaxed) {
             0 => (0, 0),
             t => (
                 t + ((nr << PFN_SECTION_SHIFT) * TAG_BYTES),
@@ -327,27 +306,41 @@ mod tests {
     use super::super::test_platform::allocator;
     use super::super::{Config, PAGE_SIZE};
     use super::*;
+    use crate::percpu::CpuRef;
 
     fn base<P: Platform>(pa: &PageAllocator<P>) -> usize {
         pa.base.load(Ordering::Relaxed)
     }
 
     #[test]
-    fn an_areas_span_window_lags_behind_new_sections_until_its_housekeeping() {
+    fn a_new_sections_tags_are_found_at_once_and_nothing_outside_the_span() {
         use crate::gfp::Gfp;
-        use crate::percpu::{CpuArea, ZERO_CPU_AREA};
         let pa = allocator(2, Config::default());
         assert!(pa.add_memory(0));
         let area = pa.cpu_area_get(0).unwrap();
         // SAFETY: ours until the end of the test.
         let cpu = unsafe { CpuRef::new(area) };
         let used = pa.used_len.load(Ordering::Relaxed);
-        let table = pa.tag_table.load(Ordering::Relaxed);
-        assert_ne!(table, 0, "the test platform gives a tag table");
-        assert_eq!(area.span_window(), (base(pa).wrapping_neg(), used, table));
-        // A second section comes online: the window still ends before it.
+        assert_ne!(
+            pa.window.table.load(Ordering::Relaxed),
+            0,
+            "the test platform gives a tag table"
+        );
+        assert_eq!(pa.window.tagged_len.load(Ordering::Relaxed), used);
+        let first = (base(pa) + used) as *const u8;
+        assert_eq!(pa.sheaf_tag(first), None, "past the sections online");
+        assert_eq!(
+            pa.sheaf_tag(first.wrapping_sub(used + 8)),
+            None,
+            "below the base"
+        );
+        // A second section comes online: its tags are read at once.
         assert!(pa.add_memory(0));
         assert_eq!(pa.used_len.load(Ordering::Relaxed), used + SECTION_SIZE);
+        assert_eq!(
+            pa.window.tagged_len.load(Ordering::Relaxed),
+            used + SECTION_SIZE
+        );
         // 2 MiB blocks until one lies in the new section (at most a section's worth).
         let mut held = [None; SECTION_SIZE >> 21];
         let mut n = 0;
@@ -360,16 +353,10 @@ mod tests {
                 break addr;
             }
         };
-        let found = |a: &CpuArea| pa.area_sheaf_tag(a, late);
-        // (Allocations may have ticked the housekeeping: make the window stale again.)
-        area.set_span_window(base(pa).wrapping_neg(), used, table);
-        assert_eq!(found(area), None, "past the window");
-        assert!(pa.with_used_page(late, |_| Some(())).is_some());
-        // The area's next housekeeping refreshes it: a page allocator's block has no
-        // tag; one set through the page's descriptor is the one the window reads
-        // (the table found from the address and from the descriptor agree).
-        while !pa.housekeeping_tick(cpu) {}
-        assert_eq!(found(area), Some(0));
+        // A page allocator's block has no tag; one set through the page's descriptor
+        // is the one read from the address (the table found from the address and from
+        // the descriptor agree).
+        assert_eq!(pa.sheaf_tag(late), Some(0));
         // SAFETY: a descriptor of a block we hold.
         let page = unsafe {
             pa.virt_to_page(late.wrapping_add(PAGE_SIZE))
@@ -377,16 +364,9 @@ mod tests {
                 .as_ref()
         };
         page.set_sheaf_tag(0x1c0, Ordering::Relaxed);
-        assert_eq!(
-            pa.area_sheaf_tag(area, late.wrapping_add(PAGE_SIZE + 8)),
-            Some(0x1c0)
-        );
-        assert_eq!((found(area), page.sheaf_tag()), (Some(0), 0x1c0));
+        assert_eq!(pa.sheaf_tag(late.wrapping_add(PAGE_SIZE + 8)), Some(0x1c0));
+        assert_eq!((pa.sheaf_tag(late), page.sheaf_tag()), (Some(0), 0x1c0));
         page.set_sheaf_tag(0, Ordering::Relaxed);
-        // The zero area's window holds no address.
-        // SAFETY: the zero area reads as a CPU area (all zero).
-        let zero = unsafe { &*(ZERO_CPU_AREA.base() as *const CpuArea) };
-        assert_eq!(found(zero), None);
         for page in held.into_iter().flatten() {
             // SAFETY: allocated above with order 9.
             unsafe { pa.free_pages(Some(cpu), page, 9) };

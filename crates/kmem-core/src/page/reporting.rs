@@ -103,7 +103,6 @@ impl<P: Platform> PageAllocator<P> {
     #[cold]
     #[inline(never)]
     fn housekeeping(&self, cpu: CpuRef<'_>) {
-        self.refresh_span_window(cpu);
         for zone in &self.zones[..self.nr_nodes()] {
             self.maybe_report(Some(cpu), zone);
         }

@@ -395,11 +395,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         // `slab::state::sheaf_offset`).
         // The object's own page carries the tag (a tail page of a multi-page slab
         // mirrors its head's), read from the page-tag table, untested.
-        let Some(off_cpu) = self
-            .pages
-            .area_sheaf_tag(c.area(), p)
-            .map(state::sheaf_offset)
-        else {
+        let Some(off_cpu) = self.pages.sheaf_tag(p).map(state::sheaf_offset) else {
             return false;
         };
         // kmem_cache_free: the tag names the slab's cache by its `cpu_offset`, which
