@@ -227,3 +227,90 @@ fn stats_snapshot_serializes_and_prints_kernel_formats() {
     // SAFETY: ours.
     unsafe { h.kfree(p.as_ptr()) };
 }
+
+/// kzalloc, kcalloc and a zeroed kmem_cache_alloc pop from the same sheaves as the
+/// plain calls and clear the whole object (its `ksize`, as the kernel clears a zeroed
+/// kmalloc object), not only the bytes asked for: objects dirtied whole and freed come
+/// back (the sheaves hand out the last freed first) all zero.
+#[test]
+fn zeroed_kmalloc_and_cache_objects_reuse_dirty_objects_cleared_whole() {
+    let h = heap();
+    let dirty_then = |ps: &[*mut u8]| {
+        for &p in ps {
+            // SAFETY: ours, `ksize` bytes.
+            unsafe { p.write_bytes(0xa5, h.ksize(p)) };
+        }
+        for &p in ps {
+            // SAFETY: ours, freed once.
+            unsafe { h.kfree(p) };
+        }
+    };
+    let all_zero = |p: *mut u8| {
+        // SAFETY: ours, `ksize` bytes.
+        unsafe { std::slice::from_raw_parts(p, h.ksize(p)) }
+            .iter()
+            .all(|&b| b == 0)
+    };
+    // Whether some object is wider than its request (then only a whole clear passes).
+    let mut wider = false;
+    for size in [8usize, 20, 100, 250, 1000, 3000, 20_000] {
+        for round in 0..3 {
+            let ps: Vec<*mut u8> = (0..64)
+                .map(|_| h.kmalloc(size, Gfp::KERNEL).expect("memory").as_ptr())
+                .collect();
+            dirty_then(&ps);
+            let zs: Vec<*mut u8> = (0..64)
+                .map(|i| {
+                    if i % 2 == 0 {
+                        h.kzalloc(size, Gfp::KERNEL)
+                    } else {
+                        h.kcalloc(1, size, Gfp::KERNEL)
+                    }
+                    .expect("memory")
+                    .as_ptr()
+                })
+                .collect();
+            assert!(
+                zs.iter().any(|p| ps.contains(p)),
+                "the freed objects are reused (size {size})"
+            );
+            for &p in &zs {
+                wider |= h.ksize(p) > size;
+                assert!(all_zero(p), "kzalloc({size}) round {round}: not zero");
+            }
+            for &p in &zs {
+                // SAFETY: ours, freed once.
+                unsafe { h.kfree(p) };
+            }
+        }
+    }
+    assert!(wider, "no request smaller than its class");
+    let s = h
+        .kmem_cache_create("zeroed-200", 200, 8, SlabFlags::empty(), None)
+        .expect("cache");
+    for round in 0..3 {
+        let ps: Vec<*mut u8> = (0..64)
+            .map(|_| h.kmem_cache_alloc(s, Gfp::KERNEL).expect("memory").as_ptr())
+            .collect();
+        for &p in &ps {
+            // SAFETY: ours, the cache's object size.
+            unsafe { p.write_bytes(0x5a, 200) };
+            // SAFETY: an object of `s`, freed once.
+            unsafe { h.kmem_cache_free(s, std::ptr::NonNull::new(p).unwrap()) };
+        }
+        let zs: Vec<*mut u8> = (0..64)
+            .map(|_| h.kmem_cache_alloc(s, Gfp::ZERO).expect("memory").as_ptr())
+            .collect();
+        assert!(
+            zs.iter().any(|p| ps.contains(p)),
+            "the freed objects are reused"
+        );
+        for &p in &zs {
+            // SAFETY: ours, 200 bytes.
+            let bytes = unsafe { std::slice::from_raw_parts(p, 200) };
+            assert!(bytes.iter().all(|&b| b == 0), "round {round}: not zero");
+            // SAFETY: an object of `s`, freed once.
+            unsafe { h.kmem_cache_free(s, std::ptr::NonNull::new(p).unwrap()) };
+        }
+    }
+}

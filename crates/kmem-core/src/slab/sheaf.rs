@@ -343,6 +343,30 @@ impl<'a, P: Platform> Slub<'a, P> {
         unsafe { sheaf_pop_at(c.into(), cfg.cpu_offset) }
     }
 
+    /// [`Slub::alloc_fast`] for a request that may ask for `__GFP_ZERO`: the same pop,
+    /// then the object initialised as the regular path initialises it
+    /// ([`post_alloc_init`]: zeroed whole). For the front ends' out-of-line halves, so
+    /// that `kzalloc`, `kcalloc` and zeroed `kmem_cache_alloc` pop from the sheaf
+    /// instead of taking the layers, while the inline fast path keeps its one test.
+    /// Given the zero area it finds no object.
+    #[inline(always)]
+    pub fn alloc_fast_init<'c>(
+        &self,
+        c: impl Into<InlineArea<'c>>,
+        s: &KmemCache,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        let cfg = s.config();
+        if cfg.fast != FastPath::Sheaf {
+            return None;
+        }
+        // SAFETY: the cache's own offset, and its fast path is the inline sheaf one.
+        let p = unsafe { sheaf_pop_at(c.into(), cfg.cpu_offset) }?;
+        // SAFETY: a new object of `s`, the caller's now.
+        unsafe { post_alloc_init(s, p, gfp) };
+        Some(p)
+    }
+
     /// The whole fast path of a free for a front end that takes the regular path
     /// (`kfree`) when this returns false: `p` must be the start of an object of a
     /// sheaf cache, not charged to a memory cgroup, with room on the spare sheaf and

@@ -7,6 +7,8 @@
 //! with that area; when the same word says per-CPU rseq mode (`thread::rseq_tag`), out
 //! of line the restartable sequence (`kmalloc_rseq`, `kfree_rseq`); with an active
 //! memory cgroup (two more such loads, `thread::charged_cpu`) the area's objcg sheaves;
+//! a zeroed request (`kzalloc`, `kcalloc`; `kmem_cache_alloc` with `__GFP_ZERO` in
+//! `slab`) the same pop with the object cleared whole after it (`kzalloc_fast`);
 //! else, out of line, the layers (`kmalloc_layers`, `kfree_layers`: KFENCE, the sheaf
 //! slow path, the memory cgroup's path, the per-CPU fallback of `percpu`). No lock of
 //! its own: the CPU area's rules apply (see `cpu`).
@@ -28,6 +30,13 @@ impl Heap {
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         if let Some(p) = self.kmem.kmalloc_fast(inline_area(), size, gfp) {
             return Some(p);
+        }
+        if gfp.contains(Gfp::ZERO) && !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE) {
+            // kzalloc, kcalloc: the same pop, then the object zeroed whole. (Where `gfp`
+            // is a constant, as in `kzalloc`, only its callers have this test.)
+            if let Some(p) = self.kzalloc_fast(size, gfp) {
+                return Some(p);
+            }
         }
         if let Some(rseq) = tagged_rseq_area() {
             // Per-CPU rseq mode: its fast path, chosen by the word already loaded.
@@ -101,6 +110,18 @@ impl Heap {
             },
             Some(cg) => self.kmalloc_charged(size, gfp, cg),
         }
+    }
+
+    /// A zeroed request of the plain kmalloc set on a thread with its own area
+    /// (`kzalloc`, `kcalloc`): a pop from the class's main sheaf, as [`Heap::kmalloc`]'s
+    /// inline fast path pops, then the whole object cleared, as the regular path clears
+    /// it (`post_alloc_init`). `None` (nothing done) where the inline path would find
+    /// nothing: the zero area (no area yet, per-CPU mode, an active memory cgroup), an
+    /// empty sheaf, a class off the inline path.
+    #[inline]
+    fn kzalloc_fast(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+        let s = self.kmem.kmalloc_cache(size, gfp)?;
+        self.kmem.slub().alloc_fast_init(inline_area(), s, gfp)
     }
 
     /// [`Heap::kmalloc`] without a thread area: per-CPU mode (rseq or CAS fast path,

@@ -65,6 +65,12 @@ impl Heap {
     /// [`Heap::kmem_cache_alloc`] past its fast path (see `Heap::kmalloc_rseq`).
     #[inline(never)]
     fn kmem_cache_alloc_other(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
+        if gfp.contains(Gfp::ZERO) {
+            // A zeroed object: the fast path's pop, then the object zeroed whole.
+            if let Some(p) = self.kmem.slub().alloc_fast_init(inline_area(), s, gfp) {
+                return Some(p);
+            }
+        }
         if fast_tls::get() == rseq_tag() {
             // Per-CPU rseq mode, no active memory cgroup: the restartable pop before
             // the thread-local slots are looked at (here, not in `kmem_cache_alloc`,
