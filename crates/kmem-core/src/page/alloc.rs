@@ -114,7 +114,7 @@ impl<P: Platform> PageAllocator<P> {
         for w in &p.owner {
             w.store(0, Ordering::Relaxed);
         }
-        p.set_sheaf_tag(0, Ordering::Relaxed);
+        p.clear_sheaf_tag(Ordering::Relaxed);
         // On a free block it held when the block was freed; on an allocated one it is
         // the holder's (`memcg_data`).
         p.private.store(0, Ordering::Relaxed);
@@ -175,7 +175,7 @@ impl<P: Platform> PageAllocator<P> {
             tail.set_flags(PageFlags::empty());
             tail.owner[0].store(0, Ordering::Relaxed);
             tail.owner[1].store(0, Ordering::Relaxed);
-            tail.set_sheaf_tag(0, Ordering::Relaxed);
+            tail.clear_sheaf_tag(Ordering::Relaxed);
         }
     }
 

@@ -116,7 +116,7 @@ impl Page {
     ///
     /// It lives in the allocator's page-tag table, not in the descriptor, so that the
     /// free fast path finds it from the object's address with a shift and one load
-    /// (`PageAllocator::area_sheaf_tag`); always 0 where the platform gave no table.
+    /// (`PageAllocator::sheaf_tag`); always 0 where the platform gave no table.
     #[inline]
     pub fn sheaf_tag(&self) -> usize {
         self.tag_slot().map_or(0, |t| t.load(Relaxed) as usize)
@@ -127,6 +127,19 @@ impl Page {
     pub(crate) fn set_sheaf_tag(&self, tag: u32, order: Ordering) {
         if let Some(t) = self.tag_slot() {
             t.store(tag, order);
+        }
+    }
+    /// Clears the page's sheaf tag if it has one (the page allocator, on blocks it
+    /// hands out or takes back). It reads the entry first and writes only a non-zero
+    /// one, as the offline step does (`clear_section_tags`): the table's pages under
+    /// memory no slab ever used stay unwritten, where a store of 0 made one resident for
+    /// each 4 MiB of page blocks (a read maps none).
+    #[inline]
+    pub(crate) fn clear_sheaf_tag(&self, order: Ordering) {
+        if let Some(t) = self.tag_slot() {
+            if t.load(Relaxed) != 0 {
+                t.store(0, order);
+            }
         }
     }
     /// This page's entry of the tag table: found from the descriptor's address alone,

@@ -173,7 +173,7 @@ impl Chain {
 }
 
 /// The free fast path's reading of a page's sheaf tag (`tag`, from the page-tag table:
-/// `PageAllocator::area_sheaf_tag`), with no test: the offset of
+/// `PageAllocator::sheaf_tag`), with no test: the offset of
 /// the `kmem_cache_cpu` whose spare sheaf a plain free of an object in the page may
 /// push onto, or (tag 0: every page but those of live slabs of caches on the inline
 /// sheaf path, see below) [`CPU_AREA_ZERO_LINE`], which reads as no room.
