@@ -315,6 +315,9 @@ fn sites_text(
     }
     let mut rows: Vec<Location> = merged.into_values().collect();
     rows.sort_by_key(|l| (std::cmp::Reverse(l.count), l.addr));
+    // The target may be a C++ program: its names demangle through a C++ runtime,
+    // which this process loads if it can (without one they stay mangled).
+    kmem::symbolize::load_cxx_runtime();
     let mut sym = Symbolizer::for_pid(s.pid).ok();
     let mut name = |a: usize| match sym.as_mut() {
         Some(y) => y.symbolize(a),

@@ -397,6 +397,8 @@ fn cxx_leaks_are_reported_at_the_programs_own_site() {
         .nth(1)
         .unwrap_or_default();
     assert!(site.contains("leak_nodes"), "first frame: {site}\n{err}");
+    // The C++ runtime the program loaded demangles it (`_ZL10leak_nodesv`).
+    assert!(site.contains("leak_nodes()+0x"), "demangled: {site}\n{err}");
 }
 
 /// `delete` checks the pointer as `free` does: a double delete is reported in the
