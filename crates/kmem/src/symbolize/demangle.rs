@@ -5,7 +5,7 @@
 //! the allocation paths (the C++ demangler allocates with `malloc`).
 
 use std::ffi::{c_char, c_int, CStr, CString};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Demangles Rust legacy (`_ZN...17h<16 hex>E`, hash dropped, `$LT$`/`$GT$`/`$u20$`/`..`
 /// etc. escapes decoded) symbols, and C++ ones (`_Z…`, `_ZN3foo3barEi` to
@@ -47,10 +47,16 @@ fn cxa_demangle() -> Option<CxaDemangle> {
 /// Loads a C++ runtime's demangler into a process that has none (`libstdc++.so.6`,
 /// else `libc++abi.so.1`), for tools that symbolize other processes' addresses
 /// (`kmem top`); a C++ program has one already. The library stays loaded, privately
-/// (`RTLD_LOCAL`). Returns whether a demangler is available now.
+/// (`RTLD_LOCAL`). Tries the libraries once per process (a caller that refreshes
+/// does not search the library path again). Returns whether a demangler is
+/// available now.
 pub fn load_cxx_runtime() -> bool {
+    static TRIED: AtomicBool = AtomicBool::new(false);
     if cxa_demangle().is_some() {
         return true;
+    }
+    if TRIED.swap(true, Ordering::Relaxed) {
+        return false;
     }
     for lib in [c"libstdc++.so.6", c"libc++abi.so.1"] {
         // SAFETY: NUL-terminated names; the handle is kept (never closed), so the
