@@ -302,6 +302,7 @@ impl<P: Platform> PageAllocator<P> {
 
 #[cfg(test)]
 mod tests {
+    extern crate std;
     use super::super::mmzone::{SECTION_MANAGED_PAGES, SECTION_SIZE};
     use super::super::test_platform::allocator;
     use super::super::{Config, PAGE_SIZE};
@@ -310,6 +311,58 @@ mod tests {
 
     fn base<P: Platform>(pa: &PageAllocator<P>) -> usize {
         pa.base.load(Ordering::Relaxed)
+    }
+
+    /// Pages of the tag table resident now: the `Rss` of its mapping in
+    /// `/proc/self/smaps`, which counts the pages written (a page only read maps the
+    /// shared zero page, which `Rss` leaves out, as the process's RSS does).
+    fn resident_tag_pages<P: Platform>(pa: &PageAllocator<P>) -> usize {
+        let table = pa.window.table.load(Ordering::Relaxed);
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let head = std::format!("{table:x}-");
+        let kb: usize = smaps
+            .lines()
+            .skip_while(|l| !l.starts_with(&head))
+            .find_map(|l| l.strip_prefix("Rss:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("the tag table's mapping in smaps");
+        kb * 1024 / PAGE_SIZE
+    }
+
+    /// Page blocks handed out and taken back (heads and compound tails) write no entry
+    /// of the tag table: the page allocator clears only tags that are set
+    /// (`Page::clear_sheaf_tag`), so the table's pages under them stay unwritten and not
+    /// resident. A tag set through a descriptor does make its page resident (the check
+    /// sees writes).
+    #[test]
+    fn page_blocks_leave_the_tag_table_unwritten() {
+        use crate::gfp::Gfp;
+        let pa = allocator(1, Config::default());
+        assert!(pa.add_memory(0));
+        assert_eq!(resident_tag_pages(pa), 0);
+        for round in 0..2 {
+            for order in 0..=5 {
+                for gfp in [Gfp::KERNEL, Gfp::COMP, Gfp::ZERO] {
+                    let blocks: std::vec::Vec<_> = (0..8)
+                        .map(|_| pa.alloc_pages(None, gfp, order).unwrap())
+                        .collect();
+                    for b in blocks {
+                        // SAFETY: allocated just above with this order.
+                        unsafe { pa.free_pages(None, b, order) };
+                    }
+                }
+            }
+            assert_eq!(resident_tag_pages(pa), 0, "round {round}");
+        }
+        let page = pa.alloc_pages(None, Gfp::KERNEL, 0).unwrap();
+        // SAFETY: the descriptor of the page we hold.
+        let p = unsafe { page.as_ref() };
+        p.set_sheaf_tag(0x40, Ordering::Relaxed);
+        assert_eq!(resident_tag_pages(pa), 1);
+        p.clear_sheaf_tag(Ordering::Relaxed);
+        assert_eq!(p.sheaf_tag(), 0);
+        // SAFETY: allocated above.
+        unsafe { pa.free_pages(None, page, 0) };
     }
 
     #[test]
