@@ -224,9 +224,9 @@ impl<P: Platform> PageAllocator<P> {
 
     /// Clears what is left in the tag table for section `nr` as it goes offline (its
     /// part of the table stays open, and the free fast path reads it for any address
-    /// below the tag window's `tagged_len`). Every tag is 0 by then if the slab layer cleared its
-    /// slabs' tags as it discarded them; this keeps a missed clear from outliving the
-    /// memmap. Only entries that read non-zero are written, so table pages never
+    /// below the tag window's `tagged_len`). Every tag is 0 by then if the slab layer
+    /// cleared its slabs' tags as it discarded them; this keeps a missed clear from
+    /// outliving the memmap. Only entries that read non-zero are written, so table pages never
     /// written stay untouched.
     fn clear_section_tags(&self, nr: usize) {
         let (tags, _) = self.section_tags_range(nr, 0);

@@ -196,7 +196,9 @@ pub struct PageAllocator<P: Platform> {
     /// sections, clamped to the span): mapped for good, so a descriptor anywhere in
     /// them can be read, whether its section is online or offline now (an offline
     /// section's memmap reads as free pages or zeros). Only grows, with a release
-    /// store after the section is mapped. The free fast path's one range check.
+    /// store after the section is mapped. The range check of the lookups through a
+    /// descriptor (`with_used_page`); the free fast path checks the tag window's copy
+    /// (`TagWindow::tagged_len`).
     used_len: AtomicUsize,
     nr_nodes: AtomicUsize,
     max_pages: AtomicUsize,
