@@ -356,12 +356,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         s: &KmemCache,
         gfp: Gfp,
     ) -> Option<NonNull<u8>> {
-        let cfg = s.config();
-        if cfg.fast != FastPath::Sheaf {
-            return None;
-        }
-        // SAFETY: the cache's own offset, and its fast path is the inline sheaf one.
-        let p = unsafe { sheaf_pop_at(c.into(), cfg.cpu_offset) }?;
+        let p = self.alloc_fast(c, s, gfp.difference(Gfp::ZERO))?;
         // SAFETY: a new object of `s`, the caller's now.
         unsafe { post_alloc_init(s, p, gfp) };
         Some(p)
