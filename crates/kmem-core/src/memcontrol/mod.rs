@@ -282,9 +282,13 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if off == 0 {
             return None;
         }
+        debug_assert!(off + core::mem::size_of::<MemcgStock>() <= crate::percpu::CPU_AREA_SIZE);
+        let base = c.area() as *const CpuArea as *const u8;
         // SAFETY: a non-zero `off` was reserved in every CPU area by `Memcg::init`
-        // (all-zero is the empty stock); the caller owns the area.
-        Some(unsafe { &*c.area().ptr::<MemcgStock>(off) })
+        // (all-zero is the empty stock), inside the area's memory: an in-bounds
+        // offset (so the compiler knows the result is not null and tests nothing);
+        // the caller owns the area.
+        Some(unsafe { &*base.add(off).cast::<MemcgStock>() })
     }
 
     /// The stock of `area` (for statistics: reads only).

@@ -40,7 +40,7 @@ use super::*;
 use crate::gfp::Gfp;
 use crate::kmalloc::KMALLOC_SIZES;
 use crate::slab::NO_OBJCG_CLASS;
-use crate::sync::{AtomicPtr, AtomicU8};
+use crate::sync::{AtomicPtr, AtomicU32};
 use core::ptr::NonNull;
 
 /// Classes with objcg sheaves: every accounted kmalloc class, `kmalloc-cg-8` …
@@ -131,7 +131,9 @@ const _: () = assert!(OBJCG_SHEAF_CLASSES < NO_OBJCG_CLASS as usize);
 #[repr(C)]
 pub struct ObjcgSheaves {
     objcg: AtomicPtr<ObjCgroup>,
-    len: [AtomicU8; OBJCG_SHEAF_CLASSES],
+    /// Each class's count (32-bit words: the free reads one with a plain load, where
+    /// a byte took a load and a second zero extension).
+    len: [AtomicU32; OBJCG_SHEAF_CLASSES],
     objs: [AtomicUsize; NR_SLOTS],
 }
 
@@ -165,7 +167,7 @@ impl ObjcgSheaves {
         if n == 0 {
             return None;
         }
-        len.store(n as u8 - 1, Relaxed);
+        len.store(n as u32 - 1, Relaxed);
         // SAFETY: `len[i]` ≤ `CAPACITY[i]` (type invariant), so `n - 1` is a slot of
         // class `i`, which `len` above bounds-checked.
         Some(unsafe { self.slot(i, n - 1) }.load(Relaxed))
@@ -320,7 +322,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
             // SAFETY: `k` < `REFILL[i]` ≤ `CAPACITY[i]`: a slot of class `i`.
             unsafe { sh.slot(i, k) }.store(o, Relaxed);
         }
-        sh.len[i].store(objs.len() as u8, Relaxed);
+        sh.len[i].store(objs.len() as u32, Relaxed);
         // The pop zeroes for `__GFP_ZERO`, as for any object that waited there.
         self.objcg_sheaf_pop(st, i, gfp, objcg)
     }
@@ -415,7 +417,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
             // SAFETY: as above.
             unsafe { sh.slot(i, k - half) }.store(o, Relaxed);
         }
-        sh.len[i].store((n - half) as u8, Relaxed);
+        sh.len[i].store((n - half) as u32, Relaxed);
         if freed != 0 {
             self.obj_cgroup_uncharge(Some(c), objcg, s, freed * s.config().size);
         }
@@ -477,7 +479,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
         // SAFETY: `n` < `CAPACITY[i]` (just checked), within the class's slots.
         unsafe { slots.get_unchecked(n) }.store(obj, Relaxed);
-        len.store(n as u8 + 1, Relaxed);
+        len.store(n as u32 + 1, Relaxed);
         Keep::Kept
     }
 

@@ -8,7 +8,10 @@
 //! charged paths.
 //!
 //! On x86_64 Linux the words are an *initial-exec* TLS variable declared in assembly
-//! and each is read with one `fs:`-relative load. Rust's `thread_local!` in a shared
+//! and each is read with one `fs:`-relative load, from the variable's offset off the
+//! thread pointer, which is its own instruction (`tp_offset`: a GOT load in a shared
+//! library, a constant in an executable) so that a function reading several words,
+//! or a loop reading one, loads the offset once. Rust's `thread_local!` in a shared
 //! library (`libkmem.so`) uses the general-dynamic model, which calls `__tls_get_addr`
 //! on every access — more instructions than the rest of the fast path. Initial-exec is
 //! what glibc's own malloc and mimalloc use: the variable lives in the static TLS
@@ -48,23 +51,45 @@ mod imp {
         zero = sym kmem_core::percpu::ZERO_CPU_AREA,
     );
 
+    /// The variable's offset from the thread pointer (`fs`): the same for every
+    /// thread, fixed once the dynamic linker has relocated the library. Its own
+    /// instruction, so that the compiler keeps it in a register for every word a
+    /// function reads (a charged free reads three) and hoists it out of loops; each
+    /// word is then one `fs:`-relative load.
+    #[inline(always)]
+    fn tp_offset() -> usize {
+        let t: usize;
+        // SAFETY: loads the initial-exec GOT entry of the TLS variable above, which
+        // the dynamic linker fills before any code of the library runs and which
+        // never changes afterwards (RELRO: read-only after relocation; in an
+        // executable the linker turns the load into the constant itself). Hence
+        // `pure` and `nomem`: no program memory read or written, the same value on
+        // every call.
+        unsafe {
+            core::arch::asm!(
+                "mov {t}, qword ptr [rip + kmem_tls_fast_area@GOTTPOFF]",
+                t = out(reg) t,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        t
+    }
+
     /// The calling thread's word `W`.
     #[inline(always)]
     pub fn get_word<const W: usize>() -> usize {
         const { assert!(W < WORDS) };
         let v: usize;
-        // SAFETY: an initial-exec access to the TLS variable above: the GOT entry
-        // holds its offset from the thread pointer (fs), set by the dynamic linker
-        // (or the offset itself once the linker relaxes it in an executable); word
-        // `W` < WORDS lies inside it. Reads only this thread's word. `pure`: two reads
-        // with no write to memory between them give the same value (the thread does
-        // not change under a running function; `set_word` writes memory), so the
-        // compiler may merge them.
+        // SAFETY: an initial-exec access to the TLS variable above, at the offset from
+        // the thread pointer (fs) that `tp_offset` gives; word `W` < WORDS lies inside
+        // it. Reads only this thread's word. `pure`: two reads with no write to
+        // memory between them give the same value (the thread does not change under a
+        // running function; `set_word` writes memory), so the compiler may merge
+        // them.
         unsafe {
             core::arch::asm!(
-                "mov {t}, qword ptr [rip + kmem_tls_fast_area@GOTTPOFF]",
                 "mov {v}, qword ptr fs:[{t} + {off}]",
-                t = out(reg) _,
+                t = in(reg) tp_offset(),
                 v = out(reg) v,
                 off = const W * 8,
                 options(pure, nostack, readonly, preserves_flags),
@@ -80,9 +105,8 @@ mod imp {
         // SAFETY: as in `get_word`; writes only this thread's word.
         unsafe {
             core::arch::asm!(
-                "mov {t}, qword ptr [rip + kmem_tls_fast_area@GOTTPOFF]",
                 "mov qword ptr fs:[{t} + {off}], {v}",
-                t = out(reg) _,
+                t = in(reg) tp_offset(),
                 v = in(reg) v,
                 off = const W * 8,
                 options(nostack, preserves_flags),
