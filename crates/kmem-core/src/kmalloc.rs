@@ -209,6 +209,9 @@ pub struct KmallocCaches {
     /// (caches' configs never change after it), so kmalloc's fast path goes from the
     /// size to the CPU's sheaf with one table load and no load through the cache.
     small_fast: [AtomicU32; SMALL_FAST_MAX + 1],
+    /// [`KmallocCaches::small_fast`] for C's `malloc`: the class of
+    /// [`malloc_class_size`] (past the 8-aligned kmalloc-24, -40 and -56), by size.
+    malloc_fast: [AtomicU32; SMALL_FAST_MAX + 1],
     /// [`KmallocCaches::small_fast`] for per-CPU rseq mode: the `cpu_offset` of the
     /// plain class's sheaves when that cache runs on the platform's restartable
     /// sequences ([`FastPath::SheafRseq`]), else 0. A table of its own, so that the
@@ -219,6 +222,29 @@ pub struct KmallocCaches {
     /// multiple of 256 bytes, so one entry never spans two classes. One load instead
     /// of the class computation (`kmalloc_plain_index`: about fifteen instructions).
     medium_fast: [AtomicU32; MEDIUM_FAST_MAX / MEDIUM_FAST_STEP + 1],
+}
+
+/// The alignment C's `malloc` gives every request above 8 bytes, as glibc's does on
+/// 64-bit targets (`MALLOC_ALIGNMENT`, `alignof(max_align_t)`), and jemalloc,
+/// tcmalloc and mimalloc as built by distributions: programs count on it beyond what
+/// C17 asks (an object of `n` bytes can need at most the largest power of two
+/// dividing `n`). Rust's `System` allocator calls `malloc(n)` for any layout aligned
+/// to at most 16 and at most `n` (hashbrown's tables: 16-aligned control bytes after
+/// the buckets, sizes such as 52), and clang marks `operator new`'s result 16-aligned.
+pub const MALLOC_ALIGN: usize = 16;
+
+/// The size C's `malloc(size)` takes from the plain set: above 8 bytes and up to
+/// 64, rounded up to a multiple of [`MALLOC_ALIGN`], which skips the 8-aligned
+/// kmalloc-24, -40 and -56 (Rust's layouts, which carry their alignment, keep them).
+/// Every other class is 8 bytes (for requests of at most 8) or a multiple of 16 with
+/// objects 16-aligned, so other sizes stay as they are.
+#[inline(always)]
+pub const fn malloc_class_size(size: usize) -> usize {
+    if size > 8 && size < 64 {
+        (size + MALLOC_ALIGN - 1) & !(MALLOC_ALIGN - 1)
+    } else {
+        size
+    }
 }
 
 /// The largest size [`KmallocCaches::small_fast`] covers.
@@ -254,6 +280,7 @@ impl KmallocCaches {
             kernel: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
             nodes: [const { [const { KmemCacheNode::new() }; NR_KMALLOC_ALL] }; MAX_NUMNODES],
             small_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
+            malloc_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
             small_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
             medium_fast: [const { AtomicU32::new(ZERO_LINE) };
                 MEDIUM_FAST_MAX / MEDIUM_FAST_STEP + 1],
@@ -308,6 +335,14 @@ impl KmallocCaches {
                 Relaxed,
             );
         }
+        for (size, fast) in self.malloc_fast.iter().enumerate() {
+            let c = malloc_class_size(size);
+            let cfg = self.plain[PLAIN_SIZE_INDEX[c.saturating_sub(1) >> 3] as usize].config();
+            fast.store(
+                sheaf_offset(cfg, FastPath::Sheaf).unwrap_or(ZERO_LINE),
+                Relaxed,
+            );
+        }
         for (j, rseq) in self.small_rseq.iter().enumerate() {
             let cfg = self.plain[PLAIN_SIZE_INDEX[j.saturating_sub(1)] as usize].config();
             rseq.store(sheaf_offset(cfg, FastPath::SheafRseq).unwrap_or(0), Relaxed);
@@ -331,6 +366,15 @@ impl KmallocCaches {
         // SAFETY: the caller keeps `size <= SMALL_FAST_MAX`, so the index is in the
         // table (checked in debug builds).
         unsafe { self.small_fast.get_unchecked(size) }.load(Relaxed) as usize
+    }
+
+    /// [`KmallocCaches::small_fast`] for C's `malloc(size)`, `size <= SMALL_FAST_MAX`:
+    /// the sheaves of the class of [`malloc_class_size`]`(size)`, or the zero line.
+    #[inline(always)]
+    pub fn malloc_fast(&self, size: usize) -> usize {
+        debug_assert!(size <= SMALL_FAST_MAX);
+        // SAFETY: as in `small_fast`.
+        unsafe { self.malloc_fast.get_unchecked(size) }.load(Relaxed) as usize
     }
 
     /// [`KmallocCaches::small_fast`] for `SMALL_FAST_MAX < size <= MEDIUM_FAST_MAX`.
@@ -725,6 +769,24 @@ impl fmt::Write for NameBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn malloc_class_sizes_are_16_aligned_classes_above_8_bytes() {
+        for size in 0..=8192usize {
+            let c = malloc_class_size(size);
+            assert!(c >= size);
+            let class = KMALLOC_PLAIN_SIZES[kmalloc_plain_index(c).unwrap()];
+            if size > 8 {
+                // Objects sit at multiples of the class size from a page boundary.
+                assert_eq!(class % MALLOC_ALIGN, 0, "size {size}: kmalloc-{class}");
+            }
+            // Only the 8-byte steps below 64 move.
+            let plain = KMALLOC_PLAIN_SIZES[kmalloc_plain_index(size).unwrap()];
+            if plain.is_multiple_of(MALLOC_ALIGN) || size <= 8 {
+                assert_eq!(class, plain, "size {size}");
+            }
+        }
+    }
 
     #[test]
     fn kmalloc_index_matches_the_kernel() {

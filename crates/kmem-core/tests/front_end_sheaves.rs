@@ -214,3 +214,51 @@ fn without_a_tag_table_every_free_takes_the_regular_path() {
         .take_log()
         .contains("Object already free"));
 }
+
+/// C's `malloc` fast path (`Kmem::malloc_fast`) takes the class of
+/// `malloc_class_size`: 16-aligned objects for every size above 8 bytes (none of the
+/// 8-aligned kmalloc-24, -40, -56, which `kmalloc_fast` serves for Rust's layouts),
+/// with room for the size; every pop leaves the census whole.
+#[test]
+fn malloc_fast_hands_out_16_aligned_objects_above_8_bytes() {
+    use kmem_core::kmalloc::{malloc_class_size, SMALL_FAST_MAX};
+    let k = kmem(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let cpu = c.unwrap();
+    let mut held = Vec::new();
+    let (mut odd_kmalloc, mut popped) = (0, 0);
+    for size in 0..=SMALL_FAST_MAX {
+        // Three objects of each size (so that odd slots of a class come out too), each
+        // popped, or when the main sheaf is empty taken by the slow path of the class
+        // `malloc` asks for (which refills it).
+        let class = malloc_class_size(size);
+        for _ in 0..3 {
+            let p = match k.malloc_fast(cpu, size) {
+                Some(p) => {
+                    popped += 1;
+                    p.as_ptr()
+                }
+                None => k
+                    .kmalloc_sheaf_slow(cpu, class, Gfp::KERNEL)
+                    .unwrap()
+                    .as_ptr(),
+            };
+            let s = k.slub().cache_of(p).unwrap();
+            assert!(s.config().object_size >= size, "size {size}: {}", s.name());
+            let mask = if size > 8 { 15 } else { 7 };
+            assert_eq!(p as usize & mask, 0, "size {size}: {p:?} in {}", s.name());
+            held.push(p);
+        }
+        // kmalloc's own fast path keeps the 8-byte steps.
+        if let Some(p) = k.kmalloc_fast(cpu, size, Gfp::KERNEL) {
+            odd_kmalloc += (p.as_ptr() as usize & 15 != 0) as usize;
+            held.push(p.as_ptr());
+        }
+    }
+    assert!(popped > 2 * SMALL_FAST_MAX, "the pops ran: {popped}");
+    assert!(odd_kmalloc > 0, "kmalloc-24/-40/-56 serve kmalloc's sizes");
+    for p in held {
+        // SAFETY: ours, given up.
+        assert!(unsafe { k.kfree(c, p) });
+    }
+}

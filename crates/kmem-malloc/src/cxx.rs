@@ -22,12 +22,10 @@
 //! `std::bad_alloc` (or whatever a new-handler throws) unwinds through them to the
 //! program's `catch`, as it would through the runtime's own operator.
 //!
-//! Alignment: `operator new(n)` must suit any object of size `n` (at most the
-//! largest power of two dividing `n`, up to 16), which `malloc`'s classes give
-//! (the 24-, 40- and 56-byte classes are 8-aligned; every multiple of 16 gets a class
-//! that is one). The array forms must suit any object *no larger than* `n` (a
-//! `new char[24]` may hold a 16-byte `long double`), so they round a size above 16
-//! up to a multiple of 16, as mimalloc's do not.
+//! Alignment: the `new` forms get `malloc`'s (16 bytes for every size above 8:
+//! clang marks `operator new`'s result aligned to `__STDCPP_DEFAULT_NEW_ALIGNMENT__`,
+//! 16, and may store to it with aligned vector moves), and the aligned forms any
+//! alignment asked for.
 //!
 //! `delete` ignores the size and alignment it is given: `free` finds both from the
 //! object's page, and checks the pointer as `free` does (a foreign pointer or a
@@ -42,7 +40,7 @@
 // The functions are named by their mangled C++ names.
 #![allow(non_snake_case)]
 
-use super::{alloc, free_or_abort, malloc_fast, malloc_other, MALLOC_ALIGN};
+use super::{alloc, free_or_abort, malloc_align, malloc_fast, malloc_other};
 use libc::{c_char, c_void, size_t};
 
 /// A NUL-terminated mangled name, passed in one register (made by `name!`).
@@ -119,18 +117,6 @@ fn new_fallback3(name: Name, size: size_t, align: usize, nt: usize) -> *mut c_vo
     unsafe { f(size, align, nt) }
 }
 
-/// The size the array forms allocate for `size`: above 16 bytes, a multiple of 16,
-/// so that the object is aligned for anything no larger than `size` (see the
-/// module docs).
-#[inline(always)]
-fn array_size(size: size_t) -> size_t {
-    if size > 16 {
-        size.saturating_add(15) & !15
-    } else {
-        size
-    }
-}
-
 /// The plain `new` forms past `malloc`'s fast path (out of line, so that the fast path saves
 /// no register; with nothing to drop on the way, the call is a tail call):
 /// the rest of `malloc`, then the runtime's operator `name`.
@@ -157,11 +143,11 @@ extern "C-unwind" fn new_slow_nothrow(name: Name, size: size_t, nt: *const c_voi
 /// none or `align` is not a power of two (the caller hands over to the runtime).
 #[inline]
 fn new_aligned(size: size_t, align: usize) -> *mut c_void {
-    // Only 8 bytes come with every class: `new(24, align_val_t(16))` must not get
-    // kmalloc-24's 8-aligned object, so anything more takes the layout path, whose
-    // class covers the alignment. (The compiler passes `align_val_t` only above
-    // `__STDCPP_DEFAULT_NEW_ALIGNMENT__`, 16; explicit calls may pass less.)
-    if align <= MALLOC_ALIGN {
+    // `malloc`'s alignment for `size` (8 up to 8 bytes, else 16) serves any alignment
+    // up to it; more takes the layout path, whose class covers the alignment. (The
+    // compiler passes `align_val_t` only above `__STDCPP_DEFAULT_NEW_ALIGNMENT__`,
+    // 16; explicit calls may pass less.)
+    if align <= malloc_align(size) {
         let p = malloc_fast(size);
         return if p.is_null() { malloc_other(size) } else { p };
     }
@@ -170,11 +156,10 @@ fn new_aligned(size: size_t, align: usize) -> *mut c_void {
 
 /// Defines a throwing one-size `new` form: `malloc`, then the runtime's.
 macro_rules! new_plain {
-    ($(#[$doc:meta])* $name:ident, $size:expr) => {
+    ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name(size: size_t) -> *mut c_void {
-            let size = $size(size);
             let p = malloc_fast(size);
             if p.is_null() {
                 return new_slow(name!($name), size);
@@ -186,22 +171,19 @@ macro_rules! new_plain {
 
 new_plain!(
     /// `operator new(std::size_t)`.
-    _Znwm,
-    core::convert::identity
+    _Znwm
 );
 new_plain!(
     /// `operator new[](std::size_t)`.
-    _Znam,
-    array_size
+    _Znam
 );
 
 /// Defines a `nothrow` one-size `new` form.
 macro_rules! new_nothrow {
-    ($(#[$doc:meta])* $name:ident, $size:expr) => {
+    ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*
         #[no_mangle]
         pub unsafe extern "C-unwind" fn $name(size: size_t, nt: *const c_void) -> *mut c_void {
-            let size = $size(size);
             let p = malloc_fast(size);
             if p.is_null() {
                 return new_slow_nothrow(name!($name), size, nt);
@@ -213,13 +195,11 @@ macro_rules! new_nothrow {
 
 new_nothrow!(
     /// `operator new(std::size_t, const std::nothrow_t &)`.
-    _ZnwmRKSt9nothrow_t,
-    core::convert::identity
+    _ZnwmRKSt9nothrow_t
 );
 new_nothrow!(
     /// `operator new[](std::size_t, const std::nothrow_t &)`.
-    _ZnamRKSt9nothrow_t,
-    array_size
+    _ZnamRKSt9nothrow_t
 );
 
 /// Defines an `align_val_t` `new` form.

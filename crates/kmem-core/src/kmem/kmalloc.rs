@@ -64,6 +64,23 @@ impl<P: Platform> Kmem<P> {
         self.slub().alloc_fast(cpu, s, gfp)
     }
 
+    /// [`Kmem::kmalloc_fast`] for C's `malloc(size)`, `size <= SMALL_FAST_MAX`: a pop
+    /// from the main sheaf of the class of
+    /// [`malloc_class_size`](crate::kmalloc::malloc_class_size)`(size)`, 16-aligned
+    /// for every size above 8; `None` where `kmalloc_fast` would find nothing.
+    #[inline(always)]
+    pub fn malloc_fast<'c>(
+        &self,
+        cpu: impl Into<InlineArea<'c>>,
+        size: usize,
+    ) -> Option<NonNull<u8>> {
+        debug_assert!(size <= SMALL_FAST_MAX);
+        let off = self.kmalloc.malloc_fast(size);
+        // SAFETY: as in `kmalloc_fast`: `malloc_fast` gives the `cpu_offset` of a plain
+        // kmalloc cache on the inline sheaf path, or the zero line.
+        unsafe { crate::slab::sheaf_pop_at(cpu.into(), off) }
+    }
+
     /// Per-CPU rseq mode's kmalloc fast path, before its restartable pop: the
     /// `cpu_offset` of the sheaves of the plain class for `size` when its cache runs
     /// on the platform's restartable sequences, else 0 (see

@@ -75,10 +75,9 @@ static int forms() {
         for (std::size_t n = 0; n <= 70000; n = n < 64 ? n + 1 : n * 5 / 4) {
             char *p = (round & 1) ? new char[n] : static_cast<char *>(::operator new(n));
             CHECK(p != nullptr);
-            // new: aligned for an object of n bytes (at most the largest power of
-            // two dividing n, up to 16); new[]: for anything no larger than n.
-            std::size_t align = (round & 1) ? (n >= 16 ? 16 : 1) : (n ? (n & -n) : 1);
-            if (align > 16) align = 16;
+            // new and new[]: malloc's alignment, 16 above 8 bytes (clang assumes
+            // __STDCPP_DEFAULT_NEW_ALIGNMENT__ of operator new's result), else 8.
+            std::size_t align = n > 8 ? 16 : 8;
             CHECK(((std::uintptr_t)p & (align - 1)) == 0);
             CHECK(malloc_usable_size(p) >= n);
             fill(p, n, seed + (unsigned)n);
@@ -218,9 +217,18 @@ __attribute__((noinline)) static void leak_nodes() {
     for (int i = 0; i < 100; i++) leaked[i] = new Node3{nullptr, nullptr, i};
 }
 
+// Overwrites the stack below the caller's frame: the dead frames of `new`'s slow
+// paths may still hold a node's address, which the conservative scan at exit would
+// take for a reference (a leak hidden, as kmemleak's and valgrind's scans hide it).
+__attribute__((noinline)) static void scrub_stack() {
+    volatile char pad[16384];
+    for (std::size_t i = 0; i < sizeof pad; i++) pad[i] = 0;
+}
+
 static int leak() {
     leak_nodes();
     for (int i = 0; i < 100; i++) leaked[i] = nullptr;
+    scrub_stack();
     return 0;
 }
 

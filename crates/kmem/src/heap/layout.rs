@@ -38,7 +38,7 @@ use kmem_core::{Gfp, Platform, MAX_ORDER, PAGE_SIZE};
 use std::alloc::Layout;
 use std::ptr::{self, NonNull};
 
-/// kmalloc's fast path alone for `malloc(size)` (any size, alignment 8): the top of
+/// kmalloc's fast path alone for `size` bytes aligned to 8 (any size): the top of
 /// the thread's main sheaf of the class, or null for [`alloc_small_slow`] and
 /// [`alloc_layout`] to do the rest (the front end keeps the fast path free of the
 /// call's register saves that way). A thread without an area of its own reads the
@@ -51,10 +51,22 @@ pub fn alloc_small_fast(size: usize) -> *mut u8 {
     }
 }
 
-/// Per-CPU rseq mode's allocation fast path for `malloc(size)` (alignment 8), for a
-/// front end whose [`alloc_small_fast`] missed: when the thread's fast word is
-/// `rseq_tag()` and `size <= SMALL_FAST_MAX`, one restartable pop from the CPU's main
-/// sheaf of the class; else (or when it is empty) null, for [`alloc_layout`].
+/// C's `malloc(size)` fast path alone, `size <= SMALL_FAST_MAX`: as
+/// [`alloc_small_fast`], from the class of `kmem_core::kmalloc::malloc_class_size`
+/// (16-aligned above 8 bytes, as `malloc` must be).
+#[inline(always)]
+pub fn malloc_small_fast(size: usize) -> *mut u8 {
+    match HEAP.kmem.malloc_fast(inline_area(), size) {
+        Some(p) => p.as_ptr(),
+        None => core::ptr::null_mut(),
+    }
+}
+
+/// Per-CPU rseq mode's allocation fast path for `size` bytes aligned to 8 (C's
+/// `malloc` passes its class size), for a front end whose [`alloc_small_fast`]
+/// missed: when the thread's fast word is `rseq_tag()` and `size <= SMALL_FAST_MAX`,
+/// one restartable pop from the CPU's main sheaf of the class; else (or when it is
+/// empty) null, for [`alloc_layout`].
 #[inline(always)]
 pub fn alloc_rseq_small(size: usize) -> *mut u8 {
     let Some(rseq) = tagged_rseq_area() else {
@@ -69,8 +81,8 @@ pub fn alloc_rseq_small(size: usize) -> *mut u8 {
     }
 }
 
-/// The slow half of a front end's [`alloc_small_fast`] (`malloc(size)`, alignment 8,
-/// `size <= MEDIUM_FAST_MAX`), before the heap's layers: per-CPU rseq mode's
+/// The slow half of a front end's [`alloc_small_fast`] (`size` bytes aligned to 8,
+/// `size <= MEDIUM_FAST_MAX`; C's `malloc` passes its class size), before the heap's layers: per-CPU rseq mode's
 /// restartable pop (sizes up to `SMALL_FAST_MAX`), or, on a thread with its own area,
 /// the class's sheaf slow path straight away (a swap of its two sheaves, a barn
 /// exchange or a refill: `alloc_sheaf_slow`), or, on a thread with an active memory
@@ -532,8 +544,10 @@ impl Heap {
     /// with one lookup of `p`; `None` (nothing done) for everything else.
     ///
     /// # Safety
-    /// `p` is an allocation of this heap, owned by the caller, aligned to `align` (a
-    /// power of two); `new_size` rounded up to `align` does not overflow `isize`.
+    /// `p` is an allocation of this heap, owned by the caller; `align` (a power of
+    /// two) is the alignment the result must have, which `p` has whenever its class
+    /// holds `new_size` bytes (C's `realloc` passes `malloc`'s alignment for
+    /// `new_size`); `new_size` rounded up to `align` does not overflow `isize`.
     #[inline]
     pub unsafe fn realloc_object(
         &self,

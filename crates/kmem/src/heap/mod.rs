@@ -53,10 +53,10 @@ mod sampled;
 mod slab;
 mod thread;
 
-pub use kmem_core::kmalloc::{MEDIUM_FAST_MAX, SMALL_FAST_MAX};
+pub use kmem_core::kmalloc::{malloc_class_size, MALLOC_ALIGN, MEDIUM_FAST_MAX, SMALL_FAST_MAX};
 pub use layout::{
     alloc_layout, alloc_rseq_small, alloc_small_fast, alloc_small_slow, dealloc_fast,
-    dealloc_other, dealloc_ptr, dealloc_rseq_fast,
+    dealloc_other, dealloc_ptr, dealloc_rseq_fast, malloc_small_fast,
 };
 pub use percpu::set_percpu_mode;
 pub use platform::HeapPlatform;
