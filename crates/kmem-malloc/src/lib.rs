@@ -192,13 +192,17 @@ fn malloc_fast(size: size_t) -> *mut c_void {
 #[inline(never)]
 extern "C" fn malloc_other(size: size_t) -> *mut c_void {
     if size <= kmem::heap::MEDIUM_FAST_MAX {
-        if size > kmem::heap::SMALL_FAST_MAX {
+        // The medium classes are multiples of 256 bytes: their sizes need no rounding.
+        let class = if size > kmem::heap::SMALL_FAST_MAX {
             let p = kmem::heap::alloc_small_fast(size);
             if !p.is_null() {
                 return p.cast();
             }
-        }
-        let p = kmem::heap::alloc_small_slow(kmem::heap::malloc_class_size(size));
+            size
+        } else {
+            kmem::heap::malloc_class_size(size)
+        };
+        let p = kmem::heap::alloc_small_slow(class);
         if !p.is_null() {
             return p.cast();
         }
