@@ -247,6 +247,9 @@ pub const fn malloc_class_size(size: usize) -> usize {
     }
 }
 
+// `malloc_fast` copies `small_fast`'s entries of the rounded sizes.
+const _: () = assert!(malloc_class_size(SMALL_FAST_MAX) <= SMALL_FAST_MAX);
+
 /// The largest size [`KmallocCaches::small_fast`] covers.
 pub const SMALL_FAST_MAX: usize = 1024;
 /// The largest size [`KmallocCaches::medium_fast`] covers.
@@ -335,11 +338,11 @@ impl KmallocCaches {
                 Relaxed,
             );
         }
+        // C's sizes: the entry of the size `malloc` rounds each to (never past
+        // `SMALL_FAST_MAX`, a multiple of 16).
         for (size, fast) in self.malloc_fast.iter().enumerate() {
-            let c = malloc_class_size(size);
-            let cfg = self.plain[PLAIN_SIZE_INDEX[c.saturating_sub(1) >> 3] as usize].config();
             fast.store(
-                sheaf_offset(cfg, FastPath::Sheaf).unwrap_or(ZERO_LINE),
+                self.small_fast[malloc_class_size(size)].load(Relaxed),
                 Relaxed,
             );
         }
