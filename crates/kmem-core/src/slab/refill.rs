@@ -21,9 +21,9 @@ use core::ptr::NonNull;
 
 /// How far ahead of the object it links a flush prefetches (objects). Each object of
 /// a flush in random order costs a CAS on its slab's state, which waits for the link
-/// stored just before it: 16 objects ahead left part of a miss (about 120 ns on the
-/// machines measured) in every one; 32 took 10–15% off the frees of `rebuild` at 64
-/// and 256 bytes (BENCHMARKS.md, "Refills that ask ahead").
+/// stored just before it; a miss costs about 120 ns on the machines measured, and 32
+/// objects ahead instead of 16 took 10–15% off the frees of `rebuild` at 64 and 256
+/// bytes (BENCHMARKS.md, "Refills that ask ahead").
 const FLUSH_PREFETCH: usize = 32;
 
 /// What a flush will write for the object `o`: its free pointer word, and the state
