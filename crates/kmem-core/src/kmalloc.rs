@@ -126,6 +126,18 @@ const fn plain_size_index() -> [u8; 128] {
     out
 }
 
+/// [`PLAIN_SIZE_INDEX`] for C's `malloc`: the class of [`malloc_class_size`] (which
+/// maps the eight sizes of an entry to one class).
+const MALLOC_SIZE_INDEX: [u8; 128] = {
+    let mut out = [0u8; 128];
+    let mut j = 0;
+    while j < 128 {
+        out[j] = PLAIN_SIZE_INDEX[(malloc_class_size((j + 1) * 8) - 1) >> 3];
+        j += 1;
+    }
+    out
+};
+
 const _: () = assert!(KMALLOC_PLAIN_SIZES[PLAIN_ABOVE_1K - 1] == 1024);
 const _: () = assert!(KMALLOC_PLAIN_SIZES[PLAIN_ABOVE_8K - 1] == 8192);
 const _: () = assert!(KMALLOC_PLAIN_SIZES[NR_KMALLOC_PLAIN - 1] == KMALLOC_MAX_CACHE_SIZE);
@@ -217,6 +229,9 @@ pub struct KmallocCaches {
     /// sequences ([`FastPath::SheafRseq`]), else 0. A table of its own, so that the
     /// inline path's plain pops never reach sheaves that only sequences may change.
     small_rseq: [AtomicU32; SMALL_FAST_MAX / 8 + 1],
+    /// [`KmallocCaches::small_rseq`] for C's `malloc`: the class of
+    /// [`malloc_class_size`] (which maps the eight sizes of an entry to one class).
+    malloc_rseq: [AtomicU32; SMALL_FAST_MAX / 8 + 1],
     /// [`KmallocCaches::small_fast`] for the sizes above [`SMALL_FAST_MAX`] up to
     /// [`MEDIUM_FAST_MAX`], by `(size + 255) / 256`: every plain class there is a
     /// multiple of 256 bytes, so one entry never spans two classes. One load instead
@@ -285,6 +300,7 @@ impl KmallocCaches {
             small_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
             malloc_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
             small_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
+            malloc_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
             medium_fast: [const { AtomicU32::new(ZERO_LINE) };
                 MEDIUM_FAST_MAX / MEDIUM_FAST_STEP + 1],
         }
@@ -331,24 +347,28 @@ impl KmallocCaches {
                 }
             }
         }
-        for (size, fast) in self.small_fast.iter().enumerate() {
-            let cfg = self.plain[PLAIN_SIZE_INDEX[size.saturating_sub(1) >> 3] as usize].config();
-            fast.store(
-                sheaf_offset(cfg, FastPath::Sheaf).unwrap_or(ZERO_LINE),
-                Relaxed,
-            );
-        }
-        // C's sizes: the entry of the size `malloc` rounds each to (never past
-        // `SMALL_FAST_MAX`, a multiple of 16).
-        for (size, fast) in self.malloc_fast.iter().enumerate() {
-            fast.store(
-                self.small_fast[malloc_class_size(size)].load(Relaxed),
-                Relaxed,
-            );
-        }
-        for (j, rseq) in self.small_rseq.iter().enumerate() {
-            let cfg = self.plain[PLAIN_SIZE_INDEX[j.saturating_sub(1)] as usize].config();
-            rseq.store(sheaf_offset(cfg, FastPath::SheafRseq).unwrap_or(0), Relaxed);
+        // The size tables up to `SMALL_FAST_MAX`, a group of eight sizes at a time
+        // (sizes 8g + 1 ..= 8g + 8 share a class, for kmalloc and for C's `malloc`
+        // alike; size 0 goes with the first): a process pays for 128 class lookups
+        // at start, not 2,300 (`icount.sh` counts the start).
+        let fast = |i: u8| sheaf_offset(self.plain[i as usize].config(), FastPath::Sheaf);
+        let rseq = |i: u8| sheaf_offset(self.plain[i as usize].config(), FastPath::SheafRseq);
+        for g in 0..SMALL_FAST_MAX / 8 {
+            let (k, c) = (PLAIN_SIZE_INDEX[g], MALLOC_SIZE_INDEX[g]);
+            let (kf, cf) = (fast(k).unwrap_or(ZERO_LINE), fast(c).unwrap_or(ZERO_LINE));
+            for size in g * 8 + 1..=g * 8 + 8 {
+                self.small_fast[size].store(kf, Relaxed);
+                self.malloc_fast[size].store(cf, Relaxed);
+            }
+            // The rseq tables' entry `g + 1` covers the same eight sizes.
+            self.small_rseq[g + 1].store(rseq(k).unwrap_or(0), Relaxed);
+            self.malloc_rseq[g + 1].store(rseq(c).unwrap_or(0), Relaxed);
+            if g == 0 {
+                self.small_fast[0].store(kf, Relaxed);
+                self.malloc_fast[0].store(cf, Relaxed);
+                self.small_rseq[0].store(rseq(k).unwrap_or(0), Relaxed);
+                self.malloc_rseq[0].store(rseq(c).unwrap_or(0), Relaxed);
+            }
         }
         for (j, fast) in self.medium_fast.iter().enumerate() {
             let size = j * MEDIUM_FAST_STEP;
@@ -400,6 +420,16 @@ impl KmallocCaches {
         unsafe { self.small_rseq.get_unchecked((size + 7) >> 3) }.load(Relaxed) as usize
     }
 
+    /// [`KmallocCaches::small_rseq`] for C's `malloc(size)`, `size <= SMALL_FAST_MAX`:
+    /// the sheaves of the class of [`malloc_class_size`]`(size)` if the restartable
+    /// pop may take from them, else 0.
+    #[inline(always)]
+    pub fn malloc_rseq(&self, size: usize) -> usize {
+        debug_assert!(size <= SMALL_FAST_MAX);
+        // SAFETY: as in `small_fast`.
+        unsafe { self.malloc_rseq.get_unchecked((size + 7) >> 3) }.load(Relaxed) as usize
+    }
+
     /// The cache serving `size` bytes for `gfp`: `None` above
     /// [`KMALLOC_MAX_CACHE_SIZE`] (plain) or [`KMALLOC_KERNEL_MAX_CACHE_SIZE`]
     /// (accounted, reclaimable).
@@ -415,6 +445,16 @@ impl KmallocCaches {
     #[inline(always)]
     pub fn plain(&self, size: usize) -> Option<&KmemCache> {
         Some(&self.plain[kmalloc_plain_index(size)?])
+    }
+
+    /// [`KmallocCaches::plain`] for C's `malloc(size)`: the cache of
+    /// [`malloc_class_size`]`(size)`, by one table load up to 1 KiB.
+    #[inline(always)]
+    pub fn malloc_plain(&self, size: usize) -> Option<&KmemCache> {
+        if size <= 1024 {
+            return Some(&self.plain[MALLOC_SIZE_INDEX[size.saturating_sub(1) >> 3] as usize]);
+        }
+        self.plain(size)
     }
 
     /// The set of caches of type `t` (0 plain, 1 cg, 2 rcl), smallest first.
@@ -779,6 +819,11 @@ mod tests {
             let c = malloc_class_size(size);
             assert!(c >= size);
             let class = KMALLOC_PLAIN_SIZES[kmalloc_plain_index(c).unwrap()];
+            // The slow path's table picks the same class.
+            if size <= 1024 {
+                let i = MALLOC_SIZE_INDEX[size.saturating_sub(1) >> 3] as usize;
+                assert_eq!(KMALLOC_PLAIN_SIZES[i], class, "size {size}");
+            }
             if size > 8 {
                 // Objects sit at multiples of the class size from a page boundary.
                 assert_eq!(class % MALLOC_ALIGN, 0, "size {size}: kmalloc-{class}");

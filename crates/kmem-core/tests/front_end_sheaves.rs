@@ -244,6 +244,8 @@ fn malloc_fast_hands_out_16_aligned_objects_above_8_bytes() {
                     .as_ptr(),
             };
             let s = k.slub().cache_of(p).unwrap();
+            let want = k.kmalloc_cache(class, Gfp::KERNEL).unwrap();
+            assert!(std::ptr::eq(s, want), "size {size}: {}", s.name());
             assert!(s.config().object_size >= size, "size {size}: {}", s.name());
             let mask = if size > 8 { 15 } else { 7 };
             assert_eq!(p as usize & mask, 0, "size {size}: {p:?} in {}", s.name());

@@ -166,9 +166,27 @@ fn abort_bad_pointer() -> ! {
 /// `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
-    let p = malloc_fast(size);
+    if size <= kmem::heap::SMALL_FAST_MAX {
+        let (p, rseq) = kmem::heap::malloc_small_fast_or_tag(size);
+        if !p.is_null() {
+            return p.cast();
+        }
+        if rseq {
+            return malloc_rseq(size);
+        }
+    }
+    malloc_other(size)
+}
+
+/// `malloc` in per-CPU rseq mode, past the thread-mode pop (which the mode's tag
+/// refuses): the restartable pop straight away, then [`malloc_other`] (both tail
+/// calls). Before, the pop came after `malloc_other`'s size tests, its register saves
+/// and a second test of the fast word.
+#[inline(never)]
+extern "C" fn malloc_rseq(size: size_t) -> *mut c_void {
+    let p = kmem::heap::malloc_rseq_small(size);
     if !p.is_null() {
-        return p;
+        return p.cast();
     }
     malloc_other(size)
 }
@@ -186,23 +204,18 @@ fn malloc_fast(size: size_t) -> *mut c_void {
 }
 
 /// `malloc` past its fast path (a tail call): for sizes up to `MEDIUM_FAST_MAX`, the
-/// medium sizes' pop, then the sheaf slow path of the class of `malloc_class_size`
-/// (or per-CPU rseq mode's restartable pop) before the heap's layers; then everything
-/// else.
+/// medium sizes' pop, then the sheaf slow path of `malloc`'s class (or per-CPU rseq
+/// mode's restartable pop) before the heap's layers; then everything else.
 #[inline(never)]
 extern "C" fn malloc_other(size: size_t) -> *mut c_void {
     if size <= kmem::heap::MEDIUM_FAST_MAX {
-        // The medium classes are multiples of 256 bytes: their sizes need no rounding.
-        let class = if size > kmem::heap::SMALL_FAST_MAX {
+        if size > kmem::heap::SMALL_FAST_MAX {
             let p = kmem::heap::alloc_small_fast(size);
             if !p.is_null() {
                 return p.cast();
             }
-            size
-        } else {
-            kmem::heap::malloc_class_size(size)
-        };
-        let p = kmem::heap::alloc_small_slow(class);
+        }
+        let p = kmem::heap::malloc_small_slow(size);
         if !p.is_null() {
             return p.cast();
         }

@@ -74,6 +74,12 @@ fn every_function_and_edge_case() {
     // malloc_stats printed kmem's report: the program really ran on kmem.
     assert!(err.contains("slabinfo - version: 2.1"), "{err}");
     assert!(err.contains("Node 0, zone   Normal"));
+    // Per-CPU rseq mode's own malloc path (its size table, its restartable pop): the
+    // same checks, alignment included.
+    let out = run_with(&prog, &[], true, &[("KMEM_PERCPU", "cpu-rseq")]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{}\n{err}", text(&out.stdout));
+    assert_eq!(text(&out.stdout), "api ok\n");
 }
 
 #[test]

@@ -95,6 +95,17 @@ impl<P: Platform> Kmem<P> {
         }
     }
 
+    /// [`Kmem::kmalloc_rseq_offset`] for C's `malloc(size)`: the class of
+    /// [`malloc_class_size`](crate::kmalloc::malloc_class_size)`(size)`.
+    #[inline(always)]
+    pub fn malloc_rseq_offset(&self, size: usize) -> usize {
+        if size <= SMALL_FAST_MAX {
+            self.kmalloc.malloc_rseq(size)
+        } else {
+            0
+        }
+    }
+
     /// kmalloc's sheaf slow path for a front end whose [`Kmem::kmalloc_fast`] missed,
     /// without the layers of the regular path (see
     /// [`crate::slab::Slub::alloc_sheaf_slow`]): the main sheaf of the plain class
@@ -111,6 +122,14 @@ impl<P: Platform> Kmem<P> {
             return None;
         }
         self.slub().alloc_sheaf_slow(cpu, self.kmalloc.plain(size)?)
+    }
+
+    /// [`Kmem::kmalloc_sheaf_slow`] for C's `malloc(size)`: the sheaves of the class of
+    /// [`malloc_class_size`](crate::kmalloc::malloc_class_size)`(size)`.
+    #[inline]
+    pub fn malloc_sheaf_slow(&self, cpu: CpuRef<'_>, size: usize) -> Option<NonNull<u8>> {
+        self.slub()
+            .alloc_sheaf_slow(cpu, self.kmalloc.malloc_plain(size)?)
     }
 
     /// kfree's counterpart of [`Kmem::kmalloc_sheaf_slow`] (see

@@ -39,7 +39,7 @@ use std::alloc::Layout;
 use std::ptr::{self, NonNull};
 
 /// kmalloc's fast path alone for `size` bytes aligned to 8 (any size): the top of
-/// the thread's main sheaf of the class, or null for [`alloc_small_slow`] and
+/// the thread's main sheaf of the class, or null for the front end's slow half and
 /// [`alloc_layout`] to do the rest (the front end keeps the fast path free of the
 /// call's register saves that way). A thread without an area of its own reads the
 /// zero area, whose sheaves are empty.
@@ -56,47 +56,59 @@ pub fn alloc_small_fast(size: usize) -> *mut u8 {
 /// (16-aligned above 8 bytes, as `malloc` must be).
 #[inline(always)]
 pub fn malloc_small_fast(size: usize) -> *mut u8 {
-    match HEAP.kmem.malloc_fast(inline_area(), size) {
-        Some(p) => p.as_ptr(),
-        None => core::ptr::null_mut(),
+    malloc_small_fast_or_tag(size).0
+}
+
+/// [`malloc_small_fast`], and when it finds nothing, whether the fast word it read
+/// is per-CPU rseq mode's tag (for [`malloc_rseq_small`]), from the same load.
+#[inline(always)]
+pub fn malloc_small_fast_or_tag(size: usize) -> (*mut u8, bool) {
+    let w = fast_tls::get();
+    // SAFETY: as in `thread::inline_area`: the fast word is an area this thread owns
+    // or one of the zero area's two addresses.
+    let area = unsafe { kmem_core::percpu::InlineArea::from_word(w) };
+    match HEAP.kmem.malloc_fast(area, size) {
+        Some(p) => (p.as_ptr(), false),
+        None => (core::ptr::null_mut(), w == rseq_tag()),
     }
 }
 
-/// Per-CPU rseq mode's allocation fast path for `size` bytes aligned to 8 (C's
-/// `malloc` passes its class size), for a front end whose [`alloc_small_fast`]
-/// missed: when the thread's fast word is `rseq_tag()` and `size <= SMALL_FAST_MAX`,
-/// one restartable pop from the CPU's main sheaf of the class; else (or when it is
-/// empty) null, for [`alloc_layout`].
+/// C's `malloc(size)` in per-CPU rseq mode, for a front end whose
+/// [`malloc_small_fast`] missed: when the thread's fast word is `rseq_tag()` and `size
+/// <= SMALL_FAST_MAX`, one restartable pop from the CPU's main sheaf of the class of
+/// `kmem_core::kmalloc::malloc_class_size`; else null.
 #[inline(always)]
-pub fn alloc_rseq_small(size: usize) -> *mut u8 {
+pub fn malloc_rseq_small(size: usize) -> *mut u8 {
     let Some(rseq) = tagged_rseq_area() else {
         return ptr::null_mut();
     };
     if size > kmem_core::kmalloc::SMALL_FAST_MAX {
         return ptr::null_mut();
     }
-    match HEAP.rseq_alloc_small(rseq, size) {
+    match HEAP.rseq_malloc_small(rseq, size) {
         Some(p) => p.as_ptr(),
         None => ptr::null_mut(),
     }
 }
 
-/// The slow half of a front end's [`alloc_small_fast`] (`size` bytes aligned to 8,
-/// `size <= MEDIUM_FAST_MAX`; C's `malloc` passes its class size), before the heap's layers: per-CPU rseq mode's
-/// restartable pop (sizes up to `SMALL_FAST_MAX`), or, on a thread with its own area,
-/// the class's sheaf slow path straight away (a swap of its two sheaves, a barn
-/// exchange or a refill: `alloc_sheaf_slow`), or, on a thread with an active memory
-/// cgroup, the pop from its objcg sheaves. Null: take [`alloc_layout`], which does
-/// everything else (and tries these again; they refuse fast).
+/// The slow half of C's `malloc(size)` (`size <= MEDIUM_FAST_MAX`) past its pops,
+/// before the heap's layers, in the class of `kmem_core::kmalloc::malloc_class_size`:
+/// per-CPU rseq mode's restartable pop (sizes up to `SMALL_FAST_MAX`), or, on a thread
+/// with its own area, the class's sheaf slow path straight away (a swap of its two
+/// sheaves, a barn exchange or a refill: `Kmem::malloc_sheaf_slow`), or, on a thread
+/// with an active memory cgroup, the pop from its objcg sheaves (the accounted
+/// classes are the kernel's, all 16-aligned above 8 bytes). Null: take
+/// [`alloc_layout`], which does everything else (and tries these again; they refuse
+/// fast).
 ///
 /// Measured with `icount.sh`: a sheaf swap through the layers (`alloc_layout`'s
 /// second fast attempt, the rseq test, the layout checks) took about 180
 /// instructions; `sizes` swaps once every 18 allocations.
 #[inline(always)]
-pub fn alloc_small_slow(size: usize) -> *mut u8 {
+pub fn malloc_small_slow(size: usize) -> *mut u8 {
     let w = fast_tls::get();
     if w == rseq_tag() {
-        return alloc_rseq_small(size);
+        return malloc_rseq_small(size);
     }
     if w == no_area() {
         // Maybe an attached thread with an active memory cgroup (its fast word names
@@ -109,7 +121,13 @@ pub fn alloc_small_slow(size: usize) -> *mut u8 {
         }
         return ptr::null_mut();
     }
-    match alloc_sheaf_slow(size) {
+    let Some(c) = fast_cpu() else {
+        return ptr::null_mut();
+    };
+    if crate::kfence::armed() {
+        return ptr::null_mut();
+    }
+    match HEAP.kmem.malloc_sheaf_slow(c, size) {
         Some(p) => p.as_ptr(),
         None => ptr::null_mut(),
     }

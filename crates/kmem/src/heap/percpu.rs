@@ -336,16 +336,30 @@ impl Heap {
     /// the caller goes on.
     #[inline(always)]
     pub(super) fn rseq_alloc_small(&self, rseq: RseqArea, size: usize) -> Option<NonNull<u8>> {
+        self.rseq_pop_at(rseq, self.kmem.kmalloc_rseq_offset(size))
+    }
+
+    /// [`Heap::rseq_alloc_small`] for C's `malloc(size)`: the class of
+    /// `kmem_core::kmalloc::malloc_class_size` (16-aligned above 8 bytes).
+    #[inline(always)]
+    pub(super) fn rseq_malloc_small(&self, rseq: RseqArea, size: usize) -> Option<NonNull<u8>> {
+        self.rseq_pop_at(rseq, self.kmem.malloc_rseq_offset(size))
+    }
+
+    /// The restartable pop from the CPU's main sheaf of the plain class whose
+    /// `kmem_cache_cpu` is at `off` (0: none on the sequences; `None`).
+    #[inline(always)]
+    fn rseq_pop_at(&self, rseq: RseqArea, off: usize) -> Option<NonNull<u8>> {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
-            let off = self.kmem.kmalloc_rseq_offset(size);
             if off == 0 {
                 return None;
             }
             // SAFETY: `rseq` is this thread's registered area; the table has
             // MAX_CPU_IDS entries, null or CPU areas, each holding at `off` the
             // `kmem_cache_cpu` of the class's cache, which runs on the restartable
-            // sequences (`kmalloc_rseq_offset` gives no other offset): the lock holder
+            // sequences (the size tables `kmalloc_rseq_offset` and
+            // `malloc_rseq_offset` read give no other offset): the lock holder
             // changes a CPU's sheaves only after taking their words on that CPU.
             let obj = unsafe {
                 crate::platform::rseq::sheaf_pop_at(rseq, self.cpu_table.as_ptr().cast(), off)
@@ -354,7 +368,7 @@ impl Heap {
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         {
-            let _ = (rseq, size);
+            let _ = (rseq, off);
             None
         }
     }
