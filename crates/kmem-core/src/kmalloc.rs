@@ -9,7 +9,8 @@
 //!   three-, five- and seven-word objects Rust boxes by the thousand — `Box<Node>` of
 //!   a tree with two children, `Rc<u64>`, a node holding two fat pointers — which the
 //!   next 16-byte class would pad by up to a third; 16-byte steps from 64 to 128;
-//!   malloc's 16-byte alignment rounds C's requests past the odd ones), then four classes per
+//!   C's `malloc`, 16-byte aligned above 8 bytes as glibc's, rounds its requests past
+//!   the odd ones: [`malloc_class_size`]), then four classes per
 //!   doubling (2^k × 5/4, 6/4, 7/4, 8/4) up to 8 KiB, then the powers of two up to
 //!   [`KMALLOC_MAX_CACHE_SIZE`] (1 MiB) ([`KMALLOC_PLAIN_SIZES`],
 //!   [`kmalloc_plain_index`]). Up to 8 KiB a request is rounded up by at most 25%
