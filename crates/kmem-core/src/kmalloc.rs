@@ -263,8 +263,18 @@ pub const fn malloc_class_size(size: usize) -> usize {
     }
 }
 
-// `malloc_fast` copies `small_fast`'s entries of the rounded sizes.
-const _: () = assert!(malloc_class_size(SMALL_FAST_MAX) <= SMALL_FAST_MAX);
+// The boot fills the size tables a group of eight sizes at a time (8g + 1 ..= 8g + 8):
+// `malloc_class_size` keeps each group within one class, as kmalloc's classes do.
+const _: () = {
+    let mut g = 0;
+    while g < SMALL_FAST_MAX / 8 {
+        let lo = malloc_class_size(g * 8 + 1);
+        let hi = malloc_class_size(g * 8 + 8);
+        assert!(PLAIN_SIZE_INDEX[(lo - 1) >> 3] == PLAIN_SIZE_INDEX[(hi - 1) >> 3]);
+        assert!(hi <= SMALL_FAST_MAX);
+        g += 1;
+    }
+};
 
 /// The largest size [`KmallocCaches::small_fast`] covers.
 pub const SMALL_FAST_MAX: usize = 1024;

@@ -48,7 +48,7 @@
 //! control bytes — and clang marks `operator new`'s result 16-aligned. Requests of
 //! 17–56 bytes therefore skip the 8-aligned kmalloc-24, -40 and -56, which Rust's
 //! layouts (carrying their own alignment) keep using
-//! (`kmem::heap::malloc_class_size`); every other class is a multiple of 16 with
+//! (`kmem_core::kmalloc::malloc_class_size`); every other class is a multiple of 16 with
 //! 16-aligned objects. `posix_memalign`/`aligned_alloc` give any alignment asked for.
 
 #![allow(clippy::missing_safety_doc)] // C ABI: the contracts are C's.

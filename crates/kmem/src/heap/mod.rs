@@ -53,7 +53,7 @@ mod sampled;
 mod slab;
 mod thread;
 
-pub use kmem_core::kmalloc::{malloc_class_size, MALLOC_ALIGN, MEDIUM_FAST_MAX, SMALL_FAST_MAX};
+pub use kmem_core::kmalloc::{MALLOC_ALIGN, MEDIUM_FAST_MAX, SMALL_FAST_MAX};
 pub use layout::{
     alloc_layout, alloc_small_fast, dealloc_fast, dealloc_other, dealloc_ptr, dealloc_rseq_fast,
     malloc_rseq_small, malloc_small_fast, malloc_small_fast_or_tag, malloc_small_slow,
