@@ -67,15 +67,35 @@ fn the_front_ends_sheaf_slow_paths_swap_trade_and_refuse_as_the_regular_path_doe
     assert_eq!(unsafe { k.kfree_sheaf_slow(cpu, rest[0]) }, Some(true));
     assert_eq!(swaps(), 2);
     assert_eq!(k.kmalloc_fast(cpu, 64, Gfp::KERNEL).unwrap().as_ptr(), last);
-    // A full spare beside a main sheaf with objects goes to the barn (no swap).
+    // A full spare beside a main sheaf with room swaps with it too, so that the CPU
+    // goes to the barn only when both are full. A double free of the main sheaf's top
+    // is caught on the way (the swap stays).
     let puts = stat(k, s, SlubStat::BarnPut);
     for &p in &rest[1..] {
         // SAFETY: ours, given up.
         assert!(unsafe { k.kfree_fast(cpu, p) });
     }
-    // SAFETY: ours again (just allocated), given up.
-    assert_eq!(unsafe { k.kfree_sheaf_slow(cpu, last) }, Some(true));
-    assert_eq!((swaps(), stat(k, s, SlubStat::BarnPut)), (2, puts + 1));
+    let main_top = top[cap - 2];
+    // SAFETY: refused (already free, in the main sheaf).
+    assert_eq!(unsafe { k.kfree_sheaf_slow(cpu, main_top) }, Some(false));
+    let log = k.pages.platform().take_log();
+    assert!(log.contains("Object already free"), "{log}");
+    assert_eq!((swaps(), stat(k, s, SlubStat::BarnPut)), (3, puts));
+    // `last` (ours again: just allocated) fills the sheaf that was the main one.
+    // SAFETY: ours, given up.
+    assert!(unsafe { k.kfree_fast(cpu, last) });
+    // Both sheaves are full: a free (of an object from the slabs: a node given, no
+    // sheaf) sends the full spare to the barn.
+    let extra = k
+        .kmalloc_node(c, 64, Gfp::KERNEL, Some(0))
+        .unwrap()
+        .as_ptr();
+    // SAFETY: ours, given up (once: the fast path refuses without effect).
+    unsafe {
+        assert!(!k.kfree_fast(cpu, extra), "both sheaves are full");
+        assert_eq!(k.kfree_sheaf_slow(cpu, extra), Some(true));
+    }
+    assert_eq!((swaps(), stat(k, s, SlubStat::BarnPut)), (3, puts + 1));
     // Every object is free again, each in exactly one place.
     check_census(k, s, &[cpu], &HashSet::new());
     assert!(k.pages.platform().take_log().is_empty(), "no other reports");

@@ -303,6 +303,68 @@ fn a_double_free_on_the_sheaf_top_is_caught() {
 }
 
 #[test]
+fn a_full_spare_trades_places_with_a_main_sheaf_that_has_room() {
+    // The regular path's rule (`sheaf_free`; a cache counting statistics pushes
+    // there): a full spare and a main sheaf with room swap, so that the CPU goes to
+    // the barn only when both are full.
+    let k = kmem(2, config(1, 0));
+    let (area, c) = own_area(k);
+    let s = k
+        .kmem_cache_create(c, "swap-64", 64, 8, SlabFlags::STATS, None)
+        .unwrap();
+    let cap = s.config().sheaf_capacity;
+    let slub = k.slub();
+    let swaps = || stat(k, s, SlubStat::SheafSwap);
+    let puts = || stat(k, s, SlubStat::BarnPut);
+    let free = |p: *mut u8| {
+        // SAFETY: each object passed is ours and given up once.
+        assert!(unsafe { slub.free(c, s, NonNull::new(p).unwrap()) })
+    };
+    // Straight from the slabs (a node given): no sheaf changes.
+    let from_slabs = |n: usize| -> Vec<*mut u8> {
+        (0..n)
+            .map(|_| {
+                slub.alloc_node(c, s, Gfp::KERNEL, Some(0))
+                    .unwrap()
+                    .as_ptr()
+            })
+            .collect()
+    };
+    // A refill, all of it taken; its objects freed fill the spare.
+    let a: Vec<*mut u8> = (0..cap)
+        .map(|_| slub.alloc(c, s, Gfp::KERNEL).unwrap().as_ptr())
+        .collect();
+    a.iter().for_each(|&p| free(p));
+    // The empty main swaps with it and hands out its top; its next one, `a[cap - 2]`,
+    // is free on top of the main sheaf.
+    assert_eq!(slub.alloc(c, s, Gfp::KERNEL).unwrap().as_ptr(), a[cap - 1]);
+    assert_eq!(swaps(), 1);
+    from_slabs(cap).into_iter().for_each(free);
+    // Spare full, main with room: a free of the main sheaf's top swaps them and is
+    // caught as a double free at the new spare's top (the swap stays).
+    // SAFETY: refused (the bug under test).
+    assert!(!unsafe { slub.free(c, s, NonNull::new(a[cap - 2]).unwrap()) });
+    let log = k.pages.platform().take_log();
+    assert!(log.contains("Object already free"), "{log}");
+    assert_eq!((swaps(), puts()), (2, 0));
+    // `a[cap - 1]` fills the sheaf that was the main one; with both full, the next
+    // free sends the full spare to the barn.
+    free(a[cap - 1]);
+    assert_eq!((swaps(), puts()), (2, 0));
+    from_slabs(1).into_iter().for_each(free);
+    assert_eq!((swaps(), puts()), (2, 1));
+    // Every object in exactly one place, `a[cap - 2]` once.
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(area) }];
+    check_census(k, s, &refs, &HashSet::new());
+    let again: Vec<*mut u8> = (0..3 * cap)
+        .map(|_| slub.alloc(c, s, Gfp::KERNEL).unwrap().as_ptr())
+        .collect();
+    assert_eq!(again.iter().filter(|&&q| q == a[cap - 2]).count(), 1);
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+#[test]
 fn a_double_free_reaching_its_slab_through_a_flush_is_caught() {
     let k = kmem(2, config(1, 0));
     let (a, c) = own_area(k);

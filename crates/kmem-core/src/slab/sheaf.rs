@@ -656,10 +656,24 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
         if f.sheaf.is_null() || f.len >= f.cap() {
             let mut m = self.take(c, cfg, cc, Which::Main);
-            if m.len == 0 && !f.sheaf.is_null() {
-                // The full spare becomes the main sheaf, the empty main the spare.
+            if !f.sheaf.is_null() && (m.sheaf.is_null() || m.len < m.cap()) {
+                // The full spare becomes the main sheaf, and the main one, which has
+                // room, takes the frees: the CPU goes to the barn only when both
+                // sheaves are full (or both empty, for an allocation), as the
+                // kernel's does, and lands half way between the two. Trading the
+                // full spare while the main held objects bounced a thread whose
+                // sheaves held about one sheaf's worth between the barn's full and
+                // empty lists, handing its freed objects to other threads, whose
+                // objects then shared cache lines with its own.
                 core::mem::swap(&mut m, &mut f);
                 cc.count(SlubStat::SheafSwap);
+                // SAFETY: slot `len - 1` of the sheaf now the spare (ours), or its
+                // capacity word when empty.
+                if !f.sheaf.is_null() && unsafe { *slot(f.sheaf, f.len.wrapping_sub(1)) } == obj {
+                    self.install(cc, Which::Main, m);
+                    self.install(cc, Which::Spare, f);
+                    return self.double_free_at(s, obj);
+                }
             }
             self.install(cc, Which::Main, m);
             f = self.replace_full_spare(c, s, f);

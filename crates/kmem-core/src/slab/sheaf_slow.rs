@@ -178,19 +178,23 @@ impl<P: Platform> Slub<'_, P> {
             let (f, m) = (cc.spare_len.load(Relaxed), cc.sheaf_len.load(Relaxed));
             let n = f as u32 as usize;
             let full = n > 0 && n >= (f >> SHEAF_CAP_SHIFT) as usize;
-            // An empty main sheaf that exists (a sheaf's word carries its capacity).
-            let main_empty = m as u32 == 0 && (m >> SHEAF_CAP_SHIFT) != 0;
+            // A main sheaf with room (a sheaf's word carries its capacity, 0 without
+            // a sheaf): see `sheaf_free` for why any room, not only an empty one.
+            let main_room = (m as u32 as u64) < (m >> SHEAF_CAP_SHIFT);
             let spare = cc.spare.load(Relaxed);
             // SAFETY: read only when the spare is full (`&&`): its slot `n - 1` then
             // holds an object, and the sheaf is this thread's (thread mode).
             let top_ok = full && unsafe { *slot(spare, n - 1) } != p as usize;
-            if top_ok && main_empty {
+            if top_ok && main_room {
                 cc.swap_sheaves();
                 cc.count(SlubStat::SheafSwap);
-                done = Some(cc.sheaf_push(p as usize).is_ok());
-                return true;
-            }
-            if top_ok {
+                if cc.sheaf_push(p as usize).is_ok() {
+                    done = Some(true);
+                    return true;
+                }
+                // `p` is the top of the sheaf that was the main one: a double free,
+                // which `sheaf_free` below reports (the swap stays).
+            } else if top_ok {
                 // SAFETY: the spare is this CPU's and full; `p` as below.
                 done = unsafe { self.free_to_barn(c, cc, spare, n, p as usize) };
                 if done.is_some() {
