@@ -183,8 +183,8 @@ impl Cpu {
     }
 
     /// The lock holder's free slow path (`sheaf_free` when the spare is full): take
-    /// both words; a full spare becomes the main sheaf if that one is empty, else is
-    /// flushed to the slabs; push; install.
+    /// both words; a full spare becomes the main sheaf if that one has room (the
+    /// main one then takes the frees), else is flushed to the slabs; push; install.
     fn free_slow(&self, obj: usize) {
         let _l = self.local_lock.lock().unwrap();
         let mut mn = self.take(&self.main_word);
@@ -194,7 +194,7 @@ impl Cpu {
             self.spare.load(Ordering::Relaxed),
         );
         if fnn >= CAP {
-            if mn == 0 {
+            if mn < CAP {
                 std::mem::swap(&mut m, &mut f);
                 std::mem::swap(&mut mn, &mut fnn);
             } else {

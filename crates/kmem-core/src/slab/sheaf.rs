@@ -5,8 +5,11 @@
 //! onto the spare's — whatever slab the object lives in, so no free pays a CAS on a
 //! slab. An empty main swaps with a spare that has objects, else is exchanged at the
 //! node's [`Barn`] for a full sheaf, else refilled from the slabs with one bulk
-//! allocation; a full spare swaps with an empty main, else goes to the barn for an
-//! empty sheaf, else is flushed to the slabs with one bulk free. Only refill and flush
+//! allocation; a full spare swaps with a main sheaf that has room, else (both full)
+//! goes to the barn for an empty sheaf, else is flushed to the slabs with one bulk
+//! free. A CPU thus goes to the barn only with both sheaves empty or both full, and
+//! comes back with one of them full: a swing of a whole sheaf's objects, not one
+//! object, separates two trips. Only refill and flush
 //! read or write free pointers, so a pop decodes none and freelist hardening costs
 //! the fast path nothing.
 //!
@@ -627,7 +630,7 @@ impl<'a, P: Platform> Slub<'a, P> {
 
     /// `__pcs_replace_full_main` + push: the spare sheaf, which takes the frees, is
     /// full (or absent, or the cache counts statistics or runs restartable
-    /// sequences): it becomes the main sheaf if that one is empty, else goes to the
+    /// sequences): it becomes the main sheaf if that one has room, else goes to the
     /// barn for an empty one (or a new one), else is flushed to the slabs; then `obj`
     /// goes on top. Returns false for a double free at the top (reported).
     ///

@@ -163,8 +163,8 @@ impl<P: Platform> Slub<'_, P> {
 
     /// [`Slub::alloc_sheaf_slow`]'s counterpart for a free whose fast push was
     /// refused: when `p` starts an object of a cache on the inline sheaf path (no
-    /// objcg vector), the full spare swaps with an empty main sheaf (the full one is
-    /// allocated from next) and `p` goes onto the emptied one, else `sheaf_free`
+    /// objcg vector), the full spare swaps with a main sheaf that has room (the full
+    /// one is allocated from next) and `p` goes onto the other, else `sheaf_free`
     /// trades the full spare at the barn or flushes it. `None`: not such an object,
     /// take the regular path; `Some(false)`: a double free at the spare's top,
     /// reported and refused.
