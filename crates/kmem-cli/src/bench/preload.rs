@@ -14,6 +14,11 @@
 //! - `cpp_front_ends`: a C++ program cycling 64 live slots through the allocation
 //!   calls besides plain malloc (new/delete, new[]/delete[], aligned new, calloc,
 //!   posix_memalign), 5,000,000 of them.
+//! - `thread_churn`: a C program whose 2 threads (param) each churn a 1,024-slot
+//!   table of their own, 20,000,000 times: free a random slot, malloc 4 bytes to
+//!   32 KiB (small sizes common, as glibc's malloc benchmark draws them), write the
+//!   block. No block changes threads, so what it measures is what an allocator's
+//!   threads share.
 //!
 //! The allocators take turns: after a warm-up run of each, every repetition runs the
 //! program once on each, the first of each turn rotating, so that the medians compare
@@ -35,12 +40,13 @@ pub const SUITE: Suite = Suite {
 };
 
 /// The programs the suite runs (one progress step each).
-const PROGRAMS: u64 = 6;
+const PROGRAMS: u64 = 7;
 
 const WORK_PY: &str = include_str!("programs/work.py");
 const MAP_CPP: &str = include_str!("programs/map.cpp");
 const THREADS_C: &str = include_str!("programs/threads.c");
 const FRONT_CPP: &str = include_str!("programs/front.cpp");
+const CHURN_C: &str = include_str!("programs/churn.c");
 
 /// The peers: a name and the places their library may be.
 const PEERS: [(&str, &[&str]); 2] = [
@@ -124,6 +130,14 @@ fn programs(dir: &Path) -> Vec<Program> {
     } else {
         eprintln!("kmem bench preload: cc not found; gcc skipped");
     }
+    match build(dir, "cc", "churn.c", CHURN_C) {
+        Some(bin) => out.push(Program {
+            name: "thread_churn",
+            param: 2,
+            cmd: vec![bin.display().to_string(), "2".into(), "20000000".into()],
+        }),
+        None => eprintln!("kmem bench preload: cc not found; thread_churn skipped"),
+    }
     for (name, source, text, param, args) in [
         ("cpp_map", "map.cpp", MAP_CPP, 200_000, &[][..]),
         (
@@ -134,7 +148,7 @@ fn programs(dir: &Path) -> Vec<Program> {
             &["5000000"][..],
         ),
     ] {
-        match build_cpp(dir, source, text) {
+        match build(dir, "c++", source, text) {
             Some(bin) => out.push(Program {
                 name,
                 param,
@@ -148,14 +162,15 @@ fn programs(dir: &Path) -> Vec<Program> {
     out
 }
 
-/// Writes the C++ program `text` to `dir/source` and compiles it with `c++ -O2`:
-/// the executable's path, or `None` when that failed.
-fn build_cpp(dir: &Path, source: &str, text: &str) -> Option<PathBuf> {
+/// Writes the program `text` to `dir/source` and compiles it with `compiler -O2
+/// -pthread` (`cc` or `c++`): the executable's path, or `None` when that failed.
+fn build(dir: &Path, compiler: &str, source: &str, text: &str) -> Option<PathBuf> {
     let src = dir.join(source);
-    let bin = dir.join(source.trim_end_matches(".cpp"));
+    let stem = source.rsplit_once('.').map_or(source, |(stem, _)| stem);
+    let bin = dir.join(stem);
     let built = std::fs::write(&src, text).is_ok()
-        && Command::new("c++")
-            .args(["-O2", "-o"])
+        && Command::new(compiler)
+            .args(["-O2", "-pthread", "-o"])
             .arg(&bin)
             .arg(&src)
             .status()
@@ -281,4 +296,39 @@ fn report_lines(results: &[BenchResult]) -> String {
         let _ = writeln!(out);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `thread_churn`'s program builds and runs to the end (a short run) on the
+    /// system's malloc and, where libkmem.so has been built, on kmem's.
+    #[test]
+    fn thread_churn_builds_and_runs() {
+        if !which("cc") {
+            eprintln!("no cc: thread_churn not built");
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("kmem-churn-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bin = build(&dir, "cc", "churn.c", CHURN_C).expect("churn.c compiles");
+        let p = Program {
+            name: "thread_churn",
+            param: 2,
+            cmd: vec![bin.display().to_string(), "2".into(), "200000".into()],
+        };
+        assert!(time_once(&p, None).is_some(), "runs on the system malloc");
+        match crate::run::find_lib() {
+            Ok(lib) => assert!(time_once(&p, Some(&lib)).is_some(), "runs on kmem"),
+            Err(e) => eprintln!("{e}: thread_churn not run on kmem"),
+        }
+        // Bad arguments are refused, not run.
+        let bad = Program {
+            cmd: vec![bin.display().to_string(), "0".into(), "10".into()],
+            ..p
+        };
+        assert!(time_once(&bad, None).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
