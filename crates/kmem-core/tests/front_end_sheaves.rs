@@ -28,20 +28,44 @@ fn the_front_ends_sheaf_slow_paths_swap_trade_and_refuse_as_the_regular_path_doe
         held.push(p.as_ptr());
     }
     assert_eq!((held.len(), swaps()), (cap, 0));
-    // One free (the regular path gives the area a spare sheaf): now the two sheaves
-    // swap and the slow path serves exactly that object.
+    // A swap hands over a quarter sheaf at least (`swap_floor`): with fewer frees in
+    // the spare (the first through the regular path, which gives the area a spare
+    // sheaf), the emptied main sheaf is refilled and the spare keeps them.
+    let floor = cap.div_ceil(4);
+    assert!(floor >= 2, "kmalloc-64's sheaves hold more than 4 objects");
+    let few: Vec<*mut u8> = held.drain(held.len() - (floor - 1)..).collect();
+    // SAFETY: ours, given up.
+    assert!(unsafe { k.kfree(c, few[0]) });
+    for &p in &few[1..] {
+        // SAFETY: ours, given up.
+        assert!(unsafe { k.kfree_fast(cpu, p) });
+    }
+    let fresh = k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL).unwrap().as_ptr();
+    assert!(!few.contains(&fresh), "a refill, not the spare's frees");
+    assert_eq!(swaps(), 0);
+    held.push(fresh);
+    while let Some(p) = k.kmalloc_fast(cpu, 64, Gfp::KERNEL) {
+        held.push(p.as_ptr());
+    }
+    // One more free makes a quarter sheaf: now the two swap and the slow path serves
+    // the spare's top, that object.
     let freed = held.pop().unwrap();
     // SAFETY: ours, given up.
-    assert!(unsafe { k.kfree(c, freed) });
+    assert!(unsafe { k.kfree_fast(cpu, freed) });
     let again = k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL).unwrap();
     assert_eq!((again.as_ptr(), swaps()), (freed, 1));
     held.push(freed);
+    while let Some(p) = k.kmalloc_fast(cpu, 64, Gfp::KERNEL) {
+        held.push(p.as_ptr());
+    }
     // Both sheaves are empty: the next one refills, without a swap.
     held.push(k.kmalloc_sheaf_slow(cpu, 64, Gfp::KERNEL).unwrap().as_ptr());
     assert_eq!(swaps(), 1);
     while let Some(p) = k.kmalloc_fast(cpu, 64, Gfp::KERNEL) {
         held.push(p.as_ptr());
     }
+    // `cap` objects wait aside, freed at the end.
+    let aside = held.split_off(2 * cap);
     // The emptied sheaf is the spare now: `cap` frees fill it on the fast path.
     let (top, rest) = held.split_at(cap);
     for &p in top {
@@ -67,23 +91,37 @@ fn the_front_ends_sheaf_slow_paths_swap_trade_and_refuse_as_the_regular_path_doe
     assert_eq!(unsafe { k.kfree_sheaf_slow(cpu, rest[0]) }, Some(true));
     assert_eq!(swaps(), 2);
     assert_eq!(k.kmalloc_fast(cpu, 64, Gfp::KERNEL).unwrap().as_ptr(), last);
-    // A full spare beside a main sheaf with room swaps with it too, so that the CPU
-    // goes to the barn only when both are full. A double free of the main sheaf's top
-    // is caught on the way (the swap stays).
+    // A full spare beside a main sheaf with room for a quarter sheaf swaps with it
+    // too, so that the CPU goes to the barn only when the sheaves are (nearly) full.
+    // A double free of the main sheaf's top is caught on the way (the swap stays).
+    let popped: Vec<*mut u8> = (1..floor)
+        .map(|_| k.kmalloc_fast(cpu, 64, Gfp::KERNEL).unwrap().as_ptr())
+        .collect();
+    assert_eq!(
+        popped,
+        top[cap - floor..cap - 1]
+            .iter()
+            .rev()
+            .copied()
+            .collect::<Vec<_>>()
+    );
     let puts = stat(k, s, SlubStat::BarnPut);
     for &p in &rest[1..] {
         // SAFETY: ours, given up.
         assert!(unsafe { k.kfree_fast(cpu, p) });
     }
-    let main_top = top[cap - 2];
+    let main_top = top[cap - floor - 1];
     // SAFETY: refused (already free, in the main sheaf).
     assert_eq!(unsafe { k.kfree_sheaf_slow(cpu, main_top) }, Some(false));
     let log = k.pages.platform().take_log();
     assert!(log.contains("Object already free"), "{log}");
     assert_eq!((swaps(), stat(k, s, SlubStat::BarnPut)), (3, puts));
-    // `last` (ours again: just allocated) fills the sheaf that was the main one.
-    // SAFETY: ours, given up.
-    assert!(unsafe { k.kfree_fast(cpu, last) });
+    // `last` and the objects popped after it (ours again) fill the sheaf that was
+    // the main one.
+    for &p in std::iter::once(&last).chain(&popped) {
+        // SAFETY: ours, given up.
+        assert!(unsafe { k.kfree_fast(cpu, p) });
+    }
     // Both sheaves are full: a free (of an object from the slabs: a node given, no
     // sheaf) sends the full spare to the barn.
     let extra = k
@@ -96,6 +134,10 @@ fn the_front_ends_sheaf_slow_paths_swap_trade_and_refuse_as_the_regular_path_doe
         assert_eq!(k.kfree_sheaf_slow(cpu, extra), Some(true));
     }
     assert_eq!((swaps(), stat(k, s, SlubStat::BarnPut)), (3, puts + 1));
+    for &p in &aside {
+        // SAFETY: ours, given up.
+        assert!(unsafe { k.kfree(c, p) });
+    }
     // Every object is free again, each in exactly one place.
     check_census(k, s, &[cpu], &HashSet::new());
     assert!(k.pages.platform().take_log().is_empty(), "no other reports");

@@ -32,6 +32,9 @@ use loom::thread;
 use std::ptr::NonNull;
 
 const CAP: usize = 2;
+/// The fewest objects a swap hands over (`swap_floor`: a quarter sheaf rounded up,
+/// at least one).
+const FLOOR: usize = CAP.div_ceil(4);
 /// The spare's cache's object-start checks, as one value.
 const CHECKS: usize = 0x5eaf;
 const OBJECTS: usize = 4;
@@ -151,8 +154,8 @@ impl Cpu {
     }
 
     /// The lock holder's allocation slow path (`sheaf_alloc`): take both words; an
-    /// empty main swaps with a spare that has objects, else is refilled from the
-    /// slabs; pop one; install.
+    /// empty main swaps with a spare that has `FLOOR` objects, else is refilled from
+    /// the slabs (the spare keeps its few); pop one; install.
     fn alloc_slow(&self) -> Option<usize> {
         let _l = self.local_lock.lock().unwrap();
         let mut mn = self.take(&self.main_word);
@@ -162,7 +165,7 @@ impl Cpu {
             self.spare.load(Ordering::Relaxed),
         );
         if mn == 0 {
-            if fnn > 0 {
+            if fnn >= FLOOR {
                 std::mem::swap(&mut m, &mut f);
                 std::mem::swap(&mut mn, &mut fnn);
             } else {
@@ -183,8 +186,9 @@ impl Cpu {
     }
 
     /// The lock holder's free slow path (`sheaf_free` when the spare is full): take
-    /// both words; a full spare becomes the main sheaf if that one has room (the
-    /// main one then takes the frees), else is flushed to the slabs; push; install.
+    /// both words; a full spare becomes the main sheaf if that one has room for
+    /// `FLOOR` objects (the main one then takes the frees), else is flushed to the
+    /// slabs; push; install.
     fn free_slow(&self, obj: usize) {
         let _l = self.local_lock.lock().unwrap();
         let mut mn = self.take(&self.main_word);
@@ -194,7 +198,7 @@ impl Cpu {
             self.spare.load(Ordering::Relaxed),
         );
         if fnn >= CAP {
-            if mn < CAP {
+            if mn + FLOOR <= CAP {
                 std::mem::swap(&mut m, &mut f);
                 std::mem::swap(&mut mn, &mut fnn);
             } else {

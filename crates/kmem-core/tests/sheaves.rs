@@ -278,7 +278,7 @@ fn prefilled_sheaves_guarantee_their_objects() {
 #[test]
 fn a_double_free_on_the_sheaf_top_is_caught() {
     let k = kmem(2, config(1, 0));
-    let (_, c) = own_area(k);
+    let (area, c) = own_area(k);
     let p = k.kmalloc(c, 40, Gfp::KERNEL).unwrap().as_ptr();
     // SAFETY: ours.
     assert!(unsafe { k.kfree(c, p) });
@@ -289,14 +289,23 @@ fn a_double_free_on_the_sheaf_top_is_caught() {
         log.contains("BUG kmalloc-40 (Not tainted): Object already free"),
         "{log}"
     );
-    // Only once in the sheaf: handed out again exactly once (frees wait in the spare
-    // sheaf until the main one runs out, so allocate past both).
-    let cap = k
-        .kmalloc_cache(40, Gfp::KERNEL)
-        .unwrap()
-        .config()
-        .sheaf_capacity;
-    let again: Vec<*mut u8> = (0..3 * cap)
+    // Only once in the sheaf: every object of the cache in exactly one place. Then
+    // handed out again exactly once: frees wait in the spare until the main sheaf
+    // runs out and the spare holds a quarter sheaf (`swap_floor`), so free a sheaf's
+    // worth beside it and allocate past both.
+    let s = k.kmalloc_cache(40, Gfp::KERNEL).unwrap();
+    let cap = s.config().sheaf_capacity;
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(area) }];
+    check_census(k, s, &refs, &HashSet::new());
+    let more: Vec<*mut u8> = (0..cap)
+        .map(|_| k.kmalloc(c, 40, Gfp::KERNEL).unwrap().as_ptr())
+        .collect();
+    for &q in &more {
+        // SAFETY: ours, given up once.
+        assert!(unsafe { k.kfree(c, q) });
+    }
+    let again: Vec<*mut u8> = (0..4 * cap)
         .map(|_| k.kmalloc(c, 40, Gfp::KERNEL).unwrap().as_ptr())
         .collect();
     assert_eq!(again.iter().filter(|&&q| q == p).count(), 1);
@@ -335,32 +344,98 @@ fn a_full_spare_trades_places_with_a_main_sheaf_that_has_room() {
         .map(|_| slub.alloc(c, s, Gfp::KERNEL).unwrap().as_ptr())
         .collect();
     a.iter().for_each(|&p| free(p));
-    // The empty main swaps with it and hands out its top; its next one, `a[cap - 2]`,
-    // is free on top of the main sheaf.
-    assert_eq!(slub.alloc(c, s, Gfp::KERNEL).unwrap().as_ptr(), a[cap - 1]);
+    // The empty main swaps with it and hands out its top, then `floor - 1` more; the
+    // next one, `a[cap - floor - 1]`, is free on top of the main sheaf, which has
+    // room for a quarter sheaf (`swap_floor`).
+    let floor = cap.div_ceil(4);
+    assert!(floor >= 2, "sheaves of more than 4 objects");
+    let taken: Vec<*mut u8> = (0..floor)
+        .map(|_| slub.alloc(c, s, Gfp::KERNEL).unwrap().as_ptr())
+        .collect();
+    assert_eq!(
+        taken,
+        a[cap - floor..].iter().rev().copied().collect::<Vec<_>>()
+    );
     assert_eq!(swaps(), 1);
     from_slabs(cap).into_iter().for_each(free);
-    // Spare full, main with room: a free of the main sheaf's top swaps them and is
-    // caught as a double free at the new spare's top (the swap stays).
+    // Spare full, main with that room: a free of the main sheaf's top swaps them and
+    // is caught as a double free at the new spare's top (the swap stays).
+    let main_top = a[cap - floor - 1];
     // SAFETY: refused (the bug under test).
-    assert!(!unsafe { slub.free(c, s, NonNull::new(a[cap - 2]).unwrap()) });
+    assert!(!unsafe { slub.free(c, s, NonNull::new(main_top).unwrap()) });
     let log = k.pages.platform().take_log();
     assert!(log.contains("Object already free"), "{log}");
     assert_eq!((swaps(), puts()), (2, 0));
-    // `a[cap - 1]` fills the sheaf that was the main one; with both full, the next
-    // free sends the full spare to the barn.
-    free(a[cap - 1]);
+    // The objects taken fill the sheaf that was the main one; with both full, the
+    // next free sends the full spare to the barn.
+    taken.iter().for_each(|&p| free(p));
     assert_eq!((swaps(), puts()), (2, 0));
     from_slabs(1).into_iter().for_each(free);
     assert_eq!((swaps(), puts()), (2, 1));
-    // Every object in exactly one place, `a[cap - 2]` once.
+    // Every object in exactly one place, `main_top` once.
     // SAFETY: owned.
     let refs = [unsafe { CpuRef::new(area) }];
     check_census(k, s, &refs, &HashSet::new());
     let again: Vec<*mut u8> = (0..3 * cap)
         .map(|_| slub.alloc(c, s, Gfp::KERNEL).unwrap().as_ptr())
         .collect();
-    assert_eq!(again.iter().filter(|&&q| q == a[cap - 2]).count(), 1);
+    assert_eq!(again.iter().filter(|&&q| q == main_top).count(), 1);
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+#[test]
+fn a_swap_moves_a_quarter_sheaf_at_least() {
+    // Below `swap_floor` the two sheaves do not swap: a full spare beside a main
+    // sheaf with less room goes to the barn, and an empty main sheaf beside a spare
+    // with fewer objects is replaced from the barn (the spare keeps them). Else
+    // kmalloc/kfree in turn would swap every few calls.
+    let k = kmem(2, config(1, 0));
+    let (area, c) = own_area(k);
+    let s = k
+        .kmem_cache_create(c, "floor-64", 64, 8, SlabFlags::STATS, None)
+        .unwrap();
+    let cap = s.config().sheaf_capacity;
+    let slub = k.slub();
+    let count = |st| stat(k, s, st);
+    let free = |p: *mut u8| {
+        // SAFETY: each object passed is ours and given up once.
+        assert!(unsafe { slub.free(c, s, NonNull::new(p).unwrap()) })
+    };
+    let alloc = || slub.alloc(c, s, Gfp::KERNEL).unwrap().as_ptr();
+    let from_slabs = |n: usize| {
+        (0..n).map(|_| {
+            slub.alloc_node(c, s, Gfp::KERNEL, Some(0))
+                .unwrap()
+                .as_ptr()
+        })
+    };
+    // A refill taken whole and freed: the spare is full, the main sheaf empty; the
+    // next allocation swaps (a whole sheaf) and leaves the main one a free slot.
+    let a: Vec<*mut u8> = (0..cap).map(|_| alloc()).collect();
+    a.iter().for_each(|&p| free(p));
+    let first = alloc();
+    assert_eq!((first, count(SlubStat::SheafSwap)), (a[cap - 1], 1));
+    // Spare full again beside a main sheaf with one free slot: the spare goes to the
+    // barn (no swap) and the free waits on an empty sheaf.
+    let b: Vec<*mut u8> = from_slabs(cap + 1).collect();
+    b.iter().for_each(|&p| free(p));
+    assert_eq!(count(SlubStat::SheafSwap), 1);
+    assert_eq!(count(SlubStat::BarnPut), 1);
+    // Main emptied beside a spare holding one object: a full sheaf from the barn
+    // (the one just put there), no swap; the spare keeps its object.
+    let rest: Vec<*mut u8> = (0..cap - 1).map(|_| alloc()).collect();
+    let gets = count(SlubStat::BarnGet);
+    let next = alloc();
+    assert_eq!(count(SlubStat::SheafSwap), 1);
+    assert_eq!(count(SlubStat::BarnGet), gets + 1);
+    assert_eq!(next, b[cap - 1], "the barn's sheaf's top");
+    // Everything back, each object in one place.
+    for p in std::iter::once(first).chain(rest).chain([next]) {
+        free(p);
+    }
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(area) }];
+    check_census(k, s, &refs, &HashSet::new());
     assert!(k.pages.platform().take_log().is_empty());
 }
 

@@ -142,11 +142,19 @@ fn the_typed_free_fast_path_takes_only_objects_of_the_cache_it_is_given() {
         assert!(!k.slub().free_fast_to(cpu, t, m.as_ptr()));
     }
     // Each cache's own object is pushed, and comes back from its own cache only (once
-    // the main sheaf is used up: frees go to the spare one).
+    // the main sheaf is used up and the spare, where frees go, holds a quarter sheaf:
+    // two sheaves' worth of `s` are freed after it).
+    let cap = s.config().sheaf_capacity;
+    let more: Vec<_> = (0..2 * cap)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
     // SAFETY: ours, given up here.
     unsafe {
         assert!(k.slub().free_fast_to(cpu, s, x.as_ptr()));
         assert!(k.slub().free_fast_to(cpu, t, y.as_ptr()));
+        for &p in &more {
+            assert!(k.slub().free(c, s, p));
+        }
     }
     let mut from_s = Vec::new();
     for _ in 0..1000 {

@@ -10,10 +10,19 @@ static A: KmemAlloc = KmemAlloc;
 
 const MIB: usize = 1 << 20;
 
+/// The tests of this file run one at a time: removing a group or reclaiming at a
+/// limit asks every CPU area to drain its stock, which gives back the objects that
+/// another test's thread keeps waiting in its objcg sheaves (what one test checks).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Two tenants on two threads: one fills its 8 MiB limit and gets allocation errors
 /// (handled, no abort), the other holds 24 MiB under a 64 MiB limit untouched.
 #[test]
 fn one_tenant_hits_its_limit_the_other_is_unaffected() {
+    let _serial = serial();
     let small = MemCgroup::new("tenant-small").unwrap();
     let big = MemCgroup::new("tenant-big").unwrap();
     small.set_max(8 * MIB);
@@ -79,6 +88,7 @@ fn one_tenant_hits_its_limit_the_other_is_unaffected() {
 
 #[test]
 fn the_guard_charges_only_while_it_lives_and_nests() {
+    let _serial = serial();
     let a = MemCgroup::new("guard-a").unwrap();
     let b = MemCgroup::new("guard-b").unwrap();
     let outside = Box::new([1u8; 1000]);
@@ -122,6 +132,7 @@ fn waiting_in_objcg_sheaves(g: &MemCgroup) -> usize {
 
 #[test]
 fn a_threads_charged_frees_wait_charged_for_its_next_allocations() {
+    let _serial = serial();
     let g = MemCgroup::new("objcg-sheaves").unwrap();
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -169,6 +180,7 @@ fn a_threads_charged_frees_wait_charged_for_its_next_allocations() {
 
 #[test]
 fn a_charged_allocation_for_another_group_gives_the_waiting_objects_back() {
+    let _serial = serial();
     // The front ends' charged pop only pops; the charging path behind it must still
     // give back what another group left waiting, or those objects would stay charged
     // to it (and its sheaves closed to the new group) until the thread exits.
@@ -211,6 +223,7 @@ fn a_charged_allocation_for_another_group_gives_the_waiting_objects_back() {
 
 #[test]
 fn charged_kmalloc_objects_freed_outside_the_group_are_uncharged() {
+    let _serial = serial();
     // Objects charged in a group, freed by threads outside any group (their frees
     // would otherwise take the inline fast path): every byte comes back.
     let g = MemCgroup::new("freed_outside").unwrap();
@@ -265,6 +278,7 @@ struct Session {
 
 #[test]
 fn typed_caches_are_charged_and_freed_on_other_threads() {
+    let _serial = serial();
     let cache: KmemCache<Session> = KmemCache::new("memcg_session").unwrap();
     let g = MemCgroup::new("sessions").unwrap();
     let boxes = {
@@ -301,6 +315,7 @@ fn typed_caches_are_charged_and_freed_on_other_threads() {
 
 #[test]
 fn a_dropped_group_reparents_its_live_objects() {
+    let _serial = serial();
     let parent = MemCgroup::new("parent").unwrap();
     let kept;
     {
@@ -325,6 +340,7 @@ fn a_dropped_group_reparents_its_live_objects() {
 
 #[test]
 fn huge_and_page_block_allocations_are_charged_and_resized() {
+    let _serial = serial();
     let g = MemCgroup::new("big-buffers").unwrap();
     g.set_max(40 * MIB);
     let _guard = g.enter();
@@ -352,6 +368,7 @@ fn huge_and_page_block_allocations_are_charged_and_resized() {
 
 #[test]
 fn the_snapshot_lists_groups_in_the_kernel_formats() {
+    let _serial = serial();
     let g = MemCgroup::new("snapshot-me").unwrap();
     g.set_high(MIB);
     let held = {
@@ -387,6 +404,7 @@ fn the_snapshot_lists_groups_in_the_kernel_formats() {
 
 #[test]
 fn page_allocations_in_bulk_are_charged_one_by_one() {
+    let _serial = serial();
     let g = MemCgroup::new("bulk-pages").unwrap();
     let h = heap();
     let mut pages = [None; 16];

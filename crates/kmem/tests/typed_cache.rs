@@ -87,9 +87,19 @@ fn constructed_objects_keep_their_state() {
     o[0] = 99;
     let addr = &*o as *const [u32; 16] as usize;
     drop(o);
-    // The same object comes back (once the objects before it are handed out: frees
-    // wait in the spare sheaf) with the state its last user left; the others as their
-    // constructor built them.
+    // The same object comes back with the state its last user left; the others as
+    // their constructor built them. Frees wait in the spare sheaf until the main one
+    // runs out and the spare holds a quarter sheaf (a swap moves no fewer), so a
+    // sheaf's worth of objects is allocated and freed beside it first.
+    let cap = cache.raw().config().sheaf_capacity;
+    let batch: Vec<_> = (0..cap)
+        .map(|_| cache.alloc_constructed().unwrap())
+        .collect();
+    for b in &batch {
+        assert_ne!(&**b as *const [u32; 16] as usize, addr, "not yet");
+        assert_eq!(**b, [7; 16]);
+    }
+    drop(batch);
     let mut others = Vec::new();
     let again = loop {
         let b = cache.alloc_constructed().unwrap();

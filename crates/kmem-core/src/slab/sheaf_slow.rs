@@ -10,7 +10,7 @@
 //! the barn's lock with `try_lock` only (a busy barn goes to `sheaf_alloc` /
 //! `sheaf_free`, which wait for it).
 
-use super::sheaf::{slot, SlabSheaf, SHEAF_CAP_SHIFT};
+use super::sheaf::{reaches_swap_floor, slot, SlabSheaf, SHEAF_CAP_SHIFT};
 use super::*;
 use crate::gfp::Gfp;
 use crate::percpu::CpuRef;
@@ -178,9 +178,11 @@ impl<P: Platform> Slub<'_, P> {
             let (f, m) = (cc.spare_len.load(Relaxed), cc.sheaf_len.load(Relaxed));
             let n = f as u32 as usize;
             let full = n > 0 && n >= (f >> SHEAF_CAP_SHIFT) as usize;
-            // A main sheaf with room (a sheaf's word carries its capacity, 0 without
-            // a sheaf): see `sheaf_free` for why any room, not only an empty one.
-            let main_room = (m as u32 as u64) < (m >> SHEAF_CAP_SHIFT);
+            // A main sheaf with room for a quarter sheaf at least (a sheaf's word
+            // carries its capacity, 0 without a sheaf): see `swap_floor`, and
+            // `sheaf_free` for why not only an empty one.
+            let mcap = m >> SHEAF_CAP_SHIFT;
+            let main_room = reaches_swap_floor(mcap.saturating_sub(m as u32 as u64), mcap);
             let spare = cc.spare.load(Relaxed);
             // SAFETY: read only when the spare is full (`&&`): its slot `n - 1` then
             // holds an object, and the sheaf is this thread's (thread mode).
