@@ -28,10 +28,10 @@ fn the_front_ends_sheaf_slow_paths_swap_trade_and_refuse_as_the_regular_path_doe
         held.push(p.as_ptr());
     }
     assert_eq!((held.len(), swaps()), (cap, 0));
-    // A swap hands over a quarter sheaf at least (`swap_floor`): with fewer frees in
+    // A swap hands over an eighth of a sheaf at least (`swap_floor`): with fewer frees in
     // the spare (the first through the regular path, which gives the area a spare
     // sheaf), the emptied main sheaf is refilled and the spare keeps them.
-    let floor = cap.div_ceil(4);
+    let floor = cap.div_ceil(8);
     assert!(floor >= 2, "kmalloc-64's sheaves hold more than 4 objects");
     let few: Vec<*mut u8> = held.drain(held.len() - (floor - 1)..).collect();
     // SAFETY: ours, given up.
@@ -47,7 +47,7 @@ fn the_front_ends_sheaf_slow_paths_swap_trade_and_refuse_as_the_regular_path_doe
     while let Some(p) = k.kmalloc_fast(cpu, 64, Gfp::KERNEL) {
         held.push(p.as_ptr());
     }
-    // One more free makes a quarter sheaf: now the two swap and the slow path serves
+    // One more free makes an eighth of a sheaf: now the two swap and the slow path serves
     // the spare's top, that object.
     let freed = held.pop().unwrap();
     // SAFETY: ours, given up.
@@ -91,7 +91,7 @@ fn the_front_ends_sheaf_slow_paths_swap_trade_and_refuse_as_the_regular_path_doe
     assert_eq!(unsafe { k.kfree_sheaf_slow(cpu, rest[0]) }, Some(true));
     assert_eq!(swaps(), 2);
     assert_eq!(k.kmalloc_fast(cpu, 64, Gfp::KERNEL).unwrap().as_ptr(), last);
-    // A full spare beside a main sheaf with room for a quarter sheaf swaps with it
+    // A full spare beside a main sheaf with room for an eighth of a sheaf swaps with it
     // too, so that the CPU goes to the barn only when the sheaves are (nearly) full.
     // A double free of the main sheaf's top is caught on the way (the swap stays).
     let popped: Vec<*mut u8> = (1..floor)

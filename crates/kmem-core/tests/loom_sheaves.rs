@@ -32,9 +32,9 @@ use loom::thread;
 use std::ptr::NonNull;
 
 const CAP: usize = 2;
-/// The fewest objects a swap hands over (`swap_floor`: a quarter sheaf rounded up,
+/// The fewest objects a swap hands over (`swap_floor`: an eighth of a sheaf rounded up,
 /// at least one).
-const FLOOR: usize = CAP.div_ceil(4);
+const FLOOR: usize = CAP.div_ceil(8);
 /// The spare's cache's object-start checks, as one value.
 const CHECKS: usize = 0x5eaf;
 const OBJECTS: usize = 4;

@@ -291,7 +291,7 @@ fn a_double_free_on_the_sheaf_top_is_caught() {
     );
     // Only once in the sheaf: every object of the cache in exactly one place. Then
     // handed out again exactly once: frees wait in the spare until the main sheaf
-    // runs out and the spare holds a quarter sheaf (`swap_floor`), so free a sheaf's
+    // runs out and the spare holds an eighth of a sheaf (`swap_floor`), so free a sheaf's
     // worth beside it and allocate past both.
     let s = k.kmalloc_cache(40, Gfp::KERNEL).unwrap();
     let cap = s.config().sheaf_capacity;
@@ -346,8 +346,8 @@ fn a_full_spare_trades_places_with_a_main_sheaf_that_has_room() {
     a.iter().for_each(|&p| free(p));
     // The empty main swaps with it and hands out its top, then `floor - 1` more; the
     // next one, `a[cap - floor - 1]`, is free on top of the main sheaf, which has
-    // room for a quarter sheaf (`swap_floor`).
-    let floor = cap.div_ceil(4);
+    // room for an eighth of a sheaf (`swap_floor`).
+    let floor = cap.div_ceil(8);
     assert!(floor >= 2, "sheaves of more than 4 objects");
     let taken: Vec<*mut u8> = (0..floor)
         .map(|_| slub.alloc(c, s, Gfp::KERNEL).unwrap().as_ptr())
@@ -384,7 +384,7 @@ fn a_full_spare_trades_places_with_a_main_sheaf_that_has_room() {
 }
 
 #[test]
-fn a_swap_moves_a_quarter_sheaf_at_least() {
+fn a_swap_moves_an_eighth_of_a_sheaf_at_least() {
     // Below `swap_floor` the two sheaves do not swap: a full spare beside a main
     // sheaf with less room goes to the barn, and an empty main sheaf beside a spare
     // with fewer objects is replaced from the barn (the spare keeps them). Else

@@ -142,7 +142,7 @@ fn the_typed_free_fast_path_takes_only_objects_of_the_cache_it_is_given() {
         assert!(!k.slub().free_fast_to(cpu, t, m.as_ptr()));
     }
     // Each cache's own object is pushed, and comes back from its own cache only (once
-    // the main sheaf is used up and the spare, where frees go, holds a quarter sheaf:
+    // the main sheaf is used up and the spare, where frees go, holds an eighth of a sheaf:
     // two sheaves' worth of `s` are freed after it).
     let cap = s.config().sheaf_capacity;
     let more: Vec<_> = (0..2 * cap)

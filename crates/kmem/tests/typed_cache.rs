@@ -89,7 +89,7 @@ fn constructed_objects_keep_their_state() {
     drop(o);
     // The same object comes back with the state its last user left; the others as
     // their constructor built them. Frees wait in the spare sheaf until the main one
-    // runs out and the spare holds a quarter sheaf (a swap moves no fewer), so a
+    // runs out and the spare holds an eighth of a sheaf (a swap moves no fewer), so a
     // sheaf's worth of objects is allocated and freed beside it first.
     let cap = cache.raw().config().sheaf_capacity;
     let batch: Vec<_> = (0..cap)

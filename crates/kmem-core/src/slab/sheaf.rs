@@ -3,13 +3,13 @@
 //! since 7.0). A sheaf is an array of object pointers; each CPU area holds a *main*
 //! sheaf and a *spare* per cache. Allocation pops the main sheaf's top; a free pushes
 //! onto the spare's — whatever slab the object lives in, so no free pays a CAS on a
-//! slab. An empty main swaps with a spare that has objects, else is exchanged at the
-//! node's [`Barn`] for a full sheaf, else refilled from the slabs with one bulk
-//! allocation; a full spare swaps with a main sheaf that has room, else (both full)
-//! goes to the barn for an empty sheaf, else is flushed to the slabs with one bulk
-//! free. A CPU thus goes to the barn only with both sheaves empty or both full, and
-//! comes back with one of them full: a swing of a whole sheaf's objects, not one
-//! object, separates two trips. Only refill and flush
+//! slab. An empty main swaps with a spare that holds an eighth of a sheaf (`swap_floor`),
+//! else is exchanged at the node's [`Barn`] for a full sheaf, else refilled from the
+//! slabs with one bulk allocation; a full spare swaps with a main sheaf that has room
+//! for an eighth of a sheaf, else goes to the barn for an empty sheaf, else is flushed to
+//! the slabs with one bulk free. A CPU thus goes to the barn only with its sheaves
+//! nearly empty or nearly full and comes back half a sheaf or more from the next trip,
+//! and a swap moves an eighth of a sheaf at least. Only refill and flush
 //! read or write free pointers, so a pop decodes none and freelist hardening costs
 //! the fast path nothing.
 //!
@@ -18,8 +18,10 @@
 //! (and a free for the page lookup before it), so an alloc/free pair runs as one chain
 //! of dependent memory accesses (about 25 cycles here). With frees on the spare the
 //! two chains are independent (13 cycles), as mimalloc keeps `free` and `local_free`
-//! apart. A freed object is reused once the main sheaf runs out (at most a sheaf's
-//! worth of objects later), not at once.
+//! apart. A freed object is reused once the main sheaf runs out and the spare holds
+//! an eighth of a sheaf (`swap_floor`), not at once; a CPU that frees fewer than that
+//! before its main sheaf runs out gets a full sheaf from the barn, and its frees wait
+//! (at most an eighth of a sheaf per cache; drains and thread exit give them back).
 //!
 //! ## The sheaves in the CPU area
 //! Each sheaf's fill level lives in the `kmem_cache_cpu`, not in the sheaf: one word
@@ -92,7 +94,7 @@ pub const SHEAF_CAP_SHIFT: u32 = 32;
 /// the main sheaf empty swaps in a spare holding at least this many (else a full
 /// sheaf comes from the barn, or a refill, and the spare keeps its few), and a free
 /// that finds the spare full swaps with a main sheaf with at least this much room
-/// (else the full spare goes to the barn). A quarter sheaf, rounded up (at least one
+/// (else the full spare goes to the barn). An eighth of a sheaf, rounded up (at least one
 /// object).
 ///
 /// Why: kmalloc and kfree in turn keep the objects of the two sheaves constant, and
@@ -101,19 +103,28 @@ pub const SHEAF_CAP_SHIFT: u32 = 32;
 /// swapped every few operations for as long as it ran (`slab` kmalloc_kfree at 11.9
 /// ns a pair where mimalloc took 5.4, in one state of the run; 4.5 in another), and
 /// one left with nearly two sheaves' worth would have done the same with the roles
-/// reversed. With the floor the sheaves hold a quarter to seven quarters of a sheaf
-/// between trips to the barn, a swap moves at least a quarter sheaf, and a trip
-/// lands at least half a sheaf from the next one.
+/// reversed. With the floor the sheaves hold an eighth to fifteen eighths of a sheaf
+/// between trips to the barn, a swap moves at least an eighth of a sheaf, and a trip
+/// lands at least three quarters of a sheaf from the next one.
+///
+/// Why an eighth: the wider the floor, the narrower that margin, and a thread whose
+/// level of a class wanders by more than the margin trips to the barn again and
+/// again, trading its freed objects for another thread's. With a quarter (margin half
+/// a sheaf) two threads churning tables of their own (`bench preload` thread_churn)
+/// traded kmalloc-8 sheaves 990 times in 2 s and ran 1.9x mimalloc's time; with an
+/// eighth, 87 trades over every class, with a sixteenth 35, and without a floor about
+/// a dozen (times within each other's noise); the kmalloc/kfree pair runs 0.8–0.9 of
+/// mimalloc's time with an eighth or a sixteenth.
 #[inline(always)]
 pub(super) fn swap_floor(cap: usize) -> usize {
-    cap.div_ceil(4).max(1)
+    cap.div_ceil(8).max(1)
 }
 
 /// `n >= swap_floor(cap)`, without the division and the `max`, for the slow paths
 /// that read a sheaf's word (`n`, `cap` < 2^32).
 #[inline(always)]
 pub(super) fn reaches_swap_floor(n: u64, cap: u64) -> bool {
-    n != 0 && n * 4 >= cap
+    n != 0 && n * 8 >= cap
 }
 
 /// The `u32` halves of a sheaf word in memory: the count (its low half) and the
@@ -694,7 +705,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             let mut m = self.take(c, cfg, cc, Which::Main);
             if !f.sheaf.is_null() && (m.sheaf.is_null() || m.len + swap_floor(m.cap()) <= m.cap()) {
                 // The full spare becomes the main sheaf, and the main one, which has
-                // room (a quarter sheaf at least: `swap_floor`), takes the frees: the
+                // room (an eighth of a sheaf at least: `swap_floor`), takes the frees: the
                 // CPU goes to the barn only when the sheaves are nearly full (or
                 // nearly empty, for an allocation), as the kernel's does when both
                 // are, and lands well between the two. Trading the full spare

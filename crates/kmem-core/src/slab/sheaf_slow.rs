@@ -178,7 +178,7 @@ impl<P: Platform> Slub<'_, P> {
             let (f, m) = (cc.spare_len.load(Relaxed), cc.sheaf_len.load(Relaxed));
             let n = f as u32 as usize;
             let full = n > 0 && n >= (f >> SHEAF_CAP_SHIFT) as usize;
-            // A main sheaf with room for a quarter sheaf at least (a sheaf's word
+            // A main sheaf with room for an eighth of a sheaf at least (a sheaf's word
             // carries its capacity, 0 without a sheaf): see `swap_floor`, and
             // `sheaf_free` for why not only an empty one.
             let mcap = m >> SHEAF_CAP_SHIFT;
