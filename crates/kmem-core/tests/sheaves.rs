@@ -311,24 +311,43 @@ fn a_double_free_on_the_sheaf_top_is_caught() {
     assert_eq!(again.iter().filter(|&&q| q == p).count(), 1);
 }
 
+/// A fresh heap, an area of its own and a 64-byte cache `name` that counts
+/// statistics (its pushes and pops then take the regular path, `sheaf_free` and
+/// `sheaf_alloc`).
+fn counted_cache(
+    name: &str,
+) -> (
+    &'static K,
+    &'static kmem_core::percpu::CpuArea,
+    Option<CpuRef<'static>>,
+    &'static kmem_core::KmemCache,
+) {
+    let k = kmem(2, config(1, 0));
+    let (area, c) = own_area(k);
+    let s = k
+        .kmem_cache_create(c, name, 64, 8, SlabFlags::STATS, None)
+        .unwrap();
+    (k, area, c, s)
+}
+
+/// Frees `p`, an object of `s` the caller owns and gives up, through the regular
+/// path; asserts it was taken.
+fn free_counted(k: &K, c: Option<CpuRef<'_>>, s: &kmem_core::KmemCache, p: *mut u8) {
+    // SAFETY: the caller's object of `s`, given up once.
+    assert!(unsafe { k.slub().free(c, s, NonNull::new(p).unwrap()) })
+}
+
 #[test]
 fn a_full_spare_trades_places_with_a_main_sheaf_that_has_room() {
     // The regular path's rule (`sheaf_free`; a cache counting statistics pushes
     // there): a full spare and a main sheaf with room swap, so that the CPU goes to
     // the barn only when both are full.
-    let k = kmem(2, config(1, 0));
-    let (area, c) = own_area(k);
-    let s = k
-        .kmem_cache_create(c, "swap-64", 64, 8, SlabFlags::STATS, None)
-        .unwrap();
+    let (k, area, c, s) = counted_cache("swap-64");
     let cap = s.config().sheaf_capacity;
     let slub = k.slub();
     let swaps = || stat(k, s, SlubStat::SheafSwap);
     let puts = || stat(k, s, SlubStat::BarnPut);
-    let free = |p: *mut u8| {
-        // SAFETY: each object passed is ours and given up once.
-        assert!(unsafe { slub.free(c, s, NonNull::new(p).unwrap()) })
-    };
+    let free = |p: *mut u8| free_counted(k, c, s, p);
     // Straight from the slabs (a node given): no sheaf changes.
     let from_slabs = |n: usize| -> Vec<*mut u8> {
         (0..n)
@@ -389,18 +408,11 @@ fn a_swap_moves_an_eighth_of_a_sheaf_at_least() {
     // sheaf with less room goes to the barn, and an empty main sheaf beside a spare
     // with fewer objects is replaced from the barn (the spare keeps them). Else
     // kmalloc/kfree in turn would swap every few calls.
-    let k = kmem(2, config(1, 0));
-    let (area, c) = own_area(k);
-    let s = k
-        .kmem_cache_create(c, "floor-64", 64, 8, SlabFlags::STATS, None)
-        .unwrap();
+    let (k, area, c, s) = counted_cache("floor-64");
     let cap = s.config().sheaf_capacity;
     let slub = k.slub();
     let count = |st| stat(k, s, st);
-    let free = |p: *mut u8| {
-        // SAFETY: each object passed is ours and given up once.
-        assert!(unsafe { slub.free(c, s, NonNull::new(p).unwrap()) })
-    };
+    let free = |p: *mut u8| free_counted(k, c, s, p);
     let alloc = || slub.alloc(c, s, Gfp::KERNEL).unwrap().as_ptr();
     let from_slabs = |n: usize| {
         (0..n).map(|_| {
