@@ -242,17 +242,28 @@ pub unsafe fn sheaf_pop_at(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNu
 
 impl KmemCacheCpu {
     /// The fast pop: the main sheaf's top object, or `None` when it has none.
+    ///
+    /// It also asks for the line of the object the next pop hands out (tcmalloc's
+    /// per-CPU caches do the same): a sheaf's objects were freed without being
+    /// touched, often long before, and a program writes a new block at once, so
+    /// without the prefetch that write waits for memory (`preload` larson with 16
+    /// threads on 2 CPUs, 40 MB of live blocks: 61% of the samples on the first touch
+    /// of the new block). Below the last object the slot read is the header's
+    /// `capacity` word, never an address; a prefetch of any value is harmless.
     #[inline(always)]
     pub(super) fn sheaf_pop(&self) -> Option<usize> {
         let count = owner_count(&self.sheaf_len);
         // SAFETY: the main word is the owner's (`owner_count`).
-        let top = unsafe { *count }.checked_sub(1)?;
+        let top = unsafe { *count }.checked_sub(1)? as usize;
         // SAFETY: a non-zero count means `main` is this CPU's main sheaf with
-        // `top + 1` objects in slots 0..=top (module docs); only the owner touches
-        // them, and the word (`owner_count`).
+        // `top + 1` objects in slots 0..=top (module docs), and the word before slot
+        // 0 is its header's `capacity` (`SlabSheaf`); only the owner touches them,
+        // and the word (`owner_count`).
         unsafe {
-            let obj = *slot(self.main.load(Relaxed), top as usize);
-            *count = top;
+            let main = self.main.load(Relaxed);
+            let obj = *slot(main, top);
+            *count = top as u32;
+            crate::prefetch::prefetch_write(*slot(main, top.wrapping_sub(1)));
             Some(obj)
         }
     }

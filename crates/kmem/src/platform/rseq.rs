@@ -340,10 +340,11 @@ const _: () = assert!(SPARE_OFFSET == SPARE_LEN_OFFSET + 8);
 pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usize {
     let obj: usize;
     // SAFETY: the caller's contract. Inside the section every load is from the CPU
-    // table, the area's `kmem_cache_cpu`, or slot `count - 1` of the sheaf whose word
-    // `w` addresses (a non-zero count means that sheaf has `count` objects, its pointer
-    // one word after the word); the commit is the store of that count, the last
-    // instruction before label 22. Inputs are never written.
+    // table, the area's `kmem_cache_cpu`, or slots `count - 1` and `count - 2` of the
+    // sheaf whose word `w` addresses (a non-zero count means that sheaf has `count`
+    // objects, its pointer one word after the word; below slot 0 is the sheaf's
+    // header); the prefetch reads nothing a program sees; the commit is the store of
+    // that count, the last instruction before label 22. Inputs are never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
@@ -361,8 +362,12 @@ pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usiz
             "test {t:e}, {t:e}",
             "jz 25f",
             "31:",
-            "mov {obj}, qword ptr [{w} + 8]",
-            "mov {obj}, qword ptr [{obj} + {t} * 8 + {hdr} - 8]",
+            "mov {cc}, qword ptr [{w} + 8]",
+            "mov {obj}, qword ptr [{cc} + {t} * 8 + {hdr} - 8]",
+            // The next pop's object asked for, as thread mode's pop does (the word
+            // below slot 0 is the header's capacity: a harmless prefetch).
+            "mov {cc}, qword ptr [{cc} + {t} * 8 + {hdr} - 16]",
+            "prefetcht0 byte ptr [{cc}]",
             "dec {t:e}",
             "mov dword ptr [{w}], {t:e}",
             "22:",
