@@ -2,7 +2,8 @@
 //! objects into their slabs and a refill that walks a slab's freelist touch one
 //! object after another, each a likely cache miss when the objects were freed in
 //! random order (a table dropped and rebuilt); asked for ahead, the misses overlap
-//! instead of coming one at a time.
+//! instead of coming one at a time. And for the sheaf pop, which asks for the object
+//! the next pop hands out (`KmemCacheCpu::sheaf_pop`).
 //!
 //! A prefetch is a hint: it never faults, whatever the address (x86's `PREFETCHh`,
 //! Arm's `PRFM`), and changes nothing a program can observe but timing, so these are

@@ -246,10 +246,11 @@ impl KmemCacheCpu {
     /// It also asks for the line of the object the next pop hands out (tcmalloc's
     /// per-CPU caches do the same): a sheaf's objects were freed without being
     /// touched, often long before, and a program writes a new block at once, so
-    /// without the prefetch that write waits for memory (`preload` larson with 16
-    /// threads on 2 CPUs, 40 MB of live blocks: 61% of the samples on the first touch
-    /// of the new block). Below the last object the slot read is the header's
-    /// `capacity` word, never an address; a prefetch of any value is harmless.
+    /// without the prefetch that write waits for memory (mimalloc-bench's larson
+    /// preloaded, 32 threads on 2 CPUs, 80 MB of live blocks: 61% of the samples on
+    /// the program's first touch of the new block; BENCHMARKS.md, "The next object's
+    /// line"). Below the last object the slot read is the header's `capacity` word,
+    /// never an address; a prefetch of any value is harmless.
     #[inline(always)]
     pub(super) fn sheaf_pop(&self) -> Option<usize> {
         let count = owner_count(&self.sheaf_len);
