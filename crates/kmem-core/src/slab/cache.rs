@@ -178,7 +178,7 @@ impl KmemCache {
         // SAFETY: nobody else can see the cache yet (caller), so nothing reads the
         // config or the node table while they are written.
         unsafe {
-            *self.config.get() = cfg;
+            *self.config.get() = cfg.with_inline_tag();
             *self.nodes.get() = nodes;
         }
         self.active.store(1, crate::sync::Ordering::Release);

@@ -61,10 +61,19 @@ pub struct CacheConfig {
     start_limit: u64,
     /// Offset of the [`KmemCacheCpu`] in every CPU area.
     pub cpu_offset: usize,
-    /// Offset of the free pointer in a free object.
-    pub offset: usize,
+    /// The cache's sheaf tag on the inline sheaf path: what its slabs' pages carry in
+    /// the page-tag table, `cpu_offset - CPU_AREA_ZERO_LINE`, when the cache runs
+    /// [`FastPath::Sheaf`], else 0, the tag of the CPU areas' zero line, whose sheaves
+    /// are always empty (`state::sheaf_offset`). `kmem_cache_alloc`'s inline pop
+    /// goes to it with no test of the fast path's kind, and `kmem_cache_free`'s
+    /// compares it with the page's tag as it is. Set with the config
+    /// ([`CacheConfig::with_inline_tag`]).
+    pub(crate) inline_tag: usize,
     /// Slots of the cache's sheaves (0: no sheaves, the CPU-slab path).
     pub sheaf_capacity: usize,
+    /// Offset of the free pointer in a free object (the CPU-slab fast path reads it
+    /// with the hardening words, on the line after).
+    pub offset: usize,
     /// `2^32 / size`, rounded up: `off * reciprocal >> 32` is the object index.
     pub(super) reciprocal: u64,
     /// Objects per slab (`oo_objects`).
@@ -156,6 +165,7 @@ pub(crate) fn start_test(size: usize, objects: usize) -> (u64, u64) {
 
 impl CacheConfig {
     pub(super) const EMPTY: CacheConfig = CacheConfig {
+        inline_tag: 0,
         name: [0; CACHE_NAME_LEN],
         name_len: 0,
         object_size: 0,
@@ -187,6 +197,13 @@ impl CacheConfig {
         barn_max_full: 0,
         sheaf_cache: 0,
     };
+
+    /// The config with its `inline_tag` worked out from its fast path and
+    /// `cpu_offset` (both final by the time a cache's config is set).
+    pub(crate) fn with_inline_tag(mut self) -> Self {
+        self.inline_tag = super::state::sheaf_tag_of(&self) as usize;
+        self
+    }
 
     /// The cache's name.
     pub fn name(&self) -> &str {

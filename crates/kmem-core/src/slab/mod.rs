@@ -105,6 +105,7 @@ mod prefill;
 mod refill;
 mod report;
 pub mod sheaf;
+mod sheaf_mem;
 mod sheaf_size;
 mod sheaf_slow;
 mod slabinfo;

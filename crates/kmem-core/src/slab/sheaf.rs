@@ -86,6 +86,12 @@ impl SlabSheaf {
 
 /// Bytes of a sheaf before its first slot.
 pub const SHEAF_HEADER: usize = core::mem::size_of::<SlabSheaf>();
+// The word just before slot 0 is `capacity` (`SlabSheaf`'s invariant), which the
+// double-free test at an empty sheaf's top and the pop's prefetch below its last
+// object read.
+const _: () = assert!(
+    core::mem::offset_of!(SlabSheaf, capacity) + core::mem::size_of::<usize>() == SHEAF_HEADER
+);
 
 /// Where `sheaf_len` keeps the capacity.
 pub const SHEAF_CAP_SHIFT: u32 = 32;
@@ -391,12 +397,14 @@ impl<'a, P: Platform> Slub<'a, P> {
         s: &KmemCache,
         gfp: Gfp,
     ) -> Option<NonNull<u8>> {
-        let cfg = s.config();
-        if cfg.fast != FastPath::Sheaf || gfp.contains(Gfp::ZERO) {
+        if gfp.contains(Gfp::ZERO) {
             return None;
         }
-        // SAFETY: the cache's own offset, and its fast path is the inline sheaf one.
-        unsafe { sheaf_pop_at(c.into(), cfg.cpu_offset) }
+        let off = state::sheaf_offset(s.config().inline_tag);
+        // SAFETY: the offset of the cache's `inline_tag`: its `cpu_offset` when its
+        // fast path is the inline sheaf one, else the zero line
+        // (`CacheConfig::with_inline_tag`).
+        unsafe { sheaf_pop_at(c.into(), off) }
     }
 
     /// [`Slub::alloc_fast`] for a request that may ask for `__GFP_ZERO`: the same pop,
@@ -470,16 +478,18 @@ impl<'a, P: Platform> Slub<'a, P> {
         // `slab::state::sheaf_offset`).
         // The object's own page carries the tag (a tail page of a multi-page slab
         // mirrors its head's), read from the page-tag table, untested.
-        let Some(off_cpu) = self.pages.sheaf_tag(p).map(state::sheaf_offset) else {
+        let Some(tag) = self.pages.sheaf_tag(p) else {
             return false;
         };
         // kmem_cache_free: the tag names the slab's cache by its `cpu_offset`, which
-        // no other cache shares (`sheaf_offset`'s invariant), so an equal offset
-        // is a slab of `want` and no descriptor is read; the zero line (a slab off
-        // the inline path, or no slab) equals no cache's offset.
-        if want.is_some_and(|w| off_cpu != w.config().cpu_offset) {
+        // no other cache shares (`sheaf_offset`'s invariant), so a tag equal to
+        // `want`'s inline tag is a slab of `want` and no descriptor is read. Tag 0
+        // (a slab off the inline path, or no slab) is also the inline tag of every
+        // cache off that path: it passes, and the zero line it leads to refuses.
+        if want.is_some_and(|w| tag != w.config().inline_tag) {
             return false;
         }
+        let off_cpu = state::sheaf_offset(tag);
         // SAFETY: the offset is the slab's cache's `cpu_offset`, where every CPU area
         // keeps its `kmem_cache_cpu`, or the zero line (64 zero bytes of every area and
         // of the zero area): either reads as a `KmemCacheCpu`.
@@ -549,65 +559,6 @@ impl<'a, P: Platform> Slub<'a, P> {
         ptr.store(h.sheaf, Relaxed);
         let w = (h.len as u64) | ((h.cap() as u64) << SHEAF_CAP_SHIFT);
         word.store(w, Release);
-    }
-
-    /// A new empty sheaf for `s` (`alloc_empty_sheaf`), from its sheaf cache through
-    /// the no-CPU path.
-    pub(super) fn alloc_empty_sheaf(
-        &self,
-        s: &KmemCache,
-        gfp: Gfp,
-        capacity: usize,
-    ) -> Option<NonNull<SlabSheaf>> {
-        let cfg = s.config();
-        let sc = if capacity == cfg.sheaf_capacity {
-            // SAFETY: set at creation to a cache that lives as long as the allocator.
-            unsafe { &*(cfg.sheaf_cache as *const KmemCache) }
-        } else {
-            return self.alloc_oversize_sheaf(s, gfp, capacity);
-        };
-        let p = self.alloc_nocpu(sc, gfp - Gfp::ZERO, None)?;
-        s.stat(None, SlubStat::SheafAlloc);
-        // SAFETY: a fresh object of the sheaf cache, big enough for the header and
-        // `capacity` slots (sheaf_capacity chose the cache by that size).
-        Some(unsafe { init_sheaf(p, s, capacity) })
-    }
-
-    /// A sheaf of a capacity other than the cache's (prefill of more objects): pages.
-    #[cold]
-    fn alloc_oversize_sheaf(
-        &self,
-        s: &KmemCache,
-        gfp: Gfp,
-        capacity: usize,
-    ) -> Option<NonNull<SlabSheaf>> {
-        let bytes = SHEAF_HEADER + capacity * core::mem::size_of::<usize>();
-        let order = crate::page::get_order(bytes);
-        let page = self
-            .pages
-            .alloc_pages_node(None, (gfp - Gfp::ZERO) | Gfp::COMP, order, None)?;
-        let p = self.pages.page_address(page).as_ptr() as usize;
-        // SAFETY: fresh pages, big enough.
-        Some(unsafe { init_sheaf(p, s, capacity) })
-    }
-
-    /// Frees an empty sheaf (`free_empty_sheaf`).
-    pub(super) fn free_empty_sheaf(&self, s: &KmemCache, sheaf: NonNull<SlabSheaf>) {
-        let p = sheaf.as_ptr() as usize;
-        s.stat(None, SlubStat::SheafFree);
-        match self.lookup(p as *const u8) {
-            ObjectLookup::Slab(sc, slab) => {
-                // SAFETY: the sheaf is an object of its sheaf cache, ours to give back.
-                unsafe { self.free_object(None, sc, slab, p) };
-            }
-            ObjectLookup::Large(head) => {
-                // SAFETY: an oversize sheaf's pages, ours; the order is on the head.
-                let order = unsafe { head.as_ref() }.order();
-                // SAFETY: as above.
-                unsafe { self.pages.free_pages(None, head, order) };
-            }
-            ObjectLookup::Bad(why) => self.report(s, None, why, p),
-        }
     }
 
     // -----------------------------------------------------------------------
@@ -889,23 +840,5 @@ fn set_size(sheaf: *mut SlabSheaf, len: usize) {
     if let Some(sh) = NonNull::new(sheaf) {
         // SAFETY: a live sheaf the caller holds.
         unsafe { sh.as_ref() }.size.store(len, Relaxed);
-    }
-}
-
-/// Writes an empty sheaf's header at `p`.
-///
-/// # Safety
-/// `p` is fresh memory of at least `SHEAF_HEADER + capacity` words, word aligned.
-unsafe fn init_sheaf(p: usize, s: &KmemCache, capacity: usize) -> NonNull<SlabSheaf> {
-    let sheaf = p as *mut SlabSheaf;
-    // SAFETY: fresh memory of the right size and alignment (caller).
-    unsafe {
-        sheaf.write(SlabSheaf {
-            size: AtomicUsize::new(0),
-            next: AtomicPtr::new(core::ptr::null_mut()),
-            cache: AtomicPtr::new(s as *const KmemCache as *mut KmemCache),
-            capacity: AtomicUsize::new(capacity),
-        });
-        NonNull::new_unchecked(sheaf)
     }
 }

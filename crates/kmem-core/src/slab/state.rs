@@ -196,7 +196,7 @@ pub(crate) fn sheaf_offset(tag: usize) -> usize {
 }
 
 /// The sheaf tag of a slab of `cfg` (see [`sheaf_offset`]).
-fn sheaf_tag_of(cfg: &CacheConfig) -> u32 {
+pub(super) fn sheaf_tag_of(cfg: &CacheConfig) -> u32 {
     // Every cache's `cpu_offset` lies past the zero line and inside an area (the
     // percpu allocator's offsets start after it), so the tag is non-zero and fits; an
     // offset that did not would get no tag (the zero line: the regular path).
