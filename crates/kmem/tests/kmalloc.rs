@@ -314,3 +314,57 @@ fn zeroed_kmalloc_and_cache_objects_reuse_dirty_objects_cleared_whole() {
         }
     }
 }
+
+#[test]
+fn kmem_cache_free_takes_only_its_own_caches_objects() {
+    // The typed free's fast path knows the object's cache from its page's tag alone
+    // (compared with the cache's inline tag): an object of another cache of the same
+    // size, or of a debug cache off the fast path, must be refused there and by the
+    // regular path after it, and never handed out by the wrong cache.
+    let h = heap();
+    let a = h
+        .kmem_cache_create("tag-a", 48, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let b = h
+        .kmem_cache_create("tag-b", 48, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let dbg = h
+        .kmem_cache_create("tag-red", 48, 8, SlabFlags::RED_ZONE, None)
+        .unwrap();
+    // Objects from the caches' slabs, not KFENCE samples (those sit outside the span,
+    // on pages of their own).
+    let slab_object = |s| loop {
+        let p = h.kmem_cache_alloc(s, Gfp::KERNEL).unwrap();
+        if h.page_allocator().in_span(p.as_ptr()) {
+            break p;
+        }
+        // SAFETY: ours, freed once.
+        unsafe { h.kmem_cache_free(s, p) };
+    };
+    let p = slab_object(a);
+    let q = slab_object(dbg);
+    // SAFETY: the misuse under test: neither object is `b`'s, so neither is freed.
+    unsafe {
+        assert!(!h.kmem_cache_free(b, p));
+        assert!(!h.kmem_cache_free(b, q));
+    }
+    // SAFETY: as above: `p` is not the debug cache's.
+    assert!(!unsafe { h.kmem_cache_free(dbg, p) });
+    let objs: Vec<_> = (0..400)
+        .map(|_| h.kmem_cache_alloc(b, Gfp::KERNEL).unwrap())
+        .collect();
+    assert!(!objs.contains(&p) && !objs.contains(&q));
+    // SAFETY: each object goes back to its own cache, once.
+    unsafe {
+        assert!(h.kmem_cache_free(a, p));
+        assert!(h.kmem_cache_free(dbg, q));
+        for o in objs {
+            assert!(h.kmem_cache_free(b, o));
+        }
+    }
+    for s in [a, b, dbg] {
+        h.kmem_cache_shrink(s);
+        // SAFETY: nobody else uses these caches.
+        assert_eq!(unsafe { h.kmem_cache_destroy(s) }, Ok(()));
+    }
+}
