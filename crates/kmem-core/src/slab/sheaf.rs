@@ -268,9 +268,13 @@ impl KmemCacheCpu {
         // and the word (`owner_count`).
         unsafe {
             let main = self.main.load(Relaxed);
+            // Read before the object: read after, the compiler computed its slot's
+            // address in two instructions (`KmemAlloc`'s inlined pop) instead of
+            // folding it into the load.
+            let next = *slot(main, top.wrapping_sub(1));
             let obj = *slot(main, top);
             *count = top as u32;
-            crate::prefetch::prefetch_write(*slot(main, top.wrapping_sub(1)));
+            crate::prefetch::prefetch_write(next);
             Some(obj)
         }
     }
