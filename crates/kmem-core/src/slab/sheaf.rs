@@ -602,8 +602,11 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
         }
         m.len -= 1;
-        // SAFETY: slots 0..len of the main sheaf hold objects (it is ours now).
-        let obj = unsafe { *slot(m.sheaf, m.len) };
+        // SAFETY: slots 0..len of the main sheaf hold objects (it is ours now), and
+        // the word below slot 0 is its header's capacity.
+        let (obj, next) = unsafe { (*slot(m.sheaf, m.len), *slot(m.sheaf, m.len.wrapping_sub(1))) };
+        // The next pop's object, as the fast pop asks for it (`sheaf_pop`).
+        crate::prefetch::prefetch_write(next);
         self.install(cc, Which::Main, m);
         cc.count(SlubStat::AllocCpuSheaf);
         Some(obj)

@@ -127,8 +127,16 @@ impl<P: Platform> Slub<'_, P> {
             )
         };
         let top = n - 1;
-        // SAFETY: as above: slot `top` holds an object.
-        let obj = unsafe { *slot(full.as_ptr(), top) };
+        // SAFETY: as above: slot `top` holds an object, and the word below slot 0 is
+        // the header's capacity (the next pop's object, asked for as the fast pop
+        // asks for it; harmless when there is none).
+        let (obj, next) = unsafe {
+            (
+                *slot(full.as_ptr(), top),
+                *slot(full.as_ptr(), top.wrapping_sub(1)),
+            )
+        };
+        crate::prefetch::prefetch_write(next);
         prefetch_slots(full.as_ptr(), top, true);
         cc.main.store(full.as_ptr(), Relaxed);
         cc.sheaf_len
