@@ -197,6 +197,24 @@ pub(super) fn slot(sheaf: *mut SlabSheaf, i: usize) -> *mut usize {
         .wrapping_add(i.wrapping_mul(core::mem::size_of::<usize>())) as *mut usize
 }
 
+/// Takes the object in slot `top` of `sheaf` and asks for the line of the one below
+/// it, which the next pop hands out (see `KmemCacheCpu::sheaf_pop`). Every pop of a
+/// main sheaf goes through here, fast and slow.
+///
+/// # Safety
+/// `sheaf` is a sheaf the caller holds with an object in slot `top`; the word below
+/// slot 0 is its header's `capacity` (`SlabSheaf`), so slot `top - 1` is readable
+/// whatever `top` is, and a prefetch of its value, address or not, is harmless.
+#[inline(always)]
+pub(super) unsafe fn take_and_prefetch_next(sheaf: *mut SlabSheaf, top: usize) -> usize {
+    // SAFETY: slots `top` and `top - 1` (or the header word) lie in the caller's sheaf.
+    // The next slot is read first: read after, the compiler computed its address in two
+    // instructions (`KmemAlloc`'s inlined pop) instead of folding it into the load.
+    let (next, obj) = unsafe { (*slot(sheaf, top.wrapping_sub(1)), *slot(sheaf, top)) };
+    crate::prefetch::prefetch_write(next);
+    obj
+}
+
 /// One of the CPU's sheaves as the slow path holds it: the sheaf (may be null) and
 /// its count.
 #[derive(Clone, Copy)]
@@ -260,21 +278,15 @@ impl KmemCacheCpu {
     #[inline(always)]
     pub(super) fn sheaf_pop(&self) -> Option<usize> {
         let count = owner_count(&self.sheaf_len);
-        // SAFETY: the main word is the owner's (`owner_count`).
+        // SAFETY: the main word is the owner's, read and written by this CPU area's
+        // owner only (`owner_count`).
         let top = unsafe { *count }.checked_sub(1)? as usize;
         // SAFETY: a non-zero count means `main` is this CPU's main sheaf with
-        // `top + 1` objects in slots 0..=top (module docs), and the word before slot
-        // 0 is its header's `capacity` (`SlabSheaf`); only the owner touches them,
-        // and the word (`owner_count`).
+        // `top + 1` objects in slots 0..=top (module docs); only the owner touches
+        // them, and the word (`owner_count`).
         unsafe {
-            let main = self.main.load(Relaxed);
-            // Read before the object: read after, the compiler computed its slot's
-            // address in two instructions (`KmemAlloc`'s inlined pop) instead of
-            // folding it into the load.
-            let next = *slot(main, top.wrapping_sub(1));
-            let obj = *slot(main, top);
+            let obj = take_and_prefetch_next(self.main.load(Relaxed), top);
             *count = top as u32;
-            crate::prefetch::prefetch_write(next);
             Some(obj)
         }
     }
@@ -602,11 +614,8 @@ impl<'a, P: Platform> Slub<'a, P> {
             }
         }
         m.len -= 1;
-        // SAFETY: slots 0..len of the main sheaf hold objects (it is ours now), and
-        // the word below slot 0 is its header's capacity.
-        let (obj, next) = unsafe { (*slot(m.sheaf, m.len), *slot(m.sheaf, m.len.wrapping_sub(1))) };
-        // The next pop's object, as the fast pop asks for it (`sheaf_pop`).
-        crate::prefetch::prefetch_write(next);
+        // SAFETY: slots 0..len of the main sheaf hold objects (it is ours now).
+        let obj = unsafe { take_and_prefetch_next(m.sheaf, m.len) };
         self.install(cc, Which::Main, m);
         cc.count(SlubStat::AllocCpuSheaf);
         Some(obj)

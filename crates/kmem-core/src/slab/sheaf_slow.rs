@@ -10,7 +10,7 @@
 //! the barn's lock with `try_lock` only (a busy barn goes to `sheaf_alloc` /
 //! `sheaf_free`, which wait for it).
 
-use super::sheaf::{reaches_swap_floor, slot, SlabSheaf, SHEAF_CAP_SHIFT};
+use super::sheaf::{reaches_swap_floor, slot, take_and_prefetch_next, SlabSheaf, SHEAF_CAP_SHIFT};
 use super::*;
 use crate::gfp::Gfp;
 use crate::percpu::CpuRef;
@@ -127,16 +127,8 @@ impl<P: Platform> Slub<'_, P> {
             )
         };
         let top = n - 1;
-        // SAFETY: as above: slot `top` holds an object, and the word below slot 0 is
-        // the header's capacity (the next pop's object, asked for as the fast pop
-        // asks for it; harmless when there is none).
-        let (obj, next) = unsafe {
-            (
-                *slot(full.as_ptr(), top),
-                *slot(full.as_ptr(), top.wrapping_sub(1)),
-            )
-        };
-        crate::prefetch::prefetch_write(next);
+        // SAFETY: as above: slot `top` holds an object.
+        let obj = unsafe { take_and_prefetch_next(full.as_ptr(), top) };
         prefetch_slots(full.as_ptr(), top, true);
         cc.main.store(full.as_ptr(), Relaxed);
         cc.sheaf_len
