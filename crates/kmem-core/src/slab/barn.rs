@@ -21,15 +21,22 @@ use core::ptr::{self, NonNull};
 
 /// Most full sheaves a barn keeps (`MAX_FULL_SHEAVES`); a CPU's full sheaf past it
 /// (or past the cache's byte bound, `sheaf_size::barn_max_full`) is flushed to the slabs.
-/// The kernel keeps 10; kmem lets a barn grow to 256 while it is in use, so that a
-/// program that frees tens of thousands of small objects and allocates them again (a
-/// tree or a table dropped and rebuilt) exchanges whole sheaves instead of going
-/// through the slabs, and gives the sheaves beyond [`BARN_KEEP_SHEAVES`] back once they sat unused
-/// through a decay interval ([`BarnLists::take_idle`]).
-pub const MAX_FULL_SHEAVES: usize = 256;
+/// The kernel keeps 10; kmem lets a barn grow while it is in use, so that a program
+/// that frees tens of thousands of small objects and allocates them again (a tree or a
+/// table dropped and rebuilt) exchanges whole sheaves instead of going through the
+/// slabs, and gives the sheaves beyond [`BARN_KEEP_SHEAVES`] back once they sat unused
+/// through a decay interval ([`BarnLists::take_idle`]). The bound in bytes
+/// (`sheaf_size::BARN_MAX_OBJECT_BYTES`) is what decides for every cache of 16-byte
+/// objects or more; this count only caps the smallest class (4 MiB of 8-byte objects
+/// would be 4,228 sheaves). At 256, the cap before, it decided for every class up to
+/// 128 bytes, and a table of 200,000 16-byte objects freed at once went to its slabs
+/// at a CAS an object past its first 32,000.
+pub const MAX_FULL_SHEAVES: usize = 4096;
 /// Most empty sheaves a barn keeps; past it an empty sheaf is freed
-/// (`MAX_EMPTY_SHEAVES`).
-pub const MAX_EMPTY_SHEAVES: usize = 256;
+/// (`MAX_EMPTY_SHEAVES`). As many as full ones: the empties a barn collects are the
+/// full sheaves it handed out, emptied, and a CPU that frees the objects again wants
+/// them back rather than a new sheaf each time.
+pub const MAX_EMPTY_SHEAVES: usize = MAX_FULL_SHEAVES;
 /// Full and empty sheaves a barn keeps however long they sit unused (the kernel's
 /// limit for both).
 pub const BARN_KEEP_SHEAVES: usize = 10;
