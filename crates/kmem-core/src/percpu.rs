@@ -74,6 +74,15 @@ pub struct CpuArea {
     /// The area's `local_lock`, for platforms where several contexts share an area
     /// (std's per-CPU mode, a preemptible kernel): whoever holds it is the owner.
     local_lock: SpinLock<()>,
+    /// The owner's copy of the page layer's tag-window length (`TagWindow::tagged_len`,
+    /// see `PageAllocator::sheaf_tag_inline`): the inline free path's range check
+    /// compares with it, a plain load from the owner's own area that the compiler
+    /// folds into the compare, where an atomic load of the shared word takes an
+    /// instruction of its own. Written by the owner only (when it takes the area, and
+    /// when its free slow path or its housekeeping finds it behind), read by the owner with
+    /// plain loads; 0 (no address passes) in a new area and in the zero area. It never
+    /// exceeds the shared length, which only grows.
+    pub(crate) tag_limit: AtomicUsize,
 }
 
 // The header fills one line (per-CPU data starts on the next).
@@ -371,6 +380,7 @@ impl CpuAreaPool {
                 slow_paths: AtomicU32::new(0),
                 next_free: AtomicPtr::new(ptr::null_mut()),
                 local_lock: SpinLock::new(()),
+                tag_limit: AtomicUsize::new(0),
             });
         }
         self.table[id].store(area, Ordering::Release);

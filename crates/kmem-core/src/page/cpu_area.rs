@@ -48,6 +48,7 @@ impl<P: Platform> PageAllocator<P> {
             }
         };
         area.set_node(nid);
+        super::memory_model::refresh_area_tag_limit(&self.window, area);
         self.recalc_pcp_high();
         Some(area)
     }

@@ -17,9 +17,23 @@
 use super::descriptor::{Page, PageFlags, PAGE_SHIFT};
 use super::mmzone::{MEMMAP_PAGES, PFN_SECTION_SHIFT, SECTION_SHIFT, SECTION_SIZE};
 use super::PageAllocator;
+use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
 use crate::sync::{AtomicU32, Ordering};
 use core::ptr::NonNull;
+
+/// Sets `area`'s copy of the tag-window length (`CpuArea::tag_limit`) to the shared
+/// one when it is behind. The caller is the area's owner, or is about to hand the
+/// area to its new owner (`cpu_area_get`).
+#[inline]
+pub(super) fn refresh_area_tag_limit(window: &super::TagWindow, area: &CpuArea) {
+    // Acquire: the table's parts below this length are open (`TagWindow`), for the
+    // owner's later reads through its copy.
+    let now = window.tagged_len.load(Ordering::Acquire);
+    if area.tag_limit.load(Ordering::Relaxed) != now {
+        area.tag_limit.store(now, Ordering::Relaxed);
+    }
+}
 
 // SAFETY (for the `unsafe` blocks of the page layer that turn a pfn into a `Page`):
 // `pfn_to_page_raw` is only called with pfns of online sections inside the span, whose
@@ -216,23 +230,65 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// The sheaf tag of the page holding `addr` (see `Page::sheaf_tag`) when `addr`
-    /// lies in the part of the span the tag table covers, else `None`: the inline free
-    /// path's range check and tag, read from the page-tag table at the address's page
-    /// offset, with no descriptor and no flags. Its loads ([`super::TagWindow`]) depend
-    /// on nothing but the address, so they run beside the load of the caller's CPU area.
-    #[inline(always)]
+    /// lies in the part of the span the tag table covers, else `None`: the range check
+    /// and tag, read from the page-tag table at the address's page offset, with no
+    /// descriptor and no flags, against the shared length (tests; the free path
+    /// checks against its area's copy, [`PageAllocator::sheaf_tag_inline`]).
+    #[cfg(test)]
     pub(crate) fn sheaf_tag(&self, addr: *const u8) -> Option<usize> {
+        // SAFETY: Acquire: the table's parts below the length were opened before it
+        // counted them (`TagWindow`'s invariant).
+        unsafe { self.sheaf_tag_below(self.window.tagged_len.load(Ordering::Acquire), addr) }
+    }
+
+    /// The inline free path's [`PageAllocator::sheaf_tag`]: the range check against
+    /// `area`'s copy of the length (`CpuArea::tag_limit`), a plain load from the
+    /// caller's own area that the compiler folds into the compare. The copy may be
+    /// behind the shared length (a section brought online since the owner last
+    /// looked, [`PageAllocator::refresh_tag_limit`]): an address past it is refused
+    /// like one outside the span, and the caller's slow path takes it. Its other loads
+    /// ([`super::TagWindow`]) depend on nothing but the address, so they run beside
+    /// the load of the caller's CPU area.
+    ///
+    /// The caller owns `area` (its [`crate::percpu::InlineArea`]), or it is the zero
+    /// area, whose copy is 0.
+    #[inline(always)]
+    pub(crate) fn sheaf_tag_inline(&self, area: &CpuArea, addr: *const u8) -> Option<usize> {
+        // SAFETY: the copy is written only by the area's owner, the caller (or never:
+        // the zero area), so a plain load races with nothing; the owner loaded it from
+        // the shared length with Acquire (`refresh_tag_limit`), and it never exceeds
+        // that length, so `sheaf_tag_below`'s contract holds.
+        unsafe { self.sheaf_tag_below(*area.tag_limit.as_ptr(), addr) }
+    }
+
+    /// The tag of `addr`'s page if `addr` lies below `limit` bytes from the span's base.
+    ///
+    /// # Safety
+    /// `limit` was read from `TagWindow::tagged_len` (with Acquire, by this thread),
+    /// or is 0.
+    #[inline(always)]
+    unsafe fn sheaf_tag_below(&self, limit: usize, addr: *const u8) -> Option<usize> {
         let w = &self.window;
         let table = w.table.load(Ordering::Relaxed);
         let off = (addr as usize).wrapping_add(w.neg_base.load(Ordering::Relaxed));
-        if off >= w.tagged_len.load(Ordering::Acquire) {
+        if off >= limit {
             return None;
         }
-        // SAFETY: below `tagged_len`, whose sections' parts of the table were opened
-        // before it counted them (Acquire above; `TagWindow`'s invariant): the entry is
-        // mapped, and `table` is not 0 (else `tagged_len` is).
+        // SAFETY: below a length the table covered when this thread read it (the
+        // caller's contract), whose sections' parts of the table were opened before it
+        // counted them (its Acquire; `TagWindow`'s invariant): the entry is mapped, and
+        // `table` is not 0 (else the length is).
         let tag = unsafe { &*(table as *const AtomicU32).add(off >> PAGE_SHIFT) };
         Some(tag.load(Ordering::Relaxed) as usize)
+    }
+
+    /// Brings `c`'s copy of the tag-window length (see
+    /// [`PageAllocator::sheaf_tag_inline`]) up to the shared one. Cheap (two loads and
+    /// a compare); the free slow path, the housekeeping of slow paths and
+    /// `cpu_area_get` call it.
+    #[inline]
+    pub fn refresh_tag_limit(&self, c: CpuRef<'_>) {
+        refresh_area_tag_limit(&self.window, c.area());
     }
 
     /// The address and length of section `nr`'s part of the page-tag table (0: no
@@ -393,6 +449,15 @@ mod tests {
             None,
             "below the base"
         );
+        // The area's copy of the length, taken with the area: the same bound.
+        assert_eq!(pa.sheaf_tag_inline(area, first), None);
+        let last = first.wrapping_sub(PAGE_SIZE);
+        assert_eq!(
+            pa.sheaf_tag_inline(area, last),
+            pa.sheaf_tag(last),
+            "the span's last page online"
+        );
+        assert!(pa.sheaf_tag(last).is_some());
         // A second section comes online: its tags are read at once.
         assert!(pa.add_memory(0));
         assert_eq!(pa.used_len.load(Ordering::Relaxed), used + SECTION_SIZE);
@@ -416,6 +481,16 @@ mod tests {
         // is the one read from the address (the table found from the address and from
         // the descriptor agree).
         assert_eq!(pa.sheaf_tag(late), Some(0));
+        // Through the area's copy, once the owner catches it up: behind the shared
+        // length, the copy refuses the new section (the free slow path, which catches
+        // it up, then takes the object).
+        assert_eq!(pa.sheaf_tag_inline(area, late), None, "the copy is behind");
+        pa.refresh_tag_limit(cpu);
+        assert_eq!(pa.sheaf_tag_inline(area, late), Some(0));
+        assert_eq!(
+            pa.sheaf_tag_inline(area, first.wrapping_add(SECTION_SIZE)),
+            None
+        );
         // SAFETY: a descriptor of a block we hold.
         let page = unsafe {
             pa.virt_to_page(late.wrapping_add(PAGE_SIZE))

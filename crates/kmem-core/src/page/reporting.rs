@@ -103,6 +103,9 @@ impl<P: Platform> PageAllocator<P> {
     #[cold]
     #[inline(never)]
     fn housekeeping(&self, cpu: CpuRef<'_>) {
+        // The area's copy of the tag-window length, caught up here too, not only by a
+        // free the inline path refused (see `PageAllocator::sheaf_tag_inline`).
+        self.refresh_tag_limit(cpu);
         for zone in &self.zones[..self.nr_nodes()] {
             self.maybe_report(Some(cpu), zone);
         }

@@ -493,8 +493,11 @@ impl<'a, P: Platform> Slub<'a, P> {
         // slab's cache, or the area's zero line, which reads as no room (see
         // `slab::state::sheaf_offset`).
         // The object's own page carries the tag (a tail page of a multi-page slab
-        // mirrors its head's), read from the page-tag table, untested.
-        let Some(tag) = self.pages.sheaf_tag(p) else {
+        // mirrors its head's), read from the page-tag table, untested. The range check
+        // is against the area's copy of the table's length, which may be behind: a
+        // slab in a section brought online since is refused here, and the free slow
+        // path (`free_sheaf_slow`) catches the copy up.
+        let Some(tag) = self.pages.sheaf_tag_inline(c.area(), p) else {
             return false;
         };
         // kmem_cache_free: the tag names the slab's cache by its `cpu_offset`, which

@@ -173,6 +173,9 @@ impl<P: Platform> Slub<'_, P> {
     /// As [`Slub::free_fast`] when it returns `Some(true)`.
     #[inline(never)]
     pub unsafe fn free_sheaf_slow(&self, c: CpuRef<'_>, p: *mut u8) -> Option<bool> {
+        // The inline path may have refused `p` for a copy of the tag table's length
+        // that is behind: caught up, `with_free_target` below sees what the table does.
+        self.pages.refresh_tag_limit(c);
         let mut done = None;
         self.with_free_target(c.into(), p, None, |cc| {
             let (f, m) = (cc.spare_len.load(Relaxed), cc.sheaf_len.load(Relaxed));
