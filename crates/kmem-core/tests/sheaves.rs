@@ -905,20 +905,14 @@ fn a_new_sections_objects_go_inline_once_the_free_slow_path_has_seen_it() {
     }
     // The first area's copy is behind: refused inline, taken by the slow path.
     // SAFETY: ours; refused, so still ours.
-    assert!(
-        !unsafe { k.kfree_fast(cpu1, fresh[0].as_ptr()) },
-        "copy behind"
-    );
+    let inline = unsafe { k.kfree_fast(cpu1, fresh[0].as_ptr()) };
+    assert!(!inline, "copy behind");
     // SAFETY: ours, freed once.
-    assert_eq!(
-        unsafe { k.kfree_sheaf_slow(cpu1, fresh[0].as_ptr()) },
-        Some(true)
-    );
+    let slow = unsafe { k.kfree_sheaf_slow(cpu1, fresh[0].as_ptr()) };
+    assert_eq!(slow, Some(true));
     // SAFETY: ours, freed once.
-    assert!(
-        unsafe { k.kfree_fast(cpu1, fresh[1].as_ptr()) },
-        "caught up"
-    );
+    let inline = unsafe { k.kfree_fast(cpu1, fresh[1].as_ptr()) };
+    assert!(inline, "caught up");
     for p in objs {
         // SAFETY: ours, freed once.
         assert!(unsafe { k.kfree(c2, p.as_ptr()) });
