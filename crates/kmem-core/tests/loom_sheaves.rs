@@ -2,18 +2,20 @@
 //!
 //! 1. The sheaves under restartable sequences (`cpu-rseq`): sections on a CPU pop
 //!    from the main sheaf (or the spare, when the main one is empty) and push onto the
-//!    spare by reading that sheaf's
-//!    `count | capacity << 32` word, reading or writing a slot, and committing the word; the area's lock holder, which may run on another
-//!    CPU, first *takes* the word (a section on that CPU that stores 0), then works on
-//!    the sheaves with plain accesses, then *installs* the main pointer and the word
-//!    (Release) — here both words, since its slow paths may swap the two sheaves. A
+//!    spare by reading that sheaf's top (`sheaf + 8 * count`; the push also the spare's
+//!    limit), reading or writing a slot, and committing the top; the area's lock
+//!    holder, which may run on another CPU, first *takes* the top (a section on that
+//!    CPU that stores 0, which both sections then read as no objects and no room), then
+//!    works on the sheaves with plain accesses, then *installs* the pointers, the
+//!    limits and the tops (Release) — here both sheaves, since its slow paths may swap
+//!    the two. A
 //!    section is atomic against everything else on its CPU (the kernel
 //!    restarts it when preempted), modelled as a lock that sections and the take hold;
 //!    the lock holder's work and install run outside it. The slots are loom cells, so
 //!    a slot read that is not ordered after the lock holder's writes is a reported
-//!    race: the sections must read the word with Acquire (a plain load on x86). The
+//!    race: the sections must read the top with Acquire (a plain load on x86). The
 //!    push also reads the object-start checks the install writes before the spare's
-//!    word (`KmemCacheCpu`'s `free_*` words, `rseq::sheaf_push_at`), a loom cell too.
+//!    top (`KmemCacheCpu`'s `free_*` words, `rseq::sheaf_push_at`), a loom cell too.
 //! 2. The barn: kmem-core's own `BarnLists` under a lock, with CPUs exchanging full
 //!    and empty sheaves (put and get, and the front ends' one-step trades,
 //!    `exchange_empty` / `exchange_full`) and a shrinker taking everything; a sheaf's
@@ -26,7 +28,7 @@ use kmem_core::slab::barn::{BarnLists, MAX_FULL_SHEAVES};
 use kmem_core::slab::sheaf::SHEAF_HEADER;
 use kmem_core::slab::SlabSheaf;
 use loom::cell::UnsafeCell;
-use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use std::ptr::NonNull;
@@ -58,15 +60,19 @@ impl Slots {
 
 /// One CPU's sheaves: sheaf 0 starts as main (allocations pop from it) with objects 1
 /// and 2; sheaf 1 is the spare (frees push onto it), empty; objects 3 and 4 are in
-/// the "slabs". Each sheaf has its `count | capacity << 32` word.
+/// the "slabs". Each sheaf has its top (`sheaf + 8 * count`, as `KmemCacheCpu`'s
+/// `main_top` / `spare_top`) and its limit (`sheaf + 8 * capacity`), with sheaf `i` at
+/// the model address [`addr`]`(i)`.
 struct Cpu {
-    main_word: AtomicU64,
-    spare_word: AtomicU64,
+    main_top: AtomicUsize,
+    spare_top: AtomicUsize,
+    main_limit: AtomicUsize,
+    spare_limit: AtomicUsize,
     main: AtomicUsize,
     spare: AtomicUsize,
     sheaves: [Slots; 2],
     /// The object-start checks of the spare's cache (`free_mask`, … in one word):
-    /// written by every install before the words, read by the push.
+    /// written by every install before the tops, read by the push.
     checks: UnsafeCell<usize>,
     /// What runs on this CPU runs alone (a section, or a take).
     on_cpu: Mutex<()>,
@@ -75,17 +81,35 @@ struct Cpu {
     slabs: Mutex<Vec<usize>>,
 }
 
-fn w(count: usize) -> u64 {
-    count as u64 | (CAP as u64) << 32
+/// The model address of sheaf `i` (never 0, as a real sheaf's).
+fn addr(i: usize) -> usize {
+    (i + 1) << 12
+}
+
+/// The sheaf at model address `a`.
+fn index(a: usize) -> usize {
+    (a >> 12) - 1
+}
+
+/// The top of sheaf `i` holding `n` objects.
+fn top(i: usize, n: usize) -> usize {
+    addr(i) + 8 * n
+}
+
+/// The objects a sheaf at `a` holds by its top `t` (none when taken: `t` is 0).
+fn count(t: usize, a: usize) -> usize {
+    t.saturating_sub(a) / 8
 }
 
 impl Cpu {
     fn new() -> Self {
         let c = Cpu {
-            main_word: AtomicU64::new(w(2)),
-            spare_word: AtomicU64::new(w(0)),
-            main: AtomicUsize::new(0),
-            spare: AtomicUsize::new(1),
+            main_top: AtomicUsize::new(top(0, 2)),
+            spare_top: AtomicUsize::new(top(1, 0)),
+            main_limit: AtomicUsize::new(top(0, CAP)),
+            spare_limit: AtomicUsize::new(top(1, CAP)),
+            main: AtomicUsize::new(addr(0)),
+            spare: AtomicUsize::new(addr(1)),
             sheaves: [Slots::new(), Slots::new()],
             checks: UnsafeCell::new(CHECKS),
             on_cpu: Mutex::new(()),
@@ -98,72 +122,84 @@ impl Cpu {
     }
 
     /// `rseq::sheaf_pop`: on the main sheaf, or on the spare when the main one is
-    /// empty (the swap of the lock holder's slow path, done by the section).
+    /// empty (the swap of the lock holder's slow path, done by the section). A sheaf
+    /// holds objects while its top is above its address (a taken top is 0).
     fn pop(&self) -> Option<usize> {
         let _cpu = self.on_cpu.lock().unwrap();
-        let (mut word, mut sheaf) = (&self.main_word, &self.main);
-        let mut wv = word.load(Ordering::Acquire);
-        if wv as u32 == 0 {
-            (word, sheaf) = (&self.spare_word, &self.spare);
-            wv = word.load(Ordering::Acquire);
+        let (mut topw, mut sheaf) = (&self.main_top, &self.main);
+        let mut t = topw.load(Ordering::Acquire);
+        if t <= sheaf.load(Ordering::Relaxed) {
+            (topw, sheaf) = (&self.spare_top, &self.spare);
+            t = topw.load(Ordering::Acquire);
         }
-        let n = wv as u32 as usize;
-        if n == 0 {
+        let a = sheaf.load(Ordering::Relaxed);
+        if t <= a {
             return None;
         }
-        let s = sheaf.load(Ordering::Relaxed);
-        let obj = self.sheaves[s].get(n - 1);
-        word.store(wv - 1, Ordering::Relaxed);
+        let obj = self.sheaves[index(a)].get(count(t, a) - 1);
+        topw.store(t - 8, Ordering::Relaxed);
         Some(obj)
     }
 
-    /// `rseq::sheaf_push`, on the spare sheaf.
+    /// `rseq::sheaf_push`, on the spare sheaf: a taken top (0) refuses on its own,
+    /// else there is room while the top is below the limit.
     fn push(&self, obj: usize) -> bool {
         let _cpu = self.on_cpu.lock().unwrap();
-        let wv = self.spare_word.load(Ordering::Acquire);
-        let n = wv as u32 as usize;
-        if n >= (wv >> 32) as usize {
+        let t = self.spare_top.load(Ordering::Acquire);
+        if t == 0 || t >= self.spare_limit.load(Ordering::Relaxed) {
             return false;
         }
         // SAFETY: loom checks that this read is ordered after the install's write.
         let checks = self.checks.with(|p| unsafe { *p });
         assert_eq!(checks, CHECKS, "a spare with room came without its checks");
-        let f = self.spare.load(Ordering::Relaxed);
-        assert_ne!(n.checked_sub(1).map(|i| self.sheaves[f].get(i)), Some(obj));
-        self.sheaves[f].set(n, obj);
-        self.spare_word.store(wv + 1, Ordering::Relaxed);
+        let a = self.spare.load(Ordering::Relaxed);
+        let n = count(t, a);
+        assert_ne!(
+            n.checked_sub(1).map(|i| self.sheaves[index(a)].get(i)),
+            Some(obj)
+        );
+        self.sheaves[index(a)].set(n, obj);
+        self.spare_top.store(t + 8, Ordering::Relaxed);
         true
     }
 
-    /// The lock holder's take of one word: a section on the CPU that stores 0.
-    fn take(&self, word: &AtomicU64) -> usize {
+    /// The lock holder's take of one top: a section on the CPU that stores 0. Returns
+    /// the objects it counted.
+    fn take(&self, topw: &AtomicUsize, sheaf: &AtomicUsize) -> usize {
         let _cpu = self.on_cpu.lock().unwrap();
-        let v = word.load(Ordering::Relaxed);
-        word.store(0, Ordering::Relaxed);
-        v as u32 as usize
+        let v = topw.load(Ordering::Relaxed);
+        topw.store(0, Ordering::Relaxed);
+        count(v, sheaf.load(Ordering::Relaxed))
     }
 
-    /// The lock holder's install: the pointers, then the words (Release).
+    /// The lock holder's install: the checks, pointers and limits, then the tops
+    /// (Release).
     fn install(&self, (m, mn): (usize, usize), (f, fnn): (usize, usize)) {
         // SAFETY: loom checks that no section's read races with this write.
         self.checks.with_mut(|p| unsafe { *p = CHECKS });
-        self.main.store(m, Ordering::Relaxed);
-        self.spare.store(f, Ordering::Relaxed);
-        self.main_word.store(w(mn), Ordering::Release);
-        self.spare_word.store(w(fnn), Ordering::Release);
+        self.main.store(addr(m), Ordering::Relaxed);
+        self.spare.store(addr(f), Ordering::Relaxed);
+        self.main_limit.store(top(m, CAP), Ordering::Relaxed);
+        self.spare_limit.store(top(f, CAP), Ordering::Relaxed);
+        self.main_top.store(top(m, mn), Ordering::Release);
+        self.spare_top.store(top(f, fnn), Ordering::Release);
     }
 
-    /// The lock holder's allocation slow path (`sheaf_alloc`): take both words; an
+    /// Both sheaves, taken: (main, its objects), (spare, its objects).
+    fn take_both(&self) -> ((usize, usize), (usize, usize)) {
+        let mn = self.take(&self.main_top, &self.main);
+        let fnn = self.take(&self.spare_top, &self.spare);
+        let m = index(self.main.load(Ordering::Relaxed));
+        let f = index(self.spare.load(Ordering::Relaxed));
+        ((m, mn), (f, fnn))
+    }
+
+    /// The lock holder's allocation slow path (`sheaf_alloc`): take both tops; an
     /// empty main swaps with a spare that has `FLOOR` objects, else is refilled from
     /// the slabs (the spare keeps its few); pop one; install.
     fn alloc_slow(&self) -> Option<usize> {
         let _l = self.local_lock.lock().unwrap();
-        let mut mn = self.take(&self.main_word);
-        let mut fnn = self.take(&self.spare_word);
-        let (mut m, mut f) = (
-            self.main.load(Ordering::Relaxed),
-            self.spare.load(Ordering::Relaxed),
-        );
+        let ((mut m, mut mn), (mut f, mut fnn)) = self.take_both();
         if mn == 0 {
             if fnn >= FLOOR {
                 std::mem::swap(&mut m, &mut f);
@@ -186,17 +222,12 @@ impl Cpu {
     }
 
     /// The lock holder's free slow path (`sheaf_free` when the spare is full): take
-    /// both words; a full spare becomes the main sheaf if that one has room for
+    /// both tops; a full spare becomes the main sheaf if that one has room for
     /// `FLOOR` objects (the main one then takes the frees), else is flushed to the
     /// slabs; push; install.
     fn free_slow(&self, obj: usize) {
         let _l = self.local_lock.lock().unwrap();
-        let mut mn = self.take(&self.main_word);
-        let mut fnn = self.take(&self.spare_word);
-        let (mut m, mut f) = (
-            self.main.load(Ordering::Relaxed),
-            self.spare.load(Ordering::Relaxed),
-        );
+        let ((mut m, mut mn), (mut f, mut fnn)) = self.take_both();
         if fnn >= CAP {
             if mn + FLOOR <= CAP {
                 std::mem::swap(&mut m, &mut f);
@@ -215,18 +246,18 @@ impl Cpu {
 
     /// Every object once: held, in a sheaf's counted slots, or in the slabs.
     fn check(&self, held: &[usize]) {
-        let (mn, fnn) = (
-            self.main_word.load(Ordering::Acquire) as u32 as usize,
-            self.spare_word.load(Ordering::Acquire) as u32 as usize,
-        );
         let (m, f) = (
             self.main.load(Ordering::Relaxed),
             self.spare.load(Ordering::Relaxed),
         );
+        let (mn, fnn) = (
+            count(self.main_top.load(Ordering::Acquire), m),
+            count(self.spare_top.load(Ordering::Acquire), f),
+        );
         assert_ne!(m, f, "main and spare are two sheaves");
         let mut all: Vec<usize> = held.to_vec();
-        all.extend((0..mn).map(|i| self.sheaves[m].get(i)));
-        all.extend((0..fnn).map(|i| self.sheaves[f].get(i)));
+        all.extend((0..mn).map(|i| self.sheaves[index(m)].get(i)));
+        all.extend((0..fnn).map(|i| self.sheaves[index(f)].get(i)));
         all.extend(self.slabs.lock().unwrap().iter().copied());
         all.sort();
         assert_eq!(all, (1..=OBJECTS).collect::<Vec<_>>(), "lost or doubled");
@@ -245,7 +276,13 @@ fn free(c: &Cpu, o: usize) {
 
 #[test]
 fn rseq_sections_and_the_lock_holder_keep_every_object_once() {
-    loom::model(|| {
+    // Bounded, as the other models with two threads and a lock holder (`loom_slab`,
+    // `loom_percpu`, bound 3): with the tops, the limits and the pointers as separate
+    // words the unbounded search ran past 15 minutes; bound 4 takes seconds, and fails
+    // at once if the push does not refuse a taken (0) top.
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(4);
+    b.check(|| {
         let cpu = Arc::new(Cpu::new());
         // A thread that allocates three objects (emptying the main sheaf, so the slow
         // path refills) and frees one, against one that frees into a full sheaf.

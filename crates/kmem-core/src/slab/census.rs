@@ -57,13 +57,13 @@ impl<P: Platform> Slub<'_, P> {
             let cc = s.cpu(a);
             let main = cc.main.load(Relaxed);
             if !main.is_null() {
-                let len = cc.sheaf_len.load(Relaxed) as u32 as usize;
+                let len = super::sheaf_top::len_of(cc.main_top.load(Relaxed), main);
                 walk(main, len, |o| visit(o, &mut c));
                 c.in_cpu_sheaves += len;
             }
             let spare = cc.spare.load(Relaxed);
             if !spare.is_null() {
-                let len = cc.spare_len.load(Relaxed) as u32 as usize;
+                let len = super::sheaf_top::len_of(cc.spare_top.load(Relaxed), spare);
                 walk(spare, len, |o| visit(o, &mut c));
                 c.in_cpu_sheaves += len;
             }

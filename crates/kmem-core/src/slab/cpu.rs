@@ -24,27 +24,42 @@ use crate::sync::{
 ///
 /// Layout: the first 64 bytes (the struct is 64-byte aligned) hold everything the
 /// sheaves design's fast paths read, so a free reads this line and the slab's page
-/// descriptor and nothing of the cache: the spare sheaf and its word, the checks of an
-/// object's start (`free_*`, copies of the cache's layout written with the spare sheaf,
-/// see [`KmemCacheCpu::set_free_checks`]; all zero, as in a fresh area, refuses every
-/// pointer), the main sheaf and its word. The CPU-slab design's `(freelist, tid)` pair
-/// follows, 16-byte aligned for its double-word CAS.
+/// descriptor and nothing of the cache: the spare sheaf, its top and its limit, the
+/// checks of an object's start (`free_*`, copies of the cache's layout written with the
+/// spare sheaf, see [`KmemCacheCpu::set_free_checks`]; all zero, as in a fresh area,
+/// refuses every pointer), the main sheaf and its top. The CPU-slab design's
+/// `(freelist, tid)` pair follows, 16-byte aligned for its double-word CAS.
+///
+/// A sheaf's fill level is a *top*: the sheaf's own address plus 8 bytes per object
+/// it holds (`sheaf + 8 * count`), so slot `count - 1` is at `top + SHEAF_HEADER - 8`
+/// and the fast paths reach the slots from the top alone (see `sheaf`'s module docs).
+/// A sheaf is empty when its top is at most its address (0 when no sheaf is held, or
+/// while a restartable sequence's lock holder has taken it); the spare has room while
+/// its top is below `spare_limit` (`spare + 8 * capacity`, 0 without a spare; the main
+/// sheaf's `main_limit` likewise).
 #[repr(C, align(64))]
 pub struct KmemCacheCpu {
-    /// Sheaves design: the spare sheaf's `count | capacity << 32`.
-    pub(super) spare_len: AtomicU64,
+    /// Sheaves design: the spare sheaf's top (`spare + 8 * count`).
+    pub(super) spare_top: AtomicUsize,
     /// Sheaves design: the spare sheaf, which frees push onto.
     pub(super) spare: AtomicPtr<SlabSheaf>,
+    /// Sheaves design: `spare + 8 * capacity` (0 without a spare): the top at which
+    /// the spare is full.
+    pub(super) spare_limit: AtomicUsize,
     /// The cache's `slab_bytes() - 1` (0 until the first spare sheaf is installed).
     pub(super) free_mask: AtomicUsize,
     /// The multiplier of the cache's object-start test (`CacheConfig::start_test`).
     pub(super) free_start_mul: AtomicU64,
     /// The bound of the cache's object-start test.
     pub(super) free_start_limit: AtomicU64,
-    /// Sheaves design: the main sheaf's `count | capacity << 32` (see `sheaf`).
-    pub(super) sheaf_len: AtomicU64,
+    /// Sheaves design: the main sheaf's top (`main + 8 * count`, see `sheaf`).
+    pub(super) main_top: AtomicUsize,
     /// Sheaves design: the main sheaf, which allocations pop from.
     pub(super) main: AtomicPtr<SlabSheaf>,
+    /// Sheaves design: `main + 8 * capacity` (0 without a main sheaf), which a swap of
+    /// the two sheaves makes the spare's limit without reading the sheaf's header. Not
+    /// read by a fast path, so outside their line.
+    pub(super) main_limit: AtomicUsize,
     pub(super) nr_partial: AtomicUsize,
     pub(super) freelist: AtomicUsize,
     pub(super) tid: AtomicUsize,
@@ -63,15 +78,17 @@ const _: () = assert!(
 /// Offset of the CPU freelist in a [`KmemCacheCpu`] (the CPU-slab design's
 /// restartable sequences pop and push there).
 pub const FREELIST_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, freelist);
-/// Offset of the main sheaf's `count | capacity << 32` word in a [`KmemCacheCpu`] (for
-/// the platform's restartable sequences).
-pub const SHEAF_LEN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, sheaf_len);
+/// Offset of the main sheaf's top in a [`KmemCacheCpu`] (for the platform's
+/// restartable sequences).
+pub const MAIN_TOP_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, main_top);
 /// Offset of the main sheaf pointer in a [`KmemCacheCpu`].
 pub const SHEAF_MAIN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, main);
-/// Offset of the spare sheaf's `count | capacity << 32` word in a [`KmemCacheCpu`].
-pub const SPARE_LEN_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, spare_len);
+/// Offset of the spare sheaf's top in a [`KmemCacheCpu`].
+pub const SPARE_TOP_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, spare_top);
 /// Offset of the spare sheaf pointer in a [`KmemCacheCpu`].
 pub const SPARE_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, spare);
+/// Offset of the spare sheaf's limit (`spare + 8 * capacity`) in a [`KmemCacheCpu`].
+pub const SPARE_LIMIT_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, spare_limit);
 /// Offset of the object-start test's mask in a [`KmemCacheCpu`] (the rseq push tests
 /// the object it is given with the three `free_*` words of its CPU's line).
 pub const FREE_MASK_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, free_mask);

@@ -108,6 +108,7 @@ pub mod sheaf;
 mod sheaf_mem;
 mod sheaf_size;
 mod sheaf_slow;
+mod sheaf_top;
 mod slabinfo;
 mod stat;
 mod state;
@@ -122,8 +123,8 @@ pub use cache_list::{CacheList, DestroyError};
 pub use census::SheafCensus;
 pub use cpu::{
     KmemCacheCpu, PerCpuAccess, FREELIST_OFFSET, FREE_MASK_OFFSET, FREE_START_LIMIT_OFFSET,
-    FREE_START_MUL_OFFSET, LOCKLESS_SUPPORTED, SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET,
-    SPARE_LEN_OFFSET, SPARE_OFFSET,
+    FREE_START_MUL_OFFSET, LOCKLESS_SUPPORTED, MAIN_TOP_OFFSET, SHEAF_MAIN_OFFSET,
+    SPARE_LIMIT_OFFSET, SPARE_OFFSET, SPARE_TOP_OFFSET,
 };
 use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};

@@ -24,24 +24,31 @@
 //! (at most an eighth of a sheaf per cache; drains and thread exit give them back).
 //!
 //! ## The sheaves in the CPU area
-//! Each sheaf's fill level lives in the `kmem_cache_cpu`, not in the sheaf: one word
-//! `count | capacity << 32` next to its pointer (`sheaf_len`/`main`,
-//! `spare_len`/`spare`). A pop reads the main word and the object at
-//! `main.objects[count - 1]`, then stores the word less one; a push stores the object
-//! at `spare.objects[count]`, then the spare word plus one. An all-zero word (a fresh
-//! area, or a sheaf taken by the slow path) has neither objects nor room, so both fast
-//! paths fall to the slow path without a null test. A sheaf's own `size` is valid
-//! whenever it is not one of some CPU's two sheaves.
+//! Each sheaf's fill level lives in the `kmem_cache_cpu`, not in the sheaf, as a *top*
+//! next to its pointer: the sheaf's address plus 8 bytes per object it holds
+//! (`main_top`/`main`, `spare_top`/`spare`), so that slot `count` is at
+//! `top + SHEAF_HEADER` and a fast path reaches the slots from the top alone, with no
+//! load of the sheaf's pointer and no index arithmetic. A pop finds objects while the
+//! main top is above the main pointer, takes the object just below the top and stores
+//! the top less 8; a push finds room while the spare top is below `spare_limit`
+//! (`spare + 8 * capacity`), stores the object at the top and the top plus 8. Zero
+//! words (a fresh area, the zero area, a CPU without sheaves) have neither objects nor
+//! room, so both fast paths fall to the slow path without a null test. (One word
+//! `count | capacity << 32` before: a pop and a push each loaded the sheaf's pointer
+//! as well, one instruction more on every malloc and every free; BENCHMARKS.md, "Sheaf
+//! tops".) A sheaf's own `size` is valid whenever it is not one of some CPU's two
+//! sheaves.
 //!
 //! ## Who touches what
 //! The owner of the CPU area (thread mode; the local lock's holder in per-CPU mode)
-//! owns the words, `main`, `spare` and the sheaves they point to. With the platform's
+//! owns the tops, `main`, `spare` and the sheaves they point to. With the platform's
 //! restartable sequences ([`FastPath::SheafRseq`]) the sequences also pop from the main
-//! sheaf and push onto the spare, committing by their store of the word on their CPU;
-//! the lock holder then *takes* a word first ([`crate::Platform::take_cpu_freelist`]:
+//! sheaf and push onto the spare, committing by their store of the top on their CPU;
+//! the lock holder then *takes* a top first ([`crate::Platform::take_cpu_freelist`]:
 //! set to 0 by a sequence on that CPU, so no sequence is half way through), works on
-//! the sheaves, and installs the new word last (Release). While a word is 0 no
-//! sequence touches its sheaf.
+//! the sheaves, and installs the new top last (Release), after the sheaf's pointer and
+//! the spare's limit. While a top is 0 no sequence touches its sheaf (the rseq push
+//! tests for the 0 itself: a 0 top is below any limit).
 //!
 //! Sheaf memory comes from a kmalloc cache through the no-CPU path (`alloc_nocpu`),
 //! which never touches sheaves: no recursion, even for the cache that holds sheaves.
@@ -51,11 +58,12 @@
 
 use super::barn::Barn;
 use super::free::Emptied;
+use super::sheaf_top::{len_of, owner_read, take_and_prefetch_next, take_below, top_of, top_slot};
 use super::*;
 use crate::gfp::Gfp;
 use crate::percpu::{CpuRef, InlineArea};
 use crate::platform::Platform;
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, Ordering::Release};
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering::Relaxed, Ordering::Release};
 use core::ptr::NonNull;
 
 /// A sheaf (`struct slab_sheaf`): a header and `capacity` object slots after it.
@@ -93,9 +101,6 @@ const _: () = assert!(
     core::mem::offset_of!(SlabSheaf, capacity) + core::mem::size_of::<usize>() == SHEAF_HEADER
 );
 
-/// Where `sheaf_len` keeps the capacity.
-pub const SHEAF_CAP_SHIFT: u32 = 32;
-
 /// The fewest objects a swap of the two sheaves hands over: an allocation that finds
 /// the main sheaf empty swaps in a spare holding at least this many (else a full
 /// sheaf comes from the barn, or a refill, and the spare keeps its few), and a free
@@ -127,36 +132,10 @@ pub(super) fn swap_floor(cap: usize) -> usize {
 }
 
 /// `n >= swap_floor(cap)`, without the division and the `max`, for the slow paths
-/// that read a sheaf's word (`n`, `cap` < 2^32).
+/// that read a sheaf's top (`n`, `cap` < 2^32; in objects, or both in bytes).
 #[inline(always)]
 pub(super) fn reaches_swap_floor(n: u64, cap: u64) -> bool {
     n != 0 && n * 8 >= cap
-}
-
-/// The `u32` halves of a sheaf word in memory: the count (its low half) and the
-/// capacity.
-const COUNT_HALF: usize = if cfg!(target_endian = "little") { 0 } else { 1 };
-const CAP_HALF: usize = 1 - COUNT_HALF;
-
-/// The count half of a sheaf word, for the inline fast paths' plain loads and stores:
-/// a push reads the count and the capacity as two `u32`s (one load and a compare with
-/// memory, where the whole word takes a load, two copies, a shift and a compare) and
-/// stores the count alone.
-///
-/// Only a [`FastPath::Sheaf`] or [`FastPath::SheafCounted`] cache's owner may use it:
-/// there every access to the words is the CPU area's owner's (the fast paths, the
-/// slow paths, the census of owned areas), so plain accesses race with nothing; the
-/// restartable sequences, which change a [`FastPath::SheafRseq`] cache's words from
-/// other threads on the CPU, have paths of their own.
-#[inline(always)]
-fn owner_count(word: &AtomicU64) -> *mut u32 {
-    (word.as_ptr() as *mut u32).wrapping_add(COUNT_HALF)
-}
-
-/// The capacity half of a sheaf word (see [`owner_count`], under the same rule).
-#[inline(always)]
-fn owner_cap(word: &AtomicU64) -> *const u32 {
-    (word.as_ptr() as *const u32).wrapping_add(CAP_HALF)
 }
 
 /// How a cache's fast path runs, chosen once when the cache is created (one compare
@@ -195,24 +174,6 @@ pub(super) fn slot(sheaf: *mut SlabSheaf, i: usize) -> *mut usize {
     (sheaf as usize)
         .wrapping_add(SHEAF_HEADER)
         .wrapping_add(i.wrapping_mul(core::mem::size_of::<usize>())) as *mut usize
-}
-
-/// Takes the object in slot `top` of `sheaf` and asks for the line of the one below
-/// it, which the next pop hands out (see `KmemCacheCpu::sheaf_pop`). Every pop of a
-/// main sheaf goes through here, fast and slow.
-///
-/// # Safety
-/// `sheaf` is a sheaf the caller holds with an object in slot `top`; the word below
-/// slot 0 is its header's `capacity` (`SlabSheaf`), so slot `top - 1` is readable
-/// whatever `top` is, and a prefetch of its value, address or not, is harmless.
-#[inline(always)]
-pub(super) unsafe fn take_and_prefetch_next(sheaf: *mut SlabSheaf, top: usize) -> usize {
-    // SAFETY: slots `top` and `top - 1` (or the header word) lie in the caller's sheaf.
-    // The next slot is read first: read after, the compiler computed its address in two
-    // instructions (`KmemAlloc`'s inlined pop) instead of folding it into the load.
-    let (next, obj) = unsafe { (*slot(sheaf, top.wrapping_sub(1)), *slot(sheaf, top)) };
-    crate::prefetch::prefetch_write(next);
-    obj
 }
 
 /// One of the CPU's sheaves as the slow path holds it: the sheaf (may be null) and
@@ -277,18 +238,27 @@ impl KmemCacheCpu {
     /// never an address; a prefetch of any value is harmless.
     #[inline(always)]
     pub(super) fn sheaf_pop(&self) -> Option<usize> {
-        let count = owner_count(&self.sheaf_len);
-        // SAFETY: the main word is the owner's, read and written by this CPU area's
-        // owner only (`owner_count`).
-        let top = unsafe { *count }.checked_sub(1)? as usize;
-        // SAFETY: a non-zero count means `main` is this CPU's main sheaf with
-        // `top + 1` objects in slots 0..=top (module docs); only the owner touches
-        // them, and the word (`owner_count`).
+        // SAFETY: the main top and pointer are the owner's, read and written by this
+        // CPU area's owner only (`owner_read`).
+        let (top, main) = unsafe { (owner_read(&self.main_top), owner_read(self.main_addr())) };
+        if top <= main {
+            return None;
+        }
+        // SAFETY: a top above the main sheaf's address means `main` is this CPU's main
+        // sheaf with objects in the slots below the top (module docs); only the owner
+        // touches them, and the top (`owner_read`).
         unsafe {
-            let obj = take_and_prefetch_next(self.main.load(Relaxed), top);
-            *count = top as u32;
+            let obj = take_below(top);
+            *self.main_top.as_ptr() = top - core::mem::size_of::<usize>();
             Some(obj)
         }
+    }
+
+    /// The main pointer as a word, for [`owner_read`].
+    #[inline(always)]
+    fn main_addr(&self) -> &AtomicUsize {
+        // SAFETY: `AtomicPtr<T>` and `AtomicUsize` have the same size and alignment.
+        unsafe { &*(&self.main as *const AtomicPtr<SlabSheaf> as *const AtomicUsize) }
     }
 
     /// Whether the CPU holds a spare sheaf (full or not). The owner only.
@@ -301,23 +271,21 @@ impl KmemCacheCpu {
     /// spare sheaf); `Err(true)`: `obj` is already the top (a double free).
     #[inline(always)]
     pub(super) fn sheaf_push(&self, obj: usize) -> Result<(), bool> {
-        let count = owner_count(&self.spare_len);
-        // SAFETY: the spare word is the owner's (`owner_count`, `owner_cap`).
-        let (n, cap) = unsafe { (*count, *owner_cap(&self.spare_len)) };
-        if n >= cap {
+        // SAFETY: the spare top and limit are the owner's (`owner_read`).
+        let (top, limit) = unsafe { (owner_read(&self.spare_top), owner_read(&self.spare_limit)) };
+        if top >= limit {
             return Err(false);
         }
-        let n = n as usize;
-        let spare = self.spare.load(Relaxed);
-        // SAFETY: room means a spare sheaf with `n` objects and more slots; slot
-        // `n - 1` of an empty sheaf is its capacity word (never an object). The
-        // word is the owner's (`owner_count`).
+        // SAFETY: room means a spare sheaf whose top is below its limit: the slot at
+        // the top is free, and the one below it holds the top object, or is the
+        // header's capacity word (never an object) when the sheaf is empty. The top is
+        // the owner's (`owner_read`).
         unsafe {
-            if *slot(spare, n.wrapping_sub(1)) == obj {
+            if *top_slot(top.wrapping_sub(8)) == obj {
                 return Err(true);
             }
-            *slot(spare, n) = obj;
-            *count = n as u32 + 1;
+            *top_slot(top) = obj;
+            *self.spare_top.as_ptr() = top + core::mem::size_of::<usize>();
         }
         Ok(())
     }
@@ -359,11 +327,18 @@ impl KmemCacheCpu {
 
     /// Whether an allocation that found the main sheaf empty can swap in the spare:
     /// it holds at least [`swap_floor`] objects (frees since the last swap).
+    /// [`FastPath::Sheaf`] only: no take ever leaves a top below its sheaf there.
     #[inline(always)]
     pub(super) fn can_swap_for_alloc(&self) -> bool {
-        let f = self.spare_len.load(Relaxed);
-        self.sheaf_len.load(Relaxed) as u32 == 0
-            && reaches_swap_floor(f as u32 as u64, f >> SHEAF_CAP_SHIFT)
+        if self.main_top.load(Relaxed) > self.main.load(Relaxed) as usize {
+            return false;
+        }
+        let spare = self.spare.load(Relaxed) as usize;
+        // In bytes: both the objects and the capacity are 8 bytes a slot (0 and 0
+        // without a spare).
+        let n = self.spare_top.load(Relaxed).wrapping_sub(spare);
+        let cap = self.spare_limit.load(Relaxed).wrapping_sub(spare);
+        reaches_swap_floor(n as u64, cap as u64)
     }
 
     /// Swaps the main and spare sheaves, each with its word ([`Slub::alloc_sheaf_slow`],
@@ -371,26 +346,32 @@ impl KmemCacheCpu {
     /// runs on the words ([`FastPath::Sheaf`]). The object checks stay: they belong
     /// to the cache, and were written when the first spare was installed.
     pub(super) fn swap_sheaves(&self) {
-        let (mw, mp) = (self.sheaf_len.load(Relaxed), self.main.load(Relaxed));
-        let (sw, sp) = (self.spare_len.load(Relaxed), self.spare.load(Relaxed));
+        let (mt, mp) = (self.main_top.load(Relaxed), self.main.load(Relaxed));
+        let (st, sp) = (self.spare_top.load(Relaxed), self.spare.load(Relaxed));
+        let (ml, sl) = (
+            self.main_limit.load(Relaxed),
+            self.spare_limit.load(Relaxed),
+        );
         self.main.store(sp, Relaxed);
         self.spare.store(mp, Relaxed);
-        self.sheaf_len.store(sw, Release);
-        self.spare_len.store(mw, Release);
+        self.main_limit.store(sl, Relaxed);
+        self.spare_limit.store(ml, Relaxed);
+        self.main_top.store(st, Release);
+        self.spare_top.store(mt, Release);
     }
 
-    /// The word and pointer of one of the CPU's sheaves.
-    fn parts(&self, which: Which) -> (&AtomicU64, &AtomicPtr<SlabSheaf>) {
+    /// The top and pointer of one of the CPU's sheaves.
+    fn parts(&self, which: Which) -> (&AtomicUsize, &AtomicPtr<SlabSheaf>) {
         match which {
-            Which::Main => (&self.sheaf_len, &self.main),
-            Which::Spare => (&self.spare_len, &self.spare),
+            Which::Main => (&self.main_top, &self.main),
+            Which::Spare => (&self.spare_top, &self.spare),
         }
     }
 
     /// Objects the CPU's sheaves hold (statistics; racy against the owner).
     pub fn sheaf_objects(&self) -> usize {
-        (self.sheaf_len.load(Relaxed) as u32 as usize)
-            + (self.spare_len.load(Relaxed) as u32 as usize)
+        len_of(self.main_top.load(Relaxed), self.main.load(Relaxed))
+            + len_of(self.spare_top.load(Relaxed), self.spare.load(Relaxed))
     }
 
     /// Sheaves the CPU holds (statistics).
@@ -547,37 +528,37 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// Takes one of the CPU's sheaves for the slow path (see the module docs): with
     /// restartable sequences through the platform, which leaves its word 0.
     fn take(&self, c: CpuRef<'_>, cfg: &CacheConfig, cc: &KmemCacheCpu, which: Which) -> Held {
-        let (word, ptr) = cc.parts(which);
-        let w = if cfg.fast == FastPath::SheafRseq {
-            // SAFETY of the cast: `AtomicU64` and `AtomicUsize` have one layout on the
-            // 64-bit targets that run restartable sequences.
-            let word = word as *const AtomicU64 as *const AtomicUsize;
-            // SAFETY: as above; the word lives as long as the area.
-            self.pages
-                .platform()
-                .take_cpu_freelist(c.area().id(), unsafe { &*word }) as u64
+        let (top, ptr) = cc.parts(which);
+        let t = if cfg.fast == FastPath::SheafRseq {
+            self.pages.platform().take_cpu_freelist(c.area().id(), top)
         } else {
-            word.load(Relaxed)
+            top.load(Relaxed)
         };
+        let sheaf = ptr.load(Relaxed);
         Held {
-            sheaf: ptr.load(Relaxed),
-            len: w as u32 as usize,
+            sheaf,
+            len: len_of(t, sheaf),
         }
     }
 
-    /// Installs `h` as one of the CPU's sheaves (the word last, with Release: a
-    /// sequence that reads it sees the slots written before).
+    /// Installs `h` as one of the CPU's sheaves (the pointer and the spare's limit
+    /// first, the top last, with Release: a sequence that reads the top sees the
+    /// slots, the pointer and the limit written before).
     fn install(&self, cc: &KmemCacheCpu, which: Which, h: Held) {
-        let (word, ptr) = cc.parts(which);
-        if which == Which::Spare && !h.sheaf.is_null() {
-            // SAFETY: a sheaf a CPU installs is live and one of its cache's; its
-            // header names the cache (`init_sheaf`), which outlives its sheaves.
-            let s = unsafe { &*(*h.sheaf).cache.load(Relaxed) };
-            cc.set_free_checks(s.config());
+        let (top, ptr) = cc.parts(which);
+        if which == Which::Spare {
+            if !h.sheaf.is_null() {
+                // SAFETY: a sheaf a CPU installs is live and one of its cache's; its
+                // header names the cache (`init_sheaf`), which outlives its sheaves.
+                let s = unsafe { &*(*h.sheaf).cache.load(Relaxed) };
+                cc.set_free_checks(s.config());
+            }
+            cc.spare_limit.store(top_of(h.sheaf, h.cap()), Relaxed);
+        } else {
+            cc.main_limit.store(top_of(h.sheaf, h.cap()), Relaxed);
         }
         ptr.store(h.sheaf, Relaxed);
-        let w = (h.len as u64) | ((h.cap() as u64) << SHEAF_CAP_SHIFT);
-        word.store(w, Release);
+        top.store(top_of(h.sheaf, h.len), Release);
     }
 
     // -----------------------------------------------------------------------

@@ -10,7 +10,8 @@
 //! the barn's lock with `try_lock` only (a busy barn goes to `sheaf_alloc` /
 //! `sheaf_free`, which wait for it).
 
-use super::sheaf::{reaches_swap_floor, slot, take_and_prefetch_next, SlabSheaf, SHEAF_CAP_SHIFT};
+use super::sheaf::{reaches_swap_floor, slot, SlabSheaf};
+use super::sheaf_top::{len_of, take_and_prefetch_next, top_of};
 use super::*;
 use crate::gfp::Gfp;
 use crate::percpu::CpuRef;
@@ -99,11 +100,11 @@ impl<P: Platform> Slub<'_, P> {
     #[inline(always)]
     fn trade_empty_main(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
         let cc = s.cpu(c);
-        let (w, main) = (cc.sheaf_len.load(Relaxed), cc.main.load(Relaxed));
+        let (top, main) = (cc.main_top.load(Relaxed), cc.main.load(Relaxed));
         let Some(empty) = NonNull::new(main) else {
             return self.sheaf_alloc_ptr(c, s);
         };
-        if w as u32 != 0 {
+        if len_of(top, main) != 0 {
             return self.sheaf_alloc_ptr(c, s);
         }
         // SAFETY: the main sheaf is this CPU's (thread mode, the area's owner); its
@@ -119,20 +120,17 @@ impl<P: Platform> Slub<'_, P> {
             return self.sheaf_alloc_ptr(c, s);
         };
         // SAFETY: a sheaf off the barn's full list is ours now, with `size` (at least
-        // one) objects in its first slots and its capacity in its header.
-        let (n, cap) = unsafe {
-            (
-                full.as_ref().size.load(Relaxed),
-                full.as_ref().capacity.load(Relaxed),
-            )
-        };
+        // one) objects in its first slots.
+        let n = unsafe { full.as_ref().size.load(Relaxed) };
         let top = n - 1;
         // SAFETY: as above: slot `top` holds an object.
         let obj = unsafe { take_and_prefetch_next(full.as_ptr(), top) };
         prefetch_slots(full.as_ptr(), top, true);
+        // SAFETY: as above; its capacity is in its header.
+        let cap = unsafe { full.as_ref().capacity.load(Relaxed) };
         cc.main.store(full.as_ptr(), Relaxed);
-        cc.sheaf_len
-            .store(top as u64 | ((cap as u64) << SHEAF_CAP_SHIFT), Release);
+        cc.main_limit.store(top_of(full.as_ptr(), cap), Relaxed);
+        cc.main_top.store(top_of(full.as_ptr(), top), Release);
         cc.count(SlubStat::BarnGet);
         cc.count(SlubStat::AllocCpuSheaf);
         // SAFETY: a sheaf slot below its size holds an object's address, never 0.
@@ -178,15 +176,17 @@ impl<P: Platform> Slub<'_, P> {
         self.pages.refresh_tag_limit(c);
         let mut done = None;
         self.with_free_target(c.into(), p, None, |cc| {
-            let (f, m) = (cc.spare_len.load(Relaxed), cc.sheaf_len.load(Relaxed));
-            let n = f as u32 as usize;
-            let full = n > 0 && n >= (f >> SHEAF_CAP_SHIFT) as usize;
-            // A main sheaf with room for an eighth of a sheaf at least (a sheaf's word
-            // carries its capacity, 0 without a sheaf): see `swap_floor`, and
-            // `sheaf_free` for why not only an empty one.
-            let mcap = m >> SHEAF_CAP_SHIFT;
-            let main_room = reaches_swap_floor(mcap.saturating_sub(m as u32 as u64), mcap);
             let spare = cc.spare.load(Relaxed);
+            let (top, limit) = (cc.spare_top.load(Relaxed), cc.spare_limit.load(Relaxed));
+            let n = len_of(top, spare);
+            let full = n > 0 && top >= limit;
+            // A main sheaf with room for an eighth of a sheaf at least (in bytes, 0
+            // without a sheaf): see `swap_floor`, and `sheaf_free` for why not only
+            // an empty one.
+            let main = cc.main.load(Relaxed) as usize;
+            let mlimit = cc.main_limit.load(Relaxed);
+            let mroom = mlimit.saturating_sub(cc.main_top.load(Relaxed).max(main));
+            let main_room = reaches_swap_floor(mroom as u64, mlimit.saturating_sub(main) as u64);
             // SAFETY: read only when the spare is full (`&&`): its slot `n - 1` then
             // holds an object, and the sheaf is this thread's (thread mode).
             let top_ok = full && unsafe { *slot(spare, n - 1) } != p as usize;
@@ -260,10 +260,9 @@ impl<P: Platform> Slub<'_, P> {
         unsafe { *slot(empty.as_ptr(), 0) = p };
         prefetch_slots(empty.as_ptr(), 0, false);
         cc.spare.store(empty.as_ptr(), Relaxed);
-        cc.spare_len.store(
-            1 | ((cfg.sheaf_capacity as u64) << SHEAF_CAP_SHIFT),
-            Release,
-        );
+        cc.spare_limit
+            .store(top_of(empty.as_ptr(), cfg.sheaf_capacity), Relaxed);
+        cc.spare_top.store(top_of(empty.as_ptr(), 1), Release);
         cc.count(SlubStat::BarnPut);
         cc.count(SlubStat::FreeCpuSheaf);
         Some(true)

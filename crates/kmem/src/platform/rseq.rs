@@ -16,8 +16,10 @@
 //! - [`sheaf_pop_at`], [`sheaf_push_at`] (sheaves design; [`sheaf_pop`] and
 //!   [`sheaf_push`] take the cache's config): on the CPU's main sheaf, or its spare
 //!   when the main one is empty (pop), or its spare sheaf (push) of the
-//!   `kmem_cache_cpu` at a given offset, whose `count | capacity << 32` words sit in
-//!   it: read the word, read or write the slot, commit the word less or plus one; the push first checks that the object starts one of the
+//!   `kmem_cache_cpu` at a given offset, whose tops (`sheaf + 8 * count`) sit in it:
+//!   read the top, read or write the slot beside it, commit the top less or plus 8
+//!   (a top the lock holder took is 0: no objects, and the push tests it for no
+//!   room); the push first checks that the object starts one of the
 //!   cache's objects (the `free_*` words of the same line), so the front ends' free
 //!   needs nothing but the object's page before it;
 //! - [`take_on`]: on CPU `cpu` only, commit `freelist = 0` and return the old value
@@ -37,7 +39,7 @@
 use kmem_core::slab::sheaf::SHEAF_HEADER;
 use kmem_core::slab::{
     CacheConfig, FREELIST_OFFSET, FREE_MASK_OFFSET, FREE_START_LIMIT_OFFSET, FREE_START_MUL_OFFSET,
-    SHEAF_LEN_OFFSET, SHEAF_MAIN_OFFSET, SPARE_LEN_OFFSET, SPARE_OFFSET,
+    MAIN_TOP_OFFSET, SHEAF_MAIN_OFFSET, SPARE_LIMIT_OFFSET, SPARE_OFFSET, SPARE_TOP_OFFSET,
 };
 use std::mem::offset_of;
 
@@ -315,15 +317,16 @@ pub unsafe fn sheaf_pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> 
     unsafe { sheaf_pop_at(rseq, table, cfg.cpu_offset) }
 }
 
-// Each sheaf's pointer sits one word after its `count | capacity << 32` word, so the
-// pop reaches either sheaf from the address of its word.
-const _: () = assert!(SHEAF_MAIN_OFFSET == SHEAF_LEN_OFFSET + 8);
-const _: () = assert!(SPARE_OFFSET == SPARE_LEN_OFFSET + 8);
+// Each sheaf's pointer sits one word after its top, so the pop tests either sheaf from
+// the address of its top.
+const _: () = assert!(SHEAF_MAIN_OFFSET == MAIN_TOP_OFFSET + 8);
+const _: () = assert!(SPARE_OFFSET == SPARE_TOP_OFFSET + 8);
 
 /// Pops an object from the main sheaf of the `kmem_cache_cpu` at offset `off` of the
 /// CPU area of the CPU the thread runs on, or from the spare sheaf (where the frees
 /// went) when the main one is empty; 0 when there is none (no area for the CPU yet, or
-/// both sheaves are empty or taken by the lock holder: their words are 0).
+/// both sheaves are empty or taken by the lock holder: a top at most its sheaf's
+/// address, 0 when taken).
 ///
 /// Popping the spare is what thread mode's swap of the two sheaves does, without the
 /// swap: in this mode a swap is the locked slow path (the area's lock, two takes, two
@@ -340,36 +343,34 @@ const _: () = assert!(SPARE_OFFSET == SPARE_LEN_OFFSET + 8);
 pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usize {
     let obj: usize;
     // SAFETY: the caller's contract. Inside the section every load is from the CPU
-    // table, the area's `kmem_cache_cpu`, or slots `count - 1` and `count - 2` of the
-    // sheaf whose word `w` addresses (a non-zero count means that sheaf has `count`
-    // objects, its pointer one word after the word; below slot 0 is the sheaf's
-    // header); the prefetch reads nothing a program sees; the commit is the store of
-    // that count, the last instruction before label 22. Inputs are never written.
+    // table, the area's `kmem_cache_cpu`, or the two slots below the top `t` of the
+    // sheaf whose top `w` addresses (a top above the sheaf's address, one word after
+    // the top, means that sheaf holds objects in the slots below it; below slot 0 is
+    // the sheaf's header); the prefetch reads nothing a program sees; the commit is
+    // the store of the new top, the last instruction before label 22. Inputs are
+    // never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
             rseq_this_cpu_at!(),
-            // The count is the word's low half: a 32-bit load and a 32-bit commit,
-            // which leave the capacity half as it is (a take zeroes the whole word, on
-            // this CPU or where no sequence runs, so none falls between the two).
-            // `w`: the main sheaf's word, else the spare's when the main is empty.
-            "lea {w}, [{cc} + {off_len}]",
-            "mov {t:e}, dword ptr [{w}]",
-            "test {t:e}, {t:e}",
-            "jnz 31f",
-            "lea {w}, [{cc} + {off_slen}]",
-            "mov {t:e}, dword ptr [{w}]",
-            "test {t:e}, {t:e}",
-            "jz 25f",
+            // `w`: the main sheaf's top, else the spare's when the main is empty. A
+            // taken top is 0, at most any sheaf's address: empty.
+            "lea {w}, [{cc} + {off_top}]",
+            "mov {t}, qword ptr [{w}]",
+            "cmp {t}, qword ptr [{w} + 8]",
+            "ja 31f",
+            "lea {w}, [{cc} + {off_stop}]",
+            "mov {t}, qword ptr [{w}]",
+            "cmp {t}, qword ptr [{w} + 8]",
+            "jbe 25f",
             "31:",
-            "mov {cc}, qword ptr [{w} + 8]",
-            "mov {obj}, qword ptr [{cc} + {t} * 8 + {hdr} - 8]",
+            "mov {obj}, qword ptr [{t} + {hdr} - 8]",
             // The next pop's object asked for, as thread mode's pop does (the word
             // below slot 0 is the header's capacity: a harmless prefetch).
-            "mov {cc}, qword ptr [{cc} + {t} * 8 + {hdr} - 16]",
+            "mov {cc}, qword ptr [{t} + {hdr} - 16]",
             "prefetcht0 byte ptr [{cc}]",
-            "dec {t:e}",
-            "mov dword ptr [{w}], {t:e}",
+            "sub {t}, 8",
+            "mov qword ptr [{w}], {t}",
             "22:",
             "jmp 26f",
             "25:",
@@ -380,8 +381,8 @@ pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usiz
             table = in(reg) table,
             off = in(reg) off,
             len = const TABLE_LEN,
-            off_len = const SHEAF_LEN_OFFSET,
-            off_slen = const SPARE_LEN_OFFSET,
+            off_top = const MAIN_TOP_OFFSET,
+            off_stop = const SPARE_TOP_OFFSET,
             hdr = const SHEAF_HEADER,
             obj = out(reg) obj,
             t = out(reg) _,
@@ -424,31 +425,33 @@ pub unsafe fn sheaf_push(
 #[inline]
 pub unsafe fn sheaf_push_at(rseq: RseqArea, table: *const u8, off: usize, obj: usize) -> Pushed {
     let res: usize;
-    // SAFETY: the caller's contract. A count below the capacity means a spare sheaf
-    // with `count` objects and `capacity` slots, whose cache's object checks are in
-    // the same line; the slot store is beyond the committed count (a restart leaves it
-    // unused), and the commit is the store of the count, the last instruction before
-    // label 22. Slot `count - 1` of an empty sheaf is its capacity word, never an
-    // object. Inputs are never written.
+    // SAFETY: the caller's contract. A top that is not 0 and below the limit means a
+    // spare sheaf with room whose cache's object checks are in the same line (both
+    // installed before the top); the slot store is at the top, beyond the committed
+    // objects (a restart leaves it unused), and the commit is the store of the new
+    // top, the last instruction before label 22. The slot below the top of an empty
+    // sheaf is its capacity word, never an object. Inputs are never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
             rseq_this_cpu_at!(),
-            // The count and the capacity: the word's halves (as in `sheaf_pop_at`).
-            "mov {n:e}, dword ptr [{cc} + {off_len}]",
-            "cmp {n:e}, dword ptr [{cc} + {off_len} + 4]",
+            // The top: 0 while the lock holder has taken it (below any limit, so
+            // tested on its own), else room while it is below the limit.
+            "mov {n}, qword ptr [{cc} + {off_top}]",
+            "test {n}, {n}",
+            "jz 25f",
+            "cmp {n}, qword ptr [{cc} + {off_slimit}]",
             "jae 25f",
             "mov {t}, qword ptr [{cc} + {off_mask}]",
             "and {t}, {obj}",
             "imul {t}, qword ptr [{cc} + {off_mul}]",
             "cmp {t}, qword ptr [{cc} + {off_limit}]",
             "jae 25f",
-            "mov {m}, qword ptr [{cc} + {off_main}]",
-            "cmp qword ptr [{m} + {n} * 8 + {hdr} - 8], {obj}",
+            "cmp qword ptr [{n} + {hdr} - 8], {obj}",
             "je 27f",
-            "mov qword ptr [{m} + {n} * 8 + {hdr}], {obj}",
-            "inc {n:e}",
-            "mov dword ptr [{cc} + {off_len}], {n:e}",
+            "mov qword ptr [{n} + {hdr}], {obj}",
+            "add {n}, 8",
+            "mov qword ptr [{cc} + {off_top}], {n}",
             // The result in `t` (free after the commit; eight registers in all, none
             // a call must keep): 1 done, 2 on top already, 0 not done.
             "22:",
@@ -466,8 +469,8 @@ pub unsafe fn sheaf_push_at(rseq: RseqArea, table: *const u8, off: usize, obj: u
             off = in(reg) off,
             obj = in(reg) obj,
             len = const TABLE_LEN,
-            off_len = const SPARE_LEN_OFFSET,
-            off_main = const SPARE_OFFSET,
+            off_top = const SPARE_TOP_OFFSET,
+            off_slimit = const SPARE_LIMIT_OFFSET,
             off_mask = const FREE_MASK_OFFSET,
             off_mul = const FREE_START_MUL_OFFSET,
             off_limit = const FREE_START_LIMIT_OFFSET,
@@ -475,7 +478,6 @@ pub unsafe fn sheaf_push_at(rseq: RseqArea, table: *const u8, off: usize, obj: u
             t = out(reg) res,
             cc = out(reg) _,
             n = out(reg) _,
-            m = out(reg) _,
             options(nostack),
         );
     }
