@@ -149,7 +149,7 @@ pub enum FastPath {
     /// per object (statistics on).
     SheafCounted,
     /// Sheaves whose fast paths are the platform's restartable sequences; the lock
-    /// holder takes a sheaf's word before it changes that sheaf.
+    /// holder takes a sheaf's top before it changes that sheaf.
     SheafRseq,
     /// The CPU-slab design (`kmem_cache_cpu` freelist and `tid`), reached as
     /// [`CacheConfig::access`] says; also every slub_debug cache in either design.
@@ -292,7 +292,7 @@ impl KmemCacheCpu {
 
     /// Copies what the free fast path checks of an object (`free_mask`,
     /// `free_start_mul`, `free_start_limit`) from the cache's layout: written with
-    /// every spare sheaf installed, before its word, so a spare with room always comes
+    /// every spare sheaf installed, before its top, so a spare with room always comes
     /// with its cache's checks (a `cpu_offset` belongs to one cache for good: per-CPU
     /// offsets are never given back).
     fn set_free_checks(&self, cfg: &CacheConfig) {
@@ -327,7 +327,9 @@ impl KmemCacheCpu {
 
     /// Whether an allocation that found the main sheaf empty can swap in the spare:
     /// it holds at least [`swap_floor`] objects (frees since the last swap).
-    /// [`FastPath::Sheaf`] only: no take ever leaves a top below its sheaf there.
+    ///
+    /// [`FastPath::Sheaf`] only: no take ever leaves a top below its sheaf there, so
+    /// the counts need no saturating subtraction.
     #[inline(always)]
     pub(super) fn can_swap_for_alloc(&self) -> bool {
         if self.main_top.load(Relaxed) > self.main.load(Relaxed) as usize {
@@ -341,7 +343,7 @@ impl KmemCacheCpu {
         reaches_swap_floor(n as u64, cap as u64)
     }
 
-    /// Swaps the main and spare sheaves, each with its word ([`Slub::alloc_sheaf_slow`],
+    /// Swaps the main and spare sheaves, each with its top and limit ([`Slub::alloc_sheaf_slow`],
     /// [`Slub::free_sheaf_slow`]). The owner only, and only where no restartable sequence
     /// runs on the words ([`FastPath::Sheaf`]). The object checks stay: they belong
     /// to the cache, and were written when the first spare was installed.
@@ -526,7 +528,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     /// Takes one of the CPU's sheaves for the slow path (see the module docs): with
-    /// restartable sequences through the platform, which leaves its word 0.
+    /// restartable sequences through the platform, which leaves its top 0.
     fn take(&self, c: CpuRef<'_>, cfg: &CacheConfig, cc: &KmemCacheCpu, which: Which) -> Held {
         let (top, ptr) = cc.parts(which);
         let t = if cfg.fast == FastPath::SheafRseq {
