@@ -278,6 +278,9 @@ const _: () = {
 
 /// The largest size [`KmallocCaches::small_fast`] covers.
 pub const SMALL_FAST_MAX: usize = 1024;
+// The slab layer gives the caches of larger objects, reached through `medium_fast` and
+// `plain`, the medium objects' sheaf rules (`slab::sheaf_medium`).
+const _: () = assert!(SMALL_FAST_MAX == crate::slab::SMALL_OBJECT_MAX);
 /// The largest size [`KmallocCaches::medium_fast`] covers.
 pub const MEDIUM_FAST_MAX: usize = 64 << 10;
 /// The step of [`KmallocCaches::medium_fast`]'s entries.

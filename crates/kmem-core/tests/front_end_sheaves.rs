@@ -326,3 +326,66 @@ fn malloc_fast_hands_out_16_aligned_objects_above_8_bytes() {
         assert!(unsafe { k.kfree(c, p) });
     }
 }
+
+/// The medium kmalloc classes (objects above 1 KiB, sheaves of 2 to 25 objects): their
+/// pop takes the spare once the main sheaf is empty, and a free that finds the spare
+/// full trades it at the barn rather than swapping. A thread that allocates and frees
+/// one block at a time then settles on the spare: no swap and no barn trade per pair.
+/// With the swap, the sheaves of two objects swapped at every pair once both were full.
+#[test]
+fn medium_classes_pop_the_spare_and_a_pair_loop_settles_without_swaps() {
+    let k = kmem(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let cpu = c.unwrap();
+    for size in [2048, 16 << 10, 64 << 10, 256 << 10] {
+        let s = k.kmalloc_cache(size, Gfp::KERNEL).unwrap();
+        let cap = s.config().sheaf_capacity;
+        assert!(cap < 32, "{size}: a medium class's small sheaves ({cap})");
+        let alloc = || {
+            k.kmalloc_fast(cpu, size, Gfp::KERNEL)
+                .or_else(|| k.kmalloc_sheaf_slow(cpu, size, Gfp::KERNEL))
+                .or_else(|| k.kmalloc(c, size, Gfp::KERNEL))
+                .unwrap()
+                .as_ptr()
+        };
+        let free = |p: *mut u8| {
+            // SAFETY: each object the test holds, given up once.
+            let done = unsafe {
+                k.kfree_fast(cpu, p) || k.kfree_sheaf_slow(cpu, p).unwrap_or_else(|| k.kfree(c, p))
+            };
+            assert!(done);
+        };
+        // Both sheaves full (and a sheaf's worth more in the barn): the state in which
+        // every free swapped.
+        let held: Vec<*mut u8> = (0..3 * cap).map(|_| alloc()).collect();
+        held.iter().for_each(|&p| free(p));
+        let count =
+            || [SlubStat::SheafSwap, SlubStat::BarnGet, SlubStat::BarnPut].map(|i| stat(k, s, i));
+        // A few pairs to settle (the main sheaf runs empty, one full spare goes to the
+        // barn), then none of the slow path's steps.
+        let mut seen = HashSet::new();
+        for _ in 0..2 * cap + 2 {
+            let p = alloc();
+            free(p);
+        }
+        let before = count();
+        for i in 0..1000u32 {
+            let p = alloc();
+            // SAFETY: a fresh block of `size` bytes.
+            unsafe { p.cast::<u32>().write(i) };
+            seen.insert(p as usize);
+            free(p);
+        }
+        assert_eq!(
+            count(),
+            before,
+            "{size}: swaps, barn gets and puts in the loop"
+        );
+        assert_eq!(
+            seen.len(),
+            1,
+            "{size}: the loop reused the spare's top object"
+        );
+        check_census(k, s, &[cpu], &HashSet::new());
+    }
+}

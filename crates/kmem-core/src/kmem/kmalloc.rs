@@ -57,11 +57,15 @@ impl<P: Platform> Kmem<P> {
         if size <= MEDIUM_FAST_MAX {
             let off = self.kmalloc.medium_fast(size);
             // SAFETY: as for `small_fast`: `medium_fast` gives the `cpu_offset` of a
-            // plain kmalloc cache on the inline sheaf path, or the zero line.
-            return unsafe { crate::slab::sheaf_pop_at(cpu, off) };
+            // plain kmalloc cache on the inline sheaf path, or the zero line. Its
+            // small sheaves are popped main, then spare (`sheaf_pop_either_at`).
+            return unsafe { crate::slab::sheaf_pop_either_at(cpu, off) };
         }
         let s = self.kmalloc.plain(size)?;
-        self.slub().alloc_fast(cpu, s, gfp)
+        let off = crate::slab::sheaf_offset(s.config().inline_tag);
+        // SAFETY: the offset of the cache's `inline_tag`: its `cpu_offset` when it runs
+        // the inline sheaf path, else the zero line. Main, then spare, as above.
+        unsafe { crate::slab::sheaf_pop_either_at(cpu, off) }
     }
 
     /// [`Kmem::kmalloc_fast`] for C's `malloc(size)`, `size <= SMALL_FAST_MAX`: a pop

@@ -105,6 +105,7 @@ mod prefill;
 mod refill;
 mod report;
 pub mod sheaf;
+mod sheaf_medium;
 mod sheaf_mem;
 mod sheaf_size;
 mod sheaf_slow;
@@ -132,6 +133,7 @@ pub(crate) use layout::NO_OBJCG_CLASS;
 pub use layout::{calculate_order, CacheConfig, Ctor};
 use lockless::Push;
 pub use sheaf::{sheaf_pop_at, FastPath, SlabSheaf, SlubDesign};
+pub use sheaf_medium::{sheaf_pop_either_at, SMALL_OBJECT_MAX};
 pub use sheaf_size::{
     barn_max_bytes, barn_max_full, sheaf_capacity, BARN_MAX_LARGE_OBJECT_BYTES,
     BARN_MAX_OBJECT_BYTES, BARN_SMALL_OBJECT, SHEAF_MAX_OBJECT_BYTES,

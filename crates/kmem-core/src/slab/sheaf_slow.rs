@@ -190,7 +190,15 @@ impl<P: Platform> Slub<'_, P> {
             // SAFETY: read only when the spare is full (`&&`): its slot `n - 1` then
             // holds an object, and the sheaf is this thread's (thread mode).
             let top_ok = full && unsafe { *slot(spare, n - 1) } != p as usize;
-            if top_ok && main_room {
+            // SAFETY: read only when the spare is full (`&&`): a live sheaf of this
+            // CPU, whose header names its cache, which outlives it.
+            let may_swap = top_ok
+                && main_room
+                && unsafe {
+                    let cfg = (*(*spare).cache.load(Relaxed)).config();
+                    Self::free_may_swap(cfg.fast, cfg.size)
+                };
+            if may_swap {
                 cc.swap_sheaves();
                 cc.count(SlubStat::SheafSwap);
                 if cc.sheaf_push(p as usize).is_ok() {

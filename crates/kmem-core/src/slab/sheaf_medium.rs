@@ -1,0 +1,89 @@
+//! The sheaves of medium objects (above [`SMALL_OBJECT_MAX`], 1 KiB): their allocation
+//! pops the spare sheaf once the main one is empty, and a free that finds the spare
+//! full trades it at the barn instead of swapping it with the main sheaf.
+//!
+//! These caches get small sheaves (2 to 25 objects: `SHEAF_MAX_OBJECT_BYTES` bounds
+//! what a sheaf holds), and the general rule — allocations pop the main sheaf, frees
+//! push the spare, the two swap when one runs out — made a thread that allocates and
+//! frees one block at a time swap every object or two: each pair moves an object from
+//! the main sheaf to the spare. Once both were full, every free found the spare full
+//! and the main sheaf with room, and swapped (`icount.sh` large, a 64 KiB
+//! malloc+free: 105 instructions, 27 of them the swap; in `KMEM_PERCPU=cpu-rseq`,
+//! where a swap is the locked slow path, `workloads` medium took 45–75 ns a pair,
+//! 125,000 swaps in 125,000 pairs). Popping the spare when the main sheaf is empty,
+//! and not swapping on a free, the main sheaf runs empty and the pop and the push
+//! then share the spare with no slow path. The restartable sequences' pop takes the
+//! spare the same way for every cache (`platform::rseq` in the `kmem` crate), so their
+//! frees never swap either.
+//!
+//! The caches of small objects keep the general rule: their sheaves hold 20 to 124
+//! objects, a swap moves an eighth of a sheaf at least (`swap_floor`), and their
+//! inline pop stays one test (`sheaf_pop_at`).
+//!
+//! Owns no state. Locking: as `sheaf.rs` (the CPU area's owner only).
+
+use super::sheaf::{sheaf_pop_at, FastPath, SlabSheaf};
+use super::sheaf_top::{owner_read, take_below};
+use super::*;
+use crate::percpu::InlineArea;
+use crate::platform::Platform;
+use crate::sync::{AtomicPtr, AtomicUsize};
+use core::ptr::NonNull;
+
+/// The largest object whose cache keeps the general rule (see the module docs): the
+/// largest size the inline fast paths' size tables reach (kmalloc's `SMALL_FAST_MAX`),
+/// which pop the main sheaf only.
+pub const SMALL_OBJECT_MAX: usize = 1024;
+
+/// kmalloc's fast path for the medium classes: [`sheaf_pop_at`], and when the main
+/// sheaf is empty the top object of the spare, where the frees went, without a swap.
+///
+/// # Safety
+/// As [`sheaf_pop_at`]; the cache's objects are above [`SMALL_OBJECT_MAX`] bytes (a
+/// smaller one is popped correctly too, but its frees would still swap).
+#[inline(always)]
+pub unsafe fn sheaf_pop_either_at(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
+    // SAFETY: forwarded.
+    if let Some(p) = unsafe { sheaf_pop_at(c, cpu_offset) } {
+        return Some(p);
+    }
+    // SAFETY: as in `sheaf_pop_at`: every CPU area keeps the cache's `kmem_cache_cpu`
+    // at that offset (the zero area's zero line: no spare, nothing popped).
+    let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(cpu_offset) };
+    let obj = cc.spare_pop()?;
+    // SAFETY: a sheaf slot below its count holds an object's address, never 0.
+    Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
+}
+
+impl KmemCacheCpu {
+    /// The spare sheaf's top object, or `None` when it has none (or there is no
+    /// spare: its top and pointer are then 0). The owner only.
+    #[inline(always)]
+    fn spare_pop(&self) -> Option<usize> {
+        // SAFETY: `AtomicPtr<T>` and `AtomicUsize` have the same size and alignment.
+        let spare = unsafe { &*(&self.spare as *const AtomicPtr<SlabSheaf> as *const AtomicUsize) };
+        // SAFETY: the spare's top and pointer are the owner's (`owner_read`).
+        let (top, spare) = unsafe { (owner_read(&self.spare_top), owner_read(spare)) };
+        if top <= spare {
+            return None;
+        }
+        // SAFETY: a top above the spare's address means objects in the slots below it
+        // (`sheaf.rs`'s module docs); only the owner touches them and the top.
+        unsafe {
+            let obj = take_below(top);
+            *self.spare_top.as_ptr() = top - core::mem::size_of::<usize>();
+            Some(obj)
+        }
+    }
+}
+
+impl<P: Platform> Slub<'_, P> {
+    /// Whether a free that found the spare full may swap it with a main sheaf that has
+    /// room (an eighth of a sheaf, `swap_floor`): only for a cache of small objects
+    /// (`object_size`, the slot size, at most [`SMALL_OBJECT_MAX`]) off the restartable
+    /// sequences. See the module docs.
+    #[inline(always)]
+    pub(super) fn free_may_swap(fast: FastPath, object_size: usize) -> bool {
+        fast != FastPath::SheafRseq && object_size <= SMALL_OBJECT_MAX
+    }
+}
