@@ -670,8 +670,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             let mut m = self.take(c, cfg, cc, Which::Main);
             if !f.sheaf.is_null()
                 && (m.sheaf.is_null()
-                    || (Self::free_may_swap(cfg.fast, cfg.size)
-                        && m.len + swap_floor(m.cap()) <= m.cap()))
+                    || (Self::free_may_swap(cfg.size) && m.len + swap_floor(m.cap()) <= m.cap()))
             {
                 // The full spare becomes the main sheaf, and the main one, which has
                 // room (an eighth of a sheaf at least: `swap_floor`), takes the frees: the

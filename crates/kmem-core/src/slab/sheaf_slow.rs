@@ -194,10 +194,7 @@ impl<P: Platform> Slub<'_, P> {
             // CPU, whose header names its cache, which outlives it.
             let may_swap = top_ok
                 && main_room
-                && unsafe {
-                    let cfg = (*(*spare).cache.load(Relaxed)).config();
-                    Self::free_may_swap(cfg.fast, cfg.size)
-                };
+                && Self::free_may_swap(unsafe { (*(*spare).cache.load(Relaxed)).config().size });
             if may_swap {
                 cc.swap_sheaves();
                 cc.count(SlubStat::SheafSwap);
