@@ -332,6 +332,7 @@ fn malloc_fast_hands_out_16_aligned_objects_above_8_bytes() {
 /// full trades it at the barn rather than swapping. A thread that allocates and frees
 /// one block at a time then settles on the spare: no swap and no barn trade per pair.
 /// With the swap, the sheaves of two objects swapped at every pair once both were full.
+/// Zeroed requests too.
 #[test]
 fn medium_classes_pop_the_spare_and_a_pair_loop_settles_without_swaps() {
     let k = kmem(2, config(1, 0));
@@ -386,6 +387,30 @@ fn medium_classes_pop_the_spare_and_a_pair_loop_settles_without_swaps() {
             1,
             "{size}: the loop reused the spare's top object"
         );
+        // The zeroed requests' pop (`kzalloc`, `calloc`) settles the same way, each
+        // block cleared whole.
+        let zalloc = || {
+            let gfp = Gfp::KERNEL | Gfp::ZERO;
+            k.slub()
+                .alloc_fast_init(cpu, s, gfp)
+                .or_else(|| k.kmalloc(c, size, gfp))
+                .unwrap()
+                .as_ptr()
+        };
+        for _ in 0..4 {
+            let p = zalloc();
+            free(p);
+        }
+        let before = count();
+        for _ in 0..1000 {
+            let p = zalloc();
+            // SAFETY: a fresh block of `size` bytes, which the previous turn dirtied.
+            let block = unsafe { std::slice::from_raw_parts_mut(p, size) };
+            assert!(block.iter().all(|&b| b == 0), "{size}: cleared whole");
+            block.fill(0xa5);
+            free(p);
+        }
+        assert_eq!(count(), before, "{size}: the zeroed loop's slow path steps");
         check_census(k, s, &[cpu], &HashSet::new());
     }
 }
