@@ -407,8 +407,8 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     /// [`Slub::alloc_fast`] for a request that may ask for `__GFP_ZERO`: the same pop
-    /// (then the spare's top when the main sheaf is empty), then the object initialised as the regular path initialises it
-    /// ([`post_alloc_init`]: zeroed whole). For the front ends' out-of-line halves, so
+    /// (then the spare's top when the main sheaf is empty), then the object initialised
+    /// as the regular path initialises it ([`post_alloc_init`]: zeroed whole). For the front ends' out-of-line halves, so
     /// that `kzalloc`, `kcalloc` and zeroed `kmem_cache_alloc` pop from the sheaf
     /// instead of taking the layers, while the inline fast path keeps its one test.
     /// Given the zero area it finds no object.
@@ -422,8 +422,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         let off = state::sheaf_offset(s.config().inline_tag);
         // SAFETY: as in `alloc_fast`. Main, then spare (`sheaf_pop_either_at`): the
         // object is cleared whole after the pop, which dwarfs the second test, and a
-        // zeroed medium block (`calloc(1, 16384)` in a loop) then settles on the spare
-        // as `malloc`'s does instead of swapping every block or two.
+        // zeroed medium block (`kzalloc(16384)` in a loop) then settles on the spare as
+        // `kmalloc`'s does instead of swapping every block or two.
         let p = unsafe { super::sheaf_pop_either_at(c.into(), off) }?;
         // SAFETY: a new object of `s`, the caller's now.
         unsafe { post_alloc_init(s, p, gfp) };

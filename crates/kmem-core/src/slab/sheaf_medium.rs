@@ -37,9 +37,11 @@ pub const SMALL_OBJECT_MAX: usize = 1024;
 /// kmalloc's fast path for the medium classes: [`sheaf_pop_at`], and when the main
 /// sheaf is empty the top object of the spare, where the frees went, without a swap.
 ///
+/// For any cache on the inline sheaf path; the medium ones are where it matters, and
+/// the zeroed requests' pop (`Slub::alloc_fast_init`) takes it for every cache.
+///
 /// # Safety
-/// As [`sheaf_pop_at`]; the cache's objects are above [`SMALL_OBJECT_MAX`] bytes (a
-/// smaller one is popped correctly too, but its frees would still swap).
+/// As [`sheaf_pop_at`].
 #[inline(always)]
 pub unsafe fn sheaf_pop_either_at(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
     // SAFETY: forwarded.
@@ -81,10 +83,10 @@ impl<P: Platform> Slub<'_, P> {
     /// room (an eighth of a sheaf, `swap_floor`): only for a cache of small objects
     /// (`object_size`, the slot size, at most [`SMALL_OBJECT_MAX`]). See the module
     /// docs. On the restartable sequences too, although their pop takes the spare for
-    /// every cache: for small objects the swap pays for itself there (a batch of 1,000
-    /// 32-byte mallocs then frees, preloaded in `KMEM_PERCPU=cpu-rseq`: 6.1–6.5 ns a
-    /// malloc and 6.6–7.4 a free with it, 8.1 and 8.2–8.3 trading every full spare at
-    /// the barn).
+    /// every cache: for small objects the swap saves a trip to the barn (a batch of
+    /// 1,000 32-byte mallocs then frees, preloaded in `KMEM_PERCPU=cpu-rseq`, eight
+    /// runs of each taking turns: 9.2–9.6 ns a malloc+free with it, 9.3–9.9 trading
+    /// every full spare at the barn).
     #[inline(always)]
     pub(super) fn free_may_swap(object_size: usize) -> bool {
         object_size <= SMALL_OBJECT_MAX
