@@ -339,10 +339,24 @@ pub unsafe fn dealloc_other(p: *mut u8) -> bool {
 ///
 /// # Safety
 /// As [`Heap::dealloc`].
+///
+/// The push alone, then a tail call for the rest: with the rest inline (the CPU-slab
+/// design's push, the slab lookup), the function saved three registers on every call.
 #[inline(never)]
 unsafe fn dealloc_rseq(rseq: RseqArea, p: *mut u8) -> bool {
     // SAFETY: forwarded from the caller.
-    match unsafe { HEAP.rseq_free_ptr(rseq, p) } {
+    unsafe { HEAP.rseq_free_fast(rseq, p) || dealloc_rseq_rest(p) }
+}
+
+/// [`dealloc_rseq`] past the sheaf push: the rest of `Heap::rseq_free_ptr`, else the
+/// regular path.
+///
+/// # Safety
+/// As [`Heap::dealloc`].
+#[inline(never)]
+unsafe fn dealloc_rseq_rest(p: *mut u8) -> bool {
+    // SAFETY: forwarded from the caller.
+    match unsafe { HEAP.rseq_free_ptr_slow(p) } {
         Some(done) => done,
         // SAFETY: forwarded from the caller.
         None => unsafe { dealloc_slow(p) },

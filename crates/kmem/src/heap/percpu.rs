@@ -385,6 +385,17 @@ impl Heap {
         if unsafe { self.rseq_free_fast(rseq, p) } {
             return Some(true);
         }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.rseq_free_ptr_slow(p) }
+    }
+
+    /// [`Heap::rseq_free_ptr`] once the sheaf push refused `p`: the CPU-slab design's
+    /// restartable push from the object's slab.
+    ///
+    /// # Safety
+    /// As [`Heap::dealloc`].
+    #[inline(always)]
+    pub(super) unsafe fn rseq_free_ptr_slow(&self, p: *mut u8) -> Option<bool> {
         match self.kmem.slub().lookup(p) {
             // SAFETY: a checked object of `slab`, given up by the caller.
             ObjectLookup::Slab(s, slab) => unsafe { self.rseq_free(s, slab, p) },
