@@ -238,27 +238,30 @@ impl KmemCacheCpu {
     /// never an address; a prefetch of any value is harmless.
     #[inline(always)]
     pub(super) fn sheaf_pop(&self) -> Option<usize> {
-        // SAFETY: the main top and pointer are the owner's, read and written by this
-        // CPU area's owner only (`owner_read`).
-        let (top, main) = unsafe { (owner_read(&self.main_top), owner_read(self.main_addr())) };
-        if top <= main {
-            return None;
-        }
-        // SAFETY: a top above the main sheaf's address means `main` is this CPU's main
-        // sheaf with objects in the slots below the top (module docs); only the owner
-        // touches them, and the top (`owner_read`).
-        unsafe {
-            let obj = take_below(top);
-            *self.main_top.as_ptr() = top - core::mem::size_of::<usize>();
-            Some(obj)
-        }
+        Self::owner_pop(&self.main_top, &self.main)
     }
 
-    /// The main pointer as a word, for [`owner_read`].
+    /// The pop of [`KmemCacheCpu::sheaf_pop`] on either sheaf, given its top and its
+    /// pointer (`sheaf_medium.rs` pops the spare with it): the top object, or `None`
+    /// when the top is not above the sheaf's address (no objects, no sheaf). The
+    /// owner only.
     #[inline(always)]
-    fn main_addr(&self) -> &AtomicUsize {
+    pub(super) fn owner_pop(top_word: &AtomicUsize, sheaf: &AtomicPtr<SlabSheaf>) -> Option<usize> {
         // SAFETY: `AtomicPtr<T>` and `AtomicUsize` have the same size and alignment.
-        unsafe { &*(&self.main as *const AtomicPtr<SlabSheaf> as *const AtomicUsize) }
+        let sheaf = unsafe { &*(sheaf as *const AtomicPtr<SlabSheaf> as *const AtomicUsize) };
+        // SAFETY: a sheaf's top and pointer are the owner's, read and written by this
+        // CPU area's owner only (`owner_read`).
+        let (top, sheaf) = unsafe { (owner_read(top_word), owner_read(sheaf)) };
+        if top <= sheaf {
+            return None;
+        }
+        // SAFETY: a top above the sheaf's address means objects in the slots below the
+        // top (module docs); only the owner touches them, and the top (`owner_read`).
+        unsafe {
+            let obj = take_below(top);
+            *top_word.as_ptr() = top - core::mem::size_of::<usize>();
+            Some(obj)
+        }
     }
 
     /// Whether the CPU holds a spare sheaf (full or not). The owner only.

@@ -21,12 +21,9 @@
 //!
 //! Owns no state. Locking: as `sheaf.rs` (the CPU area's owner only).
 
-use super::sheaf::{sheaf_pop_at, SlabSheaf};
-use super::sheaf_top::{owner_read, take_below};
 use super::*;
 use crate::percpu::InlineArea;
 use crate::platform::Platform;
-use crate::sync::{AtomicPtr, AtomicUsize};
 use core::ptr::NonNull;
 
 /// The largest object whose cache keeps the general rule (see the module docs): the
@@ -44,38 +41,15 @@ pub const SMALL_OBJECT_MAX: usize = 1024;
 /// As [`sheaf_pop_at`].
 #[inline(always)]
 pub unsafe fn sheaf_pop_either_at(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
-    // SAFETY: forwarded.
-    if let Some(p) = unsafe { sheaf_pop_at(c, cpu_offset) } {
-        return Some(p);
-    }
     // SAFETY: as in `sheaf_pop_at`: every CPU area keeps the cache's `kmem_cache_cpu`
-    // at that offset (the zero area's zero line: no spare, nothing popped).
+    // at that offset (the zero area's zero words: no objects in either sheaf).
     let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(cpu_offset) };
-    let obj = cc.spare_pop()?;
+    let obj = match cc.sheaf_pop() {
+        Some(obj) => obj,
+        None => KmemCacheCpu::owner_pop(&cc.spare_top, &cc.spare)?,
+    };
     // SAFETY: a sheaf slot below its count holds an object's address, never 0.
     Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
-}
-
-impl KmemCacheCpu {
-    /// The spare sheaf's top object, or `None` when it has none (or there is no
-    /// spare: its top and pointer are then 0). The owner only.
-    #[inline(always)]
-    fn spare_pop(&self) -> Option<usize> {
-        // SAFETY: `AtomicPtr<T>` and `AtomicUsize` have the same size and alignment.
-        let spare = unsafe { &*(&self.spare as *const AtomicPtr<SlabSheaf> as *const AtomicUsize) };
-        // SAFETY: the spare's top and pointer are the owner's (`owner_read`).
-        let (top, spare) = unsafe { (owner_read(&self.spare_top), owner_read(spare)) };
-        if top <= spare {
-            return None;
-        }
-        // SAFETY: a top above the spare's address means objects in the slots below it
-        // (`sheaf.rs`'s module docs); only the owner touches them and the top.
-        unsafe {
-            let obj = take_below(top);
-            *self.spare_top.as_ptr() = top - core::mem::size_of::<usize>();
-            Some(obj)
-        }
-    }
 }
 
 impl<P: Platform> Slub<'_, P> {
