@@ -52,3 +52,61 @@ fn a_medium_pair_loop_swaps_no_sheaves_under_the_lock() {
     let swapped = swaps() - before;
     assert!(swapped < n / 100, "{swapped} swaps in {n} pairs");
 }
+
+/// The CPU table's entry for a CPU without an area is the zero area, not null, so the
+/// sequences read it with no test: to each of them it is empty sheaves with no room and
+/// an empty freelist (nothing popped, nothing pushed, nothing written), and the heap
+/// then takes its locked path, which makes the CPU's area. The zero area stays zero.
+#[test]
+fn a_cpu_without_an_area_reads_as_empty_to_every_sequence() {
+    use kmem::platform::rseq::{self, Pushed};
+    use kmem_core::percpu::ZERO_CPU_AREA;
+    let _s = setup();
+    let h = heap();
+    if h.percpu_mode() != PerCpuMode::CpuRseq {
+        println!("rseq unavailable");
+        return;
+    }
+    let area = rseq::area().expect("registered");
+    // A table as the heap's is before any CPU's first use.
+    let table = vec![ZERO_CPU_AREA.base(); rseq::TABLE_LEN];
+    let t = table.as_ptr().cast::<u8>();
+    let s = h.kmem().kmalloc_cache(64, Gfp::KERNEL).unwrap();
+    let cfg = s.config();
+    let obj = h.kmalloc(64, Gfp::KERNEL).unwrap().as_ptr();
+    let base = obj as usize & !(cfg.slab_bytes() - 1);
+    // SAFETY: `area` is this thread's registration; every entry of `table` is the zero
+    // area, whose words at any cache's offset read as its (empty) per-CPU state; `obj`
+    // is an object of `s` that we own, and a push that says `No` leaves it ours.
+    unsafe {
+        assert_eq!(rseq::sheaf_pop_at(area, t, cfg.cpu_offset), 0);
+        assert_eq!(rseq::sheaf_pop(area, t, cfg), 0);
+        assert_eq!(
+            rseq::sheaf_push_at(area, t, cfg.cpu_offset, obj as usize),
+            Pushed::No
+        );
+        assert_eq!(rseq::pop(area, t, cfg), 0);
+        assert_eq!(rseq::push(area, t, cfg, obj as usize, base), Pushed::No);
+    }
+    assert!(ZERO_CPU_AREA.is_zero());
+    // SAFETY: still ours (no push took it), freed once.
+    assert!(unsafe { h.kfree(obj) });
+    // Through the heap, on every CPU this thread may run on: the first operations there
+    // met the zero area (or an area made by an earlier test) and went on as usual.
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut ran = 0;
+    for cpu in 0..cpus {
+        let done = rseq::on_cpu(cpu, || {
+            let ps: Vec<*mut u8> = (0..64)
+                .map(|i| h.kmalloc(8 << (i % 8), Gfp::KERNEL).unwrap().as_ptr())
+                .collect();
+            for p in ps {
+                // SAFETY: ours, freed once.
+                assert!(unsafe { h.kfree(p) });
+            }
+        });
+        ran += usize::from(done.is_some());
+    }
+    assert!(ran > 0);
+    assert!(ZERO_CPU_AREA.is_zero());
+}

@@ -103,7 +103,10 @@ pub struct Heap {
     /// `MODE_THREAD`, `MODE_CPU_LOCK`, `MODE_CPU_CAS` or `MODE_CPU_RSEQ`, fixed at
     /// initialisation.
     mode: AtomicU8,
-    /// Per-CPU mode: the area of each CPU id, made on the CPU's first use.
+    /// Per-CPU mode: the area of each CPU id, made on the CPU's first use; until then
+    /// the zero area ([`NO_CPU_AREA`]), never null, so that the restartable sequences
+    /// read a CPU's sheaves with no test of the entry (the zero area's are empty and
+    /// have no room).
     cpu_table: [AtomicPtr<CpuArea>; MAX_CPU_IDS],
     /// Per-CPU mode: the CPU id + 1 of each area (by area id; 0: none).
     area_cpu: [AtomicU32; kmem_core::percpu::MAX_CPU_AREAS],
@@ -132,6 +135,11 @@ pub fn set_c_front_end() {
 // pass the READY check that guards every read; all other fields are Sync.
 unsafe impl Sync for Heap {}
 
+/// A [`Heap::cpu_table`] entry for a CPU without an area yet: the zero area's first
+/// address (CPU_AREA_SIZE zero bytes, never written: see `kmem_core::percpu::InlineArea`).
+const NO_CPU_AREA: *mut CpuArea =
+    &kmem_core::percpu::ZERO_CPU_AREA as *const kmem_core::percpu::ZeroCpuArea as *mut CpuArea;
+
 static HEAP: Heap = Heap {
     kmem: Kmem::new(HeapPlatform::new()),
     huge: HugeList::new(),
@@ -139,7 +147,7 @@ static HEAP: Heap = Heap {
     state: AtomicU8::new(UNINIT),
     exit_key: AtomicU32::new(0),
     mode: AtomicU8::new(MODE_THREAD),
-    cpu_table: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CPU_IDS],
+    cpu_table: [const { AtomicPtr::new(NO_CPU_AREA) }; MAX_CPU_IDS],
     area_cpu: [const { AtomicU32::new(0) }; kmem_core::percpu::MAX_CPU_AREAS],
     table_lock: kmem_core::sync::SpinLock::new(()),
     abort_on_error: AtomicBool::new(false),

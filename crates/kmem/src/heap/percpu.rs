@@ -25,7 +25,7 @@ use kmem_core::slab::ObjectLookup;
 use kmem_core::sync::SpinLockGuard;
 use kmem_core::{CpuArea, CpuRef, Gfp, KmemCache, Page};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 /// Per-CPU mode requested through [`set_percpu_mode`] before initialisation
 /// (`MODE_UNSET`: take `KMEM_PERCPU`).
@@ -221,6 +221,19 @@ pub(super) fn zero_if_asked(s: &KmemCache, gfp: Gfp, p: NonNull<u8>) -> NonNull<
     p
 }
 
+/// The area a [`Heap::cpu_table`] entry names: `None` for a CPU without one yet (the
+/// entry is the zero area, `NO_CPU_AREA`).
+#[inline]
+fn table_area(slot: &AtomicPtr<CpuArea>) -> Option<&'static CpuArea> {
+    let p = slot.load(Ordering::Acquire);
+    if p == super::NO_CPU_AREA {
+        return None;
+    }
+    // SAFETY: every other entry is an area of the pool (`area_of_cpu` stores nothing
+    // else), and those live forever.
+    Some(unsafe { &*p })
+}
+
 impl Heap {
     /// [`fallback`] in the heap's mode; the CAS attempt gets the area of the CPU the
     /// thread runs on, and the locked path the guard of [`Heap::cpu`].
@@ -256,18 +269,14 @@ impl Heap {
     /// Per-CPU mode: the area of CPU `id`, made on first use.
     fn area_of_cpu(&self, id: usize) -> Option<&'static CpuArea> {
         let slot = self.cpu_table.get(id)?;
-        let p = slot.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: table entries are areas of the pool, which live forever.
-            return Some(unsafe { &*p });
+        if let Some(area) = table_area(slot) {
+            return Some(area);
         }
         // Made under the table lock, which fork's prepare handler also takes (before
         // locking every area it finds in the table), so no area appears unseen.
         let _g = self.table_lock.lock();
-        let p = slot.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: as above.
-            return Some(unsafe { &*p });
+        if let Some(area) = table_area(slot) {
+            return Some(area);
         }
         let (_, node) = crate::platform::linux::getcpu();
         let area = HEAP.kmem.pages.cpu_area_get(node)?;
@@ -287,12 +296,7 @@ impl Heap {
     /// the fast paths cope). `None` when the CPU has no area yet.
     #[inline]
     fn this_cpu_area(&self) -> Option<&'static CpuArea> {
-        let p = self
-            .cpu_table
-            .get(crate::platform::linux::current_cpu())?
-            .load(Ordering::Acquire);
-        // SAFETY: table entries are null or areas that live forever.
-        unsafe { p.as_ref() }
+        table_area(self.cpu_table.get(crate::platform::linux::current_cpu())?)
     }
 
     /// Whether the front ends may take the rseq fast paths (per-CPU rseq mode, the
@@ -356,7 +360,7 @@ impl Heap {
                 return None;
             }
             // SAFETY: `rseq` is this thread's registered area; the table has
-            // MAX_CPU_IDS entries, null or CPU areas, each holding at `off` the
+            // MAX_CPU_IDS entries, the zero area or CPU areas, each holding at `off` the
             // `kmem_cache_cpu` of the class's cache, which runs on the restartable
             // sequences (the size tables `kmalloc_rseq_offset` and
             // `malloc_rseq_offset` read give no other offset): the lock holder
@@ -470,7 +474,7 @@ impl Heap {
             }
             let rseq = crate::platform::rseq::area()?;
             // For both sequences: `rseq` is this thread's registered area; the table
-            // has MAX_CPU_IDS entries, null or CPU areas holding every cache's
+            // has MAX_CPU_IDS entries, the zero area or CPU areas holding every cache's
             // `kmem_cache_cpu` at its offset; the caches run with `rseq` set (so the
             // slab layer changes a CPU freelist only by committing on that CPU, or
             // while it is empty).
@@ -539,10 +543,7 @@ impl Heap {
 
     /// Per-CPU mode: every CPU's area, for reports, flushes and fork.
     pub(super) fn cpu_areas(&self) -> impl Iterator<Item = &'static CpuArea> + '_ {
-        self.cpu_table.iter().filter_map(|p| {
-            // SAFETY: table entries are null or areas that live forever.
-            unsafe { p.load(Ordering::Acquire).as_ref() }
-        })
+        self.cpu_table.iter().filter_map(table_area)
     }
 
     /// Runs `f` as the owner of the CPU areas the caller can reach: in thread mode the

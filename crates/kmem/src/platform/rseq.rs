@@ -56,17 +56,17 @@ macro_rules! rseq_arm {
 }
 
 /// In a section: `{cc}` = the CPU area of the CPU the thread runs on (`cpu_id` at
-/// offset 4, `{table}` of `{len}` entries); to label 25 (no commit) if that CPU has no
-/// area. Uses `{t}`. (No newline at the end: [`rseq_this_cpu`] and
-/// [`rseq_this_cpu_at`] add the `kmem_cache_cpu`'s offset.)
+/// offset 4, `{table}` of `{len}` entries); to label 25 (no commit) for a CPU id past
+/// the table. The entry of a CPU without an area is the zero area, not null: every
+/// sequence reads its words as an empty freelist, empty sheaves and no room, and goes
+/// to label 25 with no test of the entry here. Uses `{t}`. (No newline at the end:
+/// [`rseq_this_cpu`] and [`rseq_this_cpu_at`] add the `kmem_cache_cpu`'s offset.)
 macro_rules! rseq_cpu_area {
     () => {
         "mov {t:e}, dword ptr fs:[{rseq} + 4]\n\
          cmp {t}, {len}\n\
          jae 25f\n\
-         mov {cc}, qword ptr [{table} + {t} * 8]\n\
-         test {cc}, {cc}\n\
-         jz 25f\n"
+         mov {cc}, qword ptr [{table} + {t} * 8]\n"
     };
 }
 
@@ -162,10 +162,11 @@ pub unsafe fn area_known() -> RseqArea {
 ///
 /// # Safety
 /// `rseq` is the calling thread's registered `struct rseq`; `table` has
-/// [`TABLE_LEN`] entries, each null or a CPU area in which `cfg.cpu_offset` holds the
-/// cache's `kmem_cache_cpu` (its freelist at [`FREELIST_OFFSET`]), and `cfg` is that cache's live config
-/// with `rseq` set (no other context changes a CPU's freelist except by committing on
-/// that CPU, or while it is empty).
+/// [`TABLE_LEN`] entries, each a CPU area in which `cfg.cpu_offset` holds the cache's
+/// `kmem_cache_cpu` (its freelist at [`FREELIST_OFFSET`]) or, for a CPU without one
+/// yet, the zero area (`CPU_AREA_SIZE` zero bytes, never written); `cfg` is that
+/// cache's live config with `rseq` set (no other context changes a CPU's freelist
+/// except by committing on that CPU, or while it is empty).
 #[inline]
 pub unsafe fn pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> usize {
     let obj: usize;
@@ -335,7 +336,8 @@ const _: () = assert!(SPARE_OFFSET == SPARE_TOP_OFFSET + 8);
 ///
 /// # Safety
 /// `rseq` is the calling thread's registered `struct rseq`; `table` has
-/// [`TABLE_LEN`] entries, each null or a CPU area in which `off` holds the
+/// [`TABLE_LEN`] entries, each the zero area (a CPU without an area yet:
+/// `CPU_AREA_SIZE` zero bytes, never written) or a CPU area in which `off` holds the
 /// `kmem_cache_cpu` of a cache with `FastPath::SheafRseq` (the `cpu_offset` of such a
 /// cache; no other context changes a CPU's sheaves except by committing on that CPU,
 /// or after taking their words).
