@@ -104,9 +104,11 @@ pub struct Heap {
     /// initialisation.
     mode: AtomicU8,
     /// Per-CPU mode: the area of each CPU id, made on the CPU's first use; until then
-    /// the zero area ([`NO_CPU_AREA`]), never null, so that the restartable sequences
-    /// read a CPU's sheaves with no test of the entry (the zero area's are empty and
-    /// have no room).
+    /// the zero area ([`NO_CPU_AREA`], written into every entry at initialisation in
+    /// the per-CPU modes), never null, so that the restartable sequences read a CPU's
+    /// sheaves with no test of the entry (the zero area's are empty and have no room).
+    /// Null in thread mode, which uses no entry (and so a program that never runs in
+    /// per-CPU mode pays neither a relocation nor a dirty page for the table).
     cpu_table: [AtomicPtr<CpuArea>; MAX_CPU_IDS],
     /// Per-CPU mode: the CPU id + 1 of each area (by area id; 0: none).
     area_cpu: [AtomicU32; kmem_core::percpu::MAX_CPU_AREAS],
@@ -147,7 +149,7 @@ static HEAP: Heap = Heap {
     state: AtomicU8::new(UNINIT),
     exit_key: AtomicU32::new(0),
     mode: AtomicU8::new(MODE_THREAD),
-    cpu_table: [const { AtomicPtr::new(NO_CPU_AREA) }; MAX_CPU_IDS],
+    cpu_table: [const { AtomicPtr::new(std::ptr::null_mut()) }; MAX_CPU_IDS],
     area_cpu: [const { AtomicU32::new(0) }; kmem_core::percpu::MAX_CPU_AREAS],
     table_lock: kmem_core::sync::SpinLock::new(()),
     abort_on_error: AtomicBool::new(false),
@@ -191,6 +193,12 @@ impl Heap {
         config::warn_unknown_vars();
         let mode = percpu::resolve_mode(env.percpu);
         self.mode.store(mode, Ordering::Relaxed);
+        if mode != MODE_THREAD {
+            // Before READY (a release), which every per-CPU path checks first.
+            for slot in &self.cpu_table {
+                slot.store(NO_CPU_AREA, Ordering::Relaxed);
+            }
+        }
         let abort = match env.on_error {
             config::OnError::Abort => true,
             config::OnError::Continue => false,

@@ -222,11 +222,11 @@ pub(super) fn zero_if_asked(s: &KmemCache, gfp: Gfp, p: NonNull<u8>) -> NonNull<
 }
 
 /// The area a [`Heap::cpu_table`] entry names: `None` for a CPU without one yet (the
-/// entry is the zero area, `NO_CPU_AREA`).
+/// entry is the zero area, `NO_CPU_AREA`, or null in thread mode).
 #[inline]
 fn table_area(slot: &AtomicPtr<CpuArea>) -> Option<&'static CpuArea> {
     let p = slot.load(Ordering::Acquire);
-    if p == super::NO_CPU_AREA {
+    if p == super::NO_CPU_AREA || p.is_null() {
         return None;
     }
     // SAFETY: every other entry is an area of the pool (`area_of_cpu` stores nothing
