@@ -13,8 +13,10 @@
 //! slow path, the memory cgroup's path, the per-CPU fallback of `percpu`). No lock of
 //! its own: the CPU area's rules apply (see `cpu`).
 
-use super::percpu::{tagged_rseq_area, RseqArea};
-use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, rseq_tag, thread_cpu};
+use super::percpu::{rseq_area_of, tagged_rseq_area, RseqArea};
+use super::thread::{
+    active_objcg, charged_cpu, fast_cpu, inline_area, inline_area_of, rseq_tag, thread_cpu,
+};
 use super::Heap;
 use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
@@ -28,7 +30,12 @@ impl Heap {
     /// Charged to the thread's active memory cgroup, if it has one.
     #[inline(always)]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        if let Some(p) = self.kmem.kmalloc_fast(inline_area(), size, gfp) {
+        // One load of the fast word for the inline pop and the rseq test (the compiler
+        // did not merge two).
+        let w = fast_tls::get();
+        // SAFETY: read just now, on this thread.
+        let area = unsafe { inline_area_of(w) };
+        if let Some(p) = self.kmem.kmalloc_fast(area, size, gfp) {
             return Some(p);
         }
         if gfp.contains(Gfp::ZERO) && !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE) {
@@ -38,7 +45,7 @@ impl Heap {
                 return Some(p);
             }
         }
-        if let Some(rseq) = tagged_rseq_area() {
+        if let Some(rseq) = rseq_area_of(w) {
             // Per-CPU rseq mode: its fast path, chosen by the word already loaded.
             return self.kmalloc_rseq(rseq, size, gfp);
         }
@@ -212,11 +219,13 @@ impl Heap {
     /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn kfree(&self, p: *mut u8) -> bool {
-        // SAFETY: forwarded from the caller.
-        if unsafe { self.kmem.kfree_fast(inline_area(), p) } {
+        // One load of the fast word for both tests, as in `kmalloc`.
+        let w = fast_tls::get();
+        // SAFETY: forwarded from the caller; `w` was read just now, on this thread.
+        if unsafe { self.kmem.kfree_fast(inline_area_of(w), p) } {
             return true;
         }
-        if let Some(rseq) = tagged_rseq_area() {
+        if let Some(rseq) = rseq_area_of(w) {
             // Per-CPU rseq mode (as in `kmalloc`).
             // SAFETY: forwarded from the caller.
             return unsafe { self.kfree_rseq(rseq, p) };

@@ -193,11 +193,18 @@ pub(super) struct RseqArea;
 
 /// The thread's `struct rseq` when its fast word is the rseq tag (per-CPU rseq mode,
 /// no active memory cgroup), else `None`: what the front ends' rseq fast paths test
-/// first, from the fast word they loaded already (its load is `pure`: the two merge),
-/// and pass on, so that the out-of-line halves test nothing again.
+/// first, from the fast word they loaded already (its load is `pure`, so the two may
+/// merge; [`rseq_area_of`] takes the word itself where they did not), and pass on, so
+/// that the out-of-line halves test nothing again.
 #[inline(always)]
 pub(super) fn tagged_rseq_area() -> Option<RseqArea> {
-    if crate::platform::fast_tls::get() != super::thread::rseq_tag() {
+    rseq_area_of(crate::platform::fast_tls::get())
+}
+
+/// [`tagged_rseq_area`] for a fast word `w` the caller has read.
+#[inline(always)]
+pub(super) fn rseq_area_of(w: usize) -> Option<RseqArea> {
+    if w != super::thread::rseq_tag() {
         return None;
     }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]

@@ -71,10 +71,21 @@ pub(crate) fn no_area() -> usize {
 /// or the zero area (see the module doc), with no test.
 #[inline(always)]
 pub(crate) fn inline_area() -> InlineArea<'static> {
+    // SAFETY: read just now, on this thread.
+    unsafe { inline_area_of(fast_tls::get()) }
+}
+
+/// [`inline_area`] for a fast word `w` the caller has read.
+///
+/// # Safety
+/// `w` is what `fast_tls::get` returned on this thread, and nothing has changed the
+/// thread's slots since (no call that may attach, detach or enter a group).
+#[inline(always)]
+pub(crate) unsafe fn inline_area_of(w: usize) -> InlineArea<'static> {
     // SAFETY: the fast word is the address of an area this thread owns (as in
     // `fast_cpu`) or one of the zero area's two addresses (`refresh_fast`; the TLS
-    // image's initial value).
-    unsafe { InlineArea::from_word(fast_tls::get()) }
+    // image's initial value), and `w` is still that word (the caller's contract).
+    unsafe { InlineArea::from_word(w) }
 }
 
 /// Recomputes the thread's fast word (`platform::fast_tls`): its area when it may use
