@@ -57,6 +57,8 @@ fn a_medium_pair_loop_swaps_no_sheaves_under_the_lock() {
 /// sequences read it with no test: to each of them it is empty sheaves with no room and
 /// an empty freelist (nothing popped, nothing pushed, nothing written), and the heap
 /// then takes its locked path, which makes the CPU's area. The zero area stays zero.
+/// (The sequences exist on x86_64 Linux only.)
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[test]
 fn a_cpu_without_an_area_reads_as_empty_to_every_sequence() {
     use kmem::platform::rseq::{self, Pushed};
