@@ -10,6 +10,16 @@ mod common;
 
 include!("percpu/tests.rs");
 
+/// Whether the heap runs in per-CPU rseq mode here. Without restartable sequences on
+/// this machine it says so: the other modes' binaries test what runs instead.
+fn runs_rseq() -> bool {
+    let on = heap().percpu_mode() == PerCpuMode::CpuRseq;
+    if !on {
+        println!("rseq unavailable");
+    }
+    on
+}
+
 /// The restartable sequences' pop takes the spare once the main sheaf is empty, so a
 /// free that finds the spare full trades it at the barn instead of swapping the two
 /// under the lock. A thread allocating and freeing one 16 KiB block at a time (sheaves
@@ -19,13 +29,10 @@ include!("percpu/tests.rs");
 fn a_medium_pair_loop_swaps_no_sheaves_under_the_lock() {
     use kmem_core::slab::SlubStat;
     let _s = setup();
-    let h = heap();
-    if h.percpu_mode() != PerCpuMode::CpuRseq {
-        // No restartable sequences on this machine: the other modes' binaries test
-        // what runs instead.
-        println!("rseq unavailable");
+    if !runs_rseq() {
         return;
     }
+    let h = heap();
     let size = 16 << 10;
     let s = h.kmem().kmalloc_cache(size, Gfp::KERNEL).unwrap();
     assert!(s.config().sheaf_capacity <= 4);
@@ -64,11 +71,10 @@ fn a_cpu_without_an_area_reads_as_empty_to_every_sequence() {
     use kmem::platform::rseq::{self, Pushed};
     use kmem_core::percpu::ZERO_CPU_AREA;
     let _s = setup();
-    let h = heap();
-    if h.percpu_mode() != PerCpuMode::CpuRseq {
-        println!("rseq unavailable");
+    if !runs_rseq() {
         return;
     }
+    let h = heap();
     let area = rseq::area().expect("registered");
     // A table as the heap's is before any CPU's first use.
     let table = vec![ZERO_CPU_AREA.base(); rseq::TABLE_LEN];
