@@ -201,8 +201,10 @@ impl<'a> InlineArea<'a> {
     /// The handle for an address the caller read from its thread's fast word.
     ///
     /// # Safety
-    /// `word` is the address of an area the caller owns (as for [`CpuRef::new`]), or
-    /// [`ZeroCpuArea::base`] or [`ZeroCpuArea::alternate`] of [`ZERO_CPU_AREA`].
+    /// `word` is the address of an area the caller owns (as for [`CpuRef::new`]), of
+    /// the charged area of one (`Memcg::charged_fast_word`: a block with an area's
+    /// layout, which only that area's owner touches), or [`ZeroCpuArea::base`] or
+    /// [`ZeroCpuArea::alternate`] of [`ZERO_CPU_AREA`].
     #[inline(always)]
     pub unsafe fn from_word(word: usize) -> InlineArea<'static> {
         InlineArea {
@@ -273,14 +275,16 @@ impl PerCpuOffsets {
     }
     /// Reserves `size` bytes aligned to `align` in every CPU area (`alloc_percpu`).
     /// The memory is zero in a new area and must be left in a valid state by the owner
-    /// when the area is flushed. Returns `None` when the areas are full. Offsets are
-    /// never given back (the kernel's percpu chunks are also rarely freed).
+    /// when the area is flushed. Returns `None` when the areas are full (up to the
+    /// charged lines at their end, `page::CPU_AREA_CHARGED_LINES`, which nothing
+    /// gets). Offsets are never given back (the kernel's percpu chunks are also rarely
+    /// freed).
     pub fn alloc(&self, size: usize, align: usize) -> Option<usize> {
         let mut cur = self.next.load(Ordering::Relaxed);
         loop {
             let start = (cur + align - 1) & !(align - 1);
             let end = start.checked_add(size)?;
-            if end > CPU_AREA_SIZE {
+            if end > crate::page::CPU_AREA_CHARGED_LINES {
                 return None;
             }
             match self

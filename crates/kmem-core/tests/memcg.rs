@@ -411,6 +411,14 @@ fn objcg_vectors_go_back_with_their_slabs() {
         .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), "v")
         .unwrap();
     with_cpu(k, |cpu| {
+        // The area's charged area (its objcg sheaves' block, kept with the area for
+        // good, as the area itself) is made by the first charged allocation.
+        let first = k.memcg().kmalloc_objcg(cpu, 32, Gfp::KERNEL, g.objcg());
+        // SAFETY: allocated just above.
+        unsafe { k.kfree(cpu, first.unwrap().as_ptr()) };
+        k.memcg().memcg_drain_stock(cpu.unwrap());
+        k.shrink_all(cpu);
+        k.pages.drain_local_pages(cpu.unwrap());
         let before = k.pages.nr_free_pages();
         let held: Vec<_> = (0..5000)
             .map(|_| {

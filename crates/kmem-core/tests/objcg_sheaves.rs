@@ -12,6 +12,7 @@ use kmem_core::memcontrol::{
     MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_BYTES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
     OBJCG_SHEAVES_MAX_BYTES,
 };
+use kmem_core::percpu::InlineArea;
 use kmem_core::{CpuArea, CpuRef, Gfp, Kmem, SlabFlags};
 use std::collections::HashSet;
 
@@ -260,40 +261,65 @@ fn a_double_free_on_a_full_objcg_sheaf_or_behind_its_back_is_never_freed_twice()
     assert_eq!(g.usage(), 0);
 }
 
+/// The inline free of a thread whose fast word is `a`'s charged area (the heap's
+/// thread running charged to `g`): `p` onto its class's inbox, or false.
+fn inline_free(k: &K, a: &CpuArea, g: &MemCgroup, p: *mut u8) -> bool {
+    // SAFETY: the test owns `a`, so its charged area is the test's too.
+    let c = unsafe { CpuRef::new(a) };
+    let w = k.memcg().charged_fast_word(c, g.objcg());
+    assert_ne!(w, 0, "a charged area for g");
+    // SAFETY: the charged area of an area the caller owns; `p` is the caller's.
+    unsafe { k.kfree_fast(InlineArea::from_word(w), p) }
+}
+
 #[test]
 fn full_objcg_sheaves_hold_their_stated_bound_and_no_more() {
     let k = kmem(2, config(1, 0));
     let g = group(k, "bound");
     let (a, cpu) = own_area(k);
-    // As many objects of every class as its sheaf holds, freed after a drain (so that
-    // no refill's objects wait): every class's sheaf is full, and that is the bound.
+    // Twice as many objects of every class as its sheaf holds, freed after a drain
+    // (so that no refill's objects wait): half onto the kept sheaves (the charged
+    // free), half onto the inboxes (the inline free into the charged area). Every
+    // sheaf is full, and that is the bound.
     let sizes = kmem_core::kmalloc::KMALLOC_SIZES;
     let cap =
         |size: usize| (OBJCG_SHEAF_BYTES / size).clamp(OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS);
     let objs: Vec<_> = sizes
         .iter()
-        .flat_map(|&size| (0..cap(size)).map(move |_| size))
-        .map(|size| alloc(k, cpu, g, size))
+        .flat_map(|&size| (0..2 * cap(size)).map(move |_| size))
+        .map(|size| (size, alloc(k, cpu, g, size)))
         .collect();
     k.memcg().memcg_drain_stock(cpu.unwrap());
-    for &p in &objs {
-        assert!(free(k, cpu, g, p));
+    let mut n = std::collections::HashMap::new();
+    for &(size, p) in &objs {
+        let seen = n.entry(size).or_insert(0);
+        *seen += 1;
+        if *seen <= cap(size) {
+            assert!(free(k, cpu, g, p));
+        } else {
+            assert!(inline_free(k, a, g, p), "room in the inbox of {size}");
+        }
     }
     k.memcg().memcg_flush_stats(cpu);
     assert_eq!(slab_bytes(g), OBJCG_SHEAVES_MAX_BYTES as isize);
-    // More frees of every class keep it there: a full sheaf gives half back first.
+    assert_eq!(held(k, a).1, objs.len());
+    // More frees of every class keep it there: a full sheaf gives half back first,
+    // and the inline free finds a full inbox without room.
     let more: Vec<_> = sizes
         .iter()
         .flat_map(|&size| (0..cap(size) + 1).map(move |_| size))
         .map(|size| alloc(k, cpu, g, size))
         .collect();
     for &p in &more {
-        assert!(free(k, cpu, g, p));
+        if !inline_free(k, a, g, p) {
+            assert!(free(k, cpu, g, p));
+        }
     }
     k.memcg().memcg_flush_stats(cpu);
     assert!(slab_bytes(g) <= OBJCG_SHEAVES_MAX_BYTES as isize);
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(held(k, a).1, 0);
     assert_eq!(g.usage(), 0);
 }
 

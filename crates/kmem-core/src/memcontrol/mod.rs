@@ -22,7 +22,9 @@
 //!   derived from the stock's byte movement (see [`MemcgStock`]). The stock also holds
 //!   the area's objcg sheaves ([`ObjcgSheaves`]): kmalloc objects freed by a context in
 //!   their own group wait there, still charged, for that group's next allocation of
-//!   the class, so a charged pair in steady state neither charges nor uncharges.
+//!   the class, so a charged pair in steady state neither charges nor uncharges. They
+//!   live in the area's charged area (`charged_area`), which a charged thread's inline
+//!   fast paths pop and push like a CPU area's sheaves.
 //!
 //! ## Where the objcg of an object is kept
 //! A slab with accounted objects has a vector of objcg pointers, one per object
@@ -54,6 +56,7 @@
 //! its next charge that misses the stock).
 
 mod charge;
+mod charged_area;
 mod counter;
 mod group;
 mod objcg_sheaf;
@@ -65,8 +68,9 @@ mod test_env;
 
 pub use counter::PageCounter;
 pub use group::{MemCgroup, ObjCgroup};
+pub use charged_area::ObjcgSheaves;
 pub use objcg_sheaf::{
-    ObjcgSheaves, OBJCG_SHEAF_BYTES, OBJCG_SHEAF_CLASSES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
+    OBJCG_SHEAF_BYTES, OBJCG_SHEAF_CLASSES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
     OBJCG_SHEAVES_MAX_BYTES,
 };
 pub use report::{write_memcg_files, MemcgFiles};

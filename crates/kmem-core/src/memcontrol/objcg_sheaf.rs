@@ -6,48 +6,61 @@
 //! objcg's store in the slab's vector, and at its free the vector's lookup, an
 //! uncharge and the free: four to five times an unaccounted pair. Here a free of a
 //! `kmalloc-cg-*` object by a context running in the object's group
-//! ([`Memcg::kfree_objcg`]; the heap's paths for a thread with an active group) pushes
-//! it, still charged and still recorded in its slab's vector, on its class's sheaf
-//! when the area's sheaves hold that objcg; the next charged kmalloc of that class and
-//! objcg pops it and is done. Frees by other contexts (another group, none, another
-//! thread) uncharge as before. The sheaves also move the charge in steps when a
-//! thread allocates or frees runs of a class: a charged kmalloc that finds its class's
-//! sheaf empty refills it ([`REFILL`] objects, half a sheaf, charged at once from the
-//! stock's pre-charged bytes and recorded one by one), and a charged free that finds it
-//! full gives its older half back (cleared from the vectors, freed, uncharged at once)
-//! and waits there. Objects leave charged: usage and the group statistics
-//! count them as allocated while they wait — up to [`OBJCG_SHEAF_BYTES`] per class, or
-//! four objects of the larger classes: [`OBJCG_SHEAVES_MAX_BYTES`] (71 KiB) per area
-//! at most, as the
-//! stock's pre-charged pages count as usage. No other context touches the sheaves, so
-//! there is no lock-free protocol to model.
+//! ([`Memcg::kfree_objcg`]; the heap's paths for a thread with an active group) puts
+//! it, still charged and still recorded in its slab's vector, on its class's *kept
+//! sheaf* when the area's sheaves hold that objcg; the next charged kmalloc of that
+//! class and objcg pops it and is done. Frees by other contexts (another group, none,
+//! another thread) uncharge as before. The sheaves also move the charge in steps when
+//! a thread allocates or frees runs of a class: a charged kmalloc that finds its
+//! class's kept sheaf empty refills it ([`REFILL`] objects, half a sheaf, charged at
+//! once from the stock's pre-charged bytes and recorded one by one), and a charged
+//! free that finds it full gives its older half back (cleared from the vectors, freed,
+//! uncharged at once) and waits there.
 //!
-//! The sheaves live in the area's [`MemcgStock`] and follow its rules: only the area's
-//! owner touches them, and [`Memcg::memcg_drain_stock`] (thread exit, reclaim at
-//! `memory.max` or `memory.high`, drain requests, group removal, exact statistics)
-//! first gives every object back — uncharged, cleared from its vector, freed. They
-//! hold one objcg at a time, with a reference: a free of another objcg's object
-//! retags empty sheaves and otherwise takes the usual path; a charged allocation for
-//! another objcg flushes them.
+//! The sheaves are in the area's charged area (`charged_area`), laid out so that a
+//! thread running charged, whose fast word is that area, reaches them with the inline
+//! fast paths of any thread: kmalloc pops a kept sheaf as it pops a CPU's main sheaf,
+//! and kfree pushes any object of a `kmalloc-cg-*` slab with a vector onto its class's
+//! *inbox*, without reading the vector. The slow paths take an inbox in
+//! ([`Memcg::intake`]) when the kept sheaf is empty (an allocation) or the inbox full
+//! (a free): the objects whose vector slots name the kept sheaves' objcg move to the
+//! kept sheaf, the others are freed as any free would (uncharged from their objcg, or
+//! reported). So a charged pair in steady state reads one vector slot per object, in
+//! a loop, instead of a whole charged free's lookups.
+//!
+//! Objects wait charged: usage and the group statistics count them as allocated while
+//! they wait — up to [`OBJCG_SHEAF_BYTES`] per class and sheaf, or four objects of the
+//! larger classes: [`OBJCG_SHEAVES_MAX_BYTES`] (146 KiB, kept sheaves and inboxes) per
+//! area at most, as the stock's pre-charged pages count as usage. No other context
+//! touches the sheaves, so there is no lock-free protocol to model.
+//!
+//! The sheaves follow the stock's rules: only the area's owner touches them, and
+//! [`Memcg::memcg_drain_stock`] (thread exit, reclaim at `memory.max` or
+//! `memory.high`, drain requests, group removal, exact statistics) first gives every
+//! object back — uncharged, cleared from its vector, freed. The kept sheaves hold one
+//! objcg at a time, with a reference: a free of another objcg's object retags empty
+//! sheaves and otherwise takes the usual path; a charged allocation for another objcg
+//! flushes them.
 //!
 //! Only caches on a sheaf fast path take part: slub_debug and init_on_* caches run
 //! their checks, poisoning and zeroing per object, and the CPU-slab design keeps its
-//! per-object charges. A double free of the object on top of a class's sheaf is
-//! caught, as the slab layer's sheaves catch it; so is one of any object of a full
-//! sheaf (searched whole before its older half goes back).
+//! per-object charges. A double free of the object on top of a kept sheaf or an inbox
+//! is caught, as the slab layer's sheaves catch it; so is one of any object of a full
+//! kept sheaf (searched whole before its older half goes back).
 
+use super::charged_area::ObjcgSheaves;
 use super::*;
 use crate::gfp::Gfp;
 use crate::kmalloc::KMALLOC_SIZES;
 use crate::slab::NO_OBJCG_CLASS;
-use crate::sync::{AtomicPtr, AtomicU32};
+use crate::sync::AtomicPtr;
 use core::ptr::NonNull;
 
 /// Classes with objcg sheaves: every accounted kmalloc class, `kmalloc-cg-8` …
 /// `kmalloc-cg-8k`.
 pub const OBJCG_SHEAF_CLASSES: usize = crate::kmalloc::NR_KMALLOC;
-/// Objects the sheaf of a small class holds.
-pub const OBJCG_SHEAF_SLOTS: usize = 16;
+/// Objects a sheaf (kept or inbox) of a small class holds.
+pub const OBJCG_SHEAF_SLOTS: usize = 32;
 /// Bytes of objects a class's sheaf holds: up to this, or [`OBJCG_SHEAF_MIN_SLOTS`]
 /// objects of the classes of 512 bytes and more.
 pub const OBJCG_SHEAF_BYTES: usize = 2048;
@@ -57,9 +70,10 @@ pub const OBJCG_SHEAF_BYTES: usize = 2048;
 /// time.
 pub const OBJCG_SHEAF_MIN_SLOTS: usize = 4;
 
-/// Objects a class's sheaf holds, by class: `OBJCG_SHEAF_BYTES / size` within
-/// [`OBJCG_SHEAF_MIN_SLOTS`] ..= [`OBJCG_SHEAF_SLOTS`].
-const CAPACITY: [usize; OBJCG_SHEAF_CLASSES] = {
+/// Objects a class's kept sheaf (and its inbox) holds, by class:
+/// `OBJCG_SHEAF_BYTES / size` within [`OBJCG_SHEAF_MIN_SLOTS`] ..=
+/// [`OBJCG_SHEAF_SLOTS`].
+pub(super) const CAPACITY: [usize; OBJCG_SHEAF_CLASSES] = {
     let mut out = [0; OBJCG_SHEAF_CLASSES];
     let mut i = 0;
     while i < OBJCG_SHEAF_CLASSES {
@@ -76,10 +90,11 @@ const CAPACITY: [usize; OBJCG_SHEAF_CLASSES] = {
     out
 };
 
-/// Objects a refill of class `i`'s empty sheaf brings (half its capacity, at least
-/// two): charged in one step from the stock's pre-charged bytes, recorded one by one.
-/// A full sheaf gives back its older half the same way, so a thread that allocates or
-/// frees runs of a class charges and uncharges once every `REFILL[i]` objects.
+/// Objects a refill of class `i`'s empty kept sheaf brings (half its capacity, at
+/// least two): charged in one step from the stock's pre-charged bytes, recorded one by
+/// one. A full kept sheaf gives back its older half the same way, so a thread that
+/// allocates or frees runs of a class charges and uncharges once every `REFILL[i]`
+/// objects.
 const REFILL: [usize; OBJCG_SHEAF_CLASSES] = {
     let mut out = [0; OBJCG_SHEAF_CLASSES];
     let mut i = 0;
@@ -90,89 +105,24 @@ const REFILL: [usize; OBJCG_SHEAF_CLASSES] = {
     out
 };
 const _: () = assert!(OBJCG_SHEAF_MIN_SLOTS / 2 >= 2);
+const _: () = assert!(OBJCG_SHEAF_CLASSES < NO_OBJCG_CLASS as usize);
+// `intake` marks inbox slots in a `u32`.
+const _: () = assert!(OBJCG_SHEAF_SLOTS <= 32);
 
-/// The most bytes of objects one CPU area's objcg sheaves hold (every class full):
-/// what `usage()` may count of objects that wait there, per charged thread.
+/// The most bytes of objects one CPU area's objcg sheaves hold (every kept sheaf and
+/// every inbox full): what `usage()` may count of objects that wait there, per charged
+/// thread.
 pub const OBJCG_SHEAVES_MAX_BYTES: usize = {
     let mut sum = 0;
     let mut i = 0;
     while i < OBJCG_SHEAF_CLASSES {
-        sum += CAPACITY[i] * KMALLOC_SIZES[i];
+        sum += 2 * CAPACITY[i] * KMALLOC_SIZES[i];
         i += 1;
     }
     sum
 };
-// Small next to the stock's batch of pre-charged pages (the kernel's 64 pages).
-const _: () = assert!(OBJCG_SHEAVES_MAX_BYTES <= 80 << 10);
-
-/// Where each class's slots start in [`ObjcgSheaves`]' one array (the classes' slots
-/// one after the other), and the array's length.
-const FIRST_SLOT: [usize; OBJCG_SHEAF_CLASSES + 1] = {
-    let mut out = [0; OBJCG_SHEAF_CLASSES + 1];
-    let mut i = 0;
-    while i < OBJCG_SHEAF_CLASSES {
-        out[i + 1] = out[i] + CAPACITY[i];
-        i += 1;
-    }
-    out
-};
-const NR_SLOTS: usize = FIRST_SLOT[OBJCG_SHEAF_CLASSES];
-const _: () = assert!(OBJCG_SHEAF_CLASSES < NO_OBJCG_CLASS as usize);
-
-/// A CPU area's objcg sheaves, in its [`MemcgStock`]. All-zero is the valid empty,
-/// untagged state. Only the area's owner touches them (atomics for the shared type
-/// of CPU-area memory; every access is `Relaxed`).
-///
-/// Invariants: `len[i]` ≤ `CAPACITY[i]`; class `i`'s sheaf is
-/// `objs[FIRST_SLOT[i]..][..len[i]]`, objects of the accounted class `i`, each charged
-/// to `objcg` and recorded for it in its slab's vector, owned by nobody else; `objcg`
-/// is null when nothing was kept since the last flush (then every `len` is 0), and
-/// non-null it holds a reference on the objcg.
-#[repr(C)]
-pub struct ObjcgSheaves {
-    objcg: AtomicPtr<ObjCgroup>,
-    /// Each class's count (32-bit words: the free reads one with a plain load, where
-    /// a byte took a load and a second zero extension).
-    len: [AtomicU32; OBJCG_SHEAF_CLASSES],
-    objs: [AtomicUsize; NR_SLOTS],
-}
-
-impl ObjcgSheaves {
-    /// Charged objects waiting here, and for which objcg (statistics and tests).
-    pub fn held(&self) -> (*const ObjCgroup, usize) {
-        (self.objcg.load(Relaxed), self.objects())
-    }
-
-    /// Objects in all the classes' sheaves.
-    fn objects(&self) -> usize {
-        self.len.iter().map(|n| n.load(Relaxed) as usize).sum()
-    }
-
-    /// Slot `k` of class `i`'s sheaf.
-    ///
-    /// # Safety
-    /// `i` < [`OBJCG_SHEAF_CLASSES`] and `k` < `CAPACITY[i]`.
-    #[inline(always)]
-    unsafe fn slot(&self, i: usize, k: usize) -> &AtomicUsize {
-        // SAFETY: `FIRST_SLOT[i] + k` < `FIRST_SLOT[i + 1]` ≤ `NR_SLOTS` (the caller's
-        // bounds and `FIRST_SLOT`'s construction).
-        unsafe { self.objs.get_unchecked(FIRST_SLOT.get_unchecked(i) + k) }
-    }
-
-    /// Takes the top object of class `i`'s sheaf, if any.
-    #[inline(always)]
-    fn pop(&self, i: usize) -> Option<usize> {
-        let len = &self.len[i];
-        let n = len.load(Relaxed) as usize;
-        if n == 0 {
-            return None;
-        }
-        len.store(n as u32 - 1, Relaxed);
-        // SAFETY: `len[i]` ≤ `CAPACITY[i]` (type invariant), so `n - 1` is a slot of
-        // class `i`, which `len` above bounds-checked.
-        Some(unsafe { self.slot(i, n - 1) }.load(Relaxed))
-    }
-}
+// Within the stock's batch of pre-charged pages (the kernel's 64 pages, 256 KiB).
+const _: () = assert!(OBJCG_SHEAVES_MAX_BYTES <= 150 << 10);
 
 /// Zeroes the `n` bytes of object `obj` for `__GFP_ZERO` (out of line: the pop that
 /// needs no call saves no registers).
@@ -207,7 +157,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         (i < OBJCG_SHEAF_CLASSES).then_some(i)
     }
 
-    /// A charged kmalloc of class `i` for `objcg` from the objcg sheaves of stock
+    /// A charged kmalloc of class `i` for `objcg` from the kept sheaves of stock
     /// `st`: the object is charged and recorded already. `None` when they hold no
     /// object of the class for `objcg` (nothing else is done: no flush).
     #[inline(always)]
@@ -219,10 +169,10 @@ impl<'a, P: Platform> Memcg<'a, P> {
         objcg: &ObjCgroup,
     ) -> Option<NonNull<u8>> {
         let sh = &st.sheaves;
-        if i >= OBJCG_SHEAF_CLASSES || !ptr::eq(sh.objcg.load(Relaxed), objcg) {
+        if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
             return None;
         }
-        let obj = sh.pop(i)?;
+        let obj = sh.kept(i)?.pop()?;
         if gfp.contains(Gfp::ZERO) {
             let n = self.km.caches().set(1)[i].config().object_size;
             // SAFETY: a whole object of class `i`, now the caller's.
@@ -233,8 +183,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
     }
 
     /// [`Memcg::objcg_sheaf_pop`] for the charging path of `c` (stock `st`): when it
-    /// finds nothing and the sheaves hold another objcg's objects (or its reference
-    /// alone), they are given back first, so that what `objcg` frees next can wait.
+    /// finds nothing, the kept sheaves are given back first if they hold another
+    /// objcg's objects (or its reference alone), so that what `objcg` frees next can
+    /// wait; then the class's inbox is taken in, else the kept sheaf refilled.
     #[inline]
     pub(super) fn objcg_sheaf_alloc(
         &self,
@@ -251,17 +202,23 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if !tag.is_null() && !ptr::eq(tag, objcg) {
             self.flush_objcg_sheaves(c, st);
         }
+        if st.sheaves.inbox(i).is_some_and(|b| !b.is_empty()) {
+            self.intake(c, st, i, objcg);
+            if let Some(p) = self.objcg_sheaf_pop(st, i, gfp, objcg) {
+                return Some(p);
+            }
+        }
         self.objcg_sheaf_refill(c, st, i, gfp, objcg)
     }
 
-    /// Refills class `i`'s empty sheaf for `objcg` (`objcg_sheaf_alloc`, after the pop
-    /// missed): [`REFILL`] objects allocated and recorded, charged in one step from
-    /// the bytes the stock holds pre-charged, onto the sheaf; then the pop. `None`
-    /// (nothing charged or kept) when the class has no objcg sheaves, the sheaves hold
-    /// another objcg's objects, the stock cannot pay for the whole refill at once, or
-    /// the allocations drained the sheaves (everything given back): the caller charges
-    /// one object the usual way, which may charge pages, reclaim and count events — a
-    /// refill never does.
+    /// Refills class `i`'s empty kept sheaf for `objcg` (`objcg_sheaf_alloc`, after
+    /// the pop missed): [`REFILL`] objects allocated and recorded, charged in one step
+    /// from the bytes the stock holds pre-charged, onto the sheaf; then the pop.
+    /// `None` (nothing charged or kept) when the class has no objcg sheaves, no
+    /// charged area can be made, the sheaves hold another objcg's objects, the stock
+    /// cannot pay for the whole refill at once, or the allocations drained the
+    /// sheaves (everything given back): the caller charges one object the usual way,
+    /// which may charge pages, reclaim and count events — a refill never does.
     #[cold]
     #[inline(never)]
     fn objcg_sheaf_refill(
@@ -276,8 +233,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if self.objcg_sheaf_class(s) != Some(i) {
             return None;
         }
+        self.charged_area(c, st)?;
         let sh = &st.sheaves;
-        if !Self::may_keep(sh, objcg) || sh.len[i].load(Relaxed) != 0 {
+        if !Self::may_keep(sh, objcg) || !sh.kept(i)?.is_empty() {
             return None;
         }
         let n = REFILL[i];
@@ -309,7 +267,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
         let objs = &objs[..got];
         // The allocations above may have reclaimed (drained the sheaves): look again.
-        if !Self::may_keep(sh, objcg) || sh.len[i].load(Relaxed) != 0 {
+        let kept = sh.kept(i)?;
+        if !Self::may_keep(sh, objcg) || !kept.is_empty() {
             let freed = objs
                 .iter()
                 .filter(|&&o| self.objcg_give_back(c, s, objcg, o))
@@ -319,19 +278,18 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
         Self::objcg_sheaves_take(sh, objcg);
         for (k, &o) in objs.iter().enumerate() {
-            // SAFETY: `k` < `REFILL[i]` ≤ `CAPACITY[i]`: a slot of class `i`.
-            unsafe { sh.slot(i, k) }.store(o, Relaxed);
+            kept.set(k, o);
         }
-        sh.len[i].store(objs.len() as u32, Relaxed);
+        kept.set_len(objs.len());
         // The pop zeroes for `__GFP_ZERO`, as for any object that waited there.
         self.objcg_sheaf_pop(st, i, gfp, objcg)
     }
 
-    /// Whether the sheaves may keep objects of `objcg`: they hold it, or nothing (and
-    /// then take it: [`Memcg::objcg_sheaves_take`]).
+    /// Whether the kept sheaves may keep objects of `objcg`: they hold it, or nothing
+    /// (and then take it: [`Memcg::objcg_sheaves_take`]).
     fn may_keep(sh: &ObjcgSheaves, objcg: &ObjCgroup) -> bool {
         let tag = sh.objcg.load(Relaxed);
-        ptr::eq(tag, objcg) || tag.is_null() && sh.objects() == 0
+        ptr::eq(tag, objcg) || tag.is_null() && sh.kept_objects() == 0
     }
 
     /// Tags empty, untagged sheaves with `objcg` (taking a reference); nothing when
@@ -350,7 +308,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
     }
 
-    /// Gives back `obj`, an object of `s` kept charged to `objcg` (on an objcg sheaf,
+    /// Gives back `obj`, an object of `s` kept charged to `objcg` (on a kept sheaf,
     /// or fresh from a refill): cleared from its vector slot and freed; the caller
     /// uncharges its bytes. False (nothing freed) when its slot no longer names
     /// `objcg`: freed again behind the sheaf's back (a double free that took the
@@ -381,9 +339,10 @@ impl<'a, P: Platform> Memcg<'a, P> {
         true
     }
 
-    /// Class `i`'s sheaf (of `s`, tagged `objcg`) is full: its older half goes back —
-    /// each object cleared from its vector and freed, their bytes uncharged in one
-    /// step — so that a free can wait there. False when the sheaves hold another objcg.
+    /// Class `i`'s kept sheaf (of `s`, tagged `objcg`) is full: its older half goes
+    /// back — each object cleared from its vector and freed, their bytes uncharged in
+    /// one step — so that a free can wait there. False when the sheaves hold another
+    /// objcg.
     #[cold]
     #[inline(never)]
     fn objcg_sheaf_make_room(
@@ -398,36 +357,34 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
             return false;
         }
-        let n = sh.len[i].load(Relaxed) as usize;
+        let Some(kept) = sh.kept(i) else {
+            return false;
+        };
+        let n = kept.len();
         let half = n / 2;
         if half == 0 {
             return false;
         }
         let mut freed = 0;
         for k in 0..half {
-            // SAFETY: `k` < `len[i]` ≤ `CAPACITY[i]` (type invariant).
-            let obj = unsafe { sh.slot(i, k) }.load(Relaxed);
-            if self.objcg_give_back(c, s, objcg, obj) {
+            if self.objcg_give_back(c, s, objcg, kept.get(k)) {
                 freed += 1;
             }
         }
         for k in half..n {
-            // SAFETY: `k` < `len[i]` and `k - half` < `k`: slots of class `i`.
-            let o = unsafe { sh.slot(i, k) }.load(Relaxed);
-            // SAFETY: as above.
-            unsafe { sh.slot(i, k - half) }.store(o, Relaxed);
+            kept.set(k - half, kept.get(k));
         }
-        sh.len[i].store((n - half) as u32, Relaxed);
+        kept.set_len(n - half);
         if freed != 0 {
             self.obj_cgroup_uncharge(Some(c), objcg, s, freed * s.config().size);
         }
         true
     }
 
-    /// Keeps `obj` of `s` (class `i`), charged to `objcg`, on its class's sheaf when
-    /// the sheaves hold `objcg` (or nothing: they take `objcg` then) and have room:
-    /// `Some(true)`. A double free caught on top of the sheaf is reported:
-    /// `Some(false)`. `None`: nothing done.
+    /// Keeps `obj` of `s` (class `i`), charged to `objcg`, on its class's kept sheaf
+    /// when the sheaves hold `objcg` (or nothing: they take `objcg` then) and have
+    /// room: `Some(true)`. A double free caught on top of the kept sheaf or the inbox
+    /// is reported: `Some(false)`. `None`: nothing done.
     #[inline(always)]
     fn objcg_sheaf_keep_at(
         &self,
@@ -463,50 +420,150 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
             return Self::objcg_sheaf_retag_push(sh, i, objcg, obj);
         }
-        let len = &sh.len[i];
-        let n = len.load(Relaxed) as usize;
-        // Class `i`'s slots: `i` was bounds-checked by `len`.
-        let slots = &sh.objs[FIRST_SLOT[i]..];
-        // The top first: a double free must not leave through the regular path (it
-        // would free the object while the sheaf still holds it).
-        // SAFETY: `n - 1` < `len[i]` ≤ `CAPACITY[i]` (type invariant), within the
-        // class's slots.
-        if n > 0 && unsafe { slots.get_unchecked(n - 1) }.load(Relaxed) == obj {
+        let Some(kept) = sh.kept(i) else {
+            return Keep::NoRoom;
+        };
+        // The tops first: a double free must not leave through the regular path (it
+        // would free the object while a sheaf still holds it).
+        if kept.last() == Some(obj) || sh.inbox(i).and_then(|b| b.last()) == Some(obj) {
             return Keep::DoubleFree;
         }
-        if n >= CAPACITY[i] {
-            return Keep::NoRoom;
+        if kept.push(obj) {
+            Keep::Kept
+        } else {
+            Keep::NoRoom
         }
-        // SAFETY: `n` < `CAPACITY[i]` (just checked), within the class's slots.
-        unsafe { slots.get_unchecked(n) }.store(obj, Relaxed);
-        len.store(n as u32 + 1, Relaxed);
-        Keep::Kept
     }
 
     /// [`Memcg::objcg_sheaf_push`] when the sheaves hold another objcg (or none):
-    /// empty sheaves take `objcg` and `obj`; sheaves holding objects keep theirs.
+    /// empty kept sheaves take `objcg` and `obj`; sheaves holding objects keep theirs.
     #[cold]
     #[inline(never)]
     fn objcg_sheaf_retag_push(sh: &ObjcgSheaves, i: usize, objcg: &ObjCgroup, obj: usize) -> Keep {
-        if sh.objects() != 0 {
+        let Some(kept) = sh.kept(i) else {
+            return Keep::NoRoom;
+        };
+        if sh.kept_objects() != 0 {
             return Keep::NoRoom;
         }
-        objcg.get();
-        let old = sh
-            .objcg
-            .swap(objcg as *const ObjCgroup as *mut ObjCgroup, Relaxed);
-        // SAFETY: a non-null tag holds a reference (type invariant), dropped here.
-        if let Some(old) = unsafe { old.as_ref() } {
-            old.put();
+        if sh.inbox(i).and_then(|b| b.last()) == Some(obj) {
+            return Keep::DoubleFree;
         }
-        // SAFETY: every sheaf is empty and `CAPACITY[i]` ≥ 2: slot 0 is free.
-        unsafe { sh.slot(i, 0) }.store(obj, Relaxed);
-        sh.len[i].store(1, Relaxed);
+        Self::objcg_sheaves_take(sh, objcg);
+        kept.push(obj);
         Keep::Kept
     }
 
-    /// Gives every object of `c`'s objcg sheaves (in stock `st`) back: cleared from
-    /// its vector, uncharged, freed; the sheaves end empty and untagged.
+    /// Takes class `i`'s inbox in, for a context charged to `objcg`: every object
+    /// whose vector slot names the kept sheaves' objcg (`objcg`'s once empty sheaves
+    /// take it) goes onto the kept sheaf, the older half of a full one going back to
+    /// make room; every other object is freed as a free by any context would free it
+    /// (uncharged from the objcg its slot names; reported if it is no live object).
+    /// The inbox ends empty.
+    ///
+    /// One vector slot read per object, in a loop that looks up a slab's vector once
+    /// for a run of its objects: the charged free's whole cost where the object is
+    /// its own group's.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn intake(&self, c: CpuRef<'_>, st: &MemcgStock, i: usize, objcg: &ObjCgroup) {
+        let sh = &st.sheaves;
+        let (Some(inbox), Some(kept)) = (sh.inbox(i), sh.kept(i)) else {
+            return;
+        };
+        let n = inbox.len();
+        // Out of the inbox first (its slots stay as they are until the owner's next
+        // inline free, which cannot run meanwhile): a free below may drain the stock,
+        // which must not find them there too.
+        inbox.set_len(0);
+        if Self::may_keep(sh, objcg) {
+            Self::objcg_sheaves_take(sh, objcg);
+        }
+        let tag = sh.objcg.load(Relaxed);
+        let s = &self.km.caches().set(1)[i];
+        let (mask, mul) = s.config().index_parts();
+        let (from, to) = (inbox.slots(), kept.slots());
+        let cap = kept.capacity();
+        let mut len = kept.len();
+        // Inbox slots whose objects go the regular way, by bit.
+        let mut others = 0u32;
+        // The vector of the last slab looked up, by the slab's base.
+        let (mut base, mut vec) = (usize::MAX, ptr::null::<AtomicPtr<ObjCgroup>>());
+        for k in 0..n {
+            // SAFETY: `k` < the inbox's count ≤ its capacity: its slots (ChargedSheaf).
+            let o = unsafe { *from.add(k) };
+            if o & !mask != base {
+                base = o & !mask;
+                vec = self.inbox_vector(s, base);
+            }
+            let ours = !vec.is_null() && !tag.is_null() && {
+                let idx = (((o & mask) as u64 * mul) >> 32) as usize;
+                debug_assert!(s.config().is_object_start(o & mask));
+                // SAFETY: `o` starts an object of the slab at `base` (the inline free's
+                // check, with the object checks of `s`, whose slab it is), so `idx` is
+                // below `objects`, the vector's length; the vector lives while the slab
+                // does, and the slab while it holds `o`, which is in the inbox.
+                ptr::eq(unsafe { &*vec.add(idx) }.load(Relaxed), tag)
+            };
+            // SAFETY: `len - 1` < `len` ≤ the kept sheaf's capacity.
+            if !ours || (len > 0 && unsafe { *to.add(len - 1) } == o) {
+                // Another objcg's object, no live one, or the kept sheaf's top freed
+                // again (the inbox's top test missed it, the first free having been
+                // taken in already): the regular free uncharges or reports it.
+                others |= 1 << k;
+                continue;
+            }
+            if len == cap {
+                kept.set_len(len);
+                // SAFETY: a non-null tag holds a reference (type invariant).
+                self.objcg_sheaf_make_room(c, st, s, i, unsafe { &*tag });
+                len = kept.len();
+                if len == cap || !ptr::eq(sh.objcg.load(Relaxed), tag) {
+                    // Drained meanwhile: the rest goes the regular way.
+                    others |= 1 << k;
+                    continue;
+                }
+            }
+            // SAFETY: `len` < `cap`, the kept sheaf's capacity.
+            unsafe { *to.add(len) = o };
+            len += 1;
+        }
+        kept.set_len(len);
+        while others != 0 {
+            let k = others.trailing_zeros() as usize;
+            others &= others - 1;
+            // SAFETY: `k` < `n`: an inbox slot, untouched since (no inline free ran).
+            let o = unsafe { *from.add(k) };
+            // SAFETY: the inline free took the object from its owner, who gave it up.
+            unsafe { self.km.kfree(Some(c), o as *mut u8, self) };
+        }
+    }
+
+    /// The objcg vector of the slab at `base` when it is still a slab of `s` with a
+    /// vector, else null (a double free whose regular free discarded the slab: the
+    /// regular free reports it). `base` is the base of an inbox object of `s`'s class
+    /// (slabs are aligned to their size).
+    #[inline(always)]
+    fn inbox_vector(&self, s: &KmemCache, base: usize) -> *const AtomicPtr<ObjCgroup> {
+        // SAFETY: an inbox object passed the inline free's range check (the inbox's
+        // invariant), and a slab never crosses a section, so its base is in the same
+        // online section.
+        let h = unsafe { self.km.pages().descriptor_in_window(base) };
+        if !h.flags().contains(crate::page::PageFlags::SLAB)
+            || !ptr::eq(crate::slab::Slab::of(h).cache(), s)
+        {
+            return ptr::null();
+        }
+        let data = memcg_data(h);
+        if data & MEMCG_DATA_OBJEXTS == 0 {
+            return ptr::null();
+        }
+        (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>
+    }
+
+    /// Gives every object of `c`'s objcg sheaves (in stock `st`) back: the kept ones
+    /// cleared from their vectors, uncharged, freed; the inboxes' freed as any free
+    /// would. The sheaves end empty and untagged.
     #[cold]
     #[inline(never)]
     pub(super) fn flush_objcg_sheaves(&self, c: CpuRef<'_>, st: &MemcgStock) {
@@ -516,9 +573,11 @@ impl<'a, P: Platform> Memcg<'a, P> {
         for i in 0..OBJCG_SHEAF_CLASSES {
             let s = &self.km.caches().set(1)[i];
             let mut freed = 0;
-            while let Some(obj) = sh.pop(i) {
-                if self.objcg_give_back(c, s, tag, obj) {
-                    freed += 1;
+            if let Some(kept) = sh.kept(i) {
+                while let Some(obj) = kept.pop() {
+                    if self.objcg_give_back(c, s, tag, obj) {
+                        freed += 1;
+                    }
                 }
             }
             if freed != 0 {
@@ -527,6 +586,21 @@ impl<'a, P: Platform> Memcg<'a, P> {
                 if let Some(t) = unsafe { tag.as_ref() } {
                     self.obj_cgroup_uncharge(Some(c), t, s, freed * s.config().size);
                 }
+            }
+        }
+        for i in 0..OBJCG_SHEAF_CLASSES {
+            let Some(inbox) = sh.inbox(i) else {
+                continue;
+            };
+            let n = inbox.len();
+            let mut objs = [0usize; OBJCG_SHEAF_SLOTS];
+            for (k, o) in objs.iter_mut().enumerate().take(n) {
+                *o = inbox.get(k);
+            }
+            inbox.set_len(0);
+            for &o in &objs[..n] {
+                // SAFETY: as in `intake`.
+                unsafe { self.km.kfree(Some(c), o as *mut u8, self) };
             }
         }
         // SAFETY: a non-null tag holds a reference (type invariant), dropped here.
@@ -538,7 +612,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
 
 impl<'a, P: Platform> Memcg<'a, P> {
     /// Charged kmalloc's fast path for the owner of `c`: `size` bytes charged to
-    /// `objcg`, from `c`'s objcg sheaves. `None` when they have no object of the
+    /// `objcg`, from `c`'s kept sheaves. `None` when they have no object of the
     /// class for `objcg`: the caller takes [`Memcg::kmalloc_objcg`], which also
     /// gives back sheaves that hold another objcg (kept out of this path, so that it
     /// needs nothing but the pop).
@@ -552,17 +626,42 @@ impl<'a, P: Platform> Memcg<'a, P> {
     ) -> Option<NonNull<u8>> {
         let i = crate::kmalloc::kmalloc_index(size)?;
         let st = self.stock(Some(c))?;
+        if let Some(p) = self.objcg_sheaf_pop(st, i, gfp, objcg) {
+            return Some(p);
+        }
+        self.objcg_sheaf_intake_pop(c, st, i, gfp, objcg)
+    }
+
+    /// [`Memcg::kmalloc_objcg_fast`] when the kept sheaf is empty: the class's inbox
+    /// taken in when the kept sheaves may keep `objcg`'s objects, then the pop.
+    #[cold]
+    #[inline(never)]
+    fn objcg_sheaf_intake_pop(
+        &self,
+        c: CpuRef<'_>,
+        st: &MemcgStock,
+        i: usize,
+        gfp: Gfp,
+        objcg: &ObjCgroup,
+    ) -> Option<NonNull<u8>> {
+        if !st.sheaves.inbox(i).is_some_and(|b| !b.is_empty())
+            || !Self::may_keep(&st.sheaves, objcg)
+        {
+            return None;
+        }
+        self.intake(c, st, i, objcg);
         self.objcg_sheaf_pop(st, i, gfp, objcg)
     }
 }
 
 impl<'a, P: Platform> Memcg<'a, P> {
     /// Charged kfree's fast path for the owner of `c`, running charged to `objcg`:
-    /// keeps `p` in `c`'s objcg sheaves when it is an object of a class with sheaves
+    /// keeps `p` in `c`'s kept sheaves when it is an object of a class with sheaves
     /// charged to `objcg`, and the sheaves hold (or can take) `objcg` and have room:
-    /// `Some(true)`. A double free caught on top of the sheaf is reported:
-    /// `Some(false)`. `None` leaves `p` untouched for the regular free (which
-    /// uncharges it).
+    /// `Some(true)`. A double free caught on top of the kept sheaf or the inbox is
+    /// reported: `Some(false)`. `None` leaves `p` untouched for the regular free
+    /// (which uncharges it). A full inbox of the class is taken in first, so that the
+    /// inline free finds room again.
     ///
     /// # Safety
     /// If `p` is an object, the caller owns it and gives it up when this returns
@@ -575,6 +674,13 @@ impl<'a, P: Platform> Memcg<'a, P> {
         objcg: &ObjCgroup,
     ) -> Option<bool> {
         let (st, s, i) = self.objcg_free_target(c, p, objcg)?;
+        if st
+            .sheaves
+            .inbox(i)
+            .is_some_and(|b| b.len() == b.capacity())
+        {
+            self.intake(c, st, i, objcg);
+        }
         self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize)
     }
 
@@ -631,11 +737,14 @@ impl<'a, P: Platform> Memcg<'a, P> {
         Some((s, i, unsafe { &*vec.add(idx) }, h))
     }
 
-    /// [`Memcg::kfree_objcg_fast`]'s slow half, for a caller it refused: when `p`'s
-    /// class's sheaf is full of `objcg`'s objects, its older half goes back (uncharged
-    /// in one step) and `p` waits there. A `p` already in the sheaf is a double free:
-    /// reported, refused (`Some(false)`). `None` leaves `p` untouched for the regular
-    /// free, as the fast half does.
+    /// [`Memcg::kfree_objcg_fast`]'s slow half, for a caller it refused, or whose
+    /// inline free a charged area refused: the area's copy of the tag-window length
+    /// is brought up to date and a full inbox of `p`'s class taken in; `p` on top of
+    /// that inbox is a double free (reported, refused: `Some(false)`). Then, when
+    /// `p`'s class's kept sheaf is full of `objcg`'s objects, its older half goes back
+    /// (uncharged in one step) and `p` waits there. A `p` already in the kept sheaf is
+    /// a double free too. `None` leaves `p` untouched for the regular free, as the
+    /// fast half does.
     ///
     /// # Safety
     /// As [`Memcg::kfree_objcg_fast`].
@@ -647,16 +756,31 @@ impl<'a, P: Platform> Memcg<'a, P> {
         p: *mut u8,
         objcg: &ObjCgroup,
     ) -> Option<bool> {
-        let (st, s, i) = self.objcg_free_target(c, p, objcg)?;
-        let sh = &st.sheaves;
-        let n = sh.len[i].load(Relaxed) as usize;
-        // SAFETY: `k` < `len[i]` ≤ `CAPACITY[i]` (type invariant).
-        if (0..n).any(|k| unsafe { sh.slot(i, k) }.load(Relaxed) == p as usize) {
-            // Freed again while it waits in the sheaf (a full one is searched whole:
-            // giving half of it back must not free an object the sheaf would then
-            // hand out again).
+        let st = self.stock(Some(c))?;
+        self.refresh_charged_tag_limit(st);
+        let (s, i, slot, _) = self.objcg_slot_of(p)?;
+        if let Some(inbox) = st.sheaves.inbox(i) {
+            if inbox.last() == Some(p as usize) {
+                Self::objcg_sheaf_double_free(self.km.slub(), s, p as usize);
+                return Some(false);
+            }
+            if inbox.len() == inbox.capacity() {
+                self.intake(c, st, i, objcg);
+            }
+        }
+        if !ptr::eq(slot.load(Relaxed), objcg) {
+            return None;
+        }
+        let kept = st.sheaves.kept(i)?;
+        if (0..kept.len()).any(|k| kept.get(k) == p as usize) {
+            // Freed again while it waits in the kept sheaf (a full one is searched
+            // whole: giving half of it back must not free an object the sheaf would
+            // then hand out again).
             Self::objcg_sheaf_double_free(self.km.slub(), s, p as usize);
             return Some(false);
+        }
+        if let Some(done) = self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize) {
+            return Some(done);
         }
         if !self.objcg_sheaf_make_room(c, st, s, i, objcg) {
             return None;
@@ -665,7 +789,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
     }
 
     /// `kfree` by a context running charged to `objcg` (its active memory cgroup):
-    /// an object charged to `objcg` may wait, still charged, in the objcg sheaves of
+    /// an object charged to `objcg` may wait, still charged, in the kept sheaves of
     /// `cpu` for `objcg`'s next allocation ([`Memcg::kmalloc_objcg`]); everything
     /// else is freed as [`crate::Kmem::kfree`] frees it. False when it refused (a bad
     /// pointer or a double free: reported).

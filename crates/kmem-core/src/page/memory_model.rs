@@ -291,6 +291,24 @@ impl<P: Platform> PageAllocator<P> {
         refresh_area_tag_limit(&self.window, c.area());
     }
 
+    /// The descriptor of the page holding `addr`, with no range check.
+    ///
+    /// # Safety
+    /// `addr` lies in a section ever brought online: below a length of the tag window
+    /// the caller (or the owner that handed it the address) read (an object the
+    /// inline free path took, whose range check is against such a length).
+    #[inline(always)]
+    pub(crate) unsafe fn descriptor_in_window(&self, addr: usize) -> &Page {
+        // SAFETY: the caller's contract: the section's memmap is mapped for good.
+        unsafe { used_descriptor(addr as *const u8) }
+    }
+
+    /// [`PageAllocator::refresh_tag_limit`] for a block with a CPU area's header that
+    /// is no CPU area (a memory cgroup's charged area), by its owner.
+    pub(crate) fn refresh_area_tag_limit(&self, area: &CpuArea) {
+        refresh_area_tag_limit(&self.window, area);
+    }
+
     /// The address and length of section `nr`'s part of the page-tag table (0: no
     /// table), whole pages.
     pub(super) fn section_tags_range(&self, nr: usize, pages: usize) -> (usize, usize) {

@@ -224,6 +224,14 @@ impl CacheConfig {
         ((off as u64 * self.reciprocal) >> 32) as usize
     }
 
+    /// What [`CacheConfig::obj_to_index`] of an address needs, for a loop that keeps
+    /// it in registers: the slab's mask (`slab_bytes() - 1`) and the multiplier; the
+    /// index of the object at `a` is `((a & mask) * mul) >> 32`.
+    #[inline]
+    pub(crate) fn index_parts(&self) -> (usize, u64) {
+        (self.slab_size - 1, self.reciprocal)
+    }
+
     /// Whether `off` bytes into a slab is where an object's slot starts (its left red
     /// zone included): a multiple of the size, before the end of the last object.
     /// Any `off` (a wrapped one too); see [`CacheConfig::starts_object_in_slab`].

@@ -89,6 +89,7 @@ pub mod barn;
 mod bulk;
 pub(crate) mod cache;
 mod cache_list;
+mod charged_sheaf;
 mod census;
 mod cpu;
 mod cpu_partial;
@@ -122,6 +123,7 @@ pub use alloc::post_alloc_init;
 pub use cache::{CacheNodes, CacheWithNodes, KmemCache, KmemCacheNode, NodeTable, NEW_CACHE_NODES};
 pub use cache_list::{CacheList, DestroyError};
 pub use census::SheafCensus;
+pub use charged_sheaf::{charged_sheaf_bytes, ChargedSheaf};
 pub use cpu::{
     KmemCacheCpu, PerCpuAccess, FREELIST_OFFSET, FREE_MASK_OFFSET, FREE_START_LIMIT_OFFSET,
     FREE_START_MUL_OFFSET, LOCKLESS_SUPPORTED, MAIN_TOP_OFFSET, SHEAF_MAIN_OFFSET,

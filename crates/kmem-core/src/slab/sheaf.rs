@@ -298,7 +298,7 @@ impl KmemCacheCpu {
     /// every spare sheaf installed, before its top, so a spare with room always comes
     /// with its cache's checks (a `cpu_offset` belongs to one cache for good: per-CPU
     /// offsets are never given back).
-    fn set_free_checks(&self, cfg: &CacheConfig) {
+    pub(super) fn set_free_checks(&self, cfg: &CacheConfig) {
         self.free_mask.store(cfg.slab_bytes() - 1, Relaxed);
         let (mul, limit) = cfg.start_test();
         self.free_start_mul.store(mul, Relaxed);

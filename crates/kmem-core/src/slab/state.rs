@@ -206,6 +206,21 @@ pub(super) fn sheaf_tag_of(cfg: &CacheConfig) -> u32 {
     }
 }
 
+/// The sheaf tag of a slab of `cfg` once it has an objcg vector: for an accounted
+/// kmalloc cache with objcg sheaves (class `k`), charged line `k`
+/// ([`crate::page::CPU_AREA_CHARGED_LINES`]), zero in every CPU area (no room: the
+/// regular path, which uncharges) and the inbox of class `k` in a charged area
+/// (`memcontrol::charged_area`); 0 (the zero line) for every other cache.
+pub(crate) fn charged_sheaf_tag(cfg: &CacheConfig) -> u32 {
+    match cfg.objcg_class() {
+        Some(k) if cfg.fast == FastPath::Sheaf => {
+            (crate::page::CPU_AREA_CHARGED_LINES + 64 * k - CPU_AREA_ZERO_LINE) as u32
+        }
+        _ => 0,
+    }
+}
+const _: () = assert!(crate::page::CPU_AREA_CHARGED_LINES > CPU_AREA_ZERO_LINE);
+
 /// Marks `owner[1]` as a `cpu_offset` of a cache whose sheaves the platform's
 /// restartable sequences push onto ([`FastPath::SheafRseq`]; bit 1, clear in offsets
 /// and in object addresses, which are at least 8-byte aligned).
@@ -324,18 +339,20 @@ impl<'a> Slab<'a> {
 
     /// The slab got an objcg vector (`memcontrol`): from now on its frees take the
     /// regular path, which uncharges, so a slab of a cache on the inline sheaf path
-    /// stops naming the CPU's sheaves (its `owner[1]` becomes 0). A free that read the
-    /// old value frees an object allocated before the vector, never charged: a
-    /// charged object is handed out only after this store, and its free happens after
-    /// its allocation.
+    /// stops naming the CPU's sheaves (its `owner[1]` becomes 0, its sheaf tag the
+    /// class's charged line, [`charged_sheaf_tag`], which no CPU area's inline free
+    /// pushes onto and a charged area's does). A free that read the old value frees
+    /// an object allocated before the vector, never charged: a charged object is
+    /// handed out only after this store, and its free happens after its allocation.
     pub(crate) fn stop_inline_frees(self) {
         let cfg = self.cache().config();
         if cfg.tags_slabs() {
+            let tag = charged_sheaf_tag(cfg);
             self.0.owner[1].store(0, Release);
-            self.0.set_sheaf_tag(0, Release);
+            self.0.set_sheaf_tag(tag, Release);
             for t in self.tails(cfg.order) {
                 t.owner[1].store(0, Release);
-                t.set_sheaf_tag(0, Release);
+                t.set_sheaf_tag(tag, Release);
             }
         }
     }

@@ -6,7 +6,9 @@
 //! thread's area (thread mode, attached, no active memory cgroup) straight to the core
 //! with that area; when the same word says per-CPU rseq mode (`thread::rseq_tag`), out
 //! of line the restartable sequence (`kmalloc_rseq`, `kfree_rseq`); with an active
-//! memory cgroup (two more such loads, `thread::charged_cpu`) the area's objcg sheaves;
+//! memory cgroup the same inline paths on the thread's charged area (its objcg
+//! sheaves' kept sheaves and inboxes), then, out of line, the objcg sheaves' slow
+//! halves (`kmalloc_charged_fast`, `kfree_charged_fast`);
 //! a zeroed request (`kzalloc`, `kcalloc`; `kmem_cache_alloc` with `__GFP_ZERO` in
 //! `slab`) the same pop with the object cleared whole after it (`kzalloc_fast`);
 //! else, out of line, the layers (`kmalloc_layers`, `kfree_layers`: KFENCE, the sheaf
@@ -15,13 +17,14 @@
 
 use super::percpu::{rseq_area_of, tagged_rseq_area, RseqArea};
 use super::thread::{
-    active_objcg, charged_cpu, fast_cpu, inline_area, inline_area_of, rseq_tag, thread_cpu,
+    active_objcg, charged_cpu, fast_cpu, inline_area, inline_area_of, refresh_charged_fast,
+    rseq_tag, thread_cpu,
 };
 use super::Heap;
 use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
 use kmem_core::slab::ObjectLookup;
-use kmem_core::Gfp;
+use kmem_core::{CpuRef, Gfp};
 use std::ptr::NonNull;
 
 impl Heap {
@@ -50,12 +53,27 @@ impl Heap {
             return self.kmalloc_rseq(rseq, size, gfp);
         }
         if let Some((c, cg)) = charged_cpu() {
-            // An attached thread with an active memory cgroup: an object kept charged
-            // to its objcg in its area's objcg sheaves (KFENCE samples no charged
-            // allocation).
-            if let Some(p) = self.kmem.memcg().kmalloc_objcg_fast(c, size, gfp, cg) {
-                return Some(p);
-            }
+            return self.kmalloc_charged_fast(c, cg, size, gfp);
+        }
+        self.kmalloc_layers(size, gfp)
+    }
+
+    /// [`Heap::kmalloc`] on an attached thread with an active memory cgroup, whose
+    /// inline pop (from its charged area's kept sheaf) missed: an object kept charged
+    /// to its objcg in the kept sheaf of the class (the inline pop reads the plain
+    /// class's line: kmalloc-cg-32's for 24 bytes), or its inbox taken in; else the
+    /// layers (KFENCE samples no charged allocation). Out of line: the inline path
+    /// serves that thread's steady state.
+    #[inline(never)]
+    fn kmalloc_charged_fast(
+        &self,
+        c: CpuRef<'static>,
+        cg: &ObjCgroup,
+        size: usize,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        if let Some(p) = self.kmem.memcg().kmalloc_objcg_fast(c, size, gfp, cg) {
+            return Some(p);
         }
         self.kmalloc_layers(size, gfp)
     }
@@ -148,12 +166,16 @@ impl Heap {
         )
     }
 
-    /// [`Heap::kmalloc`] under an active memory cgroup.
+    /// [`Heap::kmalloc`] under an active memory cgroup; then the fast word again (the
+    /// charge may have made the thread's charged area, or given it to `cg`).
     #[inline(never)]
     fn kmalloc_charged(&self, size: usize, gfp: Gfp, cg: &ObjCgroup) -> Option<NonNull<u8>> {
-        self.kmem
+        let p = self
+            .kmem
             .memcg()
-            .kmalloc_objcg(self.cpu().get(), size, gfp, cg)
+            .kmalloc_objcg(self.cpu().get(), size, gfp, cg);
+        refresh_charged_fast();
+        p
     }
 
     /// `kmalloc_node`: as [`Heap::kmalloc`], on node `nid` (not charged: node
@@ -231,12 +253,25 @@ impl Heap {
             return unsafe { self.kfree_rseq(rseq, p) };
         }
         if let Some((c, cg)) = charged_cpu() {
-            // A thread with an active memory cgroup: an object charged to it may stay
-            // charged in its area's objcg sheaves.
             // SAFETY: forwarded from the caller.
-            if let Some(done) = unsafe { self.kmem.memcg().kfree_objcg_fast(c, p, cg) } {
-                return done;
-            }
+            return unsafe { self.kfree_charged_fast(c, cg, p) };
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kfree_layers(p) }
+    }
+
+    /// [`Heap::kfree`] on a thread with an active memory cgroup, whose inline push
+    /// (onto its charged area's inbox) refused `p`: an object charged to the thread's
+    /// objcg may stay charged in its area's kept sheaf (a full inbox of its class
+    /// taken in first); else the layers. Out of line, as `kmalloc_charged_fast`.
+    ///
+    /// # Safety
+    /// As [`Heap::kfree`].
+    #[inline(never)]
+    unsafe fn kfree_charged_fast(&self, c: CpuRef<'static>, cg: &ObjCgroup, p: *mut u8) -> bool {
+        // SAFETY: forwarded from the caller.
+        if let Some(done) = unsafe { self.kmem.memcg().kfree_objcg_fast(c, p, cg) } {
+            return done;
         }
         // SAFETY: forwarded from the caller.
         unsafe { self.kfree_layers(p) }
@@ -286,7 +321,9 @@ impl Heap {
             // half of it goes back and the object waits there; else the regular free
             // (its area without a `thread_local!` access).
             // SAFETY: forwarded from the caller.
-            if let Some(done) = unsafe { self.kmem.memcg().kfree_objcg_full(c, p, cg) } {
+            let done = unsafe { self.kmem.memcg().kfree_objcg_full(c, p, cg) };
+            refresh_charged_fast();
+            if let Some(done) = done {
                 return done;
             }
             // SAFETY: forwarded from the caller.

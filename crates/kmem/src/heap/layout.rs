@@ -25,7 +25,7 @@
 //! `cpu`), huge mappings the huge list's lock, taken inside `crate::huge`.
 
 use super::percpu::{tagged_rseq_area, RseqArea};
-use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, no_area, rseq_tag};
+use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, rseq_tag};
 use super::{heap, Heap, HEAP};
 use crate::platform::fast_tls;
 use kmem_core::kmalloc::{
@@ -110,18 +110,17 @@ pub fn malloc_small_slow(size: usize) -> *mut u8 {
     if w == rseq_tag() {
         return malloc_rseq_small(size);
     }
-    if w == no_area() {
+    let Some(c) = fast_cpu() else {
         // Maybe an attached thread with an active memory cgroup (its fast word names
-        // the zero area): an object kept charged in its objcg sheaves.
+        // the zero area or its charged area): an object kept charged in its kept
+        // sheaves (the class of `size`, where the inline pop read the plain class's
+        // line: kmalloc-cg-32 for malloc(24)).
         if let Some((c, cg)) = charged_cpu() {
             let m = HEAP.kmem.memcg();
             if let Some(p) = m.kmalloc_objcg_fast(c, size, Gfp::KERNEL, cg) {
                 return p.as_ptr();
             }
         }
-        return ptr::null_mut();
-    }
-    let Some(c) = fast_cpu() else {
         return ptr::null_mut();
     };
     if crate::kfence::armed() {
@@ -303,24 +302,21 @@ pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
 /// As [`Heap::dealloc`].
 #[inline(never)]
 pub unsafe fn dealloc_other(p: *mut u8) -> bool {
-    let w = fast_tls::get();
     if let Some(rseq) = tagged_rseq_area() {
         // SAFETY: forwarded from the caller.
         return unsafe { dealloc_rseq(rseq, p) };
     }
-    if w != no_area() {
-        if let Some(c) = fast_cpu() {
-            // The sheaf slow path straight away (a swap, a barn exchange or a flush)
-            // for a plain slab object; everything else below.
-            // SAFETY: forwarded from the caller.
-            if let Some(done) = unsafe { HEAP.kmem.kfree_sheaf_slow(c, p) } {
-                return done;
-            }
+    if let Some(c) = fast_cpu() {
+        // The sheaf slow path straight away (a swap, a barn exchange or a flush)
+        // for a plain slab object; everything else below.
+        // SAFETY: forwarded from the caller.
+        if let Some(done) = unsafe { HEAP.kmem.kfree_sheaf_slow(c, p) } {
+            return done;
         }
     } else if let Some((c, cg)) = charged_cpu() {
         // A thread with an active memory cgroup: an object charged to it may stay
-        // charged in its area's objcg sheaves; else the regular free, which need not
-        // try them again.
+        // charged in its area's kept sheaves (a full inbox of its class taken in
+        // first); else the heap's layers, which try the slow half.
         // SAFETY: forwarded from the caller.
         return match unsafe { HEAP.kmem.memcg().kfree_objcg_fast(c, p, cg) } {
             Some(done) => done,

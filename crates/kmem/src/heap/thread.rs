@@ -24,6 +24,11 @@
 //! and no room, and fall to their slow halves, which test it ([`fast_cpu`]). The
 //! charged paths (an attached thread with an active memory cgroup: its objcg sheaves)
 //! read two more words of the same kind, the area and the objcg, recomputed with it.
+//! Such a thread's fast word is its area's *charged area* (kmem-core's
+//! `memcontrol::charged_area`) while that holds objects of its objcg or none: a block
+//! with a CPU area's layout whose lines are its kept sheaves and inboxes, so the
+//! inline paths pop charged objects and push freed ones there; else [`no_area`]. The
+//! slow halves never take it for a CPU area ([`fast_cpu`] reads the charged word).
 //!
 //! Locking: none. An area in a thread's slot is that thread's alone until the slot
 //! stops naming it (exit or [`Heap::detach_thread`]).
@@ -83,15 +88,17 @@ pub(crate) fn inline_area() -> InlineArea<'static> {
 #[inline(always)]
 pub(crate) unsafe fn inline_area_of(w: usize) -> InlineArea<'static> {
     // SAFETY: the fast word is the address of an area this thread owns (as in
-    // `fast_cpu`) or one of the zero area's two addresses (`refresh_fast`; the TLS
-    // image's initial value), and `w` is still that word (the caller's contract).
+    // `fast_cpu`), of the charged area of such an area (`charged_fast_word`), or one
+    // of the zero area's two addresses (`refresh_fast`; the TLS image's initial
+    // value), and `w` is still that word (the caller's contract).
     unsafe { InlineArea::from_word(w) }
 }
 
 /// Recomputes the thread's fast word (`platform::fast_tls`): its area when it may use
 /// it straight away — attached, no active memory cgroup — [`rseq_tag`] in per-CPU rseq
-/// mode without an active memory cgroup (once the heap is READY), else [`no_area`],
-/// which sends every operation to the paths that look at the other slots.
+/// mode without an active memory cgroup (once the heap is READY), its charged area
+/// when attached with an active memory cgroup (see [`charged_fast_word`]), else
+/// [`no_area`], which sends every operation to the paths that look at the other slots.
 ///
 /// Also the charged words: the area and the active objcg of an attached thread with
 /// an active memory cgroup (else 0), read by [`charged_cpu`].
@@ -101,17 +108,44 @@ fn refresh_fast() {
     // KMEM_KFENCE=all: every allocation must reach the slow path that samples.
     let every = crate::kfence::every_allocation();
     let plain = objcg == 0 && !every;
+    let charged = is_area(a) && objcg != 0;
+    fast_tls::set_word::<{ fast_tls::CHARGED_AREA }>(if charged { a } else { 0 });
+    fast_tls::set_word::<{ fast_tls::CHARGED_OBJCG }>(if charged { objcg } else { 0 });
     let v = if is_area(a) && plain {
         a
     } else if plain && HEAP.rseq_fast_paths() {
         rseq_tag()
+    } else if charged && !every {
+        charged_fast_word()
     } else {
         no_area()
     };
     fast_tls::set(v);
-    let charged = is_area(a) && objcg != 0;
-    fast_tls::set_word::<{ fast_tls::CHARGED_AREA }>(if charged { a } else { 0 });
-    fast_tls::set_word::<{ fast_tls::CHARGED_OBJCG }>(if charged { objcg } else { 0 });
+}
+
+/// The fast word of a thread running charged (its charged words set): its area's
+/// charged area when that holds objects of the thread's objcg or none
+/// (`Memcg::charged_fast_word`), so that the inline fast paths pop and push there;
+/// else [`no_area`].
+fn charged_fast_word() -> usize {
+    match charged_cpu() {
+        Some((c, cg)) => match HEAP.kmem.memcg().charged_fast_word(c, cg) {
+            0 => no_area(),
+            w => w,
+        },
+        None => no_area(),
+    }
+}
+
+/// After a charged slow path (which may have made the thread's charged area, or
+/// given its kept sheaves to the thread's objcg): the fast word again, when the
+/// thread runs charged. Nothing for other threads (one load and a test).
+#[inline]
+pub(crate) fn refresh_charged_fast() {
+    if fast_tls::get_word::<{ fast_tls::CHARGED_AREA }>() != 0 && !crate::kfence::every_allocation()
+    {
+        fast_tls::set(charged_fast_word());
+    }
 }
 
 /// The charged paths' test: the thread's own CPU area and its active objcg, when it
@@ -152,16 +186,19 @@ pub(super) fn enable_rseq_fast() {
 }
 
 /// The slow paths' test: the thread's own CPU area, if it may use it without looking
-/// further (one thread-local load; an area also means the heap is READY).
+/// further (an area also means the heap is READY). Two thread-local loads: the fast
+/// word, and the charged area word, which is non-zero while the fast word may be a
+/// charged area (never a CPU area to hand to the slow paths).
 #[inline(always)]
 pub(crate) fn fast_cpu() -> Option<CpuRef<'static>> {
     let v = fast_tls::get();
     // Neither of the zero area's addresses (nothing lies between them: one compare
     // tests both).
-    let own = v.wrapping_sub(no_area()) > rseq_tag() - no_area();
-    // SAFETY: a fast word that is neither of the zero area's addresses is an area this
-    // thread owns (set from its area slot by `refresh_fast`, reset before the area is
-    // given up); areas live forever.
+    let own = v.wrapping_sub(no_area()) > rseq_tag() - no_area()
+        && fast_tls::get_word::<{ fast_tls::CHARGED_AREA }>() == 0;
+    // SAFETY: a fast word that is neither of the zero area's addresses, on a thread
+    // that does not run charged, is an area this thread owns (set from its area slot
+    // by `refresh_fast`, reset before the area is given up); areas live forever.
     own.then(|| unsafe { CpuRef::new(&*(v as *const CpuArea)) })
 }
 

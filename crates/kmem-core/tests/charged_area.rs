@@ -1,0 +1,244 @@
+#![allow(clippy::unnecessary_literal_unwrap)] // `cpu` is an Option on purpose: APIs take one.
+//! Charged areas through the public API of `Kmem`: the inline fast paths of a thread
+//! whose fast word is its area's charged area pop charged objects of its group and
+//! push freed `kmalloc-cg-*` objects onto inboxes; the slow paths keep the group's
+//! own and free everyone else's the regular way (uncharged from their groups); a CPU
+//! area's inline free never takes a charged object.
+
+mod common;
+
+use common::{config, kmem, TestPlatform};
+use kmem_core::memcontrol::{MemCgroup, MemcgStat, ObjCgroup};
+use kmem_core::percpu::InlineArea;
+use kmem_core::{CpuArea, CpuRef, Gfp, Kmem};
+use std::collections::HashSet;
+
+type K = Kmem<TestPlatform>;
+
+/// An area the calling test owns until it puts it back, and its handle.
+fn own_area(k: &'static K) -> (&'static CpuArea, CpuRef<'static>) {
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: fresh from the pool: the calling test owns it until it puts it back.
+    (a, unsafe { CpuRef::new(a) })
+}
+
+fn group(k: &'static K, name: &str) -> &'static MemCgroup {
+    k.memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), name)
+        .unwrap()
+}
+
+fn alloc(k: &K, c: CpuRef<'_>, g: &MemCgroup, size: usize) -> *mut u8 {
+    k.memcg()
+        .kmalloc_objcg(Some(c), size, Gfp::KERNEL, g.objcg())
+        .unwrap()
+        .as_ptr()
+}
+
+/// `c`'s charged area as a thread running charged to `g` sees it (its fast word).
+fn charged_area(k: &K, c: CpuRef<'_>, g: &MemCgroup) -> InlineArea<'static> {
+    let w = k.memcg().charged_fast_word(c, g.objcg());
+    assert_ne!(w, 0, "a charged area for g");
+    // SAFETY: the charged area of an area the test owns.
+    unsafe { InlineArea::from_word(w) }
+}
+
+/// The inline free of a thread whose fast word is `c`'s charged area.
+fn inline_free(k: &K, c: CpuRef<'_>, g: &MemCgroup, p: *mut u8) -> bool {
+    // SAFETY: the tests free their own objects (and double frees on purpose).
+    unsafe { k.kfree_fast(charged_area(k, c, g), p) }
+}
+
+/// The inline kmalloc of that thread.
+fn inline_alloc(k: &K, c: CpuRef<'_>, g: &MemCgroup, size: usize) -> Option<*mut u8> {
+    k.kmalloc_fast(charged_area(k, c, g), size, Gfp::KERNEL)
+        .map(|p| p.as_ptr())
+}
+
+fn held(k: &K, a: &CpuArea) -> (*const ObjCgroup, usize) {
+    k.memcg().memcg_stock_of(a).unwrap().objcg_sheaves()
+}
+
+fn slab_bytes(k: &K, c: CpuRef<'_>, g: &MemCgroup) -> isize {
+    k.memcg().memcg_flush_stats(Some(c));
+    g.stat(MemcgStat::SlabUnreclaimable)
+}
+
+#[test]
+fn the_inline_paths_of_a_charged_area_pop_and_push_a_groups_objects() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "g");
+    let (a, c) = own_area(k);
+    // The first charged allocation fills the stock with pre-charged bytes; the second
+    // makes the charged area and refills the class's kept sheaf from them.
+    let zeroth = alloc(k, c, g, 32);
+    let first = alloc(k, c, g, 32);
+    let waiting = held(k, a).1;
+    assert!(waiting > 0, "a refill leaves objects in the kept sheaf");
+    // The inline pop hands them out: charged to g already, no charge made.
+    let popped: Vec<_> = (0..waiting)
+        .map(|_| inline_alloc(k, c, g, 32).expect("a kept object"))
+        .collect();
+    assert_eq!(inline_alloc(k, c, g, 32), None, "the kept sheaf is empty");
+    assert_eq!(slab_bytes(k, c, g), ((waiting + 2) * 32) as isize);
+    // SAFETY: ours (the regular charged free: kept, as the inbox would).
+    assert!(unsafe { k.memcg().kfree_objcg(Some(c), zeroth, g.objcg()) });
+    assert_eq!(held(k, a).1, 1);
+    assert_eq!(alloc(k, c, g, 32), zeroth);
+    // The inline free pushes them onto the class's inbox, still charged.
+    for &p in popped.iter().chain([&first]) {
+        assert!(inline_free(k, c, g, p));
+    }
+    assert_eq!(held(k, a), (g.objcg() as *const ObjCgroup, waiting + 1));
+    assert_eq!(slab_bytes(k, c, g), ((waiting + 2) * 32) as isize);
+    // An allocation that finds the kept sheaf empty takes the inbox in: the same
+    // objects come back, nothing charged or uncharged.
+    let again: HashSet<_> = (0..=waiting).map(|_| alloc(k, c, g, 32)).collect();
+    let freed: HashSet<_> = popped.iter().chain([&first]).copied().collect();
+    assert_eq!(again, freed);
+    for &p in again.iter().chain([&zeroth]) {
+        assert!(inline_free(k, c, g, p));
+    }
+    // The area going back gives every object back, uncharged.
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(held(k, a).1, 0);
+    assert_eq!(g.usage(), 0);
+}
+
+#[test]
+fn an_inbox_keeps_its_groups_objects_and_frees_the_others_uncharged() {
+    let k = kmem(2, config(1, 0));
+    let (g, h) = (group(k, "mine"), group(k, "theirs"));
+    let (a, c) = own_area(k);
+    // h's objects, allocated on another area (another thread) and freed by this
+    // thread while it runs charged to g.
+    let (b, cb) = own_area(k);
+    let theirs: Vec<_> = (0..3).map(|_| alloc(k, cb, h, 64)).collect();
+    k.memcg().memcg_drain_stock(cb);
+    let mine: Vec<_> = (0..3).map(|_| alloc(k, c, g, 64)).collect();
+    k.memcg().memcg_drain_stock(c);
+    assert_eq!(slab_bytes(k, cb, h), 3 * 64);
+    // The inline free takes both: it reads no vector.
+    for (&p, &q) in mine.iter().zip(&theirs) {
+        assert!(inline_free(k, c, g, p));
+        assert!(inline_free(k, c, g, q));
+    }
+    assert_eq!(held(k, a).1, 6);
+    // Still charged to their own groups while they wait.
+    assert_eq!(slab_bytes(k, cb, h), 3 * 64);
+    // g's next allocation takes the inbox in: h's objects are uncharged and freed,
+    // g's are kept and handed out again.
+    let p = alloc(k, c, g, 64);
+    assert!(mine.contains(&p), "one of g's own objects");
+    // (Uncharged through this area's stock: its statistics flush shows it.)
+    assert_eq!(slab_bytes(k, c, h), 0);
+    assert_eq!(held(k, a), (g.objcg() as *const ObjCgroup, 2));
+    let rest: Vec<_> = (0..2).map(|_| alloc(k, c, g, 64)).collect();
+    let out: HashSet<_> = rest.iter().chain([&p]).copied().collect();
+    assert_eq!(out, mine.iter().copied().collect::<HashSet<_>>());
+    for q in out {
+        assert!(inline_free(k, c, g, q));
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe {
+        k.pages.cpu_area_put(a);
+        k.pages.cpu_area_put(b);
+    }
+    assert_eq!((g.usage(), h.usage()), (0, 0));
+}
+
+#[test]
+fn a_full_inbox_is_taken_in_by_the_next_free_and_a_double_free_on_its_top_is_refused() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "full");
+    let (a, c) = own_area(k);
+    let objs: Vec<_> = (0..64).map(|_| alloc(k, c, g, 16)).collect();
+    k.memcg().memcg_drain_stock(c);
+    let mut pushed = 0;
+    for &p in &objs {
+        if inline_free(k, c, g, p) {
+            pushed += 1;
+            continue;
+        }
+        // The inbox is full: the charged free's slow half takes it in and keeps p.
+        // SAFETY: ours.
+        assert!(unsafe { k.memcg().kfree_objcg(Some(c), p, g.objcg()) });
+    }
+    assert!(pushed > 0 && pushed < objs.len(), "{pushed}");
+    // Nothing lost: what waits is charged, the rest went back uncharged.
+    let waiting = held(k, a).1;
+    assert_eq!(slab_bytes(k, c, g), (waiting * 16) as isize);
+    // A double free on top of the inbox: the inline free refuses it, the slow half
+    // reports it and leaves the object where it is.
+    let p = alloc(k, c, g, 16);
+    assert!(inline_free(k, c, g, p));
+    assert!(!inline_free(k, c, g, p), "the bug under test: refused");
+    // SAFETY: the bug under test.
+    assert!(!unsafe { k.memcg().kfree_objcg(Some(c), p, g.objcg()) });
+    let log = k.pages.platform().take_log();
+    assert!(
+        log.contains("BUG kmalloc-cg-16 (Not tainted): Object already free"),
+        "{log}"
+    );
+    // Every object is handed out at most once.
+    let many: Vec<_> = (0..4 * 64).map(|_| alloc(k, c, g, 16)).collect();
+    assert_eq!(
+        many.iter().copied().collect::<HashSet<_>>().len(),
+        many.len()
+    );
+    for q in many {
+        // SAFETY: ours.
+        unsafe { k.memcg().kfree_objcg(Some(c), q, g.objcg()) };
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(g.usage(), 0);
+}
+
+#[test]
+fn a_cpu_areas_inline_free_refuses_a_charged_object() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "refused");
+    let (a, c) = own_area(k);
+    let p = alloc(k, c, g, 128);
+    k.memcg().memcg_drain_stock(c);
+    // The slab has a vector: its pages carry the class's charged line, which a CPU
+    // area keeps zero (no room).
+    // SAFETY: would free `p` if it took it; it must not.
+    assert!(!unsafe { k.kfree_fast(InlineArea::owned(c), p) });
+    // The regular free uncharges it.
+    // SAFETY: ours.
+    assert!(unsafe { k.kfree(Some(c), p) });
+    assert_eq!(slab_bytes(k, c, g), 0);
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(g.usage(), 0);
+}
+
+#[test]
+fn a_charged_area_serves_another_group_only_once_its_kept_sheaves_are_given_back() {
+    let k = kmem(2, config(1, 0));
+    let (g, h) = (group(k, "first"), group(k, "second"));
+    let (a, c) = own_area(k);
+    let p0 = alloc(k, c, g, 256);
+    let p = alloc(k, c, g, 256);
+    assert!(held(k, a).1 > 0, "g's objects kept");
+    // A thread entering h reads no charged area while g's objects are kept.
+    assert_eq!(k.memcg().charged_fast_word(c, h.objcg()), 0);
+    assert_ne!(k.memcg().charged_fast_word(c, g.objcg()), 0);
+    // h's first allocation gives g's back; the area is h's from then on.
+    let q0 = alloc(k, c, h, 256);
+    let q = alloc(k, c, h, 256);
+    assert_eq!(slab_bytes(k, c, g), 2 * 256, "only p0 and p stay charged to g");
+    assert_ne!(k.memcg().charged_fast_word(c, h.objcg()), 0);
+    assert_eq!(k.memcg().charged_fast_word(c, g.objcg()), 0);
+    // p, freed by h's thread, waits in the inbox charged to g until it is taken in.
+    for x in [p0, p, q0, q] {
+        assert!(inline_free(k, c, h, x));
+    }
+    k.memcg().memcg_drain_stock(c);
+    assert_eq!((g.usage(), h.usage()), (0, 0));
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+}
