@@ -230,7 +230,11 @@ fn a_charged_area_serves_another_group_only_once_its_kept_sheaves_are_given_back
     // h's first allocation gives g's back; the area is h's from then on.
     let q0 = alloc(k, c, h, 256);
     let q = alloc(k, c, h, 256);
-    assert_eq!(slab_bytes(k, c, g), 2 * 256, "only p0 and p stay charged to g");
+    assert_eq!(
+        slab_bytes(k, c, g),
+        2 * 256,
+        "only p0 and p stay charged to g"
+    );
     assert_ne!(k.memcg().charged_fast_word(c, h.objcg()), 0);
     assert_eq!(k.memcg().charged_fast_word(c, g.objcg()), 0);
     // p, freed by h's thread, waits in the inbox charged to g until it is taken in.

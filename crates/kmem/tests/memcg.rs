@@ -157,8 +157,11 @@ fn a_threads_charged_frees_wait_charged_for_its_next_allocations() {
                 .filter(|&&q| !h.page_allocator().in_span(q))
                 .count();
             assert_eq!(waiting_in_objcg_sheaves(&g), left + 5 - sampled);
-            // The next charged allocations of the class take them back.
-            let again: Vec<_> = (0..4)
+            // The next charged allocations of the class take them back, once those the
+            // refills left have gone (the frees wait in the inbox of the thread's
+            // charged area until the kept sheaf runs empty, as a CPU's frees wait on
+            // its spare sheaf).
+            let again: Vec<_> = (0..left + 4)
                 .map(|_| h.kmalloc(40, Gfp::KERNEL).unwrap().as_ptr())
                 .collect();
             let reused = again.iter().filter(|q| p.contains(q)).count();

@@ -37,7 +37,7 @@ use super::*;
 use crate::gfp::Gfp;
 use crate::kmalloc::KMALLOC_SIZES;
 use crate::page::{CPU_AREA_CHARGED_LINES, CPU_AREA_CHARGED_LINES_COUNT, PAGE_SIZE};
-use crate::percpu::{CPU_AREA_ORDER, CPU_AREA_SIZE};
+use crate::percpu::CPU_AREA_ORDER;
 use crate::slab::{charged_sheaf_bytes, ChargedSheaf, KmemCacheCpu};
 use crate::sync::{AtomicPtr, AtomicU32};
 
@@ -92,9 +92,7 @@ impl ObjcgSheaves {
     /// Objects in all the kept sheaves and inboxes.
     fn objects(&self) -> usize {
         (0..OBJCG_SHEAF_CLASSES)
-            .map(|k| {
-                self.kept(k).map_or(0, |s| s.len()) + self.inbox(k).map_or(0, |s| s.len())
-            })
+            .map(|k| self.kept(k).map_or(0, |s| s.len()) + self.inbox(k).map_or(0, |s| s.len()))
             .sum()
     }
 
@@ -157,10 +155,27 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
     }
 
+    /// [`Memcg::charged_fast_word`] for a thread entering `objcg` (or back from a
+    /// slow path): empty, untagged kept sheaves take `objcg` first, so that what the
+    /// thread's inline frees leave in the inboxes counts as `objcg`'s while it waits.
+    pub fn charged_fast_word_for(&self, c: CpuRef<'_>, objcg: &ObjCgroup) -> usize {
+        let Some(st) = self.stock(Some(c)) else {
+            return 0;
+        };
+        if st.sheaves.area().is_some() && Self::may_keep(&st.sheaves, objcg) {
+            Self::objcg_sheaves_take(&st.sheaves, objcg);
+        }
+        self.charged_fast_word(c, objcg)
+    }
+
     /// The charged area of `c`'s objcg sheaves (in stock `st`), made if there is none
     /// yet (`None` when memory for it runs out: then nothing is kept).
     #[inline]
-    pub(super) fn charged_area<'s>(&self, c: CpuRef<'_>, st: &'s MemcgStock) -> Option<&'s CpuArea> {
+    pub(super) fn charged_area<'s>(
+        &self,
+        c: CpuRef<'_>,
+        st: &'s MemcgStock,
+    ) -> Option<&'s CpuArea> {
         match st.sheaves.area() {
             Some(a) => Some(a),
             None => self.make_charged_area(c, st),
@@ -181,7 +196,6 @@ impl<'a, P: Platform> Memcg<'a, P> {
         };
         let area = pages.page_address(block).as_ptr();
         let mut mem = pages.page_address(store).as_ptr();
-        debug_assert!(CPU_AREA_SIZE == PAGE_SIZE << CPU_AREA_ORDER);
         let sh = &st.sheaves;
         let caches = self.km.caches();
         for (k, &size) in KMALLOC_SIZES.iter().enumerate() {

@@ -66,9 +66,9 @@ mod stock;
 #[cfg(test)]
 mod test_env;
 
+pub use charged_area::ObjcgSheaves;
 pub use counter::PageCounter;
 pub use group::{MemCgroup, ObjCgroup};
-pub use charged_area::ObjcgSheaves;
 pub use objcg_sheaf::{
     OBJCG_SHEAF_BYTES, OBJCG_SHEAF_CLASSES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
     OBJCG_SHEAVES_MAX_BYTES,

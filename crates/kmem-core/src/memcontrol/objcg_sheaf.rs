@@ -287,14 +287,14 @@ impl<'a, P: Platform> Memcg<'a, P> {
 
     /// Whether the kept sheaves may keep objects of `objcg`: they hold it, or nothing
     /// (and then take it: [`Memcg::objcg_sheaves_take`]).
-    fn may_keep(sh: &ObjcgSheaves, objcg: &ObjCgroup) -> bool {
+    pub(super) fn may_keep(sh: &ObjcgSheaves, objcg: &ObjCgroup) -> bool {
         let tag = sh.objcg.load(Relaxed);
         ptr::eq(tag, objcg) || tag.is_null() && sh.kept_objects() == 0
     }
 
     /// Tags empty, untagged sheaves with `objcg` (taking a reference); nothing when
     /// they hold it already.
-    fn objcg_sheaves_take(sh: &ObjcgSheaves, objcg: &ObjCgroup) {
+    pub(super) fn objcg_sheaves_take(sh: &ObjcgSheaves, objcg: &ObjCgroup) {
         if ptr::eq(sh.objcg.load(Relaxed), objcg) {
             return;
         }
@@ -644,7 +644,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         gfp: Gfp,
         objcg: &ObjCgroup,
     ) -> Option<NonNull<u8>> {
-        if !st.sheaves.inbox(i).is_some_and(|b| !b.is_empty())
+        if st.sheaves.inbox(i).is_none_or(|b| b.is_empty())
             || !Self::may_keep(&st.sheaves, objcg)
         {
             return None;
@@ -674,11 +674,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         objcg: &ObjCgroup,
     ) -> Option<bool> {
         let (st, s, i) = self.objcg_free_target(c, p, objcg)?;
-        if st
-            .sheaves
-            .inbox(i)
-            .is_some_and(|b| b.len() == b.capacity())
-        {
+        if st.sheaves.inbox(i).is_some_and(|b| b.len() == b.capacity()) {
             self.intake(c, st, i, objcg);
         }
         self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize)

@@ -129,7 +129,7 @@ fn refresh_fast() {
 /// else [`no_area`].
 fn charged_fast_word() -> usize {
     match charged_cpu() {
-        Some((c, cg)) => match HEAP.kmem.memcg().charged_fast_word(c, cg) {
+        Some((c, cg)) => match HEAP.kmem.memcg().charged_fast_word_for(c, cg) {
             0 => no_area(),
             w => w,
         },
