@@ -221,18 +221,18 @@ fn a_charged_area_serves_another_group_only_once_its_kept_sheaves_are_given_back
     let k = kmem(2, config(1, 0));
     let (g, h) = (group(k, "first"), group(k, "second"));
     let (a, c) = own_area(k);
-    let p0 = alloc(k, c, g, 256);
-    let p = alloc(k, c, g, 256);
+    let p0 = alloc(k, c, g, 64);
+    let p = alloc(k, c, g, 64);
     assert!(held(k, a).1 > 0, "g's objects kept");
     // A thread entering h reads no charged area while g's objects are kept.
     assert_eq!(k.memcg().charged_fast_word(c, h.objcg()), 0);
     assert_ne!(k.memcg().charged_fast_word(c, g.objcg()), 0);
     // h's first allocation gives g's back; the area is h's from then on.
-    let q0 = alloc(k, c, h, 256);
-    let q = alloc(k, c, h, 256);
+    let q0 = alloc(k, c, h, 64);
+    let q = alloc(k, c, h, 64);
     assert_eq!(
         slab_bytes(k, c, g),
-        2 * 256,
+        2 * 64,
         "only p0 and p stay charged to g"
     );
     assert_ne!(k.memcg().charged_fast_word(c, h.objcg()), 0);

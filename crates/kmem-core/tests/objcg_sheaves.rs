@@ -277,16 +277,18 @@ fn full_objcg_sheaves_hold_their_stated_bound_and_no_more() {
     let k = kmem(2, config(1, 0));
     let g = group(k, "bound");
     let (a, cpu) = own_area(k);
-    // Twice as many objects of every class as its sheaf holds, freed after a drain
-    // (so that no refill's objects wait): half onto the kept sheaves (the charged
-    // free), half onto the inboxes (the inline free into the charged area). Every
-    // sheaf is full, and that is the bound.
+    // As many objects of every class as its sheaves hold, freed after a drain (so
+    // that no refill's objects wait): a kept sheaf's worth onto the kept sheaves (the
+    // charged free), and for the classes with inboxes (a kept sheaf of 16 objects or
+    // more) an inbox's worth onto the inboxes (the inline free into the charged area).
+    // Every sheaf is full, and that is the bound.
     let sizes = kmem_core::kmalloc::KMALLOC_SIZES;
     let cap =
         |size: usize| (OBJCG_SHEAF_BYTES / size).clamp(OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS);
+    let sheaves = |size: usize| if cap(size) >= 16 { 2 } else { 1 };
     let objs: Vec<_> = sizes
         .iter()
-        .flat_map(|&size| (0..2 * cap(size)).map(move |_| size))
+        .flat_map(|&size| (0..sheaves(size) * cap(size)).map(move |_| size))
         .map(|size| (size, alloc(k, cpu, g, size)))
         .collect();
     k.memcg().memcg_drain_stock(cpu.unwrap());
@@ -315,6 +317,11 @@ fn full_objcg_sheaves_hold_their_stated_bound_and_no_more() {
             assert!(free(k, cpu, g, p));
         }
     }
+    // A class without an inbox refuses every inline free (its charged line is zero
+    // in the charged area too); the charged free keeps the object.
+    let big = alloc(k, cpu, g, 4096);
+    assert!(!inline_free(k, a, g, big));
+    assert!(free(k, cpu, g, big));
     k.memcg().memcg_flush_stats(cpu);
     assert!(slab_bytes(g) <= OBJCG_SHEAVES_MAX_BYTES as isize);
     // SAFETY: owned; not used afterwards.

@@ -225,6 +225,61 @@ fn a_charged_allocation_for_another_group_gives_the_waiting_objects_back() {
 }
 
 #[test]
+fn objects_freed_by_another_groups_thread_go_back_to_their_own_group() {
+    let _serial = serial();
+    // A thread running in `theirs` frees objects charged to `mine` (allocated by a
+    // thread in `mine`): its inline free takes them onto its charged area's inbox
+    // without reading their vector; its next allocations (which take the inbox in)
+    // and its exit free them the regular way, uncharged from `mine`, never kept for
+    // `theirs`.
+    let mine = MemCgroup::new("inbox-mine").unwrap();
+    let theirs = MemCgroup::new("inbox-theirs").unwrap();
+    let objs: Vec<usize> = std::thread::scope(|s| {
+        s.spawn(|| {
+            // (The vector before the group: its own buffer is not charged.)
+            let mut v = Vec::with_capacity(40);
+            let _in = mine.enter();
+            let h = heap();
+            for _ in 0..40 {
+                v.push(h.kmalloc(64, Gfp::KERNEL).unwrap().as_ptr() as usize);
+            }
+            h.detach_thread();
+            v
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(mine.stat().slab_unreclaimable, 40 * 64);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let _in = theirs.enter();
+            let h = heap();
+            // A charged allocation of the class first: the thread's fast word is its
+            // charged area from then on.
+            let own = h.kmalloc(64, Gfp::KERNEL).unwrap().as_ptr();
+            for &p in &objs {
+                // SAFETY: allocated above, freed once.
+                assert!(unsafe { h.kfree(p as *mut u8) });
+            }
+            // Allocations take the inbox in (mine's objects go back to their slabs,
+            // uncharged; were they kept for theirs, the exit's flush would find their
+            // slots naming mine, report them and leave them charged).
+            let again: Vec<_> = (0..40)
+                .map(|_| h.kmalloc(64, Gfp::KERNEL).unwrap().as_ptr())
+                .collect();
+            for q in again.into_iter().chain([own]) {
+                // SAFETY: allocated above, freed once.
+                unsafe { h.kfree(q) };
+            }
+            h.detach_thread();
+        });
+    });
+    assert_eq!(mine.stat().slab_unreclaimable, 0);
+    assert_eq!(theirs.stat().slab_unreclaimable, 0);
+    assert_eq!((mine.usage(), theirs.usage()), (0, 0));
+}
+
+#[test]
 fn charged_kmalloc_objects_freed_outside_the_group_are_uncharged() {
     let _serial = serial();
     // Objects charged in a group, freed by threads outside any group (their frees

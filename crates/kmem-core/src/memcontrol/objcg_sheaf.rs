@@ -30,7 +30,7 @@
 //!
 //! Objects wait charged: usage and the group statistics count them as allocated while
 //! they wait — up to [`OBJCG_SHEAF_BYTES`] per class and sheaf, or four objects of the
-//! larger classes: [`OBJCG_SHEAVES_MAX_BYTES`] (146 KiB, kept sheaves and inboxes) per
+//! larger classes: [`OBJCG_SHEAVES_MAX_BYTES`] (81 KiB, kept sheaves and inboxes) per
 //! area at most, as the stock's pre-charged pages count as usage. No other context
 //! touches the sheaves, so there is no lock-free protocol to model.
 //!
@@ -48,7 +48,7 @@
 //! is caught, as the slab layer's sheaves catch it; so is one of any object of a full
 //! kept sheaf (searched whole before its older half goes back).
 
-use super::charged_area::ObjcgSheaves;
+use super::charged_area::{has_inbox, ObjcgSheaves};
 use super::*;
 use crate::gfp::Gfp;
 use crate::kmalloc::KMALLOC_SIZES;
@@ -116,13 +116,18 @@ pub const OBJCG_SHEAVES_MAX_BYTES: usize = {
     let mut sum = 0;
     let mut i = 0;
     while i < OBJCG_SHEAF_CLASSES {
-        sum += 2 * CAPACITY[i] * KMALLOC_SIZES[i];
+        let sheaves = if super::charged_area::has_inbox(i) {
+            2
+        } else {
+            1
+        };
+        sum += sheaves * CAPACITY[i] * KMALLOC_SIZES[i];
         i += 1;
     }
     sum
 };
 // Within the stock's batch of pre-charged pages (the kernel's 64 pages, 256 KiB).
-const _: () = assert!(OBJCG_SHEAVES_MAX_BYTES <= 150 << 10);
+const _: () = assert!(OBJCG_SHEAVES_MAX_BYTES <= 84 << 10);
 
 /// Zeroes the `n` bytes of object `obj` for `__GFP_ZERO` (out of line: the pop that
 /// needs no call saves no registers).
@@ -172,7 +177,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
             return None;
         }
-        let obj = sh.kept(i)?.pop()?;
+        let obj = sh.kept_line(i)?.kept_pop()?;
         if gfp.contains(Gfp::ZERO) {
             let n = self.km.caches().set(1)[i].config().object_size;
             // SAFETY: a whole object of class `i`, now the caller's.
@@ -420,18 +425,22 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if !ptr::eq(sh.objcg.load(Relaxed), objcg) {
             return Self::objcg_sheaf_retag_push(sh, i, objcg, obj);
         }
-        let Some(kept) = sh.kept(i) else {
+        let Some(kept) = sh.kept_line(i) else {
             return Keep::NoRoom;
         };
         // The tops first: a double free must not leave through the regular path (it
         // would free the object while a sheaf still holds it).
-        if kept.last() == Some(obj) || sh.inbox(i).and_then(|b| b.last()) == Some(obj) {
+        if has_inbox(i) && sh.inbox_line(i).and_then(|b| b.inbox_last()) == Some(obj) {
             return Keep::DoubleFree;
         }
-        if kept.push(obj) {
-            Keep::Kept
-        } else {
-            Keep::NoRoom
+        match kept.kept_push(obj) {
+            Ok(()) => Keep::Kept,
+            Err(true) => Keep::DoubleFree,
+            Err(false) => {
+                // No room, or no kept sheaf at all: a double free of the top of a
+                // full one is caught by the slow half's search.
+                Keep::NoRoom
+            }
         }
     }
 
@@ -644,9 +653,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         gfp: Gfp,
         objcg: &ObjCgroup,
     ) -> Option<NonNull<u8>> {
-        if st.sheaves.inbox(i).is_none_or(|b| b.is_empty())
-            || !Self::may_keep(&st.sheaves, objcg)
-        {
+        if st.sheaves.inbox(i).is_none_or(|b| b.is_empty()) || !Self::may_keep(&st.sheaves, objcg) {
             return None;
         }
         self.intake(c, st, i, objcg);
@@ -674,7 +681,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         objcg: &ObjCgroup,
     ) -> Option<bool> {
         let (st, s, i) = self.objcg_free_target(c, p, objcg)?;
-        if st.sheaves.inbox(i).is_some_and(|b| b.len() == b.capacity()) {
+        if has_inbox(i) && st.sheaves.inbox(i).is_some_and(|b| b.len() == b.capacity()) {
             self.intake(c, st, i, objcg);
         }
         self.objcg_sheaf_keep_at(st, s, i, objcg, p as usize)

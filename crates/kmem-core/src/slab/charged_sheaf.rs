@@ -16,7 +16,7 @@
 //! owner's words of a CPU area (`sheaf_top::owner_read`).
 
 use super::sheaf::{slot, SlabSheaf, SHEAF_HEADER};
-use super::sheaf_top::{len_of, top_of};
+use super::sheaf_top::{len_of, owner_read, top_of, top_slot};
 use super::{CacheConfig, KmemCacheCpu};
 use crate::sync::{AtomicUsize, Ordering::Relaxed};
 
@@ -164,6 +164,49 @@ impl KmemCacheCpu {
         self.spare.store(sheaf, Relaxed);
         self.spare_limit.store(top_of(sheaf, cap), Relaxed);
         self.spare_top.store(sheaf as usize, Relaxed);
+    }
+
+    /// Takes the top object of this line's kept sheaf (the inline pop's own code),
+    /// or `None` when it is empty or none was installed.
+    #[inline(always)]
+    pub(crate) fn kept_pop(&self) -> Option<usize> {
+        self.sheaf_pop()
+    }
+
+    /// Puts `obj` on this line's kept sheaf, as the inline free pushes onto a spare:
+    /// `Err(false)` when it is full (or none was installed), `Err(true)` when `obj`
+    /// is its top already (a double free).
+    #[inline(always)]
+    pub(crate) fn kept_push(&self, obj: usize) -> Result<(), bool> {
+        // SAFETY: a charged area's words are its owner's, the caller (as
+        // `owner_read`'s contract asks of a CPU area's).
+        let (top, limit) = unsafe { (owner_read(&self.main_top), owner_read(&self.main_limit)) };
+        if top >= limit {
+            return Err(false);
+        }
+        // SAFETY: room means a kept sheaf whose top is below its limit: the slot at
+        // the top is free, and the one below it holds the top object, or is the
+        // header's capacity word (never an object) when the sheaf is empty.
+        unsafe {
+            if *top_slot(top.wrapping_sub(8)) == obj {
+                return Err(true);
+            }
+            *top_slot(top) = obj;
+            *self.main_top.as_ptr() = top + core::mem::size_of::<usize>();
+        }
+        Ok(())
+    }
+
+    /// The top object of this line's inbox, if any (the slow paths' double-free test).
+    #[inline(always)]
+    pub(crate) fn inbox_last(&self) -> Option<usize> {
+        // SAFETY: as in `kept_push`.
+        let (top, sheaf) = unsafe { (owner_read(&self.spare_top), self.spare.load(Relaxed)) };
+        if top <= sheaf as usize {
+            return None;
+        }
+        // SAFETY: a top above the sheaf's address: the slot below it holds an object.
+        Some(unsafe { *top_slot(top - 8) })
     }
 
     /// The kept sheaf of this line (see [`KmemCacheCpu::install_kept`]), or `None`
