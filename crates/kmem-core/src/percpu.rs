@@ -39,6 +39,16 @@ pub const CPU_AREA_ORDER: usize = 4;
 /// Size of one CPU area in bytes: 2^[`CPU_AREA_ORDER`] pages of 4 KiB (the page
 /// layer checks this against its `PAGE_SIZE`).
 pub const CPU_AREA_SIZE: usize = 4096 << CPU_AREA_ORDER;
+/// Lines at the end of every CPU area that nothing writes either ([`PerCpuOffsets`] stops
+/// before them), one per accounted kmalloc class
+/// ([`CPU_AREA_CHARGED_LINES_COUNT`] of them): the sheaf tag of a slab with an objcg
+/// vector of `kmalloc-cg-k` names line `k`, zero (no room) in every CPU area,
+/// so a free of such an object from a CPU area's inline path falls to the regular
+/// path, which uncharges it. A memory cgroup's charged area (`memcontrol`'s
+/// `charged_area`), which has the layout of a CPU area, keeps its inboxes there.
+pub const CPU_AREA_CHARGED_LINES: usize = CPU_AREA_SIZE - 64 * CPU_AREA_CHARGED_LINES_COUNT;
+/// How many charged lines there are (`kmem_core::kmalloc::NR_KMALLOC`).
+pub const CPU_AREA_CHARGED_LINES_COUNT: usize = 13;
 /// The most CPU areas that can exist at once; owners past this run without one (their
 /// allocations take the zone path, still correct).
 pub const MAX_CPU_AREAS: usize = 4096;
@@ -276,7 +286,7 @@ impl PerCpuOffsets {
     /// Reserves `size` bytes aligned to `align` in every CPU area (`alloc_percpu`).
     /// The memory is zero in a new area and must be left in a valid state by the owner
     /// when the area is flushed. Returns `None` when the areas are full (up to the
-    /// charged lines at their end, `page::CPU_AREA_CHARGED_LINES`, which nothing
+    /// charged lines at their end, [`CPU_AREA_CHARGED_LINES`], which nothing
     /// gets). Offsets are never given back (the kernel's percpu chunks are also rarely
     /// freed).
     pub fn alloc(&self, size: usize, align: usize) -> Option<usize> {
@@ -284,7 +294,7 @@ impl PerCpuOffsets {
         loop {
             let start = (cur + align - 1) & !(align - 1);
             let end = start.checked_add(size)?;
-            if end > crate::page::CPU_AREA_CHARGED_LINES {
+            if end > CPU_AREA_CHARGED_LINES {
                 return None;
             }
             match self

@@ -67,16 +67,7 @@ const fn zone_pcp_offset(nid: usize) -> usize {
 /// class without the inline sheaf path) falls to its slow path with no test of its
 /// own.
 pub const CPU_AREA_ZERO_LINE: usize = zone_pcp_offset(MAX_NUMNODES);
-/// Lines at the end of every CPU area that nothing writes either (the per-CPU
-/// allocator stops before them), one per accounted kmalloc class
-/// ([`CPU_AREA_CHARGED_LINES_COUNT`] of them): the sheaf tag of a slab with an objcg
-/// vector of `kmalloc-cg-k` names line `k`, zero (no room) in every CPU area,
-/// so a free of such an object from a CPU area's inline path falls to the regular
-/// path, which uncharges it. A memory cgroup's charged area (`memcontrol`'s
-/// `charged_area`), which has the layout of a CPU area, keeps its inboxes there.
-pub const CPU_AREA_CHARGED_LINES: usize = CPU_AREA_SIZE - 64 * CPU_AREA_CHARGED_LINES_COUNT;
-/// How many charged lines there are (`kmem_core::kmalloc::NR_KMALLOC`).
-pub const CPU_AREA_CHARGED_LINES_COUNT: usize = 13;
+pub use crate::percpu::{CPU_AREA_CHARGED_LINES, CPU_AREA_CHARGED_LINES_COUNT};
 /// First CPU-area offset left to [`crate::percpu::PerCpuOffsets`].
 pub(super) const PERCPU_DYNAMIC_START: usize = CPU_AREA_ZERO_LINE + 64;
 const _: () = assert!(CPU_AREA_ZERO_LINE.is_multiple_of(64));
