@@ -6,6 +6,7 @@
 mod common;
 
 use common::{config, kmem};
+use kmem_core::page::{CPU_AREA_CHARGED_LINES, CPU_AREA_ZERO_LINE};
 use kmem_core::{CpuRef, Gfp, PageFlags, PAGE_SIZE};
 
 type K = kmem_core::Kmem<common::TestPlatform>;
@@ -108,15 +109,18 @@ fn charged_objects_in_tail_pages_leave_the_fast_path() {
         .slab_bytes();
     let p = in_a_tail(&objs, slab_bytes);
     // The slab has an objcg vector: neither its head nor its tails name the CPU's
-    // sheaves any more (a free must take the path that uncharges).
+    // sheaves any more (a free must take the path that uncharges), but the class's
+    // charged line, zero in every CPU area (a charged area's inbox).
     let head = k
         .pages
         .virt_to_slab_page((p & !(slab_bytes - 1)) as *const u8)
         .unwrap();
     let tail = k.pages.virt_to_slab_page(p as *const u8).unwrap();
     assert!(tail.flags().contains(PageFlags::SLAB_TAIL));
+    let class = kmem_core::kmalloc::kmalloc_index(1024).unwrap();
+    let charged = CPU_AREA_CHARGED_LINES + 64 * class - CPU_AREA_ZERO_LINE;
     for page in [head, tail] {
-        assert_eq!(page.sheaf_tag(), 0, "still tagged");
+        assert_eq!(page.sheaf_tag(), charged, "the class's charged line");
     }
     // SAFETY: refused: the object stays ours.
     let pushed = unsafe { k.kfree_fast(cpu, p as *mut u8) };
