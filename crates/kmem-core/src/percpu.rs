@@ -46,7 +46,12 @@ pub const CPU_AREA_SIZE: usize = 4096 << CPU_AREA_ORDER;
 /// so a free of such an object from a CPU area's inline path falls to the regular
 /// path, which uncharges it. A memory cgroup's charged area (`memcontrol`'s
 /// `charged_area`), which has the layout of a CPU area, keeps its inboxes there.
-pub const CPU_AREA_CHARGED_LINES: usize = CPU_AREA_SIZE - 64 * CPU_AREA_CHARGED_LINES_COUNT;
+/// The last line is followed by room for the rest of a whole `kmem_cache_cpu` read
+/// there (its first line is what the fast paths read; the slab layer asserts it fits).
+pub const CPU_AREA_CHARGED_LINES: usize =
+    CPU_AREA_SIZE - 64 * CPU_AREA_CHARGED_LINES_COUNT - CPU_AREA_CHARGED_TAIL;
+/// Bytes past the last charged line's 64 (see [`CPU_AREA_CHARGED_LINES`]).
+pub const CPU_AREA_CHARGED_TAIL: usize = 256;
 /// How many charged lines there are (`kmem_core::kmalloc::NR_KMALLOC`).
 pub const CPU_AREA_CHARGED_LINES_COUNT: usize = 13;
 /// The most CPU areas that can exist at once; owners past this run without one (their

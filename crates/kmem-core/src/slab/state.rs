@@ -220,6 +220,13 @@ pub(crate) fn charged_sheaf_tag(cfg: &CacheConfig) -> u32 {
     }
 }
 const _: () = assert!(crate::page::CPU_AREA_CHARGED_LINES > CPU_AREA_ZERO_LINE);
+// A `kmem_cache_cpu` at the last charged line lies inside the area.
+const _: () = assert!(
+    crate::page::CPU_AREA_CHARGED_LINES
+        + 64 * (crate::page::CPU_AREA_CHARGED_LINES_COUNT - 1)
+        + core::mem::size_of::<KmemCacheCpu>()
+        <= crate::percpu::CPU_AREA_SIZE
+);
 
 /// Marks `owner[1]` as a `cpu_offset` of a cache whose sheaves the platform's
 /// restartable sequences push onto ([`FastPath::SheafRseq`]; bit 1, clear in offsets
