@@ -207,11 +207,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if !tag.is_null() && !ptr::eq(tag, objcg) {
             self.flush_objcg_sheaves(c, st);
         }
-        if st.sheaves.inbox(i).is_some_and(|b| !b.is_empty()) {
-            self.intake(c, st, i, objcg);
-            if let Some(p) = self.objcg_sheaf_pop(st, i, gfp, objcg) {
-                return Some(p);
-            }
+        if let Some(p) = self.objcg_sheaf_intake_pop(c, st, i, gfp, objcg) {
+            return Some(p);
         }
         self.objcg_sheaf_refill(c, st, i, gfp, objcg)
     }

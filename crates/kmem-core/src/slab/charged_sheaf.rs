@@ -178,23 +178,8 @@ impl KmemCacheCpu {
     /// is its top already (a double free).
     #[inline(always)]
     pub(crate) fn kept_push(&self, obj: usize) -> Result<(), bool> {
-        // SAFETY: a charged area's words are its owner's, the caller (as
-        // `owner_read`'s contract asks of a CPU area's).
-        let (top, limit) = unsafe { (owner_read(&self.main_top), owner_read(&self.main_limit)) };
-        if top >= limit {
-            return Err(false);
-        }
-        // SAFETY: room means a kept sheaf whose top is below its limit: the slot at
-        // the top is free, and the one below it holds the top object, or is the
-        // header's capacity word (never an object) when the sheaf is empty.
-        unsafe {
-            if *top_slot(top.wrapping_sub(8)) == obj {
-                return Err(true);
-            }
-            *top_slot(top) = obj;
-            *self.main_top.as_ptr() = top + core::mem::size_of::<usize>();
-        }
-        Ok(())
+        // The owner's, as a CPU area's (the caller owns the charged area).
+        Self::owner_push(&self.main_top, &self.main_limit, obj)
     }
 
     /// The top object of this line's inbox, if any (the slow paths' double-free test).

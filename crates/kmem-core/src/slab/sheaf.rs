@@ -274,21 +274,33 @@ impl KmemCacheCpu {
     /// spare sheaf); `Err(true)`: `obj` is already the top (a double free).
     #[inline(always)]
     pub(super) fn sheaf_push(&self, obj: usize) -> Result<(), bool> {
-        // SAFETY: the spare top and limit are the owner's (`owner_read`).
-        let (top, limit) = unsafe { (owner_read(&self.spare_top), owner_read(&self.spare_limit)) };
+        Self::owner_push(&self.spare_top, &self.spare_limit, obj)
+    }
+
+    /// The push of [`KmemCacheCpu::sheaf_push`] on either sheaf, given its top and its
+    /// limit (a charged area's kept sheaf is pushed with it: `charged_sheaf.rs`). The
+    /// owner only.
+    #[inline(always)]
+    pub(super) fn owner_push(
+        top_word: &AtomicUsize,
+        limit_word: &AtomicUsize,
+        obj: usize,
+    ) -> Result<(), bool> {
+        // SAFETY: a sheaf's top and limit are the owner's (`owner_read`).
+        let (top, limit) = unsafe { (owner_read(top_word), owner_read(limit_word)) };
         if top >= limit {
             return Err(false);
         }
-        // SAFETY: room means a spare sheaf whose top is below its limit: the slot at
-        // the top is free, and the one below it holds the top object, or is the
-        // header's capacity word (never an object) when the sheaf is empty. The top is
-        // the owner's (`owner_read`).
+        // SAFETY: room means a sheaf whose top is below its limit: the slot at the top
+        // is free, and the one below it holds the top object, or is the header's
+        // capacity word (never an object) when the sheaf is empty. The top is the
+        // owner's (`owner_read`).
         unsafe {
             if *top_slot(top.wrapping_sub(8)) == obj {
                 return Err(true);
             }
             *top_slot(top) = obj;
-            *self.spare_top.as_ptr() = top + core::mem::size_of::<usize>();
+            *top_word.as_ptr() = top + core::mem::size_of::<usize>();
         }
         Ok(())
     }
