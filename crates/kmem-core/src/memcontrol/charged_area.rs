@@ -158,17 +158,13 @@ impl ObjcgSheaves {
     /// Class `k`'s kept sheaf, if the charged area was made and the class has one.
     #[inline]
     pub(super) fn kept(&self, k: usize) -> Option<ChargedSheaf<'_>> {
-        let off = self.kept_off.get(k)?.load(Relaxed) as usize;
-        self.line(off)?.kept()
+        self.kept_line(k)?.kept()
     }
 
     /// Class `k`'s inbox, if the charged area was made and the class has one.
     #[inline]
     pub(super) fn inbox(&self, k: usize) -> Option<ChargedSheaf<'_>> {
-        if k >= OBJCG_SHEAF_CLASSES {
-            return None;
-        }
-        self.line(inbox_line(k))?.inbox()
+        self.inbox_line(k)?.inbox()
     }
 }
 

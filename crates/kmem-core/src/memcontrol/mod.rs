@@ -194,6 +194,14 @@ pub(super) fn memcg_data(head: &Page) -> usize {
     head.private.load(Acquire)
 }
 
+/// The objcg vector of the slab headed by `head`, if it has one (its `memcg_data`
+/// tagged [`MEMCG_DATA_OBJEXTS`]): one slot per object.
+#[inline(always)]
+pub(super) fn objcg_vector(head: &Page) -> Option<*const crate::sync::AtomicPtr<ObjCgroup>> {
+    let data = memcg_data(head);
+    (data & MEMCG_DATA_OBJEXTS != 0).then_some((data & !MEMCG_DATA_MASK) as *const _)
+}
+
 /// The memory controller's operations, bound to its state and to kmalloc (group
 /// descriptors and objcg vectors come from the plain kmalloc caches, never charged).
 pub struct Memcg<'a, P: Platform> {

@@ -427,7 +427,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         };
         // The tops first: a double free must not leave through the regular path (it
         // would free the object while a sheaf still holds it).
-        if has_inbox(i) && sh.inbox_line(i).and_then(|b| b.inbox_last()) == Some(obj) {
+        if has_inbox(i) && sh.inbox(i).and_then(|b| b.last()) == Some(obj) {
             return Keep::DoubleFree;
         }
         match kept.kept_push(obj) {
@@ -560,11 +560,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         {
             return ptr::null();
         }
-        let data = memcg_data(h);
-        if data & MEMCG_DATA_OBJEXTS == 0 {
-            return ptr::null();
-        }
-        (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>
+        objcg_vector(h).unwrap_or(ptr::null())
     }
 
     /// Gives every object of `c`'s objcg sheaves (in stock `st`) back: the kept ones
@@ -726,11 +722,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
             return None;
         }
         let idx = cfg.obj_to_index(off);
-        let data = memcg_data(h);
-        if data & MEMCG_DATA_OBJEXTS == 0 {
-            return None;
-        }
-        let vec = (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>;
+        let vec = objcg_vector(h)?;
         // SAFETY: `idx` < objects (an object's start, checked above), the length of
         // the slab's vector, which lives while the slab does (a live slab: the caller
         // owns one of its objects).

@@ -16,7 +16,7 @@
 //! owner's words of a CPU area (`sheaf_top::owner_read`).
 
 use super::sheaf::{slot, SlabSheaf, SHEAF_HEADER};
-use super::sheaf_top::{len_of, owner_read, top_of, top_slot};
+use super::sheaf_top::{len_of, top_of};
 use super::{CacheConfig, KmemCacheCpu};
 use crate::sync::{AtomicUsize, Ordering::Relaxed};
 
@@ -180,18 +180,6 @@ impl KmemCacheCpu {
     pub(crate) fn kept_push(&self, obj: usize) -> Result<(), bool> {
         // The owner's, as a CPU area's (the caller owns the charged area).
         Self::owner_push(&self.main_top, &self.main_limit, obj)
-    }
-
-    /// The top object of this line's inbox, if any (the slow paths' double-free test).
-    #[inline(always)]
-    pub(crate) fn inbox_last(&self) -> Option<usize> {
-        // SAFETY: as in `kept_push`.
-        let (top, sheaf) = unsafe { (owner_read(&self.spare_top), self.spare.load(Relaxed)) };
-        if top <= sheaf as usize {
-            return None;
-        }
-        // SAFETY: a top above the sheaf's address: the slot below it holds an object.
-        Some(unsafe { *top_slot(top - 8) })
     }
 
     /// The kept sheaf of this line (see [`KmemCacheCpu::install_kept`]), or `None`
