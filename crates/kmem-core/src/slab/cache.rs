@@ -23,6 +23,9 @@ pub struct KmemCacheNode {
     /// The untouched tail of the node's last new slab (sheaves design; under
     /// `list_lock`, see `fresh.rs`).
     pub(crate) fresh: super::fresh::FreshSlab,
+    /// Empty slabs kept for the next refill (sheaves design; under `list_lock`, see
+    /// `empty.rs`).
+    pub(crate) empty: super::empty::EmptySlabs,
 }
 
 impl KmemCacheNode {
@@ -33,6 +36,7 @@ impl KmemCacheNode {
             nr_slabs: AtomicUsize::new(0),
             barn: super::barn::Barn::new(),
             fresh: super::fresh::FreshSlab::new(),
+            empty: super::empty::EmptySlabs::new(),
         }
     }
 }
@@ -241,10 +245,10 @@ impl KmemCache {
         self.node(nid).list_lock.lock().len()
     }
 
-    /// Objects free in the slabs of node `nid`'s partial list (`count_partial`), and
-    /// in its fresh slab's tail.
+    /// Objects free in the slabs of node `nid`'s partial list (`count_partial`), in
+    /// its fresh slab's tail and in its kept empty slabs.
     pub fn count_partial_free(&self, nid: usize) -> usize {
-        let list = self.node(nid).list_lock.lock();
+        let mut list = self.node(nid).list_lock.lock();
         let objects = self.config().objects;
         let mut free = 0;
         let mut p = list.first();
@@ -255,7 +259,8 @@ impl KmemCache {
             p = pr.next.load(Relaxed);
         }
         // The fresh tail is free too (its slab counts it in use).
-        free + self.node(nid).fresh.objects(self.config(), &list)
+        free += self.node(nid).fresh.objects(self.config(), &list);
+        free + self.node(nid).empty.len(&mut list) * objects
     }
 
     /// A statistic summed over the no-CPU counter and the given CPU areas.

@@ -27,6 +27,8 @@ pub struct SheafCensus {
     pub in_partial_slabs: usize,
     /// Objects in the nodes' fresh slab tails (never handed out, unlinked).
     pub in_fresh_tails: usize,
+    /// Objects of the nodes' kept empty slabs (`empty.rs`): all of each.
+    pub in_empty_slabs: usize,
     /// Objects the cache's slabs hold in all (`nr_slabs * objects`).
     pub total: usize,
     /// A sheaf slot or freelist entry that is not the start of an object of the cache
@@ -36,7 +38,8 @@ pub struct SheafCensus {
 
 impl<P: Platform> Slub<'_, P> {
     /// Calls `f` for every free object of `s` in the sheaves of `areas` (which the
-    /// caller owns), in the barns, and on the node partial slabs' freelists, and
+    /// caller owns), in the barns, on the node partial slabs' freelists and in the
+    /// nodes' kept empty slabs, and
     /// counts them.
     pub fn census(
         &self,
@@ -83,7 +86,7 @@ impl<P: Platform> Slub<'_, P> {
                 }
             }
             drop(lists);
-            let list = s.node(nid).list_lock.lock();
+            let mut list = s.node(nid).list_lock.lock();
             let mut p = list.first();
             while let Some(slab) = NonNull::new(p) {
                 // SAFETY: node-list slabs are live; we hold the list lock, so their
@@ -112,6 +115,16 @@ impl<P: Platform> Slub<'_, P> {
                 fresh += 1;
             });
             c.in_fresh_tails += fresh;
+            let mut kept = 0;
+            s.node(nid).empty.for_each(&mut list, |slab| {
+                // All of a kept slab's objects are free (its freelist is stale).
+                let first = self.slab_base(slab) + cfg.red_left;
+                for k in 0..cfg.objects {
+                    visit(first + k * cfg.size, &mut c);
+                }
+                kept += cfg.objects;
+            });
+            c.in_empty_slabs += kept;
         }
         c
     }

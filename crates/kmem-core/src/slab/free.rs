@@ -270,7 +270,9 @@ impl<'a, P: Platform> Slub<'a, P> {
             freezer = None;
             let old = Slab::of(sr).state();
             let prior = base + old.offset() as usize;
-            if prior == head {
+            if prior == head || old.inuse() < cnt {
+                // The head again, or more objects than the slab has in use (a free
+                // into an empty slab, a kept one among them: `empty.rs`).
                 drop(lock);
                 return self.double_free(s, slab, head);
             }
@@ -318,6 +320,11 @@ impl<'a, P: Platform> Slub<'a, P> {
             if !old.list_empty() {
                 self.remove_partial(&mut list, slab);
                 s.stat(cpu, SlubStat::FreeRemovePartial);
+            }
+            if emptied == Emptied::Keep && Self::keeps_empty_slabs(cfg) {
+                // Kept whole for the next refill that would make a slab (`empty.rs`).
+                self.keep_empty_slab(s, nid, &mut list, slab);
+                return true;
             }
             drop(list);
             // Without a CPU the pages go to the zone, where they merge at once.

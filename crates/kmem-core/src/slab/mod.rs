@@ -25,7 +25,9 @@
 //! Anybody may free into any slab: a CAS on its state pushes onto `slab.freelist`.
 //! A node's fresh slab (sheaves design, `fresh.rs`) is, to this table, full or node
 //! partial: its untouched tail counts in use and is on no freelist; refills on the
-//! node take it by address under `list_lock`.
+//! node take it by address under `list_lock`. A node's kept empty slabs (`empty.rs`)
+//! are, to it, full slabs with no object in use: on no node list, nobody takes from
+//! them until a refill takes one whole under `list_lock`.
 //! The CPU that froze a slab frees into it without an atomic: objects go on the slab's
 //! *local* freelist ([`Slab`]), which only that CPU touches, like mimalloc's
 //! `local_free`. They still count as in use (they are the freezing CPU's to reuse); the
@@ -41,7 +43,8 @@
 //!    that goes with it is done while holding the lock. Freezing a full slab (a free
 //!    into it that puts it on the freer's CPU partial list) needs no lock: it is on no
 //!    list. Hence: an unfrozen slab is on the node partial list exactly when it has a
-//!    free object.
+//!    free object and some in use, or none in use and is not one of the node's kept
+//!    empty slabs (`empty.rs`, a list under the same lock).
 //! 3. Only the owner of a CPU area touches its `KmemCacheCpu` (the std default: one
 //!    area per thread). The fast paths are plain loads and stores: allocation pops
 //!    `c.freelist`, a free pushes when the object is in the CPU slab. `freelist` and
@@ -61,7 +64,7 @@
 //! | `new_slab.rs`, `partial.rs`, `cpu_partial.rs` | making and discarding slabs; node partial lists; CPU partial slabs, deactivation, flushing |
 //! | `lockless.rs` | per-CPU mode's lockless fast paths |
 //! | `sheaf.rs`, `sheaf_slow.rs`, `barn.rs` | the sheaves design: per-CPU main and spare sheaves, their slow paths, thread exit; the slow paths the front ends call straight from their misses (the swap without a call); the per-node barns |
-//! | `refill.rs`, `fresh.rs`, `prefill.rs`, `census.rs` | sheaves to and from slabs (bulk refill and flush); a node's fresh slab, taken by address; prefilled sheaves; a census of where free objects wait |
+//! | `refill.rs`, `fresh.rs`, `empty.rs`, `prefill.rs`, `census.rs` | sheaves to and from slabs (bulk refill and flush); a node's fresh slab, taken by address; a node's kept empty slabs; prefilled sheaves; a census of where free objects wait |
 //! | `bulk.rs`, `accounting.rs` | bulk alloc/free; the [`Accounting`] interface |
 //! | `debug.rs`, `report.rs`, `slabinfo.rs` | slub_debug; reports; slabinfo, slabtop, statistics files |
 //!
@@ -94,6 +97,7 @@ mod charged_sheaf;
 mod cpu;
 mod cpu_partial;
 pub mod debug;
+mod empty;
 mod free;
 mod freelist;
 mod fresh;

@@ -75,6 +75,31 @@ impl<'a, P: Platform> Slub<'a, P> {
                 }
             }
         }
+        let (state, taken, fresh) = self.populate_slab(cfg, base, out, link_rest);
+        Slab::of(head).init(s, state);
+        if cfg.order > 0 && cfg.tags_slabs() {
+            Slab::of(head).mirror_to_tails(cfg.order);
+        }
+        head.private.store(0, Relaxed);
+        let nid = self.pages.page_to_nid(slab);
+        s.node(nid).nr_slabs.fetch_add(1, Relaxed);
+        s.stat(cpu, SlubStat::AllocSlab);
+        Some((slab, taken, fresh))
+    }
+
+    /// The objects of an empty slab at `base` as a new slab has them: up to
+    /// `out.len()` of them (in freelist order) into `out`, in use, never linked; the
+    /// rest its freelist, or, with `link_rest` false and objects in address order, an
+    /// unlinked tail counted in use (its first object returned). Returns the slab's
+    /// state, how many went into `out`, and the tail. Reads nothing of the slab
+    /// (a kept empty slab's old free pointers included).
+    pub(super) fn populate_slab(
+        &self,
+        cfg: &CacheConfig,
+        base: usize,
+        out: &mut [usize],
+        link_rest: bool,
+    ) -> (SlabState, usize, Option<usize>) {
         let n = cfg.objects;
         let taken = out.len().min(n);
         let (start, stride) = self.freelist_order(cfg);
@@ -95,7 +120,8 @@ impl<'a, P: Platform> Slub<'a, P> {
                 let off = (obj - base) as u64;
                 let (key, size) = (FreePointerKey::of(cfg), cfg.size);
                 while obj < last {
-                    // SAFETY: the object lies in our new slab.
+                    // SAFETY: the object lies in the slab, ours (new, or kept empty
+                    // and taken off its list).
                     unsafe { key.set(obj, obj + size) };
                     obj += size;
                 }
@@ -109,15 +135,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 None,
             )
         };
-        Slab::of(head).init(s, state);
-        if cfg.order > 0 && cfg.tags_slabs() {
-            Slab::of(head).mirror_to_tails(cfg.order);
-        }
-        head.private.store(0, Relaxed);
-        let nid = self.pages.page_to_nid(slab);
-        s.node(nid).nr_slabs.fetch_add(1, Relaxed);
-        s.stat(cpu, SlubStat::AllocSlab);
-        Some((slab, taken, fresh))
+        (state, taken, fresh)
     }
 
     /// A new slab's objects in the order of a random permutation (`shuffle_freelist`):

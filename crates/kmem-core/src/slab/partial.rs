@@ -155,14 +155,14 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     /// `__kmem_cache_shrink`: flushes this CPU's state of `s`, asks other owners to
-    /// flush theirs, and frees the empty slabs on the node partial lists. Returns the
-    /// slabs freed.
+    /// flush theirs, and frees the empty slabs on the node partial lists and the
+    /// nodes' kept ones (`empty.rs`). Returns the slabs freed.
     pub fn shrink(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
         if let Some(c) = cpu {
             self.flush_cpu_cache(c, s);
         }
         self.shrink_barns(cpu, s);
-        let mut freed = 0;
+        let mut freed = self.release_empty_slabs(cpu, s);
         for nid in 0..self.pages.nr_nodes() {
             loop {
                 let mut list = s.node(nid).list_lock.lock();

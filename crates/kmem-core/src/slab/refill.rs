@@ -110,11 +110,14 @@ impl<P: Platform> Slub<'_, P> {
             if len == cap {
                 break;
             }
-            // A new slab: its first objects straight into the sheaf, the rest the
-            // node's fresh tail (`fresh.rs`), or linked onto the partial list of the
-            // slab's node.
-            let Some((slab, took, fresh)) =
-                self.allocate_slab_taking(cpu, s, gfp, Some(nid), room(sheaf, len, cap), false)
+            // A new slab (a kept empty one first, `empty.rs`): its first objects
+            // straight into the sheaf, the rest the node's fresh tail (`fresh.rs`),
+            // or linked onto the partial list of the slab's node.
+            let Some((slab, took, fresh)) = self
+                .reuse_empty_slab_taking(s, nid, room(sheaf, len, cap), false)
+                .or_else(|| {
+                    self.allocate_slab_taking(cpu, s, gfp, Some(nid), room(sheaf, len, cap), false)
+                })
             else {
                 break;
             };

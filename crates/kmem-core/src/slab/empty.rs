@@ -1,0 +1,224 @@
+//! A node's kept empty slabs (sheaves design): slabs a free left empty beyond the
+//! node's `min_partial`, kept whole — pages, descriptors, sheaf tags, objcg vector —
+//! instead of going back to the page allocator, and taken again by the next refill
+//! that would make a new slab. The kernel gives such a slab's pages back at once
+//! (`discard_slab`), and a program that frees a batch of large objects and allocates
+//! them again (10,000 blocks of 16 KiB) then pays, per slab, the page allocator's
+//! free and merge, its split and allocation, and the new slab's set-up: half of its
+//! instructions. A kept slab is taken like a new one (its objects by address, none of
+//! its free pointers read) and needs none of that. mimalloc keeps a freed page in its
+//! segment the same way, jemalloc its dirty extents.
+//!
+//! They go back the way the barns' idle sheaves do ([`super::barn`]): every decay
+//! interval (`report_delay_ns`, 1 s by default) the slabs the list kept all interval
+//! long — as many as it never went below — are discarded, to the page allocator (and
+//! from there to the OS after the page reporting delay). Shrinking, memory pressure
+//! and cache destruction discard them all ([`Slub::release_empty_slabs`]).
+//!
+//! Only caches on the sheaf fast paths keep them (not slub_debug caches, whose empty
+//! slabs are checked as they go, nor the CPU-slab design), and only frees of the
+//! kernel's kind (`Emptied::Keep`): a buffer that outgrew its class frees its slab to
+//! the zone at once, for the larger class (`free_outgrown`).
+//!
+//! A kept slab is, to the slab states table in `mod.rs`, a full slab (on no node list,
+//! unfrozen) with no object in use: nobody can free into it (a double free of one of
+//! its objects is caught as on any slab whose object is free) and nobody takes from it.
+//! Its state still holds the freelist of its last life, which nothing reads: a refill
+//! that takes it writes a new one ([`Slub::reuse_empty_slab_taking`]).
+//!
+//! Locking: a node's kept slabs are under its `list_lock`: every method takes the
+//! locked partial list as proof (the same lock's guard).
+
+use super::*;
+use crate::page::{Page, PageList};
+use crate::percpu::CpuRef;
+use crate::platform::Platform;
+use crate::sync::{AtomicUsize, Ordering::Relaxed};
+use core::cell::UnsafeCell;
+use core::ptr::NonNull;
+
+/// A node's kept empty slabs, linked through their head pages' list links (free
+/// while they are on no partial list).
+///
+/// Invariants (under the node's `list_lock`): every slab on `list` is a live slab of
+/// the node's cache on this node, unfrozen, with no object in use, on no other list;
+/// `low` is at most `list.len()` at every moment between two decays: the fewest
+/// slabs the list held since the last one.
+pub(crate) struct EmptySlabs {
+    list: UnsafeCell<PageList>,
+    low: AtomicUsize,
+}
+
+// SAFETY: `list` is read and written only under the node's `list_lock` (every method
+// takes its guard's contents as proof); `low` is atomic.
+unsafe impl Sync for EmptySlabs {}
+
+impl EmptySlabs {
+    pub(super) const fn new() -> Self {
+        Self {
+            list: UnsafeCell::new(PageList::new()),
+            low: AtomicUsize::new(0),
+        }
+    }
+
+    /// The list, for the holder of the node's `list_lock` (`_locked`, its contents).
+    #[allow(clippy::mut_from_ref)]
+    fn list(&self, _locked: &mut PageList) -> &mut PageList {
+        // SAFETY: the caller holds the node's `list_lock` (type invariant), exclusively
+        // for as long as it holds `_locked` mutably.
+        unsafe { &mut *self.list.get() }
+    }
+
+    /// Slabs kept now.
+    pub(super) fn len(&self, locked: &mut PageList) -> usize {
+        self.list(locked).len()
+    }
+
+    /// Calls `f` for every kept slab (census).
+    pub(super) fn for_each(&self, locked: &mut PageList, mut f: impl FnMut(NonNull<Page>)) {
+        let mut p = self.list(locked).first();
+        while let Some(slab) = NonNull::new(p) {
+            f(slab);
+            // SAFETY: a kept slab: live (type invariant); we hold the lock.
+            p = unsafe { slab.as_ref() }.next.load(Relaxed);
+        }
+    }
+
+    /// Keeps `slab` (empty, unfrozen, on no list).
+    fn push(&self, locked: &mut PageList, slab: NonNull<Page>) {
+        // SAFETY: the slab is on no list (caller); we hold the lock.
+        unsafe { self.list(locked).push_head(slab.as_ptr()) };
+    }
+
+    /// The most recently kept slab, if any.
+    fn pop(&self, locked: &mut PageList) -> Option<NonNull<Page>> {
+        let list = self.list(locked);
+        // SAFETY: we hold the lock; the head is on this list.
+        let slab = NonNull::new(unsafe { list.pop_head() })?;
+        let len = list.len();
+        self.low.store(self.low.load(Relaxed).min(len), Relaxed);
+        Some(slab)
+    }
+
+    /// Takes off the list, into `out`, the `n` slabs kept longest, at most all.
+    fn take_oldest(&self, locked: &mut PageList, n: usize, out: &mut PageList) {
+        let list = self.list(locked);
+        for _ in 0..n {
+            let Some(slab) = NonNull::new(list.last()) else {
+                break;
+            };
+            // SAFETY: we hold the lock; `slab` is on this list, then on none, then
+            // on `out`, which is the caller's own.
+            unsafe {
+                list.remove(slab.as_ptr());
+                out.push_tail(slab.as_ptr());
+            }
+        }
+    }
+
+    /// The decay: takes off the list, into `out`, as many slabs as it never went below
+    /// since the last decay (the oldest), and starts a new period.
+    fn take_idle(&self, locked: &mut PageList, out: &mut PageList) {
+        let idle = self.low.load(Relaxed).min(self.len(locked));
+        self.take_oldest(locked, idle, out);
+        self.low.store(self.len(locked), Relaxed);
+    }
+}
+
+impl<P: Platform> Slub<'_, P> {
+    /// Whether a slab of `s` that a free of the kernel's kind leaves empty past the
+    /// node's `min_partial` is kept (see the module docs).
+    #[inline]
+    pub(super) fn keeps_empty_slabs(cfg: &CacheConfig) -> bool {
+        matches!(cfg.fast, FastPath::Sheaf | FastPath::SheafRseq) && !cfg.off_fast_paths()
+    }
+
+    /// Keeps `slab` (empty, unfrozen, on no list) on its node `nid`, whose `list_lock`
+    /// the caller holds (`locked`).
+    pub(super) fn keep_empty_slab(
+        &self,
+        s: &KmemCache,
+        nid: usize,
+        locked: &mut PageList,
+        slab: NonNull<Page>,
+    ) {
+        s.node(nid).empty.push(locked, slab);
+    }
+
+    /// A kept empty slab of `s` on node `nid`, taken as [`Slub::allocate_slab_taking`]
+    /// takes a new one (up to `out.len()` of its objects into `out`, the rest its
+    /// freelist or, with `link_rest` false and objects in address order, a fresh
+    /// tail), without the page allocator (and not counted as `alloc_slab`, which counts
+    /// slabs made); `None` when the node keeps none.
+    pub(super) fn reuse_empty_slab_taking(
+        &self,
+        s: &KmemCache,
+        nid: usize,
+        out: &mut [usize],
+        link_rest: bool,
+    ) -> Option<(NonNull<Page>, usize, Option<usize>)> {
+        let node = s.node(nid);
+        let slab = {
+            let mut list = node.list_lock.lock();
+            node.empty.pop(&mut list)?
+        };
+        // SAFETY: taken off the kept list: a live, empty, unfrozen slab of `s` on no
+        // list, which nobody else reaches (no object of it is in use).
+        let head = unsafe { slab.as_ref() };
+        debug_assert_eq!(Slab::of(head).state().inuse(), 0);
+        let (state, taken, fresh) =
+            self.populate_slab(s.config(), self.slab_base(slab), out, link_rest);
+        // Only the state: the cache, the sheaf tags (a vectored slab's charged line
+        // included) and the objcg vector (every slot empty) are the slab's still.
+        Slab::of(head).set_state(state);
+        Some((slab, taken, fresh))
+    }
+
+    /// The barns' decay's part for kept slabs (run with it, once per decay interval):
+    /// on every node, the slabs of `s` kept since the last call (as many as the list
+    /// never went below meanwhile, the oldest) go back to the page allocator. Returns
+    /// how many.
+    pub fn decay_empty_slabs(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
+        self.discard_kept(cpu, s, |empty, locked, out| empty.take_idle(locked, out))
+    }
+
+    /// Discards every kept empty slab of `s` (shrinking, memory pressure, cache
+    /// destruction). Returns how many.
+    pub fn release_empty_slabs(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
+        self.discard_kept(cpu, s, |empty, locked, out| {
+            empty.take_oldest(locked, usize::MAX, out);
+            empty.low.store(0, Relaxed);
+        })
+    }
+
+    /// Takes kept slabs of `s` off each node's list with `take` (under its lock) and
+    /// discards them (after it). Returns how many.
+    fn discard_kept(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        take: impl Fn(&EmptySlabs, &mut PageList, &mut PageList),
+    ) -> usize {
+        if !Self::keeps_empty_slabs(s.config()) {
+            return 0;
+        }
+        let mut n = 0;
+        for nid in 0..self.pages.nr_nodes() {
+            let node = s.node(nid);
+            let mut out = PageList::new();
+            {
+                let mut list = node.list_lock.lock();
+                if node.empty.len(&mut list) == 0 && node.empty.low.load(Relaxed) == 0 {
+                    continue;
+                }
+                take(&node.empty, &mut list, &mut out);
+            }
+            // SAFETY: `out` is ours; its slabs were taken off the kept list.
+            while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
+                self.discard_slab(cpu, s, slab);
+                n += 1;
+            }
+        }
+        n
+    }
+}

@@ -1,0 +1,260 @@
+//! A node's kept empty slabs (sheaves design, `slab/empty.rs`): a slab the frees leave
+//! empty past `min_partial` stays a slab of its cache, the next refills take it again
+//! without the page allocator, the decay gives back what sat unused a whole interval,
+//! shrinking and destruction give back all, every object stays in exactly one place,
+//! and a free into a kept slab is a double free.
+
+mod common;
+
+use common::{check_census, config, kmem};
+use kmem_core::percpu::CpuArea;
+use kmem_core::slab::SlubStat;
+use kmem_core::{CpuRef, Gfp, KmemCache, SlabFlags};
+use std::collections::HashSet;
+use std::ptr::NonNull;
+
+type K = kmem_core::Kmem<common::TestPlatform>;
+
+/// A CPU area of `k` for this test alone, and the owner's handle on it.
+fn own_area(k: &'static K) -> (&'static CpuArea, Option<CpuRef<'static>>) {
+    let a = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: fresh from the pool: the calling test owns it until it puts it back, and
+    // uses this one handle on it.
+    (a, Some(unsafe { CpuRef::new(a) }))
+}
+
+fn stat(k: &K, s: &KmemCache, item: SlubStat) -> u64 {
+    s.stat_sum(k.pages.cpu_areas().iter(), item)
+}
+
+/// A cache of 1 KiB objects, and `slabs` slabs' worth of its objects allocated on `c`.
+fn cache_with_objects(
+    k: &'static K,
+    c: Option<CpuRef<'_>>,
+    name: &'static str,
+    slabs: usize,
+) -> (&'static KmemCache, Vec<NonNull<u8>>) {
+    let s = k
+        .kmem_cache_create(c, name, 1024, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let n = slabs * s.config().objects;
+    let objs = (0..n)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    (s, objs)
+}
+
+/// Frees `objs` straight to their slabs (no CPU: no sheaf takes them).
+fn free_to_slabs(k: &K, s: &KmemCache, objs: &[NonNull<u8>]) {
+    for &p in objs {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.slub().free(None, s, p) });
+    }
+}
+
+fn kept_objects(k: &K, s: &KmemCache, areas: &[CpuRef<'_>]) -> usize {
+    k.slub().census(s, areas, |_| {}).in_empty_slabs
+}
+
+#[test]
+fn an_emptied_slab_is_kept_and_the_next_refills_take_it_without_the_page_allocator() {
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let (s, objs) = cache_with_objects(k, c, "kept-1k", 24);
+    let cfg = s.config();
+    let slabs = s.nr_slabs(0);
+    assert!(slabs >= 24, "{slabs} slabs");
+    free_to_slabs(k, s, &objs);
+    // Every slab is still one: `min_partial` of them on the partial list, the rest
+    // kept; none went back to the page allocator.
+    assert_eq!(s.nr_slabs(0), slabs, "no slab was discarded");
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(a) }];
+    let kept = kept_objects(k, s, &refs);
+    assert!(
+        kept >= (slabs - cfg.min_partial - 1) * cfg.objects,
+        "kept {kept} objects of {slabs} slabs"
+    );
+    assert_eq!(kept % cfg.objects, 0, "whole slabs");
+    check_census(k, s, &refs, &HashSet::new());
+    // The same number of objects again: from the partial slabs, then the kept ones,
+    // taken as new slabs are; the page allocator gives nothing and no slab is made.
+    let (made, free_pages) = (stat(k, s, SlubStat::AllocSlab), k.pages.nr_free_pages());
+    let again: Vec<_> = (0..objs.len())
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    assert_eq!(stat(k, s, SlubStat::AllocSlab), made, "no new slab");
+    assert_eq!(
+        k.pages.nr_free_pages(),
+        free_pages,
+        "no page from the allocator"
+    );
+    assert_eq!(s.nr_slabs(0), slabs);
+    let live: HashSet<usize> = again.iter().map(|p| p.as_ptr() as usize).collect();
+    assert_eq!(live.len(), again.len(), "each object handed out once");
+    check_census(k, s, &refs, &live);
+    // Objects of a kept slab are usable memory (a fresh slab's handed out by address:
+    // write them whole).
+    for p in &again {
+        // SAFETY: ours, `object_size` bytes.
+        unsafe { std::ptr::write_bytes(p.as_ptr(), 0x5a, cfg.object_size) };
+    }
+    free_to_slabs(k, s, &again);
+    k.shrink_all(c);
+    assert_eq!(s.nr_slabs(0), 0, "shrinking gives every kept slab back");
+    assert_eq!(kept_objects(k, s, &[]), 0);
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+#[test]
+fn the_decay_gives_back_the_slabs_kept_unused_for_a_whole_interval() {
+    // A decay interval the test's clock never reaches: only the calls below decay.
+    let k = kmem(
+        2,
+        kmem_core::Config {
+            report_delay_ns: u64::MAX / 2,
+            ..config(1, 0)
+        },
+    );
+    let (a, c) = own_area(k);
+    let (s, objs) = cache_with_objects(k, c, "decay-1k", 16);
+    let cfg = s.config();
+    free_to_slabs(k, s, &objs);
+    let slabs = s.nr_slabs(0);
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(a) }];
+    let kept = kept_objects(k, s, &refs) / cfg.objects;
+    assert!(kept >= 8, "{kept} kept");
+    // The first decay starts the period: the slabs were kept during part of it only.
+    assert_eq!(k.slub().decay_empty_slabs(c, s), 0);
+    assert_eq!(s.nr_slabs(0), slabs);
+    // The partial slabs' objects and then some taken in this period (held by the
+    // CPU's sheaves and the caller): the refills took kept slabs, and those left were
+    // idle all along.
+    let used: Vec<_> = (0..(cfg.min_partial + 4) * cfg.objects)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    let after_use = kept_objects(k, s, &refs) / cfg.objects;
+    assert!(after_use < kept, "the refills took kept slabs");
+    let gone = k.slub().decay_empty_slabs(c, s);
+    assert_eq!(
+        gone, after_use,
+        "the slabs idle the whole interval went back"
+    );
+    assert_eq!(s.nr_slabs(0), slabs - gone);
+    assert_eq!(kept_objects(k, s, &refs), 0);
+    let live: HashSet<usize> = used.iter().map(|p| p.as_ptr() as usize).collect();
+    check_census(k, s, &refs, &live);
+    free_to_slabs(k, s, &used);
+    k.shrink_all(c);
+    assert_eq!(s.nr_slabs(0), 0);
+}
+
+#[test]
+fn the_housekeeping_decay_gives_kept_slabs_back_after_two_intervals() {
+    let delay = 1_000_000;
+    let k = kmem(
+        2,
+        kmem_core::Config {
+            report_delay_ns: delay,
+            ..config(1, 0)
+        },
+    );
+    let (_, c) = own_area(k);
+    let pf = k.pages.platform();
+    let (s, objs) = cache_with_objects(k, c, "tick-1k", 16);
+    free_to_slabs(k, s, &objs);
+    let slabs = s.nr_slabs(0);
+    assert!(kept_objects(k, s, &[]) > 0);
+    // Slow-path traffic on another cache runs the housekeeping tick; two decay
+    // intervals later the kept slabs of `s`, never taken, are gone.
+    let interval = kmem_core::page::HOUSEKEEPING_INTERVAL as usize;
+    for _ in 0..2 {
+        pf.advance(2 * delay);
+        for _ in 0..2 * interval {
+            let v: Vec<_> = (0..200)
+                .map(|_| k.kmalloc(c, 64, Gfp::KERNEL).unwrap())
+                .collect();
+            for o in v {
+                // SAFETY: ours.
+                unsafe { k.kfree(c, o.as_ptr()) };
+            }
+        }
+    }
+    assert_eq!(kept_objects(k, s, &[]), 0, "decayed");
+    assert!(s.nr_slabs(0) < slabs);
+}
+
+#[test]
+fn a_cache_with_kept_slabs_is_destroyed() {
+    let k = kmem(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let (s, objs) = cache_with_objects(k, c, "destroy-1k", 12);
+    free_to_slabs(k, s, &objs);
+    assert!(kept_objects(k, s, &[]) > 0);
+    // `kmem_cache_destroy` refuses a cache with slabs left after its shrink (objects
+    // remaining): the kept slabs must have gone back.
+    // SAFETY: nobody uses `s` any more.
+    unsafe { k.kmem_cache_destroy(c, s) }.expect("no slab remains");
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+#[test]
+fn a_free_into_a_kept_slab_is_a_double_free_and_changes_nothing() {
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let (s, objs) = cache_with_objects(k, c, "df-kept-1k", 16);
+    free_to_slabs(k, s, &objs);
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(a) }];
+    let mut kept = HashSet::new();
+    k.slub().census(s, &refs, |o| {
+        kept.insert(o);
+    });
+    // The first object (not on any freelist's head) of a kept slab, freed again.
+    let victim = objs
+        .iter()
+        .map(|p| p.as_ptr() as usize)
+        .find(|o| kept.contains(o))
+        .expect("an object of a kept slab");
+    let before = kept_objects(k, s, &refs);
+    // SAFETY: the bug under test: its slab has no object in use.
+    assert!(!unsafe {
+        k.slub()
+            .free(None, s, NonNull::new(victim as *mut u8).unwrap())
+    });
+    let log = k.pages.platform().take_log();
+    assert!(log.contains("Object already free"), "{log}");
+    assert_eq!(
+        kept_objects(k, s, &refs),
+        before,
+        "the slab is still kept, empty"
+    );
+    check_census(k, s, &refs, &HashSet::new());
+    // Taken again: every object handed out once.
+    let again: HashSet<usize> = (0..objs.len())
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap().as_ptr() as usize)
+        .collect();
+    assert_eq!(again.len(), objs.len());
+    check_census(k, s, &refs, &again);
+}
+
+#[test]
+fn slub_debug_caches_keep_no_empty_slab() {
+    let k = kmem(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let s = k
+        .kmem_cache_create(c, "debug-1k", 1024, 8, SlabFlags::CONSISTENCY_CHECKS, None)
+        .unwrap();
+    let objs: Vec<_> = (0..16 * s.config().objects)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    let slabs = s.nr_slabs(0);
+    free_to_slabs(k, s, &objs);
+    assert_eq!(kept_objects(k, s, &[]), 0);
+    assert!(
+        s.nr_slabs(0) <= s.config().min_partial + 1,
+        "{slabs} slabs, now {}",
+        s.nr_slabs(0)
+    );
+}
