@@ -76,6 +76,11 @@ fn an_emptied_slab_is_kept_and_the_next_refills_take_it_without_the_page_allocat
         "kept {kept} objects of {slabs} slabs"
     );
     assert_eq!(kept % cfg.objects, 0, "whole slabs");
+    assert_eq!(
+        k.slub().kept_empty_pages(0),
+        (kept / cfg.objects) << cfg.order,
+        "the node's count of kept pages"
+    );
     check_census(k, s, &refs, &HashSet::new());
     // The same number of objects again: from the partial slabs, then the kept ones,
     // taken as new slabs are; the page allocator gives nothing and no slab is made.
@@ -103,6 +108,7 @@ fn an_emptied_slab_is_kept_and_the_next_refills_take_it_without_the_page_allocat
     k.shrink_all(c);
     assert_eq!(s.nr_slabs(0), 0, "shrinking gives every kept slab back");
     assert_eq!(kept_objects(k, s, &[]), 0);
+    assert_eq!(k.slub().kept_empty_pages(0), 0);
     assert!(k.pages.platform().take_log().is_empty());
 }
 
@@ -256,5 +262,58 @@ fn slub_debug_caches_keep_no_empty_slab() {
         s.nr_slabs(0) <= s.config().min_partial + 1,
         "{slabs} slabs, now {}",
         s.nr_slabs(0)
+    );
+}
+
+#[test]
+fn another_cache_s_new_slabs_take_the_kept_slabs_memory_first() {
+    // No decay in the test's time: only the other cache's demand gives them back.
+    let k = kmem(
+        2,
+        kmem_core::Config {
+            report_delay_ns: u64::MAX / 2,
+            ..config(1, 0)
+        },
+    );
+    let (_, c) = own_area(k);
+    let (s, objs) = cache_with_objects(k, c, "hoard-1k", 64);
+    free_to_slabs(k, s, &objs);
+    let kept = kept_objects(k, s, &[]) / s.config().objects;
+    assert!(kept >= 32, "{kept} kept");
+    let kept_pages = kept << s.config().order;
+    // Another cache makes new slabs: for each one the page allocator gives, up to 256
+    // pages of the kept slabs went back first, the oldest first.
+    let t = k
+        .kmem_cache_create(c, "grower-2k", 2048, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let made = stat(k, t, SlubStat::AllocSlab);
+    let grown: Vec<_> = (0..t.config().objects)
+        .map(|_| k.slub().alloc(c, t, Gfp::KERNEL).unwrap())
+        .collect();
+    assert!(
+        stat(k, t, SlubStat::AllocSlab) > made,
+        "a new slab of the other cache"
+    );
+    let left = kept_objects(k, s, &[]) / s.config().objects;
+    assert!(left < kept, "kept slabs went back: {left} of {kept}");
+    assert!(
+        ((kept - left) << s.config().order) >= kept_pages.min(256),
+        "{} pages went back",
+        (kept - left) << s.config().order
+    );
+    // The cache's own new slabs leave its kept ones alone (it takes them instead).
+    let before = kept_objects(k, s, &[]);
+    let again: Vec<_> = (0..s.config().objects)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    assert!(kept_objects(k, s, &[]) <= before);
+    free_to_slabs(k, t, &grown);
+    free_to_slabs(k, s, &again);
+    k.shrink_all(c);
+    assert_eq!((s.nr_slabs(0), t.nr_slabs(0)), (0, 0));
+    assert_eq!(
+        k.slub().kept_empty_pages(0),
+        0,
+        "every kept page counted out"
     );
 }

@@ -6,7 +6,8 @@
 //! while allocating.
 
 use super::KmemCache;
-use crate::sync::{AtomicPtr, AtomicU64, Ordering::Relaxed, SpinLock};
+use crate::page::MAX_NUMNODES;
+use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock};
 use core::ptr;
 
 /// The list of every cache (`slab_caches`).
@@ -16,6 +17,9 @@ pub struct CacheList {
     /// When the barns' decay last ran (the platform's clock, ns); whoever moves it
     /// runs the next one.
     pub(crate) barn_decay_ns: AtomicU64,
+    /// Pages in every cache's kept empty slabs, per node (`empty.rs`): while not 0,
+    /// a new slab of any cache first gives some of the others' back.
+    pub(crate) kept_pages: [AtomicUsize; MAX_NUMNODES],
 }
 
 impl CacheList {
@@ -24,6 +28,7 @@ impl CacheList {
             lock: SpinLock::new(()),
             head: AtomicPtr::new(ptr::null_mut()),
             barn_decay_ns: AtomicU64::new(0),
+            kept_pages: [const { AtomicUsize::new(0) }; MAX_NUMNODES],
         }
     }
 

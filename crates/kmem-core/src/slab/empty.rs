@@ -13,7 +13,12 @@
 //! interval (`report_delay_ns`, 1 s by default) the slabs the list kept all interval
 //! long — as many as it never went below — are discarded, to the page allocator (and
 //! from there to the OS after the page reporting delay). Shrinking, memory pressure
-//! and cache destruction discard them all ([`Slub::release_empty_slabs`]).
+//! and cache destruction discard them all ([`Slub::release_empty_slabs`]). And they
+//! are free memory to every other cache: a new slab made from the page allocator
+//! first gives back up to [`RECLAIM_PAGES`] of the other caches' kept slabs on its
+//! node ([`Slub::reclaim_kept_slabs`]), so that a class's kept slabs never make
+//! another class take more pages (a buffer grown through every class keeps only the
+//! memory it uses, as when slabs went back at once).
 //!
 //! Only caches on the sheaf fast paths keep them (not slub_debug caches, whose empty
 //! slabs are checked as they go, nor the CPU-slab design), and only frees of the
@@ -36,6 +41,10 @@ use crate::platform::Platform;
 use crate::sync::{AtomicUsize, Ordering::Relaxed};
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
+
+/// Most pages of other caches' kept slabs a new slab gives back first
+/// ([`Slub::reclaim_kept_slabs`]): one walk of the cache list per 1 MiB of new slabs.
+pub const RECLAIM_PAGES: usize = 256;
 
 /// A node's kept empty slabs, linked through their head pages' list links (free
 /// while they are on no partial list).
@@ -114,6 +123,8 @@ impl EmptySlabs {
                 out.push_tail(slab.as_ptr());
             }
         }
+        let len = list.len();
+        self.low.store(self.low.load(Relaxed).min(len), Relaxed);
     }
 
     /// The decay: takes off the list, into `out`, as many slabs as it never went below
@@ -126,6 +137,11 @@ impl EmptySlabs {
 }
 
 impl<P: Platform> Slub<'_, P> {
+    /// Pages in the kept empty slabs of every cache on node `nid`.
+    pub fn kept_empty_pages(&self, nid: usize) -> usize {
+        self.caches.kept_pages[nid].load(Relaxed)
+    }
+
     /// Whether a slab of `s` that a free of the kernel's kind leaves empty past the
     /// node's `min_partial` is kept (see the module docs).
     #[inline]
@@ -143,6 +159,7 @@ impl<P: Platform> Slub<'_, P> {
         slab: NonNull<Page>,
     ) {
         s.node(nid).empty.push(locked, slab);
+        self.caches.kept_pages[nid].fetch_add(1 << s.config().order, Relaxed);
     }
 
     /// A kept empty slab of `s` on node `nid`, taken as [`Slub::allocate_slab_taking`]
@@ -162,6 +179,7 @@ impl<P: Platform> Slub<'_, P> {
             let mut list = node.list_lock.lock();
             node.empty.pop(&mut list)?
         };
+        self.caches.kept_pages[nid].fetch_sub(1 << s.config().order, Relaxed);
         // SAFETY: taken off the kept list: a live, empty, unfrozen slab of `s` on no
         // list, which nobody else reaches (no object of it is in use).
         let head = unsafe { slab.as_ref() };
@@ -191,6 +209,44 @@ impl<P: Platform> Slub<'_, P> {
         })
     }
 
+    /// Before a new slab of `s` on node `nid` is made from the page allocator: while
+    /// other caches keep empty slabs on that node, the oldest of them, up to
+    /// [`RECLAIM_PAGES`] pages, go back to the page allocator first. Kept slabs save
+    /// their own cache a slab's making when it allocates again; they must not hold
+    /// memory another cache asks for meanwhile (buffers grown through every class,
+    /// each class's slabs freed as the next one fills: kept, they would all stay,
+    /// twice the memory the program uses). Skipped when the cache list's lock is
+    /// busy (the next new slab tries again).
+    pub(super) fn reclaim_kept_slabs(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, nid: usize) {
+        if self.caches.kept_pages[nid].load(Relaxed) == 0 {
+            return;
+        }
+        self.reclaim_kept_slabs_slow(cpu, s, nid);
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reclaim_kept_slabs_slow(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, nid: usize) {
+        let Some(_g) = self.caches.lock.try_lock() else {
+            return;
+        };
+        let mut pages = 0;
+        // SAFETY: the list lock is held.
+        unsafe {
+            self.caches.for_each_locked(|t| {
+                if pages >= RECLAIM_PAGES || core::ptr::eq(t, s) {
+                    return;
+                }
+                let order = t.config().order;
+                let want = (RECLAIM_PAGES - pages).div_ceil(1 << order);
+                let n = self.discard_kept_on(cpu, t, nid, |empty, locked, out| {
+                    empty.take_oldest(locked, want, out)
+                });
+                pages += n << order;
+            })
+        };
+    }
+
     /// Takes kept slabs of `s` off each node's list with `take` (under its lock) and
     /// discards them (after it). Returns how many.
     fn discard_kept(
@@ -199,25 +255,37 @@ impl<P: Platform> Slub<'_, P> {
         s: &KmemCache,
         take: impl Fn(&EmptySlabs, &mut PageList, &mut PageList),
     ) -> usize {
+        (0..self.pages.nr_nodes())
+            .map(|nid| self.discard_kept_on(cpu, s, nid, &take))
+            .sum()
+    }
+
+    /// [`Slub::discard_kept`] on node `nid`.
+    fn discard_kept_on(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        nid: usize,
+        take: impl Fn(&EmptySlabs, &mut PageList, &mut PageList),
+    ) -> usize {
         if !Self::keeps_empty_slabs(s.config()) {
             return 0;
         }
+        let node = s.node(nid);
+        let mut out = PageList::new();
+        {
+            let mut list = node.list_lock.lock();
+            if node.empty.len(&mut list) == 0 && node.empty.low.load(Relaxed) == 0 {
+                return 0;
+            }
+            take(&node.empty, &mut list, &mut out);
+        }
         let mut n = 0;
-        for nid in 0..self.pages.nr_nodes() {
-            let node = s.node(nid);
-            let mut out = PageList::new();
-            {
-                let mut list = node.list_lock.lock();
-                if node.empty.len(&mut list) == 0 && node.empty.low.load(Relaxed) == 0 {
-                    continue;
-                }
-                take(&node.empty, &mut list, &mut out);
-            }
-            // SAFETY: `out` is ours; its slabs were taken off the kept list.
-            while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
-                self.discard_slab(cpu, s, slab);
-                n += 1;
-            }
+        // SAFETY: `out` is ours; its slabs were taken off the kept list.
+        while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
+            self.caches.kept_pages[nid].fetch_sub(1 << s.config().order, Relaxed);
+            self.discard_slab(cpu, s, slab);
+            n += 1;
         }
         n
     }

@@ -59,6 +59,9 @@ impl<'a, P: Platform> Slub<'a, P> {
     ) -> Option<(NonNull<Page>, usize, Option<usize>)> {
         let cfg = s.config();
         let gfp = (gfp - Gfp::ZERO) | Gfp::COMP;
+        // Other caches' kept empty slabs are free memory to this one (`empty.rs`).
+        let want = nid.unwrap_or_else(|| self.pages.platform().numa_node_id());
+        self.reclaim_kept_slabs(cpu, s, want % self.pages.nr_nodes());
         let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
         let base = self.slab_base(slab);
         // SAFETY: the block was just allocated: its descriptors are ours.
