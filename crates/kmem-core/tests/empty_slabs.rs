@@ -6,26 +6,11 @@
 
 mod common;
 
-use common::{check_census, config, kmem};
-use kmem_core::percpu::CpuArea;
+use common::{check_census, config, kmem, kmem_with_decay, own_area, slow_path_traffic, stat, K};
 use kmem_core::slab::SlubStat;
 use kmem_core::{CpuRef, Gfp, KmemCache, SlabFlags};
 use std::collections::HashSet;
 use std::ptr::NonNull;
-
-type K = kmem_core::Kmem<common::TestPlatform>;
-
-/// A CPU area of `k` for this test alone, and the owner's handle on it.
-fn own_area(k: &'static K) -> (&'static CpuArea, Option<CpuRef<'static>>) {
-    let a = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: fresh from the pool: the calling test owns it until it puts it back, and
-    // uses this one handle on it.
-    (a, Some(unsafe { CpuRef::new(a) }))
-}
-
-fn stat(k: &K, s: &KmemCache, item: SlubStat) -> u64 {
-    s.stat_sum(k.pages.cpu_areas().iter(), item)
-}
 
 /// A cache of 1 KiB objects, and `slabs` slabs' worth of its objects allocated on `c`.
 fn cache_with_objects(
@@ -115,13 +100,7 @@ fn an_emptied_slab_is_kept_and_the_next_refills_take_it_without_the_page_allocat
 #[test]
 fn the_decay_gives_back_the_slabs_kept_unused_for_a_whole_interval() {
     // A decay interval the test's clock never reaches: only the calls below decay.
-    let k = kmem(
-        2,
-        kmem_core::Config {
-            report_delay_ns: u64::MAX / 2,
-            ..config(1, 0)
-        },
-    );
+    let k = kmem_with_decay(u64::MAX / 2);
     let (a, c) = own_area(k);
     let (s, objs) = cache_with_objects(k, c, "decay-1k", 16);
     let cfg = s.config();
@@ -159,13 +138,7 @@ fn the_decay_gives_back_the_slabs_kept_unused_for_a_whole_interval() {
 #[test]
 fn the_housekeeping_decay_gives_kept_slabs_back_after_two_intervals() {
     let delay = 1_000_000;
-    let k = kmem(
-        2,
-        kmem_core::Config {
-            report_delay_ns: delay,
-            ..config(1, 0)
-        },
-    );
+    let k = kmem_with_decay(delay);
     let (_, c) = own_area(k);
     let pf = k.pages.platform();
     let (s, objs) = cache_with_objects(k, c, "tick-1k", 16);
@@ -177,15 +150,7 @@ fn the_housekeeping_decay_gives_kept_slabs_back_after_two_intervals() {
     let interval = kmem_core::page::HOUSEKEEPING_INTERVAL as usize;
     for _ in 0..2 {
         pf.advance(2 * delay);
-        for _ in 0..2 * interval {
-            let v: Vec<_> = (0..200)
-                .map(|_| k.kmalloc(c, 64, Gfp::KERNEL).unwrap())
-                .collect();
-            for o in v {
-                // SAFETY: ours.
-                unsafe { k.kfree(c, o.as_ptr()) };
-            }
-        }
+        slow_path_traffic(k, c, 64, 200, 2 * interval);
     }
     assert_eq!(kept_objects(k, s, &[]), 0, "decayed");
     assert!(s.nr_slabs(0) < slabs);
@@ -268,13 +233,7 @@ fn slub_debug_caches_keep_no_empty_slab() {
 #[test]
 fn another_cache_s_new_slabs_take_the_kept_slabs_memory_first() {
     // No decay in the test's time: only the other cache's demand gives them back.
-    let k = kmem(
-        2,
-        kmem_core::Config {
-            report_delay_ns: u64::MAX / 2,
-            ..config(1, 0)
-        },
-    );
+    let k = kmem_with_decay(u64::MAX / 2);
     let (_, c) = own_area(k);
     let (s, objs) = cache_with_objects(k, c, "hoard-1k", 64);
     free_to_slabs(k, s, &objs);

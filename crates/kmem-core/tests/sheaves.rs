@@ -712,13 +712,7 @@ fn kmallocs_fast_path_pops_the_class_of_every_size_its_tables_cover() {
 #[test]
 fn barns_grow_while_used_and_give_idle_sheaves_back_after_the_decay_interval() {
     use kmem_core::slab::barn::{BARN_KEEP_SHEAVES, MAX_FULL_SHEAVES};
-    let k = kmem(
-        2,
-        kmem_core::Config {
-            report_delay_ns: 1_000_000,
-            ..config(1, 0)
-        },
-    );
+    let k = common::kmem_with_decay(1_000_000);
     let (a, c) = own_area(k);
     let pf = k.pages.platform();
     let s = k
@@ -770,15 +764,7 @@ fn barns_grow_while_used_and_give_idle_sheaves_back_after_the_decay_interval() {
     let interval = kmem_core::page::HOUSEKEEPING_INTERVAL as usize;
     for _ in 0..3 {
         pf.advance(2_000_000);
-        for _ in 0..2 * interval {
-            let v: Vec<_> = (0..300)
-                .map(|_| k.kmalloc(c, 200, Gfp::KERNEL).unwrap())
-                .collect();
-            for o in v {
-                // SAFETY: ours.
-                unsafe { k.kfree(c, o.as_ptr()) };
-            }
-        }
+        common::slow_path_traffic(k, c, 200, 300, 2 * interval);
     }
     let left = barn(k);
     assert!(
@@ -817,13 +803,7 @@ fn housekeeping_reports_free_pages_while_only_sheaves_are_used() {
     // A program that freed pages and then only allocates small objects never reaches
     // the page allocator's paths, which run free page reporting: the sheaf slow paths
     // do the housekeeping every HOUSEKEEPING_INTERVAL times instead.
-    let k = kmem(
-        2,
-        kmem_core::Config {
-            report_delay_ns: 1_000_000,
-            ..config(1, 0)
-        },
-    );
+    let k = common::kmem_with_decay(1_000_000);
     let (_, c) = own_area(k);
     let pf = k.pages.platform();
     // Slabs for the sheaves to recycle, made (and their pages taken) up front.
@@ -845,15 +825,7 @@ fn housekeeping_reports_free_pages_while_only_sheaves_are_used() {
     );
     // Only sheaf traffic: bursts that empty the main sheaf and fill the spare.
     let interval = kmem_core::page::HOUSEKEEPING_INTERVAL as usize;
-    for _ in 0..2 * interval {
-        let v: Vec<_> = (0..200)
-            .map(|_| k.kmalloc(c, 64, Gfp::KERNEL).unwrap())
-            .collect();
-        for o in v {
-            // SAFETY: ours.
-            unsafe { k.kfree(c, o.as_ptr()) };
-        }
-    }
+    common::slow_path_traffic(k, c, 64, 200, 2 * interval);
     assert!(pf.housekeeping.load(std::sync::atomic::Ordering::Relaxed) > calls);
     assert!(
         pf.reported_bytes.load(std::sync::atomic::Ordering::Relaxed) >= reported + (2 << 20),

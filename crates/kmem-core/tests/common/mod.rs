@@ -219,6 +219,35 @@ impl Rng {
 /// The allocator type of the tests.
 pub type K = Kmem<TestPlatform>;
 
+/// As [`kmem`] (two sections, one node), with a decay interval of `delay_ns`
+/// (`Config::report_delay_ns`: the barns' and kept slabs' decay, page reporting).
+#[allow(dead_code)]
+pub fn kmem_with_decay(delay_ns: u64) -> &'static Kmem<TestPlatform> {
+    kmem(
+        2,
+        Config {
+            report_delay_ns: delay_ns,
+            ..config(1, 0)
+        },
+    )
+}
+
+/// Sheaf traffic on `c` that runs the slab slow paths (and so the housekeeping tick)
+/// `rounds` times or more: each round allocates `batch` objects of `size` bytes, then
+/// frees them.
+#[allow(dead_code)]
+pub fn slow_path_traffic(k: &K, c: Option<CpuRef<'_>>, size: usize, batch: usize, rounds: usize) {
+    for _ in 0..rounds {
+        let v: Vec<_> = (0..batch)
+            .map(|_| k.kmalloc(c, size, kmem_core::Gfp::KERNEL).unwrap())
+            .collect();
+        for o in v {
+            // SAFETY: ours, freed once.
+            unsafe { k.kfree(c, o.as_ptr()) };
+        }
+    }
+}
+
 /// A cache's SLUB statistic summed over every CPU area.
 pub fn stat(k: &K, s: &KmemCache, item: SlubStat) -> u64 {
     s.stat_sum(k.pages.cpu_areas().iter(), item)
