@@ -7,6 +7,7 @@
 mod common;
 
 use common::{check_census, config, kmem, kmem_with_decay, own_area, slow_path_traffic, stat, K};
+use kmem_core::percpu::InlineArea;
 use kmem_core::slab::SlubStat;
 use kmem_core::{CpuRef, Gfp, KmemCache, SlabFlags};
 use std::collections::HashSet;
@@ -37,6 +38,14 @@ fn free_to_slabs(k: &K, s: &KmemCache, objs: &[NonNull<u8>]) {
     }
 }
 
+/// The sheaf tag of the page that holds `p` (a slab page).
+fn sheaf_tag(k: &K, p: usize) -> u32 {
+    k.pages
+        .virt_to_slab_page(p as *const u8)
+        .unwrap()
+        .sheaf_tag() as u32
+}
+
 fn kept_objects(k: &K, s: &KmemCache, areas: &[CpuRef<'_>]) -> usize {
     k.slub().census(s, areas, |_| {}).in_empty_slabs
 }
@@ -61,6 +70,17 @@ fn an_emptied_slab_is_kept_and_the_next_refills_take_it_without_the_page_allocat
         "kept {kept} objects of {slabs} slabs"
     );
     assert_eq!(kept % cfg.objects, 0, "whole slabs");
+    // A kept slab's pages name no sheaf, head and tails (its objects span them all):
+    // exactly the kept objects are on untagged pages.
+    assert!(cfg.order > 0, "a slab with tail pages");
+    let untagged = objs
+        .iter()
+        .filter(|p| sheaf_tag(k, p.as_ptr() as usize) == 0)
+        .count();
+    assert_eq!(
+        untagged, kept,
+        "the kept slabs' pages, and only theirs, are untagged"
+    );
     assert_eq!(
         k.slub().kept_empty_pages(0),
         (kept / cfg.objects) << cfg.order,
@@ -89,6 +109,13 @@ fn an_emptied_slab_is_kept_and_the_next_refills_take_it_without_the_page_allocat
         // SAFETY: ours, `object_size` bytes.
         unsafe { std::ptr::write_bytes(p.as_ptr(), 0x5a, cfg.object_size) };
     }
+    // A slab taken again names its cache's sheaves again, on every page (its objects'
+    // frees take the inline path).
+    let tag = sheaf_tag(k, again[0].as_ptr() as usize);
+    assert_ne!(tag, 0);
+    assert!(again
+        .iter()
+        .all(|p| sheaf_tag(k, p.as_ptr() as usize) == tag));
     free_to_slabs(k, s, &again);
     k.shrink_all(c);
     assert_eq!(s.nr_slabs(0), 0, "shrinking gives every kept slab back");
@@ -189,13 +216,19 @@ fn a_free_into_a_kept_slab_is_a_double_free_and_changes_nothing() {
         .find(|o| kept.contains(o))
         .expect("an object of a kept slab");
     let before = kept_objects(k, s, &refs);
-    // SAFETY: the bug under test: its slab has no object in use.
-    assert!(!unsafe {
-        k.slub()
-            .free(None, s, NonNull::new(victim as *mut u8).unwrap())
-    });
-    let log = k.pages.platform().take_log();
-    assert!(log.contains("Object already free"), "{log}");
+    let p = NonNull::new(victim as *mut u8).unwrap();
+    // The inline free (as the heap's front ends run it) refuses it: the kept slab's
+    // pages name no sheaf.
+    // SAFETY: the bug under test; a refused free changes nothing.
+    assert!(!unsafe { k.kfree_fast(InlineArea::owned(c.unwrap()), victim as *mut u8) });
+    // The regular free with a CPU, which would push onto its sheaf, and without one,
+    // which frees to the slab: both report it and change nothing.
+    for cpu in [c, None] {
+        // SAFETY: the bug under test: its slab has no object in use.
+        assert!(!unsafe { k.slub().free(cpu, s, p) });
+        let log = k.pages.platform().take_log();
+        assert!(log.contains("Object already free"), "{log}");
+    }
     assert_eq!(
         kept_objects(k, s, &refs),
         before,
@@ -275,4 +308,56 @@ fn another_cache_s_new_slabs_take_the_kept_slabs_memory_first() {
         0,
         "every kept page counted out"
     );
+}
+
+#[test]
+fn a_kept_slab_with_an_objcg_vector_comes_back_charged_and_uncharges_again() {
+    use kmem_core::memcontrol::MemcgStat;
+    let k = kmem(2, config(1, 0));
+    let (_, c) = own_area(k);
+    let g = k
+        .memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), "kept-g")
+        .unwrap();
+    let charged = |n: usize| -> Vec<usize> {
+        (0..n)
+            .map(|_| {
+                k.memcg()
+                    .kmalloc_objcg(c, 1024, Gfp::KERNEL, g.objcg())
+                    .unwrap()
+                    .as_ptr() as usize
+            })
+            .collect()
+    };
+    let objs = charged(512);
+    let s = k.slub().cache_of(objs[0] as *const u8).unwrap();
+    let tag = sheaf_tag(k, objs[0]);
+    assert_ne!(tag, 0, "a vectored slab's charged line");
+    // Freed with no CPU: uncharged, then straight to the slabs, which empty: kept.
+    for &o in &objs {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.kfree(None, o as *mut u8) });
+    }
+    // (The stock holds statistics back until it is drained.)
+    k.memcg().memcg_drain_stock(c.unwrap());
+    assert_eq!(g.stat(MemcgStat::SlabUnreclaimable), 0, "all uncharged");
+    assert!(kept_objects(k, s, &[]) > 0);
+    // Taken again for the group: the kept slabs' pages carry the charged line again
+    // (their vectors stayed), each object charged once.
+    let again = charged(512);
+    assert!(again.iter().all(|&o| sheaf_tag(k, o) == tag));
+    k.memcg().memcg_drain_stock(c.unwrap());
+    assert_eq!(g.stat(MemcgStat::SlabUnreclaimable), 512 * 1024);
+    for &o in &again {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.kfree(c, o as *mut u8) });
+    }
+    k.shrink_all(c);
+    assert_eq!(
+        g.stat(MemcgStat::SlabUnreclaimable),
+        0,
+        "all uncharged again"
+    );
+    assert_eq!(s.nr_slabs(0), 0);
+    assert!(k.pages.platform().take_log().is_empty());
 }

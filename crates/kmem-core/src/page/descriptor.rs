@@ -142,6 +142,19 @@ impl Page {
             }
         }
     }
+    /// Sets the sheaf tags of the `n` pages of the block this page heads (see
+    /// [`Page::sheaf_tag`]): one lookup of the section's table, then `n` stores (a
+    /// block never crosses a section). Without a table, nothing.
+    pub(crate) fn set_block_sheaf_tags(&self, n: usize, tag: u32, order: Ordering) {
+        if let Some(t) = self.tag_slot() {
+            let first = t as *const AtomicU32;
+            for i in 0..n {
+                // SAFETY: the block's pages are consecutive descriptors of one section,
+                // whose part of the table has an entry for each of them, in order.
+                unsafe { &*first.add(i) }.store(tag, order);
+            }
+        }
+    }
     /// This page's entry of the tag table: found from the descriptor's address alone,
     /// through the first descriptor of its section's memmap (see
     /// [`super::memory_model::section_tag_table`]).

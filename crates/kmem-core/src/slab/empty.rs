@@ -26,10 +26,14 @@
 //! the zone at once, for the larger class (`free_outgrown`).
 //!
 //! A kept slab is, to the slab states table in `mod.rs`, a full slab (on no node list,
-//! unfrozen) with no object in use: nobody can free into it (a double free of one of
-//! its objects is caught as on any slab whose object is free) and nobody takes from it.
-//! Its state still holds the freelist of its last life, which nothing reads: a refill
-//! that takes it writes a new one ([`Slub::reuse_empty_slab_taking`]).
+//! unfrozen) with no object in use, and nobody takes from it. Nobody may free into it
+//! either: its pages name no sheaf while it is kept (`Slab::stop_fast_frees`), so a
+//! double free of one of its objects never reaches a sheaf from the inline or
+//! restartable paths, and the regular free, which sees no object of the slab in use,
+//! reports it (a sheaf would have handed it out again beside the slab's own copy). Its
+//! state still holds the freelist of its last life, which nothing reads: a refill that
+//! takes it writes a new one and names the sheaves again
+//! ([`Slub::reuse_empty_slab_taking`]).
 //!
 //! Locking: a node's kept slabs are under its `list_lock`: every method takes the
 //! locked partial list as proof (the same lock's guard).
@@ -158,6 +162,8 @@ impl<P: Platform> Slub<'_, P> {
         locked: &mut PageList,
         slab: NonNull<Page>,
     ) {
+        // SAFETY: a live slab of `s` (caller).
+        Slab::of(unsafe { slab.as_ref() }).stop_fast_frees(s.config());
         s.node(nid).empty.push(locked, slab);
         self.caches.kept_pages[nid].fetch_add(1 << s.config().order, Relaxed);
     }
@@ -186,8 +192,10 @@ impl<P: Platform> Slub<'_, P> {
         debug_assert_eq!(Slab::of(head).state().inuse(), 0);
         let (state, taken, fresh) =
             self.populate_slab(s.config(), self.slab_base(slab), out, link_rest);
-        // Only the state: the cache, the sheaf tags (a vectored slab's charged line
-        // included) and the objcg vector (every slot empty) are the slab's still.
+        // The cache and the objcg vector (every slot empty) are the slab's still; its
+        // pages name the sheaves again (a vectored slab's, its charged line).
+        let has_vector = head.private.load(Relaxed) & accounting::OBJ_EXTS != 0;
+        Slab::of(head).resume_fast_frees(s.config(), has_vector);
         Slab::of(head).set_state(state);
         Some((slab, taken, fresh))
     }

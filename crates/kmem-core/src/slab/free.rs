@@ -85,6 +85,14 @@ impl<'a, P: Platform> Slub<'a, P> {
     ) -> bool {
         if let Some(c) = cpu {
             let fast = s.config().fast;
+            // SAFETY: a live slab of `s` (caller).
+            if fast != FastPath::CpuSlab && Slab::of(unsafe { slab.as_ref() }).state().inuse() == 0
+            {
+                // No object of the slab is out (a kept empty slab's, `empty.rs`, whose
+                // sheaf tags no longer send its objects to the inline paths): a sheaf
+                // would take the object and hand it out beside the slab's own copy.
+                return self.double_free(s, slab, obj);
+            }
             if fast == FastPath::Sheaf {
                 return match s.cpu(c).sheaf_push(obj) {
                     Ok(()) => true,

@@ -364,6 +364,42 @@ impl<'a> Slab<'a> {
         }
     }
 
+    /// A slab kept empty (`empty.rs`): its pages stop naming any sheaf (sheaf tag and
+    /// `owner[1]` 0 on the head and every tail), so that no inline or restartable free
+    /// pushes an object of it onto a sheaf; the regular free, which sees no object in
+    /// use, reports it. [`Slab::resume_fast_frees`] undoes it.
+    pub(super) fn stop_fast_frees(self, cfg: &CacheConfig) {
+        self.set_fast_free_words(cfg, 0, 0);
+    }
+
+    /// A kept slab taken again: its pages name the CPU's sheaves as a new slab's do
+    /// ([`Slab::init`]), or, with an objcg vector (`has_vector`), as
+    /// [`Slab::stop_inline_frees`] left them. Before any of its objects is handed out.
+    pub(super) fn resume_fast_frees(self, cfg: &CacheConfig, has_vector: bool) {
+        let (w, tag) = if has_vector && cfg.tags_slabs() {
+            (0, charged_sheaf_tag(cfg))
+        } else {
+            let w = match cfg.fast {
+                FastPath::SheafRseq => cfg.cpu_offset | RSEQ_SHEAVES_TAG,
+                _ => 0,
+            };
+            (w, sheaf_tag_of(cfg))
+        };
+        self.set_fast_free_words(cfg, w, tag);
+    }
+
+    /// `owner[1]` (`w`) and the sheaf tag of every page of the slab. Only caches on the
+    /// restartable sequences ever have a non-zero `owner[1]`, so the others' stay.
+    fn set_fast_free_words(self, cfg: &CacheConfig, w: usize, tag: u32) {
+        if cfg.fast == FastPath::SheafRseq {
+            self.0.owner[1].store(w, Relaxed);
+            for t in self.tails(cfg.order) {
+                t.owner[1].store(w, Relaxed);
+            }
+        }
+        self.0.set_block_sheaf_tags(1 << cfg.order, tag, Relaxed);
+    }
+
     /// Marks the tail pages of a new slab (order `order`) `SLAB_TAIL`, each with a copy
     /// of the head's `owner[1]` (see [`PageFlags::SLAB_TAIL`]). Only before the slab is
     /// published.
@@ -372,9 +408,10 @@ impl<'a> Slab<'a> {
         let tag = self.0.sheaf_tag() as u32;
         for t in self.tails(order) {
             t.owner[1].store(w, Relaxed);
-            t.set_sheaf_tag(tag, Relaxed);
             t.set_flags(PageFlags::TAIL | PageFlags::SLAB_TAIL);
         }
+        // One lookup of the tag table for the block (the head's entry is set already).
+        self.0.set_block_sheaf_tags(1 << order, tag, Relaxed);
     }
 
     /// The descriptors of the slab's tail pages.
