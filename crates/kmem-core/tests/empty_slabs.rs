@@ -138,7 +138,7 @@ fn the_decay_gives_back_the_slabs_kept_unused_for_a_whole_interval() {
     let kept = kept_objects(k, s, &refs) / cfg.objects;
     assert!(kept >= 8, "{kept} kept");
     // The first decay starts the period: the slabs were kept during part of it only.
-    assert_eq!(k.slub().decay_empty_slabs(c, s), 0);
+    assert_eq!(k.slub().decay_empty_slabs(s), 0);
     assert_eq!(s.nr_slabs(0), slabs);
     // The partial slabs' objects and then some taken in this period (held by the
     // CPU's sheaves and the caller): the refills took kept slabs, and those left were
@@ -148,7 +148,7 @@ fn the_decay_gives_back_the_slabs_kept_unused_for_a_whole_interval() {
         .collect();
     let after_use = kept_objects(k, s, &refs) / cfg.objects;
     assert!(after_use < kept, "the refills took kept slabs");
-    let gone = k.slub().decay_empty_slabs(c, s);
+    let gone = k.slub().decay_empty_slabs(s);
     assert_eq!(
         gone, after_use,
         "the slabs idle the whole interval went back"

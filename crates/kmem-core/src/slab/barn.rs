@@ -304,7 +304,7 @@ impl<P: Platform> Slub<'_, P> {
         unsafe {
             self.caches.for_each_locked(|s| {
                 self.decay_barns(Some(c), s);
-                self.decay_empty_slabs(Some(c), s);
+                self.decay_empty_slabs(s);
             })
         };
     }

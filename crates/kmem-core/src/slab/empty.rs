@@ -36,11 +36,16 @@
 //! ([`Slub::reuse_empty_slab_taking`]).
 //!
 //! Locking: a node's kept slabs are under its `list_lock`: every method takes the
-//! locked partial list as proof (the same lock's guard).
+//! locked partial list as proof (the same lock's guard). The decay and the reclaim run
+//! under the cache list's lock, and shrinking every cache does too: kept slabs are
+//! discarded straight to the zone without the page allocator's reporting pass
+//! (`discard_slab_unreported`), whose platform locks (the heap's huge-mapping list)
+//! the fork handlers take before the cache list's. With the pass, a thread reclaiming
+//! under the cache list lock waited for the huge list's lock, held by a forking thread
+//! that waited for the cache list lock (`kmem-malloc`'s fork test hung 4 times in 10).
 
 use super::*;
 use crate::page::{Page, PageList};
-use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::sync::{AtomicUsize, Ordering::Relaxed};
 use core::cell::UnsafeCell;
@@ -204,14 +209,14 @@ impl<P: Platform> Slub<'_, P> {
     /// on every node, the slabs of `s` kept since the last call (as many as the list
     /// never went below meanwhile, the oldest) go back to the page allocator. Returns
     /// how many.
-    pub fn decay_empty_slabs(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
-        self.discard_kept(cpu, s, |empty, locked, out| empty.take_idle(locked, out))
+    pub fn decay_empty_slabs(&self, s: &KmemCache) -> usize {
+        self.discard_kept(s, |empty, locked, out| empty.take_idle(locked, out))
     }
 
     /// Discards every kept empty slab of `s` (shrinking, memory pressure, cache
     /// destruction). Returns how many.
-    pub fn release_empty_slabs(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
-        self.discard_kept(cpu, s, |empty, locked, out| {
+    pub fn release_empty_slabs(&self, s: &KmemCache) -> usize {
+        self.discard_kept(s, |empty, locked, out| {
             empty.take_oldest(locked, usize::MAX, out);
             empty.low.store(0, Relaxed);
         })
@@ -225,16 +230,16 @@ impl<P: Platform> Slub<'_, P> {
     /// each class's slabs freed as the next one fills: kept, they would all stay,
     /// twice the memory the program uses). Skipped when the cache list's lock is
     /// busy (the next new slab tries again).
-    pub(super) fn reclaim_kept_slabs(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, nid: usize) {
+    pub(super) fn reclaim_kept_slabs(&self, s: &KmemCache, nid: usize) {
         if self.caches.kept_pages[nid].load(Relaxed) == 0 {
             return;
         }
-        self.reclaim_kept_slabs_slow(cpu, s, nid);
+        self.reclaim_kept_slabs_slow(s, nid);
     }
 
     #[cold]
     #[inline(never)]
-    fn reclaim_kept_slabs_slow(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, nid: usize) {
+    fn reclaim_kept_slabs_slow(&self, s: &KmemCache, nid: usize) {
         let Some(_g) = self.caches.lock.try_lock() else {
             return;
         };
@@ -247,7 +252,7 @@ impl<P: Platform> Slub<'_, P> {
                 }
                 let order = t.config().order;
                 let want = (RECLAIM_PAGES - pages).div_ceil(1 << order);
-                let n = self.discard_kept_on(cpu, t, nid, |empty, locked, out| {
+                let n = self.discard_kept_on(t, nid, |empty, locked, out| {
                     empty.take_oldest(locked, want, out)
                 });
                 pages += n << order;
@@ -259,19 +264,17 @@ impl<P: Platform> Slub<'_, P> {
     /// discards them (after it). Returns how many.
     fn discard_kept(
         &self,
-        cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
         take: impl Fn(&EmptySlabs, &mut PageList, &mut PageList),
     ) -> usize {
         (0..self.pages.nr_nodes())
-            .map(|nid| self.discard_kept_on(cpu, s, nid, &take))
+            .map(|nid| self.discard_kept_on(s, nid, &take))
             .sum()
     }
 
     /// [`Slub::discard_kept`] on node `nid`.
     fn discard_kept_on(
         &self,
-        cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
         nid: usize,
         take: impl Fn(&EmptySlabs, &mut PageList, &mut PageList),
@@ -292,7 +295,9 @@ impl<P: Platform> Slub<'_, P> {
         // SAFETY: `out` is ours; its slabs were taken off the kept list.
         while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
             self.caches.kept_pages[nid].fetch_sub(1 << s.config().order, Relaxed);
-            self.discard_slab(cpu, s, slab);
+            // Callers may hold the cache list lock (the decay, the reclaim, shrinking
+            // every cache): no reporting pass under it.
+            self.discard_slab_unreported(s, slab);
             n += 1;
         }
         n

@@ -162,7 +162,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             self.flush_cpu_cache(c, s);
         }
         self.shrink_barns(cpu, s);
-        let mut freed = self.release_empty_slabs(cpu, s);
+        let mut freed = self.release_empty_slabs(s);
         for nid in 0..self.pages.nr_nodes() {
             loop {
                 let mut list = s.node(nid).list_lock.lock();
