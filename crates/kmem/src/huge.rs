@@ -276,9 +276,15 @@ impl HugeList {
     }
 
     /// Unmaps the cached mappings unused for `decay_ns` (run after each reporting
-    /// pass of the page allocator, so both kinds of free memory age alike).
+    /// pass of the page allocator, so both kinds of free memory age alike). Skipped
+    /// when the list's lock is busy (the next pass ages them): a pass may run under
+    /// kmem-core's locks (a free under the slab layer's cache list lock), and the fork
+    /// handlers take this lock before those, so waiting here could deadlock against a
+    /// fork.
     pub(crate) fn age(&self, now_ns: u64, decay_ns: u64) {
-        let mut head = self.head.lock();
+        let Some(mut head) = self.head.try_lock() else {
+            return;
+        };
         for slot in head.1.iter_mut() {
             if let Some(c) = *slot {
                 if now_ns.saturating_sub(c.freed_ns) >= decay_ns {
