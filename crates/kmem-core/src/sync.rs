@@ -31,7 +31,7 @@ pub(crate) fn set_relax_hook(hook: fn()) {
 }
 
 #[cold]
-fn relax() {
+pub(crate) fn relax() {
     let hook = RELAX_HOOK.load(Ordering::Acquire);
     if hook.is_null() {
         core::hint::spin_loop();

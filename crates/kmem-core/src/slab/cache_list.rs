@@ -20,6 +20,10 @@ pub struct CacheList {
     /// Pages in every cache's kept empty slabs, per node (`empty.rs`): while not 0,
     /// a new slab of any cache first gives some of the others' back.
     pub(crate) kept_pages: [AtomicUsize; MAX_NUMNODES],
+    /// Reclaims of kept slabs (`empty.rs`) that took slabs of caches off the list's
+    /// walk and discard them after the lock: cache destruction waits for none to be
+    /// left before it counts a cache's slabs.
+    pub(crate) reclaiming: AtomicUsize,
 }
 
 impl CacheList {
@@ -29,6 +33,7 @@ impl CacheList {
             head: AtomicPtr::new(ptr::null_mut()),
             barn_decay_ns: AtomicU64::new(0),
             kept_pages: [const { AtomicUsize::new(0) }; MAX_NUMNODES],
+            reclaiming: AtomicUsize::new(0),
         }
     }
 
@@ -37,6 +42,14 @@ impl CacheList {
         s.next.store(self.head.load(Relaxed), Relaxed);
         self.head
             .store(s as *const KmemCache as *mut KmemCache, Relaxed);
+    }
+
+    /// Waits until no reclaim of kept slabs that walked the list before now still
+    /// holds slabs of a cache it found there (see `reclaiming`).
+    pub(crate) fn wait_for_reclaims(&self) {
+        while self.reclaiming.load(crate::sync::Ordering::Acquire) != 0 {
+            crate::sync::relax();
+        }
     }
 
     pub(crate) fn remove(&self, s: &KmemCache) {

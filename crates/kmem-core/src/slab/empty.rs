@@ -36,24 +36,34 @@
 //! ([`Slub::reuse_empty_slab_taking`]).
 //!
 //! Locking: a node's kept slabs are under its `list_lock`: every method takes the
-//! locked partial list as proof (the same lock's guard). The decay and the reclaim run
-//! under the cache list's lock, and shrinking every cache does too: kept slabs are
-//! discarded straight to the zone without the page allocator's reporting pass
-//! (`discard_slab_unreported`), whose platform locks (the heap's huge-mapping list)
-//! the fork handlers take before the cache list's. With the pass, a thread reclaiming
-//! under the cache list lock waited for the huge list's lock, held by a forking thread
-//! that waited for the cache list lock (`kmem-malloc`'s fork test hung 4 times in 10).
+//! locked partial list as proof (the same lock's guard). No kept slab is discarded
+//! through the page allocator's free paths under the cache list's lock: a free may
+//! run a reporting pass, whose platform locks (the heap's huge-mapping list) the fork
+//! handlers take before the cache list's, and a thread reclaiming under the cache list
+//! lock then waited for the huge list's lock, held by a forking thread that waited for
+//! the cache list lock (`kmem-malloc`'s fork test hung 4 times in 10). The reclaim
+//! takes slabs off the lists under the lock and discards them, through the CPU's page
+//! lists, after it (cache destruction waits for it: `CacheList::wait_for_reclaims`);
+//! the decay and shrinking, which run under it, discard straight to the zone without
+//! the pass (`discard_slab_unreported`).
 
 use super::*;
 use crate::page::{Page, PageList};
+use crate::percpu::CpuRef;
 use crate::platform::Platform;
-use crate::sync::{AtomicUsize, Ordering::Relaxed};
+use crate::sync::{
+    AtomicUsize,
+    Ordering::{Relaxed, Release},
+};
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 
 /// Most pages of other caches' kept slabs a new slab gives back first
 /// ([`Slub::reclaim_kept_slabs`]): one walk of the cache list per 1 MiB of new slabs.
 pub const RECLAIM_PAGES: usize = 256;
+
+/// Most caches one reclaim takes kept slabs from.
+const RECLAIM_CACHES: usize = 8;
 
 /// A node's kept empty slabs, linked through their head pages' list links (free
 /// while they are on no partial list).
@@ -230,34 +240,68 @@ impl<P: Platform> Slub<'_, P> {
     /// each class's slabs freed as the next one fills: kept, they would all stay,
     /// twice the memory the program uses). Skipped when the cache list's lock is
     /// busy (the next new slab tries again).
-    pub(super) fn reclaim_kept_slabs(&self, s: &KmemCache, nid: usize) {
+    pub(super) fn reclaim_kept_slabs(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, nid: usize) {
         if self.caches.kept_pages[nid].load(Relaxed) == 0 {
             return;
         }
-        self.reclaim_kept_slabs_slow(s, nid);
+        self.reclaim_kept_slabs_slow(cpu, s, nid);
     }
 
     #[cold]
     #[inline(never)]
-    fn reclaim_kept_slabs_slow(&self, s: &KmemCache, nid: usize) {
-        let Some(_g) = self.caches.lock.try_lock() else {
-            return;
-        };
-        let mut pages = 0;
-        // SAFETY: the list lock is held.
-        unsafe {
-            self.caches.for_each_locked(|t| {
-                if pages >= RECLAIM_PAGES || core::ptr::eq(t, s) {
-                    return;
-                }
-                let order = t.config().order;
-                let want = (RECLAIM_PAGES - pages).div_ceil(1 << order);
-                let n = self.discard_kept_on(t, nid, |empty, locked, out| {
-                    empty.take_oldest(locked, want, out)
-                });
-                pages += n << order;
-            })
-        };
+    fn reclaim_kept_slabs_slow(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, nid: usize) {
+        // The slabs taken, by cache: taken under the cache list lock, discarded after
+        // it (the page allocator's free may run a reporting pass, whose locks the fork
+        // handlers take before the cache list's), through this CPU's page lists.
+        let mut taken: [(*const KmemCache, PageList); RECLAIM_CACHES] =
+            [const { (core::ptr::null(), PageList::new()) }; RECLAIM_CACHES];
+        let mut n = 0;
+        {
+            let Some(_g) = self.caches.lock.try_lock() else {
+                return;
+            };
+            // Before the lock goes: a destruction that removes a cache after it waits
+            // for the discards below (`CacheList::wait_for_reclaims`).
+            self.caches.reclaiming.fetch_add(1, Relaxed);
+            let mut pages = 0;
+            // SAFETY: the list lock is held.
+            unsafe {
+                self.caches.for_each_locked(|t| {
+                    if pages >= RECLAIM_PAGES || n == RECLAIM_CACHES || core::ptr::eq(t, s) {
+                        return;
+                    }
+                    if !Self::keeps_empty_slabs(t.config()) {
+                        return;
+                    }
+                    let order = t.config().order;
+                    let want = (RECLAIM_PAGES - pages).div_ceil(1 << order);
+                    let node = t.node(nid);
+                    let out = &mut taken[n].1;
+                    {
+                        let mut list = node.list_lock.lock();
+                        node.empty.take_oldest(&mut list, want, out);
+                    }
+                    if !out.is_empty() {
+                        pages += out.len() << order;
+                        taken[n].0 = t;
+                        n += 1;
+                    }
+                })
+            };
+        }
+        for (t, out) in &mut taken[..n] {
+            // SAFETY: a cache found on the list, which cannot be freed before this
+            // reclaim is done: its destruction removes it from the list, then waits
+            // for `reclaiming` to fall to 0.
+            let t = unsafe { &**t };
+            let order = t.config().order;
+            // SAFETY: `out` is ours; its slabs were taken off the kept list.
+            while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
+                self.caches.kept_pages[nid].fetch_sub(1 << order, Relaxed);
+                self.discard_slab(cpu, t, slab);
+            }
+        }
+        self.caches.reclaiming.fetch_sub(1, Release);
     }
 
     /// Takes kept slabs of `s` off each node's list with `take` (under its lock) and

@@ -61,7 +61,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let gfp = (gfp - Gfp::ZERO) | Gfp::COMP;
         // Other caches' kept empty slabs are free memory to this one (`empty.rs`).
         let want = nid.unwrap_or_else(|| self.pages.platform().numa_node_id());
-        self.reclaim_kept_slabs(s, want % self.pages.nr_nodes());
+        self.reclaim_kept_slabs(cpu, s, want % self.pages.nr_nodes());
         let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
         let base = self.slab_base(slab);
         // SAFETY: the block was just allocated: its descriptors are ours.
