@@ -206,6 +206,15 @@ pub(super) fn sheaf_tag_of(cfg: &CacheConfig) -> u32 {
     }
 }
 
+/// The `owner[1]` word of a new slab of `cfg`: its `cpu_offset`, tagged, for a cache on
+/// the restartable sequences (their free path finds the CPU's sheaf from it), else 0.
+fn rseq_word(cfg: &CacheConfig) -> usize {
+    match cfg.fast {
+        FastPath::SheafRseq => cfg.cpu_offset | RSEQ_SHEAVES_TAG,
+        _ => 0,
+    }
+}
+
 /// The sheaf tag of a slab of `cfg` once it has an objcg vector: for an accounted
 /// kmalloc cache with objcg sheaves (class `k`), charged line `k`
 /// ([`crate::page::CPU_AREA_CHARGED_LINES`]), zero in every CPU area (no room: the
@@ -326,11 +335,7 @@ impl<'a> Slab<'a> {
     pub(super) fn init(self, s: &KmemCache, st: SlabState) {
         self.set_state(st);
         let cfg = s.config();
-        let rseq_offset = match cfg.fast {
-            FastPath::SheafRseq => cfg.cpu_offset | RSEQ_SHEAVES_TAG,
-            _ => 0,
-        };
-        self.0.owner[1].store(rseq_offset, Relaxed);
+        self.0.owner[1].store(rseq_word(cfg), Relaxed);
         self.0.set_sheaf_tag(sheaf_tag_of(cfg), Relaxed);
         self.0.owner[3].store(0, Relaxed);
         self.0.owner[2].store(s as *const KmemCache as usize, Relaxed);
@@ -379,11 +384,7 @@ impl<'a> Slab<'a> {
         let (w, tag) = if has_vector && cfg.tags_slabs() {
             (0, charged_sheaf_tag(cfg))
         } else {
-            let w = match cfg.fast {
-                FastPath::SheafRseq => cfg.cpu_offset | RSEQ_SHEAVES_TAG,
-                _ => 0,
-            };
-            (w, sheaf_tag_of(cfg))
+            (rseq_word(cfg), sheaf_tag_of(cfg))
         };
         self.set_fast_free_words(cfg, w, tag);
     }
