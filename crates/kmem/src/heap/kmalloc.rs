@@ -4,9 +4,9 @@
 //!
 //! Fast paths: one thread-local load (the fast word, `thread::inline_area`); with the
 //! thread's area (thread mode, attached, no active memory cgroup) straight to the core
-//! with that area; when the same word says per-CPU rseq mode (`thread::rseq_tag`), out
-//! of line the restartable sequence (`kmalloc_rseq`, `kfree_rseq`); with an active
-//! memory cgroup the same inline paths on the thread's charged area (its objcg
+//! with that area; when the same word says per-CPU rseq mode (`thread::rseq_tag`),
+//! next, the restartable sequence, inline too (`kmalloc_rseq`, `kfree_rseq`); with an
+//! active memory cgroup the same inline paths on the thread's charged area (its objcg
 //! sheaves' kept sheaves and inboxes), then, out of line, the objcg sheaves' slow
 //! halves (`kmalloc_charged_fast`, `kfree_charged_fast`);
 //! a zeroed request (`kzalloc`, `kcalloc`; `kmem_cache_alloc` with `__GFP_ZERO` in
@@ -34,12 +34,18 @@ impl Heap {
     #[inline(always)]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         // One load of the fast word for the inline pop and the rseq test (the compiler
-        // did not merge two).
+        // did not merge two). Thread mode's pop comes first and pays nothing for the
+        // rseq mode; testing the rseq tag first cost thread mode's pair 3–10% in `bench
+        // slab` (BENCHMARKS.md, "cpu-rseq's fast paths inline").
         let w = fast_tls::get();
         // SAFETY: read just now, on this thread.
         let area = unsafe { inline_area_of(w) };
         if let Some(p) = self.kmem.kmalloc_fast(area, size, gfp) {
             return Some(p);
+        }
+        if let Some(rseq) = rseq_area_of(w) {
+            // Per-CPU rseq mode: its fast path, chosen by the word already loaded.
+            return self.kmalloc_rseq(rseq, size, gfp);
         }
         if gfp.contains(Gfp::ZERO) && !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE) {
             // kzalloc, kcalloc: the same pop, then the object zeroed whole. (Where `gfp`
@@ -47,10 +53,6 @@ impl Heap {
             if let Some(p) = self.kzalloc_fast(size, gfp) {
                 return Some(p);
             }
-        }
-        if let Some(rseq) = rseq_area_of(w) {
-            // Per-CPU rseq mode: its fast path, chosen by the word already loaded.
-            return self.kmalloc_rseq(rseq, size, gfp);
         }
         if let Some((c, cg)) = charged_cpu() {
             return self.kmalloc_charged_fast(c, cg, size, gfp);
@@ -79,10 +81,11 @@ impl Heap {
     }
 
     /// [`Heap::kmalloc`] in per-CPU rseq mode (the thread's fast word is the rseq
-    /// tag): the restartable pop of a plain request, then the layers. Not `#[cold]`:
-    /// it is that mode's fast path (out of line so that thread mode's stays as short,
-    /// and in a function of its own, whose few registers cost the pop little).
-    #[inline(never)]
+    /// tag): the restartable pop of a plain request, then the layers (out of line).
+    /// Inline, as thread mode's pop is: out of line, with `kfree_rseq`, the call and
+    /// the register saves cost `bench percpu`'s pair a sixth (BENCHMARKS.md, "cpu-rseq's
+    /// fast paths inline").
+    #[inline(always)]
     fn kmalloc_rseq(&self, rseq: RseqArea, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         if !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE | Gfp::ZERO) {
             if let Some(p) = self.rseq_alloc_small(rseq, size) {
@@ -239,7 +242,7 @@ impl Heap {
     ///
     /// # Safety
     /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn kfree(&self, p: *mut u8) -> bool {
         // One load of the fast word for both tests, as in `kmalloc`.
         let w = fast_tls::get();
@@ -282,7 +285,7 @@ impl Heap {
     ///
     /// # Safety
     /// As [`Heap::kfree`].
-    #[inline(never)]
+    #[inline(always)]
     unsafe fn kfree_rseq(&self, rseq: RseqArea, p: *mut u8) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe { self.rseq_free_fast(rseq, p) || self.kfree_layers(p) }
