@@ -1,7 +1,7 @@
 //! loom models of what the sheaves design relies on (`slab/sheaf.rs`, `slab/barn.rs`):
 //!
 //! 1. The sheaves under restartable sequences (`cpu-rseq`): sections on a CPU pop
-//!    from the spare sheaf (or the main one, when the spare is empty) and push onto the
+//!    from the main sheaf (or the spare, when the main one is empty) and push onto the
 //!    spare by reading that sheaf's top (`sheaf + 8 * count`; the push also the spare's
 //!    limit), reading or writing a slot, and committing the top; the area's lock
 //!    holder, which may run on another CPU, first *takes* the top (a section on that
@@ -121,15 +121,15 @@ impl Cpu {
         c
     }
 
-    /// `rseq::sheaf_pop`: on the spare sheaf, or on the main one when the spare is
+    /// `rseq::sheaf_pop`: on the main sheaf, or on the spare when the main one is
     /// empty (the swap of the lock holder's slow path, done by the section). A sheaf
     /// holds objects while its top is above its address (a taken top is 0).
     fn pop(&self) -> Option<usize> {
         let _cpu = self.on_cpu.lock().unwrap();
-        let (mut topw, mut sheaf) = (&self.spare_top, &self.spare);
+        let (mut topw, mut sheaf) = (&self.main_top, &self.main);
         let mut t = topw.load(Ordering::Acquire);
         if t <= sheaf.load(Ordering::Relaxed) {
-            (topw, sheaf) = (&self.main_top, &self.main);
+            (topw, sheaf) = (&self.spare_top, &self.spare);
             t = topw.load(Ordering::Acquire);
         }
         let a = sheaf.load(Ordering::Relaxed);

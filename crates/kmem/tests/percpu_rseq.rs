@@ -60,58 +60,6 @@ fn a_medium_pair_loop_swaps_no_sheaves_under_the_lock() {
     assert!(swapped < n / 100, "{swapped} swaps in {n} pairs");
 }
 
-/// The restartable pop takes the spare sheaf, where the frees go, before the main
-/// one: after a run of frees that left both sheaves holding objects, the next
-/// allocation is the object freed last (the one most likely in the cache), and a
-/// pair loop keeps handing that object back. (Popping the main sheaf first, the
-/// allocation took the main sheaf's top, and every pop of a pair loop tested the main
-/// sheaf the frees had drained before it found the spare.) Pinned to one CPU: each
-/// CPU has its own sheaves.
-#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-#[test]
-fn the_pop_takes_the_object_freed_last_before_the_main_sheaf() {
-    let _s = setup();
-    if !runs_rseq() {
-        return;
-    }
-    let h = heap();
-    let size = 64;
-    let cap = h
-        .kmem()
-        .kmalloc_cache(size, Gfp::KERNEL)
-        .unwrap()
-        .config()
-        .sheaf_capacity;
-    let cpu = kmem::platform::linux::current_cpu();
-    kmem::platform::rseq::on_cpu(cpu, || {
-        // More objects than both sheaves hold, freed in turn: the spare fills and
-        // changes places with the main sheaf (or goes to the barn), so the main sheaf
-        // ends up holding objects and the spare holds the last ones freed.
-        let held: Vec<*mut u8> = (0..2 * cap + 1)
-            .map(|_| h.kmalloc(size, Gfp::KERNEL).unwrap().as_ptr())
-            .collect();
-        for &p in &held {
-            // SAFETY: ours, freed once.
-            assert!(unsafe { h.kfree(p) });
-        }
-        let last = *held.last().unwrap();
-        let p = h.kmalloc(size, Gfp::KERNEL).unwrap().as_ptr();
-        assert_eq!(
-            p, last,
-            "the allocation after the frees is the object freed last"
-        );
-        for _ in 0..100 {
-            // SAFETY: ours, freed once.
-            assert!(unsafe { h.kfree(p) });
-            let q = h.kmalloc(size, Gfp::KERNEL).unwrap().as_ptr();
-            assert_eq!(q, p, "a pair loop gets its object back");
-        }
-        // SAFETY: ours, freed once.
-        assert!(unsafe { h.kfree(p) });
-    })
-    .expect("pinned to the CPU the thread runs on");
-}
-
 /// The CPU table's entry for a CPU without an area is the zero area, not null, so the
 /// sequences read it with no test: to each of them it is empty sheaves with no room and
 /// an empty freelist (nothing popped, nothing pushed, nothing written), and the heap

@@ -13,7 +13,7 @@
 //! 125,000 swaps in 125,000 pairs). Popping the spare when the main sheaf is empty,
 //! and not swapping on a free, the main sheaf runs empty and the pop and the push
 //! then share the spare with no slow path. The restartable sequences' pop takes the
-//! spare too, for every cache, and first (`platform::rseq` in the `kmem` crate).
+//! spare the same way, for every cache (`platform::rseq` in the `kmem` crate).
 //!
 //! The caches of small objects keep the general rule: their sheaves hold 20 to 124
 //! objects, a swap moves an eighth of a sheaf at least (`swap_floor`), and their

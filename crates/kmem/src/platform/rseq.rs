@@ -14,8 +14,8 @@
 //! - [`push`]: if `freelist` is in the object's slab (the CPU slab), write the
 //!   object's encoded free pointer and commit `freelist = obj`;
 //! - [`sheaf_pop_at`], [`sheaf_push_at`] (sheaves design; [`sheaf_pop`] and
-//!   [`sheaf_push`] take the cache's config): on the CPU's spare sheaf, or its main
-//!   sheaf when the spare is empty (pop), or its spare sheaf (push) of the
+//!   [`sheaf_push`] take the cache's config): on the CPU's main sheaf, or its spare
+//!   when the main one is empty (pop), or its spare sheaf (push) of the
 //!   `kmem_cache_cpu` at a given offset, whose tops (`sheaf + 8 * count`) sit in it:
 //!   read the top, read or write the slot beside it, commit the top less or plus 8
 //!   (a top the lock holder took is 0: no objects, and the push tests it for no
@@ -304,8 +304,8 @@ pub unsafe fn push(
     }
 }
 
-/// Pops an object from the spare sheaf of the cache `cfg` on the CPU the thread runs
-/// on, or from its main sheaf when the spare is empty (sheaves design); 0 when there is
+/// Pops an object from the main sheaf of the cache `cfg` on the CPU the thread runs
+/// on, or from its spare when the main one is empty (sheaves design); 0 when there is
 /// none (no area for the CPU yet, or both sheaves are empty or taken by the lock
 /// holder: their words are 0).
 ///
@@ -323,19 +323,16 @@ pub unsafe fn sheaf_pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> 
 const _: () = assert!(SHEAF_MAIN_OFFSET == MAIN_TOP_OFFSET + 8);
 const _: () = assert!(SPARE_OFFSET == SPARE_TOP_OFFSET + 8);
 
-/// Pops an object from the spare sheaf (where the frees go) of the `kmem_cache_cpu`
-/// at offset `off` of the CPU area of the CPU the thread runs on, or from the main
-/// sheaf when the spare is empty; 0 when there is none (no area for the CPU yet, or
+/// Pops an object from the main sheaf of the `kmem_cache_cpu` at offset `off` of the
+/// CPU area of the CPU the thread runs on, or from the spare sheaf (where the frees
+/// went) when the main one is empty; 0 when there is none (no area for the CPU yet, or
 /// both sheaves are empty or taken by the lock holder: a top at most its sheaf's
 /// address, 0 when taken).
 ///
 /// Popping the spare is what thread mode's swap of the two sheaves does, without the
 /// swap: in this mode a swap is the locked slow path (the area's lock, two takes, two
 /// installs), which an allocation after a run of frees otherwise paid once a sheaf
-/// (`bench percpu` fastpath_reuse_2t: 15–20 ns a pair). The spare is tested first:
-/// a thread that frees what it allocated finds its object there, with one test (the
-/// main sheaf first, the pop tested an empty main sheaf every time once the frees had
-/// drained it), and takes back the object it freed last, the one most likely cached.
+/// (`bench percpu` fastpath_reuse_2t: 15–20 ns a pair).
 ///
 /// # Safety
 /// `rseq` is the calling thread's registered `struct rseq`; `table` has
@@ -358,13 +355,13 @@ pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usiz
         std::arch::asm!(
             rseq_arm!(),
             rseq_this_cpu_at!(),
-            // `w`: the spare sheaf's top, else the main's when the spare is empty. A
+            // `w`: the main sheaf's top, else the spare's when the main is empty. A
             // taken top is 0, at most any sheaf's address: empty.
-            "lea {w}, [{cc} + {off_stop}]",
+            "lea {w}, [{cc} + {off_top}]",
             "mov {t}, qword ptr [{w}]",
             "cmp {t}, qword ptr [{w} + 8]",
             "ja 31f",
-            "lea {w}, [{cc} + {off_top}]",
+            "lea {w}, [{cc} + {off_stop}]",
             "mov {t}, qword ptr [{w}]",
             "cmp {t}, qword ptr [{w} + 8]",
             "jbe 25f",
