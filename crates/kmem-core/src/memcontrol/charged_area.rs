@@ -226,7 +226,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
             return None;
         };
         let area = pages.page_address(block).as_ptr();
-        let mut mem = pages.page_address(store).as_ptr();
+        let storage = pages.page_address(store).as_ptr();
+        let mut mem = storage;
         let sh = &st.sheaves;
         let caches = self.km.caches();
         for (k, &size) in KMALLOC_SIZES.iter().enumerate() {
@@ -255,6 +256,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
             }
             sh.kept_off[k].store(off as u32, Relaxed);
         }
+        // The sheaves laid out stay within what the page was sized for.
+        debug_assert!(mem as usize - storage as usize <= STORAGE_BYTES);
         // SAFETY: the block starts with a (zeroed) CpuArea header.
         let a = unsafe { &*(area as *const CpuArea) };
         pages.refresh_area_tag_limit(a);
