@@ -832,3 +832,52 @@ fn housekeeping_reports_free_pages_while_only_sheaves_are_used() {
         "the old block was reported"
     );
 }
+
+#[test]
+fn shrinking_gives_pages_back_without_a_reporting_pass_under_the_cache_list_lock() {
+    // `shrink_all` walks the cache list under its lock and frees slabs to the zone;
+    // a reporting pass, whose platform locks the process heap's fork handlers take
+    // before the cache list's, must not start there. It starts at the next page-path
+    // free after the walk instead.
+    use std::sync::atomic::Ordering::Relaxed;
+    let k = common::kmem_with_decay(1_000_000);
+    let (_, c) = own_area(k);
+    let pf = k.pages.platform();
+    // Slabs of several classes, emptied: some stay on their nodes' partial lists
+    // (`min_partial`), some in sheaves and barns, for the shrink to free.
+    for size in [64, 256, 1024] {
+        let v: Vec<_> = (0..3000)
+            .map(|_| k.kmalloc(c, size, Gfp::KERNEL).unwrap())
+            .collect();
+        for o in v {
+            // SAFETY: ours, freed once.
+            unsafe { k.kfree(c, o.as_ptr()) };
+        }
+    }
+    // A 2 MiB block freed to the zone, old enough to report once the clock moves: a
+    // pass is due from here on.
+    let block = k.pages.alloc_pages(c, Gfp::KERNEL, 9).unwrap();
+    // SAFETY: ours, this order.
+    unsafe { k.pages.free_pages(c, block, 9) };
+    pf.advance(10_000_000);
+    let reported = pf.reported_bytes.load(Relaxed);
+    let before = k.pages.nr_free_pages();
+    // Without a CPU: every slab the shrink frees goes to the zone's free path, which
+    // starts a due pass.
+    let pages = k.shrink_all(None);
+    assert!(pages > 0, "the shrink freed slabs");
+    assert!(k.pages.nr_free_pages() > before);
+    assert_eq!(
+        pf.reported_bytes.load(Relaxed),
+        reported,
+        "no reporting pass ran inside the shrink"
+    );
+    // The deferred pass: the next free on the zone's path runs it.
+    let p = k.pages.alloc_pages(None, Gfp::KERNEL, 0).unwrap();
+    // SAFETY: ours, this order.
+    unsafe { k.pages.free_pages(None, p, 0) };
+    assert!(
+        pf.reported_bytes.load(Relaxed) >= reported + (2 << 20),
+        "the old block was reported after the shrink"
+    );
+}

@@ -264,7 +264,10 @@ impl<P: Platform> Kmem<P> {
         // The stock first: its objcg sheaves give their objects back through this
         // area's sheaves, flushed next.
         kmem.memcg().memcg_drain_stock(cpu);
-        kmem.caches.for_each(|s| slub.flush_cpu_cache(cpu, s));
+        // Under the cache list's lock: no reporting pass (see `shrink_all`).
+        kmem.pages.with_reporting_deferred(|| {
+            kmem.caches.for_each(|s| slub.flush_cpu_cache(cpu, s));
+        });
     }
 
     /// `pthread_atfork` prepare: takes every allocator lock in the lock order — the
@@ -298,24 +301,31 @@ impl<P: Platform> Kmem<P> {
     /// Shrinks every cache (`kmem_cache_shrink` on each): flushes the caller's CPU
     /// state (its memcg stock first: the objects its objcg sheaves keep go back),
     /// asks other owners to flush theirs, frees empty slabs. Returns the pages freed.
+    ///
+    /// The walks free pages under the cache list's lock, so no reporting pass starts
+    /// during them (`PageAllocator::with_reporting_deferred`: a pass takes platform
+    /// locks that the fork handlers take before this one); the next page-path free
+    /// runs it.
     pub fn shrink_all(&self, cpu: Option<CpuRef<'_>>) -> usize {
         self.pages
             .cpu_areas()
             .request_all(DRAIN_CACHES | crate::percpu::DRAIN_STOCK);
         let slub = self.slub();
-        // Barns first: their sheaves are objects of kmalloc caches shrunk below.
-        if let Some(c) = cpu {
-            self.memcg().memcg_drain_stock(c);
-            self.caches.for_each(|s| slub.flush_cpu_cache(c, s));
-        }
-        self.caches.for_each(|s| {
-            slub.shrink_barns(cpu, s);
-        });
-        let mut pages = 0;
-        self.caches.for_each(|s| {
-            pages += slub.shrink(cpu, s) << s.config().order;
-        });
-        pages
+        self.pages.with_reporting_deferred(|| {
+            // Barns first: their sheaves are objects of kmalloc caches shrunk below.
+            if let Some(c) = cpu {
+                self.memcg().memcg_drain_stock(c);
+                self.caches.for_each(|s| slub.flush_cpu_cache(c, s));
+            }
+            self.caches.for_each(|s| {
+                slub.shrink_barns(cpu, s);
+            });
+            let mut pages = 0;
+            self.caches.for_each(|s| {
+                pages += slub.shrink(cpu, s) << s.config().order;
+            });
+            pages
+        })
     }
 }
 

@@ -204,6 +204,9 @@ pub struct PageAllocator<P: Platform> {
     max_pages: AtomicUsize,
     pub(crate) report_delay_ns: AtomicU64,
     pub(crate) report_order: AtomicUsize,
+    /// Sections running with reporting passes deferred
+    /// ([`PageAllocator::with_reporting_deferred`]): no pass starts while not 0.
+    pub(crate) report_deferred: AtomicUsize,
     pub(crate) sections: [MemSection; MAX_SECTIONS],
     hotplug: SpinLock<Hotplug>,
     pub(crate) zones: [Zone; MAX_NUMNODES],
@@ -231,6 +234,7 @@ impl<P: Platform> PageAllocator<P> {
             max_pages: AtomicUsize::new(0),
             report_delay_ns: AtomicU64::new(1_000_000_000),
             report_order: AtomicUsize::new(9),
+            report_deferred: AtomicUsize::new(0),
             sections: [const { MemSection::new() }; MAX_SECTIONS],
             hotplug: SpinLock::new(Hotplug::new()),
             zones: [const { Zone::new() }; MAX_NUMNODES],

@@ -29,6 +29,8 @@
 //! Locking: the zone lock while isolating and putting back; none while the platform
 //! works; the hotplug lock (outside any zone lock) to take a section offline. One pass
 //! per zone at a time (whoever moves `last_report_ns`). See the lock order in lib.rs.
+//! No pass starts inside [`PageAllocator::with_reporting_deferred`], which the slab
+//! layer's walks of its cache list run in (they free pages under the list's lock).
 
 use super::descriptor::{Page, PageFlags, MAX_ORDER, PAGE_SIZE};
 use super::mmzone::Zone;
@@ -117,9 +119,32 @@ impl<P: Platform> PageAllocator<P> {
     /// area's lists (the pass drains them).
     #[inline]
     pub(super) fn maybe_report(&self, cpu: Option<CpuRef<'_>>, zone: &Zone) {
-        if zone.report_pending.load(Relaxed) != 0 {
+        if zone.report_pending.load(Relaxed) != 0 && self.report_deferred.load(Relaxed) == 0 {
             self.page_reporting_process(cpu, zone, false);
         }
+    }
+
+    /// Runs `f` with no reporting pass started meanwhile, on any thread (the passes
+    /// `f`'s frees would have started run at the next page-path free or housekeeping
+    /// tick after it: the pending mark and the zone's clock stay as they were).
+    ///
+    /// For the slab layer's walks of its cache list, which free pages under the list's
+    /// lock: a pass runs the platform's aging ([`Platform::report_free`] and its
+    /// housekeeping), whose locks the process heap's fork handlers take *before* the
+    /// cache list's (the heap's huge-mapping list), and a pass must be started
+    /// without locks held. A walk that gave slabs back under that lock could otherwise
+    /// wait for a platform lock held by a forking thread that waits for the list.
+    pub fn with_reporting_deferred<R>(&self, f: impl FnOnce() -> R) -> R {
+        /// Ends the section, also when `f` unwinds.
+        struct Section<'a>(&'a crate::sync::AtomicUsize);
+        impl Drop for Section<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Relaxed);
+            }
+        }
+        self.report_deferred.fetch_add(1, Relaxed);
+        let _section = Section(&self.report_deferred);
+        f()
     }
 
     #[cold]

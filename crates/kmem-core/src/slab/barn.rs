@@ -300,13 +300,16 @@ impl<P: Platform> Slub<'_, P> {
             self.caches.barn_decay_ns.store(last, Relaxed);
             return;
         };
-        // SAFETY: the list lock is held.
-        unsafe {
-            self.caches.for_each_locked(|s| {
-                self.decay_barns(Some(c), s);
-                self.decay_empty_slabs(s);
-            })
-        };
+        // Under the list lock: no reporting pass (see `Kmem::shrink_all`).
+        self.pages.with_reporting_deferred(|| {
+            // SAFETY: the list lock is held.
+            unsafe {
+                self.caches.for_each_locked(|s| {
+                    self.decay_barns(Some(c), s);
+                    self.decay_empty_slabs(s);
+                })
+            }
+        });
     }
 
     /// The barns' decay for `s`: the sheaves each barn kept beyond

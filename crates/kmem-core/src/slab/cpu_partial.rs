@@ -123,6 +123,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         c.area()
             .drain_request
             .fetch_and(!crate::percpu::DRAIN_CACHES, Relaxed);
-        self.caches.for_each(|s| self.flush_cpu_cache(c, s));
+        // Under the cache list's lock: no reporting pass (see `Kmem::shrink_all`).
+        self.pages.with_reporting_deferred(|| {
+            self.caches.for_each(|s| self.flush_cpu_cache(c, s));
+        });
     }
 }
