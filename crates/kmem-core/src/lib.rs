@@ -54,6 +54,11 @@
 //! Fork takes 3, 4 with each node's barn (every cache, every node), 6, 7 (every zone)
 //! and 8 in this order ([`Kmem::fork_prepare`]).
 //!
+//! A free page reporting pass calls the platform, whose own locks (the process heap's
+//! huge-mapping list) its fork handlers take before 3, so no pass starts while 3 is
+//! held: the walks of the cache list that free pages run inside
+//! [`PageAllocator::with_reporting_deferred`].
+//!
 //! ## Linux names, kmem names
 //! | Linux (mm/)                         | kmem                                       |
 //! |-------------------------------------|--------------------------------------------|
