@@ -35,8 +35,8 @@ impl Heap {
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         // One load of the fast word for the inline pop and the rseq test (the compiler
         // did not merge two). Thread mode's pop comes first and pays nothing for the
-        // rseq mode; testing the rseq tag first cost thread mode's pair 3–10% in `bench
-        // slab` (BENCHMARKS.md, "cpu-rseq's fast paths inline").
+        // rseq mode; testing the rseq tag first cost thread mode's `bench slab` rows
+        // 3–10% (BENCHMARKS.md, "cpu-rseq's fast paths inline").
         let w = fast_tls::get();
         // SAFETY: read just now, on this thread.
         let area = unsafe { inline_area_of(w) };
