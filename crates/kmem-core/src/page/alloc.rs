@@ -328,25 +328,6 @@ impl<P: Platform> PageAllocator<P> {
         }
         self.free_one_page(cpu, zone, page, order);
     }
-
-    /// [`PageAllocator::free_pages`] straight to the zone (no per-CPU list) and without
-    /// the free page reporting pass a free may run: for a caller that holds locks (the
-    /// slab layer's cache list lock), since the pass takes the platform's locks, which
-    /// the fork handlers take before those. The next pass reports the block.
-    ///
-    /// # Safety
-    /// As [`PageAllocator::free_pages`].
-    pub(crate) unsafe fn free_pages_unreported(&self, page: NonNull<Page>, order: usize) {
-        // SAFETY: the caller passes a descriptor from this allocator.
-        let p = unsafe { page.as_ref() };
-        if let Some(reason) = free_page_is_bad(p, order) {
-            self.bad_page(page, reason);
-            return;
-        }
-        self.destroy_compound_page(page, order);
-        let zone = &self.zones[self.page_to_nid(page)];
-        self.free_one_page_unreported(None, zone, page, order);
-    }
 }
 
 #[cfg(test)]

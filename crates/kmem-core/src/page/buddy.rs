@@ -225,20 +225,6 @@ impl<P: Platform> PageAllocator<P> {
         page: NonNull<Page>,
         order: usize,
     ) {
-        self.free_one_page_unreported(cpu, zone, page, order);
-        self.maybe_report(None, zone);
-    }
-
-    /// [`PageAllocator::free_one_page`] without the reporting pass it may run (for a
-    /// caller that holds locks: the pass takes the platform's, which come before them
-    /// in the fork handlers' order).
-    pub(super) fn free_one_page_unreported(
-        &self,
-        cpu: Option<CpuRef<'_>>,
-        zone: &Zone,
-        page: NonNull<Page>,
-        order: usize,
-    ) {
         let pfn = self.page_to_pfn(page);
         let now = self.platform.now_ns();
         let mut fa = zone.lock.lock();
@@ -247,6 +233,7 @@ impl<P: Platform> PageAllocator<P> {
         let nid = zone.nid();
         self.mod_zone_state(cpu, nid, ZoneStat::NrFreePages, 1 << order);
         self.count_event(cpu, nid, VmEvent::PgFree, 1 << order);
+        self.maybe_report(None, zone);
     }
 
     /// Free blocks per order of zone `nid` (`/proc/buddyinfo`): the deferred pages as

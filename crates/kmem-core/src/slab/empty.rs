@@ -36,16 +36,17 @@
 //! ([`Slub::reuse_empty_slab_taking`]).
 //!
 //! Locking: a node's kept slabs are under its `list_lock`: every method takes the
-//! locked partial list as proof (the same lock's guard). No kept slab is discarded
-//! through the page allocator's free paths under the cache list's lock: a free may
-//! run a reporting pass, whose platform locks (the heap's huge-mapping list) the fork
-//! handlers take before the cache list's, and a thread reclaiming under the cache list
-//! lock then waited for the huge list's lock, held by a forking thread that waited for
-//! the cache list lock (`kmem-malloc`'s fork test hung 4 times in 10). The reclaim
-//! takes slabs off the lists under the lock and discards them, through the CPU's page
-//! lists, after it (cache destruction waits for it: `CacheList::wait_for_reclaims`);
-//! the decay and shrinking, which run under it, discard straight to the zone without
-//! the pass (`discard_slab_unreported`).
+//! locked partial list as proof (the same lock's guard). No reporting pass may start
+//! under the cache list's lock: a pass takes platform locks (the heap's huge-mapping
+//! list) that the fork handlers take before the cache list's, and a thread reclaiming
+//! under the cache list lock once waited for the huge list's lock, held by a forking
+//! thread that waited for the cache list lock (`kmem-malloc`'s fork test hung 4 times
+//! in 10). The reclaim takes slabs off the lists under the lock and discards them,
+//! through the CPU's page lists, after it (cache destruction waits for it:
+//! `CacheList::wait_for_reclaims`); the decay and shrinking, which run under it,
+//! discard to the zone inside the walks' reporting deferral
+//! (`PageAllocator::with_reporting_deferred`, taken by `maybe_decay_barns` and
+//! `Kmem::shrink_all`).
 
 use super::*;
 use crate::page::{Page, PageList};
@@ -339,9 +340,9 @@ impl<P: Platform> Slub<'_, P> {
         // SAFETY: `out` is ours; its slabs were taken off the kept list.
         while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
             self.caches.kept_pages[nid].fetch_sub(1 << s.config().order, Relaxed);
-            // Callers may hold the cache list lock (the decay, the reclaim, shrinking
-            // every cache): no reporting pass under it.
-            self.discard_slab_unreported(s, slab);
+            // Straight to the zone. Callers that hold the cache list lock (the decay,
+            // shrinking every cache) defer reporting passes around their walks.
+            self.discard_slab(None, s, slab);
             n += 1;
         }
         n

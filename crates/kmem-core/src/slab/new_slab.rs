@@ -229,24 +229,6 @@ impl<'a, P: Platform> Slub<'a, P> {
 
     /// `discard_slab`: gives an empty slab's pages back.
     pub(crate) fn discard_slab(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: NonNull<Page>) {
-        self.discard_slab_as(cpu, s, slab, true);
-    }
-
-    /// [`Slub::discard_slab`] under the cache list's lock (kept slabs, `empty.rs`): the
-    /// pages go straight to the zone without the page allocator's reporting pass, which
-    /// takes platform locks that come before the cache list's in the fork handlers'
-    /// order (a forking thread holding them waits for the cache list lock).
-    pub(super) fn discard_slab_unreported(&self, s: &KmemCache, slab: NonNull<Page>) {
-        self.discard_slab_as(None, s, slab, false);
-    }
-
-    fn discard_slab_as(
-        &self,
-        cpu: Option<CpuRef<'_>>,
-        s: &KmemCache,
-        slab: NonNull<Page>,
-        report: bool,
-    ) {
         let cfg = s.config();
         if cfg.flags.contains(SlabFlags::CONSISTENCY_CHECKS) {
             // `free_slab`'s check_object on every object: a write after free into an
@@ -264,12 +246,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         head.set_flags(PageFlags::HEAD);
         self.free_slab_obj_exts(cpu, head);
         s.stat(cpu, SlubStat::FreeSlab);
-        if report {
-            // SAFETY: allocated by `allocate_slab` with this order; nothing refers to it.
-            unsafe { self.pages.free_pages(cpu, slab, cfg.order) };
-        } else {
-            // SAFETY: as above.
-            unsafe { self.pages.free_pages_unreported(slab, cfg.order) };
-        }
+        // SAFETY: allocated by `allocate_slab` with this order; nothing refers to it.
+        unsafe { self.pages.free_pages(cpu, slab, cfg.order) };
     }
 }
