@@ -107,6 +107,62 @@ fn the_inline_paths_of_a_charged_area_pop_and_push_a_groups_objects() {
 }
 
 #[test]
+fn an_allocations_take_in_of_a_groups_inbox_swaps_the_sheaves_and_both_keep_working() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "swap");
+    let (a, c) = own_area(k);
+    let _stock = alloc(k, c, g, 32);
+    let first = alloc(k, c, g, 32);
+    // Empty the kept sheaf, then free everything inline: all of it onto the inbox.
+    let mut objs = vec![first];
+    while let Some(p) = inline_alloc(k, c, g, 32) {
+        objs.push(p);
+    }
+    let n = objs.len();
+    assert!(n > 2, "a refill brought several");
+    for &p in &objs {
+        assert!(inline_free(k, c, g, p));
+    }
+    assert_eq!(held(k, a).1, n);
+    let charged = slab_bytes(k, c, g);
+    // The next allocation finds the kept sheaf empty and the inbox all g's: the
+    // sheaves change places, and the pops hand the objects out last freed first, as
+    // a take-in that moved them would.
+    let again: Vec<_> = (0..n).map(|_| alloc_or_pop(k, c, g)).collect();
+    assert_eq!(again, objs.iter().rev().copied().collect::<Vec<_>>());
+    assert_eq!(held(k, a).1, 0);
+    assert_eq!(slab_bytes(k, c, g), charged, "nothing charged or uncharged");
+    // The emptied sheaf is the inbox now: the inline free fills it, and refuses a
+    // double free of its top, which the charged free's slow half reports and leaves
+    // where it is.
+    assert!(inline_free(k, c, g, again[0]));
+    assert!(!inline_free(k, c, g, again[0]), "the top freed again");
+    // SAFETY: the bug under test.
+    assert!(!unsafe { k.memcg().kfree_objcg(Some(c), again[0], g.objcg()) });
+    let log = k.pages.platform().take_log();
+    assert!(log.contains("Object already free"), "{log}");
+    for &p in &again[1..] {
+        assert!(inline_free(k, c, g, p));
+    }
+    assert_eq!(held(k, a).1, n);
+    // And the swap works the other way too: the same objects again, each once.
+    let third: HashSet<_> = (0..n).map(|_| alloc_or_pop(k, c, g)).collect();
+    assert_eq!(third, objs.iter().copied().collect::<HashSet<_>>());
+    assert_eq!(slab_bytes(k, c, g), charged);
+    for &p in &third {
+        assert!(inline_free(k, c, g, p));
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(held(k, a).1, 0);
+}
+
+/// An allocation of that thread: the inline pop, else the charged slow path.
+fn alloc_or_pop(k: &K, c: CpuRef<'_>, g: &MemCgroup) -> *mut u8 {
+    inline_alloc(k, c, g, 32).unwrap_or_else(|| alloc(k, c, g, 32))
+}
+
+#[test]
 fn an_inbox_keeps_its_groups_objects_and_frees_the_others_uncharged() {
     let k = kmem(2, config(1, 0));
     let (g, h) = (group(k, "mine"), group(k, "theirs"));

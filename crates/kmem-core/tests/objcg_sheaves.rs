@@ -9,8 +9,8 @@ mod common;
 use common::{config, kmem, kmem_cpu_slab, kmem_with, TestPlatform};
 use kmem_core::kmalloc::KMALLOC_SIZES;
 use kmem_core::memcontrol::{
-    MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_BYTES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
-    OBJCG_SHEAVES_MAX_BYTES,
+    MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_BYTES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_REFILL,
+    OBJCG_SHEAF_SLOTS, OBJCG_SHEAVES_MAX_BYTES,
 };
 use kmem_core::percpu::InlineArea;
 use kmem_core::{CpuArea, CpuRef, Gfp, Kmem, SlabFlags};
@@ -457,11 +457,14 @@ fn a_run_of_charged_allocations_is_charged_a_refill_at_a_time() {
     let (a, cpu) = own_area(k);
     // The first charged allocation finds the stock empty: charged alone (a page of
     // bytes goes into the stock). The second refills the class's sheaf from those
-    // bytes: half a sheaf allocated, recorded and charged at once, one handed out.
+    // bytes: three quarters of a sheaf (the class has an inbox) allocated, recorded
+    // and charged at once, one handed out.
     let first = alloc(k, cpu, g, 32);
     assert_eq!(held(k, a).1, 0);
     let second = alloc(k, cpu, g, 32);
-    let refill = OBJCG_SHEAF_SLOTS / 2;
+    let class = KMALLOC_SIZES.iter().position(|&s| s == 32).unwrap();
+    let refill = OBJCG_SHEAF_REFILL[class];
+    assert_eq!(refill, OBJCG_SHEAF_SLOTS * 3 / 4);
     assert_eq!(held(k, a), (g.objcg() as *const ObjCgroup, refill - 1));
     k.memcg().memcg_flush_stats(cpu);
     assert_eq!(slab_bytes(g), ((2 + refill - 1) * 32) as isize);

@@ -70,8 +70,8 @@ pub use charged_area::ObjcgSheaves;
 pub use counter::PageCounter;
 pub use group::{MemCgroup, ObjCgroup};
 pub use objcg_sheaf::{
-    OBJCG_SHEAF_BYTES, OBJCG_SHEAF_CLASSES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_SLOTS,
-    OBJCG_SHEAVES_MAX_BYTES,
+    OBJCG_SHEAF_BYTES, OBJCG_SHEAF_CLASSES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_REFILL,
+    OBJCG_SHEAF_SLOTS, OBJCG_SHEAVES_MAX_BYTES,
 };
 pub use report::{write_memcg_files, MemcgFiles};
 pub use stock::MemcgStock;

@@ -182,6 +182,39 @@ impl KmemCacheCpu {
         Self::owner_push(&self.main_top, &self.main_limit, obj)
     }
 
+    /// Exchanges this line's kept sheaf, empty, with the inbox of `inbox_line`: the
+    /// inbox's objects are the kept sheaf's from now on, in the same order, and the
+    /// inline free pushes onto the emptied sheaf. What a take-in that moves every
+    /// object of the inbox does, without the copy.
+    ///
+    /// The caller owns the charged area (as for every method here), and
+    /// `inbox_line` is the charged line of this line's class: its inbox has the
+    /// kept sheaf's capacity (a class's two sheaves are made alike), so each line
+    /// keeps its limit's distance from its sheaf, and the free's double-free test
+    /// still reads the header's capacity word below an empty sheaf's slot 0.
+    pub(crate) fn swap_kept_with_inbox(&self, inbox_line: &KmemCacheCpu) {
+        let kept = self.main.load(Relaxed);
+        let inbox = inbox_line.spare.load(Relaxed);
+        let (kept_limit, inbox_limit) = (
+            self.main_limit.load(Relaxed),
+            inbox_line.spare_limit.load(Relaxed),
+        );
+        assert!(!kept.is_null() && !inbox.is_null());
+        assert_eq!(
+            kept_limit - kept as usize,
+            inbox_limit - inbox as usize,
+            "a class's kept sheaf and inbox have one capacity"
+        );
+        debug_assert_eq!(self.main_top.load(Relaxed), kept as usize, "kept: empty");
+        let inbox_top = inbox_line.spare_top.load(Relaxed);
+        self.main.store(inbox, Relaxed);
+        self.main_limit.store(inbox_limit, Relaxed);
+        self.main_top.store(inbox_top, Relaxed);
+        inbox_line.spare.store(kept, Relaxed);
+        inbox_line.spare_limit.store(kept_limit, Relaxed);
+        inbox_line.spare_top.store(kept as usize, Relaxed);
+    }
+
     /// The kept sheaf of this line (see [`KmemCacheCpu::install_kept`]), or `None`
     /// when none was installed.
     pub(crate) fn kept(&self) -> Option<ChargedSheaf<'_>> {
