@@ -157,6 +157,55 @@ fn an_allocations_take_in_of_a_groups_inbox_swaps_the_sheaves_and_both_keep_work
     assert_eq!(held(k, a).1, 0);
 }
 
+#[test]
+fn a_take_in_frees_an_inbox_object_whose_slab_is_gone_the_regular_way_and_keeps_the_rest() {
+    let k = kmem(2, config(1, 0));
+    let (g, h) = (group(k, "mine"), group(k, "theirs"));
+    let (a, c) = own_area(k);
+    let (b, cb) = own_area(k);
+    // One of h's objects, alone in a slab of kmalloc-cg-64 (h's first charged
+    // allocation on that area: no refill).
+    let lone = alloc(k, cb, h, 64);
+    k.memcg().memcg_drain_stock(cb);
+    let mine: Vec<_> = (0..3).map(|_| alloc(k, c, g, 64)).collect();
+    k.memcg().memcg_drain_stock(c);
+    for &p in &mine[..2] {
+        assert!(inline_free(k, c, g, p));
+    }
+    // This thread frees h's object onto its inbox; then the same object is freed
+    // again on the other area, the regular way (uncharged), its slab empties and
+    // the shrink gives its pages back: the inbox holds an object of no slab.
+    assert!(inline_free(k, c, g, lone));
+    assert!(inline_free(k, c, g, mine[2]));
+    // SAFETY: the bug under test (the inbox still holds it).
+    assert!(unsafe { k.kfree(Some(cb), lone) });
+    k.shrink_all(Some(cb));
+    assert_eq!(held(k, a).1, 4);
+    // g's next allocation takes the inbox in: no swap (not all of it is g's); the
+    // object of no slab goes the regular way and is reported, g's three are kept.
+    let p = alloc(k, c, g, 64);
+    let log = k.pages.platform().take_log();
+    assert!(
+        log.contains("not allocated by kmem") && log.contains("not freed"),
+        "reported: {log}"
+    );
+    assert!(mine.contains(&p));
+    let rest: Vec<_> = (0..2).map(|_| alloc(k, c, g, 64)).collect();
+    let out: HashSet<_> = rest.iter().chain([&p]).copied().collect();
+    assert_eq!(out, mine.iter().copied().collect::<HashSet<_>>());
+    assert_eq!(held(k, a).1, 0);
+    for q in out {
+        assert!(inline_free(k, c, g, q));
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe {
+        k.pages.cpu_area_put(b);
+        k.pages.cpu_area_put(a);
+    }
+    assert_eq!(g.usage(), 0);
+    assert_eq!(h.usage(), 0);
+}
+
 /// An allocation of that thread: the inline pop, else the charged slow path.
 fn alloc_or_pop(k: &K, c: CpuRef<'_>, g: &MemCgroup) -> *mut u8 {
     inline_alloc(k, c, g, 32).unwrap_or_else(|| alloc(k, c, g, 32))

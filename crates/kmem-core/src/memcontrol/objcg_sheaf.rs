@@ -164,8 +164,8 @@ unsafe fn zero_object(obj: usize, n: usize) -> NonNull<u8> {
 /// the last slab looked up is kept, by the slab's base, so a run of one slab's
 /// objects costs one lookup ([`Memcg::inbox_vector`]) and a slot read each.
 ///
-/// Invariant: `vec` is null or the vector of the live slab of `s` at `base` (as
-/// long as an object the caller's inbox holds is in it).
+/// Invariant: `vec` is the vector of the live slab of `s` at `base` (as long as an
+/// object the caller's inbox holds is in it), or `base` is `usize::MAX`, no slab's.
 struct VectorSlots<'s> {
     s: &'s KmemCache,
     mask: usize,
@@ -199,11 +199,13 @@ impl<'s> VectorSlots<'s> {
         tag: *mut ObjCgroup,
     ) -> bool {
         if o & !self.mask != self.base {
+            let vec = m.inbox_vector(self.s, o & !self.mask);
+            if vec.is_null() {
+                // The base stays another: the next object of that slab looks again.
+                return false;
+            }
             self.base = o & !self.mask;
-            self.vec = m.inbox_vector(self.s, self.base);
-        }
-        if self.vec.is_null() {
-            return false;
+            self.vec = vec;
         }
         let idx = (((o & self.mask) as u64 * self.mul) >> 32) as usize;
         debug_assert!(self.s.config().is_object_start(o & self.mask));
@@ -552,22 +554,11 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if Self::may_keep(sh, objcg) {
             Self::objcg_sheaves_take(sh, objcg);
         }
+        if self.swap_in(sh, i) {
+            return;
+        }
         let tag = sh.objcg.load(Relaxed);
         let s = &self.km.caches().set(1)[i];
-        // An allocation's take-in, in steady state: the kept sheaf empty, every
-        // object of the inbox charged to the kept sheaves' objcg. The two sheaves
-        // change places (the loop below would have moved them all, in order: with
-        // the kept sheaf empty its top test never fires, the inline free having
-        // refused an object that was the inbox's top already).
-        if kept.is_empty() && n > 0 {
-            // SAFETY: the inbox's `n` objects passed the inline free's checks for `s`.
-            if unsafe { self.inbox_all_of(s, inbox.slots(), n, tag) } {
-                if let (Some(kl), Some(il)) = (sh.kept_line(i), sh.inbox_line(i)) {
-                    kl.swap_kept_with_inbox(il);
-                    return;
-                }
-            }
-        }
         // Out of the inbox first (its slots stay as they are until the owner's next
         // inline free, which cannot run meanwhile): a free below may drain the stock,
         // which must not find them there too.
@@ -619,6 +610,32 @@ impl<'a, P: Platform> Memcg<'a, P> {
             // SAFETY: the inline free took the object from its owner, who gave it up.
             unsafe { self.km.kfree(Some(c), o as *mut u8, self) };
         }
+    }
+
+    /// The take-in of an allocation in steady state: when class `i`'s kept sheaf is
+    /// empty and every object of its inbox is charged to the kept sheaves' objcg (the
+    /// tag), the two sheaves change places, and true. (The copy in [`Memcg::intake`]
+    /// would have moved them all, in order: with the kept sheaf empty its top test
+    /// never fires, the inline free having refused an object that was the inbox's top
+    /// already.) Else false, nothing changed.
+    fn swap_in(&self, sh: &ObjcgSheaves, i: usize) -> bool {
+        let (Some(kl), Some(il)) = (sh.kept_line(i), sh.inbox_line(i)) else {
+            return false;
+        };
+        let (Some(kept), Some(inbox)) = (kl.kept(), il.inbox()) else {
+            return false;
+        };
+        let n = inbox.len();
+        if n == 0 || !kept.is_empty() {
+            return false;
+        }
+        let s = &self.km.caches().set(1)[i];
+        // SAFETY: the inbox's `n` objects passed the inline free's checks for `s`.
+        if !unsafe { self.inbox_all_of(s, inbox.slots(), n, sh.objcg.load(Relaxed)) } {
+            return false;
+        }
+        kl.swap_kept_with_inbox(il);
+        true
     }
 
     /// Whether every one of the `n` objects at `from` (an inbox's) is charged to
@@ -795,7 +812,14 @@ impl<'a, P: Platform> Memcg<'a, P> {
         gfp: Gfp,
         objcg: &ObjCgroup,
     ) -> Option<NonNull<u8>> {
-        if st.sheaves.inbox(i).is_none_or(|b| b.is_empty()) || !Self::may_keep(&st.sheaves, objcg) {
+        let sh = &st.sheaves;
+        // The steady state first, without the rest of a take-in: the sheaves hold
+        // `objcg`'s objects (the pop missed: the class's kept sheaf is empty) and the
+        // inbox holds `objcg`'s alone.
+        if ptr::eq(sh.objcg.load(Relaxed), objcg) && self.swap_in(sh, i) {
+            return self.objcg_sheaf_pop(st, i, gfp, objcg);
+        }
+        if sh.inbox(i).is_none_or(|b| b.is_empty()) || !Self::may_keep(sh, objcg) {
             return None;
         }
         self.intake(c, st, i, objcg);
