@@ -206,6 +206,53 @@ fn a_take_in_frees_an_inbox_object_whose_slab_is_gone_the_regular_way_and_keeps_
     assert_eq!(h.usage(), 0);
 }
 
+#[test]
+fn a_double_free_of_the_kept_sheafs_top_that_waits_in_the_inbox_is_reported_and_dropped() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "twice");
+    let (a, c) = own_area(k);
+    let objs: Vec<_> = (0..40).map(|_| alloc(k, c, g, 32)).collect();
+    let top = alloc(k, c, g, 32);
+    // `top` waits on the kept sheaf (the charged free's slow half keeps it there).
+    // SAFETY: ours.
+    assert!(unsafe { k.memcg().kfree_objcg(Some(c), top, g.objcg()) });
+    // Freed again, inline: the inbox's top test cannot see the kept sheaf's top.
+    assert!(
+        inline_free(k, c, g, top),
+        "the bug under test: onto the inbox"
+    );
+    // More frees fill the inbox; the first it refuses takes the inbox in.
+    let mut rest = objs.iter();
+    for &p in rest.by_ref() {
+        if !inline_free(k, c, g, p) {
+            // SAFETY: ours.
+            let kept = unsafe { k.memcg().kfree_objcg_fast(c, p, g.objcg()) };
+            assert_eq!(kept, Some(true));
+            break;
+        }
+    }
+    for &p in rest {
+        assert!(inline_free(k, c, g, p));
+    }
+    let log = k.pages.platform().take_log();
+    assert!(log.contains("Object already free"), "reported: {log}");
+    // Every object is handed out once: `top` is on the kept sheaf once, not in its
+    // slab too.
+    let many: Vec<_> = (0..200).map(|_| alloc_or_pop(k, c, g)).collect();
+    assert_eq!(
+        many.iter().copied().collect::<HashSet<_>>().len(),
+        many.len()
+    );
+    assert_eq!(many.iter().filter(|&&p| p == top).count(), 1);
+    for p in many {
+        // SAFETY: ours, freed once (the slow half when the inbox is full).
+        assert!(inline_free(k, c, g, p) || unsafe { k.memcg().kfree_objcg(Some(c), p, g.objcg()) });
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(g.usage(), 0);
+}
+
 /// An allocation of that thread: the inline pop, else the charged slow path.
 fn alloc_or_pop(k: &K, c: CpuRef<'_>, g: &MemCgroup) -> *mut u8 {
     inline_alloc(k, c, g, 32).unwrap_or_else(|| alloc(k, c, g, 32))

@@ -59,6 +59,7 @@ mod charge;
 mod charged_area;
 mod counter;
 mod group;
+mod intake;
 mod objcg_sheaf;
 mod report;
 mod slab_hooks;

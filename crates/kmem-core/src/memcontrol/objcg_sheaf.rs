@@ -100,8 +100,9 @@ pub(super) const CAPACITY: [usize; OBJCG_SHEAF_CLASSES] = {
 /// push onto the kept sheaf: the other half is their room. Three quarters for the
 /// classes with one (up to 128 bytes): their frees go to the inbox, and the objects a
 /// thread allocates and frees in turn circulate between the two sheaves, as many as
-/// the refill brought, one take-in ([`Memcg::intake`], about 270 instructions of its
-/// own besides a slot read per object) every that many allocations. With half a
+/// the refill brought, one take-in ([`Memcg::intake`]: about 140 instructions of its
+/// own and 100 around it, besides a slot read per object) every that many
+/// allocations. With half a
 /// sheaf (16 of kmalloc-cg-32's 32) a 32-byte pair ran 80.8 instructions against the
 /// unaccounted pair's 42, 72.3 with three quarters before the take-in's swap, 64.2
 /// with a full sheaf; the quarter left is the room of the frees that reach the kept
@@ -157,63 +158,6 @@ unsafe fn zero_object(obj: usize, n: usize) -> NonNull<u8> {
     unsafe {
         ptr::write_bytes(obj as *mut u8, 0, n);
         NonNull::new_unchecked(obj as *mut u8)
-    }
-}
-
-/// The objcg vector slots of a class's inbox objects, read in a loop: the vector of
-/// the last slab looked up is kept, by the slab's base, so a run of one slab's
-/// objects costs one lookup ([`Memcg::inbox_vector`]) and a slot read each.
-///
-/// Invariant: `vec` is the vector of the live slab of `s` at `base` (as long as an
-/// object the caller's inbox holds is in it), or `base` is `usize::MAX`, no slab's.
-struct VectorSlots<'s> {
-    s: &'s KmemCache,
-    mask: usize,
-    mul: u64,
-    base: usize,
-    vec: *const AtomicPtr<ObjCgroup>,
-}
-
-impl<'s> VectorSlots<'s> {
-    fn new(s: &'s KmemCache) -> Self {
-        let (mask, mul) = s.config().index_parts();
-        Self {
-            s,
-            mask,
-            mul,
-            base: usize::MAX,
-            vec: ptr::null(),
-        }
-    }
-
-    /// Whether `o`'s slot names `tag` (false for no live slab of `s` with a vector).
-    ///
-    /// # Safety
-    /// `o` is an inbox object of `s`'s class: it passed the inline free's checks for
-    /// `s` (a slab of it, an object's start), and the caller's inbox holds it.
-    #[inline(always)]
-    unsafe fn names<P: Platform>(
-        &mut self,
-        m: &Memcg<'_, P>,
-        o: usize,
-        tag: *mut ObjCgroup,
-    ) -> bool {
-        if o & !self.mask != self.base {
-            let vec = m.inbox_vector(self.s, o & !self.mask);
-            if vec.is_null() {
-                // The base stays another: the next object of that slab looks again.
-                return false;
-            }
-            self.base = o & !self.mask;
-            self.vec = vec;
-        }
-        let idx = (((o & self.mask) as u64 * self.mul) >> 32) as usize;
-        debug_assert!(self.s.config().is_object_start(o & self.mask));
-        // SAFETY: `o` starts an object of the slab at `base` (the caller's contract,
-        // with the object checks of `s`, whose slab it is), so `idx` is below
-        // `objects`, the vector's length; the vector lives while the slab does, and
-        // the slab while it holds `o`, which is in the caller's inbox.
-        ptr::eq(unsafe { &*self.vec.add(idx) }.load(Relaxed), tag)
     }
 }
 
@@ -420,7 +364,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
     /// objcg.
     #[cold]
     #[inline(never)]
-    fn objcg_sheaf_make_room(
+    pub(super) fn objcg_sheaf_make_room(
         &self,
         c: CpuRef<'_>,
         st: &MemcgStock,
@@ -485,7 +429,11 @@ impl<'a, P: Platform> Memcg<'a, P> {
     /// memory before their first test.)
     #[cold]
     #[inline(never)]
-    fn objcg_sheaf_double_free(slub: crate::slab::Slub<'_, P>, s: &KmemCache, obj: usize) {
+    pub(super) fn objcg_sheaf_double_free(
+        slub: crate::slab::Slub<'_, P>,
+        s: &KmemCache,
+        obj: usize,
+    ) {
         let slab = slub.pages.virt_to_head_page(obj as *const u8);
         slub.report(s, slab, "Object already free", obj);
     }
@@ -531,202 +479,6 @@ impl<'a, P: Platform> Memcg<'a, P> {
         Self::objcg_sheaves_take(sh, objcg);
         kept.push(obj);
         Keep::Kept
-    }
-
-    /// Takes class `i`'s inbox in, for a context charged to `objcg`: every object
-    /// whose vector slot names the kept sheaves' objcg (`objcg`'s once empty sheaves
-    /// take it) goes onto the kept sheaf, the older half of a full one going back to
-    /// make room; every other object is freed as a free by any context would free it
-    /// (uncharged from the objcg its slot names; reported if it is no live object).
-    /// The inbox ends empty.
-    ///
-    /// One vector slot read per object, in a loop that looks up a slab's vector once
-    /// for a run of its objects: the charged free's whole cost where the object is
-    /// its own group's.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn intake(&self, c: CpuRef<'_>, st: &MemcgStock, i: usize, objcg: &ObjCgroup) {
-        let sh = &st.sheaves;
-        let (Some(inbox), Some(kept)) = (sh.inbox(i), sh.kept(i)) else {
-            return;
-        };
-        let n = inbox.len();
-        if Self::may_keep(sh, objcg) {
-            Self::objcg_sheaves_take(sh, objcg);
-        }
-        if self.swap_in(sh, i) {
-            return;
-        }
-        let tag = sh.objcg.load(Relaxed);
-        let s = &self.km.caches().set(1)[i];
-        // Out of the inbox first (its slots stay as they are until the owner's next
-        // inline free, which cannot run meanwhile): a free below may drain the stock,
-        // which must not find them there too.
-        inbox.set_len(0);
-        let (from, to) = (inbox.slots(), kept.slots());
-        let cap = kept.capacity();
-        let mut len = kept.len();
-        // The common case first, in a loop of its own: objects of `tag` that fit.
-        // SAFETY: the inbox's `n` objects passed the inline free's checks for `s`;
-        // the kept sheaf has `len` of its `cap` slots in use.
-        let start = unsafe { self.intake_run(s, from, n, to, cap, &mut len, tag) };
-        // Inbox slots whose objects go the regular way, by bit.
-        let mut others = 0u32;
-        let mut slots = VectorSlots::new(s);
-        for k in start..n {
-            // SAFETY: `k` < the inbox's count ≤ its capacity: its slots (ChargedSheaf).
-            let o = unsafe { *from.add(k) };
-            // SAFETY: an inbox object (the inline free's checks for `s`).
-            let ours = !tag.is_null() && unsafe { slots.names(self, o, tag) };
-            // SAFETY: `len - 1` < `len` ≤ the kept sheaf's capacity.
-            if !ours || (len > 0 && unsafe { *to.add(len - 1) } == o) {
-                // Another objcg's object, no live one, or the kept sheaf's top freed
-                // again (the inbox's top test missed it, the first free having been
-                // taken in already): the regular free uncharges or reports it.
-                others |= 1 << k;
-                continue;
-            }
-            if len == cap {
-                kept.set_len(len);
-                // SAFETY: a non-null tag holds a reference (type invariant).
-                self.objcg_sheaf_make_room(c, st, s, i, unsafe { &*tag });
-                len = kept.len();
-                if len == cap || !ptr::eq(sh.objcg.load(Relaxed), tag) {
-                    // Drained meanwhile: the rest goes the regular way.
-                    others |= 1 << k;
-                    continue;
-                }
-            }
-            // SAFETY: `len` < `cap`, the kept sheaf's capacity.
-            unsafe { *to.add(len) = o };
-            len += 1;
-        }
-        kept.set_len(len);
-        while others != 0 {
-            let k = others.trailing_zeros() as usize;
-            others &= others - 1;
-            // SAFETY: `k` < `n`: an inbox slot, untouched since (no inline free ran).
-            let o = unsafe { *from.add(k) };
-            // SAFETY: the inline free took the object from its owner, who gave it up.
-            unsafe { self.km.kfree(Some(c), o as *mut u8, self) };
-        }
-    }
-
-    /// The take-in of an allocation in steady state: when class `i`'s kept sheaf is
-    /// empty and every object of its inbox is charged to the kept sheaves' objcg (the
-    /// tag), the two sheaves change places, and true. (The copy in [`Memcg::intake`]
-    /// would have moved them all, in order: with the kept sheaf empty its top test
-    /// never fires, the inline free having refused an object that was the inbox's top
-    /// already.) Else false, nothing changed.
-    fn swap_in(&self, sh: &ObjcgSheaves, i: usize) -> bool {
-        let (Some(kl), Some(il)) = (sh.kept_line(i), sh.inbox_line(i)) else {
-            return false;
-        };
-        let (Some(kept), Some(inbox)) = (kl.kept(), il.inbox()) else {
-            return false;
-        };
-        let n = inbox.len();
-        if n == 0 || !kept.is_empty() {
-            return false;
-        }
-        let s = &self.km.caches().set(1)[i];
-        // SAFETY: the inbox's `n` objects passed the inline free's checks for `s`.
-        if !unsafe { self.inbox_all_of(s, inbox.slots(), n, sh.objcg.load(Relaxed)) } {
-            return false;
-        }
-        kl.swap_kept_with_inbox(il);
-        true
-    }
-
-    /// Whether every one of the `n` objects at `from` (an inbox's) is charged to
-    /// `tag` (non-null) by its slab's vector: [`Memcg::intake`]'s test before it
-    /// swaps an inbox for an empty kept sheaf. One vector lookup per slab, one slot
-    /// read per object, nothing written.
-    ///
-    /// # Safety
-    /// The `n` slots at `from` hold objects that passed the inline free's checks for
-    /// `s` (an inbox's).
-    #[inline(never)]
-    unsafe fn inbox_all_of(
-        &self,
-        s: &KmemCache,
-        from: *const usize,
-        n: usize,
-        tag: *mut ObjCgroup,
-    ) -> bool {
-        if tag.is_null() {
-            return false;
-        }
-        let mut slots = VectorSlots::new(s);
-        // SAFETY: `k` < `n`: the caller's slots, inbox objects.
-        (0..n).all(|k| unsafe { slots.names(self, *from.add(k), tag) })
-    }
-
-    /// [`Memcg::intake`]'s common case: moves the inbox's objects from the first
-    /// (`from`, `n` of them) onto the kept sheaf (`to`, `len` of its `cap` slots in
-    /// use) for as long as each is charged to `tag` (non-null), is not the kept
-    /// sheaf's top freed again, and fits. Returns how many it moved (the first it did
-    /// not move is where the full loop goes on). A loop of its own, with few live
-    /// values: inside `intake`'s, with its slow cases, the compiler kept the count and
-    /// the slots on the stack (about 30 instructions an object).
-    ///
-    /// # Safety
-    /// The `n` slots at `from` hold objects that passed the inline free's checks for
-    /// `s` (an inbox's); `to` has `cap` slots, of which the first `len` hold objects.
-    #[inline(never)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn intake_run(
-        &self,
-        s: &KmemCache,
-        from: *const usize,
-        n: usize,
-        to: *mut usize,
-        cap: usize,
-        len: &mut usize,
-        tag: *mut ObjCgroup,
-    ) -> usize {
-        if tag.is_null() {
-            return 0;
-        }
-        let mut l = *len;
-        let fit = n.min(cap - l);
-        // SAFETY: `l - 1` < `l` ≤ `cap` (caller).
-        let mut top = if l > 0 { unsafe { *to.add(l - 1) } } else { 0 };
-        let mut slots = VectorSlots::new(s);
-        let mut k = 0;
-        while k < fit {
-            // SAFETY: `k` < `n`: one of the caller's slots.
-            let o = unsafe { *from.add(k) };
-            // SAFETY: an inbox object (caller).
-            if o == top || !unsafe { slots.names(self, o, tag) } {
-                break;
-            }
-            // SAFETY: `l` < `cap`: at most `cap - len` objects come here.
-            unsafe { *to.add(l) = o };
-            l += 1;
-            top = o;
-            k += 1;
-        }
-        *len = l;
-        k
-    }
-
-    /// The objcg vector of the slab at `base` when it is still a slab of `s` with a
-    /// vector, else null (a double free whose regular free discarded the slab: the
-    /// regular free reports it). `base` is the base of an inbox object of `s`'s class
-    /// (slabs are aligned to their size).
-    #[inline(always)]
-    fn inbox_vector(&self, s: &KmemCache, base: usize) -> *const AtomicPtr<ObjCgroup> {
-        // SAFETY: an inbox object passed the inline free's range check (the inbox's
-        // invariant), and a slab never crosses a section, so its base is in the same
-        // online section.
-        let h = unsafe { self.km.pages().descriptor_in_window(base) };
-        if !h.flags().contains(crate::page::PageFlags::SLAB)
-            || !ptr::eq(crate::slab::Slab::of(h).cache(), s)
-        {
-            return ptr::null();
-        }
-        objcg_vector(h).unwrap_or(ptr::null())
     }
 
     /// Gives every object of `c`'s objcg sheaves (in stock `st`) back: the kept ones
@@ -816,13 +568,19 @@ impl<'a, P: Platform> Memcg<'a, P> {
         // The steady state first, without the rest of a take-in: the sheaves hold
         // `objcg`'s objects (the pop missed: the class's kept sheaf is empty) and the
         // inbox holds `objcg`'s alone.
-        if ptr::eq(sh.objcg.load(Relaxed), objcg) && self.swap_in(sh, i) {
+        let tagged = ptr::eq(sh.objcg.load(Relaxed), objcg);
+        if tagged && self.swap_in(sh, i) {
             return self.objcg_sheaf_pop(st, i, gfp, objcg);
         }
         if sh.inbox(i).is_none_or(|b| b.is_empty()) || !Self::may_keep(sh, objcg) {
             return None;
         }
-        self.intake(c, st, i, objcg);
+        if tagged {
+            // The swap was tried with this tag: the objects move.
+            self.intake_moving(c, st, i);
+        } else {
+            self.intake(c, st, i, objcg);
+        }
         self.objcg_sheaf_pop(st, i, gfp, objcg)
     }
 }

@@ -29,8 +29,9 @@ pub const fn charged_sheaf_bytes(cap: usize) -> usize {
 /// slow paths: its top word, the sheaf and its capacity.
 ///
 /// Invariants: `sheaf` is a sheaf of `cap` slots installed in the line (by
-/// [`KmemCacheCpu::install_kept`] or [`KmemCacheCpu::install_inbox`]) that lives as
-/// long as the line; `top` is its top (between the sheaf's address and `cap` slots
+/// [`KmemCacheCpu::install_kept`] or [`KmemCacheCpu::install_inbox`], or swapped in
+/// from the class's other line by [`KmemCacheCpu::swap_kept_with_inbox`]) that lives
+/// as long as the charged area; `top` is its top (between the sheaf's address and `cap` slots
 /// above it).
 pub struct ChargedSheaf<'a> {
     top: &'a AtomicUsize,
