@@ -131,7 +131,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         // Inbox slots whose objects go the regular way, by bit.
         let mut others = 0u32;
         let mut slots = VectorSlots::new(s);
-        // The sheaves were drained while making room: nothing more is kept.
+        // No tag, or the sheaves drained while making room: nothing more is kept.
         let mut drained = tag.is_null();
         for k in start..n {
             // SAFETY: `k` < the inbox's count ≤ its capacity: its slots (ChargedSheaf).
