@@ -3,7 +3,10 @@
 //! whose fast word is its area's charged area pop charged objects of its group and
 //! push freed `kmalloc-cg-*` objects onto inboxes; the slow paths keep the group's
 //! own and free everyone else's the regular way (uncharged from their groups); a CPU
-//! area's inline free never takes a charged object.
+//! area's inline free never takes a charged object. The take-in's swap keeps order and
+//! charges; double frees that reach an inbox are reported, never handed out twice; and
+//! a random model of two groups on two threads (inline and regular frees, drains)
+//! hands every object out once, keeps its contents and gives every charge back.
 
 mod common;
 
@@ -11,6 +14,7 @@ use common::{config, kmem, TestPlatform};
 use kmem_core::memcontrol::{MemCgroup, MemcgStat, ObjCgroup};
 use kmem_core::percpu::InlineArea;
 use kmem_core::{CpuArea, CpuRef, Gfp, Kmem};
+use proptest::prelude::*;
 use std::collections::HashSet;
 
 type K = Kmem<TestPlatform>;
@@ -397,4 +401,134 @@ fn a_charged_area_serves_another_group_only_once_its_kept_sheaves_are_given_back
     assert_eq!((g.usage(), h.usage()), (0, 0));
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
+}
+
+/// One step of the charged-paths model: `a` runs charged to g (its inline paths on
+/// its charged area), `b` charged to h (the regular charged paths).
+#[derive(Clone, Debug)]
+enum Op {
+    /// `a` allocates `n` objects of class `size` for g.
+    AllocA { size: usize, n: usize },
+    /// `b` allocates `n` objects of class `size` for h.
+    AllocB { size: usize, n: usize },
+    /// `a` frees `n` live objects (g's or h's), picked from `seed`: its inline free,
+    /// else its charged free's slow half.
+    FreeA { n: usize, seed: usize },
+    /// `b` frees `n` live objects the regular charged way.
+    FreeB { n: usize, seed: usize },
+    /// `a`'s stock drained (its objcg sheaves given back).
+    DrainA,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let size = prop::sample::select(vec![16usize, 32, 64, 256]);
+    prop_oneof![
+        (size.clone(), 1..40usize).prop_map(|(size, n)| Op::AllocA { size, n }),
+        (size, 1..20usize).prop_map(|(size, n)| Op::AllocB { size, n }),
+        (1..48usize, any::<usize>()).prop_map(|(n, seed)| Op::FreeA { n, seed }),
+        (1..24usize, any::<usize>()).prop_map(|(n, seed)| Op::FreeB { n, seed }),
+        Just(Op::DrainA),
+    ]
+}
+
+/// Runs `ops`; every object is handed out once while live, keeps its contents, and
+/// every charge is given back at the end, with no report for valid use.
+fn run_model(ops: Vec<Op>) {
+    // The thread's fast word as the heap keeps it: its charged area while the kept
+    // sheaves may serve g, else none (the zero area: the inline paths refuse).
+    let word = |k: &K, c: CpuRef<'_>, g: &MemCgroup| {
+        let w = k.memcg().charged_fast_word(c, g.objcg());
+        // SAFETY: the charged area of an area the test owns.
+        (w != 0).then(|| unsafe { InlineArea::from_word(w) })
+    };
+    let k = kmem(2, config(1, 0));
+    let (g, h) = (group(k, "g"), group(k, "h"));
+    let (a, c) = own_area(k);
+    let (b, cb) = own_area(k);
+    // Live objects: address -> (size, the byte written over it).
+    let mut live: Vec<(*mut u8, usize, u8)> = Vec::new();
+    let mut seen: HashSet<*mut u8> = HashSet::new();
+    let mut stamp = 0u8;
+    let mut take = |live: &mut Vec<(*mut u8, usize, u8)>, seed: usize| {
+        let i = seed % live.len();
+        let (p, size, byte) = live.swap_remove(i);
+        // SAFETY: a live object of `size` bytes, written below when handed out.
+        let intact = unsafe { std::slice::from_raw_parts(p, size) }
+            .iter()
+            .all(|&x| x == byte);
+        assert!(intact, "{p:?}: contents kept while live");
+        p
+    };
+    for op in ops {
+        match op {
+            Op::AllocA { size, n } | Op::AllocB { size, n } => {
+                let on_a = matches!(op, Op::AllocA { .. });
+                for _ in 0..n {
+                    let p = if on_a {
+                        word(k, c, g)
+                            .and_then(|w| k.kmalloc_fast(w, size, Gfp::KERNEL))
+                            .map_or_else(|| alloc(k, c, g, size), |p| p.as_ptr())
+                    } else {
+                        alloc(k, cb, h, size)
+                    };
+                    assert!(seen.insert(p), "{p:?} handed out while live");
+                    stamp = stamp.wrapping_add(1);
+                    // SAFETY: a fresh object of at least `size` bytes.
+                    unsafe { std::ptr::write_bytes(p, stamp, size) };
+                    live.push((p, size, stamp));
+                }
+            }
+            Op::FreeA { n, seed } => {
+                for j in 0..n.min(live.len()) {
+                    let p = take(&mut live, seed.wrapping_add(j * 7919));
+                    seen.remove(&p);
+                    // SAFETY: live, freed once (the slow half when the inline free
+                    // refuses it).
+                    let freed = unsafe {
+                        word(k, c, g).is_some_and(|w| k.kfree_fast(w, p))
+                            || k.memcg().kfree_objcg(Some(c), p, g.objcg())
+                    };
+                    assert!(freed);
+                }
+            }
+            Op::FreeB { n, seed } => {
+                for j in 0..n.min(live.len()) {
+                    let p = take(&mut live, seed.wrapping_add(j * 104729));
+                    seen.remove(&p);
+                    // SAFETY: live, freed once.
+                    assert!(unsafe { k.memcg().kfree_objcg(Some(cb), p, h.objcg()) });
+                }
+            }
+            Op::DrainA => k.memcg().memcg_drain_stock(c),
+        }
+    }
+    while !live.is_empty() {
+        let p = take(&mut live, 0);
+        // SAFETY: live, freed once.
+        assert!(unsafe { k.memcg().kfree_objcg(Some(cb), p, h.objcg()) });
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe {
+        k.pages.cpu_area_put(a);
+        k.pages.cpu_area_put(b);
+    }
+    assert_eq!((g.usage(), h.usage()), (0, 0), "every charge given back");
+    k.memcg().memcg_flush_stats(None);
+    assert_eq!(g.stat(MemcgStat::SlabUnreclaimable), 0);
+    assert_eq!(h.stat(MemcgStat::SlabUnreclaimable), 0);
+    let log = k.pages.platform().take_log();
+    assert!(log.is_empty(), "no reports for valid use: {log}");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Inline and regular charged frees of two groups' objects on two threads, the
+    /// take-ins (swaps and moves) and drains among them.
+    #[test]
+    fn charged_objects_are_handed_out_once_and_every_charge_comes_back(
+        ops in prop::collection::vec(op(), 1..60)
+    ) {
+        run_model(ops);
+    }
 }
