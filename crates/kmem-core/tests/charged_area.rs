@@ -449,7 +449,7 @@ fn run_model(ops: Vec<Op>) {
     let mut live: Vec<(*mut u8, usize, u8)> = Vec::new();
     let mut seen: HashSet<*mut u8> = HashSet::new();
     let mut stamp = 0u8;
-    let mut take = |live: &mut Vec<(*mut u8, usize, u8)>, seed: usize| {
+    let take = |live: &mut Vec<(*mut u8, usize, u8)>, seed: usize| {
         let i = seed % live.len();
         let (p, size, byte) = live.swap_remove(i);
         // SAFETY: a live object of `size` bytes, written below when handed out.
