@@ -102,12 +102,11 @@ pub(super) const CAPACITY: [usize; OBJCG_SHEAF_CLASSES] = {
 /// thread allocates and frees in turn circulate between the two sheaves, as many as
 /// the refill brought, one take-in ([`Memcg::intake`]: about 140 instructions of its
 /// own and 100 around it, besides a slot read per object) every that many
-/// allocations. With half a
-/// sheaf (16 of kmalloc-cg-32's 32) a 32-byte pair ran 80.8 instructions against the
-/// unaccounted pair's 42, 72.3 with three quarters before the take-in's swap, 64.2
-/// with a full sheaf; the quarter left is the room of the frees that reach the kept
-/// sheaf itself (the charged free's slow half, `kfree_objcg`), which a full refill
-/// would send straight to giving back half.
+/// allocations. With half a sheaf (16 of kmalloc-cg-32's 32) a 32-byte pair ran 80.8
+/// instructions against the unaccounted pair's 42, 72.3 with three quarters before
+/// the take-in's swap, 64.2 with a full sheaf; the quarter left is the room of the
+/// frees that reach the kept sheaf itself (the charged free's slow half,
+/// `kfree_objcg`), which a full refill would send straight to giving back half.
 pub const OBJCG_SHEAF_REFILL: [usize; OBJCG_SHEAF_CLASSES] = {
     let mut out = [0; OBJCG_SHEAF_CLASSES];
     let mut i = 0;
@@ -231,8 +230,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
     }
 
     /// Refills class `i`'s empty kept sheaf for `objcg` (`objcg_sheaf_alloc`, after
-    /// the pop missed): [`OBJCG_SHEAF_REFILL`] objects allocated and recorded, charged in one step
-    /// from the bytes the stock holds pre-charged, onto the sheaf; then the pop.
+    /// the pop missed): [`OBJCG_SHEAF_REFILL`] objects allocated and recorded, charged
+    /// in one step from the bytes the stock holds pre-charged, onto the sheaf; then the
+    /// pop.
     /// `None` (nothing charged or kept) when the class has no objcg sheaves, no
     /// charged area can be made, the sheaves hold another objcg's objects, the stock
     /// cannot pay for the whole refill at once, or the allocations drained the
