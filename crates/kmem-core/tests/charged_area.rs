@@ -11,7 +11,7 @@
 mod common;
 
 use common::{config, kmem, TestPlatform};
-use kmem_core::memcontrol::{MemCgroup, MemcgStat, ObjCgroup};
+use kmem_core::memcontrol::{MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_SLOTS};
 use kmem_core::percpu::InlineArea;
 use kmem_core::{CpuArea, CpuRef, Gfp, Kmem};
 use proptest::prelude::*;
@@ -215,7 +215,10 @@ fn a_double_free_of_the_kept_sheafs_top_that_waits_in_the_inbox_is_reported_and_
     let k = kmem(2, config(1, 0));
     let g = group(k, "twice");
     let (a, c) = own_area(k);
-    let objs: Vec<_> = (0..40).map(|_| alloc(k, c, g, 32)).collect();
+    // More than an inbox holds.
+    let objs: Vec<_> = (0..OBJCG_SHEAF_SLOTS + 8)
+        .map(|_| alloc(k, c, g, 32))
+        .collect();
     let top = alloc(k, c, g, 32);
     // `top` waits on the kept sheaf (the charged free's slow half keeps it there).
     // SAFETY: ours.
@@ -309,7 +312,10 @@ fn a_full_inbox_is_taken_in_by_the_next_free_and_a_double_free_on_its_top_is_ref
     let k = kmem(2, config(1, 0));
     let g = group(k, "full");
     let (a, c) = own_area(k);
-    let objs: Vec<_> = (0..64).map(|_| alloc(k, c, g, 16)).collect();
+    // Twice what an inbox holds.
+    let objs: Vec<_> = (0..2 * OBJCG_SHEAF_SLOTS)
+        .map(|_| alloc(k, c, g, 16))
+        .collect();
     k.memcg().memcg_drain_stock(c);
     let mut pushed = 0;
     for &p in &objs {

@@ -57,7 +57,9 @@ const STORAGE_BYTES: usize = {
     }
     sum
 };
-const _: () = assert!(STORAGE_BYTES <= PAGE_SIZE);
+/// Page order of a charged area's sheaf storage.
+const STORAGE_ORDER: usize = if STORAGE_BYTES <= PAGE_SIZE { 0 } else { 1 };
+const _: () = assert!(STORAGE_BYTES <= PAGE_SIZE << STORAGE_ORDER);
 
 /// Offset of class `k`'s charged line (its inbox) in a charged area.
 const fn inbox_line(k: usize) -> usize {
@@ -220,7 +222,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let pages = self.km.pages();
         let gfp = Gfp::ZERO | Gfp::NOWARN;
         let block = pages.alloc_pages(Some(c), gfp, CPU_AREA_ORDER)?;
-        let Some(store) = pages.alloc_pages(Some(c), gfp, 0) else {
+        let Some(store) = pages.alloc_pages(Some(c), gfp, STORAGE_ORDER) else {
             // SAFETY: allocated just above, seen by nobody.
             unsafe { pages.free_pages(Some(c), block, CPU_AREA_ORDER) };
             return None;

@@ -25,16 +25,18 @@ use crate::sync::AtomicPtr;
 /// the last slab looked up is kept, by the slab's base, so a run of one slab's
 /// objects costs one lookup ([`Memcg::inbox_vector`]) and a slot read each.
 ///
-/// Invariant: `vec` is the vector of the live slab of `s` at `base`, or `base` is
-/// `usize::MAX`, no slab's. The slab stays live while a loop reads through the
-/// cursor: it holds the object last looked up there, which the take-in still owns —
-/// in the inbox's slots, whose regular frees come after the loop, or on the kept
-/// sheaf as its newest object, which making room (giving the older half back) keeps.
+/// Invariant: `limit` is 0 (nothing looked up yet, or the last lookup found no
+/// vector), or `vec` is the vector of the live slab of `s` at `base` and `limit` the
+/// slab's size. The slab stays live while a loop reads through the cursor: it holds
+/// the object last looked up there, which the take-in still owns — in the inbox's
+/// slots, whose regular frees come after the loop, or on the kept sheaf as its newest
+/// object, which making room (giving the older half back) keeps.
 pub(super) struct VectorSlots<'s> {
     s: &'s KmemCache,
     mask: usize,
     mul: u64,
     base: usize,
+    limit: usize,
     vec: *const AtomicPtr<ObjCgroup>,
 }
 
@@ -45,7 +47,8 @@ impl<'s> VectorSlots<'s> {
             s,
             mask,
             mul,
-            base: usize::MAX,
+            base: 0,
+            limit: 0,
             vec: ptr::null(),
         }
     }
@@ -62,17 +65,22 @@ impl<'s> VectorSlots<'s> {
         o: usize,
         tag: *mut ObjCgroup,
     ) -> bool {
-        if o & !self.mask != self.base {
-            let vec = m.inbox_vector(self.s, o & !self.mask);
+        // Inside the slab looked up last: one subtraction and one compare (a
+        // wrapped difference is past the limit too), and the offset is the index's.
+        let mut off = o.wrapping_sub(self.base);
+        if off >= self.limit {
+            let base = o & !self.mask;
+            let vec = m.inbox_vector(self.s, base);
             if vec.is_null() {
-                // The base stays another: the next object of that slab looks again.
+                // No slab's: the next object of that slab looks again.
+                self.limit = 0;
                 return false;
             }
-            self.base = o & !self.mask;
-            self.vec = vec;
+            (self.base, self.limit, self.vec) = (base, self.mask + 1, vec);
+            off = o & self.mask;
         }
-        let idx = (((o & self.mask) as u64 * self.mul) >> 32) as usize;
-        debug_assert!(self.s.config().is_object_start(o & self.mask));
+        let idx = ((off as u64 * self.mul) >> 32) as usize;
+        debug_assert!(self.s.config().is_object_start(off));
         // SAFETY: `o` starts an object of the slab at `base` (the caller's contract,
         // with the object checks of `s`, whose slab it is), so `idx` is below
         // `objects`, the vector's length; the vector lives while the slab does, and
@@ -129,7 +137,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         // the kept sheaf has `len` of its `cap` slots in use.
         let start = unsafe { self.intake_run(s, from, n, to, cap, &mut len, tag) };
         // Inbox slots whose objects go the regular way, by bit.
-        let mut others = 0u32;
+        let mut others = 0u64;
         let mut slots = VectorSlots::new(s);
         // No tag, or the sheaves drained while making room: nothing more is kept.
         let mut drained = tag.is_null();
@@ -185,6 +193,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
     /// all, in order: with the kept sheaf empty its top test never fires, the inline
     /// free having refused an object that was the inbox's top already.) Else false,
     /// nothing changed.
+    #[inline(always)]
     pub(super) fn swap_in(&self, sh: &ObjcgSheaves, i: usize) -> bool {
         let (Some(kl), Some(il)) = (sh.kept_line(i), sh.inbox_line(i)) else {
             return false;
@@ -225,8 +234,17 @@ impl<'a, P: Platform> Memcg<'a, P> {
             return false;
         }
         let mut slots = VectorSlots::new(s);
-        // SAFETY: `k` < `n`: the caller's slots, inbox objects.
-        (0..n).all(|k| unsafe { slots.names(self, *from.add(k), tag) })
+        // SAFETY: the caller's `n` slots, inbox objects.
+        let objs = unsafe { core::slice::from_raw_parts(from, n) };
+        // Two a step: the loop's own count and test once for both.
+        let mut pairs = objs.chunks_exact(2);
+        // SAFETY (both closures): inbox objects (the caller's contract).
+        (&mut pairs)
+            .all(|two| unsafe { slots.names(self, two[0], tag) && slots.names(self, two[1], tag) })
+            && pairs
+                .remainder()
+                .iter()
+                .all(|&o| unsafe { slots.names(self, o, tag) })
     }
 
     /// [`Memcg::intake_moving`]'s common case: moves the inbox's objects from the first

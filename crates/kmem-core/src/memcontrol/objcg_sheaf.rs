@@ -31,7 +31,7 @@
 //!
 //! Objects wait charged: usage and the group statistics count them as allocated while
 //! they wait — up to [`OBJCG_SHEAF_BYTES`] per class and sheaf, or four objects of the
-//! larger classes: [`OBJCG_SHEAVES_MAX_BYTES`] (81 KiB, kept sheaves and inboxes) per
+//! larger classes: [`OBJCG_SHEAVES_MAX_BYTES`] (85 KiB, kept sheaves and inboxes) per
 //! area at most, as the stock's pre-charged pages count as usage. No other context
 //! touches the sheaves, so there is no lock-free protocol to model.
 //!
@@ -60,8 +60,12 @@ use core::ptr::NonNull;
 /// Classes with objcg sheaves: every accounted kmalloc class, `kmalloc-cg-8` …
 /// `kmalloc-cg-8k`.
 pub const OBJCG_SHEAF_CLASSES: usize = crate::kmalloc::NR_KMALLOC;
-/// Objects a sheaf (kept or inbox) of a small class holds.
-pub const OBJCG_SHEAF_SLOTS: usize = 32;
+/// Objects a sheaf (kept or inbox) of a small class holds (kmalloc-cg-8, -16 and -32;
+/// [`OBJCG_SHEAF_BYTES`] bounds the larger ones). 64 rather than 32: an inbox is
+/// taken in whole, and at 32 the take-in's fixed part (about 210 instructions) came
+/// every 24 charged pairs of 32 bytes; the pair ran 71.3 instructions, 65.9 at 64
+/// (BENCHMARKS.md, "Charged take-ins of 48 objects").
+pub const OBJCG_SHEAF_SLOTS: usize = 64;
 /// Bytes of objects a class's sheaf holds: up to this, or [`OBJCG_SHEAF_MIN_SLOTS`]
 /// objects of the classes of 512 bytes and more.
 pub const OBJCG_SHEAF_BYTES: usize = 2048;
@@ -102,9 +106,9 @@ pub(super) const CAPACITY: [usize; OBJCG_SHEAF_CLASSES] = {
 /// thread allocates and frees in turn circulate between the two sheaves, as many as
 /// the refill brought, one take-in ([`Memcg::intake`]: about 140 instructions of its
 /// own and 100 around it, besides a slot read per object) every that many
-/// allocations. With half a sheaf (16 of kmalloc-cg-32's 32) a 32-byte pair ran 80.8
-/// instructions against the unaccounted pair's 42, 72.3 with three quarters before
-/// the take-in's swap, 64.2 with a full sheaf; the quarter left is the room of the
+/// allocations. With half a sheaf (16 of kmalloc-cg-32's 32, as it held then) a
+/// 32-byte pair ran 80.8 instructions against the unaccounted pair's 42, 72.3 with
+/// three quarters before the take-in's swap, 64.2 with a full sheaf; the quarter left is the room of the
 /// frees that reach the kept sheaf itself (the charged free's slow half,
 /// `kfree_objcg`), which a full refill would send straight to giving back half.
 pub const OBJCG_SHEAF_REFILL: [usize; OBJCG_SHEAF_CLASSES] = {
@@ -122,8 +126,8 @@ pub const OBJCG_SHEAF_REFILL: [usize; OBJCG_SHEAF_CLASSES] = {
 };
 const _: () = assert!(OBJCG_SHEAF_MIN_SLOTS / 2 >= 2);
 const _: () = assert!(OBJCG_SHEAF_CLASSES < NO_OBJCG_CLASS as usize);
-// `intake` marks inbox slots in a `u32`.
-const _: () = assert!(OBJCG_SHEAF_SLOTS <= 32);
+// `intake` marks inbox slots in a `u64`.
+const _: () = assert!(OBJCG_SHEAF_SLOTS <= 64);
 
 /// The most bytes of objects one CPU area's objcg sheaves hold (every kept sheaf and
 /// every inbox full): what `usage()` may count of objects that wait there, per charged
@@ -143,7 +147,7 @@ pub const OBJCG_SHEAVES_MAX_BYTES: usize = {
     sum
 };
 // Within the stock's batch of pre-charged pages (the kernel's 64 pages, 256 KiB).
-const _: () = assert!(OBJCG_SHEAVES_MAX_BYTES <= 84 << 10);
+const _: () = assert!(OBJCG_SHEAVES_MAX_BYTES <= 88 << 10);
 
 /// Zeroes the `n` bytes of object `obj` for `__GFP_ZERO` (out of line: the pop that
 /// needs no call saves no registers).
