@@ -364,7 +364,7 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
         let barn = Arc::new(Mutex::new(BarnLists::new()));
         barn.lock()
             .unwrap()
-            .put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES)
+            .put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES, 1)
             .unwrap();
         // CPU A: its main sheaf (0) is full: hand it in for an empty one.
         let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
@@ -373,14 +373,14 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
             // SAFETY: loom checks the cell's accesses for races.
             s[0].objects.with_mut(|v| unsafe { (*v).extend([1, 2]) });
             let mut l = b.lock().unwrap();
-            l.put_full(s[0].ptr(), MAX_FULL_SHEAVES).unwrap();
+            l.put_full(s[0].ptr(), MAX_FULL_SHEAVES, 0).unwrap();
             l.get_empty().map(&wh)
         });
         // CPU B: its main sheaf (2) is empty: exchange it for a full one.
         let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
         let bt = thread::spawn(move || {
             let mut l = b.lock().unwrap();
-            let full = l.get_full();
+            let full = l.get_full(1);
             if full.is_some() {
                 l.put_empty(s[2].ptr()).unwrap();
             }
@@ -442,13 +442,13 @@ fn one_step_trades_keep_every_sheaf_in_one_place() {
         let barn = Arc::new(Mutex::new(BarnLists::new()));
         {
             let mut l = barn.lock().unwrap();
-            l.put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES).unwrap();
+            l.put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES, 1).unwrap();
             l.put_empty(sheaves[3].ptr()).unwrap();
         }
         // CPU A: both its sheaves are empty; its main goes in for a full one.
         let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
         let a = thread::spawn(move || {
-            let full = b.lock().unwrap().exchange_empty(s[0].ptr())?;
+            let full = b.lock().unwrap().exchange_empty(s[0].ptr(), 0)?;
             let i = wh(full);
             // Reading what the putter wrote before its trade.
             // SAFETY: loom checks the cell's accesses for races.
@@ -462,7 +462,7 @@ fn one_step_trades_keep_every_sheaf_in_one_place() {
             s[2].objects.with_mut(|v| unsafe { (*v).extend([4, 5]) });
             b.lock()
                 .unwrap()
-                .exchange_full(s[2].ptr(), MAX_FULL_SHEAVES)
+                .exchange_full(s[2].ptr(), MAX_FULL_SHEAVES, 1)
                 .map(&wh)
         });
         let got_a = a.join().unwrap();

@@ -208,6 +208,57 @@ fn a_thread_exit_hands_its_sheaves_to_the_barn_and_the_next_thread_takes_them() 
 }
 
 #[test]
+fn a_cpu_gets_back_the_sheaf_it_handed_to_the_barn_before_another_cpus() {
+    // Two CPUs each allocate and free three sheaves' worth: the third of each goes
+    // to the barn, B's on top. A allocating again gets its own back, not B's (whose
+    // objects share cache lines with what B still uses, in a real program), and B
+    // then gets its own.
+    let k = kmem(2, config(1, 0));
+    let (a, ca) = own_area(k);
+    let (b, cb) = own_area(k);
+    let s = k
+        .kmem_cache_create(ca, "owner-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let cap = s.config().sheaf_capacity;
+    let alloc = |c: Option<CpuRef<'_>>| -> Vec<usize> {
+        (0..3 * cap)
+            .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap().as_ptr() as usize)
+            .collect()
+    };
+    let free = |c: Option<CpuRef<'_>>, objs: &[usize]| {
+        for &p in objs {
+            // SAFETY: ours, freed once.
+            assert!(unsafe { k.slub().free(c, s, NonNull::new(p as *mut u8).unwrap()) });
+        }
+    };
+    let (objs_a, objs_b) = (alloc(ca), alloc(cb));
+    free(ca, &objs_a);
+    free(cb, &objs_b);
+    assert_eq!(k.slub().census(s, &[], |_| {}).barn_sheaves, 2);
+    let gets = stat(k, s, SlubStat::BarnGet);
+    let (mine_a, mine_b): (HashSet<usize>, HashSet<usize>) = (
+        objs_a.iter().copied().collect(),
+        objs_b.iter().copied().collect(),
+    );
+    let again_a = alloc(ca);
+    assert!(
+        again_a.iter().all(|p| mine_a.contains(p)),
+        "A got B's objects"
+    );
+    let again_b = alloc(cb);
+    assert!(
+        again_b.iter().all(|p| mine_b.contains(p)),
+        "B got A's objects"
+    );
+    assert_eq!(stat(k, s, SlubStat::BarnGet), gets + 2, "from the barn");
+    free(ca, &again_a);
+    free(cb, &again_b);
+    // SAFETY: owned.
+    let refs = unsafe { [CpuRef::new(a), CpuRef::new(b)] };
+    check_census(k, s, &refs, &HashSet::new());
+}
+
+#[test]
 fn prefilled_sheaves_guarantee_their_objects() {
     let k = kmem(2, config(1, 0));
     let (a, c) = own_area(k);

@@ -41,12 +41,23 @@ pub const MAX_EMPTY_SHEAVES: usize = MAX_FULL_SHEAVES;
 /// limit for both).
 pub const BARN_KEEP_SHEAVES: usize = 10;
 
+/// How many of the sheaves on top of a barn's full list it remembers the owner of:
+/// the CPU area that handed each one in ([`BarnLists::get_full`] gives a CPU back its
+/// own sheaf first).
+pub const BARN_OWNER_HINTS: usize = 8;
+/// The owner of a sheaf handed in by no CPU area (a prefilled sheaf returned without
+/// one), or of a sheaf past the remembered ones: nobody's.
+pub const NO_OWNER: u32 = u32::MAX;
+
 /// The two lists of a barn. Sheaves are linked through [`SlabSheaf::next`]; a "full"
 /// sheaf is any sheaf with objects (a CPU hands in partly filled ones when it goes
 /// offline), an empty one has none.
 ///
 /// Invariant: `nr_full`/`nr_empty` are the lengths of the lists; every sheaf on
-/// `full` has at least one object and every one on `empty` none.
+/// `full` has at least one object and every one on `empty` none. `owners[i]`, for `i`
+/// below `nr_full` and [`BARN_OWNER_HINTS`], is the id of the CPU area that handed in
+/// the `i`-th sheaf of the full list, or [`NO_OWNER`] (a hint: what it decides is
+/// which sheaf a CPU gets, never whether it gets one).
 pub struct BarnLists {
     full: *mut SlabSheaf,
     empty: *mut SlabSheaf,
@@ -55,6 +66,7 @@ pub struct BarnLists {
     /// The fewest full (`.0`) and empty (`.1`) sheaves the lists held since the last
     /// [`BarnLists::take_idle`]: that many sat unused all the while.
     low: (usize, usize),
+    owners: [u32; BARN_OWNER_HINTS],
 }
 
 // SAFETY: the lists own the sheaves they link (type invariant); they move between
@@ -70,6 +82,7 @@ impl BarnLists {
             nr_full: 0,
             nr_empty: 0,
             low: (0, 0),
+            owners: [NO_OWNER; BARN_OWNER_HINTS],
         }
     }
 
@@ -96,12 +109,66 @@ impl BarnLists {
         Some(sheaf)
     }
 
-    /// `barn_get_full_sheaf`: a sheaf with objects, if the barn has one.
-    pub fn get_full(&mut self) -> Option<NonNull<SlabSheaf>> {
-        let s = Self::pop(&mut self.full)?;
+    /// `barn_get_full_sheaf`: a sheaf with objects, if the barn has one, for CPU area
+    /// `owner`: the newest of the sheaves it handed in itself among the remembered
+    /// ones, else the newest of all.
+    ///
+    /// A CPU's own sheaf holds the objects it freed, in the memory it used: another
+    /// CPU's holds objects whose neighbours, on the same cache lines, that CPU may
+    /// still be using. Two threads that each churned small objects of their own
+    /// (libkmem.so's `bench preload` thread_churn) traded sheaves at the barn as
+    /// their counts of live objects wandered, until nearly every line of kmalloc-8
+    /// held objects of both: their stores to those lines made each thread run up to
+    /// twice as long when they ran on different cores (BENCHMARKS.md, "Sheaves back to
+    /// the CPU that handed them in"). The owners are in the barn's own words, so a CPU
+    /// that takes another's sheaf (a consumer's frees for a producer) reads no more
+    /// than before.
+    pub fn get_full(&mut self, owner: u32) -> Option<NonNull<SlabSheaf>> {
+        let seen = self.nr_full.min(BARN_OWNER_HINTS);
+        let own = self.owners[..seen].iter().position(|&o| o == owner);
+        let s = match own {
+            Some(i) if i > 0 && owner != NO_OWNER => self.unlink_full(i)?,
+            _ => {
+                let s = Self::pop(&mut self.full)?;
+                self.forget_owner(0);
+                s
+            }
+        };
         self.nr_full -= 1;
         self.low.0 = self.low.0.min(self.nr_full);
         Some(s)
+    }
+
+    /// Takes the `i`-th sheaf (`0 < i < nr_full`) off the full list.
+    fn unlink_full(&mut self, i: usize) -> Option<NonNull<SlabSheaf>> {
+        let mut prev = NonNull::new(self.full)?;
+        for _ in 1..i {
+            // SAFETY: sheaves on the lists are live and the lists' own; the list has
+            // more than `i` of them (the caller).
+            prev = NonNull::new(unsafe { prev.as_ref() }.next.load(Relaxed))?;
+        }
+        // SAFETY: as above.
+        let node = NonNull::new(unsafe { prev.as_ref() }.next.load(Relaxed))?;
+        // SAFETY: as above.
+        let next = unsafe { node.as_ref() }.next.load(Relaxed);
+        // SAFETY: as above.
+        unsafe { prev.as_ref() }.next.store(next, Relaxed);
+        self.forget_owner(i);
+        Some(node)
+    }
+
+    /// The owner hints after the `i`-th sheaf of the full list left it.
+    fn forget_owner(&mut self, i: usize) {
+        self.owners.copy_within(i + 1.., i);
+        self.owners[BARN_OWNER_HINTS - 1] = NO_OWNER;
+    }
+
+    /// Puts `sheaf` on top of the full list, handed in by CPU area `owner`.
+    fn push_full(&mut self, sheaf: NonNull<SlabSheaf>, owner: u32) {
+        Self::push(&mut self.full, sheaf);
+        self.owners.copy_within(..BARN_OWNER_HINTS - 1, 1);
+        self.owners[0] = owner;
+        self.nr_full += 1;
     }
 
     /// `barn_get_empty_sheaf`: an empty sheaf, if the barn has one.
@@ -133,6 +200,7 @@ impl BarnLists {
                 break;
             };
             Self::push(&mut out[0], sh);
+            self.forget_owner(0);
             self.nr_full -= 1;
         }
         for _ in 0..idle[1] {
@@ -146,19 +214,20 @@ impl BarnLists {
         (out[0], out[1])
     }
 
-    /// `barn_put_full_sheaf`: keeps a sheaf with objects, unless the barn holds `max`
-    /// already (the cache's `barn_max_full`, at most [`MAX_FULL_SHEAVES`]): then it
-    /// is handed back (`Err`), for the caller to flush to the slabs.
+    /// `barn_put_full_sheaf`: keeps a sheaf with objects, handed in by CPU area
+    /// `owner`, unless the barn holds `max` already (the cache's `barn_max_full`, at
+    /// most [`MAX_FULL_SHEAVES`]): then it is handed back (`Err`), for the caller to
+    /// flush to the slabs.
     pub fn put_full(
         &mut self,
         sheaf: NonNull<SlabSheaf>,
         max: usize,
+        owner: u32,
     ) -> Result<(), NonNull<SlabSheaf>> {
         if self.nr_full >= max {
             return Err(sheaf);
         }
-        Self::push(&mut self.full, sheaf);
-        self.nr_full += 1;
+        self.push_full(sheaf, owner);
         Ok(())
     }
 
@@ -173,35 +242,41 @@ impl BarnLists {
         Ok(())
     }
 
-    /// A CPU's whole exchange for an allocation: `empty` in, a full sheaf out, when the
-    /// barn has a full one and room for the empty one; else `None` and nothing
-    /// changes (the caller takes the general path: a refill, or freeing the empty one).
+    /// A CPU's whole exchange for an allocation: `empty` in, a full sheaf out (as
+    /// [`BarnLists::get_full`] picks it for CPU area `owner`), when the barn has a full
+    /// one and room for the empty one; else `None` and nothing changes (the caller
+    /// takes the general path: a refill, or freeing the empty one).
     #[inline]
-    pub fn exchange_empty(&mut self, empty: NonNull<SlabSheaf>) -> Option<NonNull<SlabSheaf>> {
+    pub fn exchange_empty(
+        &mut self,
+        empty: NonNull<SlabSheaf>,
+        owner: u32,
+    ) -> Option<NonNull<SlabSheaf>> {
         if self.nr_empty >= MAX_EMPTY_SHEAVES {
             return None;
         }
-        let full = self.get_full()?;
+        let full = self.get_full(owner)?;
         Self::push(&mut self.empty, empty);
         self.nr_empty += 1;
         Some(full)
     }
 
-    /// A CPU's whole exchange for a free: `full` in, an empty sheaf out, when the barn
-    /// has an empty one and holds fewer than `max` full ones; else `None` and nothing
-    /// changes (the caller takes the general path: a new empty sheaf, or the flush).
+    /// A CPU's whole exchange for a free: `full` in (handed in by CPU area `owner`), an
+    /// empty sheaf out, when the barn has an empty one and holds fewer than `max` full
+    /// ones; else `None` and nothing changes (the caller takes the general path: a new
+    /// empty sheaf, or the flush).
     #[inline]
     pub fn exchange_full(
         &mut self,
         full: NonNull<SlabSheaf>,
         max: usize,
+        owner: u32,
     ) -> Option<NonNull<SlabSheaf>> {
         if self.nr_full >= max {
             return None;
         }
         let empty = self.get_empty()?;
-        Self::push(&mut self.full, full);
-        self.nr_full += 1;
+        self.push_full(full, owner);
         Some(empty)
     }
 
@@ -215,6 +290,7 @@ impl BarnLists {
         self.nr_full = 0;
         self.nr_empty = 0;
         self.low = (0, 0);
+        self.owners = [NO_OWNER; BARN_OWNER_HINTS];
         (
             core::mem::replace(&mut self.full, ptr::null_mut()),
             core::mem::replace(&mut self.empty, ptr::null_mut()),
@@ -240,20 +316,22 @@ impl Barn {
         }
     }
 
-    /// `barn_replace_empty_sheaf`: a full sheaf for an empty one (`None`: the barn has
-    /// no full sheaf; the empty one stays the caller's). The empty sheaf, if given and
-    /// the barn has no room for it, comes back as the second value, to be freed.
+    /// `barn_replace_empty_sheaf`: a full sheaf for an empty one, for CPU area `owner`
+    /// (`None`: the barn has no full sheaf; the empty one stays the caller's). The
+    /// empty sheaf, if given and the barn has no room for it, comes back as the second
+    /// value, to be freed.
     pub(crate) fn replace_empty(
         &self,
         empty: Option<NonNull<SlabSheaf>>,
+        owner: u32,
     ) -> Option<(NonNull<SlabSheaf>, Option<NonNull<SlabSheaf>>)> {
         let mut l = self.lists.lock();
-        let full = l.get_full()?;
+        let full = l.get_full(owner)?;
         let extra = empty.and_then(|e| l.put_empty(e).err());
         Some((full, extra))
     }
 
-    /// `barn_replace_full_sheaf`: hands in a full sheaf and takes an empty one if the
+    /// `barn_replace_full_sheaf`: hands in a full sheaf (CPU area `owner`'s) and takes an empty one if the
     /// barn has one (`Ok(None)`: it had none; the caller makes one). `Err(full)`: the
     /// barn holds `max_full` full sheaves already; the caller flushes this one to the
     /// slabs.
@@ -261,9 +339,10 @@ impl Barn {
         &self,
         full: NonNull<SlabSheaf>,
         max_full: usize,
+        owner: u32,
     ) -> Result<Option<NonNull<SlabSheaf>>, NonNull<SlabSheaf>> {
         let mut l = self.lists.lock();
-        l.put_full(full, max_full)?;
+        l.put_full(full, max_full, owner)?;
         Ok(l.get_empty())
     }
 }
@@ -370,5 +449,60 @@ impl<P: Platform> Slub<'_, P> {
             freed += self.free_sheaf_chains(cpu, s, full, empty);
         }
         freed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::{AtomicPtr, AtomicUsize};
+
+    fn sheaves<const N: usize>() -> [SlabSheaf; N] {
+        core::array::from_fn(|i| SlabSheaf {
+            size: AtomicUsize::new(i + 1),
+            next: AtomicPtr::new(ptr::null_mut()),
+            cache: AtomicPtr::new(ptr::null_mut()),
+            capacity: AtomicUsize::new(16),
+        })
+    }
+
+    fn ptr_of(s: &SlabSheaf) -> NonNull<SlabSheaf> {
+        NonNull::from(s)
+    }
+
+    #[test]
+    fn a_cpu_gets_its_own_sheaf_back_from_among_the_remembered_ones() {
+        let sh = sheaves::<10>();
+        let mut l = BarnLists::new();
+        // Handed in bottom first: owners 1, 2, 3, 1, 4, 5, 6, 7, 8, 9.
+        for (s, owner) in sh.iter().zip([1, 2, 3, 1, 4, 5, 6, 7, 8, 9]) {
+            l.put_full(ptr_of(s), MAX_FULL_SHEAVES, owner).unwrap();
+        }
+        // Owner 2's sheaf is ninth from the top, past the hints: the newest of all.
+        assert_eq!(l.get_full(2), Some(ptr_of(&sh[9])));
+        // Owner 1's newest (the fourth handed in) is sixth from the top now.
+        assert_eq!(l.get_full(1), Some(ptr_of(&sh[3])));
+        // Nobody's: the newest.
+        assert_eq!(l.get_full(NO_OWNER), Some(ptr_of(&sh[8])));
+        // Owner 3's, third from the bottom, is within the hints again.
+        assert_eq!(l.get_full(3), Some(ptr_of(&sh[2])));
+        // An exchange picks the same way and keeps the empty one. Owner 1's other
+        // sheaf, the first handed in, left the hints when the ninth came: the newest.
+        let [empty, spare, third] = sheaves::<3>();
+        l.put_empty(ptr_of(&empty)).unwrap();
+        assert_eq!(l.exchange_empty(ptr_of(&spare), 1), Some(ptr_of(&sh[7])));
+        assert_eq!((l.nr_full(), l.nr_empty()), (5, 2));
+        // Handed in again, owner 4's is found below the new one.
+        l.put_full(ptr_of(&third), MAX_FULL_SHEAVES, 1).unwrap();
+        assert_eq!(l.get_full(4), Some(ptr_of(&sh[4])));
+        // What is left is linked whole, newest first.
+        let (mut full, _) = l.take_all();
+        assert_eq!(NonNull::new(full), Some(ptr_of(&third)));
+        full = third.next_in_list();
+        for i in [6, 5, 1, 0] {
+            assert_eq!(NonNull::new(full), Some(ptr_of(&sh[i])));
+            full = sh[i].next_in_list();
+        }
+        assert!(full.is_null());
     }
 }

@@ -56,7 +56,7 @@
 //! Locking: the barn's lock (a leaf) around list changes only; a node's `list_lock`
 //! while refilling from its partial slabs; flushes free through `__slab_free`.
 
-use super::barn::Barn;
+use super::barn::{Barn, NO_OWNER};
 use super::free::Emptied;
 use super::sheaf_top::{len_of, owner_read, take_and_prefetch_next, take_below, top_of, top_slot};
 use super::*;
@@ -632,7 +632,10 @@ impl<'a, P: Platform> Slub<'a, P> {
     fn replace_empty_main(&self, c: CpuRef<'_>, s: &KmemCache, gfp: Gfp, m: Held) -> Held {
         let cc = s.cpu(c);
         set_size(m.sheaf, 0);
-        if let Some((full, extra)) = self.barn(c, s).replace_empty(NonNull::new(m.sheaf)) {
+        if let Some((full, extra)) = self
+            .barn(c, s)
+            .replace_empty(NonNull::new(m.sheaf), barn_owner(Some(c)))
+        {
             cc.count(SlubStat::BarnGet);
             if let Some(e) = extra {
                 self.free_empty_sheaf(s, e);
@@ -770,7 +773,10 @@ impl<'a, P: Platform> Slub<'a, P> {
             return f;
         }
         set_size(f.sheaf, f.len);
-        match self.barn(c, s).replace_full(full, s.config().barn_max_full) {
+        match self
+            .barn(c, s)
+            .replace_full(full, s.config().barn_max_full, barn_owner(Some(c)))
+        {
             Ok(empty) => {
                 cc.count(SlubStat::BarnPut);
                 // (No empty sheaf in the barn and none to be made: the full one is in
@@ -839,7 +845,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         let kept = standard && {
             let mut l = barn.lists.lock();
             if size > 0 {
-                l.put_full(sheaf, s.config().barn_max_full).is_ok()
+                l.put_full(sheaf, s.config().barn_max_full, barn_owner(cpu))
+                    .is_ok()
             } else {
                 l.put_empty(sheaf).is_ok()
             }
@@ -849,6 +856,13 @@ impl<'a, P: Platform> Slub<'a, P> {
             self.free_empty_sheaf(s, sheaf);
         }
     }
+}
+
+/// The owner a barn records for the sheaves CPU area `c` hands in (see
+/// [`super::barn::BarnLists::get_full`]): the area's id, [`NO_OWNER`] for none.
+#[inline]
+pub(super) fn barn_owner(c: Option<CpuRef<'_>>) -> u32 {
+    c.map_or(NO_OWNER, |c| c.area().id() as u32)
 }
 
 /// The size of a sheaf the caller holds that is not a main sheaf (a CPU's spare, a

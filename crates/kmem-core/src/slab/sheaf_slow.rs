@@ -10,7 +10,7 @@
 //! the barn's lock with `try_lock` only (a busy barn goes to `sheaf_alloc` /
 //! `sheaf_free`, which wait for it).
 
-use super::sheaf::{reaches_swap_floor, slot, SlabSheaf};
+use super::sheaf::{barn_owner, reaches_swap_floor, slot, SlabSheaf};
 use super::sheaf_top::{len_of, take_and_prefetch_next, top_of};
 use super::*;
 use crate::gfp::Gfp;
@@ -113,7 +113,7 @@ impl<P: Platform> Slub<'_, P> {
         // A busy barn sends the exchange to `sheaf_alloc`, which waits for the lock:
         // no spin here keeps this function free of calls and register saves.
         let full = match self.barn(c, s).lists.try_lock() {
-            Some(mut l) => l.exchange_empty(empty),
+            Some(mut l) => l.exchange_empty(empty, barn_owner(Some(c))),
             None => None,
         };
         let Some(full) = full else {
@@ -255,11 +255,11 @@ impl<P: Platform> Slub<'_, P> {
         sheaf.size.store(n, Relaxed);
         let full = NonNull::from(sheaf);
         // A busy barn: `sheaf_free` waits for it (see `alloc_from_barn`).
-        let empty = self
-            .barn(c, s)
-            .lists
-            .try_lock()?
-            .exchange_full(full, cfg.barn_max_full)?;
+        let empty = self.barn(c, s).lists.try_lock()?.exchange_full(
+            full,
+            cfg.barn_max_full,
+            barn_owner(Some(c)),
+        )?;
         // SAFETY: a sheaf off the barn's empty list is ours now, with room: `p`
         // goes in its first slot.
         unsafe { *slot(empty.as_ptr(), 0) = p };
