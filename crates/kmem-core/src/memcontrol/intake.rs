@@ -237,14 +237,16 @@ impl<'a, P: Platform> Memcg<'a, P> {
         // SAFETY: the caller's `n` slots, inbox objects.
         let objs = unsafe { core::slice::from_raw_parts(from, n) };
         // Two a step: the loop's own count and test once for both.
-        let mut pairs = objs.chunks_exact(2);
-        // SAFETY (both closures): inbox objects (the caller's contract).
-        (&mut pairs)
-            .all(|two| unsafe { slots.names(self, two[0], tag) && slots.names(self, two[1], tag) })
-            && pairs
-                .remainder()
-                .iter()
-                .all(|&o| unsafe { slots.names(self, o, tag) })
+        let pairs = objs.chunks_exact(2);
+        let last = pairs.remainder();
+        for two in pairs {
+            // SAFETY: inbox objects (the caller's contract).
+            if !unsafe { slots.names(self, two[0], tag) && slots.names(self, two[1], tag) } {
+                return false;
+            }
+        }
+        // SAFETY: as above.
+        last.iter().all(|&o| unsafe { slots.names(self, o, tag) })
     }
 
     /// [`Memcg::intake_moving`]'s common case: moves the inbox's objects from the first
