@@ -72,14 +72,17 @@ pub fn barn_max_bytes(size: usize) -> usize {
     }
 }
 
-/// The kernel's rule for [`sheaf_capacity`]: (capacity, bytes) filling the class.
+/// The kernel's rule for [`sheaf_capacity`]: (capacity, bytes) filling the class —
+/// a class of whole cache lines (not kmalloc-96, whose objects lie 1.5 lines apart):
+/// the sheaves of two CPUs, neighbours in their sheaf cache's slab, never share a line
+/// that both write their slots on (the sheaves of kmalloc-4k, -5k and -6k were 96
+/// bytes).
 fn sheaf_fill_class(cfg: &CacheConfig) -> (usize, usize) {
     let want = cfg.objects.clamp(4, 120).max((16384 / cfg.size).min(32));
     let bytes = SHEAF_HEADER + want * core::mem::size_of::<usize>();
     let class = match bytes {
         0..=64 => 64,
-        65..=96 => 96,
-        97..=128 => 128,
+        65..=128 => 128,
         129..=192 => 192,
         b => b.next_power_of_two(),
     };
@@ -109,14 +112,22 @@ mod tests {
                 bytes,
                 "size {size}: the class is filled"
             );
-            // A kmalloc size class: a power of two, or 96 or 192.
+            // A kmalloc size class of whole cache lines: a power of two, or 192.
             assert!(
-                bytes.is_power_of_two() || bytes == 96 || bytes == 192,
+                bytes.is_power_of_two() || bytes == 192,
                 "size {size}: {bytes} bytes is no size class"
             );
         }
         let k32 = CacheConfig::calculate("c", 32, 8, SlabFlags::empty(), None, 2).unwrap();
         assert_eq!(sheaf_capacity(&k32).0, 124);
+        // Larger objects: the byte bound may leave slots unused, and the sheaf is still
+        // whole cache lines.
+        for size in [2048usize, 3072, 4096, 5120, 6144, 7168, 8192] {
+            let cfg = CacheConfig::calculate("c", size, 8, SlabFlags::empty(), None, 2).unwrap();
+            let (cap, bytes) = sheaf_capacity(&cfg);
+            assert_eq!(bytes % 64, 0, "size {size}: {bytes} bytes");
+            assert!(SHEAF_HEADER + cap * 8 <= bytes, "size {size}");
+        }
     }
 
     #[test]
