@@ -45,11 +45,27 @@ pub const BARN_SMALL_OBJECT: usize = 512;
 /// A cache's sheaf capacity, chosen as the kernel chooses it — from the objects a slab
 /// holds (clamped to 4..=120, and at least 32 for objects up to 512 bytes), then grown
 /// until the sheaf fills its own kmalloc size class (kmalloc-32's sheaves hold 124);
-/// then cut to [`SHEAF_MAX_OBJECT_BYTES`] of objects (at least 2).
+/// then cut to [`SHEAF_MAX_OBJECT_BYTES`] of objects (at least 2), and, for objects
+/// that pack a cache line (8, 16, 32 bytes), to whole lines of them.
 /// Returns (capacity, bytes of the sheaf).
+///
+/// Whole lines: a refill of an empty sheaf from a new slab takes a sheaf's worth of
+/// its objects by address and leaves the rest to the next refill, maybe another
+/// CPU's (`fresh.rs`), so a capacity of whole lines splits the slab between lines.
+/// kmalloc-8's 124 split one line between two CPUs every refill: with two threads
+/// each churning small objects of its own, 11–18 of a thread's live blocks shared a
+/// line with the other's (BENCHMARKS.md, "Sheaves back to the CPU that handed them
+/// in"); it holds 120.
 pub fn sheaf_capacity(cfg: &CacheConfig) -> (usize, usize) {
     let (cap, bytes) = sheaf_fill_class(cfg);
-    (cap.min((SHEAF_MAX_OBJECT_BYTES / cfg.size).max(2)), bytes)
+    let cap = cap.min((SHEAF_MAX_OBJECT_BYTES / cfg.size).max(2));
+    let per_line = if cfg.size < 64 && 64 % cfg.size == 0 {
+        64 / cfg.size
+    } else {
+        1
+    };
+    let whole = cap - cap % per_line;
+    (if whole > 0 { whole } else { cap }, bytes)
 }
 
 /// How many full sheaves a barn of the cache keeps: [`barn::MAX_FULL_SHEAVES`],
@@ -99,7 +115,7 @@ mod tests {
 
     #[test]
     fn capacity_fills_the_sheaf_s_size_class() {
-        for size in [8usize, 32, 64, 96, 256, 512, 1024] {
+        for size in [8usize, 16, 32, 64, 96, 256, 512, 1024] {
             let cfg = CacheConfig::calculate("c", size, 8, SlabFlags::empty(), None, 2).unwrap();
             let (cap, bytes) = sheaf_capacity(&cfg);
             assert!(cap >= 4, "size {size}: capacity {cap}");
@@ -107,11 +123,11 @@ mod tests {
                 cap >= cfg.objects.clamp(4, 120),
                 "size {size}: below a slab's worth"
             );
-            assert_eq!(
-                SHEAF_HEADER + cap * 8,
-                bytes,
-                "size {size}: the class is filled"
-            );
+            // The class is filled, but for what a whole line of objects leaves.
+            let per_line = if size < 64 { 64 / size } else { 1 };
+            assert_eq!(cap % per_line, 0, "size {size}: whole lines of objects");
+            let unused = bytes - (SHEAF_HEADER + cap * 8);
+            assert!(unused < per_line * 8, "size {size}: {unused} bytes unused");
             // A kmalloc size class of whole cache lines: a power of two, or 192.
             assert!(
                 bytes.is_power_of_two() || bytes == 192,
@@ -120,6 +136,8 @@ mod tests {
         }
         let k32 = CacheConfig::calculate("c", 32, 8, SlabFlags::empty(), None, 2).unwrap();
         assert_eq!(sheaf_capacity(&k32).0, 124);
+        let k8 = CacheConfig::calculate("c", 8, 8, SlabFlags::empty(), None, 2).unwrap();
+        assert_eq!(sheaf_capacity(&k8).0, 120);
         // Larger objects: the byte bound may leave slots unused, and the sheaf is still
         // whole cache lines.
         for size in [2048usize, 3072, 4096, 5120, 6144, 7168, 8192] {
