@@ -1,9 +1,11 @@
 //! The barn (`struct node_barn`): per cache and node, the sheaves no CPU holds — full
 //! ones (objects ready to hand out) and empty ones (room for frees) — so that a CPU
 //! whose sheaves ran out or filled up exchanges a whole sheaf instead of going to the
-//! slabs. Bonwick's depot, tcmalloc's transfer cache.
+//! slabs. Bonwick's depot, tcmalloc's transfer cache. A barn remembers which CPU area
+//! handed in each of the sheaves on top of its full list and gives a CPU its own back
+//! first ([`BarnLists::get_full`]: kmem's, not the kernel's).
 //!
-//! Locking: the barn's spin lock covers its two lists and counts. Nothing else is
+//! Locking: the barn's spin lock covers its two lists, counts and owner hints. Nothing else is
 //! taken under it (it is a leaf of the lock order): sheaves are put in and taken out
 //! under it; refilling, flushing and freeing sheaves happen after it is dropped.
 //! A sheaf on a barn list belongs to the barn: nobody else touches it.
@@ -331,10 +333,10 @@ impl Barn {
         Some((full, extra))
     }
 
-    /// `barn_replace_full_sheaf`: hands in a full sheaf (CPU area `owner`'s) and takes an empty one if the
-    /// barn has one (`Ok(None)`: it had none; the caller makes one). `Err(full)`: the
-    /// barn holds `max_full` full sheaves already; the caller flushes this one to the
-    /// slabs.
+    /// `barn_replace_full_sheaf`: hands in a full sheaf (CPU area `owner`'s) and takes
+    /// an empty one if the barn has one (`Ok(None)`: it had none; the caller makes
+    /// one). `Err(full)`: the barn holds `max_full` full sheaves already; the caller
+    /// flushes this one to the slabs.
     pub(crate) fn replace_full(
         &self,
         full: NonNull<SlabSheaf>,
