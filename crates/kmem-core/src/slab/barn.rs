@@ -121,10 +121,10 @@ impl BarnLists {
     /// (libkmem.so's `bench preload` thread_churn) traded sheaves at the barn as
     /// their counts of live objects wandered, until nearly every line of kmalloc-8
     /// held objects of both: their stores to those lines made each thread run up to
-    /// twice as long when they ran on different cores (BENCHMARKS.md, "Sheaves back to
-    /// the CPU that handed them in"). The owners are in the barn's own words, so a CPU
-    /// that takes another's sheaf (a consumer's frees for a producer) reads no more
-    /// than before.
+    /// twice as long in spells where the VM ran them on two cores (BENCHMARKS.md,
+    /// "Sheaves back to the CPU that handed them in"). The owners are in the barn's
+    /// own words, so a CPU that takes another's sheaf (a consumer's frees for a
+    /// producer) reads no more than before.
     pub fn get_full(&mut self, owner: u32) -> Option<NonNull<SlabSheaf>> {
         let seen = self.nr_full.min(BARN_OWNER_HINTS);
         let own = self.owners[..seen].iter().position(|&o| o == owner);
