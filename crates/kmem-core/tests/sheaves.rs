@@ -1,8 +1,9 @@
 //! The sheaves design: every object in exactly one place (handed out, one sheaf slot,
 //! or one slab freelist) after random operations (frees by every path, a realloc's
 //! `free_outgrown` among them), CPU flushes, thread exits (areas given back) and
-//! shrinks; the barn's exchanges; the prefill API; the double free on
-//! a sheaf's top; hardening on refill; statistics; node allocation bypassing sheaves.
+//! shrinks; the prefill API; the double free on a sheaf's top; hardening on refill;
+//! statistics; node allocation bypassing sheaves. The barn's own tests are in
+//! `barn.rs`.
 
 mod common;
 
@@ -152,110 +153,6 @@ proptest! {
     fn every_large_object_is_in_exactly_one_place(ops in prop::collection::vec(op(), 1..30)) {
         run(ops, 20_000);
     }
-}
-
-#[test]
-fn a_thread_exit_hands_its_sheaves_to_the_barn_and_the_next_thread_takes_them() {
-    let k = kmem(2, config(1, 0));
-    let (a, ca) = own_area(k);
-    let s = k
-        .kmem_cache_create(ca, "exit-64", 64, 8, SlabFlags::empty(), None)
-        .unwrap();
-    let cap = s.config().sheaf_capacity;
-    assert!(cap >= 4, "capacity {cap}");
-    let objs: Vec<_> = (0..3 * cap)
-        .map(|_| k.slub().alloc(ca, s, Gfp::KERNEL).unwrap())
-        .collect();
-    for &p in &objs {
-        // SAFETY: ours.
-        unsafe { k.slub().free(ca, s, p) };
-    }
-    let slabs_before = s.nr_slabs(0);
-    // SAFETY: owned; the thread "exits".
-    unsafe { k.pages.cpu_area_put(a) };
-    let census = k.slub().census(s, &[], |_| {});
-    assert!(
-        census.in_barns >= 2 * cap,
-        "sheaves went to the barn: {census:?}"
-    );
-    assert_eq!(s.nr_slabs(0), slabs_before, "no slab was unfrozen or freed");
-    // A new thread allocates: from the barn's full sheaves, no refill from slabs.
-    let (b, cb) = own_area(k);
-    let refills = stat(k, s, SlubStat::SheafRefill);
-    let again: HashSet<usize> = (0..2 * cap)
-        .map(|_| k.slub().alloc(cb, s, Gfp::KERNEL).unwrap().as_ptr() as usize)
-        .collect();
-    assert_eq!(again.len(), 2 * cap);
-    assert!(again
-        .iter()
-        .all(|p| objs.iter().any(|o| o.as_ptr() as usize == *p)));
-    assert!(stat(k, s, SlubStat::BarnGet) >= 1);
-    assert_eq!(
-        stat(k, s, SlubStat::SheafRefill),
-        refills,
-        "served by the barn"
-    );
-    for p in again {
-        // SAFETY: ours.
-        unsafe { k.slub().free(cb, s, NonNull::new(p as *mut u8).unwrap()) };
-    }
-    // Shrinking flushes the barns to the slabs and gives the pages back.
-    // SAFETY: owned.
-    unsafe { k.pages.cpu_area_put(b) };
-    k.shrink_all(None);
-    assert_eq!(s.nr_slabs(0), 0);
-    assert_eq!(k.slub().census(s, &[], |_| {}).barn_sheaves, 0);
-}
-
-#[test]
-fn a_cpu_gets_back_the_sheaf_it_handed_to_the_barn_before_another_cpus() {
-    // Two CPUs each allocate and free three sheaves' worth: the third of each goes
-    // to the barn, B's on top. A allocating again gets its own back, not B's (whose
-    // objects share cache lines with what B still uses, in a real program), and B
-    // then gets its own.
-    let k = kmem(2, config(1, 0));
-    let (a, ca) = own_area(k);
-    let (b, cb) = own_area(k);
-    let s = k
-        .kmem_cache_create(ca, "owner-64", 64, 8, SlabFlags::empty(), None)
-        .unwrap();
-    let cap = s.config().sheaf_capacity;
-    let alloc = |c: Option<CpuRef<'_>>| -> Vec<usize> {
-        (0..3 * cap)
-            .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap().as_ptr() as usize)
-            .collect()
-    };
-    let free = |c: Option<CpuRef<'_>>, objs: &[usize]| {
-        for &p in objs {
-            // SAFETY: ours, freed once.
-            assert!(unsafe { k.slub().free(c, s, NonNull::new(p as *mut u8).unwrap()) });
-        }
-    };
-    let (objs_a, objs_b) = (alloc(ca), alloc(cb));
-    free(ca, &objs_a);
-    free(cb, &objs_b);
-    assert_eq!(k.slub().census(s, &[], |_| {}).barn_sheaves, 2);
-    let gets = stat(k, s, SlubStat::BarnGet);
-    let (mine_a, mine_b): (HashSet<usize>, HashSet<usize>) = (
-        objs_a.iter().copied().collect(),
-        objs_b.iter().copied().collect(),
-    );
-    let again_a = alloc(ca);
-    assert!(
-        again_a.iter().all(|p| mine_a.contains(p)),
-        "A got B's objects"
-    );
-    let again_b = alloc(cb);
-    assert!(
-        again_b.iter().all(|p| mine_b.contains(p)),
-        "B got A's objects"
-    );
-    assert_eq!(stat(k, s, SlubStat::BarnGet), gets + 2, "from the barn");
-    free(ca, &again_a);
-    free(cb, &again_b);
-    // SAFETY: owned.
-    let refs = unsafe { [CpuRef::new(a), CpuRef::new(b)] };
-    check_census(k, s, &refs, &HashSet::new());
 }
 
 #[test]
@@ -758,72 +655,6 @@ fn kmallocs_fast_path_pops_the_class_of_every_size_its_tables_cover() {
         assert_eq!(zero_line(c.unwrap()), [0; 64], "the zero line was written");
     }
     assert_eq!(zero_line(cpu), [0; 64], "the zero line was written");
-}
-
-#[test]
-fn barns_grow_while_used_and_give_idle_sheaves_back_after_the_decay_interval() {
-    use kmem_core::slab::barn::{BARN_KEEP_SHEAVES, MAX_FULL_SHEAVES};
-    let k = common::kmem_with_decay(1_000_000);
-    let (a, c) = own_area(k);
-    let pf = k.pages.platform();
-    let s = k
-        .kmem_cache_create(c, "decay-32", 32, 8, SlabFlags::empty(), None)
-        .unwrap();
-    let cfg = *s.config();
-    let max_full = cfg.barn_max_full;
-    assert!(
-        max_full > BARN_KEEP_SHEAVES && max_full <= MAX_FULL_SHEAVES,
-        "{max_full}"
-    );
-    // The barn's bound in bytes decides, not its count cap: it keeps as many sheaves as
-    // its 4 MiB of objects fill (1,057 of 124 objects here; the cap, at 256, once
-    // kept 32-byte objects to a quarter of that).
-    let sheaf_bytes = cfg.sheaf_capacity * cfg.size;
-    let bound = kmem_core::slab::BARN_MAX_OBJECT_BYTES;
-    assert!(
-        max_full * sheaf_bytes <= bound && (max_full + 1) * sheaf_bytes > bound,
-        "{max_full} sheaves of {sheaf_bytes} bytes"
-    );
-    // A table built and dropped: its sheaves go to the barn, up to its bound.
-    let n = (max_full + 4) * cfg.sheaf_capacity;
-    let objs: Vec<_> = (0..n)
-        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
-        .collect();
-    for &p in &objs {
-        // SAFETY: ours.
-        unsafe { k.slub().free(c, s, p) };
-    }
-    // SAFETY: owned by this test.
-    let refs = [unsafe { CpuRef::new(a) }];
-    let barn = |k: &K| k.slub().census(s, &refs, |_| {}).barn_sheaves;
-    assert!(barn(k) >= max_full, "{} sheaves in the barn", barn(k));
-    // Built again: whole sheaves from the barn, no refill from the slabs.
-    let refills = stat(k, s, SlubStat::SheafRefill);
-    let again: Vec<_> = (0..n)
-        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
-        .collect();
-    assert!(stat(k, s, SlubStat::SheafRefill) - refills <= 6);
-    for &p in &again {
-        // SAFETY: ours.
-        unsafe { k.slub().free(c, s, p) };
-    }
-    let full = barn(k);
-    // Then the program moves on to other work (slow paths of another cache tick the
-    // housekeeping): after a decay interval of disuse, and one more to see it, the
-    // barn keeps BARN_KEEP_SHEAVES full and empty sheaves at most; the rest went back
-    // to the slabs, every object in exactly one place.
-    let interval = kmem_core::page::HOUSEKEEPING_INTERVAL as usize;
-    for _ in 0..3 {
-        pf.advance(2_000_000);
-        common::slow_path_traffic(k, c, 200, 300, 2 * interval);
-    }
-    let left = barn(k);
-    assert!(
-        left <= 2 * BARN_KEEP_SHEAVES,
-        "{full} sheaves before, {left} after"
-    );
-    check_census(k, s, &refs, &HashSet::new());
-    assert!(k.pages.platform().take_log().is_empty());
 }
 
 #[test]
