@@ -244,8 +244,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
             let cap = CAPACITY[k];
             // SAFETY: the block is ours, zeroed and CPU_AREA_SIZE long (a CPU area's
             // layout: `off` and the charged lines are distinct 64-byte lines in it,
-            // the header's line apart); the storage pages hold every class's two sheaves
-            // (STORAGE_BYTES), zeroed, 8-aligned, and both live as long as the stock.
+            // the header's line apart); the storage pages hold every class's two
+            // sheaves (STORAGE_BYTES), zeroed, 8-aligned, and both live as long as the
+            // stock.
             unsafe {
                 let kept = &*(area.add(off) as *const KmemCacheCpu);
                 kept.install_kept(mem, cap);

@@ -108,9 +108,10 @@ pub(super) const CAPACITY: [usize; OBJCG_SHEAF_CLASSES] = {
 /// own and 100 around it, besides a slot read per object) every that many
 /// allocations. With half a sheaf (16 of kmalloc-cg-32's 32, as it held then) a
 /// 32-byte pair ran 80.8 instructions against the unaccounted pair's 42, 72.3 with
-/// three quarters before the take-in's swap, 64.2 with a full sheaf; the quarter left is the room of the
-/// frees that reach the kept sheaf itself (the charged free's slow half,
-/// `kfree_objcg`), which a full refill would send straight to giving back half.
+/// three quarters before the take-in's swap, 64.2 with a full sheaf; the quarter
+/// left is the room of the frees that reach the kept sheaf itself (the charged free's
+/// slow half, `kfree_objcg`), which a full refill would send straight to giving back
+/// half.
 pub const OBJCG_SHEAF_REFILL: [usize; OBJCG_SHEAF_CLASSES] = {
     let mut out = [0; OBJCG_SHEAF_CLASSES];
     let mut i = 0;

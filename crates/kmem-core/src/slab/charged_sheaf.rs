@@ -193,7 +193,6 @@ impl KmemCacheCpu {
     /// kept sheaf's capacity (a class's two sheaves are made alike), so each line
     /// keeps its limit's distance from its sheaf, and the free's double-free test
     /// still reads the header's capacity word below an empty sheaf's slot 0.
-    #[inline]
     pub(crate) fn swap_kept_with_inbox(&self, inbox_line: &KmemCacheCpu) {
         let kept = self.main.load(Relaxed);
         let inbox = inbox_line.spare.load(Relaxed);
