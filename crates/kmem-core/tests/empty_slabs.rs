@@ -9,6 +9,7 @@ mod common;
 use common::{check_census, config, kmem, kmem_with_decay, own_area, slow_path_traffic, stat, K};
 use kmem_core::percpu::InlineArea;
 use kmem_core::slab::SlubStat;
+use kmem_core::vmstat::VmEvent;
 use kmem_core::{CpuRef, Gfp, KmemCache, SlabFlags};
 use std::collections::HashSet;
 use std::ptr::NonNull;
@@ -359,5 +360,210 @@ fn a_kept_slab_with_an_objcg_vector_comes_back_charged_and_uncharges_again() {
         "all uncharged again"
     );
     assert_eq!(s.nr_slabs(0), 0);
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+/// The first address of the slab holding `p` (slabs are aligned to their size).
+fn slab_base(s: &KmemCache, p: usize) -> usize {
+    p & !(s.config().slab_bytes() - 1)
+}
+
+#[test]
+fn a_cache_adopts_another_cache_s_kept_slabs_of_its_order() {
+    // No decay in the test's time: the kept slabs stay until the other cache asks.
+    let k = kmem_with_decay(u64::MAX / 2);
+    let (a, c) = own_area(k);
+    let (s, objs) = cache_with_objects(k, c, "donor-1k", 16);
+    let t = k
+        .kmem_cache_create(c, "adopter-768", 768, 8, SlabFlags::empty(), None)
+        .unwrap();
+    assert_eq!(s.config().order, t.config().order, "one slab order");
+    // The adopter's sheaves (and the caches their memory comes from) first: the
+    // slabs those make would give the donor's kept slabs back to the page allocator.
+    let warm: Vec<_> = (0..2 * t.config().sheaf_capacity)
+        .map(|_| k.slub().alloc(c, t, Gfp::KERNEL).unwrap())
+        .collect();
+    for p in warm {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.slub().free(c, t, p) });
+    }
+    let t_slabs = t.nr_slabs(0);
+    free_to_slabs(k, s, &objs);
+    // Every slab the donor has, by the objects of its census (kept slabs' included).
+    let mut donor_slabs = HashSet::new();
+    k.slub().census(s, &[], |o| {
+        donor_slabs.insert(slab_base(s, o));
+    });
+    let kept = kept_objects(k, s, &[]) / s.config().objects;
+    assert!(kept >= 8, "{kept} kept");
+    let s_slabs = s.nr_slabs(0);
+    let pg_alloc = k.pages.event(VmEvent::PgAlloc);
+    // The other cache's refills take the kept slabs as their own: every slab it has is
+    // one of the donor's, its objects lie in the donor's memory, and the slabs change
+    // caches in the counts. (The sheaf itself may come from the page allocator.)
+    let n = (kept + t_slabs - 1) * t.config().objects;
+    let got: Vec<_> = (0..n)
+        .map(|_| k.slub().alloc(c, t, Gfp::KERNEL).unwrap())
+        .collect();
+    assert_eq!(
+        kept_objects(k, s, &[]),
+        0,
+        "every kept slab adopted at once"
+    );
+    assert_eq!(
+        k.pages.event(VmEvent::PgAlloc),
+        pg_alloc,
+        "no page from the page allocator"
+    );
+    assert_eq!(s.nr_slabs(0), s_slabs - kept);
+    assert_eq!(
+        t.nr_slabs(0),
+        t_slabs + kept,
+        "the adopter made no slab of its own"
+    );
+    assert_eq!(stat(k, t, SlubStat::AllocSlab), (t_slabs + kept) as u64);
+    assert_eq!(stat(k, s, SlubStat::FreeSlab), kept as u64);
+    let adopted = got
+        .iter()
+        .filter(|p| donor_slabs.contains(&slab_base(t, p.as_ptr() as usize)))
+        .count();
+    assert!(
+        adopted >= (kept - 1) * t.config().objects,
+        "{adopted} of {} objects in the donor's slabs",
+        got.len()
+    );
+    // Objects of the adopted slabs are the adopter's: whole, each once, their pages
+    // naming its sheaves.
+    let live: HashSet<usize> = got.iter().map(|p| p.as_ptr() as usize).collect();
+    assert_eq!(live.len(), got.len(), "each object handed out once");
+    for p in &got {
+        // SAFETY: ours, `object_size` bytes.
+        unsafe { std::ptr::write_bytes(p.as_ptr(), 0x3c, t.config().object_size) };
+    }
+    let tag = sheaf_tag(k, got[0].as_ptr() as usize);
+    assert_ne!(tag, 0);
+    assert!(got.iter().all(|p| sheaf_tag(k, p.as_ptr() as usize) == tag));
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(a) }];
+    check_census(k, t, &refs, &live);
+    check_census(k, s, &refs, &HashSet::new());
+    // Freed, they are the adopter's kept slabs; the counts stay whole.
+    free_to_slabs(k, t, &got);
+    assert!(kept_objects(k, t, &[]) > 0, "kept again, as the adopter's");
+    k.shrink_all(c);
+    assert_eq!((s.nr_slabs(0), t.nr_slabs(0)), (0, 0));
+    assert_eq!(
+        k.slub().kept_empty_pages(0),
+        0,
+        "every kept page counted out"
+    );
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+fn set_ones(p: *mut u8) {
+    // SAFETY: the constructor gets an object of at least 8 bytes.
+    unsafe { p.cast::<u64>().write(u64::MAX) };
+}
+
+#[test]
+fn a_cache_with_a_constructor_adopts_no_slab() {
+    let k = kmem_with_decay(u64::MAX / 2);
+    let (_, c) = own_area(k);
+    let (s, objs) = cache_with_objects(k, c, "donor-ctor-1k", 8);
+    let t = k
+        .kmem_cache_create(c, "ctor-768", 768, 8, SlabFlags::empty(), Some(set_ones))
+        .unwrap();
+    assert_eq!(s.config().order, t.config().order);
+    free_to_slabs(k, s, &objs);
+    let kept = kept_objects(k, s, &[]);
+    assert!(kept > 0);
+    // Its new slabs run the constructor on every object (kept slabs of another cache
+    // have never been constructed for it): the other cache's kept slabs are given back
+    // to the page allocator instead.
+    let got: Vec<_> = (0..2 * t.config().objects)
+        .map(|_| k.slub().alloc(c, t, Gfp::KERNEL).unwrap())
+        .collect();
+    for p in &got {
+        // SAFETY: a constructed object of `t`.
+        assert_eq!(unsafe { p.as_ptr().cast::<u64>().read() }, u64::MAX);
+    }
+    assert!(stat(k, t, SlubStat::AllocSlab) > 0, "slabs of its own");
+    assert!(
+        kept_objects(k, s, &[]) < kept,
+        "the donor's kept slabs reclaimed"
+    );
+    free_to_slabs(k, t, &got);
+    k.shrink_all(c);
+    assert_eq!((s.nr_slabs(0), t.nr_slabs(0)), (0, 0));
+}
+
+#[test]
+fn an_adopted_slab_leaves_its_objcg_vector_behind() {
+    let k = kmem_with_decay(u64::MAX / 2);
+    let (_, c) = own_area(k);
+    let t = k
+        .kmem_cache_create(c, "plain-768", 768, 8, SlabFlags::empty(), None)
+        .unwrap();
+    // The adopter's sheaves first (see above), and the tag of its own slabs' pages.
+    let warm: Vec<_> = (0..2 * t.config().sheaf_capacity)
+        .map(|_| k.slub().alloc(c, t, Gfp::KERNEL).unwrap())
+        .collect();
+    let plain = sheaf_tag(k, warm[0].as_ptr() as usize);
+    for p in warm {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.slub().free(c, t, p) });
+    }
+    let g = k
+        .memcg()
+        .mem_cgroup_create(None, k.memcg().root_mem_cgroup(), "adopt-g")
+        .unwrap();
+    let objs: Vec<usize> = (0..256)
+        .map(|_| {
+            k.memcg()
+                .kmalloc_objcg(c, 1024, Gfp::KERNEL, g.objcg())
+                .unwrap()
+                .as_ptr() as usize
+        })
+        .collect();
+    let s = k.slub().cache_of(objs[0] as *const u8).unwrap();
+    assert_eq!(s.config().order, t.config().order);
+    assert_ne!(
+        sheaf_tag(k, objs[0]),
+        plain,
+        "a vectored slab's charged line"
+    );
+    for &o in &objs {
+        // SAFETY: ours, freed once (no CPU: uncharged, to the slabs, which are kept).
+        assert!(unsafe { k.kfree(None, o as *mut u8) });
+    }
+    let kept = kept_objects(k, s, &[]) / s.config().objects;
+    assert!(kept > 1);
+    // Adopted without the page allocator, the slabs name the adopter's sheaves as its
+    // own slabs do: no vector came along (with one, its pages would carry the
+    // charged line, and its frees would leave the inline path).
+    let pg_alloc = k.pages.event(VmEvent::PgAlloc);
+    let got: Vec<_> = (0..(kept - 1) * t.config().objects)
+        .map(|_| k.slub().alloc(c, t, Gfp::KERNEL).unwrap())
+        .collect();
+    assert_eq!(
+        k.pages.event(VmEvent::PgAlloc),
+        pg_alloc,
+        "adopted, not made"
+    );
+    assert_eq!(
+        stat(k, s, SlubStat::FreeSlab),
+        kept as u64,
+        "kmalloc-cg-1k's slabs adopted"
+    );
+    assert!(got
+        .iter()
+        .all(|p| sheaf_tag(k, p.as_ptr() as usize) == plain));
+    for p in got {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.slub().free(c, t, p) });
+    }
+    k.memcg().memcg_drain_stock(c.unwrap());
+    k.shrink_all(c);
+    assert_eq!((s.nr_slabs(0), t.nr_slabs(0)), (0, 0));
     assert!(k.pages.platform().take_log().is_empty());
 }

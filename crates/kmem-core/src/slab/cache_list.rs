@@ -6,7 +6,7 @@
 //! while allocating.
 
 use super::KmemCache;
-use crate::page::MAX_NUMNODES;
+use crate::page::{MAX_NUMNODES, MAX_ORDER};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock};
 use core::ptr;
 
@@ -20,6 +20,10 @@ pub struct CacheList {
     /// Pages in every cache's kept empty slabs, per node (`empty.rs`): while not 0,
     /// a new slab of any cache first gives some of the others' back.
     pub(crate) kept_pages: [AtomicUsize; MAX_NUMNODES],
+    /// Kept empty slabs of every cache, per node and slab order: while not 0, a
+    /// cache whose own are used up adopts others' of its order instead of making a
+    /// slab (`empty.rs`, [`super::Slub::adopt_kept_slabs`]).
+    pub(crate) kept_slabs: [[AtomicUsize; MAX_ORDER + 1]; MAX_NUMNODES],
     /// Reclaims of kept slabs (`empty.rs`) that took slabs of caches off the list's
     /// walk and discard them after the lock: cache destruction waits for none to be
     /// left before it counts a cache's slabs.
@@ -33,6 +37,7 @@ impl CacheList {
             head: AtomicPtr::new(ptr::null_mut()),
             barn_decay_ns: AtomicU64::new(0),
             kept_pages: [const { AtomicUsize::new(0) }; MAX_NUMNODES],
+            kept_slabs: [const { [const { AtomicUsize::new(0) }; MAX_ORDER + 1] }; MAX_NUMNODES],
             reclaiming: AtomicUsize::new(0),
         }
     }

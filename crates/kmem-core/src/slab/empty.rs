@@ -63,7 +63,11 @@ use core::ptr::NonNull;
 /// ([`Slub::reclaim_kept_slabs`]): one walk of the cache list per 1 MiB of new slabs.
 pub const RECLAIM_PAGES: usize = 256;
 
-/// Most caches one reclaim takes kept slabs from.
+/// Most pages of other caches' kept slabs one adoption takes
+/// ([`Slub::adopt_kept_slabs`]): one walk of the cache list per 1 MiB of slabs.
+pub const ADOPT_PAGES: usize = 256;
+
+/// Most caches one reclaim or adoption takes kept slabs from.
 const RECLAIM_CACHES: usize = 8;
 
 /// A node's kept empty slabs, linked through their head pages' list links (free
@@ -129,6 +133,18 @@ impl EmptySlabs {
         Some(slab)
     }
 
+    /// Takes off the list, into `out`, up to `n` of the slabs kept last (the most
+    /// recently used memory), the newest first.
+    fn take_newest(&self, locked: &mut PageList, n: usize, out: &mut PageList) {
+        for _ in 0..n {
+            let Some(slab) = self.pop(locked) else {
+                break;
+            };
+            // SAFETY: taken off this list: on none now; `out` is the caller's own.
+            unsafe { out.push_tail(slab.as_ptr()) };
+        }
+    }
+
     /// Takes off the list, into `out`, the `n` slabs kept longest, at most all.
     fn take_oldest(&self, locked: &mut PageList, n: usize, out: &mut PageList) {
         let list = self.list(locked);
@@ -162,6 +178,22 @@ impl<P: Platform> Slub<'_, P> {
         self.caches.kept_pages[nid].load(Relaxed)
     }
 
+    /// One kept slab of `order` more (`more`) or fewer on node `nid`, in the counts
+    /// that tell new slabs whether to look for others' kept slabs.
+    fn count_kept(&self, nid: usize, order: usize, more: bool) {
+        let (pages, slabs) = (
+            &self.caches.kept_pages[nid],
+            &self.caches.kept_slabs[nid][order],
+        );
+        if more {
+            pages.fetch_add(1 << order, Relaxed);
+            slabs.fetch_add(1, Relaxed);
+        } else {
+            pages.fetch_sub(1 << order, Relaxed);
+            slabs.fetch_sub(1, Relaxed);
+        }
+    }
+
     /// Whether a slab of `s` that a free of the kernel's kind leaves empty past the
     /// node's `min_partial` is kept (see the module docs).
     #[inline]
@@ -181,7 +213,7 @@ impl<P: Platform> Slub<'_, P> {
         // SAFETY: a live slab of `s` (caller).
         Slab::of(unsafe { slab.as_ref() }).stop_fast_frees(s.config());
         s.node(nid).empty.push(locked, slab);
-        self.caches.kept_pages[nid].fetch_add(1 << s.config().order, Relaxed);
+        self.count_kept(nid, s.config().order, true);
     }
 
     /// A kept empty slab of `s` on node `nid`, taken as [`Slub::allocate_slab_taking`]
@@ -201,7 +233,7 @@ impl<P: Platform> Slub<'_, P> {
             let mut list = node.list_lock.lock();
             node.empty.pop(&mut list)?
         };
-        self.caches.kept_pages[nid].fetch_sub(1 << s.config().order, Relaxed);
+        self.count_kept(nid, s.config().order, false);
         // SAFETY: taken off the kept list: a live, empty, unfrozen slab of `s` on no
         // list, which nobody else reaches (no object of it is in use).
         let head = unsafe { slab.as_ref() };
@@ -298,11 +330,117 @@ impl<P: Platform> Slub<'_, P> {
             let order = t.config().order;
             // SAFETY: `out` is ours; its slabs were taken off the kept list.
             while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
-                self.caches.kept_pages[nid].fetch_sub(1 << order, Relaxed);
+                self.count_kept(nid, order, false);
                 self.discard_slab(cpu, t, slab);
             }
         }
         self.caches.reclaiming.fetch_sub(1, Release);
+    }
+
+    /// Before a refill of `s` makes a slab on node `nid` (its own kept slabs are used
+    /// up): other caches' kept slabs of the same order on that node become kept slabs
+    /// of `s` — up to [`ADOPT_PAGES`] pages, the most recently kept first — and the
+    /// refill takes them as its own ([`Slub::reuse_empty_slab_taking`]). Returns
+    /// whether any came.
+    ///
+    /// A buffer grown through the classes frees each class's slabs as the next one
+    /// fills: from 2 KiB up the classes' slabs have one order (32 KiB), and each
+    /// class's new slabs are the last one's, without the page allocator's free and
+    /// merge, split and allocation, or the discarded slab's page words rewritten twice.
+    /// Caches with a constructor adopt none (their objects would need it run); the
+    /// slabs keep their memory either way, so no cache takes more pages for it.
+    pub(super) fn adopt_kept_slabs(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        nid: usize,
+    ) -> bool {
+        let cfg = s.config();
+        if self.caches.kept_slabs[nid][cfg.order].load(Relaxed) == 0
+            || cfg.ctor.is_some()
+            || !Self::keeps_empty_slabs(cfg)
+        {
+            return false;
+        }
+        self.adopt_kept_slabs_slow(cpu, s, nid)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn adopt_kept_slabs_slow(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, nid: usize) -> bool {
+        let order = s.config().order;
+        let want = (ADOPT_PAGES >> order).max(1);
+        // Taken under the cache list lock, made `s`'s after it (freeing an objcg vector
+        // may discard a slab, and a page free may run a reporting pass), as the
+        // reclaim does: the donors stay alive until `reclaiming` falls.
+        let mut taken: [(*const KmemCache, PageList); RECLAIM_CACHES] =
+            [const { (core::ptr::null(), PageList::new()) }; RECLAIM_CACHES];
+        let mut n = 0;
+        {
+            let Some(_g) = self.caches.lock.try_lock() else {
+                return false;
+            };
+            self.caches.reclaiming.fetch_add(1, Relaxed);
+            let mut got = 0;
+            // SAFETY: the list lock is held.
+            unsafe {
+                self.caches.for_each_locked(|t| {
+                    if got >= want || n == RECLAIM_CACHES || core::ptr::eq(t, s) {
+                        return;
+                    }
+                    let tc = t.config();
+                    if tc.order != order || !Self::keeps_empty_slabs(tc) {
+                        return;
+                    }
+                    let node = t.node(nid);
+                    let out = &mut taken[n].1;
+                    {
+                        let mut list = node.list_lock.lock();
+                        node.empty.take_newest(&mut list, want - got, out);
+                        // Off `t`'s lists and counts under its lock, onto `s`'s under
+                        // `s`'s: a census of either never finds a slab it does not count.
+                        node.nr_slabs.fetch_sub(out.len(), Relaxed);
+                    }
+                    if !out.is_empty() {
+                        got += out.len();
+                        taken[n].0 = t;
+                        n += 1;
+                    }
+                })
+            };
+        }
+        let mut mine = PageList::new();
+        for (t, out) in &mut taken[..n] {
+            // SAFETY: a cache found on the list, alive until `reclaiming` falls (its
+            // destruction waits for that: `CacheList::wait_for_reclaims`).
+            let t = unsafe { &**t };
+            // SAFETY: `out` is ours; its slabs were taken off `t`'s kept list.
+            while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
+                // SAFETY: a kept slab taken off its list: empty, on no list, reached by
+                // nobody else (its pages name no sheaf; no object of it is in use).
+                let head = unsafe { slab.as_ref() };
+                // `t`'s objcg vector fits `t`'s objects; `s` makes its own if it needs one.
+                self.free_slab_obj_exts(cpu, head);
+                t.stat(cpu, SlubStat::FreeSlab);
+                Slab::of(head).init_kept(s);
+                s.stat(cpu, SlubStat::AllocSlab);
+                // SAFETY: on no list; `mine` is ours.
+                unsafe { mine.push_tail(slab.as_ptr()) };
+            }
+        }
+        let moved = mine.len();
+        if moved > 0 {
+            let node = s.node(nid);
+            let mut list = node.list_lock.lock();
+            // The oldest first, so that the newest ends on top.
+            // SAFETY: `mine` is ours; each slab goes onto `s`'s kept list alone.
+            while let Some(slab) = NonNull::new(unsafe { mine.pop_tail() }) {
+                node.empty.push(&mut list, slab);
+            }
+            node.nr_slabs.fetch_add(moved, Relaxed);
+        }
+        self.caches.reclaiming.fetch_sub(1, Release);
+        moved > 0
     }
 
     /// Takes kept slabs of `s` off each node's list with `take` (under its lock) and
@@ -339,7 +477,7 @@ impl<P: Platform> Slub<'_, P> {
         let mut n = 0;
         // SAFETY: `out` is ours; its slabs were taken off the kept list.
         while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
-            self.caches.kept_pages[nid].fetch_sub(1 << s.config().order, Relaxed);
+            self.count_kept(nid, s.config().order, false);
             // Straight to the zone. Callers that hold the cache list lock (the decay,
             // shrinking every cache) defer reporting passes around their walks.
             self.discard_slab(None, s, slab);

@@ -110,11 +110,17 @@ impl<P: Platform> Slub<'_, P> {
             if len == cap {
                 break;
             }
-            // A new slab (a kept empty one first, `empty.rs`): its first objects
+            // A new slab (a kept empty one first, its own or adopted, `empty.rs`): its first objects
             // straight into the sheaf, the rest the node's fresh tail (`fresh.rs`),
             // or linked onto the partial list of the slab's node.
             let Some((slab, took, fresh)) = self
                 .reuse_empty_slab_taking(s, nid, room(sheaf, len, cap), false)
+                .or_else(|| {
+                    // Other caches' kept slabs of this order, made ours (`empty.rs`).
+                    self.adopt_kept_slabs(cpu, s, nid)
+                        .then(|| self.reuse_empty_slab_taking(s, nid, room(sheaf, len, cap), false))
+                        .flatten()
+                })
                 .or_else(|| {
                     self.allocate_slab_taking(cpu, s, gfp, Some(nid), room(sheaf, len, cap), false)
                 })

@@ -341,6 +341,19 @@ impl<'a> Slab<'a> {
         self.0.owner[2].store(s as *const KmemCache as usize, Relaxed);
     }
 
+    /// Makes an empty slab of another cache of the same order, taken off that cache's
+    /// kept list, a kept empty slab of `s` (`empty.rs`, adoption): the words
+    /// [`Slab::init`] writes, with no object in use, a freelist that is never read
+    /// (a kept slab's), and no sheaf named on the head page (the tails name none
+    /// already, nor keep an `owner[1]`: the other cache's [`Slab::stop_fast_frees`]).
+    pub(super) fn init_kept(self, s: &KmemCache) {
+        self.set_state(SlabState::new(END_OFFSET, 0, false));
+        self.0.set_sheaf_tag(0, Relaxed);
+        self.0.owner[1].store(0, Relaxed);
+        self.0.owner[3].store(0, Relaxed);
+        self.0.owner[2].store(s as *const KmemCache as usize, Relaxed);
+    }
+
     /// Clears every slab word (the slab is being discarded).
     pub(super) fn clear(self) {
         self.0.set_sheaf_tag(0, Relaxed);
