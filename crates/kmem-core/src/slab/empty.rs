@@ -216,24 +216,29 @@ impl<P: Platform> Slub<'_, P> {
         self.count_kept(nid, s.config().order, true);
     }
 
-    /// A kept empty slab of `s` on node `nid`, taken as [`Slub::allocate_slab_taking`]
-    /// takes a new one (up to `out.len()` of its objects into `out`, the rest its
-    /// freelist or, with `link_rest` false and objects in address order, a fresh
-    /// tail), without the page allocator (and not counted as `alloc_slab`, which counts
-    /// slabs made); `None` when the node keeps none.
+    /// A kept empty slab of `s` on node `nid` (its own, else one of those it adopts
+    /// from other caches of its order: [`Slub::adopt_kept_slabs`]), taken as
+    /// [`Slub::allocate_slab_taking`] takes a new one (up to `out.len()` of its objects
+    /// into `out`, the rest its freelist or, with `link_rest` false and objects in
+    /// address order, a fresh tail), without the page allocator (and not counted as
+    /// `alloc_slab`, which counts slabs made); `None` when the node keeps none.
     pub(super) fn reuse_empty_slab_taking(
         &self,
+        cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
         nid: usize,
         out: &mut [usize],
         link_rest: bool,
     ) -> Option<(NonNull<Page>, usize, Option<usize>)> {
-        let node = s.node(nid);
-        let slab = {
-            let mut list = node.list_lock.lock();
-            node.empty.pop(&mut list)?
+        let slab = match self.pop_kept(s, nid) {
+            Some(slab) => slab,
+            None => {
+                if !self.adopt_kept_slabs(cpu, s, nid) {
+                    return None;
+                }
+                self.pop_kept(s, nid)?
+            }
         };
-        self.count_kept(nid, s.config().order, false);
         // SAFETY: taken off the kept list: a live, empty, unfrozen slab of `s` on no
         // list, which nobody else reaches (no object of it is in use).
         let head = unsafe { slab.as_ref() };
@@ -246,6 +251,17 @@ impl<P: Platform> Slub<'_, P> {
         Slab::of(head).resume_fast_frees(s.config(), has_vector);
         Slab::of(head).set_state(state);
         Some((slab, taken, fresh))
+    }
+
+    /// The most recently kept slab of `s` on node `nid`, off its list and count.
+    fn pop_kept(&self, s: &KmemCache, nid: usize) -> Option<NonNull<Page>> {
+        let node = s.node(nid);
+        let slab = {
+            let mut list = node.list_lock.lock();
+            node.empty.pop(&mut list)?
+        };
+        self.count_kept(nid, s.config().order, false);
+        Some(slab)
     }
 
     /// The barns' decay's part for kept slabs (run with it, once per decay interval):

@@ -114,13 +114,7 @@ impl<P: Platform> Slub<'_, P> {
             // straight into the sheaf, the rest the node's fresh tail (`fresh.rs`),
             // or linked onto the partial list of the slab's node.
             let Some((slab, took, fresh)) = self
-                .reuse_empty_slab_taking(s, nid, room(sheaf, len, cap), false)
-                .or_else(|| {
-                    // Other caches' kept slabs of this order, made ours (`empty.rs`).
-                    self.adopt_kept_slabs(cpu, s, nid)
-                        .then(|| self.reuse_empty_slab_taking(s, nid, room(sheaf, len, cap), false))
-                        .flatten()
-                })
+                .reuse_empty_slab_taking(cpu, s, nid, room(sheaf, len, cap), false)
                 .or_else(|| {
                     self.allocate_slab_taking(cpu, s, gfp, Some(nid), room(sheaf, len, cap), false)
                 })
