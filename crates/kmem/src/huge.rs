@@ -5,14 +5,19 @@
 //! walks it only for pointers outside kmem's span.
 //!
 //! Freed mappings are not unmapped at once: like the buddy allocator's decay, up to
-//! [`CACHE_SLOTS`] of them (at most [`CACHE_MAX_BYTES`] in all; the newest stay) stay
-//! mapped, resident, for reuse by the next huge allocation — the smallest that holds
-//! it, else the largest grown with `mremap` — and are unmapped once they have been
-//! unused for the decay interval (checked at the next huge allocation, after each
-//! free page reporting pass and at the allocator's periodic housekeeping) or by
-//! [`HugeList::trim`]. A program that
+//! [`CACHE_SLOTS`] of them (the newest stay) stay mapped, resident, for reuse by the
+//! next huge allocation — the smallest that holds it, else the largest grown with
+//! `mremap` — and are unmapped once they have been unused for the decay interval
+//! (checked at the next huge allocation, after each free page reporting pass and at
+//! the allocator's periodic housekeeping) or by [`HugeList::trim`]. A program that
 //! repeatedly grows a Vec past 4 MiB then reuses the same memory instead of faulting in
 //! fresh pages each time (about 2 µs a page on these machines).
+//!
+//! The cache holds at most as many bytes as the program had in huge allocations at
+//! their peak since the decay interval began ([`HugeList::cache_bound`]; at least
+//! [`CACHE_MIN_BYTES`], at most [`CACHE_MAX_BYTES`]): freed mappings never make the
+//! process hold more than its recent peak (beyond the floor), and a program that makes
+//! and frees a round of large buffers again and again gets the whole round back.
 //!
 //! Locking: one spin lock (`HugeList::head`) covers the list and the cache slots; it
 //! is taken after a CPU area's local lock and before the slab and page allocator
@@ -27,7 +32,7 @@ use crate::platform::os;
 use kmem_core::sync::SpinLock;
 use kmem_core::{Gfp, PAGE_SIZE};
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// One huge allocation.
 #[repr(C)]
@@ -41,16 +46,18 @@ struct HugeDesc {
     objcg: usize,
 }
 
-/// Freed mappings kept for reuse. Sixteen, so that the byte bound
-/// ([`CACHE_MAX_BYTES`]) is what limits the cache: a program that holds several
+/// Freed mappings kept for reuse. Thirty-two, so that the byte bound
+/// ([`HugeList::cache_bound`]) is what limits the cache: a program that holds several
 /// large buffers at once and frees and makes them again in rounds (per request, per
-/// frame, per thread: mimalloc-bench's mstress keeps six to ten 5–10 MiB blocks live
-/// across its two threads) found four slots full, unmapped the rest and faulted
+/// frame, per thread: mimalloc-bench's mstress keeps ten to twenty 4–10 MiB blocks
+/// live across its two threads) found four slots full, unmapped the rest and faulted
 /// every page of their successors in again (mstress: 98,000 page faults against
 /// mimalloc's 50,000).
-pub const CACHE_SLOTS: usize = 16;
-/// Most bytes kept mapped for reuse.
-pub const CACHE_MAX_BYTES: usize = 64 << 20;
+pub const CACHE_SLOTS: usize = 32;
+/// Bytes the cache may always hold, whatever the recent peak.
+pub const CACHE_MIN_BYTES: usize = 64 << 20;
+/// Most bytes kept mapped for reuse, whatever the recent peak.
+pub const CACHE_MAX_BYTES: usize = 1 << 30;
 
 /// The live huge allocations.
 pub(crate) struct HugeList {
@@ -60,6 +67,11 @@ pub(crate) struct HugeList {
     /// Bytes in the cache slots (a statistic: stored under the lock after each change
     /// of the slots, read without it).
     cached: AtomicUsize,
+    /// The most bytes live in huge allocations since `peak_ns` (raised by every
+    /// allocation; set to the live bytes when [`HugeList::age`] starts a new interval).
+    peak: AtomicUsize,
+    /// When the interval `peak` covers began (ns).
+    peak_ns: AtomicU64,
 }
 
 /// A freed mapping kept for reuse: address, length, when it was freed (ns).
@@ -139,6 +151,8 @@ impl HugeList {
             count: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
             cached: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            peak_ns: AtomicU64::new(0),
         }
     }
 
@@ -217,8 +231,17 @@ impl HugeList {
         head.0 = d;
         drop(head);
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.bytes.fetch_add(len, Ordering::Relaxed);
+        let live = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
+        self.peak.fetch_max(live, Ordering::Relaxed);
         addr as *mut u8
+    }
+
+    /// Most bytes the cache may hold now: the peak of live huge bytes since the decay
+    /// interval began, at least [`CACHE_MIN_BYTES`], at most [`CACHE_MAX_BYTES`].
+    pub(crate) fn cache_bound(&self) -> usize {
+        self.peak
+            .load(Ordering::Relaxed)
+            .clamp(CACHE_MIN_BYTES, CACHE_MAX_BYTES)
     }
 
     /// A cached mapping for `len` bytes aligned to `align`, after unmapping those
@@ -280,11 +303,17 @@ impl HugeList {
     /// when the list's lock is busy (the next pass ages them): a pass may run under
     /// kmem-core's locks (a free under the slab layer's cache list lock), and the fork
     /// handlers take this lock before those, so waiting here could deadlock against a
-    /// fork.
+    /// fork. A decay interval after the last one began, the peak starts again from
+    /// the bytes live now.
     pub(crate) fn age(&self, now_ns: u64, decay_ns: u64) {
         let Some(mut head) = self.head.try_lock() else {
             return;
         };
+        if now_ns.saturating_sub(self.peak_ns.load(Ordering::Relaxed)) >= decay_ns {
+            self.peak_ns.store(now_ns, Ordering::Relaxed);
+            self.peak
+                .store(self.bytes.load(Ordering::Relaxed), Ordering::Relaxed);
+        }
         for slot in head.1.iter_mut() {
             if let Some(c) = *slot {
                 if now_ns.saturating_sub(c.freed_ns) >= decay_ns {
@@ -360,13 +389,14 @@ impl HugeList {
             freed_ns: now_ns,
         });
         let mut older = [None; CACHE_SLOTS];
-        if desc.len <= CACHE_MAX_BYTES {
+        let bound = self.cache_bound();
+        if desc.len <= bound {
             let mut head = self.head.lock();
             // The newest mapping stays; the oldest go until it fits the slots and
             // the byte bound.
             let mut cached: usize = head.1.iter().flatten().map(|c| c.len).sum();
             let mut n = 0;
-            while head.1.iter().all(Option::is_some) || cached + desc.len > CACHE_MAX_BYTES {
+            while head.1.iter().all(Option::is_some) || cached + desc.len > bound {
                 let oldest = head
                     .1
                     .iter_mut()
@@ -440,7 +470,8 @@ impl HugeList {
                 let Some(q) = (unsafe { os::remap(desc.addr, desc.len, new_len) }) else {
                     return Some(ptr::null_mut());
                 };
-                self.bytes.fetch_add(new_len, Ordering::Relaxed);
+                let live = self.bytes.fetch_add(new_len, Ordering::Relaxed) + new_len;
+                self.peak.fetch_max(live, Ordering::Relaxed);
                 self.bytes.fetch_sub(desc.len, Ordering::Relaxed);
                 desc.addr = q;
                 desc.len = new_len;
@@ -580,36 +611,69 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_the_newest_and_grows_the_largest_when_none_fits() {
+    fn the_cache_takes_the_smallest_that_fits_else_grows_the_largest() {
         let (list, owner) = (HugeList::new(), Owner::default());
         const M: usize = 1 << 20;
-        // Mappings of 20, 30, 12, 8, 10 and 6 MiB freed in turn. The 8 MiB one goes
-        // past the 64 MiB bound: the oldest (20) goes. The 6 MiB one goes past it
-        // again: the oldest left (30) goes.
+        // Mappings of 20, 30, 12, 8, 10 and 6 MiB live at once (86 MiB: the bound),
+        // freed in turn: all cached.
         let sizes = [20 * M, 30 * M, 12 * M, 8 * M, 10 * M, 6 * M];
         let ps: Vec<*mut u8> = sizes
             .iter()
             .map(|&n| list.alloc(&owner, n, 8, false, 0, 1000))
             .collect();
+        assert_eq!(list.cache_bound(), 86 * M);
         for (t, &p) in ps.iter().enumerate() {
             free(&list, &owner, p, t as u64);
         }
-        assert_eq!(list.cached_bytes(), 36 * M);
+        assert_eq!(list.cached_bytes(), 86 * M);
         // 9 MiB: the smallest that holds it (10 MiB), whole.
         let a = list.alloc(&owner, 9 * M, 8, false, 10, 1000);
         assert_eq!(a, ps[4]);
         assert_eq!(list.size_of(a), Some(10 * M));
-        // 16 MiB: none holds it; the largest (12 MiB) grows, its contents kept.
-        // SAFETY: cached mapping of ours, 12 MiB, nobody uses it.
-        unsafe { ps[2].write(0x42) };
-        let b = list.alloc(&owner, 16 * M, 8, false, 11, 1000);
-        assert_eq!(list.size_of(b), Some(16 * M));
-        // SAFETY: ours, grown from the 12 MiB mapping.
+        // 40 MiB: none holds it; the largest (30 MiB) grows, its contents kept.
+        // SAFETY: cached mapping of ours, 30 MiB, nobody uses it.
+        unsafe { ps[1].write(0x42) };
+        let b = list.alloc(&owner, 40 * M, 8, false, 11, 1000);
+        assert_eq!(list.size_of(b), Some(40 * M));
+        // SAFETY: ours, grown from the 30 MiB mapping.
         assert_eq!(unsafe { b.read() }, 0x42, "the resident pages moved along");
-        assert_eq!(list.cached_bytes(), 14 * M);
+        assert_eq!(list.cached_bytes(), 46 * M);
+        // Both freed: 96 MiB would pass the bound (the 86 MiB peak), so the oldest
+        // (20 MiB) goes.
         free(&list, &owner, a, 12);
         free(&list, &owner, b, 12);
-        assert_eq!(list.trim(), 40 * M);
+        assert_eq!(list.trim(), 76 * M);
+        assert_eq!(owner.live.get(), 0);
+    }
+
+    /// The byte bound is the peak of live bytes since the decay interval began:
+    /// above the floor it holds a whole round; once a new interval starts with fewer
+    /// bytes live, the oldest cached mappings go to make room for the newest.
+    #[test]
+    fn the_cache_holds_up_to_the_recent_peak_and_keeps_the_newest() {
+        let (list, owner) = (HugeList::new(), Owner::default());
+        const M: usize = 1 << 20;
+        let (a, b) = (
+            list.alloc(&owner, 40 * M, 8, false, 0, 1000),
+            list.alloc(&owner, 40 * M, 8, false, 0, 1000),
+        );
+        assert_eq!(list.cache_bound(), 80 * M, "the peak, above the floor");
+        // A new interval with both live: the peak stays 80 MiB; a frees into the cache.
+        list.age(1100, 1000);
+        assert_eq!(list.cache_bound(), 80 * M);
+        free(&list, &owner, a, 1200);
+        assert_eq!(list.cached_bytes(), 40 * M);
+        // The next interval starts with 40 MiB live: the floor decides (64 MiB), and
+        // b's mapping, the newest, pushes a's out.
+        list.age(2150, 1000);
+        assert_eq!(list.cache_bound(), CACHE_MIN_BYTES);
+        assert_eq!(list.cached_bytes(), 40 * M, "a was freed within the decay");
+        free(&list, &owner, b, 2200);
+        assert_eq!(list.cached_bytes(), 40 * M, "only the newest stays");
+        let c = list.alloc(&owner, 40 * M, 8, false, 2300, 1000);
+        assert_eq!(c, b, "the newest came back");
+        free(&list, &owner, c, 2400);
+        list.trim();
         assert_eq!(owner.live.get(), 0);
     }
 }
