@@ -9,6 +9,12 @@
 //!   other; op `op` = ns per block. What decides it is whether the memory of one
 //!   block is still mapped for the next (a page fault costs ~2 µs here, ~4,000 per
 //!   block).
+//! - `large_rounds` (param = blocks per round, 12): rounds of 12 blocks of 5–10 MiB
+//!   (uniform, from a fixed generator) allocated one after the other and kept, every
+//!   page written, then all freed; op `round` = ns per round. A program that builds a
+//!   working set of large buffers per request, frame or phase (mimalloc-bench's
+//!   mstress keeps ten to twenty such blocks live): what decides it is whether the
+//!   last round's memory is still mapped for the next, all of it (about 90 MiB).
 //! - Memory, each allocator in a fresh child process (`kmem bench-child rss-NAME`), so
 //!   that no allocator reuses memory an earlier bench left it: `random_sizes` op
 //!   `peak_rss` (bytes: the highest resident memory while the 10,000-slot table is
@@ -32,12 +38,16 @@ pub const MEDIUM_SIZES: [u64; 3] = [16 << 10, 64 << 10, 256 << 10];
 /// `large_churn`: smallest and largest block, in MiB.
 const CHURN_MIN_MIB: usize = 5;
 pub const CHURN_MAX_MIB: u64 = 25;
+/// `large_rounds`: blocks per round, their smallest and largest size in MiB.
+pub const ROUNDS_BLOCKS: u64 = 12;
+const ROUNDS_MIN_MIB: usize = 5;
+const ROUNDS_MAX_MIB: usize = 10;
 /// The decay interval `rss_after` waits (kmem's default `KMEM_DECAY_MS`).
 const DECAY: Duration = Duration::from_millis(1000);
 
 /// Measurements per allocator in the in-process part.
 pub fn benches() -> u64 {
-    MEDIUM_SIZES.len() as u64 + 1
+    MEDIUM_SIZES.len() as u64 + 2
 }
 
 /// The memory children, one per allocator (in the order of `workloads::allocators`).
@@ -78,6 +88,16 @@ pub fn measure(ctx: &Ctx, allocators: &[(&'static str, Alloc)]) -> Vec<BenchResu
     });
     for (&(name, _), t) in allocators.iter().zip(times) {
         out.push(BenchResult::time("large_churn", name, CHURN_MAX_MIB, "op", t).without_bytes());
+    }
+    let rounds: u64 = if ctx.quick { 3 } else { 10 };
+    ctx.status("workloads large_rounds".to_string());
+    let times = ctx.measure_interleaved(rounds, n, |i, m| {
+        large_rounds(allocators[i].1, &mut Rng::new(5), m)
+    });
+    for (&(name, _), t) in allocators.iter().zip(times) {
+        out.push(
+            BenchResult::time("large_rounds", name, ROUNDS_BLOCKS, "round", t).without_bytes(),
+        );
     }
     out
 }
@@ -160,6 +180,32 @@ fn large_churn(a: Alloc, rng: &mut Rng, n: u64) {
         }
         // SAFETY: allocated just above with `l`.
         unsafe { a.dealloc(black_box(p), l) };
+    }
+}
+
+/// `n` rounds: [`ROUNDS_BLOCKS`] blocks of 5–10 MiB allocated and kept, each written
+/// page by page, then all freed.
+fn large_rounds(a: Alloc, rng: &mut Rng, n: u64) {
+    let mut live = Vec::with_capacity(ROUNDS_BLOCKS as usize);
+    for _ in 0..n {
+        for _ in 0..ROUNDS_BLOCKS {
+            let mib =
+                ROUNDS_MIN_MIB + rng.below((ROUNDS_MAX_MIB - ROUNDS_MIN_MIB + 1) as u64) as usize;
+            let size = (mib << 20) + rng.below(1 << 20) as usize;
+            let l = Layout::from_size_align(size, 8).expect("layout");
+            // SAFETY: a non-zero size.
+            let p = unsafe { a.alloc(l) };
+            assert!(!p.is_null(), "large_rounds: out of memory");
+            for off in (0..size).step_by(4096) {
+                // SAFETY: inside the block.
+                unsafe { p.add(off).write_volatile(1) };
+            }
+            live.push((p, l));
+        }
+        for (p, l) in live.drain(..) {
+            // SAFETY: allocated above with `l`, freed once.
+            unsafe { a.dealloc(black_box(p), l) };
+        }
     }
 }
 

@@ -533,6 +533,7 @@ fn report_lines(results: &[BenchResult]) -> String {
         let unit = match bench {
             "random_sizes" | "medium" | "rebuild" => "B",
             "large_churn" => "MiB",
+            "large_rounds" => "blocks",
             _ => "threads",
         };
         let label = format!("{bench} {param} {unit}");
