@@ -344,6 +344,50 @@ pub fn class_waste_lines() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::alloc::{GlobalAlloc, System};
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+
+    /// The system allocator, counting live blocks (and their most at once) and
+    /// checking each block's size.
+    struct Rounds {
+        live: AtomicUsize,
+        most: AtomicUsize,
+        allocs: AtomicUsize,
+    }
+
+    // SAFETY: forwards to System; the counters change nothing it returns.
+    unsafe impl GlobalAlloc for Rounds {
+        unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+            assert!((ROUNDS_MIN_MIB << 20..(ROUNDS_MAX_MIB + 1) << 20).contains(&l.size()));
+            let n = self.live.fetch_add(1, Relaxed) + 1;
+            self.most.fetch_max(n, Relaxed);
+            self.allocs.fetch_add(1, Relaxed);
+            // SAFETY: forwarded.
+            unsafe { System.alloc(l) }
+        }
+        unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+            self.live.fetch_sub(1, Relaxed);
+            // SAFETY: forwarded.
+            unsafe { System.dealloc(p, l) }
+        }
+    }
+
+    #[test]
+    fn large_rounds_keep_a_round_live_then_free_it_all() {
+        static R: Rounds = Rounds {
+            live: AtomicUsize::new(0),
+            most: AtomicUsize::new(0),
+            allocs: AtomicUsize::new(0),
+        };
+        large_rounds(&R, &mut Rng::new(5), 2);
+        assert_eq!(R.allocs.load(Relaxed), 2 * ROUNDS_BLOCKS as usize);
+        assert_eq!(
+            R.most.load(Relaxed),
+            ROUNDS_BLOCKS as usize,
+            "a round live at once"
+        );
+        assert_eq!(R.live.load(Relaxed), 0, "everything freed");
+    }
 
     #[test]
     fn the_mix_is_a_distribution_and_the_classes_between_powers_of_two_waste_less() {
