@@ -72,6 +72,9 @@ pub(crate) struct HugeList {
     peak: AtomicUsize,
     /// When the interval `peak` covers began (ns).
     peak_ns: AtomicU64,
+    /// The cache's largest bound: [`CACHE_MAX_BYTES`], or [`CACHE_MIN_BYTES`] for a
+    /// bounded heap ([`HugeList::set_bounded`]).
+    limit: AtomicUsize,
 }
 
 /// A freed mapping kept for reuse: address, length, when it was freed (ns).
@@ -153,6 +156,7 @@ impl HugeList {
             cached: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             peak_ns: AtomicU64::new(0),
+            limit: AtomicUsize::new(CACHE_MAX_BYTES),
         }
     }
 
@@ -237,11 +241,24 @@ impl HugeList {
     }
 
     /// Most bytes the cache may hold now: the peak of live huge bytes since the decay
-    /// interval began, at least [`CACHE_MIN_BYTES`], at most [`CACHE_MAX_BYTES`].
+    /// interval began, at least [`CACHE_MIN_BYTES`], at most [`CACHE_MAX_BYTES`]
+    /// (at most [`CACHE_MIN_BYTES`] in a bounded heap: cached mappings count toward no
+    /// bound, so there they stay as few as before the peak rule).
     pub(crate) fn cache_bound(&self) -> usize {
         self.peak
             .load(Ordering::Relaxed)
-            .clamp(CACHE_MIN_BYTES, CACHE_MAX_BYTES)
+            .clamp(CACHE_MIN_BYTES, self.limit.load(Ordering::Relaxed))
+    }
+
+    /// Whether the heap has a bound (`KMEM_MAX`): the cache then keeps at most
+    /// [`CACHE_MIN_BYTES`].
+    pub(crate) fn set_bounded(&self, bounded: bool) {
+        let limit = if bounded {
+            CACHE_MIN_BYTES
+        } else {
+            CACHE_MAX_BYTES
+        };
+        self.limit.store(limit, Ordering::Relaxed);
     }
 
     /// A cached mapping for `len` bytes aligned to `align`, after unmapping those
@@ -673,6 +690,25 @@ mod tests {
         let c = list.alloc(&owner, 40 * M, 8, false, 2300, 1000);
         assert_eq!(c, b, "the newest came back");
         free(&list, &owner, c, 2400);
+        list.trim();
+        assert_eq!(owner.live.get(), 0);
+    }
+
+    #[test]
+    fn a_bounded_heap_caches_no_more_than_the_floor() {
+        let (list, owner) = (HugeList::new(), Owner::default());
+        const M: usize = 1 << 20;
+        list.set_bounded(true);
+        let ps: Vec<*mut u8> = (0..4)
+            .map(|_| list.alloc(&owner, 30 * M, 8, false, 0, 1000))
+            .collect();
+        assert_eq!(list.cache_bound(), CACHE_MIN_BYTES, "120 MiB peak, bounded");
+        for (t, &p) in ps.iter().enumerate() {
+            free(&list, &owner, p, t as u64);
+        }
+        assert_eq!(list.cached_bytes(), 60 * M, "two of four within 64 MiB");
+        list.set_bounded(false);
+        assert_eq!(list.cache_bound(), 120 * M);
         list.trim();
         assert_eq!(owner.live.get(), 0);
     }

@@ -230,6 +230,7 @@ impl Heap {
         // Before the first section comes online (`KMEM_THP`).
         os::set_thp(env.thp);
         let max_pages = env.max_bytes >> PAGE_SHIFT;
+        self.huge.set_bounded(max_pages > 0);
         // With a bound, the span needs the bound plus room for partly used sections
         // of every node; without one, the whole reach of the section table.
         let want = if max_pages > 0 {

@@ -129,5 +129,6 @@ impl Heap {
     /// Bounds the heap at `bytes` (0 = no bound). Memory already online stays.
     pub fn set_max_bytes(&self, bytes: usize) {
         self.kmem.pages.set_max_pages(bytes >> PAGE_SHIFT);
+        self.huge.set_bounded(bytes != 0);
     }
 }
