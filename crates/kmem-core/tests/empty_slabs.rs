@@ -567,3 +567,64 @@ fn an_adopted_slab_leaves_its_objcg_vector_behind() {
     assert_eq!((s.nr_slabs(0), t.nr_slabs(0)), (0, 0));
     assert!(k.pages.platform().take_log().is_empty());
 }
+
+#[test]
+fn caches_of_one_order_adopt_each_other_s_slabs_from_several_threads() {
+    // Four threads, each with a CPU area of its own, each a batch of one of two caches
+    // of one slab order at a time, freed with no CPU (to the slabs, which are kept):
+    // the caches adopt each other's kept slabs while the others free into theirs.
+    // Every object handed out once, each written whole and checked, the counts and
+    // the census whole at the end.
+    let k = kmem_with_decay(u64::MAX / 2);
+    let (_, c) = own_area(k);
+    let s = k
+        .kmem_cache_create(c, "swap-1k", 1024, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let t = k
+        .kmem_cache_create(c, "swap-768", 768, 8, SlabFlags::empty(), None)
+        .unwrap();
+    assert_eq!(s.config().order, t.config().order);
+    let rounds = if std::env::var("KMEM_STRESS_SECS").is_ok() {
+        400
+    } else {
+        40
+    };
+    std::thread::scope(|sc| {
+        for w in 0..4usize {
+            sc.spawn(move || {
+                let area = k.pages.cpu_area_get(0).unwrap();
+                // SAFETY: owned by this thread.
+                let cpu = Some(unsafe { CpuRef::new(area) });
+                for r in 0..rounds {
+                    let cache = if (r + w) % 2 == 0 { s } else { t };
+                    let size = cache.config().object_size;
+                    let objs: Vec<_> = (0..150)
+                        .map(|_| k.slub().alloc(cpu, cache, Gfp::KERNEL).unwrap())
+                        .collect();
+                    for p in &objs {
+                        // SAFETY: ours, `size` bytes.
+                        unsafe { std::ptr::write_bytes(p.as_ptr(), (w * 16 + r % 16) as u8, size) };
+                    }
+                    for p in &objs {
+                        // SAFETY: ours; every byte is still what this thread wrote.
+                        let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr(), size) };
+                        assert!(bytes.iter().all(|&b| b == (w * 16 + r % 16) as u8));
+                    }
+                    free_to_slabs(k, cache, &objs);
+                }
+                // SAFETY: owned; not used afterwards.
+                unsafe { k.pages.cpu_area_put(area) };
+            });
+        }
+    });
+    check_census(k, s, &[], &HashSet::new());
+    check_census(k, t, &[], &HashSet::new());
+    k.shrink_all(c);
+    assert_eq!((s.nr_slabs(0), t.nr_slabs(0)), (0, 0));
+    assert_eq!(
+        k.slub().kept_empty_pages(0),
+        0,
+        "every kept page counted out"
+    );
+    assert!(k.pages.platform().take_log().is_empty());
+}
