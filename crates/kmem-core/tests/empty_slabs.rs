@@ -364,6 +364,20 @@ fn a_kept_slab_with_an_objcg_vector_comes_back_charged_and_uncharges_again() {
 }
 
 /// The first address of the slab holding `p` (slabs are aligned to their size).
+/// Shrinks everything: no slab of `caches` left, no kept page counted, no report.
+fn shrink_to_nothing(k: &K, c: Option<CpuRef<'_>>, caches: &[&KmemCache]) {
+    k.shrink_all(c);
+    for s in caches {
+        assert_eq!(s.nr_slabs(0), 0, "{} has slabs left", s.config().name());
+    }
+    assert_eq!(
+        k.slub().kept_empty_pages(0),
+        0,
+        "every kept page counted out"
+    );
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
 fn slab_base(s: &KmemCache, p: usize) -> usize {
     p & !(s.config().slab_bytes() - 1)
 }
@@ -450,14 +464,7 @@ fn a_cache_adopts_another_cache_s_kept_slabs_of_its_order() {
     // Freed, they are the adopter's kept slabs; the counts stay whole.
     free_to_slabs(k, t, &got);
     assert!(kept_objects(k, t, &[]) > 0, "kept again, as the adopter's");
-    k.shrink_all(c);
-    assert_eq!((s.nr_slabs(0), t.nr_slabs(0)), (0, 0));
-    assert_eq!(
-        k.slub().kept_empty_pages(0),
-        0,
-        "every kept page counted out"
-    );
-    assert!(k.pages.platform().take_log().is_empty());
+    shrink_to_nothing(k, c, &[s, t]);
 }
 
 fn set_ones(p: *mut u8) {
@@ -493,8 +500,7 @@ fn a_cache_with_a_constructor_adopts_no_slab() {
         "the donor's kept slabs reclaimed"
     );
     free_to_slabs(k, t, &got);
-    k.shrink_all(c);
-    assert_eq!((s.nr_slabs(0), t.nr_slabs(0)), (0, 0));
+    shrink_to_nothing(k, c, &[s, t]);
 }
 
 #[test]
@@ -563,9 +569,7 @@ fn an_adopted_slab_leaves_its_objcg_vector_behind() {
         assert!(unsafe { k.slub().free(c, t, p) });
     }
     k.memcg().memcg_drain_stock(c.unwrap());
-    k.shrink_all(c);
-    assert_eq!((s.nr_slabs(0), t.nr_slabs(0)), (0, 0));
-    assert!(k.pages.platform().take_log().is_empty());
+    shrink_to_nothing(k, c, &[s, t]);
 }
 
 #[test]
@@ -619,12 +623,5 @@ fn caches_of_one_order_adopt_each_other_s_slabs_from_several_threads() {
     });
     check_census(k, s, &[], &HashSet::new());
     check_census(k, t, &[], &HashSet::new());
-    k.shrink_all(c);
-    assert_eq!((s.nr_slabs(0), t.nr_slabs(0)), (0, 0));
-    assert_eq!(
-        k.slub().kept_empty_pages(0),
-        0,
-        "every kept page counted out"
-    );
-    assert!(k.pages.platform().take_log().is_empty());
+    shrink_to_nothing(k, c, &[s, t]);
 }
