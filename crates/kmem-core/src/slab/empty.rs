@@ -359,12 +359,15 @@ impl<P: Platform> Slub<'_, P> {
     /// refill takes them as its own ([`Slub::reuse_empty_slab_taking`]). Returns
     /// whether any came.
     ///
-    /// A buffer grown through the classes frees each class's slabs as the next one
-    /// fills: from 2 KiB up the classes' slabs have one order (32 KiB), and each
-    /// class's new slabs are the last one's, without the page allocator's free and
-    /// merge, split and allocation, or the discarded slab's page words rewritten twice.
-    /// Caches with a constructor adopt none (their objects would need it run); the
-    /// slabs keep their memory either way, so no cache takes more pages for it.
+    /// A program whose phases free a batch of one size and allocate a batch of
+    /// another: from 2 KiB up the kmalloc classes' slabs have one order (32 KiB), and
+    /// the second class's new slabs are the first one's, without the page allocator's
+    /// free and merge, split and allocation, or the slab's page words set up anew
+    /// (4 KiB then 8 KiB blocks: 375 instructions a pair instead of 549). Caches with a
+    /// constructor adopt none (their objects would need it run); the slabs keep their
+    /// memory either way, so no cache takes more pages for it. (A buffer grown by
+    /// `realloc` frees its old class's slabs to the zone at once instead: the next
+    /// class gets the memory just copied from, `free_outgrown`.)
     pub(super) fn adopt_kept_slabs(
         &self,
         cpu: Option<CpuRef<'_>>,

@@ -110,9 +110,9 @@ impl<P: Platform> Slub<'_, P> {
             if len == cap {
                 break;
             }
-            // A new slab (a kept empty one first, its own or adopted, `empty.rs`): its first objects
-            // straight into the sheaf, the rest the node's fresh tail (`fresh.rs`),
-            // or linked onto the partial list of the slab's node.
+            // A new slab (a kept empty one first, its own or adopted, `empty.rs`): its
+            // first objects straight into the sheaf, the rest the node's fresh tail
+            // (`fresh.rs`), or linked onto the partial list of the slab's node.
             let Some((slab, took, fresh)) = self
                 .reuse_empty_slab_taking(cpu, s, nid, room(sheaf, len, cap), false)
                 .or_else(|| {
