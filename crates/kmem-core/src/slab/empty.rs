@@ -299,45 +299,19 @@ impl<P: Platform> Slub<'_, P> {
     #[cold]
     #[inline(never)]
     fn reclaim_kept_slabs_slow(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, nid: usize) {
-        // The slabs taken, by cache: taken under the cache list lock, discarded after
-        // it (the page allocator's free may run a reporting pass, whose locks the fork
-        // handlers take before the cache list's), through this CPU's page lists.
-        let mut taken: [(*const KmemCache, PageList); RECLAIM_CACHES] =
-            [const { (core::ptr::null(), PageList::new()) }; RECLAIM_CACHES];
-        let mut n = 0;
-        {
-            let Some(_g) = self.caches.lock.try_lock() else {
-                return;
-            };
-            // Before the lock goes: a destruction that removes a cache after it waits
-            // for the discards below (`CacheList::wait_for_reclaims`).
-            self.caches.reclaiming.fetch_add(1, Relaxed);
-            let mut pages = 0;
-            // SAFETY: the list lock is held.
-            unsafe {
-                self.caches.for_each_locked(|t| {
-                    if pages >= RECLAIM_PAGES || n == RECLAIM_CACHES || core::ptr::eq(t, s) {
-                        return;
-                    }
-                    if !Self::keeps_empty_slabs(t.config()) {
-                        return;
-                    }
-                    let order = t.config().order;
-                    let want = (RECLAIM_PAGES - pages).div_ceil(1 << order);
-                    let node = t.node(nid);
-                    let out = &mut taken[n].1;
-                    {
-                        let mut list = node.list_lock.lock();
-                        node.empty.take_oldest(&mut list, want, out);
-                    }
-                    if !out.is_empty() {
-                        pages += out.len() << order;
-                        taken[n].0 = t;
-                        n += 1;
-                    }
-                })
-            };
-        }
+        // Taken under the cache list lock, discarded after it (the page allocator's
+        // free may run a reporting pass, whose locks the fork handlers take before the
+        // cache list's), through this CPU's page lists.
+        let Some((mut taken, n)) =
+            self.take_others_kept(s, nid, RECLAIM_PAGES, |t, node, locked, left, out| {
+                if Self::keeps_empty_slabs(t.config()) {
+                    let want = left.div_ceil(1 << t.config().order);
+                    node.empty.take_oldest(locked, want, out);
+                }
+            })
+        else {
+            return;
+        };
         for (t, out) in &mut taken[..n] {
             // SAFETY: a cache found on the list, which cannot be freed before this
             // reclaim is done: its destruction removes it from the list, then waits
@@ -351,6 +325,50 @@ impl<P: Platform> Slub<'_, P> {
             }
         }
         self.caches.reclaiming.fetch_sub(1, Release);
+    }
+
+    /// Kept slabs of caches other than `s` on node `nid`, off their lists, for a
+    /// reclaim or an adoption: walks the cache list (`None` when its lock is busy) and,
+    /// under each cache's node `list_lock` in turn, lets `take` move slabs of it into
+    /// `out` (given the pages still wanted), until `want_pages` pages or
+    /// [`RECLAIM_CACHES`] caches. Returns the lists by cache and how many. Raises
+    /// `reclaiming` before the cache list lock goes: the caller lowers it when done
+    /// with the caches, whose destruction waits for that
+    /// (`CacheList::wait_for_reclaims`).
+    #[allow(clippy::type_complexity)]
+    fn take_others_kept(
+        &self,
+        s: &KmemCache,
+        nid: usize,
+        want_pages: usize,
+        mut take: impl FnMut(&KmemCache, &KmemCacheNode, &mut PageList, usize, &mut PageList),
+    ) -> Option<([(*const KmemCache, PageList); RECLAIM_CACHES], usize)> {
+        let mut taken: [(*const KmemCache, PageList); RECLAIM_CACHES] =
+            [const { (core::ptr::null(), PageList::new()) }; RECLAIM_CACHES];
+        let mut n = 0;
+        let _g = self.caches.lock.try_lock()?;
+        self.caches.reclaiming.fetch_add(1, Relaxed);
+        let mut pages = 0;
+        // SAFETY: the list lock is held.
+        unsafe {
+            self.caches.for_each_locked(|t| {
+                if pages >= want_pages || n == RECLAIM_CACHES || core::ptr::eq(t, s) {
+                    return;
+                }
+                let node = t.node(nid);
+                let out = &mut taken[n].1;
+                {
+                    let mut list = node.list_lock.lock();
+                    take(t, node, &mut list, want_pages - pages, out);
+                }
+                if !out.is_empty() {
+                    pages += out.len() << t.config().order;
+                    taken[n].0 = t;
+                    n += 1;
+                }
+            })
+        };
+        Some((taken, n))
     }
 
     /// Before a refill of `s` makes a slab on node `nid` (its own kept slabs are used
@@ -388,46 +406,22 @@ impl<P: Platform> Slub<'_, P> {
     #[inline(never)]
     fn adopt_kept_slabs_slow(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, nid: usize) -> bool {
         let order = s.config().order;
-        let want = (ADOPT_PAGES >> order).max(1);
-        // Taken under the cache list lock, made `s`'s after it (freeing an objcg vector
-        // may discard a slab, and a page free may run a reporting pass), as the
-        // reclaim does: the donors stay alive until `reclaiming` falls.
-        let mut taken: [(*const KmemCache, PageList); RECLAIM_CACHES] =
-            [const { (core::ptr::null(), PageList::new()) }; RECLAIM_CACHES];
-        let mut n = 0;
-        {
-            let Some(_g) = self.caches.lock.try_lock() else {
-                return false;
-            };
-            self.caches.reclaiming.fetch_add(1, Relaxed);
-            let mut got = 0;
-            // SAFETY: the list lock is held.
-            unsafe {
-                self.caches.for_each_locked(|t| {
-                    if got >= want || n == RECLAIM_CACHES || core::ptr::eq(t, s) {
-                        return;
-                    }
-                    let tc = t.config();
-                    if tc.order != order || !Self::keeps_empty_slabs(tc) {
-                        return;
-                    }
-                    let node = t.node(nid);
-                    let out = &mut taken[n].1;
-                    {
-                        let mut list = node.list_lock.lock();
-                        node.empty.take_newest(&mut list, want - got, out);
-                        // Off `t`'s lists and counts under its lock, onto `s`'s under
-                        // `s`'s: a census of either never finds a slab it does not count.
-                        node.nr_slabs.fetch_sub(out.len(), Relaxed);
-                    }
-                    if !out.is_empty() {
-                        got += out.len();
-                        taken[n].0 = t;
-                        n += 1;
-                    }
-                })
-            };
-        }
+        // Made `s`'s after the cache list lock (freeing an objcg vector may discard a
+        // slab, and a page free may run a reporting pass), as the reclaim does.
+        let want = ADOPT_PAGES.max(1 << order);
+        let Some((mut taken, n)) =
+            self.take_others_kept(s, nid, want, |t, node, locked, left, out| {
+                let tc = t.config();
+                if tc.order == order && Self::keeps_empty_slabs(tc) {
+                    node.empty.take_newest(locked, left >> order, out);
+                    // Off `t`'s lists and counts under its lock, onto `s`'s under `s`'s: a
+                    // census of either never finds a slab it does not count.
+                    node.nr_slabs.fetch_sub(out.len(), Relaxed);
+                }
+            })
+        else {
+            return false;
+        };
         let mut mine = PageList::new();
         for (t, out) in &mut taken[..n] {
             // SAFETY: a cache found on the list, alive until `reclaiming` falls (its
