@@ -208,6 +208,13 @@ pub(crate) fn tick(now_ns: u64) {
 }
 
 /// Whether this allocation of `size` bytes is to be sampled (takes the armed sample).
+///
+/// Taking the sample restarts the interval, as the kernel's timer restarts once the
+/// armed allocation has come: an armed sample may wait long for an allocation that
+/// takes it (sizes above a page never do), and an interval counted from the arming
+/// would be over already, so the next tick would arm again at once — inside the
+/// allocations the sample itself makes (its stack trace's first use loads the
+/// unwinder, which allocates).
 #[inline]
 pub(crate) fn should_sample(size: usize) -> bool {
     if size == 0 || size > PAGE_SIZE {
@@ -216,8 +223,16 @@ pub(crate) fn should_sample(size: usize) -> bool {
     let interval = INTERVAL_NS.load(Ordering::Relaxed);
     // Read before the swap: a swap is a locked write to a line every thread reads,
     // and between samples (all but one allocation per interval) nothing is armed.
-    interval == ALL
-        || (interval != 0 && ARMED.load(Ordering::Relaxed) && ARMED.swap(false, Ordering::Relaxed))
+    if interval == ALL {
+        return true;
+    }
+    if interval == 0 || !ARMED.load(Ordering::Relaxed) {
+        return false;
+    }
+    // The next interval first, while the sample is still armed: a tick on another
+    // thread leaves an armed sample alone, so it cannot arm a second one in between.
+    NEXT_NS.store(now_ns().saturating_add(interval), Ordering::Relaxed);
+    ARMED.swap(false, Ordering::Relaxed)
 }
 
 /// Whether a sample is armed (read only: the allocation that takes it calls

@@ -103,3 +103,63 @@ fn sampled_objects_keep_kmalloc_alignment() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// A sample that waited long for an allocation to take it (sizes above a page never
+/// do) restarts the interval when it is taken: the allocations right after it are not
+/// sampled again. (Counted from the arming instead, the interval was long over, and
+/// the next housekeeping tick armed a second sample at once — inside the first
+/// sample's own allocations when its stack trace loaded the unwinder, which stopped
+/// C programs with ld.so's "Inconsistency detected" assertion.)
+#[test]
+fn a_late_sample_restarts_the_interval() {
+    if std::env::var_os(CHILD).is_some() {
+        let h = heap();
+        // 350 ms of blocks above a page: the interval (100 ms) passes, the slow
+        // paths' housekeeping arms a sample, and nothing takes it.
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(350) {
+            let ps: Vec<_> = (0..64)
+                .map(|_| h.kmalloc(16384, Gfp::KERNEL).expect("memory"))
+                .collect();
+            for p in ps {
+                assert!(h.page_allocator().in_span(p.as_ptr()), "a block sampled");
+                // SAFETY: allocated above, freed once.
+                unsafe { h.kfree(p.as_ptr()) };
+            }
+        }
+        // Then small objects, enough slow paths for several housekeeping ticks, in
+        // far less than an interval: the armed sample is taken once, and only once.
+        let start = Instant::now();
+        let ps: Vec<_> = (0..4000)
+            .map(|i| h.kmalloc(24 + i % 100, Gfp::KERNEL).expect("memory"))
+            .collect();
+        let elapsed = start.elapsed();
+        let sampled = ps
+            .iter()
+            .filter(|p| !h.page_allocator().in_span(p.as_ptr()))
+            .count();
+        for p in ps {
+            // SAFETY: allocated above, freed once.
+            unsafe { h.kfree(p.as_ptr()) };
+        }
+        assert!(elapsed < Duration::from_millis(100), "{elapsed:?}");
+        println!("sampled {sampled}");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_late_sample_restarts_the_interval",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("KMEM_KFENCE", "100")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("sampled 1\n"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

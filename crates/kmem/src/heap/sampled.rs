@@ -23,6 +23,24 @@ impl Heap {
         if gfp.intersects(Gfp::ACCOUNT) || super::thread::active_objcg().is_some() {
             return None;
         }
+        thread_local! {
+            static SAMPLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+        }
+        // A sample's own allocations, and those of any stack trace, are never
+        // sampled. The first trace loads glibc's unwinder with dlopen, which
+        // allocates; a sample taken in there would trace (or install the fault
+        // handler, which unwinds) again while libgcc_s is half loaded: ld.so's
+        // "Inconsistency detected" assertion, or the half-loaded unwinder's abort.
+        if crate::platform::linux::in_stack_trace() || SAMPLING.with(|s| s.replace(true)) {
+            return None;
+        }
+        let p = self.kfence_alloc_sample(size, gfp);
+        SAMPLING.with(|s| s.set(false));
+        p
+    }
+
+    /// [`Heap::kfence_alloc`] for a thread not inside a sample already.
+    fn kfence_alloc_sample(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
         // kmalloc's alignment: at least 8, natural for powers of two, else malloc's 16.
         let align = if size.is_power_of_two() {
             size.max(8)

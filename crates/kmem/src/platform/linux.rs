@@ -331,9 +331,6 @@ impl Platform for LinuxPlatform {
 
     #[inline(never)]
     fn stack_trace(&self, frames: &mut [usize]) {
-        thread_local! {
-            static IN_TRACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-        }
         // glibc's backtrace loads libgcc_s on its first use, which allocates: a
         // nested allocation must not trace again.
         if IN_TRACE.with(|t| t.replace(true)) {
@@ -389,6 +386,18 @@ impl Platform for LinuxPlatform {
             self.real_nodes.load(Ordering::Relaxed),
         )
     }
+}
+
+thread_local! {
+    /// Whether this thread is inside [`LinuxPlatform`]'s `stack_trace`.
+    static IN_TRACE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is taking a stack trace: an allocation made from in
+/// there (the unwinder's first use loads libgcc_s with dlopen, which allocates) must
+/// not unwind again, nor sample (KFENCE's fault handler unwinds as it is installed).
+pub(crate) fn in_stack_trace() -> bool {
+    IN_TRACE.with(|t| t.get())
 }
 
 /// Prepares slub_debug's stack traces (call once the heap is ready: it allocates): in
