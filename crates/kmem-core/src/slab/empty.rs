@@ -352,7 +352,11 @@ impl<P: Platform> Slub<'_, P> {
         // SAFETY: the list lock is held.
         unsafe {
             self.caches.for_each_locked(|t| {
-                if pages >= want_pages || n == RECLAIM_CACHES || core::ptr::eq(t, s) {
+                if pages >= want_pages
+                    || n == RECLAIM_CACHES
+                    || core::ptr::eq(t, s)
+                    || self.caches.kept_slabs[nid][t.config().order].load(Relaxed) == 0
+                {
                     return;
                 }
                 let node = t.node(nid);
