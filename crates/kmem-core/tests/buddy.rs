@@ -445,9 +445,12 @@ fn double_free_is_reported_and_ignored() {
 
 #[test]
 fn fake_numa_fallback_and_numa_events() {
-    // Two fake nodes, and a bound of one section: node 0 takes it all, so node 1
-    // cannot grow and its allocations fall back to node 0.
+    // Two fake nodes, and a bound of one section: node 0 takes it all (a bounded
+    // heap brings memory online in steps of an eighth of the bound: every step to
+    // node 0), so node 1 cannot grow and its allocations fall back to node 0.
     let pa = allocator(4, config(2, SECTION_MANAGED_PAGES));
+    while pa.add_memory(0) {}
+    assert_eq!(pa.nr_managed_pages(), SECTION_MANAGED_PAGES);
     let area = pa.cpu_area_get(0).unwrap();
     // SAFETY: owned by this thread.
     let cpu = unsafe { CpuRef::new(area) };

@@ -19,6 +19,10 @@
 //! process hold more than its recent peak (beyond the floor), and a program that makes
 //! and frees a round of large buffers again and again gets the whole round back.
 //!
+//! In a heap bounded by `KMEM_MAX`, the mappings take their bytes of the bound from
+//! the owner ([`HugeOwner::reserve`], given back at their free or shrink), and the
+//! cache keeps nothing: a cached mapping would hold memory beyond the bound.
+//!
 //! Locking: one spin lock (`HugeList::head`) covers the list and the cache slots; it
 //! is taken after a CPU area's local lock and before the slab and page allocator
 //! locks, and never held across a call into them (descriptors are allocated and freed
@@ -72,8 +76,8 @@ pub(crate) struct HugeList {
     peak: AtomicUsize,
     /// When the interval `peak` covers began (ns).
     peak_ns: AtomicU64,
-    /// The cache's largest bound: [`CACHE_MAX_BYTES`], or [`CACHE_MIN_BYTES`] for a
-    /// bounded heap ([`HugeList::set_bounded`]).
+    /// The cache's largest bound: [`CACHE_MAX_BYTES`], or 0 for a bounded heap
+    /// ([`HugeList::set_bounded`]).
     limit: AtomicUsize,
 }
 
@@ -101,6 +105,13 @@ pub(crate) trait HugeOwner {
     /// # Safety
     /// `d` came from `desc_alloc` and nobody uses it any more.
     unsafe fn desc_free(&self, d: NonNull<u8>);
+
+    /// Takes `bytes` of the owner's bound (`KMEM_MAX`) for a mapping about to be
+    /// handed out or grown: false if there is no room (the mapping is not made).
+    fn reserve(&self, bytes: usize) -> bool;
+
+    /// Gives back `bytes` taken by [`HugeOwner::reserve`] (a mapping freed or shrunk).
+    fn release(&self, bytes: usize);
 }
 
 /// A fresh anonymous mapping of `len` bytes aligned to `align` (the slop trimmed).
@@ -203,6 +214,12 @@ impl HugeList {
         let Some(d) = owner.desc_alloc() else {
             return ptr::null_mut();
         };
+        // The bound first: no mapping is made (nor a cached one taken) without room.
+        if !owner.reserve(len) {
+            // SAFETY: `d` is a fresh descriptor nobody saw.
+            unsafe { owner.desc_free(d) };
+            return ptr::null_mut();
+        }
         let reused = self.take_cached(len, align, now_ns, decay_ns);
         let (addr, len) = match reused {
             Some((addr, cached_len)) => {
@@ -210,15 +227,22 @@ impl HugeList {
                     // SAFETY: a mapping we own, `cached_len` bytes.
                     unsafe { ptr::write_bytes(addr as *mut u8, 0, len) };
                 }
-                (addr, cached_len)
+                if cached_len > len && !owner.reserve(cached_len - len) {
+                    // A larger cached mapping than the bound leaves room for: no
+                    // longer kept, and a fresh one of the size asked for instead.
+                    // SAFETY: taken off the cache: ours, `cached_len` bytes.
+                    unsafe { os::unmap(addr, cached_len) };
+                    match map_aligned(len, align) {
+                        Some(addr) => (addr, len),
+                        None => return self.alloc_failed(owner, d, len),
+                    }
+                } else {
+                    (addr, cached_len)
+                }
             }
             None => match map_aligned(len, align) {
                 Some(addr) => (addr, len),
-                None => {
-                    // SAFETY: `d` is a fresh descriptor nobody saw.
-                    unsafe { owner.desc_free(d) };
-                    return ptr::null_mut();
-                }
+                None => return self.alloc_failed(owner, d, len),
             },
         };
         let d = d.as_ptr() as *mut HugeDesc;
@@ -240,24 +264,33 @@ impl HugeList {
         addr as *mut u8
     }
 
-    /// Most bytes the cache may hold now: the peak of live huge bytes since the decay
-    /// interval began, at least [`CACHE_MIN_BYTES`], at most [`CACHE_MAX_BYTES`]
-    /// (at most [`CACHE_MIN_BYTES`] in a bounded heap: cached mappings count toward no
-    /// bound, so there they stay as few as before the peak rule).
-    pub(crate) fn cache_bound(&self) -> usize {
-        self.peak
-            .load(Ordering::Relaxed)
-            .clamp(CACHE_MIN_BYTES, self.limit.load(Ordering::Relaxed))
+    /// [`HugeList::alloc`] without a mapping: the descriptor and the `len` bytes of
+    /// the bound it took go back.
+    #[cold]
+    fn alloc_failed(&self, owner: &impl HugeOwner, d: NonNull<u8>, len: usize) -> *mut u8 {
+        owner.release(len);
+        // SAFETY: `d` is a fresh descriptor nobody saw.
+        unsafe { owner.desc_free(d) };
+        ptr::null_mut()
     }
 
-    /// Whether the heap has a bound (`KMEM_MAX`): the cache then keeps at most
-    /// [`CACHE_MIN_BYTES`].
+    /// Most bytes the cache may hold now: the peak of live huge bytes since the decay
+    /// interval began, at least [`CACHE_MIN_BYTES`], at most [`CACHE_MAX_BYTES`];
+    /// none in a bounded heap (the owner's bound counts live mappings, so a cached one
+    /// would be memory beyond the bound).
+    pub(crate) fn cache_bound(&self) -> usize {
+        match self.limit.load(Ordering::Relaxed) {
+            0 => 0,
+            limit => self
+                .peak
+                .load(Ordering::Relaxed)
+                .clamp(CACHE_MIN_BYTES, limit),
+        }
+    }
+
+    /// Whether the heap has a bound (`KMEM_MAX`): the cache then keeps nothing.
     pub(crate) fn set_bounded(&self, bounded: bool) {
-        let limit = if bounded {
-            CACHE_MIN_BYTES
-        } else {
-            CACHE_MAX_BYTES
-        };
+        let limit = if bounded { 0 } else { CACHE_MAX_BYTES };
         self.limit.store(limit, Ordering::Relaxed);
     }
 
@@ -394,12 +427,19 @@ impl HugeList {
     ///
     /// # Safety
     /// If `p` is a huge allocation, the caller gives it up.
-    pub(crate) unsafe fn free(&self, p: *mut u8, now_ns: u64) -> Option<NonNull<u8>> {
+    pub(crate) unsafe fn free(
+        &self,
+        owner: &impl HugeOwner,
+        p: *mut u8,
+        now_ns: u64,
+    ) -> Option<NonNull<u8>> {
         let d = self.unlink(p)?;
         // SAFETY: unlinked, so ours alone.
         let desc = unsafe { &*d };
         self.count.fetch_sub(1, Ordering::Relaxed);
         self.bytes.fetch_sub(desc.len, Ordering::Relaxed);
+        // Its bytes of the bound go back (a bounded heap caches none: `cache_bound`).
+        owner.release(desc.len);
         let mut evict = Some(Cached {
             addr: desc.addr,
             len: desc.len,
@@ -471,7 +511,12 @@ impl HugeList {
     ///
     /// # Safety
     /// If `p` is a huge allocation, the caller owns it.
-    pub(crate) unsafe fn remap(&self, p: *mut u8, new_size: usize) -> Option<*mut u8> {
+    pub(crate) unsafe fn remap(
+        &self,
+        owner: &impl HugeOwner,
+        p: *mut u8,
+        new_size: usize,
+    ) -> Option<*mut u8> {
         let new_len = page_round(new_size.max(1))?;
         let head = self.head.lock();
         let mut d = head.0;
@@ -482,11 +527,18 @@ impl HugeList {
                     // Charged: the caller moves it (charging the new size first).
                     return None;
                 }
+                // Growth takes the bound's room first; a shrink gives it back after.
+                let grow = new_len.saturating_sub(desc.len);
+                if grow > 0 && !owner.reserve(grow) {
+                    return Some(ptr::null_mut());
+                }
                 // SAFETY: the caller owns the mapping, a whole one; only the new
                 // address is used after a success.
                 let Some(q) = (unsafe { os::remap(desc.addr, desc.len, new_len) }) else {
+                    owner.release(grow);
                     return Some(ptr::null_mut());
                 };
+                owner.release(desc.len.saturating_sub(new_len));
                 let live = self.bytes.fetch_add(new_len, Ordering::Relaxed) + new_len;
                 self.peak.fetch_max(live, Ordering::Relaxed);
                 self.bytes.fetch_sub(desc.len, Ordering::Relaxed);
@@ -522,10 +574,13 @@ mod tests {
     use std::alloc::{alloc, dealloc, Layout};
     use std::cell::Cell;
 
-    /// Descriptors from the system allocator, counted.
+    /// Descriptors from the system allocator, counted; the bytes reserved, counted
+    /// against `bound` (0: none).
     #[derive(Default)]
     struct Owner {
         live: Cell<isize>,
+        reserved: Cell<usize>,
+        bound: usize,
     }
 
     const DESC: Layout = Layout::new::<HugeDesc>();
@@ -542,12 +597,25 @@ mod tests {
             // SAFETY: from `desc_alloc`, with this layout.
             unsafe { dealloc(d.as_ptr(), DESC) };
         }
+
+        fn reserve(&self, bytes: usize) -> bool {
+            let r = self.reserved.get() + bytes;
+            if self.bound != 0 && r > self.bound {
+                return false;
+            }
+            self.reserved.set(r);
+            true
+        }
+
+        fn release(&self, bytes: usize) {
+            self.reserved.set(self.reserved.get() - bytes);
+        }
     }
 
     /// Frees `p` and gives its descriptor back to `owner`.
     fn free(list: &HugeList, owner: &Owner, p: *mut u8, now: u64) {
         // SAFETY: `p` is one of the list's allocations, given up here.
-        let d = unsafe { list.free(p, now) }.expect("a huge allocation");
+        let d = unsafe { list.free(owner, p, now) }.expect("a huge allocation");
         // SAFETY: the descriptor `free` returned.
         unsafe { owner.desc_free(d) };
     }
@@ -616,13 +684,52 @@ mod tests {
         // SAFETY: ours; grown with mremap, then freed at its new address.
         unsafe {
             p.write(7);
-            let q = list.remap(p, 9 << 20).expect("a huge allocation");
+            let q = list.remap(&owner, p, 9 << 20).expect("a huge allocation");
             assert!(!q.is_null());
             assert_eq!(q.read(), 7);
             assert_eq!(list.totals(), (1, 9 << 20));
             free(&list, &owner, q, 0);
         }
         assert_eq!(list.size_of(p), None);
+        list.trim();
+        assert_eq!(owner.live.get(), 0);
+        assert_eq!(owner.reserved.get(), 0);
+    }
+
+    /// The owner's bound (`KMEM_MAX`) holds the live mappings' bytes, exactly: a
+    /// mapping or a growth past it is refused (nothing mapped, nothing leaked), a
+    /// free or a shrink gives its bytes back, and cached mappings hold none.
+    #[test]
+    fn the_owners_bound_counts_live_mappings() {
+        let list = HugeList::new();
+        let owner = Owner {
+            bound: 20 << 20,
+            ..Owner::default()
+        };
+        let a = list.alloc(&owner, 8 << 20, 8, false, 0, 1000);
+        let b = list.alloc(&owner, 8 << 20, 8, false, 0, 1000);
+        assert!(!a.is_null() && !b.is_null());
+        assert_eq!(owner.reserved.get(), 16 << 20);
+        assert!(list.alloc(&owner, 5 << 20, 8, false, 0, 1000).is_null());
+        assert_eq!((owner.reserved.get(), owner.live.get()), (16 << 20, 2));
+        // SAFETY: ours; a failed growth leaves it as it was, a shrink moves nothing.
+        unsafe {
+            assert!(list.remap(&owner, a, 13 << 20).unwrap().is_null());
+            assert_eq!(list.size_of(a), Some(8 << 20));
+            let a2 = list.remap(&owner, a, 4 << 20).unwrap();
+            assert!(!a2.is_null());
+            assert_eq!(owner.reserved.get(), 12 << 20);
+            free(&list, &owner, a2, 0);
+        }
+        assert_eq!(owner.reserved.get(), 8 << 20);
+        // The freed mapping is cached (holding none of the bound); taken again by a
+        // smaller request, its whole length counts.
+        let c = list.alloc(&owner, 3 << 20, 8, false, 1, 1000);
+        assert!(!c.is_null());
+        assert_eq!(owner.reserved.get(), (8 + 4) << 20);
+        free(&list, &owner, b, 2);
+        free(&list, &owner, c, 2);
+        assert_eq!(owner.reserved.get(), 0);
         list.trim();
         assert_eq!(owner.live.get(), 0);
     }
@@ -695,18 +802,18 @@ mod tests {
     }
 
     #[test]
-    fn a_bounded_heap_caches_no_more_than_the_floor() {
+    fn a_bounded_heap_caches_nothing() {
         let (list, owner) = (HugeList::new(), Owner::default());
         const M: usize = 1 << 20;
         list.set_bounded(true);
         let ps: Vec<*mut u8> = (0..4)
             .map(|_| list.alloc(&owner, 30 * M, 8, false, 0, 1000))
             .collect();
-        assert_eq!(list.cache_bound(), CACHE_MIN_BYTES, "120 MiB peak, bounded");
+        assert_eq!(list.cache_bound(), 0, "120 MiB peak, bounded");
         for (t, &p) in ps.iter().enumerate() {
             free(&list, &owner, p, t as u64);
         }
-        assert_eq!(list.cached_bytes(), 60 * M, "two of four within 64 MiB");
+        assert_eq!(list.cached_bytes(), 0, "every mapping unmapped at its free");
         list.set_bounded(false);
         assert_eq!(list.cache_bound(), 120 * M);
         list.trim();

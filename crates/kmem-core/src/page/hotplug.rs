@@ -2,6 +2,13 @@
 //! `online_pages`) and taking wholly free, reported sections offline again
 //! (`offline_pages`), so resident memory follows live memory down.
 //!
+//! Under a heap bound (`max_pages`) memory comes online in steps of an eighth of the
+//! bound ([`PageAllocator::online_step`]; a section grows by steps), not a whole
+//! section at once, and the bound is shared with memory the heap maps outside the
+//! page allocator (huge mappings: [`PageAllocator::reserve_outside`]): pages online
+//! plus pages lent outside never exceed it. (Onlining the whole bound with the first
+//! small allocation left a bounded heap no room for any huge mapping at all.)
+//!
 //! Locking: the hotplug lock serialises section state changes and guards the heap
 //! bound's count; the zone lock is taken inside it to hand pages to the zone or take
 //! them back (the lock order in lib.rs). Readers of a section's state
@@ -13,11 +20,12 @@ use super::descriptor::{MAX_ORDER, PAGE_SHIFT};
 use super::mmzone::{
     MEMMAP_PAGES, PFN_SECTION_SHIFT, SECTION_OFFLINE, SECTION_ONLINE, SECTION_SHIFT, SECTION_SIZE,
 };
-use super::PageAllocator;
+use super::{Page, PageAllocator, PageList, PAGE_SIZE};
 use crate::platform::Platform;
 use crate::sync::Ordering;
 use crate::vmstat::{VmEvent, ZoneStat};
 use core::ptr;
+use core::ptr::NonNull;
 
 /// Pages a section coming online lists on the free lists at once (its first two
 /// blocks: the 2 MiB past the memmap and one 4 MiB block); the rest waits in the
@@ -28,8 +36,18 @@ const ONLINE_LISTED_PAGES: usize = 1 << MAX_ORDER;
 pub(super) struct Hotplug {
     /// Sections `0..next_section` have been used at least once.
     next_section: usize,
-    /// Managed pages online now (bounded by `max_pages`).
+    /// Managed pages online now.
     online_pages: usize,
+    /// Pages of the bound lent to memory outside the page allocator
+    /// ([`PageAllocator::reserve_outside`]).
+    outside_pages: usize,
+    /// Free blocks taken off the zones for the loans (a balloon, as a guest's balloon
+    /// driver takes pages from its kernel): allocated, their memory given back to the
+    /// platform, each block's order in its head. They pin their sections online.
+    lent: PageList,
+    /// Pages of `lent`: online, but out of the bound's count. With a bound,
+    /// `online_pages - lent_pages + outside_pages <= max_pages`.
+    lent_pages: usize,
 }
 
 impl Hotplug {
@@ -37,7 +55,15 @@ impl Hotplug {
         Self {
             next_section: 0,
             online_pages: 0,
+            outside_pages: 0,
+            lent: PageList::new(),
+            lent_pages: 0,
         }
+    }
+
+    /// Pages the bound counts as taken: online and not lent, plus lent outside.
+    fn counted(&self) -> usize {
+        self.online_pages - self.lent_pages + self.outside_pages
     }
 }
 
@@ -51,10 +77,28 @@ impl<P: Platform> PageAllocator<P> {
         let room = if max == 0 {
             usize::MAX
         } else {
-            max.saturating_sub(hp.online_pages)
+            max.saturating_sub(hp.counted()).min(Self::online_step(max))
         };
         if room == 0 {
             return false;
+        }
+        // Lent blocks come back before more memory comes online.
+        if hp.lent_pages > 0 && self.return_lent(&mut hp, room) > 0 {
+            return true;
+        }
+        // Under a bound, a section that is online in part grows first.
+        if max != 0 {
+            let partial = (0..hp.next_section).find(|&s| {
+                let sec = &self.sections[s];
+                sec.online()
+                    && sec.node.load(Ordering::Relaxed) as usize == nid
+                    && (sec.nr_managed.load(Ordering::Relaxed) as usize) < self.section_managed(s)
+            });
+            if let Some(nr) = partial {
+                let pages = self.grow_section(nr, nid, room);
+                hp.online_pages += pages;
+                return true;
+            }
         }
         // Prefer an offline section of this node (its address space is ours already).
         let reuse = (0..hp.next_section).find(|&s| {
@@ -100,11 +144,198 @@ impl<P: Platform> PageAllocator<P> {
                 s
             }
         };
-        let pages = room.min((self.section_span_bytes(nr) >> PAGE_SHIFT) - MEMMAP_PAGES);
+        let start = (nr << PFN_SECTION_SHIFT) + MEMMAP_PAGES;
+        let pages = step_end(start, room.min(self.section_managed(nr))) - start;
         hp.online_pages += pages;
         self.online_section(nr, nid, pages);
         drop(hp);
         true
+    }
+
+    /// How much memory one `add_memory` brings online under a bound of `max` pages:
+    /// an eighth of it, in whole largest blocks (at least one).
+    pub(super) fn online_step(max: usize) -> usize {
+        (max / 8).max(1 << MAX_ORDER) & !((1 << MAX_ORDER) - 1)
+    }
+
+    /// The managed pages section `nr` has when wholly online (its span past the memmap).
+    fn section_managed(&self, nr: usize) -> usize {
+        (self.section_span_bytes(nr) >> PAGE_SHIFT) - MEMMAP_PAGES
+    }
+
+    /// Brings up to `want` more pages of section `nr` (online in part, on node `nid`)
+    /// online, listed as reported free blocks as `online_section` lists them. Runs
+    /// under the hotplug lock; returns the pages added.
+    #[cold]
+    fn grow_section(&self, nr: usize, nid: usize, want: usize) -> usize {
+        let sec = &self.sections[nr];
+        let have = sec.nr_managed.load(Ordering::Relaxed) as usize;
+        let start = (nr << PFN_SECTION_SHIFT) + MEMMAP_PAGES + have;
+        let end = step_end(start, want.min(self.section_managed(nr) - have));
+        let zone = &self.zones[nid];
+        let mut fa = zone.lock.lock();
+        let mut pfn = start;
+        while pfn < end {
+            let order = largest_block(pfn, end);
+            self.add_to_free_list(&mut fa, zone, pfn, order, true);
+            pfn += 1 << order;
+        }
+        let added = end - start;
+        // Under the zone lock, as `try_offline_section` reads it.
+        sec.nr_managed
+            .store((have + added) as u32, Ordering::Relaxed);
+        zone.vm_stat[ZoneStat::NrFreePages as usize].fetch_add(added as isize, Ordering::Relaxed);
+        zone.managed.fetch_add(added, Ordering::Relaxed);
+        drop(fa);
+        zone.setup_watermarks();
+        self.recalc_pcp_high();
+        added
+    }
+
+    /// Lends `pages` of the heap bound to memory outside the page allocator (a huge
+    /// mapping): true if the bound has room for them beside the pages online and those
+    /// lent already (always, without a bound). [`PageAllocator::release_outside`]
+    /// gives them back.
+    ///
+    /// Free pages online count toward the bound too, and a bounded heap whose objects
+    /// were freed keeps most of them online (a section goes offline only when wholly
+    /// free): so when the bound has no room, free blocks are taken off the zones for
+    /// the loan, their memory given back to the platform, until they cover it; a loan
+    /// they cannot cover is refused, with nothing taken.
+    pub fn reserve_outside(&self, pages: usize) -> bool {
+        let mut hp = self.hotplug.lock();
+        let max = self.max_pages();
+        if max != 0 {
+            let need = (hp.counted() + pages).saturating_sub(max);
+            if need > 0 && !self.lend_free_blocks(&mut hp, need) {
+                return false;
+            }
+        }
+        hp.outside_pages += pages;
+        true
+    }
+
+    /// Gives back `pages` lent by [`PageAllocator::reserve_outside`]; blocks lent for
+    /// the loans go back to their zones as far as the bound then has room.
+    pub fn release_outside(&self, pages: usize) {
+        let mut hp = self.hotplug.lock();
+        debug_assert!(hp.outside_pages >= pages);
+        hp.outside_pages = hp.outside_pages.saturating_sub(pages);
+        if hp.lent_pages > 0 {
+            let room = self.max_pages().saturating_sub(hp.counted());
+            self.return_lent(&mut hp, room);
+        }
+    }
+
+    /// Takes free blocks worth `need` pages off the zones onto the lent list (the
+    /// largest that fit what is still needed, then smaller), their memory given back
+    /// to the platform. False, with every block put back, if the zones hold too few.
+    /// Runs under the hotplug lock (zone locks inside it).
+    #[cold]
+    fn lend_free_blocks(&self, hp: &mut Hotplug, need: usize) -> bool {
+        let mut taken = PageList::new();
+        let mut got = 0;
+        'zones: for nid in 0..self.nr_nodes() {
+            let zone = &self.zones[nid];
+            while got < need {
+                let mut order = (usize::BITS - 1 - (need - got).leading_zeros()) as usize;
+                order = order.min(MAX_ORDER);
+                let block = loop {
+                    // Straight off the free lists: `rmqueue_buddy` may start a
+                    // reporting pass, which takes the hotplug lock held here.
+                    let mut fa = zone.lock.lock();
+                    let head = self.rmqueue_smallest(&mut fa, zone, order);
+                    drop(fa);
+                    if let Some((pfn, _)) = head {
+                        self.mod_zone_state(None, nid, ZoneStat::NrFreePages, -(1 << order));
+                        break NonNull::new(self.pfn_to_page_raw(pfn));
+                    }
+                    if order == 0 {
+                        break None;
+                    }
+                    order -= 1;
+                };
+                let Some(page) = block else {
+                    continue 'zones;
+                };
+                // SAFETY: a block just taken off the free lists: ours, on no list.
+                unsafe {
+                    page.as_ref().set_order(order);
+                    taken.push_head(page.as_ptr());
+                }
+                got += 1 << order;
+            }
+            break;
+        }
+        if got < need {
+            // SAFETY: the blocks were taken above, each with its order in its head.
+            while let Some(page) = NonNull::new(unsafe { taken.pop_head() }) {
+                // SAFETY: as above.
+                let order = unsafe { page.as_ref() }.order();
+                self.free_lent_block(page, order, false);
+            }
+            return false;
+        }
+        // SAFETY: as above; their memory is ours until they are returned.
+        while let Some(page) = NonNull::new(unsafe { taken.pop_head() }) {
+            // SAFETY: as above.
+            let order = unsafe { page.as_ref() }.order();
+            let addr = self.page_address(page).as_ptr();
+            // SAFETY: a block we hold: nobody reads or writes its pages while lent.
+            unsafe { self.platform.report_free(addr, PAGE_SIZE << order) };
+            // SAFETY: on no list; the lent list is ours under the hotplug lock.
+            unsafe { hp.lent.push_head(page.as_ptr()) };
+        }
+        hp.lent_pages += got;
+        true
+    }
+
+    /// Returns lent blocks to their zones, up to `room` pages (whole blocks), as
+    /// reported free blocks (their memory was given back). Returns the pages.
+    #[cold]
+    fn return_lent(&self, hp: &mut Hotplug, room: usize) -> usize {
+        let mut back = 0;
+        while back < room {
+            // SAFETY: the lent list is ours under the hotplug lock.
+            let Some(page) = NonNull::new(unsafe { hp.lent.pop_head() }) else {
+                break;
+            };
+            // SAFETY: a lent block: ours, its order in its head.
+            let order = unsafe { page.as_ref() }.order();
+            if back + (1 << order) > room {
+                // SAFETY: as above; back on the list it came from.
+                unsafe { hp.lent.push_head(page.as_ptr()) };
+                break;
+            }
+            self.free_lent_block(page, order, true);
+            back += 1 << order;
+        }
+        hp.lent_pages -= back;
+        back
+    }
+
+    /// Puts a block taken by [`PageAllocator::lend_free_blocks`] back on its zone's
+    /// free lists (merged with its free buddies), `reported` if its memory was given
+    /// back to the platform. No reporting pass starts here (the hotplug lock is held).
+    fn free_lent_block(&self, page: NonNull<Page>, order: usize, reported: bool) {
+        let nid = self.page_to_nid(page);
+        let zone = &self.zones[nid];
+        let pfn = self.page_to_pfn(page);
+        let mut fa = zone.lock.lock();
+        self.free_one_page_locked(&mut fa, zone, pfn, order, reported, 0);
+        drop(fa);
+        self.mod_zone_state(None, nid, ZoneStat::NrFreePages, 1 << order);
+    }
+
+    /// Pages of the bound lent outside the page allocator now.
+    pub fn outside_pages(&self) -> usize {
+        self.hotplug.lock().outside_pages
+    }
+
+    /// Pages the heap bound counts as taken now: online and not lent out, plus lent
+    /// outside (at most `max_pages` with a bound).
+    pub fn bound_pages(&self) -> usize {
+        self.hotplug.lock().counted()
     }
 
     /// The bytes of section `nr` inside the span: [`SECTION_SIZE`], or less for a
@@ -257,6 +488,20 @@ impl<P: Platform> PageAllocator<P> {
     }
 }
 
+/// The end of a run of about `want` pages from `start`: on a largest-block boundary
+/// when that is short of `start + want` and past `start`, so that the next run
+/// continues with whole largest blocks (two runs that meet inside one would leave its
+/// two halves listed apart).
+fn step_end(start: usize, want: usize) -> usize {
+    let end = start + want;
+    let aligned = end & !((1 << MAX_ORDER) - 1);
+    if aligned > start {
+        aligned
+    } else {
+        end
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::mmzone::SECTION_MANAGED_PAGES;
@@ -342,16 +587,118 @@ mod tests {
                 ..Config::default()
             },
         );
-        assert!(pa.add_memory(0));
-        assert!(
-            pa.add_memory(0),
-            "the bound leaves 100 pages of a second section"
+        // Steps of an eighth of the bound: the first section fills in steps, then
+        // the bound leaves 100 pages of a second.
+        let step = PageAllocator::<super::super::test_platform::TestPlatform>::online_step(
+            SECTION_MANAGED_PAGES + 100,
         );
-        assert!(!pa.add_memory(0));
+        assert_eq!(step, 3 << MAX_ORDER);
+        let mut calls = 0;
+        while pa.add_memory(0) {
+            calls += 1;
+            assert!(pa.nr_managed_pages() <= SECTION_MANAGED_PAGES + 100);
+            if calls == 1 {
+                assert!(pa.nr_managed_pages() <= step, "{}", pa.nr_managed_pages());
+            }
+        }
+        assert_eq!(calls, SECTION_MANAGED_PAGES.div_ceil(step) + 1);
         assert_eq!(pa.nr_managed_pages(), SECTION_MANAGED_PAGES + 100);
         assert_eq!(pa.nr_online_sections(), 2);
         assert_eq!(pa.nr_free_pages(), SECTION_MANAGED_PAGES + 100);
         assert_eq!(pa.zone_event(0, VmEvent::SectionOnline), 2);
+        // The grown section is whole blocks: its largest ones were listed whole, and
+        // it all comes back as largest blocks.
+        let mut held = [None; 64];
+        let mut n = 0;
+        while let Some(p) = pa.alloc_pages_node(None, Gfp::NOWARN, MAX_ORDER, Some(0)) {
+            held[n] = Some(p);
+            n += 1;
+        }
+        assert!(n >= SECTION_MANAGED_PAGES / (1 << MAX_ORDER) - 1, "{n}");
+        for p in held.into_iter().flatten() {
+            // SAFETY: allocated above, freed once.
+            unsafe { pa.free_pages(None, p, MAX_ORDER) };
+        }
+    }
+
+    #[test]
+    fn pages_lent_outside_share_the_bound() {
+        let max = 4 << MAX_ORDER;
+        let pa = allocator(
+            4,
+            Config {
+                max_pages: max,
+                ..Config::default()
+            },
+        );
+        // A first step online, then a loan of what is left: nothing more comes online.
+        assert!(pa.add_memory(0));
+        let online = pa.nr_managed_pages();
+        assert!(online < max);
+        let free = pa.nr_free_pages();
+        assert!(pa.reserve_outside(max - online));
+        assert_eq!(pa.outside_pages(), max - online);
+        assert_eq!(
+            pa.nr_free_pages(),
+            free,
+            "a loan within the room takes no page"
+        );
+        assert!(!pa.add_memory(0), "the loan holds the rest of the bound");
+        // Given back, the bound's room is there again.
+        pa.release_outside(max - online);
+        assert!(pa.add_memory(0));
+        assert!(pa.nr_managed_pages() > online);
+        while pa.add_memory(0) {}
+        assert!(pa.nr_managed_pages() <= max);
+        // Without a bound every loan is granted.
+        let free = allocator(4, Config::default());
+        assert!(free.reserve_outside(usize::MAX / 2));
+    }
+
+    /// With the bound all online, a loan takes free blocks off the zone (a balloon):
+    /// the bound's count stays whole, a loan the free pages cannot cover takes
+    /// nothing, and the blocks come back when the loan does.
+    #[test]
+    fn loans_beyond_the_bound_take_free_blocks() {
+        let max = 8 << MAX_ORDER;
+        let pa = allocator(
+            4,
+            Config {
+                max_pages: max,
+                ..Config::default()
+            },
+        );
+        while pa.add_memory(0) {}
+        let online = pa.nr_managed_pages();
+        // Half the bound in use, in small blocks.
+        let mut held = [None; 1024];
+        for h in held.iter_mut().take(max / 2 / 4) {
+            *h = pa.alloc_pages_node(None, Gfp::NOWARN, 2, Some(0));
+            assert!(h.is_some());
+        }
+        let free = pa.nr_free_pages();
+        assert!(free >= max / 2 - 64, "{free}");
+        assert!(
+            !pa.reserve_outside(free + max - online + 1),
+            "more than is free"
+        );
+        assert_eq!(pa.nr_free_pages(), free, "a refused loan takes nothing");
+        let loan = max - online + (3 << MAX_ORDER);
+        assert!(pa.reserve_outside(loan));
+        assert_eq!(pa.nr_managed_pages(), online);
+        assert_eq!(pa.nr_free_pages(), free - (3 << MAX_ORDER));
+        assert!(!pa.add_memory(0), "the bound is taken");
+        // Given back: the lent blocks are free again, as whole blocks.
+        pa.release_outside(loan);
+        assert_eq!(pa.nr_free_pages(), free);
+        let big = pa.alloc_pages_node(None, Gfp::NOWARN, MAX_ORDER, Some(0));
+        assert!(big.is_some());
+        // SAFETY: allocated just above.
+        unsafe { pa.free_pages(None, big.unwrap(), MAX_ORDER) };
+        for h in held.iter().flatten() {
+            // SAFETY: allocated above, freed once.
+            unsafe { pa.free_pages(None, *h, 2) };
+        }
     }
 
     #[test]

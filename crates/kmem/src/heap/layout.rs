@@ -454,18 +454,17 @@ impl Heap {
     /// A huge mapping of `size` bytes, charged to the active memory cgroup if any.
     pub(super) fn huge_alloc_raw(&self, size: usize, align: usize, zero: bool) -> *mut u8 {
         super::live::tick(kmem_core::Platform::now_ns(self.kmem.pages.platform()));
-        // KMEM_MAX bounds the whole heap: the buddy allocator's memory and these.
-        let max = self.config().max_bytes;
-        if max != 0 {
-            let (_, huge) = self.huge_totals();
-            let pages = self.kmem.pages.nr_managed_pages() * PAGE_SIZE;
-            if pages.saturating_add(huge).saturating_add(size) > max {
-                return ptr::null_mut();
-            }
-        }
         let now = self.kmem.pages.platform().now_ns();
         let decay = self.config().decay_ms.saturating_mul(1_000_000);
-        let p = self.huge.alloc(self, size, align, zero, now, decay);
+        // KMEM_MAX bounds the whole heap: the page allocator's memory and these
+        // mappings share it (`HugeOwner::reserve`). At the bound, what the caches keep
+        // goes back first and wholly free sections go offline, as a bounded kernel
+        // shrinks its slabs before it fails an allocation; then one more try.
+        let mut p = self.huge.alloc(self, size, align, zero, now, decay);
+        if p.is_null() && self.config().max_bytes != 0 {
+            self.make_room_in_bound();
+            p = self.huge.alloc(self, size, align, zero, now, decay);
+        }
         if let (false, Some(cg)) = (p.is_null(), active_objcg()) {
             // Charge the mapping to the active group, or give it back.
             let addr = cg as *const _ as usize;
@@ -517,7 +516,7 @@ impl Heap {
         }
         let now = self.kmem.pages.platform().now_ns();
         // SAFETY: forwarded from the caller.
-        match unsafe { self.huge.free(p, now) } {
+        match unsafe { self.huge.free(self, p, now) } {
             Some(desc) => {
                 // SAFETY: a descriptor `free` just returned.
                 let (objcg, len) = unsafe { crate::huge::desc_charge(desc) };
@@ -687,7 +686,7 @@ impl Heap {
             }
         } else if align <= PAGE_SIZE && new_size > KMALLOC_MAX_SIZE && !self.zoned_blocks() {
             // SAFETY: forwarded from the caller.
-            if let Some(q) = unsafe { self.huge.remap(p, new_size) } {
+            if let Some(q) = unsafe { self.huge.remap(self, p, new_size) } {
                 return q;
             }
         }

@@ -348,4 +348,18 @@ impl HugeOwner for Heap {
         // SAFETY: the caller's contract: a descriptor of ours, unused.
         unsafe { self.kfree(d.as_ptr()) };
     }
+
+    /// `KMEM_MAX` bounds the page allocator's memory and the huge mappings together:
+    /// a mapping takes its pages of the bound from the page allocator's count.
+    fn reserve(&self, bytes: usize) -> bool {
+        self.kmem
+            .pages
+            .reserve_outside(bytes.div_ceil(kmem_core::PAGE_SIZE))
+    }
+
+    fn release(&self, bytes: usize) {
+        self.kmem
+            .pages
+            .release_outside(bytes.div_ceil(kmem_core::PAGE_SIZE));
+    }
 }

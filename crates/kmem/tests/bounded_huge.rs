@@ -1,0 +1,81 @@
+//! KMEM_MAX bounds the page allocator's memory and the huge mappings together: a
+//! bounded heap with small objects live still makes huge mappings within the bound,
+//! refuses those past it (null, never a crash), and after the small objects are freed
+//! lends their free pages to the mappings. (Own process: the bound is process-wide.)
+
+use kmem::{heap, Gfp};
+use std::alloc::Layout;
+
+const MAX: usize = 64 << 20;
+const PAGE: usize = 4096;
+
+/// What the bound counts never exceeds it.
+fn check_bound() {
+    let pa = heap().page_allocator();
+    assert!(pa.bound_pages() * PAGE <= MAX, "{} pages", pa.bound_pages());
+    assert!(pa.outside_pages() * PAGE >= heap().huge_totals().1);
+}
+
+fn huge(mib: usize) -> *mut u8 {
+    let p = heap().alloc(Layout::from_size_align(mib << 20, 8).unwrap());
+    check_bound();
+    if !p.is_null() {
+        // SAFETY: a fresh allocation of that many bytes.
+        unsafe { p.write_bytes(1, mib << 20) };
+    }
+    p
+}
+
+#[test]
+fn huge_mappings_share_the_bound_with_the_pages() {
+    std::env::set_var("KMEM_MAX", "64M");
+    std::env::set_var("KMEM_KFENCE", "off");
+    let h = heap();
+    // 24 MiB of small objects: the page allocator brings memory online in steps.
+    let small: Vec<_> = (0..(24 << 20) / 256)
+        .map(|_| h.kmalloc(256, Gfp::KERNEL).expect("memory"))
+        .collect();
+    check_bound();
+    assert!(
+        h.page_allocator().nr_managed_pages() * PAGE < 48 << 20,
+        "not the whole bound online at once"
+    );
+    // Room beside them for 30 MiB of mappings, not for 20 more.
+    let a = huge(20);
+    let b = huge(10);
+    assert!(!a.is_null() && !b.is_null());
+    assert!(huge(20).is_null(), "past the bound");
+    // The small objects freed, their pages go to the mappings.
+    for p in small {
+        // SAFETY: allocated above, freed once.
+        unsafe { h.kfree(p.as_ptr()) };
+    }
+    let c = huge(20);
+    assert!(!c.is_null(), "freed pages lent to a mapping");
+    // Small objects now get what the bound has left, and no more.
+    let mut again = Vec::new();
+    while let Some(p) = h.kmalloc(4096, Gfp::NOWARN) {
+        again.push(p);
+        if again.len() % 256 == 0 {
+            check_bound();
+        }
+    }
+    check_bound();
+    let got = again.len() * 4096;
+    assert!(got > 5 << 20 && got <= 14 << 20, "{got}");
+    for p in again {
+        // SAFETY: allocated above, freed once.
+        unsafe { h.kfree(p.as_ptr()) };
+    }
+    // The mappings freed, their bytes of the bound come back.
+    for p in [a, b, c] {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { h.dealloc(p) });
+    }
+    check_bound();
+    assert_eq!(h.page_allocator().outside_pages(), 0);
+    let d = huge(56);
+    assert!(!d.is_null(), "the whole bound again");
+    // SAFETY: ours.
+    assert!(unsafe { h.dealloc(d) });
+}
