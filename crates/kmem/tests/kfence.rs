@@ -42,26 +42,32 @@ fn child() {
     println!("sampled ok");
 }
 
+/// Runs test `name` again as a child with `KMEM_KFENCE=kfence` (read once, when the
+/// heap starts) and checks that it succeeded and printed `want`.
+fn run_child(name: &str, kfence: &str, want: &str) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env(CHILD, "1")
+        .env("KMEM_KFENCE", kfence)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(want),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn sampled_objects_behave_as_kmalloc_objects() {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "sampled_objects_behave_as_kmalloc_objects",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("KMEM_KFENCE", "5")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("sampled ok"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_child(
+        "sampled_objects_behave_as_kmalloc_objects",
+        "5",
+        "sampled ok",
     );
 }
 
@@ -86,21 +92,10 @@ fn sampled_objects_keep_kmalloc_alignment() {
         println!("aligned ok");
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "sampled_objects_keep_kmalloc_alignment",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("KMEM_KFENCE", "all")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("aligned ok"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
+    run_child(
+        "sampled_objects_keep_kmalloc_alignment",
+        "all",
+        "aligned ok",
     );
 }
 
@@ -146,20 +141,5 @@ fn a_late_sample_restarts_the_interval() {
         println!("sampled {sampled}");
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_late_sample_restarts_the_interval",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("KMEM_KFENCE", "100")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success() && stdout.contains("sampled 1\n"),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run_child("a_late_sample_restarts_the_interval", "100", "sampled 1\n");
 }
