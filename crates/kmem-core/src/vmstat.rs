@@ -84,10 +84,15 @@ pub enum VmEvent {
     SectionOffline,
     /// Frees of pages that were not allocated (reported as bad page state).
     BadPage,
+    /// Free pages lent to the mappings outside the page allocator at the heap bound
+    /// (`balloon_inflate`; `page/hotplug.rs`).
+    BalloonInflate,
+    /// Lent pages given back to the zone (`balloon_deflate`).
+    BalloonDeflate,
 }
 
 /// Number of [`VmEvent`] items.
-pub const NR_VM_EVENTS: usize = 18;
+pub const NR_VM_EVENTS: usize = 20;
 
 impl VmEvent {
     /// Every event, in order.
@@ -110,6 +115,8 @@ impl VmEvent {
         VmEvent::SectionOnline,
         VmEvent::SectionOffline,
         VmEvent::BadPage,
+        VmEvent::BalloonInflate,
+        VmEvent::BalloonDeflate,
     ];
     /// The name in /proc/vmstat.
     pub fn name(self) -> &'static str {
@@ -132,6 +139,8 @@ impl VmEvent {
             VmEvent::SectionOnline => "section_online",
             VmEvent::SectionOffline => "section_offline",
             VmEvent::BadPage => "bad_page",
+            VmEvent::BalloonInflate => "balloon_inflate",
+            VmEvent::BalloonDeflate => "balloon_deflate",
         }
     }
 }

@@ -4,6 +4,7 @@
 //! lends their free pages to the mappings. (Own process: the bound is process-wide.)
 
 use kmem::{heap, Gfp};
+use kmem_core::vmstat::VmEvent;
 use std::alloc::Layout;
 
 const MAX: usize = 64 << 20;
@@ -52,6 +53,9 @@ fn huge_mappings_share_the_bound_with_the_pages() {
     }
     let c = huge(20);
     assert!(!c.is_null(), "freed pages lent to a mapping");
+    let pa = h.page_allocator();
+    let lent = pa.zone_event(0, VmEvent::BalloonInflate);
+    assert!(lent > 0, "the loan took free pages");
     // Small objects now get what the bound has left, and no more.
     let mut again = Vec::new();
     while let Some(p) = h.kmalloc(4096, Gfp::NOWARN) {
@@ -74,6 +78,10 @@ fn huge_mappings_share_the_bound_with_the_pages() {
     }
     check_bound();
     assert_eq!(h.page_allocator().outside_pages(), 0);
+    assert!(
+        pa.zone_event(0, VmEvent::BalloonDeflate) > 0,
+        "lent pages came back"
+    );
     let d = huge(56);
     assert!(!d.is_null(), "the whole bound again");
     // SAFETY: ours.

@@ -283,6 +283,8 @@ impl<P: Platform> PageAllocator<P> {
             let addr = self.page_address(page).as_ptr();
             // SAFETY: a block we hold: nobody reads or writes its pages while lent.
             unsafe { self.platform.report_free(addr, PAGE_SIZE << order) };
+            self.zones[self.page_to_nid(page)].events[VmEvent::BalloonInflate as usize]
+                .fetch_add(1 << order, Ordering::Relaxed);
             // SAFETY: on no list; the lent list is ours under the hotplug lock.
             unsafe { hp.lent.push_head(page.as_ptr()) };
         }
@@ -308,6 +310,8 @@ impl<P: Platform> PageAllocator<P> {
                 break;
             }
             self.free_lent_block(page, order, true);
+            self.zones[self.page_to_nid(page)].events[VmEvent::BalloonDeflate as usize]
+                .fetch_add(1 << order, Ordering::Relaxed);
             back += 1 << order;
         }
         hp.lent_pages -= back;
@@ -685,11 +689,13 @@ mod tests {
         assert_eq!(pa.nr_free_pages(), free, "a refused loan takes nothing");
         let loan = max - online + (3 << MAX_ORDER);
         assert!(pa.reserve_outside(loan));
+        assert_eq!(pa.zone_event(0, VmEvent::BalloonInflate), 3 << MAX_ORDER);
         assert_eq!(pa.nr_managed_pages(), online);
         assert_eq!(pa.nr_free_pages(), free - (3 << MAX_ORDER));
         assert!(!pa.add_memory(0), "the bound is taken");
         // Given back: the lent blocks are free again, as whole blocks.
         pa.release_outside(loan);
+        assert_eq!(pa.zone_event(0, VmEvent::BalloonDeflate), 3 << MAX_ORDER);
         assert_eq!(pa.nr_free_pages(), free);
         let big = pa.alloc_pages_node(None, Gfp::NOWARN, MAX_ORDER, Some(0));
         assert!(big.is_some());
