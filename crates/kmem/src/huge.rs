@@ -19,9 +19,11 @@
 //! process hold more than its recent peak (beyond the floor), and a program that makes
 //! and frees a round of large buffers again and again gets the whole round back.
 //!
-//! In a heap bounded by `KMEM_MAX`, the mappings take their bytes of the bound from
-//! the owner ([`HugeOwner::reserve`], given back at their free or shrink), and the
-//! cache keeps nothing: a cached mapping would hold memory beyond the bound.
+//! In a heap bounded by `KMEM_MAX`, a mapping takes its bytes of the bound from the
+//! owner when it is made or grown ([`HugeOwner::reserve`]) and gives them back when it
+//! is unmapped or shrunk, so cached mappings count toward the bound as live ones do
+//! (the cache then keeps at most [`CACHE_MIN_BYTES`]; the owner trims it when the
+//! bound is short: `Heap::make_room_in_bound`, the page allocator's shrinker).
 //!
 //! Locking: one spin lock (`HugeList::head`) covers the list and the cache slots; it
 //! is taken after a CPU area's local lock and before the slab and page allocator
@@ -76,8 +78,8 @@ pub(crate) struct HugeList {
     peak: AtomicUsize,
     /// When the interval `peak` covers began (ns).
     peak_ns: AtomicU64,
-    /// The cache's largest bound: [`CACHE_MAX_BYTES`], or 0 for a bounded heap
-    /// ([`HugeList::set_bounded`]).
+    /// The cache's largest bound: [`CACHE_MAX_BYTES`], or [`CACHE_MIN_BYTES`] for a
+    /// bounded heap ([`HugeList::set_bounded`]).
     limit: AtomicUsize,
 }
 
@@ -106,12 +108,24 @@ pub(crate) trait HugeOwner {
     /// `d` came from `desc_alloc` and nobody uses it any more.
     unsafe fn desc_free(&self, d: NonNull<u8>);
 
-    /// Takes `bytes` of the owner's bound (`KMEM_MAX`) for a mapping about to be
-    /// handed out or grown: false if there is no room (the mapping is not made).
+    /// Takes `bytes` of the owner's bound (`KMEM_MAX`) for a mapping about to be made
+    /// or grown: false if there is no room (the mapping is not made).
     fn reserve(&self, bytes: usize) -> bool;
 
-    /// Gives back `bytes` taken by [`HugeOwner::reserve`] (a mapping freed or shrunk).
+    /// Gives back `bytes` taken by [`HugeOwner::reserve`] (a mapping unmapped or
+    /// shrunk; a freed one that stays cached keeps them).
     fn release(&self, bytes: usize);
+}
+
+/// Unmaps a mapping out of use (freed, or out of the cache) and gives its bytes of the
+/// owner's bound back.
+///
+/// # Safety
+/// Nobody uses the mapping `c` describes, and nothing will.
+unsafe fn unmap_cached(owner: &impl HugeOwner, c: Cached) {
+    // SAFETY: the caller's contract.
+    unsafe { os::unmap(c.addr, c.len) };
+    owner.release(c.len);
 }
 
 /// A fresh anonymous mapping of `len` bytes aligned to `align` (the slop trimmed).
@@ -214,36 +228,27 @@ impl HugeList {
         let Some(d) = owner.desc_alloc() else {
             return ptr::null_mut();
         };
-        // The bound first: no mapping is made (nor a cached one taken) without room.
-        if !owner.reserve(len) {
-            // SAFETY: `d` is a fresh descriptor nobody saw.
-            unsafe { owner.desc_free(d) };
-            return ptr::null_mut();
-        }
-        let reused = self.take_cached(len, align, now_ns, decay_ns);
-        let (addr, len) = match reused {
+        // A cached mapping holds its bytes of the bound already; a fresh one takes
+        // them first (none is made without room).
+        let (addr, len) = match self.take_cached(owner, len, align, now_ns, decay_ns) {
             Some((addr, cached_len)) => {
                 if zero {
                     // SAFETY: a mapping we own, `cached_len` bytes.
                     unsafe { ptr::write_bytes(addr as *mut u8, 0, len) };
                 }
-                if cached_len > len && !owner.reserve(cached_len - len) {
-                    // A larger cached mapping than the bound leaves room for: no
-                    // longer kept, and a fresh one of the size asked for instead.
-                    // SAFETY: taken off the cache: ours, `cached_len` bytes.
-                    unsafe { os::unmap(addr, cached_len) };
-                    match map_aligned(len, align) {
-                        Some(addr) => (addr, len),
-                        None => return self.alloc_failed(owner, d, len),
-                    }
-                } else {
-                    (addr, cached_len)
+                (addr, cached_len)
+            }
+            None => {
+                if !owner.reserve(len) {
+                    // SAFETY: `d` is a fresh descriptor nobody saw.
+                    unsafe { owner.desc_free(d) };
+                    return ptr::null_mut();
+                }
+                match map_aligned(len, align) {
+                    Some(addr) => (addr, len),
+                    None => return self.alloc_failed(owner, d, len),
                 }
             }
-            None => match map_aligned(len, align) {
-                Some(addr) => (addr, len),
-                None => return self.alloc_failed(owner, d, len),
-            },
         };
         let d = d.as_ptr() as *mut HugeDesc;
         let mut head = self.head.lock();
@@ -275,22 +280,23 @@ impl HugeList {
     }
 
     /// Most bytes the cache may hold now: the peak of live huge bytes since the decay
-    /// interval began, at least [`CACHE_MIN_BYTES`], at most [`CACHE_MAX_BYTES`];
-    /// none in a bounded heap (the owner's bound counts live mappings, so a cached one
-    /// would be memory beyond the bound).
+    /// interval began, at least [`CACHE_MIN_BYTES`], at most [`CACHE_MAX_BYTES`]
+    /// (at most [`CACHE_MIN_BYTES`] in a bounded heap, where cached mappings hold
+    /// their bytes of the bound until they are unmapped).
     pub(crate) fn cache_bound(&self) -> usize {
-        match self.limit.load(Ordering::Relaxed) {
-            0 => 0,
-            limit => self
-                .peak
-                .load(Ordering::Relaxed)
-                .clamp(CACHE_MIN_BYTES, limit),
-        }
+        self.peak
+            .load(Ordering::Relaxed)
+            .clamp(CACHE_MIN_BYTES, self.limit.load(Ordering::Relaxed))
     }
 
-    /// Whether the heap has a bound (`KMEM_MAX`): the cache then keeps nothing.
+    /// Whether the heap has a bound (`KMEM_MAX`): the cache then keeps at most
+    /// [`CACHE_MIN_BYTES`].
     pub(crate) fn set_bounded(&self, bounded: bool) {
-        let limit = if bounded { 0 } else { CACHE_MAX_BYTES };
+        let limit = if bounded {
+            CACHE_MIN_BYTES
+        } else {
+            CACHE_MAX_BYTES
+        };
         self.limit.store(limit, Ordering::Relaxed);
     }
 
@@ -301,6 +307,7 @@ impl HugeList {
     /// (address, length).
     fn take_cached(
         &self,
+        owner: &impl HugeOwner,
         len: usize,
         align: usize,
         now_ns: u64,
@@ -314,7 +321,7 @@ impl HugeList {
             if now_ns.saturating_sub(c.freed_ns) >= decay_ns {
                 *slot = None;
                 // SAFETY: a cached mapping nobody uses.
-                unsafe { os::unmap(c.addr, c.len) };
+                unsafe { unmap_cached(owner, c) };
                 continue;
             }
             if c.addr % align.max(PAGE_SIZE) != 0 {
@@ -337,15 +344,17 @@ impl HugeList {
         if c.len >= len {
             return Some((c.addr, c.len));
         }
-        // SAFETY: a cached mapping nobody uses, now ours.
-        match unsafe { os::remap(c.addr, c.len, len) } {
-            Some(addr) => Some((addr, len)),
-            None => {
-                // SAFETY: as above; mremap left it where it was.
-                unsafe { os::unmap(c.addr, c.len) };
-                None
+        // Grown: the growth takes its bytes of the bound first.
+        if owner.reserve(len - c.len) {
+            // SAFETY: a cached mapping nobody uses, now ours.
+            if let Some(addr) = unsafe { os::remap(c.addr, c.len, len) } {
+                return Some((addr, len));
             }
+            owner.release(len - c.len);
         }
+        // SAFETY: as above; mremap left it where it was.
+        unsafe { unmap_cached(owner, c) };
+        None
     }
 
     /// Unmaps the cached mappings unused for `decay_ns` (run after each reporting
@@ -355,7 +364,7 @@ impl HugeList {
     /// handlers take this lock before those, so waiting here could deadlock against a
     /// fork. A decay interval after the last one began, the peak starts again from
     /// the bytes live now.
-    pub(crate) fn age(&self, now_ns: u64, decay_ns: u64) {
+    pub(crate) fn age(&self, owner: &impl HugeOwner, now_ns: u64, decay_ns: u64) {
         let Some(mut head) = self.head.try_lock() else {
             return;
         };
@@ -369,7 +378,7 @@ impl HugeList {
                 if now_ns.saturating_sub(c.freed_ns) >= decay_ns {
                     *slot = None;
                     // SAFETY: a cached mapping nobody uses.
-                    unsafe { os::unmap(c.addr, c.len) };
+                    unsafe { unmap_cached(owner, c) };
                 }
             }
         }
@@ -377,13 +386,13 @@ impl HugeList {
     }
 
     /// Unmaps every cached mapping (`malloc_trim`); returns the bytes given back.
-    pub(crate) fn trim(&self) -> usize {
+    pub(crate) fn trim(&self, owner: &impl HugeOwner) -> usize {
         let mut head = self.head.lock();
         let mut bytes = 0;
         for slot in head.1.iter_mut() {
             if let Some(c) = slot.take() {
                 // SAFETY: a cached mapping nobody uses.
-                unsafe { os::unmap(c.addr, c.len) };
+                unsafe { unmap_cached(owner, c) };
                 bytes += c.len;
             }
         }
@@ -438,8 +447,8 @@ impl HugeList {
         let desc = unsafe { &*d };
         self.count.fetch_sub(1, Ordering::Relaxed);
         self.bytes.fetch_sub(desc.len, Ordering::Relaxed);
-        // Its bytes of the bound go back (a bounded heap caches none: `cache_bound`).
-        owner.release(desc.len);
+        // A cached mapping keeps its bytes of the bound; each one unmapped gives them
+        // back (`unmap_cached`).
         let mut evict = Some(Cached {
             addr: desc.addr,
             len: desc.len,
@@ -475,12 +484,12 @@ impl HugeList {
         }
         for c in older.into_iter().flatten() {
             // SAFETY: a cached mapping nobody uses, out of the cache.
-            unsafe { os::unmap(c.addr, c.len) };
+            unsafe { unmap_cached(owner, c) };
         }
         if let Some(c) = evict {
             // SAFETY: the mapping belongs to the allocation the caller gives up (or
             // is an older cached one nobody uses).
-            unsafe { os::unmap(c.addr, c.len) };
+            unsafe { unmap_cached(owner, c) };
         }
         NonNull::new(d as *mut u8)
     }
@@ -639,8 +648,8 @@ mod tests {
         assert_eq!(unsafe { *q.add(size - 4097) }, 0);
         free(&list, &owner, q, 600);
         // Past the decay: aged out; a trim finds nothing left.
-        list.age(600 + 1000, 1000);
-        assert_eq!(list.trim(), 0);
+        list.age(&owner, 600 + 1000, 1000);
+        assert_eq!(list.trim(&owner), 0);
         assert_eq!(owner.live.get(), 0, "every descriptor came back");
     }
 
@@ -669,7 +678,7 @@ mod tests {
         for &p in &again {
             free(&list, &owner, p, 3);
         }
-        assert_eq!(list.trim(), 8 * size);
+        assert_eq!(list.trim(&owner), 8 * size);
         assert_eq!(owner.live.get(), 0);
     }
 
@@ -679,7 +688,7 @@ mod tests {
         let p = list.alloc(&owner, 6 << 20, 8 << 20, false, 0, 1000);
         assert_eq!(p as usize % (8 << 20), 0, "aligned beyond a page");
         free(&list, &owner, p, 0);
-        assert_eq!(list.trim(), 6 << 20, "the cached mapping goes back");
+        assert_eq!(list.trim(&owner), 6 << 20, "the cached mapping goes back");
         let p = list.alloc(&owner, 5 << 20, 8, false, 0, 1000);
         // SAFETY: ours; grown with mremap, then freed at its new address.
         unsafe {
@@ -691,17 +700,18 @@ mod tests {
             free(&list, &owner, q, 0);
         }
         assert_eq!(list.size_of(p), None);
-        list.trim();
+        list.trim(&owner);
         assert_eq!(owner.live.get(), 0);
         assert_eq!(owner.reserved.get(), 0);
     }
 
-    /// The owner's bound (`KMEM_MAX`) holds the live mappings' bytes, exactly: a
-    /// mapping or a growth past it is refused (nothing mapped, nothing leaked), a
-    /// free or a shrink gives its bytes back, and cached mappings hold none.
+    /// The owner's bound (`KMEM_MAX`) holds the mapped bytes, exactly: a mapping or a
+    /// growth past it is refused (nothing mapped, nothing leaked), a shrink or an
+    /// unmap gives bytes back, and a cached mapping keeps its bytes until unmapped.
     #[test]
-    fn the_owners_bound_counts_live_mappings() {
+    fn the_owners_bound_counts_mapped_bytes() {
         let list = HugeList::new();
+        list.set_bounded(true);
         let owner = Owner {
             bound: 20 << 20,
             ..Owner::default()
@@ -721,16 +731,33 @@ mod tests {
             assert_eq!(owner.reserved.get(), 12 << 20);
             free(&list, &owner, a2, 0);
         }
-        assert_eq!(owner.reserved.get(), 8 << 20);
-        // The freed mapping is cached (holding none of the bound); taken again by a
-        // smaller request, its whole length counts.
+        // Cached, still mapped: its bytes stay taken.
+        assert_eq!(list.cached_bytes(), 4 << 20);
+        assert_eq!(owner.reserved.get(), 12 << 20);
+        // Taken again by a smaller request, whole: nothing more is taken.
         let c = list.alloc(&owner, 3 << 20, 8, false, 1, 1000);
         assert!(!c.is_null());
-        assert_eq!(owner.reserved.get(), (8 + 4) << 20);
-        free(&list, &owner, b, 2);
+        assert_eq!(owner.reserved.get(), 12 << 20);
         free(&list, &owner, c, 2);
+        free(&list, &owner, b, 2);
+        assert_eq!(list.cached_bytes(), 12 << 20);
+        assert_eq!(owner.reserved.get(), 12 << 20);
+        // 17 MiB: the largest cached mapping (8 MiB) cannot grow within the bound, so
+        // it is unmapped; the other still holds 4 MiB, and the request fails. Once
+        // the cache is trimmed (as the heap does at its bound) it fits.
+        assert!(list.alloc(&owner, 17 << 20, 8, false, 3, 1000).is_null());
+        assert_eq!(
+            (list.cached_bytes(), owner.reserved.get()),
+            (4 << 20, 4 << 20)
+        );
+        assert_eq!(list.trim(&owner), 4 << 20);
         assert_eq!(owner.reserved.get(), 0);
-        list.trim();
+        let d = list.alloc(&owner, 17 << 20, 8, false, 4, 1000);
+        assert!(!d.is_null());
+        assert_eq!(owner.reserved.get(), 17 << 20);
+        free(&list, &owner, d, 5);
+        assert_eq!(list.trim(&owner), 17 << 20);
+        assert_eq!(owner.reserved.get(), 0);
         assert_eq!(owner.live.get(), 0);
     }
 
@@ -766,7 +793,7 @@ mod tests {
         // (20 MiB) goes.
         free(&list, &owner, a, 12);
         free(&list, &owner, b, 12);
-        assert_eq!(list.trim(), 76 * M);
+        assert_eq!(list.trim(&owner), 76 * M);
         assert_eq!(owner.live.get(), 0);
     }
 
@@ -783,13 +810,13 @@ mod tests {
         );
         assert_eq!(list.cache_bound(), 80 * M, "the peak, above the floor");
         // A new interval with both live: the peak stays 80 MiB; a frees into the cache.
-        list.age(1100, 1000);
+        list.age(&owner, 1100, 1000);
         assert_eq!(list.cache_bound(), 80 * M);
         free(&list, &owner, a, 1200);
         assert_eq!(list.cached_bytes(), 40 * M);
         // The next interval starts with 40 MiB live: the floor decides (64 MiB), and
         // b's mapping, the newest, pushes a's out.
-        list.age(2150, 1000);
+        list.age(&owner, 2150, 1000);
         assert_eq!(list.cache_bound(), CACHE_MIN_BYTES);
         assert_eq!(list.cached_bytes(), 40 * M, "a was freed within the decay");
         free(&list, &owner, b, 2200);
@@ -797,26 +824,32 @@ mod tests {
         let c = list.alloc(&owner, 40 * M, 8, false, 2300, 1000);
         assert_eq!(c, b, "the newest came back");
         free(&list, &owner, c, 2400);
-        list.trim();
+        list.trim(&owner);
         assert_eq!(owner.live.get(), 0);
     }
 
     #[test]
-    fn a_bounded_heap_caches_nothing() {
+    fn a_bounded_heap_caches_no_more_than_the_floor() {
         let (list, owner) = (HugeList::new(), Owner::default());
         const M: usize = 1 << 20;
         list.set_bounded(true);
         let ps: Vec<*mut u8> = (0..4)
             .map(|_| list.alloc(&owner, 30 * M, 8, false, 0, 1000))
             .collect();
-        assert_eq!(list.cache_bound(), 0, "120 MiB peak, bounded");
+        assert_eq!(list.cache_bound(), CACHE_MIN_BYTES, "120 MiB peak, bounded");
         for (t, &p) in ps.iter().enumerate() {
             free(&list, &owner, p, t as u64);
         }
-        assert_eq!(list.cached_bytes(), 0, "every mapping unmapped at its free");
+        assert_eq!(list.cached_bytes(), 60 * M, "two of four within 64 MiB");
+        assert_eq!(
+            owner.reserved.get(),
+            60 * M,
+            "the cached ones hold the bound"
+        );
         list.set_bounded(false);
         assert_eq!(list.cache_bound(), 120 * M);
-        list.trim();
+        list.trim(&owner);
         assert_eq!(owner.live.get(), 0);
+        assert_eq!(owner.reserved.get(), 0);
     }
 }

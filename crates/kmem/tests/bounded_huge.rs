@@ -71,19 +71,34 @@ fn huge_mappings_share_the_bound_with_the_pages() {
         // SAFETY: allocated above, freed once.
         unsafe { h.kfree(p.as_ptr()) };
     }
-    // The mappings freed, their bytes of the bound come back.
+    // The mappings freed stay cached, holding their bytes of the bound.
     for p in [a, b, c] {
         // SAFETY: ours, freed once.
         assert!(unsafe { h.dealloc(p) });
     }
     check_bound();
-    assert_eq!(h.page_allocator().outside_pages(), 0);
+    let cached = h.huge_cached_bytes();
+    assert!(cached >= 40 << 20, "{cached}");
+    assert_eq!(pa.outside_pages() * PAGE, cached);
+    // Small objects get those bytes back: the page allocator's shrinker unmaps the
+    // cache when the bound is short, and the lent pages return.
+    let small: Vec<_> = (0..(48 << 20) / 4096)
+        .map(|_| h.kmalloc(4096, Gfp::KERNEL).expect("the cache made way"))
+        .collect();
+    check_bound();
+    assert!(h.huge_cached_bytes() < cached);
     assert!(
         pa.zone_event(0, VmEvent::BalloonDeflate) > 0,
         "lent pages came back"
     );
+    for p in small {
+        // SAFETY: allocated above, freed once.
+        unsafe { h.kfree(p.as_ptr()) };
+    }
+    // And a mapping of most of the bound, once they are freed.
     let d = huge(56);
     assert!(!d.is_null(), "the whole bound again");
     // SAFETY: ours.
     assert!(unsafe { h.dealloc(d) });
+    check_bound();
 }

@@ -276,6 +276,14 @@ impl Heap {
     /// What may allocate or register hooks: runs once the heap is READY, so a nested
     /// allocation (atexit may call calloc) is served.
     fn after_init(&self, env: &EnvConfig) {
+        if env.max_bytes != 0 {
+            // Cached huge mappings hold bytes of the bound: the page allocator trims
+            // them before it fails for want of room.
+            self.kmem.pages.register_shrinker(kmem_core::Shrinker {
+                scan: trim_huge_cache,
+                data: self as *const Heap as *const (),
+            });
+        }
         if env.debug.any() {
             // Load the unwinder now (its first use allocates), for slub_debug's U, and
             // find kmem's own functions so that tracks start at the program's frame.
@@ -339,6 +347,14 @@ fn init_failed(cause: std::fmt::Arguments<'_>) -> bool {
 }
 
 /// Huge mappings' descriptors are small kmalloc objects of this heap.
+/// The bounded heap's shrinker: unmaps the cached huge mappings, whose bytes of the
+/// bound go back to the page allocator's room. Returns the pages unmapped.
+fn trim_huge_cache(data: *const (), _nid: usize) -> usize {
+    // SAFETY: registered with the process heap (a static) as `data`.
+    let h = unsafe { &*(data as *const Heap) };
+    h.huge.trim(h) / kmem_core::PAGE_SIZE
+}
+
 impl HugeOwner for Heap {
     fn desc_alloc(&self) -> Option<NonNull<u8>> {
         self.kmalloc(crate::huge::DESC_SIZE, crate::huge::DESC_GFP)

@@ -81,7 +81,7 @@ impl Platform for HeapPlatform {
     /// Huge mappings cached for reuse age with the same decay interval as free pages.
     fn reporting_pass(&self, now_ns: u64) {
         let decay = HEAP.config().decay_ms.saturating_mul(1_000_000);
-        HEAP.huge.age(now_ns, decay);
+        HEAP.huge.age(&HEAP, now_ns, decay);
     }
 
     /// Between reporting passes too: a program that freed its huge blocks and goes on
