@@ -276,14 +276,12 @@ impl Heap {
     /// What may allocate or register hooks: runs once the heap is READY, so a nested
     /// allocation (atexit may call calloc) is served.
     fn after_init(&self, env: &EnvConfig) {
-        if env.max_bytes != 0 {
-            // Cached huge mappings hold bytes of the bound: the page allocator trims
-            // them before it fails for want of room.
-            self.kmem.pages.register_shrinker(kmem_core::Shrinker {
-                scan: trim_huge_cache,
-                data: self as *const Heap as *const (),
-            });
-        }
+        // Cached huge mappings hold bytes of the bound (`KMEM_MAX`, or one set later):
+        // the page allocator trims them before it fails for want of room.
+        self.kmem.pages.register_shrinker(kmem_core::Shrinker {
+            scan: trim_huge_cache,
+            data: self as *const Heap as *const (),
+        });
         if env.debug.any() {
             // Load the unwinder now (its first use allocates), for slub_debug's U, and
             // find kmem's own functions so that tracks start at the program's frame.
@@ -347,11 +345,15 @@ fn init_failed(cause: std::fmt::Arguments<'_>) -> bool {
 }
 
 /// Huge mappings' descriptors are small kmalloc objects of this heap.
-/// The bounded heap's shrinker: unmaps the cached huge mappings, whose bytes of the
-/// bound go back to the page allocator's room. Returns the pages unmapped.
+/// The heap's shrinker: in a bounded heap, unmaps the cached huge mappings, whose
+/// bytes of the bound go back to the page allocator's room (without a bound they do
+/// not give it pages: kept). Returns the pages unmapped.
 fn trim_huge_cache(data: *const (), _nid: usize) -> usize {
     // SAFETY: registered with the process heap (a static) as `data`.
     let h = unsafe { &*(data as *const Heap) };
+    if h.kmem.pages.max_pages() == 0 {
+        return 0;
+    }
     h.huge.trim(h) / kmem_core::PAGE_SIZE
 }
 
