@@ -23,7 +23,7 @@
 //! owner when it is made or grown ([`HugeOwner::reserve`]) and gives them back when it
 //! is unmapped or shrunk, so cached mappings count toward the bound as live ones do
 //! (the cache then keeps at most [`CACHE_MIN_BYTES`]; the owner trims it when the
-//! bound is short: `Heap::make_room_in_bound`, the page allocator's shrinker).
+//! bound is short: `Heap::trim` before a mapping fails, the page allocator's shrinker).
 //!
 //! Locking: one spin lock (`HugeList::head`) covers the list and the cache slots; it
 //! is taken after a CPU area's local lock and before the slab and page allocator
@@ -352,7 +352,8 @@ impl HugeList {
             }
             owner.release(len - c.len);
         }
-        // SAFETY: as above; mremap left it where it was.
+        // SAFETY: taken off the cache above, so nobody uses it; a failed mremap left
+        // it where it was, whole.
         unsafe { unmap_cached(owner, c) };
         None
     }

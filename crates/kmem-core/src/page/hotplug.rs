@@ -268,17 +268,19 @@ impl<P: Platform> PageAllocator<P> {
             break;
         }
         if got < need {
-            // SAFETY: the blocks were taken above, each with its order in its head.
+            // SAFETY: `taken` is this function's own list of blocks it took off the
+            // free lists above; nobody else reaches it.
             while let Some(page) = NonNull::new(unsafe { taken.pop_head() }) {
-                // SAFETY: as above.
+                // SAFETY: a block taken above: a live descriptor, its order set there.
                 let order = unsafe { page.as_ref() }.order();
                 self.free_lent_block(page, order, false);
             }
             return false;
         }
-        // SAFETY: as above; their memory is ours until they are returned.
+        // SAFETY: `taken` is this function's own list of blocks it took off the free
+        // lists above; their memory is ours until they are returned.
         while let Some(page) = NonNull::new(unsafe { taken.pop_head() }) {
-            // SAFETY: as above.
+            // SAFETY: a block taken above: a live descriptor, its order set there.
             let order = unsafe { page.as_ref() }.order();
             let addr = self.page_address(page).as_ptr();
             // SAFETY: a block we hold: nobody reads or writes its pages while lent.
@@ -305,7 +307,8 @@ impl<P: Platform> PageAllocator<P> {
             // SAFETY: a lent block: ours, its order in its head.
             let order = unsafe { page.as_ref() }.order();
             if back + (1 << order) > room {
-                // SAFETY: as above; back on the list it came from.
+                // SAFETY: popped off the lent list just now (on no other list); back
+                // onto it, under the hotplug lock that guards it.
                 unsafe { hp.lent.push_head(page.as_ptr()) };
                 break;
             }

@@ -458,11 +458,13 @@ impl Heap {
         let decay = self.config().decay_ms.saturating_mul(1_000_000);
         // KMEM_MAX bounds the whole heap: the page allocator's memory and these
         // mappings share it (`HugeOwner::reserve`). At the bound, what the caches keep
-        // goes back first and wholly free sections go offline, as a bounded kernel
-        // shrinks its slabs before it fails an allocation; then one more try.
+        // goes back first — `malloc_trim`'s work: cached mappings unmapped, sheaves,
+        // barns and empty slabs to the page allocator, wholly free sections offline —
+        // as a bounded kernel shrinks its slabs before it fails an allocation; then
+        // one more try, which may also borrow the free pages left.
         let mut p = self.huge.alloc(self, size, align, zero, now, decay);
         if p.is_null() && self.config().max_bytes != 0 {
-            self.make_room_in_bound();
+            self.trim();
             p = self.huge.alloc(self, size, align, zero, now, decay);
         }
         if let (false, Some(cg)) = (p.is_null(), active_objcg()) {

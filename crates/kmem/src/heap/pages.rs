@@ -126,19 +126,6 @@ impl Heap {
         self.huge.trim(self) / kmem_core::PAGE_SIZE + self.kmem.pages.report_free_pages()
     }
 
-    /// Under `KMEM_MAX`, before a huge mapping fails for want of room in the bound:
-    /// the cached huge mappings are unmapped, the caches' free objects and empty slabs
-    /// go back to the page allocator (every thread's page lists at their next call,
-    /// ours now), every free block is reported, and sections left wholly free go
-    /// offline, out of the bound's count.
-    #[cold]
-    pub(super) fn make_room_in_bound(&self) {
-        self.huge.trim(self);
-        self.shrink_all();
-        self.drain_all();
-        self.kmem.pages.report_free_pages();
-    }
-
     /// Bounds the heap at `bytes` (0 = no bound). Memory already online stays.
     pub fn set_max_bytes(&self, bytes: usize) {
         self.kmem.pages.set_max_pages(bytes >> PAGE_SHIFT);
