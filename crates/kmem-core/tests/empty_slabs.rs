@@ -126,6 +126,77 @@ fn an_emptied_slab_is_kept_and_the_next_refills_take_it_without_the_page_allocat
 }
 
 #[test]
+fn a_flush_that_empties_a_whole_slab_keeps_it_without_linking_its_objects() {
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    // 4 KiB objects: a sheaf holds a slab's worth (8), so that a full sheaf flushed
+    // in the order of its frees is whole slabs, one run each.
+    let s = k
+        .kmem_cache_create(c, "whole-4k", 4096, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let cfg = s.config();
+    assert_eq!(cfg.sheaf_capacity % cfg.objects, 0, "{cfg:?}");
+    let objs: Vec<_> = (0..32 * cfg.objects)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    const FILL: u8 = 0xa7;
+    for p in &objs {
+        // SAFETY: ours, `object_size` bytes.
+        unsafe { std::ptr::write_bytes(p.as_ptr(), FILL, cfg.object_size) };
+    }
+    let flushes = stat(k, s, SlubStat::SheafFlush);
+    // Through the CPU's sheaves: the barn takes a few full sheaves, the rest are
+    // flushed, a run a slab.
+    for &p in &objs {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.slub().free(c, s, p) });
+    }
+    assert!(
+        stat(k, s, SlubStat::SheafFlush) > flushes,
+        "sheaves were flushed"
+    );
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(a) }];
+    let mut kept = HashSet::new();
+    let census = k.slub().census(s, &refs, |o| {
+        kept.insert(o);
+    });
+    assert!(
+        census.in_empty_slabs >= 8 * cfg.objects,
+        "{} objects kept",
+        census.in_empty_slabs
+    );
+    // The kept slabs' objects were never linked: the free pointer word of each is
+    // still what the program wrote (a kept slab's freelist is never read).
+    let mut untouched = 0;
+    for p in objs.iter().map(|p| p.as_ptr() as usize) {
+        if sheaf_tag(k, p) != 0 {
+            continue; // in a sheaf or the barn, not in a kept slab
+        }
+        // SAFETY: an object of a kept slab: mapped memory of ours that no one uses.
+        let word = unsafe { ((p + cfg.offset) as *const usize).read() };
+        assert_eq!(word, usize::from_ne_bytes([FILL; 8]), "{p:#x} was linked");
+        untouched += 1;
+    }
+    assert_eq!(untouched, census.in_empty_slabs, "every kept object");
+    check_census(k, s, &refs, &HashSet::new());
+    // Taken again: every object handed out once, usable whole, and freed again.
+    let again: Vec<_> = (0..objs.len())
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+        .collect();
+    let live: HashSet<usize> = again.iter().map(|p| p.as_ptr() as usize).collect();
+    assert_eq!(live.len(), again.len(), "each object handed out once");
+    check_census(k, s, &refs, &live);
+    for p in &again {
+        // SAFETY: ours, `object_size` bytes.
+        unsafe { std::ptr::write_bytes(p.as_ptr(), 0x5a, cfg.object_size) };
+    }
+    free_to_slabs(k, s, &again);
+    check_census(k, s, &refs, &HashSet::new());
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+#[test]
 fn the_decay_gives_back_the_slabs_kept_unused_for_a_whole_interval() {
     // A decay interval the test's clock never reaches: only the calls below decay.
     let k = kmem_with_decay(u64::MAX / 2);

@@ -18,7 +18,8 @@ use super::sheaf::SlabSheaf;
 use super::{KmemCache, Slub};
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
-use crate::sync::{Ordering::Relaxed, SpinLock};
+use crate::sync::{AtomicUsize, Ordering::Relaxed, SpinLock, SpinLockGuard};
+use core::ops::{Deref, DerefMut};
 use core::ptr::{self, NonNull};
 
 /// Most full sheaves a barn keeps (`MAX_FULL_SHEAVES`); a CPU's full sheaf past it
@@ -307,27 +308,118 @@ impl Default for BarnLists {
 }
 
 /// A cache's barn on one node (`struct node_barn`).
+///
+/// Invariant: `full_hint` and `empty_hint` are written only under `lists`' lock, by
+/// [`BarnGuard`]'s drop, with the lists' counts as that hold of the lock leaves them;
+/// so, read without the lock, each is a count the lists had at some moment (the
+/// kernel's `data_race(barn->nr_full)`). The slow paths read them first to skip a
+/// trade the barn cannot make (no full sheaf for an allocation; no room, or no empty
+/// sheaf, for a free) without taking the lock: a stale copy only sends a CPU the
+/// longer way (a refill or a flush a trade would have spared, or a hold of the lock
+/// that finds nothing), never to a sheaf that is not there.
 pub struct Barn {
-    pub(crate) lists: SpinLock<BarnLists>,
+    lists: SpinLock<BarnLists>,
+    full_hint: AtomicUsize,
+    empty_hint: AtomicUsize,
+}
+
+/// A hold of a barn's lock: the lists, and, as it ends, their counts published to
+/// the barn's hints (see [`Barn`]).
+pub(crate) struct BarnGuard<'a> {
+    barn: &'a Barn,
+    lists: SpinLockGuard<'a, BarnLists>,
+}
+
+impl Deref for BarnGuard<'_> {
+    type Target = BarnLists;
+    #[inline]
+    fn deref(&self) -> &BarnLists {
+        &self.lists
+    }
+}
+
+impl DerefMut for BarnGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut BarnLists {
+        &mut self.lists
+    }
+}
+
+impl Drop for BarnGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Before the lock's release (the guard's field drops after this body).
+        self.barn.full_hint.store(self.lists.nr_full, Relaxed);
+        self.barn.empty_hint.store(self.lists.nr_empty, Relaxed);
+    }
 }
 
 impl Barn {
     pub(crate) const fn new() -> Self {
         Self {
             lists: SpinLock::new(BarnLists::new()),
+            full_hint: AtomicUsize::new(0),
+            empty_hint: AtomicUsize::new(0),
         }
+    }
+
+    /// Takes the barn's lock.
+    #[inline]
+    pub(crate) fn lock(&self) -> BarnGuard<'_> {
+        BarnGuard {
+            barn: self,
+            lists: self.lists.lock(),
+        }
+    }
+
+    /// Takes the barn's lock if it is free.
+    #[inline]
+    pub(crate) fn try_lock(&self) -> Option<BarnGuard<'_>> {
+        Some(BarnGuard {
+            barn: self,
+            lists: self.lists.try_lock()?,
+        })
+    }
+
+    /// Full sheaves the barn held a moment ago (read without the lock; see [`Barn`]).
+    #[inline]
+    pub(crate) fn nr_full_hint(&self) -> usize {
+        self.full_hint.load(Relaxed)
+    }
+
+    /// Empty sheaves the barn held a moment ago (read without the lock).
+    #[inline]
+    pub(crate) fn nr_empty_hint(&self) -> usize {
+        self.empty_hint.load(Relaxed)
+    }
+
+    /// The fork handlers' hold of the lock (see [`SpinLock::lock_forever`]).
+    pub(crate) fn lock_forever(&self) {
+        self.lists.lock_forever();
+    }
+
+    /// Releases what [`Barn::lock_forever`] took.
+    ///
+    /// # Safety
+    /// As [`SpinLock::force_unlock`].
+    pub(crate) unsafe fn force_unlock(&self) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.lists.force_unlock() }
     }
 
     /// `barn_replace_empty_sheaf`: a full sheaf for an empty one, for CPU area `owner`
     /// (`None`: the barn has no full sheaf; the empty one stays the caller's). The
     /// empty sheaf, if given and the barn has no room for it, comes back as the second
-    /// value, to be freed.
+    /// value, to be freed. A barn that held no full sheaf a moment ago is not locked.
     pub(crate) fn replace_empty(
         &self,
         empty: Option<NonNull<SlabSheaf>>,
         owner: u32,
     ) -> Option<(NonNull<SlabSheaf>, Option<NonNull<SlabSheaf>>)> {
-        let mut l = self.lists.lock();
+        if self.nr_full_hint() == 0 {
+            return None;
+        }
+        let mut l = self.lock();
         let full = l.get_full(owner)?;
         let extra = empty.and_then(|e| l.put_empty(e).err());
         Some((full, extra))
@@ -335,15 +427,19 @@ impl Barn {
 
     /// `barn_replace_full_sheaf`: hands in a full sheaf (CPU area `owner`'s) and takes
     /// an empty one if the barn has one (`Ok(None)`: it had none; the caller makes
-    /// one). `Err(full)`: the barn holds `max_full` full sheaves already; the caller
-    /// flushes this one to the slabs.
+    /// one). `Err(full)`: the barn holds `max_full` full sheaves already (or did a
+    /// moment ago: then its lock is not taken); the caller flushes this one to the
+    /// slabs.
     pub(crate) fn replace_full(
         &self,
         full: NonNull<SlabSheaf>,
         max_full: usize,
         owner: u32,
     ) -> Result<Option<NonNull<SlabSheaf>>, NonNull<SlabSheaf>> {
-        let mut l = self.lists.lock();
+        if self.nr_full_hint() >= max_full {
+            return Err(full);
+        }
+        let mut l = self.lock();
         l.put_full(full, max_full, owner)?;
         Ok(l.get_empty())
     }
@@ -403,7 +499,7 @@ impl<P: Platform> Slub<'_, P> {
         }
         let mut freed = 0;
         for nid in 0..self.pages.nr_nodes() {
-            let (full, empty) = s.node(nid).barn.lists.lock().take_idle();
+            let (full, empty) = s.node(nid).barn.lock().take_idle();
             freed += self.free_sheaf_chains(cpu, s, full, empty);
         }
         freed
@@ -447,7 +543,7 @@ impl<P: Platform> Slub<'_, P> {
         self.release_fresh_slabs(cpu, s);
         let mut freed = 0;
         for nid in 0..self.pages.nr_nodes() {
-            let (full, empty) = s.node(nid).barn.lists.lock().take_all();
+            let (full, empty) = s.node(nid).barn.lock().take_all();
             freed += self.free_sheaf_chains(cpu, s, full, empty);
         }
         freed
@@ -506,5 +602,50 @@ mod tests {
             full = sh[i].next_in_list();
         }
         assert!(full.is_null());
+    }
+
+    #[test]
+    fn the_barn_s_hints_follow_its_lists_and_spare_it_the_lock() {
+        let sh = sheaves::<4>();
+        let [e0, e1] = sheaves::<2>();
+        let barn = Barn::new();
+        assert_eq!((barn.nr_full_hint(), barn.nr_empty_hint()), (0, 0));
+        {
+            let mut l = barn.lock();
+            l.put_empty(ptr_of(&e0)).unwrap();
+            // Written as the hold ends, not before.
+            assert_eq!(barn.nr_empty_hint(), 0);
+        }
+        assert_eq!(barn.nr_empty_hint(), 1);
+        // Two full sheaves in, one empty out: the hints are the counts after each.
+        assert_eq!(
+            barn.replace_full(ptr_of(&sh[0]), 2, 1),
+            Ok(Some(ptr_of(&e0)))
+        );
+        assert_eq!(barn.replace_full(ptr_of(&sh[1]), 2, 1), Ok(None));
+        assert_eq!((barn.nr_full_hint(), barn.nr_empty_hint()), (2, 0));
+        // At its bound, and with no full sheaf, the barn answers without its lock:
+        // held here, it would spin forever otherwise.
+        {
+            let _held = barn.lock();
+            assert_eq!(barn.replace_full(ptr_of(&sh[2]), 2, 1), Err(ptr_of(&sh[2])));
+        }
+        let mut l = barn.lock();
+        let taken = l.take_all();
+        drop(l);
+        assert!(!taken.0.is_null());
+        assert_eq!((barn.nr_full_hint(), barn.nr_empty_hint()), (0, 0));
+        {
+            let _held = barn.lock();
+            assert_eq!(barn.replace_empty(Some(ptr_of(&e1)), 1), None);
+        }
+        // A full sheaf again: the trade is made under the lock.
+        barn.lock().put_full(ptr_of(&sh[3]), 2, 1).unwrap();
+        assert_eq!(barn.nr_full_hint(), 1);
+        assert_eq!(
+            barn.replace_empty(Some(ptr_of(&e1)), 1),
+            Some((ptr_of(&sh[3]), None))
+        );
+        assert_eq!((barn.nr_full_hint(), barn.nr_empty_hint()), (0, 1));
     }
 }

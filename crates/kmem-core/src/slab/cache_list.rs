@@ -17,12 +17,12 @@ pub struct CacheList {
     /// When the barns' decay last ran (the platform's clock, ns); whoever moves it
     /// runs the next one.
     pub(crate) barn_decay_ns: AtomicU64,
-    /// Pages in every cache's kept empty slabs, per node (`empty.rs`): while not 0,
-    /// a new slab of any cache first gives some of the others' back.
-    pub(crate) kept_pages: [AtomicUsize; MAX_NUMNODES],
     /// Kept empty slabs of every cache, per node and slab order: while not 0, a
     /// cache whose own are used up adopts others' of its order instead of making a
-    /// slab (`empty.rs`, [`super::Slub::adopt_kept_slabs`]).
+    /// slab (`empty.rs`, [`super::Slub::adopt_kept_slabs`]); while any of a node's is
+    /// not 0, a new slab of any cache first gives some of the others' back. (The
+    /// pages they hold are summed from these when asked: one count to move per slab
+    /// kept or taken, an atomic add each.)
     pub(crate) kept_slabs: [[AtomicUsize; MAX_ORDER + 1]; MAX_NUMNODES],
     /// Reclaims of kept slabs (`empty.rs`) that took slabs of caches off the list's
     /// walk and discard them after the lock: cache destruction waits for none to be
@@ -36,7 +36,6 @@ impl CacheList {
             lock: SpinLock::new(()),
             head: AtomicPtr::new(ptr::null_mut()),
             barn_decay_ns: AtomicU64::new(0),
-            kept_pages: [const { AtomicUsize::new(0) }; MAX_NUMNODES],
             kept_slabs: [const { [const { AtomicUsize::new(0) }; MAX_ORDER + 1] }; MAX_NUMNODES],
             reclaiming: AtomicUsize::new(0),
         }
@@ -116,7 +115,7 @@ impl CacheList {
                     node.list_lock.lock_forever();
                     // A leaf lock: a child must not find it held by a thread that
                     // does not exist there.
-                    node.barn.lists.lock_forever();
+                    node.barn.lock_forever();
                 }
             });
         }
@@ -131,7 +130,7 @@ impl CacheList {
         unsafe {
             self.for_each_locked(|s| {
                 for node in s.nodes(nr_nodes) {
-                    node.barn.lists.force_unlock();
+                    node.barn.force_unlock();
                     node.list_lock.force_unlock();
                 }
             });

@@ -73,7 +73,7 @@ impl<P: Platform> Slub<'_, P> {
         }
         for nid in 0..self.pages.nr_nodes() {
             c.total += s.nr_slabs(nid) * cfg.objects;
-            let lists = s.node(nid).barn.lists.lock();
+            let lists = s.node(nid).barn.lock();
             for mut p in lists.heads() {
                 while let Some(sh) = NonNull::new(p) {
                     // SAFETY: barn sheaves are live; we hold the barn's lock.

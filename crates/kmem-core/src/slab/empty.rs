@@ -33,7 +33,7 @@
 //! reports it (a sheaf would have handed it out again beside the slab's own copy). Its
 //! state still holds the freelist of its last life, which nothing reads: a refill that
 //! takes it writes a new one and names the sheaves again
-//! ([`Slub::reuse_empty_slab_taking`]).
+//! ([`Slub::reuse_kept_slab`]).
 //!
 //! Locking: a node's kept slabs are under its `list_lock`: every method takes the
 //! locked partial list as proof (the same lock's guard). No reporting pass may start
@@ -175,21 +175,26 @@ impl EmptySlabs {
 impl<P: Platform> Slub<'_, P> {
     /// Pages in the kept empty slabs of every cache on node `nid`.
     pub fn kept_empty_pages(&self, nid: usize) -> usize {
-        self.caches.kept_pages[nid].load(Relaxed)
+        let slabs = &self.caches.kept_slabs[nid];
+        (0..slabs.len())
+            .map(|order| slabs[order].load(Relaxed) << order)
+            .sum()
+    }
+
+    /// Whether any cache keeps an empty slab on node `nid` (racy: a hint).
+    fn any_kept(&self, nid: usize) -> bool {
+        self.caches.kept_slabs[nid]
+            .iter()
+            .any(|n| n.load(Relaxed) != 0)
     }
 
     /// One kept slab of `order` more (`more`) or fewer on node `nid`, in the counts
     /// that tell new slabs whether to look for others' kept slabs.
     fn count_kept(&self, nid: usize, order: usize, more: bool) {
-        let (pages, slabs) = (
-            &self.caches.kept_pages[nid],
-            &self.caches.kept_slabs[nid][order],
-        );
+        let slabs = &self.caches.kept_slabs[nid][order];
         if more {
-            pages.fetch_add(1 << order, Relaxed);
             slabs.fetch_add(1, Relaxed);
         } else {
-            pages.fetch_sub(1 << order, Relaxed);
             slabs.fetch_sub(1, Relaxed);
         }
     }
@@ -216,29 +221,76 @@ impl<P: Platform> Slub<'_, P> {
         self.count_kept(nid, s.config().order, true);
     }
 
-    /// A kept empty slab of `s` on node `nid` (its own, else one of those it adopts
-    /// from other caches of its order: [`Slub::adopt_kept_slabs`]), taken as
-    /// [`Slub::allocate_slab_taking`] takes a new one (up to `out.len()` of its objects
-    /// into `out`, the rest its freelist or, with `link_rest` false and objects in
-    /// address order, a fresh tail), without the page allocator (and not counted as
-    /// `alloc_slab`, which counts slabs made); `None` when the node keeps none.
-    pub(super) fn reuse_empty_slab_taking(
+    /// A flush's run of `cnt` objects of `slab` that are all of its objects — a full
+    /// slab (on no list, unfrozen) that the run empties — kept as the free of the
+    /// kernel's kind that empties it keeps it ([`Slub::slab_free_as`] with
+    /// `Emptied::Keep`), without linking the objects: a kept slab's freelist is never
+    /// read (its next refill takes its objects by address), and for objects of a page
+    /// or more each link is a store to a line, often a page, the flush has not
+    /// touched. False, having changed nothing, where the node's partial list is
+    /// short of `min_partial` (the slab goes there, freelist and all) or the slab is
+    /// not in that state: the caller then links the run and frees it the regular way,
+    /// which reports what is wrong.
+    ///
+    /// # Safety
+    /// The caller's `cnt` objects of `slab`, `head` among them, are objects of `s`
+    /// it gives up when this returns true.
+    pub(super) unsafe fn keep_whole_run(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        head: usize,
+        cnt: u64,
+    ) -> bool {
+        let cfg = s.config();
+        let nid = self.pages.page_to_nid(slab);
+        let mut list = s.node(nid).list_lock.lock();
+        // SAFETY: a live slab of `s` (the caller's objects are in it).
+        let sr = Slab::of(unsafe { slab.as_ref() });
+        let old = sr.state();
+        if old.frozen() || !old.list_empty() || old.inuse() != cnt || list.len() < cfg.min_partial {
+            return false;
+        }
+        // Every object is the run's: nobody else frees into the slab or takes from it
+        // (it is on no list), so the CAS meets no other writer.
+        let new = old.after_free((head - self.slab_base(slab)) as u64, cnt, false);
+        if !sr.cas_state(old, new) {
+            return false;
+        }
+        s.stat(cpu, SlubStat::FreeSlowpath);
+        self.keep_empty_slab(s, nid, &mut list, slab);
+        true
+    }
+
+    /// When node `nid` keeps no empty slab of `s` (its `list_lock` held just now found
+    /// none): one adopted from other caches of its order, off its list and count.
+    pub(super) fn adopt_and_pop_kept(
         &self,
         cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
         nid: usize,
+    ) -> Option<NonNull<Page>> {
+        if !self.adopt_kept_slabs(cpu, s, nid) {
+            return None;
+        }
+        self.pop_kept(s, nid)
+    }
+
+    /// A kept empty slab of `s`, off its list (its own, popped with the refill's walk
+    /// of the partial list, [`Slub::pop_kept_locked`], else one adopted from other
+    /// caches of its order, [`Slub::adopt_and_pop_kept`]), taken as
+    /// [`Slub::allocate_slab_taking`] takes a new one (up to `out.len()` of its
+    /// objects into `out`, the rest its freelist or, with `link_rest` false and
+    /// objects in address order, a fresh tail), without the page allocator (and not
+    /// counted as `alloc_slab`, which counts slabs made).
+    pub(super) fn reuse_kept_slab(
+        &self,
+        s: &KmemCache,
+        slab: NonNull<Page>,
         out: &mut [usize],
         link_rest: bool,
-    ) -> Option<(NonNull<Page>, usize, Option<usize>)> {
-        let slab = match self.pop_kept(s, nid) {
-            Some(slab) => slab,
-            None => {
-                if !self.adopt_kept_slabs(cpu, s, nid) {
-                    return None;
-                }
-                self.pop_kept(s, nid)?
-            }
-        };
+    ) -> (NonNull<Page>, usize, Option<usize>) {
         // SAFETY: taken off the kept list: a live, empty, unfrozen slab of `s` on no
         // list, which nobody else reaches (no object of it is in use).
         let head = unsafe { slab.as_ref() };
@@ -250,16 +302,24 @@ impl<P: Platform> Slub<'_, P> {
         let has_vector = head.private.load(Relaxed) & accounting::OBJ_EXTS != 0;
         Slab::of(head).resume_fast_frees(s.config(), has_vector);
         Slab::of(head).set_state(state);
-        Some((slab, taken, fresh))
+        (slab, taken, fresh)
     }
 
     /// The most recently kept slab of `s` on node `nid`, off its list and count.
     fn pop_kept(&self, s: &KmemCache, nid: usize) -> Option<NonNull<Page>> {
-        let node = s.node(nid);
-        let slab = {
-            let mut list = node.list_lock.lock();
-            node.empty.pop(&mut list)?
-        };
+        let mut list = s.node(nid).list_lock.lock();
+        self.pop_kept_locked(s, nid, &mut list)
+    }
+
+    /// [`Slub::pop_kept`] for the holder of the node's `list_lock` (`locked`, its
+    /// contents).
+    pub(super) fn pop_kept_locked(
+        &self,
+        s: &KmemCache,
+        nid: usize,
+        locked: &mut PageList,
+    ) -> Option<NonNull<Page>> {
+        let slab = s.node(nid).empty.pop(locked)?;
         self.count_kept(nid, s.config().order, false);
         Some(slab)
     }
@@ -290,7 +350,7 @@ impl<P: Platform> Slub<'_, P> {
     /// twice the memory the program uses). Skipped when the cache list's lock is
     /// busy (the next new slab tries again).
     pub(super) fn reclaim_kept_slabs(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, nid: usize) {
-        if self.caches.kept_pages[nid].load(Relaxed) == 0 {
+        if !self.any_kept(nid) {
             return;
         }
         self.reclaim_kept_slabs_slow(cpu, s, nid);
@@ -378,7 +438,7 @@ impl<P: Platform> Slub<'_, P> {
     /// Before a refill of `s` makes a slab on node `nid` (its own kept slabs are used
     /// up): other caches' kept slabs of the same order on that node become kept slabs
     /// of `s` — up to [`ADOPT_PAGES`] pages, the most recently kept first — and the
-    /// refill takes them as its own ([`Slub::reuse_empty_slab_taking`]). Returns
+    /// refill takes them as its own ([`Slub::reuse_kept_slab`]). Returns
     /// whether any came.
     ///
     /// A program whose phases free a batch of one size and allocate a batch of

@@ -106,15 +106,18 @@ impl<P: Platform> Slub<'_, P> {
         s.stat(cpu, SlubStat::SheafRefill);
         let start = len;
         while len < cap {
-            len += self.take_from_partial(s, nid, room(sheaf, len, cap));
+            let (got, kept) = self.take_from_node(s, nid, room(sheaf, len, cap), true);
+            len += got;
             if len == cap {
                 break;
             }
-            // A new slab (a kept empty one first, its own or adopted, `empty.rs`): its
-            // first objects straight into the sheaf, the rest the node's fresh tail
-            // (`fresh.rs`), or linked onto the partial list of the slab's node.
-            let Some((slab, took, fresh)) = self
-                .reuse_empty_slab_taking(cpu, s, nid, room(sheaf, len, cap), false)
+            // A new slab (a kept empty one first, its own, taken with the partial
+            // slabs, or adopted, `empty.rs`): its first objects straight into the
+            // sheaf, the rest the node's fresh tail (`fresh.rs`), or linked onto the
+            // partial list of the slab's node.
+            let Some((slab, took, fresh)) = kept
+                .or_else(|| self.adopt_and_pop_kept(cpu, s, nid))
+                .map(|slab| self.reuse_kept_slab(s, slab, room(sheaf, len, cap), false))
                 .or_else(|| {
                     self.allocate_slab_taking(cpu, s, gfp, Some(nid), room(sheaf, len, cap), false)
                 })
@@ -139,6 +142,21 @@ impl<P: Platform> Slub<'_, P> {
     /// without free objects leaves the list; one with a corrupted free pointer is
     /// reported and quarantined (what was taken before the bad link is kept).
     pub(super) fn take_from_partial(&self, s: &KmemCache, nid: usize, out: &mut [usize]) -> usize {
+        self.take_from_node(s, nid, out, false).0
+    }
+
+    /// [`Slub::take_from_partial`], and, with `kept` asked for, when the list and
+    /// the fresh tail left `out` short, one of the node's kept empty slabs, off its
+    /// list under the same hold of the lock (`None`: the node keeps none, or it was
+    /// not asked for). A refill then takes the list's lock once, not once for the
+    /// partial slabs and again for the kept one.
+    fn take_from_node(
+        &self,
+        s: &KmemCache,
+        nid: usize,
+        out: &mut [usize],
+        kept: bool,
+    ) -> (usize, Option<NonNull<Page>>) {
         let cfg = s.config();
         let mut got = 0;
         let mut list = s.node(nid).list_lock.lock();
@@ -204,7 +222,12 @@ impl<P: Platform> Slub<'_, P> {
         }
         if got < out.len() {
             got += self.take_fresh(s, nid, &list, &mut out[got..]);
-            return got;
+            let slab = if kept && got < out.len() {
+                self.pop_kept_locked(s, nid, &mut list)
+            } else {
+                None
+            };
+            return (got, slab);
         }
         // Filled from the list: the slabs the next refill will walk, asked for now
         // (after the lock), so that their lines arrive while this sheaf is used.
@@ -213,7 +236,7 @@ impl<P: Platform> Slub<'_, P> {
         for &(base, inuse) in next.iter().flatten() {
             prefetch_free_objects(cfg, base, inuse);
         }
-        got
+        (got, None)
     }
 
     /// The first slabs of a node's partial list (the caller holds it locked), as many
@@ -290,31 +313,37 @@ impl<P: Platform> Slub<'_, P> {
         for &o in &objs[..len.min(FLUSH_PREFETCH)] {
             prefetch_flushed(cfg, o);
         }
+        // A run that is all of a slab's objects empties a full slab, which a free of
+        // the kernel's kind then keeps (`empty.rs`) without their links.
+        let whole = (emptied == Emptied::Keep && Self::keeps_empty_slabs(cfg))
+            .then_some(cfg.objects as u64);
         let mut i = 0;
         while i < len {
             if let Some(&o) = objs.get(i + FLUSH_PREFETCH) {
                 prefetch_flushed(cfg, o);
             }
+            let start = i;
             let head = objs[i];
             let base = head & !(slab_bytes - 1);
-            let mut tail = head;
-            let mut cnt = 1u64;
             i += 1;
-            while i < len {
-                let next = objs[i];
-                if next.wrapping_sub(base) >= slab_bytes {
-                    break;
-                }
+            while i < len && objs[i].wrapping_sub(base) < slab_bytes {
                 if let Some(&o) = objs.get(i + FLUSH_PREFETCH) {
                     prefetch_flushed(cfg, o);
                 }
-                // SAFETY: both are free objects of this slab, owned by the sheaf.
-                unsafe { key.set(tail, next) };
-                tail = next;
-                cnt += 1;
                 i += 1;
             }
+            let run = &objs[start..i];
+            let cnt = run.len() as u64;
             let slab = self.freelist_slab(base);
+            // SAFETY: the run's objects, the sheaf's, are given up if it is kept.
+            if whole == Some(cnt) && unsafe { self.keep_whole_run(cpu, s, slab, head, cnt) } {
+                continue;
+            }
+            for pair in run.windows(2) {
+                // SAFETY: both are free objects of this slab, owned by the sheaf.
+                unsafe { key.set(pair[0], pair[1]) };
+            }
+            let tail = objs[i - 1];
             // SAFETY: a chain of the sheaf's objects of this slab, given up.
             if !unsafe { self.flush_run_plain(cpu, s, slab, base, head, tail, cnt) } {
                 // SAFETY: a chain of the sheaf's objects of this slab, given up (the

@@ -766,7 +766,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         };
         let Some(full) = NonNull::new(f.sheaf) else {
             // No spare yet: an empty one from the barn, or a new one.
-            let empty = self.barn(c, s).lists.lock().get_empty();
+            let barn = self.barn(c, s);
+            let empty = (barn.nr_empty_hint() != 0)
+                .then(|| barn.lock().get_empty())
+                .flatten();
             return empty_one(empty.or_else(|| self.alloc_empty_sheaf(s, Gfp::NOWARN, cap)));
         };
         if f.len < f.cap() {
@@ -843,7 +846,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let standard = r.capacity.load(Relaxed) == s.config().sheaf_capacity;
         let barn = &s.node(nid).barn;
         let kept = standard && {
-            let mut l = barn.lists.lock();
+            let mut l = barn.lock();
             if size > 0 {
                 l.put_full(sheaf, s.config().barn_max_full, barn_owner(cpu))
                     .is_ok()

@@ -110,9 +110,14 @@ impl<P: Platform> Slub<'_, P> {
         // SAFETY: the main sheaf is this CPU's (thread mode, the area's owner); its
         // size becomes valid as it leaves the CPU.
         unsafe { empty.as_ref() }.size.store(0, Relaxed);
-        // A busy barn sends the exchange to `sheaf_alloc`, which waits for the lock:
-        // no spin here keeps this function free of calls and register saves.
-        let full = match self.barn(c, s).lists.try_lock() {
+        // A barn without a full sheaf a moment ago (read without its lock), or a busy
+        // one, sends the exchange to `sheaf_alloc`, which refills, or waits for the
+        // lock: no spin here keeps this function free of calls and register saves.
+        let barn = self.barn(c, s);
+        if barn.nr_full_hint() == 0 {
+            return self.sheaf_alloc_ptr(c, s);
+        }
+        let full = match barn.try_lock() {
             Some(mut l) => l.exchange_empty(empty, barn_owner(Some(c))),
             None => None,
         };
@@ -254,12 +259,17 @@ impl<P: Platform> Slub<'_, P> {
         // Its size becomes valid as it leaves the CPU.
         sheaf.size.store(n, Relaxed);
         let full = NonNull::from(sheaf);
-        // A busy barn: `sheaf_free` waits for it (see `alloc_from_barn`).
-        let empty = self.barn(c, s).lists.try_lock()?.exchange_full(
-            full,
-            cfg.barn_max_full,
-            barn_owner(Some(c)),
-        )?;
+        // A barn that held its most full sheaves, or no empty one, a moment ago:
+        // `sheaf_free` flushes, or makes an empty sheaf, without this trade (see
+        // `Barn`'s hints); a busy barn: `sheaf_free` waits for it (see
+        // `alloc_from_barn`).
+        let barn = self.barn(c, s);
+        if barn.nr_full_hint() >= cfg.barn_max_full || barn.nr_empty_hint() == 0 {
+            return None;
+        }
+        let empty = barn
+            .try_lock()?
+            .exchange_full(full, cfg.barn_max_full, barn_owner(Some(c)))?;
         // SAFETY: a sheaf off the barn's empty list is ours now, with room: `p`
         // goes in its first slot.
         unsafe { *slot(empty.as_ptr(), 0) = p };
