@@ -17,13 +17,15 @@ pub struct CacheList {
     /// When the barns' decay last ran (the platform's clock, ns); whoever moves it
     /// runs the next one.
     pub(crate) barn_decay_ns: AtomicU64,
-    /// Kept empty slabs of every cache, per node and slab order: while not 0, a
-    /// cache whose own are used up adopts others' of its order instead of making a
-    /// slab (`empty.rs`, [`super::Slub::adopt_kept_slabs`]); while any of a node's is
-    /// not 0, a new slab of any cache first gives some of the others' back. (The
-    /// pages they hold are summed from these when asked: one count to move per slab
-    /// kept or taken, an atomic add each.)
-    pub(crate) kept_slabs: [[AtomicUsize; MAX_ORDER + 1]; MAX_NUMNODES],
+    /// Caches that keep empty slabs, per node and slab order (each cache node's
+    /// kept list counts once while it holds slabs: `empty.rs`, `EmptySlabs::publish`):
+    /// while not 0, a cache whose own are used up adopts others' of its order instead
+    /// of making a slab ([`super::Slub::adopt_kept_slabs`]); while any of a node's is
+    /// not 0, a new slab of any cache first gives some of the others' back. Counted
+    /// by lists rather than slabs, it changes when a list fills or runs out, not at
+    /// every slab kept or taken (an atomic add each on a path that holds a lock
+    /// already).
+    pub(crate) kept_lists: [[AtomicUsize; MAX_ORDER + 1]; MAX_NUMNODES],
     /// Reclaims of kept slabs (`empty.rs`) that took slabs of caches off the list's
     /// walk and discard them after the lock: cache destruction waits for none to be
     /// left before it counts a cache's slabs.
@@ -36,7 +38,7 @@ impl CacheList {
             lock: SpinLock::new(()),
             head: AtomicPtr::new(ptr::null_mut()),
             barn_decay_ns: AtomicU64::new(0),
-            kept_slabs: [const { [const { AtomicUsize::new(0) }; MAX_ORDER + 1] }; MAX_NUMNODES],
+            kept_lists: [const { [const { AtomicUsize::new(0) }; MAX_ORDER + 1] }; MAX_NUMNODES],
             reclaiming: AtomicUsize::new(0),
         }
     }

@@ -53,7 +53,7 @@ use crate::page::{Page, PageList};
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::sync::{
-    AtomicUsize,
+    AtomicBool, AtomicUsize,
     Ordering::{Relaxed, Release},
 };
 use core::cell::UnsafeCell;
@@ -80,6 +80,9 @@ const RECLAIM_CACHES: usize = 8;
 pub(crate) struct EmptySlabs {
     list: UnsafeCell<PageList>,
     low: AtomicUsize,
+    /// Whether the list counts in the cache list's `kept_lists` (it did not hold
+    /// nothing when last published, [`EmptySlabs::publish`]; under the lock).
+    counted: AtomicBool,
 }
 
 // SAFETY: `list` is read and written only under the node's `list_lock` (every method
@@ -91,6 +94,7 @@ impl EmptySlabs {
         Self {
             list: UnsafeCell::new(PageList::new()),
             low: AtomicUsize::new(0),
+            counted: AtomicBool::new(false),
         }
     }
 
@@ -100,6 +104,22 @@ impl EmptySlabs {
         // SAFETY: the caller holds the node's `list_lock` (type invariant), exclusively
         // for as long as it holds `_locked` mutably.
         unsafe { &mut *self.list.get() }
+    }
+
+    /// After a change of the list (under the lock): whether it holds slabs, into
+    /// `lists`, the cache list's count of kept lists of the node and order
+    /// (`CacheList::kept_lists`), when that changed. Every change of the list is
+    /// published before the lock goes, so a list is counted while it holds slabs.
+    fn publish(&self, locked: &mut PageList, lists: &AtomicUsize) {
+        let has = self.len(locked) != 0;
+        if has != self.counted.load(Relaxed) {
+            self.counted.store(has, Relaxed);
+            if has {
+                lists.fetch_add(1, Relaxed);
+            } else {
+                lists.fetch_sub(1, Relaxed);
+            }
+        }
     }
 
     /// Slabs kept now.
@@ -173,30 +193,33 @@ impl EmptySlabs {
 }
 
 impl<P: Platform> Slub<'_, P> {
-    /// Pages in the kept empty slabs of every cache on node `nid`.
+    /// Pages in the kept empty slabs of every cache on node `nid` (a walk of the
+    /// cache list, under its lock and each cache's node lock in turn).
     pub fn kept_empty_pages(&self, nid: usize) -> usize {
-        let slabs = &self.caches.kept_slabs[nid];
-        (0..slabs.len())
-            .map(|order| slabs[order].load(Relaxed) << order)
-            .sum()
+        let _g = self.caches.lock.lock();
+        let mut pages = 0;
+        // SAFETY: the cache list lock is held.
+        unsafe {
+            self.caches.for_each_locked(|t| {
+                let node = t.node(nid);
+                let mut list = node.list_lock.lock();
+                pages += node.empty.len(&mut list) << t.config().order;
+            })
+        };
+        pages
     }
 
     /// Whether any cache keeps an empty slab on node `nid` (racy: a hint).
     fn any_kept(&self, nid: usize) -> bool {
-        self.caches.kept_slabs[nid]
+        self.caches.kept_lists[nid]
             .iter()
             .any(|n| n.load(Relaxed) != 0)
     }
 
-    /// One kept slab of `order` more (`more`) or fewer on node `nid`, in the counts
-    /// that tell new slabs whether to look for others' kept slabs.
-    fn count_kept(&self, nid: usize, order: usize, more: bool) {
-        let slabs = &self.caches.kept_slabs[nid][order];
-        if more {
-            slabs.fetch_add(1, Relaxed);
-        } else {
-            slabs.fetch_sub(1, Relaxed);
-        }
+    /// The cache list's count of caches whose node `nid` keeps empty slabs of
+    /// `s`'s order.
+    fn kept_lists(&self, nid: usize, s: &KmemCache) -> &AtomicUsize {
+        &self.caches.kept_lists[nid][s.config().order]
     }
 
     /// Whether a slab of `s` that a free of the kernel's kind leaves empty past the
@@ -217,8 +240,9 @@ impl<P: Platform> Slub<'_, P> {
     ) {
         // SAFETY: a live slab of `s` (caller).
         Slab::of(unsafe { slab.as_ref() }).stop_fast_frees(s.config());
-        s.node(nid).empty.push(locked, slab);
-        self.count_kept(nid, s.config().order, true);
+        let empty = &s.node(nid).empty;
+        empty.push(locked, slab);
+        empty.publish(locked, self.kept_lists(nid, s));
     }
 
     /// A flush's run of `cnt` objects of `slab` that are all of its objects — a full
@@ -319,8 +343,9 @@ impl<P: Platform> Slub<'_, P> {
         nid: usize,
         locked: &mut PageList,
     ) -> Option<NonNull<Page>> {
-        let slab = s.node(nid).empty.pop(locked)?;
-        self.count_kept(nid, s.config().order, false);
+        let empty = &s.node(nid).empty;
+        let slab = empty.pop(locked)?;
+        empty.publish(locked, self.kept_lists(nid, s));
         Some(slab)
     }
 
@@ -367,6 +392,7 @@ impl<P: Platform> Slub<'_, P> {
                 if Self::keeps_empty_slabs(t.config()) {
                     let want = left.div_ceil(1 << t.config().order);
                     node.empty.take_oldest(locked, want, out);
+                    node.empty.publish(locked, self.kept_lists(nid, t));
                 }
             })
         else {
@@ -377,10 +403,8 @@ impl<P: Platform> Slub<'_, P> {
             // reclaim is done: its destruction removes it from the list, then waits
             // for `reclaiming` to fall to 0.
             let t = unsafe { &**t };
-            let order = t.config().order;
             // SAFETY: `out` is ours; its slabs were taken off the kept list.
             while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
-                self.count_kept(nid, order, false);
                 self.discard_slab(cpu, t, slab);
             }
         }
@@ -415,7 +439,7 @@ impl<P: Platform> Slub<'_, P> {
                 if pages >= want_pages
                     || n == RECLAIM_CACHES
                     || core::ptr::eq(t, s)
-                    || self.caches.kept_slabs[nid][t.config().order].load(Relaxed) == 0
+                    || self.kept_lists(nid, t).load(Relaxed) == 0
                 {
                     return;
                 }
@@ -457,7 +481,7 @@ impl<P: Platform> Slub<'_, P> {
         nid: usize,
     ) -> bool {
         let cfg = s.config();
-        if self.caches.kept_slabs[nid][cfg.order].load(Relaxed) == 0
+        if self.kept_lists(nid, s).load(Relaxed) == 0
             || cfg.ctor.is_some()
             || !Self::keeps_empty_slabs(cfg)
         {
@@ -478,6 +502,7 @@ impl<P: Platform> Slub<'_, P> {
                 let tc = t.config();
                 if tc.order == order && Self::keeps_empty_slabs(tc) {
                     node.empty.take_newest(locked, left >> order, out);
+                    node.empty.publish(locked, self.kept_lists(nid, t));
                     // Off `t`'s lists and counts under its lock, onto `s`'s under `s`'s: a
                     // census of either never finds a slab it does not count.
                     node.nr_slabs.fetch_sub(out.len(), Relaxed);
@@ -514,6 +539,7 @@ impl<P: Platform> Slub<'_, P> {
             while let Some(slab) = NonNull::new(unsafe { mine.pop_tail() }) {
                 node.empty.push(&mut list, slab);
             }
+            node.empty.publish(&mut list, self.kept_lists(nid, s));
             node.nr_slabs.fetch_add(moved, Relaxed);
         }
         self.caches.reclaiming.fetch_sub(1, Release);
@@ -550,11 +576,11 @@ impl<P: Platform> Slub<'_, P> {
                 return 0;
             }
             take(&node.empty, &mut list, &mut out);
+            node.empty.publish(&mut list, self.kept_lists(nid, s));
         }
         let mut n = 0;
         // SAFETY: `out` is ours; its slabs were taken off the kept list.
         while let Some(slab) = NonNull::new(unsafe { out.pop_head() }) {
-            self.count_kept(nid, s.config().order, false);
             // Straight to the zone. Callers that hold the cache list lock (the decay,
             // shrinking every cache) defer reporting passes around their walks.
             self.discard_slab(None, s, slab);
