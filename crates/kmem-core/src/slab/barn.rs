@@ -7,7 +7,9 @@
 //!
 //! Locking: the barn's spin lock covers its two lists, counts and owner hints. Nothing else is
 //! taken under it (it is a leaf of the lock order): sheaves are put in and taken out
-//! under it; refilling, flushing and freeing sheaves happen after it is dropped.
+//! under it; refilling, flushing and freeing sheaves happen after it is dropped. Copies
+//! of the two counts are written as each hold ends and read without it, to skip a
+//! trade the barn cannot make ([`Barn`]).
 //! A sheaf on a barn list belongs to the barn: nobody else touches it.
 //!
 //! The barns' decay and shrinking (flushing barn sheaves to the slabs) are here too;

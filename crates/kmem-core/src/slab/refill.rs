@@ -5,8 +5,9 @@
 //! here is reported and never followed.
 //!
 //! Locking: a refill takes the node's `list_lock` while it takes objects from partial
-//! slabs (no page allocation under it); a flush takes none of its own
-//! (`__slab_free` takes `list_lock` when a slab changes lists).
+//! slabs, and a kept empty slab if they fall short (no page allocation under it); a
+//! flush takes none of its own (`__slab_free` takes `list_lock` when a slab changes
+//! lists, and so does a run that empties a whole slab to keep it: `keep_whole_run`).
 
 use super::free::Emptied;
 use super::freelist::FreePointerKey;
