@@ -132,6 +132,9 @@ fn list(json: bool) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes in a page of the heap.
+const PAGE_BYTES: u64 = kmem::PAGE_SIZE as u64;
+
 /// Bytes as `12.3M`.
 fn human(b: u64) -> String {
     let units = ["B", "K", "M", "G", "T"];
@@ -206,6 +209,16 @@ pub fn screen(s: &Snapshot, limit: usize) -> String {
         human(s.huge_bytes),
         human(s.huge_cached_bytes)
     );
+    if s.bound_pages > 0 {
+        let _ = writeln!(
+            w,
+            " Bound (KMEM_MAX): {}, {} counted: {} held by huge mappings, {} of the page allocator's free pages lent to them",
+            human(s.bound_pages * PAGE_BYTES),
+            human(s.bound_counted_pages * PAGE_BYTES),
+            human(s.bound_outside_pages * PAGE_BYTES),
+            human(s.bound_lent_pages * PAGE_BYTES)
+        );
+    }
     let objs: u64 = s.caches.iter().map(|c| c.num_objs).sum();
     let active: u64 = s.caches.iter().map(|c| c.active_objs).sum();
     let slabs: u64 = s.caches.iter().map(|c| c.num_slabs).sum();

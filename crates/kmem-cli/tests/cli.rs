@@ -166,7 +166,7 @@ fn kmem_top_shows_a_running_program_and_its_allocation_sites() {
         .status()
         .expect("a C compiler");
     assert!(ok.success());
-    let mut child = kmem(&["run", "--debug=U", "--live=20", "--"])
+    let mut child = kmem(&["run", "--debug=U", "--live=20", "--max=1G", "--"])
         .arg(&prog)
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -212,6 +212,8 @@ fn kmem_top_shows_a_running_program_and_its_allocation_sites() {
         once.contains("OBJS ACTIVE  USE OBJ SIZE") && once.contains(" kmalloc-"),
         "{once}"
     );
+    // The heap's bound (`--max`), and what it counts.
+    assert!(once.contains(" Bound (KMEM_MAX): 1.0G, "), "{once}");
     let json: serde_json::Value = serde_json::from_str(&run(&["top", "--json", &p])).unwrap();
     assert_eq!(json["pid"], pid);
     assert!(json["caches"].as_array().unwrap().len() > 10);

@@ -115,6 +115,16 @@ pub struct Snapshot {
     pub huge_bytes: u64,
     /// Freed huge mappings kept for reuse (bytes).
     pub huge_cached_bytes: u64,
+    /// The heap bound (`KMEM_MAX`, `Heap::set_max_bytes`), in pages; 0 for none.
+    pub bound_pages: u64,
+    /// Pages the bound counts as taken: online in the page allocator and not lent,
+    /// plus those the huge mappings hold.
+    pub bound_counted_pages: u64,
+    /// Of them, the huge mappings' pages.
+    pub bound_outside_pages: u64,
+    /// Free pages of the page allocator lent to the huge mappings (taken off the
+    /// zones, given back to the OS: vmstat's `balloon_inflate` less `balloon_deflate`).
+    pub bound_lent_pages: u64,
     /// Zones.
     pub zones: Vec<LiveZone>,
     /// /proc/vmstat.
@@ -137,7 +147,8 @@ pub struct Snapshot {
 impl Snapshot {
     /// Parses a body. Records: `kmem-live V`, `pid N`, `comm NAME`, `mode M`, `slub D`,
     /// `interval_ms N`, `counters allocated active resident mapped metadata
-    /// retained`, `rss B`, `huge live bytes cached`, `zone NODE NAME free managed pcp
+    /// retained`, `rss B`, `huge live bytes cached`, `bound max counted outside lent`
+    /// (pages; with a bound only), `zone NODE NAME free managed pcp
     /// reported`, `buddy NODE n0 n1 …`, `vm NAME V`, `cache NAME active num objsize
     /// objperslab pagesperslab slabs`, `site alloc|free CACHE ADDR count size_sum
     /// size_min size_max age_min age_sum age_max pid_min pid_max CPUS STACK` (hex
@@ -183,6 +194,12 @@ impl Snapshot {
                     s.huge_live = num(1)?;
                     s.huge_bytes = num(2)?;
                     s.huge_cached_bytes = num(3)?;
+                }
+                "bound" => {
+                    s.bound_pages = num(1)?;
+                    s.bound_counted_pages = num(2)?;
+                    s.bound_outside_pages = num(3)?;
+                    s.bound_lent_pages = num(4)?;
                 }
                 "zone" => s.zones.push(LiveZone {
                     node: num(1)? as usize,

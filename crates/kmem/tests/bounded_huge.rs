@@ -56,6 +56,22 @@ fn huge_mappings_share_the_bound_with_the_pages() {
     let pa = h.page_allocator();
     let lent = pa.zone_event(0, VmEvent::BalloonInflate);
     assert!(lent > 0, "the loan took free pages");
+    // The live view (`kmem top`) shows the bound and the loan, as the allocator
+    // counts them.
+    kmem::live::publish();
+    let view = kmem::live::read(std::process::id()).expect("this process's view");
+    let (counted, outside, on_loan) = pa.bound_usage();
+    assert_eq!(view.bound_pages as usize * PAGE, MAX);
+    assert_eq!(
+        (
+            view.bound_counted_pages as usize,
+            view.bound_outside_pages as usize,
+            view.bound_lent_pages as usize
+        ),
+        (counted, outside, on_loan)
+    );
+    assert!(on_loan > 0 && on_loan as u64 <= lent, "{on_loan} of {lent}");
+    assert!(outside * PAGE >= h.huge_totals().1);
     // Small objects now get what the bound has left, and no more.
     let mut again = Vec::new();
     while let Some(p) = h.kmalloc(4096, Gfp::NOWARN) {

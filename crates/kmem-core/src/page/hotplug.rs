@@ -345,6 +345,15 @@ impl<P: Platform> PageAllocator<P> {
         self.hotplug.lock().counted()
     }
 
+    /// What the heap bound counts, read at one moment: the pages it counts as taken
+    /// ([`PageAllocator::bound_pages`]), those of them outside the page allocator
+    /// ([`PageAllocator::outside_pages`]: the huge mappings'), and the free pages
+    /// lent to those (off the zones, their memory given back to the OS).
+    pub fn bound_usage(&self) -> (usize, usize, usize) {
+        let hp = self.hotplug.lock();
+        (hp.counted(), hp.outside_pages, hp.lent_pages)
+    }
+
     /// The bytes of section `nr` inside the span: [`SECTION_SIZE`], or less for a
     /// partial last section (always more than its memmap, see `init`).
     fn section_span_bytes(&self, nr: usize) -> usize {

@@ -405,6 +405,11 @@ fn write_body(w: &mut Cursor<'_>) -> fmt::Result {
     writeln!(w, "rss {}", crate::platform::linux::rss_bytes())?;
     let (live, bytes) = heap.huge_totals();
     writeln!(w, "huge {live} {bytes} {}", heap.huge_cached_bytes())?;
+    let max = pa.max_pages();
+    if max != 0 {
+        let (counted, outside, lent) = pa.bound_usage();
+        writeln!(w, "bound {max} {counted} {outside} {lent}")?;
+    }
     for nid in 0..pa.nr_nodes() {
         let z = pa.zone(nid);
         writeln!(
