@@ -20,6 +20,9 @@
 //!    and empty sheaves (put and get, and the front ends' one-step trades,
 //!    `exchange_empty` / `exchange_full`) and a shrinker taking everything; a sheaf's
 //!    objects, written before it is put in the barn, are read by whoever takes it out.
+//!    And the barn's hint (its count of full sheaves, published as each hold of the
+//!    lock ends and read without it): CPUs that skip a trade on a stale hint lose
+//!    nothing.
 //!
 //! Each model checks that every object ends up exactly once: held by a context, in a
 //! sheaf's counted slots, or back in the slabs.
@@ -500,5 +503,122 @@ fn one_step_trades_keep_every_sheaf_in_one_place() {
             }
         }
         assert_eq!(places, [1, 1, 1, 1], "every sheaf in exactly one place");
+    });
+}
+
+/// The barn's hint (`Barn::nr_full_hint`): its count of full sheaves, copied to a word
+/// as each hold of its lock ends (`BarnGuard`'s drop) and read without the lock, so
+/// that a CPU skips a trade the barn cannot make — an allocation a barn without full
+/// sheaves (it refills from the slabs instead), a free a barn at its bound (it flushes
+/// its sheaf to the slabs instead). A stale read only sends a CPU that longer way:
+/// every sheaf stays in exactly one place, every object too (held, in a barn sheaf, or
+/// flushed to the slabs), and once nobody holds the lock the word is the count.
+#[test]
+fn trades_skipped_on_the_barn_s_hint_lose_nothing() {
+    /// The barn's bound on full sheaves in this model.
+    const MAX: usize = 1;
+    loom::model(|| {
+        // 0: CPU A's empty main; 1: full (object 3), in the barn; 2: CPU B's spare,
+        // which B fills with objects 4 and 5.
+        let sheaves = Arc::new([
+            ModelSheaf::new(vec![]),
+            ModelSheaf::new(vec![3]),
+            ModelSheaf::new(vec![]),
+        ]);
+        let which = {
+            let s = sheaves.clone();
+            move |p: NonNull<SlabSheaf>| (0..3).find(|&i| s[i].ptr() == p).unwrap()
+        };
+        let barn = Arc::new(Mutex::new(BarnLists::new()));
+        let hint = Arc::new(AtomicUsize::new(0));
+        {
+            let mut l = barn.lock().unwrap();
+            l.put_full(sheaves[1].ptr(), MAX, 1).unwrap();
+            hint.store(l.nr_full(), Ordering::Relaxed);
+        }
+        // CPU A: its main sheaf is empty: a full one from the barn, unless the hint
+        // says it has none (then it refills from the slabs, keeping its sheaf).
+        let (b, h, s, wh) = (barn.clone(), hint.clone(), sheaves.clone(), which.clone());
+        let a = thread::spawn(move || {
+            if h.load(Ordering::Relaxed) == 0 {
+                return None;
+            }
+            let mut l = b.lock().unwrap();
+            let full = l.exchange_empty(s[0].ptr(), 0);
+            h.store(l.nr_full(), Ordering::Relaxed);
+            drop(l);
+            full.map(|f| {
+                let i = wh(f);
+                // Reading what the putter wrote before its trade.
+                // SAFETY: loom checks the cell's accesses for races.
+                (i, s[i].objects.with(|v| unsafe { (*v).clone() }))
+            })
+        });
+        // CPU B: its spare is full: into the barn, for an empty one if there is one,
+        // unless the hint says the barn holds its most (then the sheaf's objects go
+        // to the slabs and B keeps the sheaf, empty). Returns what went to the slabs
+        // and the sheaf B holds after (`None`: none, it made a new one).
+        let (b, h, s, wh) = (barn.clone(), hint.clone(), sheaves.clone(), which.clone());
+        let bt = thread::spawn(move || {
+            // SAFETY: loom checks the cell's accesses for races.
+            s[2].objects.with_mut(|v| unsafe { (*v).extend([4, 5]) });
+            // SAFETY: as above.
+            let flush = || {
+                s[2].objects
+                    .with_mut(|v| unsafe { std::mem::take(&mut *v) })
+            };
+            if h.load(Ordering::Relaxed) >= MAX {
+                return (flush(), Some(2));
+            }
+            let mut l = b.lock().unwrap();
+            let put = l.put_full(s[2].ptr(), MAX, 1);
+            let empty = put.is_ok().then(|| l.get_empty()).flatten();
+            h.store(l.nr_full(), Ordering::Relaxed);
+            drop(l);
+            match put {
+                Ok(()) => (vec![], empty.map(&wh)),
+                Err(_) => (flush(), Some(2)),
+            }
+        });
+        let got_a = a.join().unwrap();
+        let (flushed, held_b) = bt.join().unwrap();
+        let mut places = vec![0usize; 3];
+        let mut objects: Vec<usize> = flushed;
+        match got_a {
+            Some((i, objs)) => {
+                places[i] += 1;
+                assert!(i == 1 || i == 2, "a full sheaf for the empty one");
+                objects.extend(objs);
+            }
+            None => places[0] += 1, // A kept its empty sheaf and refilled
+        }
+        if let Some(i) = held_b {
+            places[i] += 1;
+        }
+        let l = barn.lock().unwrap();
+        assert_eq!(
+            hint.load(Ordering::Relaxed),
+            l.nr_full(),
+            "the word is the count"
+        );
+        drop(l);
+        let (mut full, mut empty) = barn.lock().unwrap().take_all();
+        for (head, is_full) in [(&mut full, true), (&mut empty, false)] {
+            while let Some(p) = NonNull::new(*head) {
+                let i = which(p);
+                places[i] += 1;
+                // SAFETY: loom checks the cell's accesses for races.
+                let objs = sheaves[i].objects.with(|v| unsafe { (*v).clone() });
+                assert_eq!(!objs.is_empty(), is_full, "a sheaf on the right list");
+                if is_full {
+                    objects.extend(objs);
+                }
+                // SAFETY: the model's sheaves are live; the lists are ours now.
+                *head = unsafe { p.as_ref() }.next_in_list();
+            }
+        }
+        assert_eq!(places, [1, 1, 1], "every sheaf in exactly one place");
+        objects.sort();
+        assert_eq!(objects, [3, 4, 5], "every object in exactly one place");
     });
 }
