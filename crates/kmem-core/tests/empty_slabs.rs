@@ -196,6 +196,127 @@ fn a_flush_that_empties_a_whole_slab_keeps_it_without_linking_its_objects() {
     assert!(k.pages.platform().take_log().is_empty());
 }
 
+/// `slabs` slabs' worth of 1 KiB objects of a new cache, allocated straight from
+/// the slabs (no CPU: no sheaf), each written whole with `fill`, grouped by slab.
+fn slabs_of_objects(
+    k: &'static K,
+    c: Option<CpuRef<'_>>,
+    name: &'static str,
+    slabs: usize,
+    fill: u8,
+) -> (&'static KmemCache, Vec<Vec<usize>>) {
+    let s = k
+        .kmem_cache_create(c, name, 1024, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let cfg = s.config();
+    let mut by_slab: std::collections::BTreeMap<usize, Vec<usize>> = Default::default();
+    for _ in 0..slabs * cfg.objects {
+        let p = k.slub().alloc(None, s, Gfp::KERNEL).unwrap().as_ptr() as usize;
+        // SAFETY: ours, `object_size` bytes.
+        unsafe { std::ptr::write_bytes(p as *mut u8, fill, cfg.object_size) };
+        by_slab.entry(slab_base(s, p)).or_default().push(p);
+    }
+    let groups: Vec<Vec<usize>> = by_slab.into_values().collect();
+    assert!(groups.iter().all(|g| g.len() == cfg.objects), "whole slabs");
+    (s, groups)
+}
+
+#[test]
+fn a_flush_that_empties_a_partial_slab_keeps_it_without_linking_the_run() {
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    const FILL: u8 = 0x3c;
+    let (s, groups) = slabs_of_objects(k, c, "emptied-1k", 24, FILL);
+    let cfg = s.config();
+    // A third of each slab's objects freed straight to it: every slab partial.
+    let third = cfg.objects / 3;
+    for g in &groups {
+        for &p in &g[..third] {
+            // SAFETY: ours, freed once.
+            assert!(unsafe { k.slub().free(None, s, NonNull::new(p as *mut u8).unwrap()) });
+        }
+    }
+    // The rest through the CPU's sheaves, slab after slab, then to the barn and from
+    // there to the slabs: the runs that hold all of a slab's objects in use empty it.
+    for g in &groups {
+        for &p in &g[third..] {
+            // SAFETY: ours, freed once.
+            assert!(unsafe { k.slub().free(c, s, NonNull::new(p as *mut u8).unwrap()) });
+        }
+    }
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(a) }];
+    k.slub().flush_cpu_cache(refs[0], s);
+    k.slub().shrink_barns(c, s);
+    let kept = kept_objects(k, s, &refs);
+    assert!(kept >= 12 * cfg.objects, "{kept} objects kept");
+    // In the kept slabs, the objects freed by the flush's emptying runs were never
+    // linked (the free pointer word is still the program's), the third freed first
+    // was (a slab's freelist, then).
+    let mut unlinked = 0;
+    let mut linked_early = 0;
+    for g in &groups {
+        if sheaf_tag(k, g[0]) != 0 {
+            continue; // not a kept slab
+        }
+        let word = |p: usize| {
+            // SAFETY: an object of a kept slab: mapped memory of ours nobody uses.
+            unsafe { ((p + cfg.offset) as *const usize).read() }
+        };
+        let fill = usize::from_ne_bytes([FILL; 8]);
+        unlinked += g[third..].iter().filter(|&&p| word(p) == fill).count();
+        linked_early += g[..third].iter().filter(|&&p| word(p) != fill).count();
+    }
+    assert!(
+        unlinked >= kept / 2,
+        "{unlinked} of the kept objects freed by emptying runs were left unlinked"
+    );
+    assert!(linked_early > 0);
+    check_census(k, s, &refs, &HashSet::new());
+    let again: HashSet<usize> = (0..groups.len() * cfg.objects)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap().as_ptr() as usize)
+        .collect();
+    assert_eq!(
+        again.len(),
+        groups.len() * cfg.objects,
+        "each handed out once"
+    );
+    check_census(k, s, &refs, &again);
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+#[test]
+fn an_emptying_run_that_starts_at_the_freelist_s_head_is_a_double_free() {
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let (s, groups) = slabs_of_objects(k, c, "emptied-df-1k", 12, 0x11);
+    let cfg = s.config();
+    // Every slab but its last object freed straight to it (the last freed, the
+    // freelist's head); in the last slab, that head freed again through the CPU,
+    // then flushed: a run of one object, as many as the slab has in use.
+    for g in &groups {
+        for &p in &g[..cfg.objects - 1] {
+            // SAFETY: ours, freed once.
+            assert!(unsafe { k.slub().free(None, s, NonNull::new(p as *mut u8).unwrap()) });
+        }
+    }
+    let g = groups.last().unwrap();
+    let (head, live) = (g[cfg.objects - 2], g[cfg.objects - 1]);
+    // SAFETY: the bug under test (the sheaf is empty: its top check does not see it).
+    let _ = unsafe { k.slub().free(c, s, NonNull::new(head as *mut u8).unwrap()) };
+    // SAFETY: owned.
+    let refs = [unsafe { CpuRef::new(a) }];
+    k.slub().flush_cpu_cache(refs[0], s);
+    k.slub().shrink_barns(c, s);
+    let log = k.pages.platform().take_log();
+    assert!(log.contains("Object already free"), "{log}");
+    // The slab was not kept as empty: its live object is never handed out again.
+    let got: HashSet<usize> = (0..groups.len() * cfg.objects)
+        .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap().as_ptr() as usize)
+        .collect();
+    assert!(!got.contains(&live), "the live object handed out twice");
+}
+
 #[test]
 fn the_decay_gives_back_the_slabs_kept_unused_for_a_whole_interval() {
     // A decay interval the test's clock never reaches: only the calls below decay.

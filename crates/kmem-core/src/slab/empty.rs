@@ -245,21 +245,26 @@ impl<P: Platform> Slub<'_, P> {
         empty.publish(locked, self.kept_lists(nid, s));
     }
 
-    /// A flush's run of `cnt` objects of `slab` that are all of its objects — a full
-    /// slab (on no list, unfrozen) that the run empties — kept as the free of the
-    /// kernel's kind that empties it keeps it ([`Slub::slab_free_as`] with
-    /// `Emptied::Keep`), without linking the objects: a kept slab's freelist is never
-    /// read (its next refill takes its objects by address), and for objects of a page
-    /// or more each link is a store to a line, often a page, the flush has not
-    /// touched. False, having changed nothing, where the node's partial list is
-    /// short of `min_partial` (the slab goes there, freelist and all) or the slab is
-    /// not in that state: the caller then links the run and frees it the regular way,
-    /// which reports what is wrong.
+    /// A flush's run of `cnt` objects of `slab` that are all of its objects in use —
+    /// a run that empties the slab, full until now or partial — kept as the free of
+    /// the kernel's kind that empties it keeps it ([`Slub::slab_free_as`] with
+    /// `Emptied::Keep`: off the partial list, onto the kept list), without linking the
+    /// objects: a kept slab's freelist is never read (its next refill takes its
+    /// objects by address), and for objects of a page or more each link is a store to
+    /// a line, often a page, the flush has not touched. False, having changed nothing,
+    /// where the node's partial list is short of `min_partial` (the slab stays there,
+    /// freelist and all), the run's first object is the head of the slab's freelist
+    /// (a double free), or the slab is not in that state: the caller then links the
+    /// run and frees it the regular way, which reports what is wrong.
+    ///
+    /// Under the node's `list_lock` nobody takes objects from the slab (refills hold
+    /// it), and while every object in use is the run's nobody else frees into it, so
+    /// the CAS meets no other writer but a double free, which it refuses.
     ///
     /// # Safety
     /// The caller's `cnt` objects of `slab`, `head` among them, are objects of `s`
     /// it gives up when this returns true.
-    pub(super) unsafe fn keep_whole_run(
+    pub(super) unsafe fn keep_emptied_run(
         &self,
         cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
@@ -269,20 +274,27 @@ impl<P: Platform> Slub<'_, P> {
     ) -> bool {
         let cfg = s.config();
         let nid = self.pages.page_to_nid(slab);
+        let base = self.slab_base(slab);
         let mut list = s.node(nid).list_lock.lock();
         // SAFETY: a live slab of `s` (the caller's objects are in it).
         let sr = Slab::of(unsafe { slab.as_ref() });
         let old = sr.state();
-        if old.frozen() || !old.list_empty() || old.inuse() != cnt || list.len() < cfg.min_partial {
+        if old.frozen()
+            || old.inuse() != cnt
+            || list.len() < cfg.min_partial
+            || (!old.list_empty() && base + old.offset() as usize == head)
+        {
             return false;
         }
-        // Every object is the run's: nobody else frees into the slab or takes from it
-        // (it is on no list), so the CAS meets no other writer.
-        let new = old.after_free((head - self.slab_base(slab)) as u64, cnt, false);
+        let new = old.after_free((head - base) as u64, cnt, false);
         if !sr.cas_state(old, new) {
             return false;
         }
         s.stat(cpu, SlubStat::FreeSlowpath);
+        if !old.list_empty() {
+            self.remove_partial(&mut list, slab);
+            s.stat(cpu, SlubStat::FreeRemovePartial);
+        }
         self.keep_empty_slab(s, nid, &mut list, slab);
         true
     }

@@ -7,7 +7,7 @@
 //! Locking: a refill takes the node's `list_lock` while it takes objects from partial
 //! slabs, and a kept empty slab if they fall short (no page allocation under it); a
 //! flush takes none of its own (`__slab_free` takes `list_lock` when a slab changes
-//! lists, and so does a run that empties a whole slab to keep it: `keep_whole_run`).
+//! lists, and so does a run that empties its slab, to keep it: `keep_emptied_run`).
 
 use super::free::Emptied;
 use super::freelist::FreePointerKey;
@@ -314,10 +314,9 @@ impl<P: Platform> Slub<'_, P> {
         for &o in &objs[..len.min(FLUSH_PREFETCH)] {
             prefetch_flushed(cfg, o);
         }
-        // A run that is all of a slab's objects empties a full slab, which a free of
-        // the kernel's kind then keeps (`empty.rs`) without their links.
-        let whole = (emptied == Emptied::Keep && Self::keeps_empty_slabs(cfg))
-            .then_some(cfg.objects as u64);
+        // A run that is all of its slab's objects in use empties it, and a free of the
+        // kernel's kind then keeps the slab (`empty.rs`) without their links.
+        let keeps = emptied == Emptied::Keep && Self::keeps_empty_slabs(cfg);
         let mut i = 0;
         while i < len {
             if let Some(&o) = objs.get(i + FLUSH_PREFETCH) {
@@ -336,8 +335,11 @@ impl<P: Platform> Slub<'_, P> {
             let run = &objs[start..i];
             let cnt = run.len() as u64;
             let slab = self.freelist_slab(base);
+            // SAFETY: the slab of the sheaf's objects: live. (Its state, read without
+            // the lock, only decides whether to take it.)
+            let empties = keeps && Slab::of(unsafe { slab.as_ref() }).state().inuse() == cnt;
             // SAFETY: the run's objects, the sheaf's, are given up if it is kept.
-            if whole == Some(cnt) && unsafe { self.keep_whole_run(cpu, s, slab, head, cnt) } {
+            if empties && unsafe { self.keep_emptied_run(cpu, s, slab, head, cnt) } {
                 continue;
             }
             for pair in run.windows(2) {
