@@ -349,21 +349,43 @@ impl Drop for ModelSheaf {
     }
 }
 
+/// The model's sheaves, sheaf `i` holding `objects[i]`, and a sheaf's index by its
+/// header.
+#[allow(clippy::type_complexity)]
+fn model_sheaves<const N: usize>(
+    objects: [Vec<usize>; N],
+) -> (
+    Arc<[ModelSheaf; N]>,
+    impl Fn(NonNull<SlabSheaf>) -> usize + Clone + Send + 'static,
+) {
+    let sheaves = Arc::new(objects.map(ModelSheaf::new));
+    let s = sheaves.clone();
+    let which = move |p: NonNull<SlabSheaf>| (0..N).find(|&i| s[i].ptr() == p).unwrap();
+    (sheaves, which)
+}
+
+/// Takes every sheaf off the barn's lists (the threads joined): each sheaf, and
+/// whether it was on the full list.
+fn drain_barn(barn: &Mutex<BarnLists>) -> Vec<(NonNull<SlabSheaf>, bool)> {
+    let (full, empty) = barn.lock().unwrap().take_all();
+    let mut out = Vec::new();
+    for (mut head, is_full) in [(full, true), (empty, false)] {
+        while let Some(p) = NonNull::new(head) {
+            out.push((p, is_full));
+            // SAFETY: the model's sheaves are live; the lists are ours now.
+            head = unsafe { p.as_ref() }.next_in_list();
+        }
+    }
+    out
+}
+
 #[test]
 fn the_barn_exchanges_sheaves_without_losing_one() {
     assert_eq!(SHEAF_HEADER % 8, 0);
     loom::model(|| {
         // Three sheaves: 0 (CPU A's main; A fills it with objects 1 and 2 below), 1
         // full (object 3, in the barn), 2 empty (CPU B's main).
-        let sheaves = Arc::new([
-            ModelSheaf::new(vec![]),
-            ModelSheaf::new(vec![3]),
-            ModelSheaf::new(vec![]),
-        ]);
-        let which = {
-            let s = sheaves.clone();
-            move |p: NonNull<SlabSheaf>| (0..3).find(|&i| s[i].ptr() == p).unwrap()
-        };
+        let (sheaves, which) = model_sheaves([vec![], vec![3], vec![]]);
         let barn = Arc::new(Mutex::new(BarnLists::new()));
         barn.lock()
             .unwrap()
@@ -410,17 +432,11 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
             }
             None => places[2] += 1, // B kept its empty sheaf
         }
-        let (mut full, mut empty) = barn.lock().unwrap().take_all();
-        let mut in_barn = 0;
-        for head in [&mut full, &mut empty] {
-            while let Some(p) = NonNull::new(*head) {
-                places[which(p)] += 1;
-                in_barn += 1;
-                // SAFETY: the model's sheaves are live; the lists are ours now.
-                *head = unsafe { p.as_ref() }.next_in_list();
-            }
+        let in_barn = drain_barn(&barn);
+        for &(p, _) in &in_barn {
+            places[which(p)] += 1;
         }
-        assert!(in_barn >= 1);
+        assert!(!in_barn.is_empty());
         assert_eq!(places, [1, 1, 1], "every sheaf in exactly one place");
     });
 }
@@ -432,16 +448,7 @@ fn one_step_trades_keep_every_sheaf_in_one_place() {
     loom::model(|| {
         // 0: CPU A's empty main; 1: full (object 3) and 3: empty, in the barn; 2: CPU
         // B's spare, which B fills with objects 4 and 5 before trading it.
-        let sheaves = Arc::new([
-            ModelSheaf::new(vec![]),
-            ModelSheaf::new(vec![3]),
-            ModelSheaf::new(vec![]),
-            ModelSheaf::new(vec![]),
-        ]);
-        let which = {
-            let s = sheaves.clone();
-            move |p: NonNull<SlabSheaf>| (0..4).find(|&i| s[i].ptr() == p).unwrap()
-        };
+        let (sheaves, which) = model_sheaves([vec![], vec![3], vec![], vec![]]);
         let barn = Arc::new(Mutex::new(BarnLists::new()));
         {
             let mut l = barn.lock().unwrap();
@@ -486,21 +493,16 @@ fn one_step_trades_keep_every_sheaf_in_one_place() {
             }
             None => unreachable!("the barn always held an empty sheaf"),
         }
-        let (mut full, mut empty) = barn.lock().unwrap().take_all();
-        for (head, is_full) in [(&mut full, true), (&mut empty, false)] {
-            while let Some(p) = NonNull::new(*head) {
-                let i = which(p);
-                places[i] += 1;
-                // SAFETY: loom checks the cell's accesses for races.
-                let n = sheaves[i].objects.with(|v| unsafe { (*v).len() });
-                assert_eq!(
-                    n > 0,
-                    is_full,
-                    "a sheaf on the list that says what it holds"
-                );
-                // SAFETY: the model's sheaves are live; the lists are ours now.
-                *head = unsafe { p.as_ref() }.next_in_list();
-            }
+        for (p, is_full) in drain_barn(&barn) {
+            let i = which(p);
+            places[i] += 1;
+            // SAFETY: loom checks the cell's accesses for races.
+            let n = sheaves[i].objects.with(|v| unsafe { (*v).len() });
+            assert_eq!(
+                n > 0,
+                is_full,
+                "a sheaf on the list that says what it holds"
+            );
         }
         assert_eq!(places, [1, 1, 1, 1], "every sheaf in exactly one place");
     });
@@ -520,15 +522,7 @@ fn trades_skipped_on_the_barn_s_hint_lose_nothing() {
     loom::model(|| {
         // 0: CPU A's empty main; 1: full (object 3), in the barn; 2: CPU B's spare,
         // which B fills with objects 4 and 5.
-        let sheaves = Arc::new([
-            ModelSheaf::new(vec![]),
-            ModelSheaf::new(vec![3]),
-            ModelSheaf::new(vec![]),
-        ]);
-        let which = {
-            let s = sheaves.clone();
-            move |p: NonNull<SlabSheaf>| (0..3).find(|&i| s[i].ptr() == p).unwrap()
-        };
+        let (sheaves, which) = model_sheaves([vec![], vec![3], vec![]]);
         let barn = Arc::new(Mutex::new(BarnLists::new()));
         let hint = Arc::new(AtomicUsize::new(0));
         {
@@ -602,19 +596,14 @@ fn trades_skipped_on_the_barn_s_hint_lose_nothing() {
             "the word is the count"
         );
         drop(l);
-        let (mut full, mut empty) = barn.lock().unwrap().take_all();
-        for (head, is_full) in [(&mut full, true), (&mut empty, false)] {
-            while let Some(p) = NonNull::new(*head) {
-                let i = which(p);
-                places[i] += 1;
-                // SAFETY: loom checks the cell's accesses for races.
-                let objs = sheaves[i].objects.with(|v| unsafe { (*v).clone() });
-                assert_eq!(!objs.is_empty(), is_full, "a sheaf on the right list");
-                if is_full {
-                    objects.extend(objs);
-                }
-                // SAFETY: the model's sheaves are live; the lists are ours now.
-                *head = unsafe { p.as_ref() }.next_in_list();
+        for (p, is_full) in drain_barn(&barn) {
+            let i = which(p);
+            places[i] += 1;
+            // SAFETY: loom checks the cell's accesses for races.
+            let objs = sheaves[i].objects.with(|v| unsafe { (*v).clone() });
+            assert_eq!(!objs.is_empty(), is_full, "a sheaf on the right list");
+            if is_full {
+                objects.extend(objs);
             }
         }
         assert_eq!(places, [1, 1, 1], "every sheaf in exactly one place");
