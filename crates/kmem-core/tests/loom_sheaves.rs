@@ -556,10 +556,11 @@ fn trades_skipped_on_the_barn_s_hint_lose_nothing() {
         let bt = thread::spawn(move || {
             // SAFETY: loom checks the cell's accesses for races.
             s[2].objects.with_mut(|v| unsafe { (*v).extend([4, 5]) });
-            // SAFETY: as above.
             let flush = || {
-                s[2].objects
-                    .with_mut(|v| unsafe { std::mem::take(&mut *v) })
+                s[2].objects.with_mut(|v| {
+                    // SAFETY: loom checks the cell's accesses for races.
+                    unsafe { std::mem::take(&mut *v) }
+                })
             };
             if h.load(Ordering::Relaxed) >= MAX {
                 return (flush(), Some(2));
