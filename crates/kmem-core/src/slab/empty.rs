@@ -291,10 +291,7 @@ impl<P: Platform> Slub<'_, P> {
             return false;
         }
         s.stat(cpu, SlubStat::FreeSlowpath);
-        if !old.list_empty() {
-            self.remove_partial(&mut list, slab);
-            s.stat(cpu, SlubStat::FreeRemovePartial);
-        }
+        self.unlist_emptied(cpu, s, &mut list, slab, old);
         self.keep_empty_slab(s, nid, &mut list, slab);
         true
     }

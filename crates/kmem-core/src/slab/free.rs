@@ -325,10 +325,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             Emptied::Release => (cfg.min_partial.min(1), None),
         };
         if new.inuse() == 0 && list.len() >= keep {
-            if !old.list_empty() {
-                self.remove_partial(&mut list, slab);
-                s.stat(cpu, SlubStat::FreeRemovePartial);
-            }
+            self.unlist_emptied(cpu, s, &mut list, slab, old);
             if emptied == Emptied::Keep && Self::keeps_empty_slabs(cfg) {
                 // Kept whole for the next refill that would make a slab (`empty.rs`).
                 self.keep_empty_slab(s, nid, &mut list, slab);
@@ -344,6 +341,24 @@ impl<'a, P: Platform> Slub<'a, P> {
             s.stat(cpu, SlubStat::FreeAddPartial);
         }
         true
+    }
+}
+
+impl<P: Platform> Slub<'_, P> {
+    /// A slab a free has just emptied, whose state before was `old`, taken off the
+    /// node's partial list (`locked`, held by the caller) if it was on it.
+    pub(super) fn unlist_emptied(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        locked: &mut crate::page::PageList,
+        slab: NonNull<Page>,
+        old: SlabState,
+    ) {
+        if !old.list_empty() {
+            self.remove_partial(locked, slab);
+            s.stat(cpu, SlubStat::FreeRemovePartial);
+        }
     }
 }
 
