@@ -170,9 +170,11 @@ macro_rules! new_plain {
 }
 
 new_plain!(
-    /// `operator new(std::size_t)`.
+    /// `operator new(std::size_t)`, on a line of its own (`hot_entry_section`).
+    #[link_section = ".text.kmem_entry.new"]
     _Znwm
 );
+crate::hot_entry_section!(".text.kmem_entry.new");
 new_plain!(
     /// `operator new[](std::size_t)`.
     _Znam
@@ -274,10 +276,12 @@ macro_rules! delete {
 /// merges into it, and profilers and debuggers would name a C program's `free`
 /// after one of them (`operator delete[]`).
 #[inline(never)]
+#[link_section = ".text.kmem_entry.delete"]
 unsafe extern "C" fn delete_body(p: *mut c_void) {
     // SAFETY: forwarded from the `delete` forms' callers.
     unsafe { free_or_abort(p) }
 }
+crate::hot_entry_section!(".text.kmem_entry.delete");
 
 delete! {
     /// `operator delete(void *)`.

@@ -163,8 +163,38 @@ fn abort_bad_pointer() -> ! {
     unsafe { libc::abort() }
 }
 
+/// Asks the section `$section` (a function's own, given with `#[link_section]`) for
+/// 64-byte alignment, so the function in it starts on a line: a `global_asm!`
+/// directive, since stable Rust cannot align one function (the release build's fat
+/// LTO puts the directive and the function in one object, and the linker keeps the
+/// alignment when it gathers `.text.*` into `.text`).
+///
+/// Why: a preloaded program calls `malloc` and `free` from its own loops, and their
+/// fast paths are about 90 and 125 bytes long. Wherever the build happened to place
+/// them, they spanned two or three 64-byte lines; on this project's machine (Intel
+/// Xeon, model 207) `free` took 3.53 ns a call in a loop of 10,000 frees when it
+/// started 16 bytes before a line's end, against 3.21 ns when it started on a line
+/// (BENCHMARKS.md, "A sheaf's top addressed without an index"). Aligned, the figures
+/// no longer move with unrelated changes elsewhere in the library.
+macro_rules! hot_entry_section {
+    ($section:literal) => {
+        // The `@progbits` spelling is x86's; elsewhere the function keeps the
+        // compiler's alignment.
+        #[cfg(any(target_arch = "x86_64", target_arch = "x86"))]
+        core::arch::global_asm!(
+            concat!(".pushsection ", $section, ",\"ax\",@progbits"),
+            ".p2align 6",
+            ".popsection",
+        );
+    };
+}
+pub(crate) use hot_entry_section;
+
+hot_entry_section!(".text.kmem_entry.malloc");
+
 /// `malloc`.
 #[no_mangle]
+#[link_section = ".text.kmem_entry.malloc"]
 pub unsafe extern "C" fn malloc(size: size_t) -> *mut c_void {
     if size <= kmem::heap::SMALL_FAST_MAX {
         let (p, rseq) = kmem::heap::malloc_small_fast_or_tag(size);
@@ -223,9 +253,12 @@ extern "C" fn malloc_other(size: size_t) -> *mut c_void {
     alloc(size, MALLOC_MIN_ALIGN, false)
 }
 
+hot_entry_section!(".text.kmem_entry.free");
+
 /// `free`: null is a no-op (refused by the fast path's range check, then
 /// [`free_other`] returns).
 #[no_mangle]
+#[link_section = ".text.kmem_entry.free"]
 pub unsafe extern "C" fn free(p: *mut c_void) {
     // SAFETY: the caller's pointer.
     unsafe { free_or_abort(p) };

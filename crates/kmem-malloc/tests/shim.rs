@@ -82,6 +82,18 @@ fn every_function_and_edge_case() {
     assert_eq!(text(&out.stdout), "api ok\n");
 }
 
+/// libkmem.so's `malloc`, `free` and `operator new` start on a 64-byte line
+/// (`hot_entry_section`): a preloaded program's loops then run their fast paths from
+/// as few lines as their length allows, whatever else the build moved.
+#[test]
+fn the_hot_entry_points_start_on_a_line() {
+    let prog = compile_with("entry_align.c", &[]);
+    let out = run_with(&prog, &[], true, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got = text(&out.stdout);
+    assert_eq!(got, "malloc 0 kmem\nfree 0 kmem\n_Znwm 0 kmem\n", "{got}");
+}
+
 #[test]
 fn misuse_is_reported_and_aborts() {
     misuse_cases(&[], false);

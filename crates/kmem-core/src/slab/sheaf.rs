@@ -217,9 +217,32 @@ enum Which {
 /// pop reads the count, finds none and writes nothing).
 #[inline(always)]
 pub unsafe fn sheaf_pop_at(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
-    // SAFETY: the caller's contract: every CPU area keeps the cache's
-    // `kmem_cache_cpu` at that offset.
-    let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(cpu_offset) };
+    // SAFETY: the caller's contract.
+    unsafe { sheaf_pop_in(c.area().ptr::<KmemCacheCpu>(cpu_offset)) }
+}
+
+/// [`sheaf_pop_at`] for a cache's sheaf tag (`CacheConfig::inline_tag`): the
+/// `kmem_cache_cpu` at [`state::sheaf_offset`]`(tag)`.
+///
+/// # Safety
+/// `tag` is the `inline_tag` of a cache (its `cpu_offset` less the zero line's when
+/// its fast path is [`FastPath::Sheaf`], else 0: the zero line).
+#[inline(always)]
+unsafe fn sheaf_pop_tagged(c: InlineArea<'_>, tag: usize) -> Option<NonNull<u8>> {
+    // SAFETY: the caller's contract: `sheaf_offset(tag)` is the cache's `cpu_offset`
+    // or the zero line, a `KmemCacheCpu` in every area either way.
+    unsafe { sheaf_pop_in(c.area().ptr_at::<KmemCacheCpu>(tag, state::sheaf_offset(0))) }
+}
+
+/// The pop of [`sheaf_pop_at`] on the `kmem_cache_cpu` at `cc`.
+///
+/// # Safety
+/// `cc` points to a `kmem_cache_cpu` of an area the caller owns, or to the zero line
+/// or a zero area's `kmem_cache_cpu` (empty sheaves).
+#[inline(always)]
+unsafe fn sheaf_pop_in(cc: *const KmemCacheCpu) -> Option<NonNull<u8>> {
+    // SAFETY: the caller's contract.
+    let cc = unsafe { &*cc };
     let obj = cc.sheaf_pop()?;
     // SAFETY: a sheaf slot below its count holds an object's address, never 0.
     Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
@@ -414,11 +437,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         if gfp.contains(Gfp::ZERO) {
             return None;
         }
-        let off = state::sheaf_offset(s.config().inline_tag);
-        // SAFETY: the offset of the cache's `inline_tag`: its `cpu_offset` when its
+        // SAFETY: the cache's `inline_tag`, whose offset is its `cpu_offset` when its
         // fast path is the inline sheaf one, else the zero line
         // (`CacheConfig::with_inline_tag`).
-        unsafe { sheaf_pop_at(c.into(), off) }
+        unsafe { sheaf_pop_tagged(c.into(), s.config().inline_tag) }
     }
 
     /// [`Slub::alloc_fast`] for a request that may ask for `__GFP_ZERO`: the same pop
@@ -511,11 +533,12 @@ impl<'a, P: Platform> Slub<'a, P> {
         if want.is_some_and(|w| tag != w.config().inline_tag) {
             return false;
         }
-        let off_cpu = state::sheaf_offset(tag);
-        // SAFETY: the offset is the slab's cache's `cpu_offset`, where every CPU area
-        // keeps its `kmem_cache_cpu`, or the zero line (64 zero bytes of every area and
-        // of the zero area): either reads as a `KmemCacheCpu`.
-        let cc = unsafe { &*c.area().ptr::<KmemCacheCpu>(off_cpu) };
+        // SAFETY: the offset (`state::sheaf_offset(tag)`, the tag plus the zero line's
+        // offset, which joins the fields' displacements) is the slab's cache's
+        // `cpu_offset`, where every CPU area keeps its `kmem_cache_cpu`, or the zero
+        // line (64 zero bytes of every area and of the zero area): either reads as a
+        // `KmemCacheCpu`.
+        let cc = unsafe { &*c.area().ptr_at::<KmemCacheCpu>(tag, state::sheaf_offset(0)) };
         // The object checks come from the same line as the spare sheaf, copied from
         // the cache with it: the cache itself is not read. A zero line's refuse every
         // pointer (a zero bound).
