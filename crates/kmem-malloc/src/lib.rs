@@ -119,7 +119,7 @@ fn alloc(size: usize, align: usize, zero: bool) -> *mut c_void {
 #[inline]
 unsafe fn free_or_abort(p: *mut c_void) {
     // SAFETY: the caller's pointer; the fast path takes only plain objects of ours.
-    if !unsafe { kmem::heap::dealloc_fast(p.cast()) } {
+    if !unsafe { kmem::heap::free_fast(p.cast()) } {
         // SAFETY: as above.
         unsafe { free_other(p) }
     }

@@ -81,8 +81,10 @@ impl<P: Platform> Kmem<P> {
         debug_assert!(size <= SMALL_FAST_MAX);
         let off = self.kmalloc.malloc_fast(size);
         // SAFETY: as in `kmalloc_fast`: `malloc_fast` gives the `cpu_offset` of a plain
-        // kmalloc cache on the inline sheaf path, or the zero line.
-        unsafe { crate::slab::sheaf_pop_at(cpu.into(), off) }
+        // kmalloc cache on the inline sheaf path, or the zero line. C's `malloc` is a
+        // called function: its `kmem_cache_cpu` is addressed without the register
+        // barrier (`CpuArea::ptr_indexed`).
+        unsafe { crate::slab::sheaf_pop_at_indexed(cpu.into(), off) }
     }
 
     /// Per-CPU rseq mode's kmalloc fast path, before its restartable pop: the
@@ -158,6 +160,17 @@ impl<P: Platform> Kmem<P> {
     pub unsafe fn kfree_fast<'c>(&self, cpu: impl Into<InlineArea<'c>>, p: *mut u8) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe { self.slub().free_fast(cpu, p) }
+    }
+
+    /// [`Kmem::kfree_fast`] for C's `free`, a called function (see
+    /// [`crate::slab::Slub::free_fast_indexed`]).
+    ///
+    /// # Safety
+    /// As [`Kmem::kfree`] when it returns true.
+    #[inline(always)]
+    pub unsafe fn free_fast_indexed<'c>(&self, cpu: impl Into<InlineArea<'c>>, p: *mut u8) -> bool {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.slub().free_fast_indexed(cpu, p) }
     }
 
     /// `kmalloc_node`: as [`Kmem::kmalloc`], on node `nid` if given.

@@ -221,6 +221,18 @@ pub unsafe fn sheaf_pop_at(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNu
     unsafe { sheaf_pop_in(c.area().ptr::<KmemCacheCpu>(cpu_offset)) }
 }
 
+/// [`sheaf_pop_at`] for a fast path compiled into a called function (C's `malloc`):
+/// the `kmem_cache_cpu` addressed as `[area + cpu_offset + field]`, without the
+/// register barrier (see [`crate::percpu::CpuArea::ptr_indexed`]).
+///
+/// # Safety
+/// As [`sheaf_pop_at`].
+#[inline(always)]
+pub unsafe fn sheaf_pop_at_indexed(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
+    // SAFETY: the caller's contract, as in `sheaf_pop_at`.
+    unsafe { sheaf_pop_in(c.area().ptr_indexed::<KmemCacheCpu>(cpu_offset)) }
+}
+
 /// [`sheaf_pop_at`] for a cache's sheaf tag (`CacheConfig::inline_tag`): the
 /// `kmem_cache_cpu` at [`state::sheaf_offset`]`(tag)`.
 ///
@@ -482,6 +494,17 @@ impl<'a, P: Platform> Slub<'a, P> {
         self.with_free_target(c.into(), p, None, |cc| cc.sheaf_push(p as usize).is_ok())
     }
 
+    /// [`Slub::free_fast`] for a fast path compiled into a called function (C's
+    /// `free`): the `kmem_cache_cpu` addressed as `[area + offset + field]`, without
+    /// the register barrier (see [`crate::percpu::CpuArea::ptr_indexed`]).
+    ///
+    /// # Safety
+    /// As [`Slub::free_fast`].
+    #[inline(always)]
+    pub unsafe fn free_fast_indexed<'c>(&self, c: impl Into<InlineArea<'c>>, p: *mut u8) -> bool {
+        self.with_free_target_as::<true>(c.into(), p, None, |cc| cc.sheaf_push(p as usize).is_ok())
+    }
+
     /// [`Slub::free_fast`] for `kmem_cache_free(s, p)`: also refuses (for the regular
     /// path to report) an object of another cache.
     ///
@@ -514,6 +537,20 @@ impl<'a, P: Platform> Slub<'a, P> {
         want: Option<&KmemCache>,
         push: impl FnOnce(&KmemCacheCpu) -> bool,
     ) -> bool {
+        self.with_free_target_as::<false>(c, p, want, push)
+    }
+
+    /// [`Slub::with_free_target`], with the `kmem_cache_cpu` addressed through the
+    /// register barrier (`INDEXED` false: [`crate::percpu::CpuArea::ptr_at`]) or
+    /// folded into each access (`INDEXED` true: `CpuArea::ptr_indexed`).
+    #[inline(always)]
+    fn with_free_target_as<const INDEXED: bool>(
+        &self,
+        c: InlineArea<'_>,
+        p: *mut u8,
+        want: Option<&KmemCache>,
+        push: impl FnOnce(&KmemCacheCpu) -> bool,
+    ) -> bool {
         // From the page itself (no load through the cache): the CPU's sheaves of the
         // slab's cache, or the area's zero line, which reads as no room (see
         // `slab::state::sheaf_offset`).
@@ -538,7 +575,14 @@ impl<'a, P: Platform> Slub<'a, P> {
         // `cpu_offset`, where every CPU area keeps its `kmem_cache_cpu`, or the zero
         // line (64 zero bytes of every area and of the zero area): either reads as a
         // `KmemCacheCpu`.
-        let cc = unsafe { &*c.area().ptr_at::<KmemCacheCpu>(tag, state::sheaf_offset(0)) };
+        let cc = unsafe {
+            &*if INDEXED {
+                c.area()
+                    .ptr_indexed::<KmemCacheCpu>(state::sheaf_offset(tag))
+            } else {
+                c.area().ptr_at::<KmemCacheCpu>(tag, state::sheaf_offset(0))
+            }
+        };
         // The object checks come from the same line as the spare sheaf, copied from
         // the cache with it: the cache itself is not read. A zero line's refuse every
         // pointer (a zero bound).

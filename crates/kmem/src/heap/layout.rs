@@ -296,6 +296,17 @@ pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
     unsafe { HEAP.kmem.kfree_fast(inline_area(), p) }
 }
 
+/// [`dealloc_fast`] for C's `free`, a called function: the `kmem_cache_cpu` addressed
+/// without the register barrier (see `kmem_core::percpu::CpuArea::ptr_indexed`).
+///
+/// # Safety
+/// As [`Heap::dealloc`] when it returns true.
+#[inline(always)]
+pub unsafe fn free_fast(p: *mut u8) -> bool {
+    // SAFETY: forwarded from the caller.
+    unsafe { HEAP.kmem.free_fast_indexed(inline_area(), p) }
+}
+
 /// Everything [`dealloc_fast`] leaves: per-CPU rseq mode, the slow paths, reports.
 ///
 /// # Safety

@@ -56,7 +56,7 @@ mod thread;
 pub use kmem_core::kmalloc::{MALLOC_ALIGN, MEDIUM_FAST_MAX, SMALL_FAST_MAX};
 pub use layout::{
     alloc_layout, alloc_small_fast, dealloc_fast, dealloc_other, dealloc_ptr, dealloc_rseq_fast,
-    malloc_rseq_small, malloc_small_fast, malloc_small_fast_or_tag, malloc_small_slow,
+    free_fast, malloc_rseq_small, malloc_small_fast, malloc_small_fast_or_tag, malloc_small_slow,
 };
 pub use percpu::set_percpu_mode;
 pub use platform::HeapPlatform;
