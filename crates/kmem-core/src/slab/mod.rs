@@ -110,6 +110,7 @@ mod prefill;
 mod refill;
 mod report;
 pub mod sheaf;
+mod sheaf_fast;
 mod sheaf_medium;
 mod sheaf_mem;
 mod sheaf_size;
@@ -138,7 +139,8 @@ pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};
 pub(crate) use layout::NO_OBJCG_CLASS;
 pub use layout::{calculate_order, CacheConfig, Ctor};
 use lockless::Push;
-pub use sheaf::{sheaf_pop_at, sheaf_pop_at_indexed, FastPath, SlabSheaf, SlubDesign};
+pub use sheaf::{FastPath, SlabSheaf, SlubDesign};
+pub use sheaf_fast::{sheaf_pop_at, sheaf_pop_at_indexed};
 pub use sheaf_medium::{sheaf_pop_either_at, SMALL_OBJECT_MAX};
 pub use sheaf_size::{
     barn_max_bytes, barn_max_full, sheaf_capacity, BARN_MAX_LARGE_OBJECT_BYTES,

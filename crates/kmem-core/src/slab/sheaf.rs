@@ -61,7 +61,7 @@ use super::free::Emptied;
 use super::sheaf_top::{len_of, owner_read, take_and_prefetch_next, take_below, top_of, top_slot};
 use super::*;
 use crate::gfp::Gfp;
-use crate::percpu::{CpuRef, InlineArea};
+use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering::Relaxed, Ordering::Release};
 use core::ptr::NonNull;
@@ -207,59 +207,6 @@ enum Which {
     Spare,
 }
 
-/// kmalloc's fast path after its size table (`KmallocCaches::small_fast`): the top
-/// object of the main sheaf of the `kmem_cache_cpu` at `cpu_offset` in `c`'s area
-/// (none in the zero area, [`InlineArea::zero`]: its sheaves are all empty).
-///
-/// # Safety
-/// `cpu_offset` is the `cpu_offset` of a cache whose fast path is
-/// [`FastPath::Sheaf`], or [`crate::page::CPU_AREA_ZERO_LINE`] (empty sheaves: the
-/// pop reads the count, finds none and writes nothing).
-#[inline(always)]
-pub unsafe fn sheaf_pop_at(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
-    // SAFETY: the caller's contract.
-    unsafe { sheaf_pop_in(c.area().ptr::<KmemCacheCpu>(cpu_offset)) }
-}
-
-/// [`sheaf_pop_at`] for a fast path compiled into a called function (C's `malloc`):
-/// the `kmem_cache_cpu` addressed as `[area + cpu_offset + field]`, without the
-/// register barrier (see [`crate::percpu::CpuArea::ptr_indexed`]).
-///
-/// # Safety
-/// As [`sheaf_pop_at`].
-#[inline(always)]
-pub unsafe fn sheaf_pop_at_indexed(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
-    // SAFETY: the caller's contract, as in `sheaf_pop_at`.
-    unsafe { sheaf_pop_in(c.area().ptr_indexed::<KmemCacheCpu>(cpu_offset)) }
-}
-
-/// [`sheaf_pop_at`] for a cache's sheaf tag (`CacheConfig::inline_tag`): the
-/// `kmem_cache_cpu` at [`state::sheaf_offset`]`(tag)`.
-///
-/// # Safety
-/// `tag` is the `inline_tag` of a cache (its `cpu_offset` less the zero line's when
-/// its fast path is [`FastPath::Sheaf`], else 0: the zero line).
-#[inline(always)]
-unsafe fn sheaf_pop_tagged(c: InlineArea<'_>, tag: usize) -> Option<NonNull<u8>> {
-    // SAFETY: the caller's contract: `sheaf_offset(tag)` is the cache's `cpu_offset`
-    // or the zero line, a `KmemCacheCpu` in every area either way.
-    unsafe { sheaf_pop_in(c.area().ptr_at::<KmemCacheCpu>(tag, state::sheaf_offset(0))) }
-}
-
-/// The pop of [`sheaf_pop_at`] on the `kmem_cache_cpu` at `cc`.
-///
-/// # Safety
-/// `cc` points to a `kmem_cache_cpu` of an area the caller owns, or to the zero line
-/// or a zero area's `kmem_cache_cpu` (empty sheaves).
-#[inline(always)]
-unsafe fn sheaf_pop_in(cc: *const KmemCacheCpu) -> Option<NonNull<u8>> {
-    // SAFETY: the caller's contract.
-    let cc = unsafe { &*cc };
-    let obj = cc.sheaf_pop()?;
-    // SAFETY: a sheaf slot below its count holds an object's address, never 0.
-    Some(unsafe { NonNull::new_unchecked(obj as *mut u8) })
-}
-
 impl KmemCacheCpu {
     /// The fast pop: the main sheaf's top object, or `None` when it has none.
     ///
@@ -362,7 +309,7 @@ impl KmemCacheCpu {
     /// folds into the `and`, `imul` and `cmp` (it folds no atomic load): three
     /// instructions fewer on every free.
     #[inline(always)]
-    fn is_object_start(&self, p: usize) -> bool {
+    pub(super) fn is_object_start(&self, p: usize) -> bool {
         // SAFETY: the words are the owner's (above): nothing writes them while the
         // owner reads, so plain reads of the atomics race with nothing.
         let (mask, mul, limit) = unsafe {
@@ -434,172 +381,6 @@ impl KmemCacheCpu {
 }
 
 impl<'a, P: Platform> Slub<'a, P> {
-    /// The whole fast path of an allocation from `s` for a front end that will take
-    /// the regular path ([`Slub::alloc`]) when this says `None`: the pop from the main
-    /// sheaf, nothing else (no zeroing — `__GFP_ZERO` goes the regular way — and no
-    /// refill).
-    /// Given the zero area ([`InlineArea::zero`]) it finds no object.
-    #[inline(always)]
-    pub fn alloc_fast<'c>(
-        &self,
-        c: impl Into<InlineArea<'c>>,
-        s: &KmemCache,
-        gfp: Gfp,
-    ) -> Option<NonNull<u8>> {
-        if gfp.contains(Gfp::ZERO) {
-            return None;
-        }
-        // SAFETY: the cache's `inline_tag`, whose offset is its `cpu_offset` when its
-        // fast path is the inline sheaf one, else the zero line
-        // (`CacheConfig::with_inline_tag`).
-        unsafe { sheaf_pop_tagged(c.into(), s.config().inline_tag) }
-    }
-
-    /// [`Slub::alloc_fast`] for a request that may ask for `__GFP_ZERO`: the same pop
-    /// (then the spare's top when the main sheaf is empty), then the object initialised
-    /// as the regular path initialises it ([`post_alloc_init`]: zeroed whole). For the front ends' out-of-line halves, so
-    /// that `kzalloc`, `kcalloc` and zeroed `kmem_cache_alloc` pop from the sheaf
-    /// instead of taking the layers, while the inline fast path keeps its one test.
-    /// Given the zero area it finds no object.
-    #[inline(always)]
-    pub fn alloc_fast_init<'c>(
-        &self,
-        c: impl Into<InlineArea<'c>>,
-        s: &KmemCache,
-        gfp: Gfp,
-    ) -> Option<NonNull<u8>> {
-        let off = state::sheaf_offset(s.config().inline_tag);
-        // SAFETY: as in `alloc_fast`. Main, then spare (`sheaf_pop_either_at`): the
-        // object is cleared whole after the pop, which dwarfs the second test, and a
-        // zeroed medium block (`kzalloc(16384)` in a loop) then settles on the spare as
-        // `kmalloc`'s does instead of swapping every block or two.
-        let p = unsafe { super::sheaf_pop_either_at(c.into(), off) }?;
-        // SAFETY: a new object of `s`, the caller's now.
-        unsafe { post_alloc_init(s, p, gfp) };
-        Some(p)
-    }
-
-    /// The whole fast path of a free for a front end that takes the regular path
-    /// (`kfree`) when this returns false: `p` must be the start of an object of a
-    /// sheaf cache, not charged to a memory cgroup, with room on the spare sheaf and
-    /// not already its top. Checks everything `kfree` checks before it pushes;
-    /// whatever it refuses (bad pointers included) the regular path handles and
-    /// reports. Given the zero area ([`InlineArea::zero`]) it refuses everything.
-    ///
-    /// # Safety
-    /// If `p` is one of ours, the caller owns it and gives it up when this returns
-    /// true.
-    #[inline(always)]
-    pub unsafe fn free_fast<'c>(&self, c: impl Into<InlineArea<'c>>, p: *mut u8) -> bool {
-        self.with_free_target(c.into(), p, None, |cc| cc.sheaf_push(p as usize).is_ok())
-    }
-
-    /// [`Slub::free_fast`] for a fast path compiled into a called function (C's
-    /// `free`): the `kmem_cache_cpu` addressed as `[area + offset + field]`, without
-    /// the register barrier (see [`crate::percpu::CpuArea::ptr_indexed`]).
-    ///
-    /// # Safety
-    /// As [`Slub::free_fast`].
-    #[inline(always)]
-    pub unsafe fn free_fast_indexed<'c>(&self, c: impl Into<InlineArea<'c>>, p: *mut u8) -> bool {
-        self.with_free_target_as::<true>(c.into(), p, None, |cc| cc.sheaf_push(p as usize).is_ok())
-    }
-
-    /// [`Slub::free_fast`] for `kmem_cache_free(s, p)`: also refuses (for the regular
-    /// path to report) an object of another cache.
-    ///
-    /// # Safety
-    /// As [`Slub::free_fast`].
-    #[inline(always)]
-    pub unsafe fn free_fast_to<'c>(
-        &self,
-        c: impl Into<InlineArea<'c>>,
-        s: &KmemCache,
-        p: *mut u8,
-    ) -> bool {
-        self.with_free_target(c.into(), p, Some(s), |cc| cc.sheaf_push(p as usize).is_ok())
-    }
-
-    /// `push(cc)` on the `kmem_cache_cpu` whose spare sheaf a plain free of `p` may
-    /// push onto: when `p` starts an object of a cache on the inline sheaf path (of
-    /// `want`, if given) whose slab has no objcg vector; else false, for the regular
-    /// path to handle and report. (A closure, not an `Option<&KmemCacheCpu>`: the
-    /// option's test would stay on the fast path.)
-    ///
-    /// `push` is called only where `cc` has room for it to write (a spare sheaf with
-    /// the object checks of its cache, never the zero line's nor the zero area's); it
-    /// writes nothing where it finds no room.
-    #[inline(always)]
-    pub(super) fn with_free_target(
-        &self,
-        c: InlineArea<'_>,
-        p: *mut u8,
-        want: Option<&KmemCache>,
-        push: impl FnOnce(&KmemCacheCpu) -> bool,
-    ) -> bool {
-        self.with_free_target_as::<false>(c, p, want, push)
-    }
-
-    /// [`Slub::with_free_target`], with the `kmem_cache_cpu` addressed through the
-    /// register barrier (`INDEXED` false: [`crate::percpu::CpuArea::ptr_at`]) or
-    /// folded into each access (`INDEXED` true: `CpuArea::ptr_indexed`).
-    #[inline(always)]
-    fn with_free_target_as<const INDEXED: bool>(
-        &self,
-        c: InlineArea<'_>,
-        p: *mut u8,
-        want: Option<&KmemCache>,
-        push: impl FnOnce(&KmemCacheCpu) -> bool,
-    ) -> bool {
-        // From the page itself (no load through the cache): the CPU's sheaves of the
-        // slab's cache, or the area's zero line, which reads as no room (see
-        // `slab::state::sheaf_offset`).
-        // The object's own page carries the tag (a tail page of a multi-page slab
-        // mirrors its head's), read from the page-tag table, untested. The range check
-        // is against the area's copy of the table's length, which may be behind: a
-        // slab in a section brought online since is refused here, and the free slow
-        // path (`free_sheaf_slow`) catches the copy up.
-        let Some(tag) = self.pages.sheaf_tag_inline(c.area(), p) else {
-            return false;
-        };
-        // kmem_cache_free: the tag names the slab's cache by its `cpu_offset`, which
-        // no other cache shares (`sheaf_offset`'s invariant), so a tag equal to
-        // `want`'s inline tag is a slab of `want` and no descriptor is read. Tag 0
-        // (a slab off the inline path, or no slab) is also the inline tag of every
-        // cache off that path: it passes, and the zero line it leads to refuses.
-        if want.is_some_and(|w| tag != w.config().inline_tag) {
-            return false;
-        }
-        // SAFETY: the offset (`state::sheaf_offset(tag)`, the tag plus the zero line's
-        // offset, which joins the fields' displacements) is the slab's cache's
-        // `cpu_offset`, where every CPU area keeps its `kmem_cache_cpu`, or the zero
-        // line (64 zero bytes of every area and of the zero area): either reads as a
-        // `KmemCacheCpu`.
-        let cc = unsafe {
-            &*if INDEXED {
-                c.area()
-                    .ptr_indexed::<KmemCacheCpu>(state::sheaf_offset(tag))
-            } else {
-                c.area().ptr_at::<KmemCacheCpu>(tag, state::sheaf_offset(0))
-            }
-        };
-        // The object checks come from the same line as the spare sheaf, copied from
-        // the cache with it: the cache itself is not read. A zero line's refuse every
-        // pointer (a zero bound).
-        cc.is_object_start(p as usize) && push(cc)
-    }
-
-    /// Per-CPU rseq mode's free fast path, before its restartable push: the
-    /// `cpu_offset` of the sheaves a free of `p` goes to, when `p` lies in a slab page
-    /// of a cache on [`FastPath::SheafRseq`] whose slab has no objcg vector (read from
-    /// the object's own page, as the inline path's); else `None`, for the regular
-    /// path. Whether `p` starts an object is the push's test, made inside its sequence
-    /// with the checks on the CPU's line (`KmemCacheCpu`'s `free_*` words).
-    #[inline(always)]
-    pub fn rseq_free_target(&self, p: *const u8) -> Option<usize> {
-        self.pages.with_used_page(p, state::page_rseq_sheaves)
-    }
-
     /// What every slow path of a CPU area runs first: the drain a flush asked of it,
     /// and the housekeeping tick.
     #[inline]
