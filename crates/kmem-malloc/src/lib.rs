@@ -165,14 +165,15 @@ fn abort_bad_pointer() -> ! {
 
 /// Asks the section `$section` (a function's own, given with `#[link_section]`) for
 /// 64-byte alignment, so the function in it starts on a line: a `global_asm!`
-/// directive, since stable Rust cannot align one function (the release build's fat
-/// LTO puts the directive and the function in one object, and the linker keeps the
-/// alignment when it gathers `.text.*` into `.text`).
+/// directive, since stable Rust cannot align one function. The directive and the
+/// function land in one section of one object, which the linker keeps aligned when it
+/// gathers `.text.*` into `.text` (`tests/shim.rs`,
+/// `the_hot_entry_points_start_on_a_line`, checks the exported addresses).
 ///
 /// Why: a preloaded program calls `malloc` and `free` from its own loops, and their
-/// fast paths are about 90 and 125 bytes long. Wherever the build happened to place
+/// fast paths are 92 and 128 bytes long. Wherever the build happened to place
 /// them, they spanned two or three 64-byte lines; on this project's machine (Intel
-/// Xeon, model 207) `free` took 3.53 ns a call in a loop of 10,000 frees when it
+/// Xeon, model 207) `free` took 3.55 ns a call in a loop of 10,000 frees when it
 /// started 16 bytes before a line's end, against 3.21 ns when it started on a line
 /// (BENCHMARKS.md, "A sheaf's top addressed without an index"). Aligned, the figures
 /// no longer move with unrelated changes elsewhere in the library.
