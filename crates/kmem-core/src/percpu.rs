@@ -194,6 +194,11 @@ impl CpuArea {
 /// "A sheaf's top addressed without an index").
 #[inline(always)]
 pub fn addressed_alone(p: *mut u8) -> *mut u8 {
+    // Where `asm!` is not available (or under Miri) the pointer passes unchanged.
+    #[allow(unused_mut)]
+    let mut p = p;
+    // The pointer is only passed through a register: the empty template neither
+    // reads nor writes through it, which is what `nomem` says.
     #[cfg(all(
         not(miri),
         any(
@@ -206,37 +211,17 @@ pub fn addressed_alone(p: *mut u8) -> *mut u8 {
             target_arch = "loongarch64",
         )
     ))]
-    {
-        let mut p = p;
-        // The pointer is only passed through a register: the empty template neither
-        // reads nor writes through it, which is what `nomem` says.
-        #[allow(clippy::pointers_in_nomem_asm_block)]
-        // SAFETY: an empty template: it reads and writes no memory, changes no flags,
-        // touches no stack, and leaves the register holding `p` as it found it.
-        unsafe {
-            core::arch::asm!(
-                "/* {0} */",
-                inout(reg) p,
-                options(pure, nomem, nostack, preserves_flags)
-            )
-        };
-        p
-    }
-    #[cfg(not(all(
-        not(miri),
-        any(
-            target_arch = "x86_64",
-            target_arch = "x86",
-            target_arch = "aarch64",
-            target_arch = "arm",
-            target_arch = "riscv64",
-            target_arch = "riscv32",
-            target_arch = "loongarch64",
+    #[allow(clippy::pointers_in_nomem_asm_block)]
+    // SAFETY: an empty template: it reads and writes no memory, changes no flags,
+    // touches no stack, and leaves the register holding `p` as it found it.
+    unsafe {
+        core::arch::asm!(
+            "/* {0} */",
+            inout(reg) p,
+            options(pure, nomem, nostack, preserves_flags)
         )
-    )))]
-    {
-        p
-    }
+    };
+    p
 }
 
 /// The owner's handle on a CPU area: proof that the holder is the one context allowed
