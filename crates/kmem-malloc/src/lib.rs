@@ -118,7 +118,8 @@ fn alloc(size: usize, align: usize, zero: bool) -> *mut c_void {
 /// quarantined by the debug layer: the program goes on, as the kernel's does.
 #[inline]
 unsafe fn free_or_abort(p: *mut c_void) {
-    // SAFETY: the caller's pointer; the fast path takes only plain objects of ours.
+    // SAFETY: the caller's pointer; `free_fast` pushes only plain objects of ours and
+    // leaves everything else untouched for `free_other`.
     if !unsafe { kmem::heap::free_fast(p.cast()) } {
         // SAFETY: as above.
         unsafe { free_other(p) }

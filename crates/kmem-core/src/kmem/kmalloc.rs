@@ -80,10 +80,11 @@ impl<P: Platform> Kmem<P> {
     ) -> Option<NonNull<u8>> {
         debug_assert!(size <= SMALL_FAST_MAX);
         let off = self.kmalloc.malloc_fast(size);
-        // SAFETY: as in `kmalloc_fast`: `malloc_fast` gives the `cpu_offset` of a plain
-        // kmalloc cache on the inline sheaf path, or the zero line. C's `malloc` is a
-        // called function: its `kmem_cache_cpu` is addressed without the register
-        // barrier (`CpuArea::ptr_indexed`).
+        // SAFETY: as in `kmalloc_fast` (the same pop, addressed differently):
+        // `malloc_fast` gives the `cpu_offset` of a plain kmalloc cache on the inline
+        // sheaf path, or the zero line. C's `malloc` is a called function: its
+        // `kmem_cache_cpu` is addressed without the register barrier
+        // (`CpuArea::ptr_indexed`).
         unsafe { crate::slab::sheaf_pop_at_indexed(cpu.into(), off) }
     }
 
@@ -168,7 +169,11 @@ impl<P: Platform> Kmem<P> {
     /// # Safety
     /// As [`Kmem::kfree`] when it returns true.
     #[inline(always)]
-    pub unsafe fn free_fast_indexed<'c>(&self, cpu: impl Into<InlineArea<'c>>, p: *mut u8) -> bool {
+    pub unsafe fn kfree_fast_indexed<'c>(
+        &self,
+        cpu: impl Into<InlineArea<'c>>,
+        p: *mut u8,
+    ) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe { self.slub().free_fast_indexed(cpu, p) }
     }

@@ -304,7 +304,7 @@ pub unsafe fn dealloc_fast(p: *mut u8) -> bool {
 #[inline(always)]
 pub unsafe fn free_fast(p: *mut u8) -> bool {
     // SAFETY: forwarded from the caller.
-    unsafe { HEAP.kmem.free_fast_indexed(inline_area(), p) }
+    unsafe { HEAP.kmem.kfree_fast_indexed(inline_area(), p) }
 }
 
 /// Everything [`dealloc_fast`] leaves: per-CPU rseq mode, the slow paths, reports.
