@@ -95,3 +95,117 @@ fn a_zombie_is_freed_only_when_nobody_can_touch_it() {
         assert!(late, "an empty, unreferenced zombie is freed");
     });
 }
+
+// ---------------------------------------------------------------------------
+// The trusted slab of a charged take-in (`memcontrol/intake.rs`,
+// `memcontrol/slab_hooks.rs`: `note_sole_objcg`; `slab/alloc.rs`: `note_uncharged`).
+//
+// A slab's sole-objcg word moves null → first objcg charged → MIXED; an uncharged
+// handout sets the slab's SLAB_UNCHARGED flag. Each object reaches the take-in's
+// thread through the program's own synchronisation (here a Release/Acquire flag),
+// after its allocation. The take-in, finding the word equal to its tag and the flag
+// clear, reads no slot: the model checks that the slot of every object it received
+// then names the tag. Without the MIXED store (a second group's charge leaving the
+// word alone), or with the flag left out, the model finds a slot that does not.
+
+const NONE: usize = 0;
+const MIXED: usize = 1;
+
+struct SoleSlab {
+    sole: AtomicUsize,
+    uncharged: AtomicBool,
+    slots: [AtomicUsize; 3],
+    handed: [AtomicBool; 3],
+}
+
+impl SoleSlab {
+    fn new() -> Self {
+        Self {
+            sole: AtomicUsize::new(NONE),
+            uncharged: AtomicBool::new(false),
+            slots: std::array::from_fn(|_| AtomicUsize::new(NONE)),
+            handed: std::array::from_fn(|_| AtomicBool::new(false)),
+        }
+    }
+
+    /// `note_sole_objcg`, as in memcontrol/slab_hooks.rs.
+    fn note_sole(&self, objcg: usize) {
+        let cur = self.sole.load(Ordering::Relaxed);
+        if cur == objcg || cur == MIXED {
+            return;
+        }
+        if cur == NONE {
+            match self
+                .sole
+                .compare_exchange(NONE, objcg, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => return,
+                Err(now) if now == objcg || now == MIXED => return,
+                Err(_) => {}
+            }
+        }
+        self.sole.store(MIXED, Ordering::Relaxed);
+    }
+
+    /// A charged allocation of object `i` to `objcg` (`memcg_slab_post_alloc_hook`),
+    /// then the object handed to the program.
+    fn charge(&self, i: usize, objcg: usize) {
+        self.note_sole(objcg);
+        self.slots[i].store(objcg, Ordering::Relaxed);
+        self.handed[i].store(true, Ordering::Release);
+    }
+
+    /// An uncharged allocation of object `i` (`Slub::note_uncharged`), then handed out.
+    fn hand_out_uncharged(&self, i: usize) {
+        if !self.uncharged.load(Ordering::Relaxed) {
+            self.uncharged.store(true, Ordering::Relaxed);
+        }
+        self.handed[i].store(true, Ordering::Release);
+    }
+
+    /// The take-in of a thread charged to `tag`, for every object handed to it so far.
+    fn take_in(&self, tag: usize) {
+        for i in 0..3 {
+            if !self.handed[i].load(Ordering::Acquire) {
+                continue;
+            }
+            // The slab lookup (`Memcg::inbox_vector`), then the object.
+            let trusted =
+                self.sole.load(Ordering::Relaxed) == tag && !self.uncharged.load(Ordering::Relaxed);
+            if trusted {
+                assert_eq!(
+                    self.slots[i].load(Ordering::Relaxed),
+                    tag,
+                    "a trusted slab's object is charged to the tag"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_trusted_slab_holds_only_objects_charged_to_its_tag() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(|| {
+        let slab = Arc::new(SoleSlab::new());
+        // Group 2 and group 3 charge an object each; object 2 goes out uncharged.
+        let threads: Vec<_> = [(0, Some(2)), (1, Some(3)), (2, None)]
+            .into_iter()
+            .map(|(i, objcg)| {
+                let slab = slab.clone();
+                thread::spawn(move || match objcg {
+                    Some(g) => slab.charge(i, g),
+                    None => slab.hand_out_uncharged(i),
+                })
+            })
+            .collect();
+        // Group 2's thread takes in whatever reached it, before and after.
+        slab.take_in(2);
+        for t in threads {
+            t.join().unwrap();
+        }
+        slab.take_in(2);
+        assert_eq!(slab.sole.load(Ordering::Relaxed), MIXED);
+    });
+}

@@ -13,7 +13,7 @@ use kmem_core::memcontrol::{
     OBJCG_SHEAF_SLOTS, OBJCG_SHEAVES_MAX_BYTES,
 };
 use kmem_core::percpu::InlineArea;
-use kmem_core::{CpuArea, CpuRef, Gfp, Kmem, SlabFlags};
+use kmem_core::{CpuArea, CpuRef, Gfp, Kmem, KmemCache, SlabFlags};
 use std::collections::HashSet;
 
 type K = Kmem<TestPlatform>;
@@ -505,5 +505,179 @@ fn the_accounted_kmalloc_caches_and_no_others_have_an_objcg_sheaf_class() {
     for &size in &KMALLOC_SIZES {
         let cg = c.kmalloc_cache(size, Gfp::KERNEL | Gfp::ACCOUNT).unwrap();
         assert_eq!(cg.config().objcg_class(), None, "{}", cg.name());
+    }
+}
+
+/// Whether `p`'s slab is marked as having handed out an object without a charge.
+fn marked_uncharged(k: &K, p: *mut u8) -> bool {
+    let head = k.pages.virt_to_slab_used(p).unwrap();
+    head.flags()
+        .contains(kmem_core::page::PageFlags::SLAB_UNCHARGED)
+}
+
+/// A slab whose charged objects are all one group's lets that group's take-in skip
+/// their vector slots; an object of the same slab allocated with `__GFP_ACCOUNT`
+/// outside any group (so never charged) marks the slab, and a charged thread that
+/// frees it never keeps it as if charged: it is freed the regular way, nothing is
+/// reported, and the group's usage ends at zero.
+#[test]
+fn an_uncharged_object_of_a_slab_charged_to_one_group_is_never_kept_charged() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "sole");
+    let (a, cpu) = own_area(k);
+    let slab = |p: *mut u8| {
+        let bytes = k
+            .kmalloc_cache(32, Gfp::KERNEL | Gfp::ACCOUNT)
+            .unwrap()
+            .config()
+            .slab_bytes();
+        p as usize & !(bytes - 1)
+    };
+    // Charged objects, then (from the same CPU sheaf, so the same slab) one
+    // allocated uncharged; the charged ones alone leave the slab unmarked.
+    let charged: Vec<_> = (0..4).map(|_| alloc(k, cpu, g, 32)).collect();
+    assert!(!marked_uncharged(k, charged[0]));
+    k.memcg().memcg_drain_stock(cpu.unwrap());
+    let u = k
+        .kmalloc(cpu, 32, Gfp::KERNEL | Gfp::ACCOUNT)
+        .unwrap()
+        .as_ptr();
+    assert_eq!(slab(u), slab(charged[0]), "the test needs one slab");
+    assert!(marked_uncharged(k, u));
+    // All of them onto the inbox by the group's inline free, then a charged
+    // allocation takes the inbox in.
+    for &p in charged.iter().chain([&u]) {
+        assert!(inline_free(k, a, g, p), "room in the inbox");
+    }
+    let again = alloc(k, cpu, g, 32);
+    assert!(charged.contains(&again), "a kept object comes back");
+    free(k, cpu, g, again);
+    k.memcg().memcg_drain_stock(cpu.unwrap());
+    let log = k.pages.platform().take_log();
+    assert!(!log.contains("Object already free"), "{log}");
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(slab_bytes(g), 0);
+    assert_eq!(g.usage(), 0);
+    // The uncharged object went back to its slab once: handed out again at most once.
+    let many: Vec<_> = (0..4 * OBJCG_SHEAF_SLOTS)
+        .map(|_| alloc(k, cpu, g, 32))
+        .collect();
+    assert_eq!(
+        many.iter().copied().collect::<HashSet<_>>().len(),
+        many.len()
+    );
+    for p in many {
+        free(k, cpu, g, p);
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!(g.usage(), 0);
+}
+
+/// Objects of one slab charged to two groups: a thread charged to the first group
+/// whose inbox receives an object of the second keeps none of the second's, though
+/// the first group charged the slab's first object (the slab is theirs no longer).
+#[test]
+fn a_slab_charged_to_two_groups_is_checked_object_by_object() {
+    let k = kmem(2, config(1, 0));
+    let (g, h) = (group(k, "first"), group(k, "second"));
+    let (a, cpu) = own_area(k);
+    // g charges first (its refill takes objects from the CPU's sheaf), then h, whose
+    // allocation gives g's waiting objects back and refills from the same sheaf.
+    let pg: Vec<_> = (0..4).map(|_| alloc(k, cpu, g, 32)).collect();
+    let bytes = k
+        .kmalloc_cache(32, Gfp::KERNEL | Gfp::ACCOUNT)
+        .unwrap()
+        .config()
+        .slab_bytes();
+    let slab = |p: *mut u8| p as usize & !(bytes - 1);
+    let mut others = Vec::new();
+    let ph = loop {
+        let p = alloc(k, cpu, h, 32);
+        if slab(p) == slab(pg[0]) {
+            break p;
+        }
+        assert!(others.len() < 4096, "no object of h in g's slab");
+        others.push(p);
+    };
+    for p in others {
+        // SAFETY: ours; a free outside any group (uncharged at once).
+        assert!(unsafe { k.kfree(cpu, p) });
+    }
+    k.memcg().memcg_drain_stock(cpu.unwrap());
+    // g's thread frees its own objects and h's onto its inbox; its next allocation
+    // takes the inbox in.
+    for &p in pg.iter().chain([&ph]) {
+        assert!(inline_free(k, a, g, p), "room in the inbox");
+    }
+    let again = alloc(k, cpu, g, 32);
+    assert!(pg.contains(&again));
+    // h's object was uncharged from h, not kept for g.
+    k.memcg().memcg_flush_stats(cpu);
+    assert_eq!(slab_bytes(h), 0);
+    free(k, cpu, g, again);
+    k.memcg().memcg_drain_stock(cpu.unwrap());
+    let log = k.pages.platform().take_log();
+    assert!(!log.contains("Object already free"), "{log}");
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert_eq!((g.usage(), h.usage()), (0, 0));
+}
+
+/// Every path that hands out an object of an accounted kmalloc cache without charging
+/// it marks the object's slab; the inline pops refuse such a cache (so its uncharged
+/// allocations take a path that marks), and a charged allocation marks nothing.
+#[test]
+fn every_uncharged_allocation_path_marks_its_slab() {
+    type Path = fn(&'static K, Option<CpuRef<'static>>, &KmemCache) -> *mut u8;
+    let paths: [(&str, Path); 5] = [
+        ("kmalloc", |k, cpu, _| {
+            k.kmalloc(cpu, 32, Gfp::KERNEL | Gfp::ACCOUNT)
+                .unwrap()
+                .as_ptr()
+        }),
+        ("kmem_cache_alloc", |k, cpu, s| {
+            k.slub().alloc(cpu, s, Gfp::KERNEL).unwrap().as_ptr()
+        }),
+        ("kmem_cache_alloc_node", |k, cpu, s| {
+            k.slub()
+                .alloc_node(cpu, s, Gfp::KERNEL, Some(0))
+                .unwrap()
+                .as_ptr()
+        }),
+        ("kmem_cache_alloc_bulk", |k, cpu, s| {
+            let mut out = [std::ptr::null_mut(); 3];
+            assert_eq!(k.slub().alloc_bulk(cpu, s, Gfp::KERNEL, &mut out), 3);
+            out[0]
+        }),
+        ("kmem_cache_alloc_from_sheaf", |k, cpu, s| {
+            let sheaf = k.slub().prefill_sheaf(cpu, s, Gfp::KERNEL, 2).unwrap();
+            // SAFETY: prefilled for `s` just above, returned once below.
+            unsafe {
+                let p = k.slub().alloc_from_sheaf(s, Gfp::KERNEL, sheaf).unwrap();
+                k.slub().return_sheaf(cpu, s, sheaf);
+                p.as_ptr()
+            }
+        }),
+    ];
+    for (name, path) in paths {
+        let k = kmem(2, config(1, 0));
+        let g = group(k, "charged");
+        let (a, cpu) = own_area(k);
+        let s = k.kmalloc_cache(32, Gfp::KERNEL | Gfp::ACCOUNT).unwrap();
+        // Charged first: the slab stays unmarked.
+        let charged = alloc(k, cpu, g, 32);
+        assert!(
+            !marked_uncharged(k, charged),
+            "{name}: a charged allocation"
+        );
+        // The inline pops leave the cache to the regular paths.
+        assert!(k.slub().alloc_fast(cpu.unwrap(), s, Gfp::KERNEL).is_none());
+        assert!(k.slub().alloc_sheaf_slow(cpu.unwrap(), s).is_none());
+        let p = path(k, cpu, s);
+        assert!(marked_uncharged(k, p), "{name}");
+        free(k, cpu, g, charged);
+        // SAFETY: owned; not used afterwards.
+        unsafe { k.pages.cpu_area_put(a) };
     }
 }

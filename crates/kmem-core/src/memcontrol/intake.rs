@@ -7,10 +7,15 @@
 //!
 //! In steady state — a thread allocating and freeing in one group — the kept sheaf is
 //! empty and the inbox all the group's: the two sheaves change places
-//! (`swap_in`), and the take-in costs a slot read per object, in a loop of its own.
+//! (`swap_in`), and the take-in costs a compare per object, in a loop of its own.
 //! Otherwise the objects move one by one (`intake_moving`), the common prefix in a
 //! loop of its own too (`intake_run`). Each loop reads the vector slots through
-//! [`VectorSlots`], which looks a slab's vector up once for a run of its objects.
+//! [`VectorSlots`], which looks a slab's vector up once for a run of its objects, and
+//! reads no slot at all for a *trusted* slab: one whose every charged object was
+//! charged to the take-in's objcg (the sole-objcg word after the vector's slots,
+//! `slab_hooks::note_sole_objcg`) and whose objects were never handed out uncharged
+//! (no `PageFlags::SLAB_UNCHARGED`, `Slub::note_uncharged`). Why that is enough is
+//! [`Memcg::inbox_vector`]'s to say; `tests/loom_memcg.rs` models it.
 //!
 //! A double free of the kept sheaf's top that reached the inbox is reported and
 //! dropped (the object stays on the kept sheaf, once); one of the inbox's top never
@@ -19,73 +24,85 @@
 
 use super::charged_area::ObjcgSheaves;
 use super::*;
+use crate::page::PageFlags;
 use crate::sync::AtomicPtr;
 
 /// The objcg vector slots of a class's inbox objects, read in a loop: the vector of
 /// the last slab looked up is kept, by the slab's base, so a run of one slab's
-/// objects costs one lookup ([`Memcg::inbox_vector`]) and a slot read each.
+/// objects costs one lookup ([`Memcg::inbox_vector`]) and a slot read each — or no
+/// read at all when the lookup found the slab's objects all charged to the tag the
+/// loop asks about (`trusted`).
 ///
 /// Invariant: `limit` is 0 (nothing looked up yet, or the last lookup found no
 /// vector), or `vec` is the vector of the live slab of `s` at `base` and `limit` the
-/// slab's size. The slab stays live while a loop reads through the cursor: it holds
-/// the object last looked up there, which the take-in still owns — in the inbox's
-/// slots, whose regular frees come after the loop, or on the kept sheaf as its newest
-/// object, which making room (giving the older half back) keeps.
+/// slab's size; `trusted` is `limit`, or 0, and is `limit` only when the lookup
+/// found the slab's sole objcg to be `tag` and no object of it handed out uncharged
+/// ([`Memcg::inbox_vector`]). The slab stays live while a loop reads through the
+/// cursor: it holds the object last looked up there, which the take-in still owns —
+/// in the inbox's slots, whose regular frees come after the loop, or on the kept
+/// sheaf as its newest object, which making room (giving the older half back) keeps.
 pub(super) struct VectorSlots<'s> {
     s: &'s KmemCache,
+    tag: *mut ObjCgroup,
     mask: usize,
     mul: u64,
     base: usize,
     limit: usize,
+    trusted: usize,
     vec: *const AtomicPtr<ObjCgroup>,
 }
 
 impl<'s> VectorSlots<'s> {
-    fn new(s: &'s KmemCache) -> Self {
+    /// A cursor for the question "is this object charged to `tag`" (non-null).
+    fn new(s: &'s KmemCache, tag: *mut ObjCgroup) -> Self {
         let (mask, mul) = s.config().index_parts();
         Self {
             s,
+            tag,
             mask,
             mul,
             base: 0,
             limit: 0,
+            trusted: 0,
             vec: ptr::null(),
         }
     }
 
-    /// Whether `o`'s slot names `tag` (false for no live slab of `s` with a vector).
+    /// Whether `o`'s slot names the cursor's tag (false for no live slab of `s`
+    /// with a vector).
     ///
     /// # Safety
     /// `o` is an inbox object of `s`'s class: it passed the inline free's checks for
     /// `s` (a slab of it, an object's start), and the caller's inbox holds it.
     #[inline(always)]
-    unsafe fn names<P: Platform>(
-        &mut self,
-        m: &Memcg<'_, P>,
-        o: usize,
-        tag: *mut ObjCgroup,
-    ) -> bool {
+    unsafe fn names<P: Platform>(&mut self, m: &Memcg<'_, P>, o: usize) -> bool {
         // Inside the slab looked up last: one subtraction and one compare (a
         // wrapped difference is past the limit too), and the offset is the index's.
         let mut off = o.wrapping_sub(self.base);
+        if off < self.trusted {
+            return true;
+        }
         if off >= self.limit {
             let base = o & !self.mask;
-            let vec = m.inbox_vector(self.s, base);
-            if vec.is_null() {
+            let Some((vec, trusted)) = m.inbox_vector(self.s, base, self.tag) else {
                 // No slab's: the next object of that slab looks again.
-                self.limit = 0;
+                (self.limit, self.trusted) = (0, 0);
                 return false;
-            }
+            };
             (self.base, self.limit, self.vec) = (base, self.mask + 1, vec);
+            self.trusted = if trusted { self.limit } else { 0 };
+            if trusted {
+                return true;
+            }
             off = o & self.mask;
         }
         let idx = ((off as u64 * self.mul) >> 32) as usize;
         debug_assert!(self.s.config().is_object_start(off));
         // SAFETY: `o` starts an object of the slab at `base` (the caller's contract,
         // with the object checks of `s`, whose slab it is), so `idx` is below
-        // `objects`, the vector's length; the vector lives while the slab does, and
-        // the slab while it holds `o` (the type's invariant).
-        ptr::eq(unsafe { &*self.vec.add(idx) }.load(Relaxed), tag)
+        // `objects`, the vector's count of slots; the vector lives while the slab
+        // does, and the slab while it holds `o` (the type's invariant).
+        ptr::eq(unsafe { &*self.vec.add(idx) }.load(Relaxed), self.tag)
     }
 }
 
@@ -98,8 +115,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
     /// The inbox ends empty.
     ///
     /// One vector slot read per object, in a loop that looks up a slab's vector once
-    /// for a run of its objects: the charged free's whole cost where the object is
-    /// its own group's.
+    /// for a run of its objects, and none for the objects of a trusted slab: the
+    /// charged free's whole cost where the object is its own group's.
     #[cold]
     #[inline(never)]
     pub(super) fn intake(&self, c: CpuRef<'_>, st: &MemcgStock, i: usize, objcg: &ObjCgroup) {
@@ -138,14 +155,14 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let start = unsafe { self.intake_run(s, from, n, to, cap, &mut len, tag) };
         // Inbox slots whose objects go the regular way, by bit.
         let mut others = 0u64;
-        let mut slots = VectorSlots::new(s);
+        let mut slots = VectorSlots::new(s, tag);
         // No tag, or the sheaves drained while making room: nothing more is kept.
         let mut drained = tag.is_null();
         for k in start..n {
             // SAFETY: `k` < the inbox's count ≤ its capacity: its slots (ChargedSheaf).
             let o = unsafe { *from.add(k) };
             // SAFETY: an inbox object (the inline free's checks for `s`).
-            if drained || !unsafe { slots.names(self, o, tag) } {
+            if drained || !unsafe { slots.names(self, o) } {
                 // Another objcg's object or no live one: the regular free uncharges
                 // or reports it.
                 others |= 1 << k;
@@ -233,20 +250,21 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if tag.is_null() {
             return false;
         }
-        let mut slots = VectorSlots::new(s);
+        let mut slots = VectorSlots::new(s, tag);
         // SAFETY: the caller's `n` slots, inbox objects.
         let objs = unsafe { core::slice::from_raw_parts(from, n) };
-        // Two a step: the loop's own count and test once for both.
-        let pairs = objs.chunks_exact(2);
-        let last = pairs.remainder();
-        for two in pairs {
+        for &o in objs {
+            // A trusted slab's objects (the steady state's), tested inline: a
+            // subtraction and a compare each.
+            if o.wrapping_sub(slots.base) < slots.trusted {
+                continue;
+            }
             // SAFETY: inbox objects (the caller's contract).
-            if !unsafe { slots.names(self, two[0], tag) && slots.names(self, two[1], tag) } {
+            if !unsafe { slots.names(self, o) } {
                 return false;
             }
         }
-        // SAFETY: as above.
-        last.iter().all(|&o| unsafe { slots.names(self, o, tag) })
+        true
     }
 
     /// [`Memcg::intake_moving`]'s common case: moves the inbox's objects from the first
@@ -279,13 +297,13 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let fit = n.min(cap - l);
         // SAFETY: `l - 1` < `l` ≤ `cap` (caller).
         let mut top = if l > 0 { unsafe { *to.add(l - 1) } } else { 0 };
-        let mut slots = VectorSlots::new(s);
+        let mut slots = VectorSlots::new(s, tag);
         let mut k = 0;
         while k < fit {
             // SAFETY: `k` < `n`: one of the caller's slots.
             let o = unsafe { *from.add(k) };
             // SAFETY: an inbox object (caller).
-            if o == top || !unsafe { slots.names(self, o, tag) } {
+            if o == top || !unsafe { slots.names(self, o) } {
                 break;
             }
             // SAFETY: `l` < `cap`: at most `cap - len` objects come here.
@@ -299,20 +317,41 @@ impl<'a, P: Platform> Memcg<'a, P> {
     }
 
     /// The objcg vector of the slab at `base` when it is still a slab of `s` with a
-    /// vector, else null (a double free whose regular free discarded the slab: the
-    /// regular free reports it). `base` is the base of an inbox object of `s`'s class
-    /// (slabs are aligned to their size).
+    /// vector, else `None` (a double free whose regular free discarded the slab: the
+    /// regular free reports it); with it, whether the slab is *trusted* for `tag`:
+    /// its sole objcg ([`note_sole_objcg`](super::slab_hooks)) is `tag` and no
+    /// object of it was handed out uncharged (no [`PageFlags::SLAB_UNCHARGED`]).
+    /// `base` is the base of an inbox object of `s`'s class (slabs are aligned to
+    /// their size).
+    ///
+    /// Why a trusted slab's objects need no slot read: an inbox object `o` is one
+    /// the program freed, so its last allocation came before (and the take-in runs
+    /// on the thread that took the free in). That allocation either charged `o` —
+    /// then the slab's sole word moved to `o`'s objcg or past it before, and since
+    /// it moves one way only, reading `tag` now means `o` was charged to `tag`, and
+    /// its slot, which nobody else writes while `o` is live, names `tag` still — or
+    /// charged nothing, and then marked the slab before it returned
+    /// (`Slub::note_uncharged`), a mark this read sees. Nothing else hands out an
+    /// object of an accounted kmalloc cache.
     #[inline(always)]
-    fn inbox_vector(&self, s: &KmemCache, base: usize) -> *const AtomicPtr<ObjCgroup> {
+    fn inbox_vector(
+        &self,
+        s: &KmemCache,
+        base: usize,
+        tag: *mut ObjCgroup,
+    ) -> Option<(*const AtomicPtr<ObjCgroup>, bool)> {
         // SAFETY: an inbox object passed the inline free's range check (the inbox's
         // invariant), and a slab never crosses a section, so its base is in the same
         // online section.
         let h = unsafe { self.km.pages().descriptor_in_window(base) };
-        if !h.flags().contains(crate::page::PageFlags::SLAB)
-            || !ptr::eq(crate::slab::Slab::of(h).cache(), s)
-        {
-            return ptr::null();
+        let flags = h.flags();
+        if !flags.contains(PageFlags::SLAB) || !ptr::eq(crate::slab::Slab::of(h).cache(), s) {
+            return None;
         }
-        objcg_vector(h).unwrap_or(ptr::null())
+        let vec = objcg_vector(h)?;
+        // SAFETY: the vector's word after its `objects` slots (`alloc_slab_obj_exts`).
+        let sole = unsafe { &*vec.add(s.config().objects) }.load(Relaxed);
+        let trusted = ptr::eq(sole, tag) && !sole.is_null();
+        Some((vec, trusted && !flags.contains(PageFlags::SLAB_UNCHARGED)))
     }
 }

@@ -26,8 +26,9 @@
 //! ([`Memcg::intake`]) when the kept sheaf is empty (an allocation) or the inbox full
 //! (a free): the objects whose vector slots name the kept sheaves' objcg move to the
 //! kept sheaf, the others are freed as any free would (uncharged from their objcg, or
-//! reported). So a charged pair in steady state reads one vector slot per object, in
-//! a loop, instead of a whole charged free's lookups.
+//! reported). So a charged pair in steady state reads at most one vector slot per
+//! object, in a loop, instead of a whole charged free's lookups — and none when the
+//! object's slab holds nothing but the objcg's charged objects (`intake`).
 //!
 //! Objects wait charged: usage and the group statistics count them as allocated while
 //! they wait — up to [`OBJCG_SHEAF_BYTES`] per class and sheaf, or four objects of the
@@ -273,8 +274,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let mut got = 0;
         while got < n {
             let Some(o) = slub
-                .alloc_fast(c, s, plain)
-                .or_else(|| slub.alloc(Some(c), s, plain))
+                .alloc_fast_charged(c, s, plain)
+                .or_else(|| slub.alloc_charged(Some(c), s, plain))
             else {
                 break;
             };

@@ -41,13 +41,19 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
         let vec = (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>;
         let idx = cfg.obj_to_index(obj.as_ptr() as usize - base);
-        // SAFETY: the vector has `objects` slots; `idx` < objects for an object of the
-        // slab. The slot is the object's: only its owner (us) writes it.
-        unsafe { &*vec.add(idx) }.store(objcg as *const ObjCgroup as *mut ObjCgroup, Relaxed);
+        let objcg = objcg as *const ObjCgroup as *mut ObjCgroup;
+        // SAFETY: the vector has `objects` slots and the sole objcg's word after them
+        // (`alloc_slab_obj_exts`).
+        note_sole_objcg(unsafe { &*vec.add(cfg.objects) }, objcg);
+        // SAFETY: `idx` < objects for an object of the slab. The slot is the
+        // object's: only its owner (us) writes it.
+        unsafe { &*vec.add(idx) }.store(objcg, Relaxed);
         true
     }
 
-    /// `alloc_slab_obj_exts`: the slab's objcg vector, from the plain kmalloc caches.
+    /// `alloc_slab_obj_exts`: the slab's objcg vector, from the plain kmalloc caches:
+    /// a slot per object, and after them the slab's sole objcg (none yet:
+    /// [`note_sole_objcg`]).
     #[cold]
     #[inline(never)]
     pub(super) fn alloc_slab_obj_exts(
@@ -59,7 +65,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let n = s.config().objects;
         let v = self
             .km
-            .kcalloc(cpu, n, core::mem::size_of::<usize>(), Gfp::KERNEL)?;
+            .kcalloc(cpu, n + 1, core::mem::size_of::<usize>(), Gfp::KERNEL)?;
         let new = v.as_ptr() as usize | MEMCG_DATA_OBJEXTS;
         // Frees leave the inline path before the vector is published: whoever sees
         // the vector (and charges an object of the slab) sees this first (the publish
@@ -164,8 +170,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         // The sheaf pop first (as an unaccounted allocation would), else the regular
         // path (refill, zeroing, reports).
         let obj = cpu
-            .and_then(|c| self.km.slub().alloc_fast(c, s, gfp))
-            .or_else(|| self.km.slub().alloc(cpu, s, gfp));
+            .and_then(|c| self.km.slub().alloc_fast_charged(c, s, gfp))
+            .or_else(|| self.km.slub().alloc_charged(cpu, s, gfp));
         let Some(obj) = obj else {
             self.obj_cgroup_uncharge(cpu, objcg, s, size);
             return None;
@@ -330,4 +336,31 @@ impl<P: Platform> Accounting for Memcg<'_, P> {
     fn page_free_hook(&self, cpu: Option<CpuRef<'_>>, head: NonNull<Page>, order: usize) {
         self.memcg_kmem_uncharge_page(cpu, head, order);
     }
+}
+
+/// The word of a slab's objcg vector after its objects' slots, once objects of the
+/// slab were charged to more than one objcg (see [`note_sole_objcg`]). Never an
+/// objcg's address (those are aligned).
+pub(super) const MIXED_OBJCGS: *mut ObjCgroup = ptr::without_provenance_mut(1);
+
+/// Records in `sole`, the word after a slab's objcg slots, that an object of the slab
+/// is being charged to `objcg`. The word only moves one way: from null (nothing
+/// charged yet) to the first objcg charged, and from there to [`MIXED_OBJCGS`] at the
+/// first charge to another; so a reader that finds an objcg there knows that every
+/// object of the slab charged before the read, since the vector was made, was
+/// charged to that objcg. No write when the word already says so.
+#[inline(always)]
+fn note_sole_objcg(sole: &AtomicPtr<ObjCgroup>, objcg: *mut ObjCgroup) {
+    let cur = sole.load(Relaxed);
+    if cur == objcg || cur == MIXED_OBJCGS {
+        return;
+    }
+    if cur.is_null() {
+        match sole.compare_exchange(ptr::null_mut(), objcg, Relaxed, Relaxed) {
+            Ok(_) => return,
+            Err(now) if now == objcg || now == MIXED_OBJCGS => return,
+            Err(_) => {}
+        }
+    }
+    sole.store(MIXED_OBJCGS, Relaxed);
 }

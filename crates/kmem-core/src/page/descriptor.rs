@@ -55,6 +55,14 @@ bitflags::bitflags! {
         const PCP = 1 << 1;
         /// Free and reported to the platform: its contents are discarded (`PageReported`).
         const REPORTED = 1 << 2;
+        /// On a slab's head page: an object of the slab was handed out without a
+        /// charge, though its cache is one of the accounted kmalloc caches with objcg
+        /// sheaves (an `__GFP_ACCOUNT` request outside any memory cgroup, say). Set
+        /// once by the slab layer's allocation paths (`Slub::note_uncharged`), never
+        /// cleared while the slab lives (a new slab's and a discarded one's flags are
+        /// written whole). The charged take-in reads it: see `memcontrol::intake`.
+        /// Not the kernel's.
+        const SLAB_UNCHARGED = 1 << 3;
         /// Belongs to the slab allocator (`PageSlab`).
         const SLAB = 1 << 4;
         /// Head of an allocated block: set when the page allocator hands a block out,
@@ -179,6 +187,12 @@ impl Page {
     #[inline]
     pub(crate) fn set_flags(&self, f: PageFlags) {
         self.flags.store(f.bits(), Relaxed);
+    }
+    /// Adds `f` to the page's flags, atomically: for a live slab's head page, whose
+    /// flags others read (lookups) but nobody else writes while it lives.
+    #[inline]
+    pub(crate) fn insert_flags(&self, f: PageFlags) {
+        self.flags.fetch_or(f.bits(), Relaxed);
     }
     /// Whether this page heads a free buddy block.
     #[inline]

@@ -48,6 +48,62 @@ impl<'a, P: Platform> Slub<'a, P> {
         gfp: Gfp,
         nid: Option<usize>,
     ) -> Option<NonNull<u8>> {
+        let obj = self.alloc_node_unmarked(cpu, s, gfp, nid)?;
+        self.note_uncharged(s, obj);
+        Some(obj)
+    }
+
+    /// [`Slub::alloc`] for the memory controller's charged allocations, which record
+    /// the object's objcg themselves: the same object, its slab not marked
+    /// [`PageFlags::SLAB_UNCHARGED`] (see [`Slub::note_uncharged`]).
+    #[inline]
+    pub(crate) fn alloc_charged(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        self.alloc_node_unmarked(cpu, s, gfp, None)
+    }
+
+    /// Records that `obj`, an object of `s` just allocated, goes to its caller
+    /// without a charge: when `s` is one of the accounted kmalloc caches with objcg
+    /// sheaves ([`CacheConfig::objcg_class`]), its slab is marked
+    /// [`PageFlags::SLAB_UNCHARGED`] (once); for every other cache, nothing. Every
+    /// path that hands out an object runs it, but the memory controller's charged ones
+    /// ([`Slub::alloc_charged`], [`Slub::alloc_fast_charged`]); so does the
+    /// platform's restartable pop (`kmem`'s per-CPU rseq mode). A charged thread's
+    /// take-in trusts a slab whose objects were all charged to its objcg only while
+    /// the mark is absent (`memcontrol::intake`).
+    #[inline(always)]
+    pub fn note_uncharged(&self, s: &KmemCache, obj: NonNull<u8>) {
+        if s.config().objcg_class().is_some() {
+            self.mark_uncharged(obj);
+        }
+    }
+
+    /// [`Slub::note_uncharged`]'s mark.
+    #[cold]
+    #[inline(never)]
+    fn mark_uncharged(&self, obj: NonNull<u8>) {
+        // The slab of an object just allocated: live while its caller holds the
+        // object, so nobody else writes its head's flags meanwhile (`insert_flags`).
+        if let Some(head) = self.pages.virt_to_slab_used(obj.as_ptr()) {
+            if !head.flags().contains(PageFlags::SLAB_UNCHARGED) {
+                head.insert_flags(PageFlags::SLAB_UNCHARGED);
+            }
+        }
+    }
+
+    /// [`Slub::alloc_node`] without [`Slub::note_uncharged`].
+    #[inline]
+    fn alloc_node_unmarked(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+        nid: Option<usize>,
+    ) -> Option<NonNull<u8>> {
         let cfg = s.config();
         let obj = match cpu {
             Some(c) if nid.is_none() && cfg.fast == FastPath::Sheaf => match s.cpu(c).sheaf_pop() {

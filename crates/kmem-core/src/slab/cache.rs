@@ -195,7 +195,11 @@ impl KmemCache {
     /// No other context reads the cache's config yet (the allocator's boot).
     pub(crate) unsafe fn set_objcg_class(&self, class: u8) {
         // SAFETY: nobody else reads the config meanwhile (caller).
-        unsafe { (*self.config.get()).objcg_class = class };
+        let cfg = unsafe { &mut *self.config.get() };
+        cfg.objcg_class = class;
+        // Its uncharged allocations leave `alloc_fast` for the paths that mark their
+        // slabs (`Slub::note_uncharged`); charged ones pop with `alloc_fast_charged`.
+        cfg.inline_tag = 0;
     }
 
     /// The cache's name.

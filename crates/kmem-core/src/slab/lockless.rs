@@ -116,8 +116,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         if cfg.access != PerCpuAccess::Cas {
             return None;
         }
-        let obj = self.pop_lockless(s.cpu_of(area), cfg)?;
-        NonNull::new(obj as *mut u8)
+        let obj = NonNull::new(self.pop_lockless(s.cpu_of(area), cfg)? as *mut u8)?;
+        self.note_uncharged(s, obj);
+        Some(obj)
     }
 
     /// Per-CPU mode, without the area's lock: frees `obj` (an object of `slab` of `s`,

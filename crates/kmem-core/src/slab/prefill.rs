@@ -106,6 +106,7 @@ impl<P: Platform> Slub<'_, P> {
         let obj = unsafe { *slot(sheaf.as_ptr(), n - 1) };
         r.size.store(n - 1, Relaxed);
         let obj = NonNull::new(obj as *mut u8)?;
+        self.note_uncharged(s, obj);
         // SAFETY: a new object of `s`, handed to the caller.
         unsafe { post_alloc_init(s, obj, gfp) };
         Some(obj)

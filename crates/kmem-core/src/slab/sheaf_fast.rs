@@ -96,6 +96,27 @@ impl<'a, P: Platform> Slub<'a, P> {
         unsafe { sheaf_pop_tagged(c.into(), s.config().inline_tag) }
     }
 
+    /// [`Slub::alloc_fast`] for the memory controller's charged allocations: the pop
+    /// from the main sheaf of any cache on the inline sheaf path, the accounted
+    /// kmalloc caches included, whose `inline_tag` is the zero line's so that
+    /// [`Slub::alloc_fast`] leaves their uncharged allocations to the regular path
+    /// ([`Slub::note_uncharged`]).
+    #[inline(always)]
+    pub(crate) fn alloc_fast_charged(
+        &self,
+        c: crate::percpu::CpuRef<'_>,
+        s: &KmemCache,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        if gfp.contains(Gfp::ZERO) {
+            return None;
+        }
+        // SAFETY: `sheaf_tag_of` is what `inline_tag` is for a cache without objcg
+        // sheaves: the cache's `cpu_offset` less the zero line's when it runs the
+        // inline sheaf path, else 0 (`sheaf_pop_tagged`'s contract).
+        unsafe { sheaf_pop_tagged(c.into(), state::sheaf_tag_of(s.config()) as usize) }
+    }
+
     /// [`Slub::alloc_fast`] for a request that may ask for `__GFP_ZERO`: the same pop
     /// (then the spare's top when the main sheaf is empty), then the object initialised
     /// as the regular path initialises it ([`post_alloc_init`]: zeroed whole). For the front ends' out-of-line halves, so

@@ -68,7 +68,10 @@ impl<P: Platform> Slub<'_, P> {
     /// without saving registers.
     #[inline(never)]
     pub fn alloc_sheaf_slow(&self, c: CpuRef<'_>, s: &KmemCache) -> Option<NonNull<u8>> {
-        if s.config().fast != FastPath::Sheaf {
+        // Not on the inline sheaf path, or one of the accounted kmalloc caches, whose
+        // uncharged allocations take the regular path (`Slub::note_uncharged`): both
+        // have the zero line's tag (`CacheConfig::inline_tag`).
+        if s.config().inline_tag == 0 {
             return None;
         }
         let cc = s.cpu(c);

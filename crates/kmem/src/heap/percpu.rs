@@ -494,7 +494,10 @@ impl Heap {
                 // SAFETY: as above.
                 unsafe { crate::platform::rseq::pop(rseq, table, cfg) }
             };
-            Some(zero_if_asked(s, gfp, NonNull::new(obj as *mut u8)?))
+            let p = NonNull::new(obj as *mut u8)?;
+            // An uncharged allocation, as the slab layer's own paths record it.
+            self.kmem.slub().note_uncharged(s, p);
+            Some(zero_if_asked(s, gfp, p))
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         {
