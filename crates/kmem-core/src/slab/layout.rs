@@ -67,7 +67,10 @@ pub struct CacheConfig {
     /// are always empty (`state::sheaf_offset`). `kmem_cache_alloc`'s inline pop
     /// goes to it with no test of the fast path's kind, and `kmem_cache_free`'s
     /// compares it with the page's tag as it is. Set with the config
-    /// ([`CacheConfig::with_inline_tag`]).
+    /// ([`CacheConfig::with_inline_tag`]); 0 too for the accounted kmalloc caches
+    /// with objcg sheaves, whose uncharged allocations must take a path that marks
+    /// their slabs (`KmemCache::set_objcg_class`, `Slub::note_uncharged`), though
+    /// their slabs carry the tag (their frees keep the inline path).
     pub(crate) inline_tag: usize,
     /// Slots of the cache's sheaves (0: no sheaves, the CPU-slab path).
     pub sheaf_capacity: usize,
