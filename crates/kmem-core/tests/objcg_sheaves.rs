@@ -54,6 +54,30 @@ fn slab_bytes(g: &MemCgroup) -> isize {
     g.stat(MemcgStat::SlabUnreclaimable)
 }
 
+/// Four sheaves' worth of `g`'s 32 B allocations are all distinct (no object of the
+/// class is handed out twice); then freed.
+fn handed_out_once(k: &K, cpu: Option<CpuRef<'_>>, g: &MemCgroup) {
+    let many: Vec<_> = (0..4 * OBJCG_SHEAF_SLOTS)
+        .map(|_| alloc(k, cpu, g, 32))
+        .collect();
+    assert_eq!(
+        many.iter().copied().collect::<HashSet<_>>().len(),
+        many.len()
+    );
+    for p in many {
+        free(k, cpu, g, p);
+    }
+}
+
+/// The base of the slab of `p`, a kmalloc-cg-32 object.
+fn cg32_slab(k: &K, p: *mut u8) -> usize {
+    let cfg = k
+        .kmalloc_cache(32, Gfp::KERNEL | Gfp::ACCOUNT)
+        .unwrap()
+        .config();
+    p as usize & !(cfg.slab_bytes() - 1)
+}
+
 #[test]
 fn freed_charged_objects_wait_charged_and_come_back_to_the_same_group() {
     let k = kmem(2, config(1, 0));
@@ -246,16 +270,7 @@ fn a_double_free_on_a_full_objcg_sheaf_or_behind_its_back_is_never_freed_twice()
         "{log}"
     );
     // Every object of the class is handed out at most once.
-    let many: Vec<_> = (0..4 * OBJCG_SHEAF_SLOTS)
-        .map(|_| alloc(k, cpu, g, 32))
-        .collect();
-    assert_eq!(
-        many.iter().copied().collect::<HashSet<_>>().len(),
-        many.len()
-    );
-    for p in many {
-        free(k, cpu, g, p);
-    }
+    handed_out_once(k, cpu, g);
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
     assert_eq!(g.usage(), 0);
@@ -525,14 +540,7 @@ fn an_uncharged_object_of_a_slab_charged_to_one_group_is_never_kept_charged() {
     let k = kmem(2, config(1, 0));
     let g = group(k, "sole");
     let (a, cpu) = own_area(k);
-    let slab = |p: *mut u8| {
-        let bytes = k
-            .kmalloc_cache(32, Gfp::KERNEL | Gfp::ACCOUNT)
-            .unwrap()
-            .config()
-            .slab_bytes();
-        p as usize & !(bytes - 1)
-    };
+    let slab = |p: *mut u8| cg32_slab(k, p);
     // Charged objects, then (from the same CPU sheaf, so the same slab) one
     // allocated uncharged; the charged ones alone leave the slab unmarked.
     let charged: Vec<_> = (0..4).map(|_| alloc(k, cpu, g, 32)).collect();
@@ -559,16 +567,7 @@ fn an_uncharged_object_of_a_slab_charged_to_one_group_is_never_kept_charged() {
     assert_eq!(slab_bytes(g), 0);
     assert_eq!(g.usage(), 0);
     // The uncharged object went back to its slab once: handed out again at most once.
-    let many: Vec<_> = (0..4 * OBJCG_SHEAF_SLOTS)
-        .map(|_| alloc(k, cpu, g, 32))
-        .collect();
-    assert_eq!(
-        many.iter().copied().collect::<HashSet<_>>().len(),
-        many.len()
-    );
-    for p in many {
-        free(k, cpu, g, p);
-    }
+    handed_out_once(k, cpu, g);
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
     assert_eq!(g.usage(), 0);
@@ -585,12 +584,7 @@ fn a_slab_charged_to_two_groups_is_checked_object_by_object() {
     // g charges first (its refill takes objects from the CPU's sheaf), then h, whose
     // allocation gives g's waiting objects back and refills from the same sheaf.
     let pg: Vec<_> = (0..4).map(|_| alloc(k, cpu, g, 32)).collect();
-    let bytes = k
-        .kmalloc_cache(32, Gfp::KERNEL | Gfp::ACCOUNT)
-        .unwrap()
-        .config()
-        .slab_bytes();
-    let slab = |p: *mut u8| p as usize & !(bytes - 1);
+    let slab = |p: *mut u8| cg32_slab(k, p);
     let mut others = Vec::new();
     let ph = loop {
         let p = alloc(k, cpu, h, 32);
