@@ -164,7 +164,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
             // SAFETY: an inbox object (the inline free's checks for `s`).
             if drained || !unsafe { slots.names(self, o) } {
                 // Another objcg's object or no live one: the regular free uncharges
-                // or reports it.
+                // or reports it. (An object of a trusted slab never comes here: a
+                // double free of one whose first free uncharged it stays on the kept
+                // sheaf, and its give-back reports it: `Memcg::inbox_vector`.)
                 others |= 1 << k;
                 continue;
             }
@@ -233,8 +235,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
 
     /// Whether every one of the `n` objects at `from` (an inbox's) is charged to
     /// `tag` (non-null) by its slab's vector: [`Memcg::intake`]'s test before it
-    /// swaps an inbox for an empty kept sheaf. One vector lookup per slab, one slot
-    /// read per object, nothing written.
+    /// swaps an inbox for an empty kept sheaf. One vector lookup per run of a slab's
+    /// objects, then no slot read for a trusted slab's objects and one for each
+    /// other; nothing written.
     ///
     /// # Safety
     /// The `n` slots at `from` hold objects that passed the inline free's checks for
@@ -332,7 +335,15 @@ impl<'a, P: Platform> Memcg<'a, P> {
     /// its slot, which nobody else writes while `o` is live, names `tag` still — or
     /// charged nothing, and then marked the slab before it returned
     /// (`Slub::note_uncharged`), a mark this read sees. Nothing else hands out an
-    /// object of an accounted kmalloc cache.
+    /// object of an accounted kmalloc cache (the inline and restartable pops, which do
+    /// not mark, are never given these caches' offsets: their contracts say so).
+    ///
+    /// That holds for a program that frees what it allocated, once. A double free
+    /// whose first free went the regular way (uncharging the object, its slot now
+    /// empty) is kept here as if charged: the kept sheaf may hand it out again, or
+    /// its give-back reports it ("Object already free") and leaves it, uncounted.
+    /// Before trusted slabs the take-in freed it a second time; below a sheaf's top,
+    /// a double free can hand an object out twice either way.
     #[inline(always)]
     fn inbox_vector(
         &self,

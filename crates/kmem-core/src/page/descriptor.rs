@@ -189,7 +189,7 @@ impl Page {
         self.flags.store(f.bits(), Relaxed);
     }
     /// Adds `f` to the page's flags, atomically: for a live slab's head page, whose
-    /// flags others read (lookups) but nobody else writes while it lives.
+    /// flags others read (lookups) and nobody replaces while it lives.
     #[inline]
     pub(crate) fn insert_flags(&self, f: PageFlags) {
         self.flags.fetch_or(f.bits(), Relaxed);

@@ -70,9 +70,11 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// without a charge: when `s` is one of the accounted kmalloc caches with objcg
     /// sheaves ([`CacheConfig::objcg_class`]), its slab is marked
     /// [`PageFlags::SLAB_UNCHARGED`] (once); for every other cache, nothing. Every
-    /// path that hands out an object runs it, but the memory controller's charged ones
-    /// ([`Slub::alloc_charged`], [`Slub::alloc_fast_charged`]); so does the
-    /// platform's restartable pop (`kmem`'s per-CPU rseq mode). A charged thread's
+    /// allocation path that can hand out such an object runs it but the memory
+    /// controller's charged ones ([`Slub::alloc_charged`],
+    /// [`Slub::alloc_fast_charged`]); the inline pops refuse these caches (their
+    /// `inline_tag` is the zero line's), and the platform's restartable pop
+    /// (`kmem`'s per-CPU rseq mode) runs it too. A charged thread's
     /// take-in trusts a slab whose objects were all charged to its objcg only while
     /// the mark is absent (`memcontrol::intake`).
     #[inline(always)]
@@ -87,7 +89,8 @@ impl<'a, P: Platform> Slub<'a, P> {
     #[inline(never)]
     fn mark_uncharged(&self, obj: NonNull<u8>) {
         // The slab of an object just allocated: live while its caller holds the
-        // object, so nobody else writes its head's flags meanwhile (`insert_flags`).
+        // object, so only other marks write its head's flags meanwhile, and
+        // `insert_flags` is an atomic OR.
         if let Some(head) = self.pages.virt_to_slab_used(obj.as_ptr()) {
             if !head.flags().contains(PageFlags::SLAB_UNCHARGED) {
                 head.insert_flags(PageFlags::SLAB_UNCHARGED);

@@ -70,7 +70,9 @@ pub struct CacheConfig {
     /// ([`CacheConfig::with_inline_tag`]); 0 too for the accounted kmalloc caches
     /// with objcg sheaves, whose uncharged allocations must take a path that marks
     /// their slabs (`KmemCache::set_objcg_class`, `Slub::note_uncharged`), though
-    /// their slabs carry the tag (their frees keep the inline path).
+    /// their slabs carry the tag: `kfree`'s inline path takes their objects, while
+    /// `kmem_cache_free` on such a cache, which compares this tag, takes the regular
+    /// path.
     pub(crate) inline_tag: usize,
     /// Slots of the cache's sheaves (0: no sheaves, the CPU-slab path).
     pub sheaf_capacity: usize,

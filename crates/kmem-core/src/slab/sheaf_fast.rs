@@ -28,7 +28,11 @@ use core::ptr::NonNull;
 /// # Safety
 /// `cpu_offset` is the `cpu_offset` of a cache whose fast path is
 /// [`FastPath::Sheaf`], or [`crate::page::CPU_AREA_ZERO_LINE`] (empty sheaves: the
-/// pop reads the count, finds none and writes nothing).
+/// pop reads the count, finds none and writes nothing). Not an accounted kmalloc
+/// cache's (one with an objcg sheaf class): the pop marks no slab, and the charged
+/// take-in relies on every uncharged handout of those caches' objects marking its
+/// slab ([`Slub::note_uncharged`]; the memory controller pops them with
+/// `Slub::alloc_fast_charged`).
 #[inline(always)]
 pub unsafe fn sheaf_pop_at(c: InlineArea<'_>, cpu_offset: usize) -> Option<NonNull<u8>> {
     // SAFETY: the caller's contract.
@@ -52,7 +56,9 @@ pub unsafe fn sheaf_pop_at_indexed(c: InlineArea<'_>, cpu_offset: usize) -> Opti
 ///
 /// # Safety
 /// `tag` is the `inline_tag` of a cache (its `cpu_offset` less the zero line's when
-/// its fast path is [`FastPath::Sheaf`], else 0: the zero line).
+/// its fast path is [`FastPath::Sheaf`] and it has no objcg sheaf class, else 0: the
+/// zero line), or, from the memory controller's charged pop, what it would be
+/// without the class (`state::sheaf_tag_of`).
 #[inline(always)]
 unsafe fn sheaf_pop_tagged(c: InlineArea<'_>, tag: usize) -> Option<NonNull<u8>> {
     // SAFETY: the caller's contract: `sheaf_offset(tag)` is the cache's `cpu_offset`
@@ -168,7 +174,8 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     /// [`Slub::free_fast`] for `kmem_cache_free(s, p)`: also refuses (for the regular
-    /// path to report) an object of another cache.
+    /// path to report) an object of another cache, and every object of an accounted
+    /// kmalloc cache, whose `inline_tag` is the zero line's.
     ///
     /// # Safety
     /// As [`Slub::free_fast`].

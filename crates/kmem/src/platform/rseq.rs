@@ -344,7 +344,9 @@ const _: () = assert!(SPARE_OFFSET == SPARE_TOP_OFFSET + 8);
 /// `CPU_AREA_SIZE` zero bytes, never written) or a CPU area in which `off` holds the
 /// `kmem_cache_cpu` of a cache with `FastPath::SheafRseq` (the `cpu_offset` of such a
 /// cache; no other context changes a CPU's sheaves except by committing on that CPU,
-/// or after taking their words).
+/// or after taking their words). The caller marks the slab of an accounted kmalloc
+/// cache's object it hands out (`Slub::note_uncharged`), as `Heap::rseq_alloc`
+/// does; the size tables' offsets are the plain caches'.
 #[inline]
 pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usize {
     let obj: usize;
