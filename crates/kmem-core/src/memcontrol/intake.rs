@@ -98,9 +98,10 @@ impl<'s> VectorSlots<'s> {
         }
         let idx = ((off as u64 * self.mul) >> 32) as usize;
         debug_assert!(self.s.config().is_object_start(off));
-        // SAFETY: `o` starts an object of the slab at `base` (the caller's contract,
-        // with the object checks of `s`, whose slab it is), so `idx` is below
-        // `objects`, the vector's count of slots; the vector lives while the slab
+        // SAFETY: the object `o` starts one of the slab at `base` (the caller's
+        // contract, with the object checks of `s`, whose slab it is; a trusted slab
+        // returned above without a read), so `idx` is below `objects`, the vector's
+        // count of slots before its sole-objcg word; the vector lives while the slab
         // does, and the slab while it holds `o` (the type's invariant).
         ptr::eq(unsafe { &*self.vec.add(idx) }.load(Relaxed), self.tag)
     }
@@ -161,7 +162,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         for k in start..n {
             // SAFETY: `k` < the inbox's count ≤ its capacity: its slots (ChargedSheaf).
             let o = unsafe { *from.add(k) };
-            // SAFETY: an inbox object (the inline free's checks for `s`).
+            // SAFETY: an inbox object (the inline free's checks for `s`), asked about
+            // a non-null tag (`drained` otherwise).
             if drained || !unsafe { slots.names(self, o) } {
                 // Another objcg's object or no live one: the regular free uncharges
                 // or reports it. (An object of a trusted slab never comes here: a
@@ -262,7 +264,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
             if o.wrapping_sub(slots.base) < slots.trusted {
                 continue;
             }
-            // SAFETY: inbox objects (the caller's contract).
+            // SAFETY: an inbox object (the caller's contract), the tag non-null.
             if !unsafe { slots.names(self, o) } {
                 return false;
             }
@@ -305,7 +307,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         while k < fit {
             // SAFETY: `k` < `n`: one of the caller's slots.
             let o = unsafe { *from.add(k) };
-            // SAFETY: an inbox object (caller).
+            // SAFETY: an inbox object (caller), the tag non-null (tested above).
             if o == top || !unsafe { slots.names(self, o) } {
                 break;
             }

@@ -194,7 +194,8 @@ impl KmemCache {
     /// # Safety
     /// No other context reads the cache's config yet (the allocator's boot).
     pub(crate) unsafe fn set_objcg_class(&self, class: u8) {
-        // SAFETY: nobody else reads the config meanwhile (caller).
+        // SAFETY: nobody else reads or writes the config meanwhile (caller), so this
+        // is the one reference to it while the two fields change.
         let cfg = unsafe { &mut *self.config.get() };
         cfg.objcg_class = class;
         // Its uncharged allocations leave `alloc_fast` for the paths that mark their

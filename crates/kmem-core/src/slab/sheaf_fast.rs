@@ -66,6 +66,20 @@ unsafe fn sheaf_pop_tagged(c: InlineArea<'_>, tag: usize) -> Option<NonNull<u8>>
     unsafe { sheaf_pop_in(c.area().ptr_at::<KmemCacheCpu>(tag, state::sheaf_offset(0))) }
 }
 
+/// The pop of [`Slub::alloc_fast`] and [`Slub::alloc_fast_charged`] on the sheaves of
+/// tag `tag`: none for a `__GFP_ZERO` request (the regular path zeroes).
+///
+/// # Safety
+/// As [`sheaf_pop_tagged`].
+#[inline(always)]
+unsafe fn alloc_fast_tagged(c: InlineArea<'_>, tag: usize, gfp: Gfp) -> Option<NonNull<u8>> {
+    if gfp.contains(Gfp::ZERO) {
+        return None;
+    }
+    // SAFETY: the caller's contract.
+    unsafe { sheaf_pop_tagged(c, tag) }
+}
+
 /// The pop of [`sheaf_pop_at`] on the `kmem_cache_cpu` at `cc`.
 ///
 /// # Safety
@@ -93,13 +107,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         s: &KmemCache,
         gfp: Gfp,
     ) -> Option<NonNull<u8>> {
-        if gfp.contains(Gfp::ZERO) {
-            return None;
-        }
         // SAFETY: the cache's `inline_tag`, whose offset is its `cpu_offset` when its
-        // fast path is the inline sheaf one, else the zero line
-        // (`CacheConfig::with_inline_tag`).
-        unsafe { sheaf_pop_tagged(c.into(), s.config().inline_tag) }
+        // fast path is the inline sheaf one (and it has no objcg sheaf class), else
+        // the zero line (`CacheConfig::with_inline_tag`).
+        unsafe { alloc_fast_tagged(c.into(), s.config().inline_tag, gfp) }
     }
 
     /// [`Slub::alloc_fast`] for the memory controller's charged allocations: the pop
@@ -114,13 +125,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         s: &KmemCache,
         gfp: Gfp,
     ) -> Option<NonNull<u8>> {
-        if gfp.contains(Gfp::ZERO) {
-            return None;
-        }
         // SAFETY: `sheaf_tag_of` is what `inline_tag` is for a cache without objcg
         // sheaves: the cache's `cpu_offset` less the zero line's when it runs the
         // inline sheaf path, else 0 (`sheaf_pop_tagged`'s contract).
-        unsafe { sheaf_pop_tagged(c.into(), state::sheaf_tag_of(s.config()) as usize) }
+        unsafe { alloc_fast_tagged(c.into(), state::sheaf_tag_of(s.config()) as usize, gfp) }
     }
 
     /// [`Slub::alloc_fast`] for a request that may ask for `__GFP_ZERO`: the same pop
