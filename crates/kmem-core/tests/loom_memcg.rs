@@ -100,8 +100,10 @@ fn a_zombie_is_freed_only_when_nobody_can_touch_it() {
 // The trusted slab of a charged take-in (`memcontrol/intake.rs`,
 // `memcontrol/slab_hooks.rs`: `note_sole_objcg`; `slab/alloc.rs`: `note_uncharged`).
 //
-// A slab's sole-objcg word moves null → first objcg charged → MIXED; an uncharged
-// handout sets the slab's SLAB_UNCHARGED flag. Each object reaches the take-in's
+// A slab's sole-objcg word (on its head page, `Page::memcg_sole`) moves from none to
+// the first objcg's id charged to MIXED; an uncharged handout sets the slab's
+// SLAB_UNCHARGED flag. (Both start over only while no object of the slab is in use:
+// `Slab::start_charges_over`, outside this model.) Each object reaches the take-in's
 // thread through the program's own synchronisation (here a Release/Acquire flag),
 // after its allocation. The take-in, finding the word equal to its tag and the flag
 // clear, reads no slot: the model checks that the slot of every object it received

@@ -675,3 +675,64 @@ fn every_uncharged_allocation_path_marks_its_slab() {
         unsafe { k.pages.cpu_area_put(a) };
     }
 }
+
+/// A slab's sole-objcg word (`Page::memcg_sole_id`, what a charged take-in trusts)
+/// names the first group charged an object of it, turns mixed (1) at a charge to a
+/// second group and stays so while the slab is in use; emptied, the slab starts
+/// over when it serves again, and the next group's charges make it that group's
+/// alone. Fails if an emptied slab kept its word (a slab once shared would never be
+/// trusted again) or if a second group's charge left the first group's id.
+#[test]
+fn a_slabs_sole_objcg_word_names_its_one_group_and_starts_over_when_emptied() {
+    let k = kmem(2, config(1, 0));
+    let (g, h) = (group(k, "first"), group(k, "second"));
+    assert!(g.objcg().id() > 2 && h.objcg().id() > g.objcg().id());
+    assert_eq!(k.memcg().root_mem_cgroup().objcg().id(), 2);
+    let (a, cpu) = own_area(k);
+    let s = k
+        .kmem_cache_create(cpu, "sole-word", 64, 8, SlabFlags::ACCOUNT, None)
+        .unwrap();
+    let alloc = |g: &MemCgroup| {
+        k.memcg()
+            .kmem_cache_alloc_objcg(cpu, s, Gfp::KERNEL, g.objcg())
+            .unwrap()
+    };
+    let head = |p: std::ptr::NonNull<u8>| k.pages.virt_to_slab_used(p.as_ptr()).unwrap();
+    let word = |p| head(p).memcg_sole_id();
+    let mut objs: Vec<_> = (0..4).map(|_| alloc(g)).collect();
+    let slab = head(objs[0]) as *const _;
+    assert!(objs.iter().all(|&p| std::ptr::eq(head(p), slab)), "one slab");
+    assert_eq!(word(objs[0]), g.objcg().id());
+    objs.push(alloc(h));
+    assert!(std::ptr::eq(head(objs[4]), slab), "the same slab");
+    assert_eq!(word(objs[0]), 1);
+    objs.push(alloc(g));
+    assert_eq!(word(objs[0]), 1, "mixed stays mixed");
+    // Every object back (uncharged), the CPU's sheaves and the barn flushed: the slab
+    // is empty; allocations take it again (after the other slab the first refill
+    // took from, maybe).
+    for &p in &objs {
+        // SAFETY: allocated above, freed once.
+        assert!(unsafe { k.kmem_cache_free(cpu, s, p) });
+    }
+    k.slub().flush_cpu_cache(cpu.unwrap(), s);
+    k.slub().shrink_barns(cpu, s);
+    let mut again = Vec::new();
+    loop {
+        let p = alloc(h);
+        again.push(p);
+        if std::ptr::eq(head(p), slab) {
+            break;
+        }
+        assert!(again.len() < 4096, "the emptied slab serves again");
+    }
+    assert_eq!(word(again[again.len() - 1]), h.objcg().id());
+    for p in again {
+        // SAFETY: allocated above, freed once.
+        assert!(unsafe { k.kmem_cache_free(cpu, s, p) });
+    }
+    k.memcg().memcg_drain_stock(cpu.unwrap());
+    assert_eq!((g.usage(), h.usage()), (0, 0));
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+}

@@ -18,12 +18,29 @@ use crate::sync::{
 use core::ptr::{self};
 
 /// `struct obj_cgroup`: see the module doc.
+///
+/// Invariant: `id` is written once, before the objcg is shared, and no other objcg of
+/// the same allocator has it while this one lives, unless it is [`SOLE_MIXED`] (the
+/// ids ran out), which names no objcg.
 pub struct ObjCgroup {
     pub(super) memcg: AtomicPtr<MemCgroup>,
     pub(super) nr_charged_bytes: AtomicUsize,
     pub(super) nr_pages: AtomicUsize,
     pub(super) refcnt: AtomicUsize,
+    /// The objcg's number in a slab's sole-objcg word (`Page::memcg_sole`, see
+    /// `slab_hooks::note_sole_objcg`): [`ROOT_OBJCG_ID`] for the root's, a fresh one
+    /// from [`MemcgState::next_objcg_id`] for every other group's.
+    pub(super) id: u32,
 }
+
+/// A slab's sole-objcg word before any object of it was charged.
+pub(super) const SOLE_NONE: u32 = 0;
+/// A slab's sole-objcg word once objects of it were charged to two objcgs; also the id
+/// of an objcg made after the ids ran out, so that its charges never leave a slab
+/// trusted.
+pub(super) const SOLE_MIXED: u32 = 1;
+/// The root group's objcg id; the others count up from the next.
+pub(super) const ROOT_OBJCG_ID: u32 = 2;
 
 impl ObjCgroup {
     pub(super) const fn new() -> Self {
@@ -32,7 +49,15 @@ impl ObjCgroup {
             nr_charged_bytes: AtomicUsize::new(0),
             nr_pages: AtomicUsize::new(0),
             refcnt: AtomicUsize::new(1),
+            id: ROOT_OBJCG_ID,
         }
+    }
+    /// The objcg's id: what a slab whose charged objects are all this objcg's holds
+    /// in its sole-objcg word (`Page::memcg_sole_id`). The root's is 2, other
+    /// groups' count up from 3 and are never reused (1 for all once 2^32 - 3 groups
+    /// were made).
+    pub fn id(&self) -> u32 {
+        self.id
     }
     /// The group charged through this objcg now (the parent once its group is gone).
     pub fn memcg(&self) -> &MemCgroup {
@@ -297,6 +322,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         g.name[..n].copy_from_slice(&name.as_bytes()[..n]);
         g.name_len = n;
         g.parent = parent;
+        g.objcg.id = self.state.new_objcg_id();
         // SAFETY: a fresh kmalloc object big enough and aligned for a MemCgroup
         // (kmalloc-N objects are aligned to N's largest power-of-two divisor ≥ 8; the
         // struct's alignment is 8).

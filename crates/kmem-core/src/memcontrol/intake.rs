@@ -44,6 +44,9 @@ use crate::sync::AtomicPtr;
 pub(super) struct VectorSlots<'s> {
     s: &'s KmemCache,
     tag: *mut ObjCgroup,
+    /// `tag`'s id (`ObjCgroup::id`), [`SOLE_NONE`] for a null tag: what a trusted
+    /// slab's sole-objcg word holds.
+    tag_id: u32,
     mask: usize,
     mul: u64,
     base: usize,
@@ -56,9 +59,13 @@ impl<'s> VectorSlots<'s> {
     /// A cursor for the question "is this object charged to `tag`" (non-null).
     fn new(s: &'s KmemCache, tag: *mut ObjCgroup) -> Self {
         let (mask, mul) = s.config().index_parts();
+        // SAFETY: a non-null tag is the kept sheaves' objcg, which holds a reference
+        // (`ObjcgSheaves`' invariant) while the take-in runs.
+        let tag_id = unsafe { tag.as_ref() }.map_or(SOLE_NONE, |t| t.id);
         Self {
             s,
             tag,
+            tag_id,
             mask,
             mul,
             base: 0,
@@ -84,7 +91,7 @@ impl<'s> VectorSlots<'s> {
         }
         if off >= self.limit {
             let base = o & !self.mask;
-            let Some((vec, trusted)) = m.inbox_vector(self.s, base, self.tag) else {
+            let Some((vec, trusted)) = m.inbox_vector(self.s, base, self.tag_id) else {
                 // No slab's: the next object of that slab looks again.
                 (self.limit, self.trusted) = (0, 0);
                 return false;
@@ -101,7 +108,7 @@ impl<'s> VectorSlots<'s> {
         // SAFETY: the object `o` starts one of the slab at `base` (the caller's
         // contract, with the object checks of `s`, whose slab it is; a trusted slab
         // returned above without a read), so `idx` is below `objects`, the vector's
-        // count of slots before its sole-objcg word; the vector lives while the slab
+        // count of slots; the vector lives while the slab
         // does, and the slab while it holds `o` (the type's invariant).
         ptr::eq(unsafe { &*self.vec.add(idx) }.load(Relaxed), self.tag)
     }
@@ -323,18 +330,21 @@ impl<'a, P: Platform> Memcg<'a, P> {
 
     /// The objcg vector of the slab at `base` when it is still a slab of `s` with a
     /// vector, else `None` (a double free whose regular free discarded the slab: the
-    /// regular free reports it); with it, whether the slab is *trusted* for `tag`:
-    /// its sole objcg ([`note_sole_objcg`](super::slab_hooks)) is `tag` and no
-    /// object of it was handed out uncharged (no [`PageFlags::SLAB_UNCHARGED`]).
+    /// regular free reports it); with it, whether the slab is *trusted* for the
+    /// objcg `tag_id` numbers (the take-in's tag): the sole-objcg word on its head
+    /// page ([`note_sole_objcg`](super::slab_hooks)) is `tag_id` and no object of it
+    /// was handed out uncharged (no [`PageFlags::SLAB_UNCHARGED`]).
     /// `base` is the base of an inbox object of `s`'s class (slabs are aligned to
     /// their size).
     ///
     /// Why a trusted slab's objects need no slot read: an inbox object `o` is one
     /// the program freed, so its last allocation came before (and the take-in runs
     /// on the thread that took the free in). That allocation either charged `o` —
-    /// then the slab's sole word moved to `o`'s objcg or past it before, and since
-    /// it moves one way only, reading `tag` now means `o` was charged to `tag`, and
-    /// its slot, which nobody else writes while `o` is live, names `tag` still — or
+    /// then the slab's sole word moved to `o`'s objcg's id or past it before (the
+    /// word was reset when the slab was set up, before `o` was first handed out), and
+    /// since it moves one way only, reading the tag's id now means `o` was charged to
+    /// the tag (no other live objcg has its id, and `o`'s lives while `o` is charged),
+    /// and its slot, which nobody else writes while `o` is live, names the tag — or
     /// charged nothing, and then marked the slab before it returned
     /// (`Slub::note_uncharged`), a mark this read sees. Nothing else hands out an
     /// object of an accounted kmalloc cache (the inline and restartable pops, which do
@@ -351,7 +361,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         &self,
         s: &KmemCache,
         base: usize,
-        tag: *mut ObjCgroup,
+        tag_id: u32,
     ) -> Option<(*const AtomicPtr<ObjCgroup>, bool)> {
         // SAFETY: an inbox object passed the inline free's range check (the inbox's
         // invariant), and a slab never crosses a section, so its base is in the same
@@ -362,9 +372,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
             return None;
         }
         let vec = objcg_vector(h)?;
-        // SAFETY: the vector's word after its `objects` slots (`alloc_slab_obj_exts`).
-        let sole = unsafe { &*vec.add(s.config().objects) }.load(Relaxed);
-        let trusted = ptr::eq(sole, tag) && !sole.is_null();
+        // The head page's word, in the line the flags came from.
+        let sole = h.memcg_sole().load(Relaxed);
+        let trusted = sole == tag_id && sole > SOLE_MIXED;
         Some((vec, trusted && !flags.contains(PageFlags::SLAB_UNCHARGED)))
     }
 }

@@ -70,6 +70,7 @@ mod test_env;
 pub use charged_area::ObjcgSheaves;
 pub use counter::PageCounter;
 pub use group::{MemCgroup, ObjCgroup};
+use group::{SOLE_MIXED, SOLE_NONE};
 pub use objcg_sheaf::{
     OBJCG_SHEAF_BYTES, OBJCG_SHEAF_CLASSES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_REFILL,
     OBJCG_SHEAF_SLOTS, OBJCG_SHEAVES_MAX_BYTES,
@@ -82,7 +83,9 @@ use crate::page::Page;
 use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
 use crate::slab::KmemCache;
-use crate::sync::{AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release, SpinLock};
+use crate::sync::{
+    AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release, SpinLock,
+};
 use core::ptr::{self};
 
 /// Pages charged to a page counter at once (`MEMCG_CHARGE_BATCH`); the excess waits
@@ -159,6 +162,8 @@ pub struct MemcgState {
     pub(super) stock_active: AtomicUsize,
     pub(super) lock: SpinLock<ZombieList>,
     pub(super) nr_groups: AtomicUsize,
+    /// The id the next group's objcg gets ([`MemcgState::new_objcg_id`]).
+    pub(super) next_objcg_id: AtomicU64,
 }
 
 pub(super) struct ZombieList {
@@ -183,7 +188,16 @@ impl MemcgState {
                 groups: ptr::null_mut(),
             }),
             nr_groups: AtomicUsize::new(0),
+            next_objcg_id: AtomicU64::new(group::ROOT_OBJCG_ID as u64 + 1),
         }
+    }
+
+    /// A new objcg's id: never one an objcg of this allocator had before, nor
+    /// `SOLE_NONE` or the root's; `SOLE_MIXED` once 2^32 - 3 groups were made, which
+    /// only costs their slabs the trusted take-in (see `intake::inbox_vector`).
+    pub(super) fn new_objcg_id(&self) -> u32 {
+        let id = self.next_objcg_id.fetch_add(1, Relaxed);
+        u32::try_from(id).unwrap_or(group::SOLE_MIXED)
     }
 }
 

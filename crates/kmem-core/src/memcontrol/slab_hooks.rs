@@ -9,7 +9,7 @@ use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::slab::{Accounting, KmemCache, NoAccounting, Slab};
 use crate::sync::{
-    AtomicPtr, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+    AtomicPtr, AtomicU32, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
 };
 use core::ptr::{self, NonNull};
 
@@ -41,10 +41,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
         let vec = (data & !MEMCG_DATA_MASK) as *const AtomicPtr<ObjCgroup>;
         let idx = cfg.obj_to_index(obj.as_ptr() as usize - base);
+        note_sole_objcg(h.memcg_sole(), objcg.id);
         let objcg = objcg as *const ObjCgroup as *mut ObjCgroup;
-        // SAFETY: the vector has `objects` slots and the sole objcg's word after them
-        // (`alloc_slab_obj_exts`).
-        note_sole_objcg(unsafe { &*vec.add(cfg.objects) }, objcg);
         // SAFETY: `idx` < objects for an object of the slab. The slot is the
         // object's: only its owner (us) writes it.
         unsafe { &*vec.add(idx) }.store(objcg, Relaxed);
@@ -52,8 +50,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
     }
 
     /// `alloc_slab_obj_exts`: the slab's objcg vector, from the plain kmalloc caches:
-    /// a slot per object, and after them the slab's sole objcg (none yet:
-    /// [`note_sole_objcg`]).
+    /// a slot per object. (The slab's sole objcg is on its head page, reset when the
+    /// slab was set up: [`note_sole_objcg`].)
     #[cold]
     #[inline(never)]
     pub(super) fn alloc_slab_obj_exts(
@@ -65,7 +63,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let n = s.config().objects;
         let v = self
             .km
-            .kcalloc(cpu, n + 1, core::mem::size_of::<usize>(), Gfp::KERNEL)?;
+            .kcalloc(cpu, n, core::mem::size_of::<usize>(), Gfp::KERNEL)?;
         let new = v.as_ptr() as usize | MEMCG_DATA_OBJEXTS;
         // Frees leave the inline path before the vector is published: whoever sees
         // the vector (and charges an object of the slab) sees this first (the publish
@@ -338,29 +336,26 @@ impl<P: Platform> Accounting for Memcg<'_, P> {
     }
 }
 
-/// The word of a slab's objcg vector after its objects' slots, once objects of the
-/// slab were charged to more than one objcg (see [`note_sole_objcg`]). Never an
-/// objcg's address (those are aligned).
-pub(super) const MIXED_OBJCGS: *mut ObjCgroup = ptr::without_provenance_mut(1);
-
-/// Records in `sole`, the word after a slab's objcg slots, that an object of the slab
-/// is being charged to `objcg`. The word only moves one way: from null (nothing
-/// charged yet) to the first objcg charged, and from there to [`MIXED_OBJCGS`] at the
-/// first charge to another; so a reader that finds an objcg there knows that every
-/// object of the slab charged before the read, since the vector was made, was
-/// charged to that objcg. No write when the word already says so.
+/// Records in `sole`, a slab's sole-objcg word (`Page::memcg_sole` on its head page),
+/// that an object of the slab is being charged to the objcg numbered `id`
+/// (`ObjCgroup::id`). The word only moves one way while the slab lives: from
+/// [`SOLE_NONE`] (nothing charged yet) to the first objcg's id, and from there to
+/// [`SOLE_MIXED`] at the first charge to another; so a reader that finds an objcg's
+/// id there knows that every object of the slab charged before the read was charged
+/// to that objcg. No write when the word already says so. (`Slab::init` resets it
+/// before the slab's first object is handed out.)
 #[inline(always)]
-fn note_sole_objcg(sole: &AtomicPtr<ObjCgroup>, objcg: *mut ObjCgroup) {
+fn note_sole_objcg(sole: &AtomicU32, id: u32) {
     let cur = sole.load(Relaxed);
-    if cur == objcg || cur == MIXED_OBJCGS {
+    if cur == id || cur == SOLE_MIXED {
         return;
     }
-    if cur.is_null() {
-        match sole.compare_exchange(ptr::null_mut(), objcg, Relaxed, Relaxed) {
+    if cur == SOLE_NONE {
+        match sole.compare_exchange(SOLE_NONE, id, Relaxed, Relaxed) {
             Ok(_) => return,
-            Err(now) if now == objcg || now == MIXED_OBJCGS => return,
+            Err(now) if now == id || now == SOLE_MIXED => return,
             Err(_) => {}
         }
     }
-    sole.store(MIXED_OBJCGS, Relaxed);
+    sole.store(SOLE_MIXED, Relaxed);
 }

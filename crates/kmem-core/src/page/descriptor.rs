@@ -58,9 +58,11 @@ bitflags::bitflags! {
         /// On a slab's head page: an object of the slab was handed out without a
         /// charge, though its cache is one of the accounted kmalloc caches with objcg
         /// sheaves (an `__GFP_ACCOUNT` request outside any memory cgroup, say). Set
-        /// once by the slab layer's allocation paths (`Slub::note_uncharged`), never
-        /// cleared while the slab lives (a new slab's and a discarded one's flags are
-        /// written whole). The charged take-in reads it: see `memcontrol::intake`.
+        /// by the slab layer's allocation paths (`Slub::note_uncharged`), never
+        /// cleared while an object of the slab is in use (a new slab's and a discarded
+        /// one's flags are written whole; a kept empty slab taken again starts over:
+        /// `Slab::start_charges_over`). The charged take-in reads it: see
+        /// `memcontrol::intake`.
         /// Not the kernel's.
         const SLAB_UNCHARGED = 1 << 3;
         /// Belongs to the slab allocator (`PageSlab`).
@@ -96,7 +98,11 @@ pub struct Page {
     flags: AtomicU16,
     order: AtomicU8,
     _pad: u8,
-    _pad2: u32,
+    /// On a slab's head page: the id of the sole objcg its charged objects belong to
+    /// (the memory controller's word: `memcontrol::slab_hooks::note_sole_objcg`), 0
+    /// before any charge, 1 once they belong to several. Reset when a slab is set up
+    /// (`slab::state::Slab::init`); meaningless on other pages.
+    memcg_sole: AtomicU32,
     /// Next page on whatever list the page is on (`lru.next`).
     pub(crate) next: AtomicPtr<Page>,
     /// Previous page on that list (`lru.prev`).
@@ -194,6 +200,11 @@ impl Page {
     pub(crate) fn insert_flags(&self, f: PageFlags) {
         self.flags.fetch_or(f.bits(), Relaxed);
     }
+    /// Takes `f` out of the page's flags, atomically (see [`Page::insert_flags`]).
+    #[inline]
+    pub(crate) fn remove_flags(&self, f: PageFlags) {
+        self.flags.fetch_and(!f.bits(), Relaxed);
+    }
     /// Whether this page heads a free buddy block.
     #[inline]
     pub fn is_buddy(&self) -> bool {
@@ -208,6 +219,18 @@ impl Page {
     pub(crate) fn set_order(&self, order: usize) {
         self.order.store(order as u8, Relaxed);
     }
+    /// The slab's sole-objcg word (see the field; on a slab's head page).
+    #[inline]
+    pub(crate) fn memcg_sole(&self) -> &AtomicU32 {
+        &self.memcg_sole
+    }
+    /// On a live slab's head page, whose objects the memory controller charged: 0
+    /// while none was charged, the id of the objcg (`ObjCgroup::id`) they were all
+    /// charged to, or 1 once they went to several. Meaningless on other pages.
+    #[inline]
+    pub fn memcg_sole_id(&self) -> u32 {
+        self.memcg_sole.load(Relaxed)
+    }
     /// Resets a descriptor to the state of a page inside a free or allocated block.
     #[inline]
     pub(crate) fn reset(&self) {
@@ -216,6 +239,7 @@ impl Page {
         self.next.store(ptr::null_mut(), Relaxed);
         self.prev.store(ptr::null_mut(), Relaxed);
         self.private.store(0, Relaxed);
+        self.memcg_sole.store(0, Relaxed);
     }
 }
 

@@ -334,6 +334,7 @@ impl<P: Platform> Slub<'_, P> {
         // pages name the sheaves again (a vectored slab's, its charged line).
         let has_vector = head.private.load(Relaxed) & accounting::OBJ_EXTS != 0;
         Slab::of(head).resume_fast_frees(s.config(), has_vector);
+        Slab::of(head).start_charges_over();
         Slab::of(head).set_state(state);
         (slab, taken, fresh)
     }

@@ -213,6 +213,11 @@ impl<P: Platform> Slub<'_, P> {
                     SlabState::new((obj - base) as u64, old.inuse() + (k - got) as u64, false)
                 };
                 if Slab::of(sr).cas_state(old, new) {
+                    if old.inuse() == 0 {
+                        // Nothing of it was in use at the CAS, and nobody else
+                        // takes from it while we hold the lock.
+                        Slab::of(sr).start_charges_over();
+                    }
                     got = k;
                     if new.list_empty() {
                         self.remove_partial(&mut list, slab);

@@ -331,10 +331,13 @@ impl<'a> Slab<'a> {
     }
 
     /// Sets up the descriptor of a new slab of `s` with state `st`, not frozen by
-    /// anybody, with an empty local freelist.
+    /// anybody, with an empty local freelist, and no objcg charged yet (the memory
+    /// controller's sole-objcg word, `Page::memcg_sole`, which only it writes after
+    /// this and which must start over with each slab).
     pub(super) fn init(self, s: &KmemCache, st: SlabState) {
         self.set_state(st);
         let cfg = s.config();
+        self.0.memcg_sole().store(0, Relaxed);
         self.0.owner[1].store(rseq_word(cfg), Relaxed);
         self.0.set_sheaf_tag(sheaf_tag_of(cfg), Relaxed);
         self.0.owner[3].store(0, Relaxed);
@@ -379,6 +382,23 @@ impl<'a> Slab<'a> {
                 t.owner[1].store(0, Release);
                 t.set_sheaf_tag(tag, Release);
             }
+        }
+    }
+
+    /// An empty slab taken again (a kept one, or one the partial list held with no
+    /// object in use), before any of its objects is handed out: what the memory
+    /// controller knows of its charges starts over, as on a new slab
+    /// ([`Slab::init`]): no objcg charged yet (`Page::memcg_sole`), no object handed
+    /// out uncharged (`PageFlags::SLAB_UNCHARGED`). Both only ever describe objects
+    /// in use, and none is, so no reader relies on them: a charged take-in reads them
+    /// only for a slab it holds an object of. Writes only what is set.
+    pub(super) fn start_charges_over(self) {
+        let sole = self.0.memcg_sole();
+        if sole.load(Relaxed) != 0 {
+            sole.store(0, Relaxed);
+        }
+        if self.0.flags().contains(PageFlags::SLAB_UNCHARGED) {
+            self.0.remove_flags(PageFlags::SLAB_UNCHARGED);
         }
     }
 
