@@ -701,7 +701,10 @@ fn a_slabs_sole_objcg_word_names_its_one_group_and_starts_over_when_emptied() {
     let word = |p| head(p).memcg_sole_id();
     let mut objs: Vec<_> = (0..4).map(|_| alloc(g)).collect();
     let slab = head(objs[0]) as *const _;
-    assert!(objs.iter().all(|&p| std::ptr::eq(head(p), slab)), "one slab");
+    assert!(
+        objs.iter().all(|&p| std::ptr::eq(head(p), slab)),
+        "one slab"
+    );
     assert_eq!(word(objs[0]), g.objcg().id());
     objs.push(alloc(h));
     assert!(std::ptr::eq(head(objs[4]), slab), "the same slab");

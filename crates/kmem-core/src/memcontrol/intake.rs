@@ -12,8 +12,8 @@
 //! loop of its own too (`intake_run`). Each loop reads the vector slots through
 //! [`VectorSlots`], which looks a slab's vector up once for a run of its objects, and
 //! reads no slot at all for a *trusted* slab: one whose every charged object was
-//! charged to the take-in's objcg (the sole-objcg word after the vector's slots,
-//! `slab_hooks::note_sole_objcg`) and whose objects were never handed out uncharged
+//! charged to the take-in's objcg (the sole-objcg word on the slab's head page,
+//! `slab_hooks::note_sole_objcg`, an objcg id) and whose objects were never handed out uncharged
 //! (no `PageFlags::SLAB_UNCHARGED`, `Slub::note_uncharged`). Why that is enough is
 //! [`Memcg::inbox_vector`]'s to say; `tests/loom_memcg.rs` models it.
 //!
@@ -36,8 +36,8 @@ use crate::sync::AtomicPtr;
 /// Invariant: `limit` is 0 (nothing looked up yet, or the last lookup found no
 /// vector), or `vec` is the vector of the live slab of `s` at `base` and `limit` the
 /// slab's size; `trusted` is `limit`, or 0, and is `limit` only when the lookup
-/// found the slab's sole objcg to be `tag` and no object of it handed out uncharged
-/// ([`Memcg::inbox_vector`]). The slab stays live while a loop reads through the
+/// found the slab's sole objcg to be `tag` (by its id) and no object of it handed out
+/// uncharged ([`Memcg::inbox_vector`]). The slab stays live while a loop reads through the
 /// cursor: it holds the object last looked up there, which the take-in still owns —
 /// in the inbox's slots, whose regular frees come after the loop, or on the kept
 /// sheaf as its newest object, which making room (giving the older half back) keeps.
