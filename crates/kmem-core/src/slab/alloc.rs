@@ -80,18 +80,20 @@ impl<'a, P: Platform> Slub<'a, P> {
     #[inline(always)]
     pub fn note_uncharged(&self, s: &KmemCache, obj: NonNull<u8>) {
         if s.config().objcg_class().is_some() {
-            self.mark_uncharged(obj);
+            Self::mark_uncharged(self.pages, obj);
         }
     }
 
-    /// [`Slub::note_uncharged`]'s mark.
+    /// [`Slub::note_uncharged`]'s mark. (Given the page allocator rather than the
+    /// `Slub`, which the platform's rseq pop would otherwise build in memory on its
+    /// path, before the test.)
     #[cold]
     #[inline(never)]
-    fn mark_uncharged(&self, obj: NonNull<u8>) {
+    fn mark_uncharged(pages: &PageAllocator<P>, obj: NonNull<u8>) {
         // The slab of an object just allocated: live while its caller holds the
         // object, so only other marks write its head's flags meanwhile, and
         // `insert_flags` is an atomic OR.
-        if let Some(head) = self.pages.virt_to_slab_used(obj.as_ptr()) {
+        if let Some(head) = pages.virt_to_slab_used(obj.as_ptr()) {
             if !head.flags().contains(PageFlags::SLAB_UNCHARGED) {
                 head.insert_flags(PageFlags::SLAB_UNCHARGED);
             }

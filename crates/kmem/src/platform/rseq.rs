@@ -380,10 +380,13 @@ pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usiz
             "sub {t}, 8",
             "mov qword ptr [{w}], {t}",
             "22:",
-            "jmp 26f",
+            // Nothing found (both sheaves empty, or a CPU past the table): out of
+            // line, so that a pop falls through with no jump.
+            ".pushsection .text.unlikely, \"ax\"",
             "25:",
             "xor {obj:e}, {obj:e}",
-            "26:",
+            "jmp 22b",
+            ".popsection",
             rseq_descriptor!(),
             rseq = in(reg) rseq.0,
             table = in(reg) table,
