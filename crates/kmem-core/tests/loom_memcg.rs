@@ -113,6 +113,22 @@ fn a_zombie_is_freed_only_when_nobody_can_touch_it() {
 const NONE: usize = 0;
 const MIXED: usize = 1;
 
+/// `note_sole_objcg`, as in memcontrol/slab_hooks.rs.
+fn note_sole(sole: &AtomicUsize, objcg: usize) {
+    let cur = sole.load(Ordering::Relaxed);
+    if cur == objcg || cur == MIXED {
+        return;
+    }
+    if cur == NONE {
+        match sole.compare_exchange(NONE, objcg, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return,
+            Err(now) if now == objcg || now == MIXED => return,
+            Err(_) => {}
+        }
+    }
+    sole.store(MIXED, Ordering::Relaxed);
+}
+
 struct SoleSlab {
     sole: AtomicUsize,
     uncharged: AtomicBool,
@@ -130,23 +146,8 @@ impl SoleSlab {
         }
     }
 
-    /// `note_sole_objcg`, as in memcontrol/slab_hooks.rs.
     fn note_sole(&self, objcg: usize) {
-        let cur = self.sole.load(Ordering::Relaxed);
-        if cur == objcg || cur == MIXED {
-            return;
-        }
-        if cur == NONE {
-            match self
-                .sole
-                .compare_exchange(NONE, objcg, Ordering::Relaxed, Ordering::Relaxed)
-            {
-                Ok(_) => return,
-                Err(now) if now == objcg || now == MIXED => return,
-                Err(_) => {}
-            }
-        }
-        self.sole.store(MIXED, Ordering::Relaxed);
+        note_sole(&self.sole, objcg);
     }
 
     /// A charged allocation of object `i` to `objcg` (`memcg_slab_post_alloc_hook`),
@@ -210,4 +211,109 @@ fn a_trusted_slab_holds_only_objects_charged_to_its_tag() {
         slab.take_in(2);
         assert_eq!(slab.sole.load(Ordering::Relaxed), MIXED);
     });
+}
+
+// ---------------------------------------------------------------------------
+// The start-over of a slab's sole-objcg word (`slab/refill.rs`: `take_from_node`,
+// `slab/state.rs`: `Slab::start_charges_over`).
+//
+// A refill takes a partial slab's free objects with a CAS on its state (here its
+// count of objects in use) and resets the word only when that CAS saw none in use;
+// an object in a take-in's inbox counts as in use. Object 0 was charged to group 3
+// in the slab's current life; object 1 is free. One thread gives object 0 up: the
+// regular free (the slot cleared, then the count down, a release), or an inline free
+// onto group 2's inbox (still in use). A refill for group 2 takes object 1, charges
+// it and passes it to the program, which frees it onto the same inbox. The take-in
+// (group 2's thread) trusts the slab only if the word names group 2: the model checks
+// that every inbox object of a trusted slab is charged to group 2. With the word
+// reset at every refill, the model finds object 0 trusted.
+
+struct LifeSlab {
+    in_use: AtomicUsize,
+    sole: AtomicUsize,
+    slots: [AtomicUsize; 2],
+    inbox: [AtomicBool; 2],
+}
+
+impl LifeSlab {
+    fn new() -> Self {
+        // Object 0 charged to group 3 (before the threads start: its allocation).
+        Self {
+            in_use: AtomicUsize::new(1),
+            sole: AtomicUsize::new(3),
+            slots: [AtomicUsize::new(3), AtomicUsize::new(NONE)],
+            inbox: std::array::from_fn(|_| AtomicBool::new(false)),
+        }
+    }
+
+    /// The refill for group 2 (`take_from_node`): object 1 taken with a CAS on the
+    /// count, the word reset if the CAS saw nothing in use; then the charge
+    /// (`memcg_slab_post_alloc_hook`), and the program's inline free of it.
+    fn refill_and_charge(&self) {
+        let mut old = self.in_use.load(Ordering::Acquire);
+        loop {
+            match self
+                .in_use
+                .compare_exchange(old, old + 1, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break,
+                Err(now) => old = now,
+            }
+        }
+        if old == 0 {
+            self.sole.store(NONE, Ordering::Relaxed);
+        }
+        note_sole(&self.sole, 2);
+        self.slots[1].store(2, Ordering::Relaxed);
+        self.inbox[1].store(true, Ordering::Release);
+    }
+
+    /// Object 0 given up: the regular free, or the inline free onto the inbox.
+    fn give_up_object_0(&self, regular: bool) {
+        if regular {
+            self.slots[0].store(NONE, Ordering::Relaxed);
+            self.in_use.fetch_sub(1, Ordering::AcqRel);
+        } else {
+            self.inbox[0].store(true, Ordering::Release);
+        }
+    }
+
+    /// Group 2's take-in of what reached its inbox.
+    fn take_in(&self) {
+        for i in 0..2 {
+            if !self.inbox[i].load(Ordering::Acquire) {
+                continue;
+            }
+            if self.sole.load(Ordering::Relaxed) == 2 {
+                assert_eq!(
+                    self.slots[i].load(Ordering::Relaxed),
+                    2,
+                    "a trusted slab's inbox object is charged to the tag"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_sole_objcg_word_starts_over_only_with_nothing_in_use() {
+    for regular in [false, true] {
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = Some(3);
+        b.check(move || {
+            let slab = Arc::new(LifeSlab::new());
+            let giver = {
+                let slab = slab.clone();
+                thread::spawn(move || slab.give_up_object_0(regular))
+            };
+            let refill = {
+                let slab = slab.clone();
+                thread::spawn(move || slab.refill_and_charge())
+            };
+            slab.take_in();
+            giver.join().unwrap();
+            refill.join().unwrap();
+            slab.take_in();
+        });
+    }
 }

@@ -739,3 +739,112 @@ fn a_slabs_sole_objcg_word_names_its_one_group_and_starts_over_when_emptied() {
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(a) };
 }
+
+/// A refill that takes objects from a slab with an object still in use leaves its
+/// sole-objcg word alone: a slab mixed between two groups stays mixed while one of
+/// the first group's objects is out, however many of its free objects the first group
+/// takes again. Fails if the word started over at every refill (the take-in would then
+/// trust the slab for the first group while the second's object could still be freed
+/// into its inbox).
+#[test]
+fn a_slab_with_an_object_in_use_keeps_its_sole_objcg_word_through_refills() {
+    let k = kmem(2, config(1, 0));
+    let (g, h) = (group(k, "first"), group(k, "second"));
+    let (a, cpu) = own_area(k);
+    let s = k
+        .kmem_cache_create(cpu, "sole-kept", 64, 8, SlabFlags::ACCOUNT, None)
+        .unwrap();
+    let alloc = |g: &MemCgroup| {
+        k.memcg()
+            .kmem_cache_alloc_objcg(cpu, s, Gfp::KERNEL, g.objcg())
+            .unwrap()
+    };
+    let head = |p: std::ptr::NonNull<u8>| k.pages.virt_to_slab_used(p.as_ptr()).unwrap();
+    let out = alloc(g);
+    let slab = head(out) as *const _;
+    let mut objs = vec![alloc(h)];
+    assert!(std::ptr::eq(head(objs[0]), slab), "the same slab");
+    assert_eq!(head(out).memcg_sole_id(), 1);
+    objs.extend((0..3).map(|_| alloc(g)));
+    // All back but `out`: the slab goes back to its node, one object in use.
+    for &p in &objs {
+        // SAFETY: allocated above, freed once.
+        assert!(unsafe { k.kmem_cache_free(cpu, s, p) });
+    }
+    k.slub().flush_cpu_cache(cpu.unwrap(), s);
+    k.slub().shrink_barns(cpu, s);
+    let mut again = Vec::new();
+    loop {
+        let p = alloc(g);
+        again.push(p);
+        if std::ptr::eq(head(p), slab) {
+            break;
+        }
+        assert!(again.len() < 4096, "the slab serves again");
+    }
+    assert_eq!(head(out).memcg_sole_id(), 1, "still mixed: `out` is in use");
+    for p in again.into_iter().chain([out]) {
+        // SAFETY: allocated above, freed once.
+        assert!(unsafe { k.kmem_cache_free(cpu, s, p) });
+    }
+    k.memcg().memcg_drain_stock(cpu.unwrap());
+    assert_eq!((g.usage(), h.usage()), (0, 0));
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+}
+
+/// An accounted kmalloc slab marked by an uncharged allocation keeps the mark while
+/// that object is out, through refills that take the slab's free objects for charged
+/// allocations, and loses it once the slab is empty and serves again (its objects may
+/// then all be one group's, and that group's take-in may trust it).
+#[test]
+fn an_emptied_slab_serves_again_without_its_uncharged_mark() {
+    let k = kmem(2, config(1, 0));
+    let g = group(k, "charged");
+    let (a, cpu) = own_area(k);
+    let s = k.kmalloc_cache(32, Gfp::KERNEL | Gfp::ACCOUNT).unwrap();
+    let slab = |p: *mut u8| cg32_slab(k, p);
+    // Two uncharged objects of one slab (a CPU sheaf's consecutive pops).
+    let u = k.slub().alloc(cpu, s, Gfp::KERNEL).unwrap().as_ptr();
+    let v = k.slub().alloc(cpu, s, Gfp::KERNEL).unwrap().as_ptr();
+    assert_eq!(slab(u), slab(v), "the test needs one slab");
+    assert!(marked_uncharged(k, u));
+    // Charged allocations (which never mark) until one comes from `want`'s slab.
+    let charged_until = |want: usize| {
+        let mut got = Vec::new();
+        loop {
+            let p = alloc(k, cpu, g, 32);
+            got.push(p);
+            if slab(p) == want {
+                return got;
+            }
+            assert!(got.len() < 4096, "the slab serves again");
+        }
+    };
+    // Everything back to the slabs: the CPU's sheaves, the barn, and the group's
+    // objects waiting charged in its objcg sheaves (the stock's drain).
+    let give_back = |uncharged: &[*mut u8], charged: &[*mut u8]| {
+        for &p in uncharged {
+            // SAFETY: allocated above, freed once.
+            assert!(unsafe { k.kfree(cpu, p) });
+        }
+        for &p in charged {
+            free(k, cpu, g, p);
+        }
+        k.memcg().memcg_drain_stock(cpu.unwrap());
+        k.slub().flush_cpu_cache(cpu.unwrap(), s);
+        k.slub().shrink_barns(cpu, s);
+    };
+    // `u` back, `v` still out: the slab serves again from its node, still marked.
+    give_back(&[u], &[]);
+    let got = charged_until(slab(v));
+    assert!(marked_uncharged(k, v), "`v` is still out");
+    give_back(&[v], &got);
+    // Now empty: the slab serves again, unmarked.
+    let got = charged_until(slab(v));
+    assert!(!marked_uncharged(k, v), "empty, then charged only");
+    give_back(&[], &got);
+    assert_eq!(g.usage(), 0);
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(a) };
+}

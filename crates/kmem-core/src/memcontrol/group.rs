@@ -29,7 +29,9 @@ pub struct ObjCgroup {
     pub(super) refcnt: AtomicUsize,
     /// The objcg's number in a slab's sole-objcg word (`Page::memcg_sole`, see
     /// `slab_hooks::note_sole_objcg`): [`ROOT_OBJCG_ID`] for the root's, a fresh one
-    /// from [`MemcgState::next_objcg_id`] for every other group's.
+    /// from [`MemcgState::new_objcg_id`] for every other group's, unique within the
+    /// allocator (one `MemcgState` per `Kmem`). [`SOLE_MIXED`], which no slab trusts,
+    /// until one of those is set.
     pub(super) id: u32,
 }
 
@@ -49,7 +51,7 @@ impl ObjCgroup {
             nr_charged_bytes: AtomicUsize::new(0),
             nr_pages: AtomicUsize::new(0),
             refcnt: AtomicUsize::new(1),
-            id: ROOT_OBJCG_ID,
+            id: SOLE_MIXED,
         }
     }
     /// The objcg's id: what a slab whose charged objects are all this objcg's holds

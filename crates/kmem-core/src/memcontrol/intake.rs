@@ -340,9 +340,13 @@ impl<'a, P: Platform> Memcg<'a, P> {
     /// Why a trusted slab's objects need no slot read: an inbox object `o` is one
     /// the program freed, so its last allocation came before (and the take-in runs
     /// on the thread that took the free in). That allocation either charged `o` —
-    /// then the slab's sole word moved to `o`'s objcg's id or past it before (the
-    /// word was reset when the slab was set up, before `o` was first handed out), and
-    /// since it moves one way only, reading the tag's id now means `o` was charged to
+    /// then the slab's sole word moved to `o`'s objcg's id or past it before (its
+    /// last reset, and the mark's last clearing, came before that allocation: both
+    /// happen only while no object of the slab is in use, and every object the
+    /// sheaves, barns, kept sheaves and inboxes hold counts as in use on its slab,
+    /// `o` among them until the take-in gives it back; see
+    /// `Slab::start_charges_over`), and since it moves one way only in between,
+    /// reading the tag's id now means `o` was charged to
     /// the tag (no other live objcg has its id, and `o`'s lives while `o` is charged),
     /// and its slot, which nobody else writes while `o` is live, names the tag — or
     /// charged nothing, and then marked the slab before it returned

@@ -179,7 +179,11 @@ unsafe impl Send for ZombieList {}
 impl MemcgState {
     pub(crate) const fn new() -> Self {
         Self {
-            root: MemCgroup::new_root(),
+            root: {
+                let mut root = MemCgroup::new_root();
+                root.objcg.id = group::ROOT_OBJCG_ID;
+                root
+            },
             stock_offset: AtomicUsize::new(0),
             stock_active: AtomicUsize::new(0),
             lock: SpinLock::new(ZombieList {

@@ -51,7 +51,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
 
     /// `alloc_slab_obj_exts`: the slab's objcg vector, from the plain kmalloc caches:
     /// a slot per object. (The slab's sole objcg is on its head page, reset when the
-    /// slab was set up: [`note_sole_objcg`].)
+    /// slab is set up or serves again empty: [`note_sole_objcg`].)
     #[cold]
     #[inline(never)]
     pub(super) fn alloc_slab_obj_exts(
@@ -338,12 +338,14 @@ impl<P: Platform> Accounting for Memcg<'_, P> {
 
 /// Records in `sole`, a slab's sole-objcg word (`Page::memcg_sole` on its head page),
 /// that an object of the slab is being charged to the objcg numbered `id`
-/// (`ObjCgroup::id`). The word only moves one way while the slab lives: from
+/// (`ObjCgroup::id`). The word only moves one way while an object of the slab is in
+/// use: from
 /// [`SOLE_NONE`] (nothing charged yet) to the first objcg's id, and from there to
 /// [`SOLE_MIXED`] at the first charge to another; so a reader that finds an objcg's
 /// id there knows that every object of the slab charged before the read was charged
 /// to that objcg. No write when the word already says so. (`Slab::init` resets it
-/// before the slab's first object is handed out.)
+/// before a new slab's first object is handed out, `Slab::start_charges_over`
+/// before an empty slab's objects are handed out again: never while one is in use.)
 #[inline(always)]
 fn note_sole_objcg(sole: &AtomicU32, id: u32) {
     let cur = sole.load(Relaxed);

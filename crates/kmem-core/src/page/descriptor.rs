@@ -60,8 +60,8 @@ bitflags::bitflags! {
         /// sheaves (an `__GFP_ACCOUNT` request outside any memory cgroup, say). Set
         /// by the slab layer's allocation paths (`Slub::note_uncharged`), never
         /// cleared while an object of the slab is in use (a new slab's and a discarded
-        /// one's flags are written whole; a kept empty slab taken again starts over:
-        /// `Slab::start_charges_over`). The charged take-in reads it: see
+        /// one's flags are written whole; an empty slab that serves again, kept or
+        /// partial, starts over: `Slab::start_charges_over`). The charged take-in reads it: see
         /// `memcontrol::intake`.
         /// Not the kernel's.
         const SLAB_UNCHARGED = 1 << 3;
@@ -101,7 +101,9 @@ pub struct Page {
     /// On a slab's head page: the id of the sole objcg its charged objects belong to
     /// (the memory controller's word: `memcontrol::slab_hooks::note_sole_objcg`), 0
     /// before any charge, 1 once they belong to several. Reset when a slab is set up
-    /// (`slab::state::Slab::init`); meaningless on other pages.
+    /// (`slab::state::Slab::init`) and when an empty slab serves again (a kept one, or
+    /// a partial one a refill finds with no object in use:
+    /// `Slab::start_charges_over`); meaningless on other pages.
     memcg_sole: AtomicU32,
     /// Next page on whatever list the page is on (`lru.next`).
     pub(crate) next: AtomicPtr<Page>,

@@ -332,8 +332,9 @@ impl<'a> Slab<'a> {
 
     /// Sets up the descriptor of a new slab of `s` with state `st`, not frozen by
     /// anybody, with an empty local freelist, and no objcg charged yet (the memory
-    /// controller's sole-objcg word, `Page::memcg_sole`, which only it writes after
-    /// this and which must start over with each slab).
+    /// controller's sole-objcg word, `Page::memcg_sole`, which must start over with
+    /// each slab: after this only the controller's charges and
+    /// [`Slab::start_charges_over`] write it).
     pub(super) fn init(self, s: &KmemCache, st: SlabState) {
         self.set_state(st);
         let cfg = s.config();
