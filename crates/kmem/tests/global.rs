@@ -419,8 +419,14 @@ fn growing_buffers_move_only_at_powers_of_two() {
             let next = size + 1 + size / 64;
             let q = realloc(p, Layout::from_size_align(size, 8).unwrap(), next);
             assert!(!q.is_null());
-            if q != p {
+            // A KFENCE sample (outside the span, one every 100 ms: a debug build's
+            // run of this loop may meet one) has the size asked for exactly, so
+            // reaching one and leaving it are moves of their own: not counted.
+            let span = kmem::heap().page_allocator();
+            if q != p && span.in_span(p) && span.in_span(q) {
                 moves += 1;
+            }
+            if q != p {
                 assert!(std::slice::from_raw_parts(q, size)
                     .iter()
                     .all(|&b| b == 0x3c));
