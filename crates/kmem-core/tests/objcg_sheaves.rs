@@ -12,9 +12,11 @@ use kmem_core::memcontrol::{
     MemCgroup, MemcgStat, ObjCgroup, OBJCG_SHEAF_BYTES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_REFILL,
     OBJCG_SHEAF_SLOTS, OBJCG_SHEAVES_MAX_BYTES,
 };
+use kmem_core::page::Page;
 use kmem_core::percpu::InlineArea;
 use kmem_core::{CpuArea, CpuRef, Gfp, Kmem, KmemCache, SlabFlags};
 use std::collections::HashSet;
+use std::ptr::NonNull;
 
 type K = Kmem<TestPlatform>;
 
@@ -676,6 +678,60 @@ fn every_uncharged_allocation_path_marks_its_slab() {
     }
 }
 
+/// An accounted cache of 64 B objects of its own (no objcg sheaves: its charges and
+/// frees go the regular way), for the tests of a slab's sole-objcg word.
+struct OwnCache {
+    k: &'static K,
+    cpu: Option<CpuRef<'static>>,
+    s: &'static KmemCache,
+}
+
+impl OwnCache {
+    fn new(k: &'static K, cpu: Option<CpuRef<'static>>, name: &str) -> Self {
+        let s = k
+            .kmem_cache_create(cpu, name, 64, 8, SlabFlags::ACCOUNT, None)
+            .unwrap();
+        Self { k, cpu, s }
+    }
+
+    /// An object charged to `g`.
+    fn alloc(&self, g: &MemCgroup) -> NonNull<u8> {
+        self.k
+            .memcg()
+            .kmem_cache_alloc_objcg(self.cpu, self.s, Gfp::KERNEL, g.objcg())
+            .unwrap()
+    }
+
+    /// The head page of `p`'s slab.
+    fn head(&self, p: NonNull<u8>) -> &'static Page {
+        self.k.pages.virt_to_slab_used(p.as_ptr()).unwrap()
+    }
+
+    /// `objs` freed (uncharged), then the CPU's sheaves and the barn flushed, so that
+    /// their slabs hold them again.
+    fn free_and_flush(&self, objs: &[NonNull<u8>]) {
+        for &p in objs {
+            // SAFETY: the tests free their own objects, once.
+            assert!(unsafe { self.k.kmem_cache_free(self.cpu, self.s, p) });
+        }
+        self.k.slub().flush_cpu_cache(self.cpu.unwrap(), self.s);
+        self.k.slub().shrink_barns(self.cpu, self.s);
+    }
+
+    /// `g`'s allocations until one comes from the slab headed by `slab` (the last).
+    fn alloc_until(&self, g: &MemCgroup, slab: &Page) -> Vec<NonNull<u8>> {
+        let mut got = Vec::new();
+        loop {
+            let p = self.alloc(g);
+            got.push(p);
+            if std::ptr::eq(self.head(p), slab) {
+                return got;
+            }
+            assert!(got.len() < 4096, "the slab serves again");
+        }
+    }
+}
+
 /// A slab's sole-objcg word (`Page::memcg_sole_id`, what a charged take-in trusts)
 /// names the first group charged an object of it, turns mixed (1) at a charge to a
 /// second group and stays so while the slab is in use; emptied, the slab starts
@@ -689,51 +745,25 @@ fn a_slabs_sole_objcg_word_names_its_one_group_and_starts_over_when_emptied() {
     assert!(g.objcg().id() > 2 && h.objcg().id() > g.objcg().id());
     assert_eq!(k.memcg().root_mem_cgroup().objcg().id(), 2);
     let (a, cpu) = own_area(k);
-    let s = k
-        .kmem_cache_create(cpu, "sole-word", 64, 8, SlabFlags::ACCOUNT, None)
-        .unwrap();
-    let alloc = |g: &MemCgroup| {
-        k.memcg()
-            .kmem_cache_alloc_objcg(cpu, s, Gfp::KERNEL, g.objcg())
-            .unwrap()
-    };
-    let head = |p: std::ptr::NonNull<u8>| k.pages.virt_to_slab_used(p.as_ptr()).unwrap();
-    let word = |p| head(p).memcg_sole_id();
-    let mut objs: Vec<_> = (0..4).map(|_| alloc(g)).collect();
-    let slab = head(objs[0]) as *const _;
+    let c = OwnCache::new(k, cpu, "sole-word");
+    let mut objs: Vec<_> = (0..4).map(|_| c.alloc(g)).collect();
+    let slab = c.head(objs[0]);
     assert!(
-        objs.iter().all(|&p| std::ptr::eq(head(p), slab)),
+        objs.iter().all(|&p| std::ptr::eq(c.head(p), slab)),
         "one slab"
     );
-    assert_eq!(word(objs[0]), g.objcg().id());
-    objs.push(alloc(h));
-    assert!(std::ptr::eq(head(objs[4]), slab), "the same slab");
-    assert_eq!(word(objs[0]), 1);
-    objs.push(alloc(g));
-    assert_eq!(word(objs[0]), 1, "mixed stays mixed");
-    // Every object back (uncharged), the CPU's sheaves and the barn flushed: the slab
-    // is empty; allocations take it again (after the other slab the first refill
-    // took from, maybe).
-    for &p in &objs {
-        // SAFETY: allocated above, freed once.
-        assert!(unsafe { k.kmem_cache_free(cpu, s, p) });
-    }
-    k.slub().flush_cpu_cache(cpu.unwrap(), s);
-    k.slub().shrink_barns(cpu, s);
-    let mut again = Vec::new();
-    loop {
-        let p = alloc(h);
-        again.push(p);
-        if std::ptr::eq(head(p), slab) {
-            break;
-        }
-        assert!(again.len() < 4096, "the emptied slab serves again");
-    }
-    assert_eq!(word(again[again.len() - 1]), h.objcg().id());
-    for p in again {
-        // SAFETY: allocated above, freed once.
-        assert!(unsafe { k.kmem_cache_free(cpu, s, p) });
-    }
+    assert_eq!(slab.memcg_sole_id(), g.objcg().id());
+    objs.push(c.alloc(h));
+    assert!(std::ptr::eq(c.head(objs[4]), slab), "the same slab");
+    assert_eq!(slab.memcg_sole_id(), 1);
+    objs.push(c.alloc(g));
+    assert_eq!(slab.memcg_sole_id(), 1, "mixed stays mixed");
+    // Every object back: the slab is empty; allocations take it again (after the
+    // other slab the first refill took from, maybe).
+    c.free_and_flush(&objs);
+    let again = c.alloc_until(h, slab);
+    assert_eq!(slab.memcg_sole_id(), h.objcg().id());
+    c.free_and_flush(&again);
     k.memcg().memcg_drain_stock(cpu.unwrap());
     assert_eq!((g.usage(), h.usage()), (0, 0));
     // SAFETY: owned; not used afterwards.
@@ -751,42 +781,19 @@ fn a_slab_with_an_object_in_use_keeps_its_sole_objcg_word_through_refills() {
     let k = kmem(2, config(1, 0));
     let (g, h) = (group(k, "first"), group(k, "second"));
     let (a, cpu) = own_area(k);
-    let s = k
-        .kmem_cache_create(cpu, "sole-kept", 64, 8, SlabFlags::ACCOUNT, None)
-        .unwrap();
-    let alloc = |g: &MemCgroup| {
-        k.memcg()
-            .kmem_cache_alloc_objcg(cpu, s, Gfp::KERNEL, g.objcg())
-            .unwrap()
-    };
-    let head = |p: std::ptr::NonNull<u8>| k.pages.virt_to_slab_used(p.as_ptr()).unwrap();
-    let out = alloc(g);
-    let slab = head(out) as *const _;
-    let mut objs = vec![alloc(h)];
-    assert!(std::ptr::eq(head(objs[0]), slab), "the same slab");
-    assert_eq!(head(out).memcg_sole_id(), 1);
-    objs.extend((0..3).map(|_| alloc(g)));
+    let c = OwnCache::new(k, cpu, "sole-kept");
+    let out = c.alloc(g);
+    let slab = c.head(out);
+    let mut objs = vec![c.alloc(h)];
+    assert!(std::ptr::eq(c.head(objs[0]), slab), "the same slab");
+    assert_eq!(slab.memcg_sole_id(), 1);
+    objs.extend((0..3).map(|_| c.alloc(g)));
     // All back but `out`: the slab goes back to its node, one object in use.
-    for &p in &objs {
-        // SAFETY: allocated above, freed once.
-        assert!(unsafe { k.kmem_cache_free(cpu, s, p) });
-    }
-    k.slub().flush_cpu_cache(cpu.unwrap(), s);
-    k.slub().shrink_barns(cpu, s);
-    let mut again = Vec::new();
-    loop {
-        let p = alloc(g);
-        again.push(p);
-        if std::ptr::eq(head(p), slab) {
-            break;
-        }
-        assert!(again.len() < 4096, "the slab serves again");
-    }
-    assert_eq!(head(out).memcg_sole_id(), 1, "still mixed: `out` is in use");
-    for p in again.into_iter().chain([out]) {
-        // SAFETY: allocated above, freed once.
-        assert!(unsafe { k.kmem_cache_free(cpu, s, p) });
-    }
+    c.free_and_flush(&objs);
+    let again = c.alloc_until(g, slab);
+    assert_eq!(slab.memcg_sole_id(), 1, "still mixed: `out` is in use");
+    c.free_and_flush(&again);
+    c.free_and_flush(&[out]);
     k.memcg().memcg_drain_stock(cpu.unwrap());
     assert_eq!((g.usage(), h.usage()), (0, 0));
     // SAFETY: owned; not used afterwards.
