@@ -35,7 +35,8 @@ use crate::sync::AtomicPtr;
 ///
 /// Invariant: `limit` is 0 (nothing looked up yet, or the last lookup found no
 /// vector), or `vec` is the vector of the live slab of `s` at `base` and `limit` the
-/// slab's size; `trusted` is `limit`, or 0, and is `limit` only when the lookup
+/// slab's size (a power of two: slabs are naturally aligned blocks of pages);
+/// `trusted` is `limit`, or 0, and is `limit` only when the lookup
 /// found the slab's sole objcg to be `tag` (by its id) and no object of it handed out
 /// uncharged ([`Memcg::inbox_vector`]). The slab stays live while a loop reads through the
 /// cursor: it holds the object last looked up there, which the take-in still owns —
@@ -265,14 +266,25 @@ impl<'a, P: Platform> Memcg<'a, P> {
         let mut slots = VectorSlots::new(s, tag);
         // SAFETY: the caller's `n` slots, inbox objects.
         let objs = unsafe { core::slice::from_raw_parts(from, n) };
-        for &o in objs {
-            // A trusted slab's objects (the steady state's), tested inline: a
-            // subtraction and a compare each.
-            if o.wrapping_sub(slots.base) < slots.trusted {
+        let pairs = objs.chunks_exact(2);
+        let last = pairs.remainder();
+        for pair in pairs {
+            let (o, p) = (pair[0], pair[1]);
+            // Two objects of the trusted slab (the steady state's), tested inline
+            // together: `trusted` is 0 or the slab's size, a power of two, so both
+            // offsets are below it exactly when their OR is.
+            let (a, b) = (o.wrapping_sub(slots.base), p.wrapping_sub(slots.base));
+            if a | b < slots.trusted {
                 continue;
             }
-            // SAFETY: an inbox object (the caller's contract), the tag non-null.
-            if !unsafe { slots.names(self, o) } {
+            // SAFETY: inbox objects (the caller's contract), the tag non-null.
+            if !unsafe { slots.names(self, o) && slots.names(self, p) } {
+                return false;
+            }
+        }
+        for &o in last {
+            // SAFETY: as above.
+            if o.wrapping_sub(slots.base) >= slots.trusted && !unsafe { slots.names(self, o) } {
                 return false;
             }
         }

@@ -2,6 +2,8 @@
 //! log captured in memory.
 #![allow(dead_code)]
 
+pub mod objcg;
+
 use kmem_core::page::SECTION_SIZE;
 use kmem_core::percpu::CpuArea;
 use kmem_core::slab::SlubStat;
