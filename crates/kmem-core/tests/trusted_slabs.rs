@@ -209,15 +209,21 @@ impl OwnCache {
 
     /// `g`'s allocations until one comes from the slab headed by `slab` (the last).
     fn alloc_until(&self, g: &MemCgroup, slab: &Page) -> Vec<NonNull<u8>> {
-        let mut got = Vec::new();
-        loop {
-            let p = self.alloc(g);
-            got.push(p);
-            if std::ptr::eq(self.head(p), slab) {
-                return got;
-            }
-            assert!(got.len() < 4096, "the slab serves again");
+        until_one_is(|| self.alloc(g), |p| std::ptr::eq(self.head(p), slab))
+    }
+}
+
+/// Objects from `next` until one is `wanted` (the last of those returned): a slab
+/// that serves again, reached within 4096 allocations.
+fn until_one_is<T: Copy>(mut next: impl FnMut() -> T, wanted: impl Fn(T) -> bool) -> Vec<T> {
+    let mut got = Vec::new();
+    loop {
+        let p = next();
+        got.push(p);
+        if wanted(p) {
+            return got;
         }
+        assert!(got.len() < 4096, "the slab serves again");
     }
 }
 
@@ -306,17 +312,7 @@ fn an_emptied_slab_serves_again_without_its_uncharged_mark() {
     assert_eq!(slab(u), slab(v), "the test needs one slab");
     assert!(marked_uncharged(k, u));
     // Charged allocations (which never mark) until one comes from `want`'s slab.
-    let charged_until = |want: usize| {
-        let mut got = Vec::new();
-        loop {
-            let p = alloc(k, cpu, g, 32);
-            got.push(p);
-            if slab(p) == want {
-                return got;
-            }
-            assert!(got.len() < 4096, "the slab serves again");
-        }
-    };
+    let charged_until = |want: usize| until_one_is(|| alloc(k, cpu, g, 32), |p| slab(p) == want);
     // Everything back to the slabs: the CPU's sheaves, the barn, and the group's
     // objects waiting charged in its objcg sheaves (the stock's drain).
     let give_back = |uncharged: &[*mut u8], charged: &[*mut u8]| {

@@ -107,9 +107,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         s: &KmemCache,
         gfp: Gfp,
     ) -> Option<NonNull<u8>> {
-        // SAFETY: the cache's `inline_tag`, whose offset is its `cpu_offset` when its
-        // fast path is the inline sheaf one (and it has no objcg sheaf class), else
-        // the zero line (`CacheConfig::with_inline_tag`).
+        // SAFETY: `s`'s `inline_tag` gives its `cpu_offset` when its fast path is the
+        // inline sheaf one (and it has no objcg sheaf class), else the zero line
+        // (`CacheConfig::with_inline_tag`): either is `alloc_fast_tagged`'s offset.
         unsafe { alloc_fast_tagged(c.into(), s.config().inline_tag, gfp) }
     }
 
