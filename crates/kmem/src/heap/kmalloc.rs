@@ -2,10 +2,11 @@
 //! `kcalloc`, `krealloc`, `ksize`, `kfree`, each charged to (or uncharging) the
 //! thread's active memory cgroup.
 //!
-//! Fast paths: one thread-local load (the fast word, `thread::inline_area`); with the
-//! thread's area (thread mode, attached, no active memory cgroup) straight to the core
-//! with that area; when the same word says per-CPU rseq mode (`thread::rseq_tag`),
-//! next, the restartable sequence, inline too (`kmalloc_rseq`, `kfree_rseq`); with an
+//! Fast paths: one thread-local load (the fast word, `thread::inline_area`); when it
+//! says per-CPU rseq mode (`thread::rseq_tag`, tested first, laid out out of thread
+//! mode's way: `percpu::rseq_area_first`), the restartable sequence, inline
+//! (`kmalloc_rseq`, `kfree_rseq`); with the thread's area (thread mode, attached, no
+//! active memory cgroup) straight to the core with that area; with an
 //! active memory cgroup the same inline paths on the thread's charged area (its objcg
 //! sheaves' kept sheaves and inboxes), then, out of line, the objcg sheaves' slow
 //! halves (`kmalloc_charged_fast`, `kfree_charged_fast`);
@@ -15,7 +16,7 @@
 //! slow path, the memory cgroup's path, the per-CPU fallback of `percpu`). No lock of
 //! its own: the CPU area's rules apply (see `cpu`).
 
-use super::percpu::{rseq_area_of, tagged_rseq_area, RseqArea};
+use super::percpu::{rseq_area_first, tagged_rseq_area, RseqArea};
 use super::thread::{
     active_objcg, charged_cpu, fast_cpu, inline_area, inline_area_of, refresh_charged_fast,
     rseq_tag, thread_cpu,
@@ -33,19 +34,19 @@ impl Heap {
     /// Charged to the thread's active memory cgroup, if it has one.
     #[inline(always)]
     pub fn kmalloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        // One load of the fast word for the inline pop and the rseq test (the compiler
-        // did not merge two). Thread mode's pop comes first and pays nothing for the
-        // rseq mode; testing the rseq tag first cost thread mode's `bench slab` rows
-        // 3–10% (BENCHMARKS.md, "cpu-rseq's fast paths inline").
+        // One load of the fast word for the rseq test and the inline pop (the compiler
+        // did not merge two). The rseq test comes first, laid out so that thread mode
+        // falls through to its pop: one compare-and-branch more for thread mode, where
+        // per-CPU rseq mode no longer pays for a thread-mode pop that cannot succeed
+        // (the tag names the zero area) — BENCHMARKS.md, "The rseq tag first".
         let w = fast_tls::get();
+        if let Some(rseq) = rseq_area_first(w) {
+            return self.kmalloc_rseq(rseq, size, gfp);
+        }
         // SAFETY: read just now, on this thread.
         let area = unsafe { inline_area_of(w) };
         if let Some(p) = self.kmem.kmalloc_fast(area, size, gfp) {
             return Some(p);
-        }
-        if let Some(rseq) = rseq_area_of(w) {
-            // Per-CPU rseq mode: its fast path, chosen by the word already loaded.
-            return self.kmalloc_rseq(rseq, size, gfp);
         }
         if gfp.contains(Gfp::ZERO) && !gfp.intersects(Gfp::ACCOUNT | Gfp::RECLAIMABLE) {
             // kzalloc, kcalloc: the same pop, then the object zeroed whole. (Where `gfp`
@@ -244,16 +245,16 @@ impl Heap {
     /// If `p` is one of this heap's allocations, the caller owns it and stops using it.
     #[inline(always)]
     pub unsafe fn kfree(&self, p: *mut u8) -> bool {
-        // One load of the fast word for both tests, as in `kmalloc`.
+        // One load of the fast word for both tests, the rseq tag first, as in
+        // `kmalloc`.
         let w = fast_tls::get();
+        if let Some(rseq) = rseq_area_first(w) {
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.kfree_rseq(rseq, p) };
+        }
         // SAFETY: forwarded from the caller; `w` was read just now, on this thread.
         if unsafe { self.kmem.kfree_fast(inline_area_of(w), p) } {
             return true;
-        }
-        if let Some(rseq) = rseq_area_of(w) {
-            // Per-CPU rseq mode (as in `kmalloc`).
-            // SAFETY: forwarded from the caller.
-            return unsafe { self.kfree_rseq(rseq, p) };
         }
         if let Some((c, cg)) = charged_cpu() {
             // SAFETY: forwarded from the caller.

@@ -219,6 +219,40 @@ pub(super) fn rseq_area_of(w: usize) -> Option<RseqArea> {
     None
 }
 
+/// [`rseq_area_of`] as the first test of a fast path whose thread-mode half comes
+/// next, inline (`Heap::kmalloc`, `Heap::kfree`): the same answer, with the rseq
+/// branch laid out away from thread mode's. The comparison is an `asm!` goto whose
+/// label block is the rseq case: the compiler places such a block out of line, so
+/// thread mode falls through to its pop or push with one compare-and-branch more
+/// and no taken jump. (With a plain `if`, the compiler made the rseq half the
+/// fall-through and thread mode's pop a jump away: BENCHMARKS.md, "The rseq tag
+/// first".)
+#[inline(always)]
+pub(super) fn rseq_area_first(w: usize) -> Option<RseqArea> {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        let tag = super::thread::rseq_tag();
+        // SAFETY: a compare and a conditional jump to the label block; no memory is
+        // read or written, no stack used. The label block is `rseq_area_of`'s answer
+        // for a word equal to the tag.
+        unsafe {
+            std::arch::asm!(
+                "cmp {w}, {tag}",
+                "je {rseq}",
+                w = in(reg) w,
+                tag = in(reg) tag,
+                rseq = label {
+                    return rseq_area_of(tag);
+                },
+                options(nomem, nostack),
+            );
+        }
+        None
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    rseq_area_of(w)
+}
+
 /// Zeroes a fresh object of `s` for `__GFP_ZERO` (the core's `post_alloc_init`, for
 /// objects the platform's own fast paths handed out).
 #[inline]
@@ -657,6 +691,37 @@ mod tests {
         assert_eq!(run(MODE_CPU_CAS, Some(1), None), (0, vec!["cas", "locked"]));
         for mode in [MODE_THREAD, MODE_CPU_LOCK] {
             assert_eq!(run(mode, Some(1), Some(2)), (0, vec!["locked"]));
+        }
+    }
+
+    /// The rseq test that comes first in `Heap::kmalloc` and `Heap::kfree` answers as
+    /// `rseq_area_of` does: nothing for every word but the tag (null, the zero area's
+    /// base, the tag's neighbours, another address), and for the tag, where glibc
+    /// registered an rseq area (the only case in which a fast word holds the tag), the
+    /// thread's `struct rseq`.
+    #[test]
+    fn the_first_rseq_test_answers_only_for_the_tag() {
+        use super::super::thread::{no_area, rseq_tag};
+        let local = 0u64;
+        let tag = rseq_tag();
+        for w in [
+            0,
+            no_area(),
+            tag - 8,
+            tag + 8,
+            tag ^ (1 << 40),
+            usize::MAX,
+            &local as *const u64 as usize,
+        ] {
+            assert!(rseq_area_first(w).is_none(), "word {w:#x}");
+        }
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
+            crate::platform::linux::rseq_init();
+            match crate::platform::rseq::area() {
+                Some(r) => assert_eq!(rseq_area_first(tag), Some(r)),
+                None => println!("glibc registers no rseq area here"),
+            }
         }
     }
 

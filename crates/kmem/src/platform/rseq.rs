@@ -132,7 +132,7 @@ pub const TABLE_LEN: usize = super::MAX_CPU_IDS;
 /// that reaching `cpu_id` is one load rather than two (the thread pointer from `fs:0`,
 /// then the field). The same for every thread; meaningful only with the `fs` base of a
 /// thread glibc registered (all of them, once [`area`] returns it).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RseqArea(isize);
 
 /// The calling thread's `struct rseq`, if glibc registered one.
@@ -361,24 +361,25 @@ pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usiz
         std::arch::asm!(
             rseq_arm!(),
             rseq_this_cpu_at!(),
-            // `w`: the spare sheaf's top, else the main's when the spare is empty. A
-            // taken top is 0, at most any sheaf's address: empty.
-            "lea {w}, [{cc} + {off_stop}]",
-            "mov {t}, qword ptr [{w}]",
-            "cmp {t}, qword ptr [{w} + 8]",
+            // The spare sheaf's top, else, when the spare is empty, the main's: `cc`
+            // moves by the distance between the two tops, so that the one commit
+            // below, `[cc + off_stop]`, stores either. A taken top is 0, at most any
+            // sheaf's address: empty.
+            "mov {t}, qword ptr [{cc} + {off_stop}]",
+            "cmp {t}, qword ptr [{cc} + {off_stop} + 8]",
             "ja 31f",
-            "lea {w}, [{cc} + {off_top}]",
-            "mov {t}, qword ptr [{w}]",
-            "cmp {t}, qword ptr [{w} + 8]",
+            "add {cc}, {main_less_spare}",
+            "mov {t}, qword ptr [{cc} + {off_stop}]",
+            "cmp {t}, qword ptr [{cc} + {off_stop} + 8]",
             "jbe 25f",
             "31:",
             "mov {obj}, qword ptr [{t} + {hdr} - 8]",
             // The next pop's object asked for, as thread mode's pop does (the word
             // below slot 0 is the header's capacity: a harmless prefetch).
-            "mov {cc}, qword ptr [{t} + {hdr} - 16]",
-            "prefetcht0 byte ptr [{cc}]",
+            "mov {w}, qword ptr [{t} + {hdr} - 16]",
+            "prefetcht0 byte ptr [{w}]",
             "sub {t}, 8",
-            "mov qword ptr [{w}], {t}",
+            "mov qword ptr [{cc} + {off_stop}], {t}",
             "22:",
             // Nothing found (both sheaves empty, or a CPU past the table): out of
             // line, so that a pop falls through with no jump.
@@ -392,8 +393,8 @@ pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usiz
             table = in(reg) table,
             off = in(reg) off,
             len = const TABLE_LEN,
-            off_top = const MAIN_TOP_OFFSET,
             off_stop = const SPARE_TOP_OFFSET,
+            main_less_spare = const MAIN_TOP_OFFSET as isize - SPARE_TOP_OFFSET as isize,
             hdr = const SHEAF_HEADER,
             obj = out(reg) obj,
             t = out(reg) _,
