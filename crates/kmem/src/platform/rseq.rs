@@ -351,12 +351,13 @@ const _: () = assert!(SPARE_OFFSET == SPARE_TOP_OFFSET + 8);
 pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usize {
     let obj: usize;
     // SAFETY: the caller's contract. Inside the section every load is from the CPU
-    // table, the area's `kmem_cache_cpu`, or the two slots below the top `t` of the
-    // sheaf whose top `w` addresses (a top above the sheaf's address, one word after
-    // the top, means that sheaf holds objects in the slots below it; below slot 0 is
-    // the sheaf's header); the prefetch reads nothing a program sees; the commit is
-    // the store of the new top, the last instruction before label 22. Inputs are
-    // never written.
+    // table, the area's `kmem_cache_cpu` (`cc` stays inside it: moved at most once,
+    // from the spare's top to the main's), or the two slots below the top `t` of the
+    // sheaf whose top `[cc + off_stop]` addresses (a top above the sheaf's address, one
+    // word after the top, means that sheaf holds objects in the slots below it; below
+    // slot 0 is the sheaf's header); the prefetch reads nothing a program sees; the
+    // commit is the store of the new top, the last instruction before label 22. A
+    // restart computes `cc` afresh. Inputs are never written.
     unsafe {
         std::arch::asm!(
             rseq_arm!(),
