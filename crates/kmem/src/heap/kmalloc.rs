@@ -3,8 +3,8 @@
 //! thread's active memory cgroup.
 //!
 //! Fast paths: one thread-local load (the fast word, `thread::inline_area`); when it
-//! says per-CPU rseq mode (`thread::rseq_tag`, tested first, laid out out of thread
-//! mode's way: `percpu::rseq_area_first`), the restartable sequence, inline
+//! says per-CPU rseq mode (`thread::rseq_tag`, tested first, its branch placed out
+//! of thread mode's way: `percpu::rseq_area_first`), the restartable sequence, inline
 //! (`kmalloc_rseq`, `kfree_rseq`); with the thread's area (thread mode, attached, no
 //! active memory cgroup) straight to the core with that area; with an
 //! active memory cgroup the same inline paths on the thread's charged area (its objcg
