@@ -227,12 +227,15 @@ pub struct KmallocCaches {
     malloc_fast: [AtomicU32; SMALL_FAST_MAX + 1],
     /// [`KmallocCaches::small_fast`] for per-CPU rseq mode: the `cpu_offset` of the
     /// plain class's sheaves when that cache runs on the platform's restartable
-    /// sequences ([`FastPath::SheafRseq`]), else 0. A table of its own, so that the
-    /// inline path's plain pops never reach sheaves that only sequences may change.
-    small_rseq: [AtomicU32; SMALL_FAST_MAX / 8 + 1],
+    /// sequences ([`FastPath::SheafRseq`]), else [`CPU_AREA_ZERO_LINE`], by size, as
+    /// `small_fast` is (the restartable pop finds the zero line's sheaves empty, so
+    /// it tests no offset; and indexed by the size itself, it shifts nothing). A
+    /// table of its own, so that the inline path's plain pops never reach sheaves that
+    /// only sequences may change.
+    small_rseq: [AtomicU32; SMALL_FAST_MAX + 1],
     /// [`KmallocCaches::small_rseq`] for C's `malloc`: the class of
-    /// [`malloc_class_size`] (which maps the eight sizes of an entry to one class).
-    malloc_rseq: [AtomicU32; SMALL_FAST_MAX / 8 + 1],
+    /// [`malloc_class_size`].
+    malloc_rseq: [AtomicU32; SMALL_FAST_MAX + 1],
     /// [`KmallocCaches::small_fast`] for the sizes above [`SMALL_FAST_MAX`] up to
     /// [`MEDIUM_FAST_MAX`], by `(size + 255) / 256`: every plain class there is a
     /// multiple of 256 bytes, so one entry never spans two classes. One load instead
@@ -313,8 +316,8 @@ impl KmallocCaches {
             nodes: [const { [const { KmemCacheNode::new() }; NR_KMALLOC_ALL] }; MAX_NUMNODES],
             small_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
             malloc_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
-            small_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
-            malloc_rseq: [const { AtomicU32::new(0) }; SMALL_FAST_MAX / 8 + 1],
+            small_rseq: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
+            malloc_rseq: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
             medium_fast: [const { AtomicU32::new(ZERO_LINE) };
                 MEDIUM_FAST_MAX / MEDIUM_FAST_STEP + 1],
         }
@@ -370,18 +373,13 @@ impl KmallocCaches {
         for g in 0..SMALL_FAST_MAX / 8 {
             let (k, c) = (PLAIN_SIZE_INDEX[g], MALLOC_SIZE_INDEX[g]);
             let (kf, cf) = (fast(k).unwrap_or(ZERO_LINE), fast(c).unwrap_or(ZERO_LINE));
-            for size in g * 8 + 1..=g * 8 + 8 {
+            let (kr, cr) = (rseq(k).unwrap_or(ZERO_LINE), rseq(c).unwrap_or(ZERO_LINE));
+            let first = if g == 0 { 0 } else { g * 8 + 1 };
+            for size in first..=g * 8 + 8 {
                 self.small_fast[size].store(kf, Relaxed);
                 self.malloc_fast[size].store(cf, Relaxed);
-            }
-            // The rseq tables' entry `g + 1` covers the same eight sizes.
-            self.small_rseq[g + 1].store(rseq(k).unwrap_or(0), Relaxed);
-            self.malloc_rseq[g + 1].store(rseq(c).unwrap_or(0), Relaxed);
-            if g == 0 {
-                self.small_fast[0].store(kf, Relaxed);
-                self.malloc_fast[0].store(cf, Relaxed);
-                self.small_rseq[0].store(rseq(k).unwrap_or(0), Relaxed);
-                self.malloc_rseq[0].store(rseq(c).unwrap_or(0), Relaxed);
+                self.small_rseq[size].store(kr, Relaxed);
+                self.malloc_rseq[size].store(cr, Relaxed);
             }
         }
         for (j, fast) in self.medium_fast.iter().enumerate() {
@@ -426,22 +424,22 @@ impl KmallocCaches {
 
     /// As [`KmallocCaches::small_fast`] for per-CPU rseq mode: for `size <=
     /// SMALL_FAST_MAX`, the `cpu_offset` of its class's sheaves if the front ends'
-    /// restartable pop may take from them, else 0.
+    /// restartable pop may take from them, else [`CPU_AREA_ZERO_LINE`] (never 0).
     #[inline(always)]
     pub fn small_rseq(&self, size: usize) -> usize {
         debug_assert!(size <= SMALL_FAST_MAX);
         // SAFETY: as in `small_fast`.
-        unsafe { self.small_rseq.get_unchecked((size + 7) >> 3) }.load(Relaxed) as usize
+        unsafe { self.small_rseq.get_unchecked(size) }.load(Relaxed) as usize
     }
 
     /// [`KmallocCaches::small_rseq`] for C's `malloc(size)`, `size <= SMALL_FAST_MAX`:
     /// the sheaves of the class of [`malloc_class_size`]`(size)` if the restartable
-    /// pop may take from them, else 0.
+    /// pop may take from them, else the zero line.
     #[inline(always)]
     pub fn malloc_rseq(&self, size: usize) -> usize {
         debug_assert!(size <= SMALL_FAST_MAX);
         // SAFETY: as in `small_fast`.
-        unsafe { self.malloc_rseq.get_unchecked((size + 7) >> 3) }.load(Relaxed) as usize
+        unsafe { self.malloc_rseq.get_unchecked(size) }.load(Relaxed) as usize
     }
 
     /// The cache serving `size` bytes for `gfp`: `None` above

@@ -161,3 +161,132 @@ fn a_cpu_without_an_area_reads_as_empty_to_every_sequence() {
     assert!(ran > 0);
     assert!(ZERO_CPU_AREA.is_zero());
 }
+
+/// The restartable pop's size tables are indexed by the size itself: every size up to
+/// 1 KiB names the `kmem_cache_cpu` of its kmalloc class (and of C's `malloc` class)
+/// when that cache runs on the sequences, else the CPU areas' zero line (never 0, so
+/// the pop tests no offset); larger sizes have no entry. The free's target comes from
+/// the object's page tag, the same tag table thread mode's free reads: every object of
+/// a slab, in its first page or a tail page, names its cache's `kmem_cache_cpu`.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[test]
+fn the_size_tables_and_the_page_tags_name_each_class_sheaves() {
+    use kmem_core::kmalloc::malloc_class_size;
+    use kmem_core::page::CPU_AREA_ZERO_LINE;
+    use kmem_core::slab::FastPath;
+    let _s = setup();
+    if !runs_rseq() {
+        return;
+    }
+    let h = heap();
+    let k = h.kmem();
+    let expected = |size: usize| {
+        let cfg = k.kmalloc_cache(size.max(1), Gfp::KERNEL).unwrap().config();
+        match cfg.fast {
+            FastPath::SheafRseq => cfg.cpu_offset,
+            _ => CPU_AREA_ZERO_LINE,
+        }
+    };
+    let mut on_sequences = 0;
+    for size in 0..=1024usize {
+        assert_eq!(
+            k.kmalloc_rseq_offset(size),
+            Some(expected(size)),
+            "kmalloc({size})"
+        );
+        let c = malloc_class_size(size);
+        assert_eq!(
+            k.malloc_rseq_offset(size),
+            Some(expected(c)),
+            "malloc({size})"
+        );
+        on_sequences += usize::from(expected(size) != CPU_AREA_ZERO_LINE);
+    }
+    assert_eq!(
+        on_sequences, 1025,
+        "every small class runs on the sequences"
+    );
+    assert_eq!(k.kmalloc_rseq_offset(1025), None);
+    assert_eq!(k.malloc_rseq_offset(4096), None);
+    for size in [8usize, 96, 256, 1024] {
+        let cfg = k.kmalloc_cache(size, Gfp::KERNEL).unwrap().config();
+        let objs: Vec<*mut u8> = (0..2 * cfg.objects)
+            .map(|_| h.kmalloc(size, Gfp::KERNEL).unwrap().as_ptr())
+            .collect();
+        let mut in_tails = 0;
+        // (KFENCE's samples lie outside the span, in its pool.)
+        for &p in objs.iter().filter(|&&p| k.pages.in_span(p)) {
+            assert_eq!(
+                k.slub().rseq_free_target(p),
+                Some(cfg.cpu_offset),
+                "kmalloc-{size}"
+            );
+            in_tails += usize::from(p as usize & (cfg.slab_bytes() - 1) >= kmem::PAGE_SIZE);
+        }
+        assert_eq!(
+            in_tails > 0,
+            cfg.order > 0,
+            "kmalloc-{size}: order {}",
+            cfg.order
+        );
+        for p in objs {
+            // SAFETY: ours, freed once.
+            assert!(unsafe { h.kfree(p) });
+        }
+    }
+    // A block past the kmalloc caches is no slab: its page names no sheaf.
+    let large = 2 * kmem_core::kmalloc::KMALLOC_MAX_CACHE_SIZE;
+    let big = h.kmalloc(large, Gfp::KERNEL).unwrap().as_ptr();
+    let target = k.slub().rseq_free_target(big);
+    assert!(
+        target.is_none() || target == Some(CPU_AREA_ZERO_LINE),
+        "{target:?}"
+    );
+    // SAFETY: ours, freed once.
+    assert!(unsafe { h.kfree(big) });
+}
+
+/// `kmem_cache_alloc` and `kmem_cache_free` take the restartable pop and push too (the
+/// rseq tag tested first, the sequences inline): on one CPU, an allocation right after
+/// a free gets the object just freed, and the objects in use are all distinct.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[test]
+fn a_kmem_cache_pair_reuses_the_object_freed_last() {
+    let _s = setup();
+    if !runs_rseq() {
+        return;
+    }
+    let h = heap();
+    let s = h
+        .kmem_cache_create("rseq_cache_pair", 80, 8, kmem::SlabFlags::empty(), None)
+        .unwrap();
+    let cpu = kmem::platform::linux::current_cpu();
+    let got = kmem::platform::rseq::on_cpu(cpu, || {
+        let held: Vec<_> = (0..200)
+            .map(|_| h.kmem_cache_alloc(s, Gfp::KERNEL).unwrap())
+            .collect();
+        let mut addrs: Vec<usize> = held.iter().map(|p| p.as_ptr() as usize).collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        assert_eq!(addrs.len(), held.len(), "an object handed out twice");
+        let mut reused = 0;
+        for (i, &o) in held.iter().enumerate() {
+            // SAFETY: ours, freed once.
+            assert!(unsafe { h.kmem_cache_free(s, o) });
+            let again = h.kmem_cache_alloc(s, Gfp::KERNEL).unwrap();
+            reused += u32::from(again == o);
+            // SAFETY: a fresh object of 80 bytes.
+            unsafe { again.as_ptr().cast::<u64>().write(i as u64) };
+            // SAFETY: ours, freed once.
+            assert!(unsafe { h.kmem_cache_free(s, again) });
+        }
+        reused
+    });
+    // A preemption between the free and the allocation may move an object aside now
+    // and then; otherwise the free that went to the spare comes straight back.
+    let reused = got.expect("pinned to the current CPU");
+    assert!(
+        reused >= 190,
+        "{reused} of 200 allocations got the object freed last"
+    );
+}

@@ -61,7 +61,10 @@ impl Who {
             Who::Peer(p) => p.name(),
         }
     }
-    #[inline]
+    // Always inline, as kmem's fast paths are into a caller's loop: the wrapper only
+    // dispatches, and whether the compiler inlines it should not decide what the
+    // loops measure (its threshold moved with the rseq test in `kmem_cache_alloc`).
+    #[inline(always)]
     fn alloc(self, layout: Layout) -> *mut u8 {
         match self {
             Who::Kmem(s) => heap()
@@ -74,7 +77,7 @@ impl Who {
     }
     /// # Safety
     /// `ptr` came from `alloc` of this allocator with `layout`.
-    #[inline]
+    #[inline(always)]
     unsafe fn free(self, ptr: *mut u8, layout: Layout) {
         match self {
             // SAFETY: an object of `s` (caller).

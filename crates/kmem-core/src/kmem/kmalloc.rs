@@ -88,29 +88,21 @@ impl<P: Platform> Kmem<P> {
         unsafe { crate::slab::sheaf_pop_at_indexed(cpu.into(), off) }
     }
 
-    /// Per-CPU rseq mode's kmalloc fast path, before its restartable pop: the
-    /// `cpu_offset` of the sheaves of the plain class for `size` when its cache runs
-    /// on the platform's restartable sequences, else 0 (see
-    /// [`crate::kmalloc::KmallocCaches::small_rseq`]; sizes above `SMALL_FAST_MAX`
-    /// give 0).
+    /// Per-CPU rseq mode's kmalloc fast path, before its restartable pop: for a size
+    /// up to `SMALL_FAST_MAX`, the `cpu_offset` of the sheaves of the plain class for
+    /// `size` when its cache runs on the platform's restartable sequences, else the
+    /// CPU areas' zero line, whose sheaves are empty (see
+    /// [`crate::kmalloc::KmallocCaches::small_rseq`]); `None` above it.
     #[inline(always)]
-    pub fn kmalloc_rseq_offset(&self, size: usize) -> usize {
-        if size <= SMALL_FAST_MAX {
-            self.kmalloc.small_rseq(size)
-        } else {
-            0
-        }
+    pub fn kmalloc_rseq_offset(&self, size: usize) -> Option<usize> {
+        (size <= SMALL_FAST_MAX).then(|| self.kmalloc.small_rseq(size))
     }
 
     /// [`Kmem::kmalloc_rseq_offset`] for C's `malloc(size)`: the class of
     /// [`malloc_class_size`](crate::kmalloc::malloc_class_size)`(size)`.
     #[inline(always)]
-    pub fn malloc_rseq_offset(&self, size: usize) -> usize {
-        if size <= SMALL_FAST_MAX {
-            self.kmalloc.malloc_rseq(size)
-        } else {
-            0
-        }
+    pub fn malloc_rseq_offset(&self, size: usize) -> Option<usize> {
+        (size <= SMALL_FAST_MAX).then(|| self.kmalloc.malloc_rseq(size))
     }
 
     /// kmalloc's sheaf slow path for a front end whose [`Kmem::kmalloc_fast`] missed,

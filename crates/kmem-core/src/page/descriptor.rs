@@ -74,10 +74,10 @@ bitflags::bitflags! {
         /// A tail page of a multi-page slab; `owner[0]` points at the head page's
         /// descriptor (`compound_head`).
         const TAIL = 1 << 6;
-        /// With `TAIL`: a tail page of a slab on the inline sheaf path, whose
-        /// `owner[1]` mirrors the head's (the cache's tagged `cpu_offset`, or 0), so a
-        /// free finds the CPU's sheaf from the object's own page, without the head.
-        /// Not the kernel's (its frees go to the head through `compound_head`).
+        /// With `TAIL`: a tail page of a slab, whose sheaf tag (in the page-tag
+        /// table) mirrors the head's, so a free finds the CPU's sheaf from the
+        /// object's own page, without the head. Not the kernel's (its frees go to the
+        /// head through `compound_head`).
         const SLAB_TAIL = 1 << 7;
     }
 }
@@ -92,7 +92,8 @@ bitflags::bitflags! {
 ///   the order it was allocated with.
 /// - A page that is part of a block but not its head has no flags, or `TAIL` (a
 ///   compound block) and then `owner[0]` names the head, or `TAIL | SLAB_TAIL` (a
-///   slab's) and then `owner[1]` mirrors the head's; its other fields are meaningless.
+///   slab's) and then its sheaf tag mirrors the head's; its other fields are
+///   meaningless.
 #[repr(C, align(64))]
 pub struct Page {
     flags: AtomicU16,

@@ -232,9 +232,10 @@ impl<P: Platform> PageAllocator<P> {
     /// The sheaf tag of the page holding `addr` (see `Page::sheaf_tag`) when `addr`
     /// lies in the part of the span the tag table covers, else `None`: the range check
     /// and tag, read from the page-tag table at the address's page offset, with no
-    /// descriptor and no flags, against the shared length (tests; the free path
-    /// checks against its area's copy, [`PageAllocator::sheaf_tag_inline`]).
-    #[cfg(test)]
+    /// descriptor and no flags, against the shared length (per-CPU rseq mode's free
+    /// fast path, whose threads own no area; the inline free path checks against its
+    /// area's copy, [`PageAllocator::sheaf_tag_inline`]).
+    #[inline(always)]
     pub(crate) fn sheaf_tag(&self, addr: *const u8) -> Option<usize> {
         // SAFETY: Acquire: the table's parts below the length were opened before it
         // counted them (`TagWindow`'s invariant).
@@ -321,10 +322,9 @@ impl<P: Platform> PageAllocator<P> {
         }
     }
 
-    /// The descriptor of the page holding `addr` when it carries its slab's
-    /// inline-sheaves word in `owner[1]`: a slab's head page, or a tail page marked
-    /// `SLAB_TAIL`; else `None`. One descriptor read, never the head's (the free fast
-    /// path; see `slab::state` for the word).
+    /// The descriptor of the page holding `addr` when it is a slab's head page or a
+    /// tail page marked `SLAB_TAIL` (which carries its slab's sheaf tag); else
+    /// `None`. One descriptor read, never the head's.
     #[inline(always)]
     pub fn virt_to_slab_page(&self, addr: *const u8) -> Option<&Page> {
         self.with_used_page(addr, |p| {

@@ -272,9 +272,10 @@ impl CacheConfig {
         self.flags.intersects(SlabFlags::DEBUG)
     }
 
-    /// Whether the cache's slabs name its per-CPU sheaves in their pages (`owner[1]`,
-    /// see `slab::state`): caches on the inline sheaf path and on the restartable
-    /// sequences, whose front-end frees go from the page to the CPU's sheaf.
+    /// Whether the cache's slabs name its per-CPU sheaves in their pages (the sheaf
+    /// tag, see `slab::state::sheaf_offset`): caches on the inline sheaf path and on
+    /// the restartable sequences, whose front-end frees go from the page to the CPU's
+    /// sheaf.
     #[inline]
     pub fn tags_slabs(&self) -> bool {
         matches!(self.fast, FastPath::Sheaf | FastPath::SheafRseq)

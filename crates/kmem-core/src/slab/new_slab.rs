@@ -239,9 +239,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         s.node(nid).nr_slabs.fetch_sub(1, Relaxed);
         // SAFETY: the slab is empty and on no list: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
-        // The words first: the free fast paths read the sheaf tag and `owner[1]`
-        // without the flags (see `slab::state::sheaf_offset`), so the tag goes
-        // before the page stops being a slab.
+        // The words first: the free fast paths read the sheaf tag without the
+        // flags (see `slab::state::sheaf_offset`), so the tag goes before the page
+        // stops being a slab.
         Slab::of(head).clear();
         head.set_flags(PageFlags::HEAD);
         self.free_slab_obj_exts(cpu, head);

@@ -268,12 +268,15 @@ impl<'a, P: Platform> Slub<'a, P> {
 
     /// Per-CPU rseq mode's free fast path, before its restartable push: the
     /// `cpu_offset` of the sheaves a free of `p` goes to, when `p` lies in a slab page
-    /// of a cache on [`FastPath::SheafRseq`] whose slab has no objcg vector (read from
-    /// the object's own page, as the inline path's); else `None`, for the regular
-    /// path. Whether `p` starts an object is the push's test, made inside its sequence
-    /// with the checks on the CPU's line (`KmemCacheCpu`'s `free_*` words).
+    /// of a cache on [`FastPath::SheafRseq`] whose slab has no objcg vector; the
+    /// areas' zero line (no room) for any other page of the span; `None` outside it.
+    /// Read from the object's own page in the page-tag table, as the inline path's
+    /// (a shift and one load, no descriptor), against the table's shared length: the
+    /// threads of this mode own no area that would keep a copy. Whether `p` starts an
+    /// object is the push's test, made inside its sequence with the checks on the
+    /// CPU's line (`KmemCacheCpu`'s `free_*` words).
     #[inline(always)]
     pub fn rseq_free_target(&self, p: *const u8) -> Option<usize> {
-        self.pages.with_used_page(p, state::page_rseq_sheaves)
+        self.pages.sheaf_tag(p).map(state::sheaf_offset)
     }
 }

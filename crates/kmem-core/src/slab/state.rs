@@ -179,12 +179,16 @@ impl Chain {
 /// sheaf path, see below) [`CPU_AREA_ZERO_LINE`], which reads as no room.
 ///
 /// Invariant: a page's sheaf tag is non-zero only while the page is the head of a
-/// live slab of a cache on [`FastPath::Sheaf`] with no objcg vector, or one of that
-/// slab's `SLAB_TAIL` pages, and then it is the cache's `cpu_offset` less
-/// [`CPU_AREA_ZERO_LINE`]: an offset no other cache has (the per-CPU allocator gives
-/// each cache its own and never takes one back, a destroyed cache's too), so
-/// `kmem_cache_free`'s fast path knows a slab of the cache it is given by the tag
-/// alone. Only the slab layer sets it ([`Slab::init`],
+/// live slab of a cache on [`FastPath::Sheaf`] or [`FastPath::SheafRseq`] with no
+/// objcg vector, or one of that slab's `SLAB_TAIL` pages, and then it is the cache's
+/// `cpu_offset` less [`CPU_AREA_ZERO_LINE`] (or, for an accounted cache's slab with a
+/// vector, a charged line: [`charged_sheaf_tag`]): an offset no other cache has (the
+/// per-CPU allocator gives each cache its own and never takes one back, a destroyed
+/// cache's too), so `kmem_cache_free`'s fast path knows a slab of the cache it is
+/// given by the tag alone. Thread mode's inline free and per-CPU rseq mode's
+/// restartable push both find their target there (a process runs one mode: the
+/// inline free of a per-CPU-mode thread works on the zero area, whose range check
+/// refuses every address). Only the slab layer sets it ([`Slab::init`],
 /// [`Slab::mirror_to_tails`]) and clears it ([`Slab::stop_inline_frees`],
 /// [`Slab::clear`] for the head; the page allocator clears a compound block's tails
 /// when it takes the block back and a block's head when it hands the block out). So
@@ -206,11 +210,13 @@ pub(super) fn sheaf_tag_of(cfg: &CacheConfig) -> u32 {
     }
 }
 
-/// The `owner[1]` word of a new slab of `cfg`: its `cpu_offset`, tagged, for a cache on
-/// the restartable sequences (their free path finds the CPU's sheaf from it), else 0.
-fn rseq_word(cfg: &CacheConfig) -> usize {
-    match cfg.fast {
-        FastPath::SheafRseq => cfg.cpu_offset | RSEQ_SHEAVES_TAG,
+/// The sheaf tag the pages of a slab of `cfg` carry: [`sheaf_tag_of`]'s, and the same
+/// for a cache on the restartable sequences (whose `inline_tag` is 0: no inline pop
+/// may take from its sheaves), whose push reads it from the page-tag table as thread
+/// mode's free does (`Slub::rseq_free_target`).
+pub(super) fn page_sheaf_tag(cfg: &CacheConfig) -> u32 {
+    match cfg.cpu_offset.checked_sub(CPU_AREA_ZERO_LINE) {
+        Some(t) if matches!(cfg.fast, FastPath::Sheaf | FastPath::SheafRseq) && t > 0 => t as u32,
         _ => 0,
     }
 }
@@ -237,28 +243,13 @@ const _: () = assert!(
         <= crate::percpu::CPU_AREA_SIZE
 );
 
-/// Marks `owner[1]` as a `cpu_offset` of a cache whose sheaves the platform's
-/// restartable sequences push onto ([`FastPath::SheafRseq`]; bit 1, clear in offsets
-/// and in object addresses, which are at least 8-byte aligned).
-pub(crate) const RSEQ_SHEAVES_TAG: usize = 2;
-const _: () = assert!(core::mem::align_of::<KmemCacheCpu>() > RSEQ_SHEAVES_TAG);
-
-/// The `cpu_offset` a free in per-CPU rseq mode pushes an object of this page's slab
-/// to (read from any page that carries the word: the head, or a `SLAB_TAIL` page), when
-/// the slab's cache is on [`FastPath::SheafRseq`] and the slab has no objcg vector.
-#[inline(always)]
-pub(crate) fn page_rseq_sheaves(p: &Page) -> Option<usize> {
-    let w = p.owner[1].load(Relaxed);
-    (w & RSEQ_SHEAVES_TAG != 0).then(|| w - RSEQ_SHEAVES_TAG)
-}
-
 /// A slab, seen through its head page's descriptor: the one place that knows which
 /// word of `Page::owner` holds what.
 ///
 /// | word       | holds                                                             |
 /// |------------|-------------------------------------------------------------------|
 /// | `owner[0]` | the [`SlabState`] (freelist offset, `inuse`, `frozen`)            |
-/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design, caches on the restartable sequences ([`FastPath::SheafRseq`]): the `cpu_offset` with [`RSEQ_SHEAVES_TAG`], 0 once the slab has an objcg vector; caches on the inline fast path ([`FastPath::Sheaf`]): 0 (their tag is the page's sheaf tag, in the page-tag table: [`sheaf_offset`]) |
+/// | `owner[1]` | CPU-slab design: the head of the local freelist of the CPU that froze it (0: none). Sheaves design: 0 (the CPU's sheaves a free goes to are named by the page's sheaf tag, in the page-tag table: [`sheaf_offset`]) |
 /// | `owner[2]` | the cache (`&KmemCache`), which outlives its slabs                |
 /// | `owner[3]` | frozen-by: bits 40.. the tag of the CPU area that froze the slab (area id + 1; 0 = none), bits 16..40 the offset of the local freelist's last object from the slab base, bits 0..16 how many objects the local freelist holds |
 ///
@@ -339,8 +330,8 @@ impl<'a> Slab<'a> {
         self.set_state(st);
         let cfg = s.config();
         self.0.memcg_sole().store(0, Relaxed);
-        self.0.owner[1].store(rseq_word(cfg), Relaxed);
-        self.0.set_sheaf_tag(sheaf_tag_of(cfg), Relaxed);
+        self.0.owner[1].store(0, Relaxed);
+        self.0.set_sheaf_tag(page_sheaf_tag(cfg), Relaxed);
         self.0.owner[3].store(0, Relaxed);
         self.0.owner[2].store(s as *const KmemCache as usize, Relaxed);
     }
@@ -349,7 +340,7 @@ impl<'a> Slab<'a> {
     /// kept list, a kept empty slab of `s` (`empty.rs`, adoption): the words
     /// [`Slab::init`] writes, with no object in use, a freelist that is never read
     /// (a kept slab's), and no sheaf named on the head page (the tails name none
-    /// already, nor keep an `owner[1]`: the other cache's [`Slab::stop_fast_frees`]).
+    /// already: the other cache's [`Slab::stop_fast_frees`]).
     pub(super) fn init_kept(self, s: &KmemCache) {
         self.set_state(SlabState::new(END_OFFSET, 0, false));
         self.0.set_sheaf_tag(0, Relaxed);
@@ -368,8 +359,8 @@ impl<'a> Slab<'a> {
 
     /// The slab got an objcg vector (`memcontrol`): from now on its frees take the
     /// regular path, which uncharges, so a slab of a cache on the inline sheaf path
-    /// stops naming the CPU's sheaves (its `owner[1]` becomes 0, its sheaf tag the
-    /// class's charged line, [`charged_sheaf_tag`], which no CPU area's inline free
+    /// stops naming the CPU's sheaves (its sheaf tag becomes the class's charged line,
+    /// [`charged_sheaf_tag`], which no CPU area's inline free or restartable push
     /// pushes onto and a charged area's does). A free that read the old value frees
     /// an object allocated before the vector, never charged: a charged object is
     /// handed out only after this store, and its free happens after its allocation.
@@ -377,10 +368,8 @@ impl<'a> Slab<'a> {
         let cfg = self.cache().config();
         if cfg.tags_slabs() {
             let tag = charged_sheaf_tag(cfg);
-            self.0.owner[1].store(0, Release);
             self.0.set_sheaf_tag(tag, Release);
             for t in self.tails(cfg.order) {
-                t.owner[1].store(0, Release);
                 t.set_sheaf_tag(tag, Release);
             }
         }
@@ -403,46 +392,32 @@ impl<'a> Slab<'a> {
         }
     }
 
-    /// A slab kept empty (`empty.rs`): its pages stop naming any sheaf (sheaf tag and
-    /// `owner[1]` 0 on the head and every tail), so that no inline or restartable free
+    /// A slab kept empty (`empty.rs`): its pages stop naming any sheaf (sheaf tag 0 on
+    /// the head and every tail), so that no inline or restartable free
     /// pushes an object of it onto a sheaf; the regular free, which sees no object in
     /// use, reports it. [`Slab::resume_fast_frees`] undoes it.
     pub(super) fn stop_fast_frees(self, cfg: &CacheConfig) {
-        self.set_fast_free_words(cfg, 0, 0);
+        self.0.set_block_sheaf_tags(1 << cfg.order, 0, Relaxed);
     }
 
     /// A kept slab taken again: its pages name the CPU's sheaves as a new slab's do
     /// ([`Slab::init`]), or, with an objcg vector (`has_vector`), as
     /// [`Slab::stop_inline_frees`] left them. Before any of its objects is handed out.
     pub(super) fn resume_fast_frees(self, cfg: &CacheConfig, has_vector: bool) {
-        let (w, tag) = if has_vector && cfg.tags_slabs() {
-            (0, charged_sheaf_tag(cfg))
+        let tag = if has_vector && cfg.tags_slabs() {
+            charged_sheaf_tag(cfg)
         } else {
-            (rseq_word(cfg), sheaf_tag_of(cfg))
+            page_sheaf_tag(cfg)
         };
-        self.set_fast_free_words(cfg, w, tag);
-    }
-
-    /// `owner[1]` (`w`) and the sheaf tag of every page of the slab. Only caches on the
-    /// restartable sequences ever have a non-zero `owner[1]`, so the others' stay.
-    fn set_fast_free_words(self, cfg: &CacheConfig, w: usize, tag: u32) {
-        if cfg.fast == FastPath::SheafRseq {
-            self.0.owner[1].store(w, Relaxed);
-            for t in self.tails(cfg.order) {
-                t.owner[1].store(w, Relaxed);
-            }
-        }
         self.0.set_block_sheaf_tags(1 << cfg.order, tag, Relaxed);
     }
 
     /// Marks the tail pages of a new slab (order `order`) `SLAB_TAIL`, each with a copy
-    /// of the head's `owner[1]` (see [`PageFlags::SLAB_TAIL`]). Only before the slab is
+    /// of the head's sheaf tag (see [`PageFlags::SLAB_TAIL`]). Only before the slab is
     /// published.
     pub(super) fn mirror_to_tails(self, order: usize) {
-        let w = self.0.owner[1].load(Relaxed);
         let tag = self.0.sheaf_tag() as u32;
         for t in self.tails(order) {
-            t.owner[1].store(w, Relaxed);
             t.set_flags(PageFlags::TAIL | PageFlags::SLAB_TAIL);
         }
         // One lookup of the tag table for the block (the head's entry is set already).

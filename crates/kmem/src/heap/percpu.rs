@@ -381,31 +381,30 @@ impl Heap {
     /// the caller goes on.
     #[inline(always)]
     pub(super) fn rseq_alloc_small(&self, rseq: RseqArea, size: usize) -> Option<NonNull<u8>> {
-        self.rseq_pop_at(rseq, self.kmem.kmalloc_rseq_offset(size))
+        self.rseq_pop_at(rseq, self.kmem.kmalloc_rseq_offset(size)?)
     }
 
     /// [`Heap::rseq_alloc_small`] for C's `malloc(size)`: the class of
     /// `kmem_core::kmalloc::malloc_class_size` (16-aligned above 8 bytes).
     #[inline(always)]
     pub(super) fn rseq_malloc_small(&self, rseq: RseqArea, size: usize) -> Option<NonNull<u8>> {
-        self.rseq_pop_at(rseq, self.kmem.malloc_rseq_offset(size))
+        self.rseq_pop_at(rseq, self.kmem.malloc_rseq_offset(size)?)
     }
 
-    /// The restartable pop from the CPU's main sheaf of the plain class whose
-    /// `kmem_cache_cpu` is at `off` (0: none on the sequences; `None`).
+    /// The restartable pop from the CPU's sheaves of the plain class whose
+    /// `kmem_cache_cpu` is at `off` (the zero line for a class off the sequences,
+    /// whose sheaves are empty: `None`).
     #[inline(always)]
     fn rseq_pop_at(&self, rseq: RseqArea, off: usize) -> Option<NonNull<u8>> {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
-            if off == 0 {
-                return None;
-            }
             // SAFETY: `rseq` is this thread's registered area; the table has
             // MAX_CPU_IDS entries, the zero area or CPU areas, each holding at `off` the
             // `kmem_cache_cpu` of the class's cache, which runs on the restartable
-            // sequences (the size tables `kmalloc_rseq_offset` and
-            // `malloc_rseq_offset` read give no other offset): the lock holder
-            // changes a CPU's sheaves only after taking their words on that CPU.
+            // sequences, or the zero line, zero in every area and never written (the
+            // size tables `kmalloc_rseq_offset` and `malloc_rseq_offset` read give no
+            // other offset): the lock holder changes a CPU's sheaves only after taking
+            // their words on that CPU.
             let obj = unsafe {
                 crate::platform::rseq::sheaf_pop_at(rseq, self.cpu_table.as_ptr().cast(), off)
             };
@@ -465,8 +464,8 @@ impl Heap {
 
     /// [`Heap::rseq_free_fast`] for `kmem_cache_free(s, p)` when `want` is `Some(s)`:
     /// also leaves an object of another cache to the regular path, which reports it
-    /// (a `cpu_offset` belongs to one cache for good, so the slab's word names `s`
-    /// exactly when it is `s`'s offset).
+    /// (a `cpu_offset` belongs to one cache for good, so the page's sheaf tag names
+    /// `s` exactly when it gives `s`'s offset).
     ///
     /// # Safety
     /// As [`Heap::rseq_free_fast`].
@@ -488,9 +487,10 @@ impl Heap {
             }
             let table = self.cpu_table.as_ptr().cast();
             // SAFETY: as in `rseq_alloc_small`, for the `cpu_offset` the object's
-            // slab names (a cache on the restartable sequences, its slab without an
-            // objcg vector); the sequence checks that `p` starts one of its objects
-            // before it takes it, and the caller gives it up.
+            // page names (a cache on the restartable sequences, its slab without an
+            // objcg vector), or the zero line (never written: no room); the sequence
+            // checks that `p` starts one of its objects before it takes it, and the
+            // caller gives it up.
             let pushed = unsafe { rseq::sheaf_push_at(rseq, table, off, p as usize) };
             matches!(pushed, Pushed::Done)
         }
@@ -507,13 +507,62 @@ impl Heap {
     pub(super) fn rseq_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
+            self.rseq_alloc_at(crate::platform::rseq::area()?, s, gfp)
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        {
+            let _ = (s, gfp);
+            None
+        }
+    }
+
+    /// The restartable pop of an object of `s` when `s` runs its sheaves on the
+    /// sequences (`FastPath::SheafRseq`); `None` otherwise, or when the CPU's sheaves
+    /// are empty. No `__GFP_ZERO`: the caller clears what it asked cleared.
+    #[inline(always)]
+    pub(super) fn rseq_sheaf_alloc(&self, rseq: RseqArea, s: &KmemCache) -> Option<NonNull<u8>> {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
+            let cfg = s.config();
+            if cfg.fast != kmem_core::slab::FastPath::SheafRseq {
+                return None;
+            }
+            let table = self.cpu_table.as_ptr().cast();
+            // SAFETY: `rseq` is this thread's registered area; the table has
+            // MAX_CPU_IDS entries, the zero area or CPU areas holding `s`'s
+            // `kmem_cache_cpu` at its offset, and `s` runs on the sequences: the lock
+            // holder changes a CPU's sheaves only after taking their words on that
+            // CPU.
+            let obj = unsafe { crate::platform::rseq::sheaf_pop(rseq, table, cfg) };
+            let p = NonNull::new(obj as *mut u8)?;
+            // An uncharged allocation, as the slab layer's own paths record it.
+            self.kmem.slub().note_uncharged(s, p);
+            Some(p)
+        }
+        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+        {
+            let _ = (rseq, s);
+            None
+        }
+    }
+
+    /// [`Heap::rseq_alloc`] with the thread's registered area `rseq` (from
+    /// [`tagged_rseq_area`] or `rseq::area`).
+    #[inline]
+    pub(super) fn rseq_alloc_at(
+        &self,
+        rseq: RseqArea,
+        s: &KmemCache,
+        gfp: Gfp,
+    ) -> Option<NonNull<u8>> {
+        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+        {
             let cfg = s.config();
             // (A sheaf cache is never off the fast paths: debug caches run the CPU-slab
             // path in either design.)
             if cfg.fast != kmem_core::slab::FastPath::SheafRseq && cfg.off_fast_paths() {
                 return None;
             }
-            let rseq = crate::platform::rseq::area()?;
             // For both sequences: `rseq` is this thread's registered area; the table
             // has MAX_CPU_IDS entries, the zero area or CPU areas holding every cache's
             // `kmem_cache_cpu` at its offset; the caches run with `rseq` set (so the
@@ -535,7 +584,7 @@ impl Heap {
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         {
-            let _ = (s, gfp);
+            let _ = (rseq, s, gfp);
             None
         }
     }
