@@ -128,6 +128,7 @@ impl BarnLists {
     /// "Sheaves back to the CPU that handed them in"). The owners are in the barn's
     /// own words, so a CPU that takes another's sheaf (a consumer's frees for a
     /// producer) reads no more than before.
+    #[inline]
     pub fn get_full(&mut self, owner: u32) -> Option<NonNull<SlabSheaf>> {
         let seen = self.nr_full.min(BARN_OWNER_HINTS);
         let own = self.owners[..seen].iter().position(|&o| o == owner);

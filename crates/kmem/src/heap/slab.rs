@@ -56,7 +56,10 @@ impl Heap {
     }
 
     /// `kmem_cache_alloc`, charged to the thread's active memory cgroup if any.
-    #[inline]
+    /// Always inline, as `kmalloc`: the thread-mode pop is a few instructions, and the
+    /// rseq half lies out of line (a caller that did not inline a larger body paid a
+    /// call on every pair).
+    #[inline(always)]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         // One load of the fast word for both tests: per-CPU rseq mode's tag first, in
         // the label block `rseq_area_first` lays out of line, so that thread mode
@@ -165,7 +168,7 @@ impl Heap {
     ///
     /// # Safety
     /// If `p` is an object of `s`, the caller owns it and stops using it.
-    #[inline]
+    #[inline(always)]
     pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
         // As in `kmem_cache_alloc`: the rseq tag first, its branch laid out of line.
         let w = fast_tls::get();
