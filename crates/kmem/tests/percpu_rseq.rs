@@ -246,9 +246,10 @@ fn the_size_tables_and_the_page_tags_name_each_class_sheaves() {
     assert!(unsafe { h.kfree(big) });
 }
 
-/// `kmem_cache_alloc` and `kmem_cache_free` take the restartable pop and push too (the
-/// rseq tag tested first, the sequences inline): on one CPU, an allocation right after
-/// a free gets the object just freed, and the objects in use are all distinct.
+/// `kmem_cache_alloc` and `kmem_cache_free` take the restartable pop and push too
+/// (after the thread-mode attempt, out of line; the free's target from the page tag,
+/// checked against the cache it is given): on one CPU, an allocation right after a
+/// free gets the object just freed, and the objects in use are all distinct.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[test]
 fn a_kmem_cache_pair_reuses_the_object_freed_last() {

@@ -61,10 +61,7 @@ impl Who {
             Who::Peer(p) => p.name(),
         }
     }
-    // Always inline, as kmem's fast paths are into a caller's loop: the wrapper only
-    // dispatches, and whether the compiler inlines it should not decide what the
-    // loops measure (its threshold moved with the rseq test in `kmem_cache_alloc`).
-    #[inline(always)]
+    #[inline]
     fn alloc(self, layout: Layout) -> *mut u8 {
         match self {
             Who::Kmem(s) => heap()
@@ -77,7 +74,7 @@ impl Who {
     }
     /// # Safety
     /// `ptr` came from `alloc` of this allocator with `layout`.
-    #[inline(always)]
+    #[inline]
     unsafe fn free(self, ptr: *mut u8, layout: Layout) {
         match self {
             // SAFETY: an object of `s` (caller).

@@ -507,62 +507,13 @@ impl Heap {
     pub(super) fn rseq_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
-            self.rseq_alloc_at(crate::platform::rseq::area()?, s, gfp)
-        }
-        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-        {
-            let _ = (s, gfp);
-            None
-        }
-    }
-
-    /// The restartable pop of an object of `s` when `s` runs its sheaves on the
-    /// sequences (`FastPath::SheafRseq`); `None` otherwise, or when the CPU's sheaves
-    /// are empty. No `__GFP_ZERO`: the caller clears what it asked cleared.
-    #[inline(always)]
-    pub(super) fn rseq_sheaf_alloc(&self, rseq: RseqArea, s: &KmemCache) -> Option<NonNull<u8>> {
-        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-        {
-            let cfg = s.config();
-            if cfg.fast != kmem_core::slab::FastPath::SheafRseq {
-                return None;
-            }
-            let table = self.cpu_table.as_ptr().cast();
-            // SAFETY: `rseq` is this thread's registered area; the table has
-            // MAX_CPU_IDS entries, the zero area or CPU areas holding `s`'s
-            // `kmem_cache_cpu` at its offset, and `s` runs on the sequences: the lock
-            // holder changes a CPU's sheaves only after taking their words on that
-            // CPU.
-            let obj = unsafe { crate::platform::rseq::sheaf_pop(rseq, table, cfg) };
-            let p = NonNull::new(obj as *mut u8)?;
-            // An uncharged allocation, as the slab layer's own paths record it.
-            self.kmem.slub().note_uncharged(s, p);
-            Some(p)
-        }
-        #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-        {
-            let _ = (rseq, s);
-            None
-        }
-    }
-
-    /// [`Heap::rseq_alloc`] with the thread's registered area `rseq` (from
-    /// [`tagged_rseq_area`] or `rseq::area`).
-    #[inline]
-    pub(super) fn rseq_alloc_at(
-        &self,
-        rseq: RseqArea,
-        s: &KmemCache,
-        gfp: Gfp,
-    ) -> Option<NonNull<u8>> {
-        #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-        {
             let cfg = s.config();
             // (A sheaf cache is never off the fast paths: debug caches run the CPU-slab
             // path in either design.)
             if cfg.fast != kmem_core::slab::FastPath::SheafRseq && cfg.off_fast_paths() {
                 return None;
             }
+            let rseq = crate::platform::rseq::area()?;
             // For both sequences: `rseq` is this thread's registered area; the table
             // has MAX_CPU_IDS entries, the zero area or CPU areas holding every cache's
             // `kmem_cache_cpu` at its offset; the caches run with `rseq` set (so the
@@ -584,7 +535,7 @@ impl Heap {
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         {
-            let _ = (rseq, s, gfp);
+            let _ = (s, gfp);
             None
         }
     }

@@ -3,13 +3,11 @@
 //! `_alloc_bulk`, `_free_bulk`, `_shrink`, and shrinking every cache. Allocations are
 //! charged to the thread's active memory cgroup, frees uncharge.
 //!
-//! Fast paths as for kmalloc: per-CPU rseq mode's restartable pop and push, tested
-//! first (`percpu::rseq_area_first`, its branch out of thread mode's way); the thread's
-//! own area; else the per-CPU fallback (`percpu`). No lock of its own: the CPU area's
-//! rules apply (see `cpu`).
+//! Fast paths as for kmalloc: the thread's own area, else the per-CPU fallback
+//! (`percpu`). No lock of its own: the CPU area's rules apply (see `cpu`).
 
-use super::percpu::{rseq_area_first, zero_if_asked, RseqArea};
-use super::thread::{active_objcg, inline_area, inline_area_of, thread_cpu};
+use super::percpu::{tagged_rseq_area, zero_if_asked};
+use super::thread::{active_objcg, inline_area, rseq_tag, thread_cpu};
 use super::{Heap, HEAP};
 use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
@@ -56,68 +54,28 @@ impl Heap {
     }
 
     /// `kmem_cache_alloc`, charged to the thread's active memory cgroup if any.
-    /// Always inline, as `kmalloc`: the thread-mode pop is a few instructions, and the
-    /// rseq half lies out of line (a caller that did not inline a larger body paid a
-    /// call on every pair).
-    #[inline(always)]
+    #[inline]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
-        // One load of the fast word for both tests: per-CPU rseq mode's tag first, in
-        // the label block `rseq_area_first` lays out of line, so that thread mode
-        // falls through to its inline pop with one compare and branch more, and rseq
-        // mode no longer passes a thread-mode pop that cannot succeed (the zero
-        // area's) and a call before its own pop.
-        let w = fast_tls::get();
-        if let Some(rseq) = rseq_area_first(w) {
-            return self.kmem_cache_alloc_rseq(rseq, s, gfp);
-        }
-        // SAFETY: read just now, on this thread.
-        let area = unsafe { inline_area_of(w) };
-        if let Some(p) = self.kmem.slub().alloc_fast(area, s, gfp) {
+        if let Some(p) = self.kmem.slub().alloc_fast(inline_area(), s, gfp) {
             return Some(p);
         }
         self.kmem_cache_alloc_other(s, gfp)
     }
 
-    /// [`Heap::kmem_cache_alloc`] in per-CPU rseq mode (the thread's fast word is the
-    /// rseq tag): the restartable pop of a sheaf cache, inline (in the label block
-    /// that `rseq_area_first` places out of thread mode's way), then, out of line,
-    /// the rest.
-    #[inline(always)]
-    fn kmem_cache_alloc_rseq(
-        &self,
-        rseq: RseqArea,
-        s: &KmemCache,
-        gfp: Gfp,
-    ) -> Option<NonNull<u8>> {
-        if !gfp.contains(Gfp::ZERO) {
-            if let Some(p) = self.rseq_sheaf_alloc(rseq, s) {
-                return Some(p);
-            }
-        }
-        self.kmem_cache_alloc_rseq_slow(rseq, s, gfp)
-    }
-
-    /// [`Heap::kmem_cache_alloc_rseq`] past the inline pop.
-    #[inline(never)]
-    fn kmem_cache_alloc_rseq_slow(
-        &self,
-        rseq: RseqArea,
-        s: &KmemCache,
-        gfp: Gfp,
-    ) -> Option<NonNull<u8>> {
-        if let Some(p) = self.rseq_alloc_at(rseq, s, gfp) {
-            return Some(p);
-        }
-        self.kmem_cache_alloc_layers(s, gfp)
-    }
-
-    /// [`Heap::kmem_cache_alloc`] past its fast path in thread mode (or with the fast
-    /// word of a thread on neither fast path: the layers decide).
+    /// [`Heap::kmem_cache_alloc`] past its fast path (see `Heap::kmalloc_rseq`).
     #[inline(never)]
     fn kmem_cache_alloc_other(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         if gfp.contains(Gfp::ZERO) {
             // A zeroed object: the fast path's pop, then the object zeroed whole.
             if let Some(p) = self.kmem.slub().alloc_fast_init(inline_area(), s, gfp) {
+                return Some(p);
+            }
+        }
+        if fast_tls::get() == rseq_tag() {
+            // Per-CPU rseq mode, no active memory cgroup: the restartable pop before
+            // the thread-local slots are looked at (here, not in `kmem_cache_alloc`,
+            // so that the thread mode's fast path stays as short).
+            if let Some(p) = self.rseq_alloc(s, gfp) {
                 return Some(p);
             }
         }
@@ -168,40 +126,32 @@ impl Heap {
     ///
     /// # Safety
     /// If `p` is an object of `s`, the caller owns it and stops using it.
-    #[inline(always)]
+    #[inline]
     pub unsafe fn kmem_cache_free(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
-        // As in `kmem_cache_alloc`: the rseq tag first, its branch laid out of line.
-        let w = fast_tls::get();
-        if let Some(rseq) = rseq_area_first(w) {
-            // SAFETY: forwarded from the caller.
-            return unsafe { self.kmem_cache_free_rseq(rseq, s, p) };
-        }
-        // SAFETY: forwarded from the caller; `w` was read just now, on this thread.
-        if unsafe {
-            self.kmem
-                .slub()
-                .free_fast_to(inline_area_of(w), s, p.as_ptr())
-        } {
+        // SAFETY: forwarded from the caller.
+        if unsafe { self.kmem.slub().free_fast_to(inline_area(), s, p.as_ptr()) } {
             return true;
         }
         // SAFETY: forwarded from the caller.
-        unsafe { self.kmem_cache_free_layers(s, p) }
+        unsafe { self.kmem_cache_free_other(s, p) }
     }
 
-    /// [`Heap::kmem_cache_free`] in per-CPU rseq mode: the restartable push from the
-    /// object's page, for an object of `s`, then the layers.
+    /// [`Heap::kmem_cache_free`] past its fast path.
     ///
     /// # Safety
     /// As [`Heap::kmem_cache_free`].
-    #[inline(always)]
-    unsafe fn kmem_cache_free_rseq(&self, rseq: RseqArea, s: &KmemCache, p: NonNull<u8>) -> bool {
+    #[inline(never)]
+    unsafe fn kmem_cache_free_other(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
+        // Per-CPU rseq mode: the restartable push from the object's page, for an
+        // object of `s`.
         // SAFETY: forwarded from the caller.
         unsafe {
-            self.rseq_free_fast_to(rseq, p.as_ptr(), Some(s)) || self.kmem_cache_free_layers(s, p)
+            tagged_rseq_area().is_some_and(|r| self.rseq_free_fast_to(r, p.as_ptr(), Some(s)))
+                || self.kmem_cache_free_layers(s, p)
         }
     }
 
-    /// [`Heap::kmem_cache_free`] past its fast paths.
+    /// [`Heap::kmem_cache_free_other`] past the rseq push.
     ///
     /// # Safety
     /// As [`Heap::kmem_cache_free`].
