@@ -60,6 +60,14 @@ fn a_medium_pair_loop_swaps_no_sheaves_under_the_lock() {
     assert!(swapped < n / 100, "{swapped} swaps in {n} pairs");
 }
 
+/// Runs `f` pinned to the CPU the thread runs on now (one it may run on), so that
+/// the calls in `f` meet one CPU's sheaves.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+fn on_this_cpu<R>(f: impl FnOnce() -> R) -> R {
+    let cpu = kmem::platform::linux::current_cpu();
+    kmem::platform::rseq::on_cpu(cpu, f).expect("pinned to the current CPU")
+}
+
 /// The restartable pop takes the spare sheaf before the main one: an allocation
 /// right after a free gets the object just freed (its line still in the cache), even
 /// while the main sheaf holds objects. On one CPU, so that both calls meet the same
@@ -72,8 +80,7 @@ fn the_pop_hands_back_the_object_freed_last() {
         return;
     }
     let h = heap();
-    let cpu = kmem::platform::linux::current_cpu();
-    let got = kmem::platform::rseq::on_cpu(cpu, || {
+    let reused = on_this_cpu(|| {
         let mut reused = 0;
         for round in 0..64u64 {
             // Two objects from the main sheaf (refilled if need be), so that it is not
@@ -96,7 +103,6 @@ fn the_pop_hands_back_the_object_freed_last() {
     // A preemption between the free and the allocation may move an object aside now
     // and then (a restart, a drain); the free that went to the spare comes straight
     // back otherwise.
-    let reused = got.expect("pinned to the current CPU");
     assert!(
         reused >= 60,
         "{reused} of 64 allocations got the object freed last"
@@ -261,8 +267,7 @@ fn a_kmem_cache_pair_reuses_the_object_freed_last() {
     let s = h
         .kmem_cache_create("rseq_cache_pair", 80, 8, kmem::SlabFlags::empty(), None)
         .unwrap();
-    let cpu = kmem::platform::linux::current_cpu();
-    let got = kmem::platform::rseq::on_cpu(cpu, || {
+    let reused = on_this_cpu(|| {
         let held: Vec<_> = (0..200)
             .map(|_| h.kmem_cache_alloc(s, Gfp::KERNEL).unwrap())
             .collect();
@@ -285,7 +290,6 @@ fn a_kmem_cache_pair_reuses_the_object_freed_last() {
     });
     // A preemption between the free and the allocation may move an object aside now
     // and then; otherwise the free that went to the spare comes straight back.
-    let reused = got.expect("pinned to the current CPU");
     assert!(
         reused >= 190,
         "{reused} of 200 allocations got the object freed last"
