@@ -428,7 +428,8 @@ impl KmallocCaches {
     #[inline(always)]
     pub fn small_rseq(&self, size: usize) -> usize {
         debug_assert!(size <= SMALL_FAST_MAX);
-        // SAFETY: as in `small_fast`.
+        // SAFETY: the table has `SMALL_FAST_MAX + 1` entries, as `small_fast`'s, and
+        // the caller keeps `size <= SMALL_FAST_MAX` (checked in debug builds).
         unsafe { self.small_rseq.get_unchecked(size) }.load(Relaxed) as usize
     }
 
@@ -438,7 +439,8 @@ impl KmallocCaches {
     #[inline(always)]
     pub fn malloc_rseq(&self, size: usize) -> usize {
         debug_assert!(size <= SMALL_FAST_MAX);
-        // SAFETY: as in `small_fast`.
+        // SAFETY: the table has `SMALL_FAST_MAX + 1` entries, as `small_fast`'s, and
+        // the caller keeps `size <= SMALL_FAST_MAX` (checked in debug builds).
         unsafe { self.malloc_rseq.get_unchecked(size) }.load(Relaxed) as usize
     }
 
