@@ -1,6 +1,7 @@
 //! The barn: a thread's exit hands its sheaves to it and the next thread takes them;
 //! a CPU gets back the sheaf it handed in before another CPU's; barns grow while they
-//! are used and give idle sheaves back after the decay interval.
+//! are used and give idle sheaves back after the decay interval; past their caches'
+//! bounds they keep sheaves while the spill budget lasts.
 
 mod common;
 
@@ -162,6 +163,9 @@ fn barns_grow_while_used_and_give_idle_sheaves_back_after_the_decay_interval() {
         unsafe { k.slub().free(c, s, p) };
     }
     let full = barn(k);
+    // Past the cache's own bound, the spill budget pays for the rest.
+    let spilled = k.barn_spill().used();
+    assert!(spilled > 0, "{full} sheaves, nothing spilled");
     // Then the program moves on to other work (slow paths of another cache tick the
     // housekeeping): after a decay interval of disuse, and one more to see it, the
     // barn keeps BARN_KEEP_SHEAVES full and empty sheaves at most; the rest went back
@@ -176,6 +180,79 @@ fn barns_grow_while_used_and_give_idle_sheaves_back_after_the_decay_interval() {
         left <= 2 * BARN_KEEP_SHEAVES,
         "{full} sheaves before, {left} after"
     );
+    assert_eq!(k.barn_spill().used(), 0, "the decay gave the spill back");
     check_census(k, s, &refs, &HashSet::new());
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+/// A table of 64-byte objects larger than the barn's own bound, dropped and built
+/// again: the barn keeps full sheaves past its bound while the spill budget (set here
+/// to 12 sheaves) has room, charged sheaf by sheaf, and flushes the rest to the slabs;
+/// built again, the table takes the kept sheaves back and the budget is given back as
+/// the barn comes down to its bound. With no budget the barn keeps its bound, as
+/// before the spill. Every object is in exactly one place throughout.
+#[test]
+fn a_barn_keeps_sheaves_past_its_bound_while_the_spill_budget_lasts() {
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let s = k
+        .kmem_cache_create(c, "spill-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let cfg = *s.config();
+    let (max_full, cap) = (cfg.barn_max_full, cfg.sheaf_capacity);
+    let sheaf_bytes = cap * cfg.size;
+    // SAFETY: owned by this test.
+    let refs = [unsafe { CpuRef::new(a) }];
+    let full_in_barn = |k: &K| k.slub().census(s, &refs, |_| {}).in_barns / cap;
+    let round = |k: &K, limit: usize| -> (usize, usize, u64) {
+        k.barn_spill().set_limit(limit);
+        let n = (max_full + 20) * cap;
+        let objs: Vec<_> = (0..n)
+            .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap())
+            .collect();
+        let flushes = stat(k, s, SlubStat::BarnPutFail);
+        for &p in &objs {
+            // SAFETY: ours, freed once.
+            assert!(unsafe { k.slub().free(c, s, p) });
+        }
+        let kept = (full_in_barn(k), k.barn_spill().used());
+        let flushed = stat(k, s, SlubStat::BarnPutFail) - flushes;
+        check_census(k, s, &refs, &HashSet::new());
+        // Built again: the kept sheaves come back out, and with them the budget.
+        let again: HashSet<usize> = (0..n)
+            .map(|_| k.slub().alloc(c, s, Gfp::KERNEL).unwrap().as_ptr() as usize)
+            .collect();
+        assert_eq!(again.len(), n, "an object handed out twice");
+        assert!(full_in_barn(k) <= max_full);
+        assert_eq!(k.barn_spill().used(), 0, "the budget came back");
+        for &p in &again {
+            // SAFETY: ours, freed once.
+            unsafe { k.slub().free(c, s, NonNull::new(p as *mut u8).unwrap()) };
+        }
+        k.shrink_all(c);
+        assert_eq!(k.barn_spill().used(), 0, "shrinking gives the spill back");
+        (kept.0, kept.1, flushed)
+    };
+    let (kept, used, flushed) = round(k, 12 * sheaf_bytes);
+    assert_eq!(kept, max_full + 12, "its bound and 12 sheaves of spill");
+    assert_eq!(used, 12 * sheaf_bytes);
+    assert!(flushed > 0, "the sheaves past the budget went to the slabs");
+    let (kept0, used0, flushed0) = round(k, 0);
+    assert_eq!(
+        (kept0, used0),
+        (max_full, 0),
+        "no budget: the bound, as before"
+    );
+    // The same sheaves were handed in: kept or flushed.
+    assert_eq!(kept0 + flushed0 as usize, kept + flushed as usize);
+    let (kept, used, _) = round(k, kmem_core::slab::barn_spill::BARN_SPILL_BYTES);
+    assert_eq!(
+        kept,
+        kept0 + flushed0 as usize,
+        "the default budget holds it all"
+    );
+    assert_eq!(used, (kept - max_full) * sheaf_bytes);
+    // SAFETY: owned.
+    unsafe { k.pages.cpu_area_put(a) };
     assert!(k.pages.platform().take_log().is_empty());
 }

@@ -229,6 +229,12 @@ impl<P: Platform> Kmem<P> {
         Slub::new(&self.pages, &self.caches)
     }
 
+    /// The barns' spill budget (see [`crate::slab::barn_spill`]): what the barns keep
+    /// beyond their caches' own bounds, and its limit.
+    pub fn barn_spill(&self) -> &crate::slab::barn_spill::BarnSpill {
+        &self.caches.spill
+    }
+
     /// kmalloc's operations.
     #[inline]
     pub fn kmalloc_ops(&self) -> Kmalloc<'_, P> {

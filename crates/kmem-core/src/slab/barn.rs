@@ -16,6 +16,7 @@
 //! they take the barn's lock only to take sheaves off its lists, the cache list's lock
 //! (try-lock, from the housekeeping) to walk the caches.
 
+use super::barn_spill::SpillAccount;
 use super::sheaf::SlabSheaf;
 use super::{KmemCache, Slub};
 use crate::percpu::CpuRef;
@@ -62,7 +63,8 @@ pub const NO_OWNER: u32 = u32::MAX;
 /// `full` has at least one object and every one on `empty` none. `owners[i]`, for `i`
 /// below `nr_full` and [`BARN_OWNER_HINTS`], is the id of the CPU area that handed in
 /// the `i`-th sheaf of the full list, or [`NO_OWNER`] (a hint: what it decides is
-/// which sheaf a CPU gets, never whether it gets one).
+/// which sheaf a CPU gets, never whether it gets one). `over` is what the spill budget
+/// was last charged for this barn (see [`super::barn_spill`]).
 pub struct BarnLists {
     full: *mut SlabSheaf,
     empty: *mut SlabSheaf,
@@ -72,6 +74,9 @@ pub struct BarnLists {
     /// [`BarnLists::take_idle`]: that many sat unused all the while.
     low: (usize, usize),
     owners: [u32; BARN_OWNER_HINTS],
+    /// Full sheaves beyond the cache's own bound, charged to the spill budget, as of
+    /// the end of the last counted hold of the lock.
+    over: usize,
 }
 
 // SAFETY: the lists own the sheaves they link (type invariant); they move between
@@ -88,6 +93,7 @@ impl BarnLists {
             nr_empty: 0,
             low: (0, 0),
             owners: [NO_OWNER; BARN_OWNER_HINTS],
+            over: 0,
         }
     }
 
@@ -99,6 +105,19 @@ impl BarnLists {
     /// Empty sheaves kept.
     pub fn nr_empty(&self) -> usize {
         self.nr_empty
+    }
+
+    /// Full sheaves the spill budget was last charged for (see `over`).
+    pub fn over(&self) -> usize {
+        self.over
+    }
+
+    /// Records the full sheaves beyond `max_full` now as the ones charged: returns
+    /// (the count charged before, the count now), for the caller to charge the
+    /// difference ([`SpillAccount::settle`]).
+    pub(super) fn recount_over(&mut self, max_full: usize) -> (usize, usize) {
+        let now = self.nr_full.saturating_sub(max_full);
+        (core::mem::replace(&mut self.over, now), now)
     }
 
     fn push(head: &mut *mut SlabSheaf, sheaf: NonNull<SlabSheaf>) {
@@ -327,10 +346,14 @@ pub struct Barn {
 }
 
 /// A hold of a barn's lock: the lists, and, as it ends, their counts published to
-/// the barn's hints (see [`Barn`]).
+/// the barn's hints (see [`Barn`]) and, for a counted hold, the spill budget brought
+/// to the full list's length ([`SpillAccount::settle`]). Holds that may change the
+/// number of full sheaves are counted; an uncounted one that did would leave the
+/// budget behind until the barn's next counted hold.
 pub(crate) struct BarnGuard<'a> {
     barn: &'a Barn,
     lists: SpinLockGuard<'a, BarnLists>,
+    spill: Option<SpillAccount<'a>>,
 }
 
 impl Deref for BarnGuard<'_> {
@@ -354,6 +377,9 @@ impl Drop for BarnGuard<'_> {
         // Before the lock's release (the guard's field drops after this body).
         self.barn.full_hint.store(self.lists.nr_full, Relaxed);
         self.barn.empty_hint.store(self.lists.nr_empty, Relaxed);
+        if let Some(a) = self.spill {
+            a.settle(&mut self.lists);
+        }
     }
 }
 
@@ -366,21 +392,34 @@ impl Barn {
         }
     }
 
-    /// Takes the barn's lock.
+    /// Takes the barn's lock, for a hold that changes no count of full sheaves (a
+    /// census, an empty sheaf taken).
     #[inline]
     pub(crate) fn lock(&self) -> BarnGuard<'_> {
         BarnGuard {
             barn: self,
             lists: self.lists.lock(),
+            spill: None,
         }
     }
 
-    /// Takes the barn's lock if it is free.
+    /// Takes the barn's lock for a counted hold (see [`BarnGuard`]).
     #[inline]
-    pub(crate) fn try_lock(&self) -> Option<BarnGuard<'_>> {
+    pub(crate) fn lock_counted<'a>(&'a self, spill: SpillAccount<'a>) -> BarnGuard<'a> {
+        BarnGuard {
+            barn: self,
+            lists: self.lists.lock(),
+            spill: Some(spill),
+        }
+    }
+
+    /// [`Barn::lock_counted`] if the lock is free.
+    #[inline]
+    pub(crate) fn try_lock_counted<'a>(&'a self, spill: SpillAccount<'a>) -> Option<BarnGuard<'a>> {
         Some(BarnGuard {
             barn: self,
             lists: self.lists.try_lock()?,
+            spill: Some(spill),
         })
     }
 
@@ -414,15 +453,16 @@ impl Barn {
     /// (`None`: the barn has no full sheaf; the empty one stays the caller's). The
     /// empty sheaf, if given and the barn has no room for it, comes back as the second
     /// value, to be freed. A barn that held no full sheaf a moment ago is not locked.
-    pub(crate) fn replace_empty(
-        &self,
+    pub(crate) fn replace_empty<'a>(
+        &'a self,
         empty: Option<NonNull<SlabSheaf>>,
         owner: u32,
+        spill: SpillAccount<'a>,
     ) -> Option<(NonNull<SlabSheaf>, Option<NonNull<SlabSheaf>>)> {
         if self.nr_full_hint() == 0 {
             return None;
         }
-        let mut l = self.lock();
+        let mut l = self.lock_counted(spill);
         let full = l.get_full(owner)?;
         let extra = empty.and_then(|e| l.put_empty(e).err());
         Some((full, extra))
@@ -430,19 +470,20 @@ impl Barn {
 
     /// `barn_replace_full_sheaf`: hands in a full sheaf (CPU area `owner`'s) and takes
     /// an empty one if the barn has one (`Ok(None)`: it had none; the caller makes
-    /// one). `Err(full)`: the barn holds `max_full` full sheaves already (or did a
-    /// moment ago: then its lock is not taken); the caller flushes this one to the
-    /// slabs.
-    pub(crate) fn replace_full(
-        &self,
+    /// one). `Err(full)`: the barn holds as many full sheaves as the spill account
+    /// allows already ([`SpillAccount::cap`]; or did a moment ago: then its lock is not
+    /// taken); the caller flushes this one to the slabs.
+    pub(crate) fn replace_full<'a>(
+        &'a self,
         full: NonNull<SlabSheaf>,
-        max_full: usize,
+        spill: SpillAccount<'a>,
         owner: u32,
     ) -> Result<Option<NonNull<SlabSheaf>>, NonNull<SlabSheaf>> {
+        let max_full = spill.cap();
         if self.nr_full_hint() >= max_full {
             return Err(full);
         }
-        let mut l = self.lock();
+        let mut l = self.lock_counted(spill);
         l.put_full(full, max_full, owner)?;
         Ok(l.get_empty())
     }
@@ -501,8 +542,9 @@ impl<P: Platform> Slub<'_, P> {
             return 0;
         }
         let mut freed = 0;
+        let acct = self.spill_account(s);
         for nid in 0..self.pages.nr_nodes() {
-            let (full, empty) = s.node(nid).barn.lock().take_idle();
+            let (full, empty) = s.node(nid).barn.lock_counted(acct).take_idle();
             freed += self.free_sheaf_chains(cpu, s, full, empty);
         }
         freed
@@ -545,8 +587,9 @@ impl<P: Platform> Slub<'_, P> {
         }
         self.release_fresh_slabs(cpu, s);
         let mut freed = 0;
+        let acct = self.spill_account(s);
         for nid in 0..self.pages.nr_nodes() {
-            let (full, empty) = s.node(nid).barn.lock().take_all();
+            let (full, empty) = s.node(nid).barn.lock_counted(acct).take_all();
             freed += self.free_sheaf_chains(cpu, s, full, empty);
         }
         freed
@@ -612,6 +655,9 @@ mod tests {
         let sh = sheaves::<4>();
         let [e0, e1] = sheaves::<2>();
         let barn = Barn::new();
+        // A cache that keeps 2 full sheaves and does not spill.
+        let budget = super::super::barn_spill::BarnSpill::new();
+        let acct = SpillAccount::new(&budget, 2, 0);
         assert_eq!((barn.nr_full_hint(), barn.nr_empty_hint()), (0, 0));
         {
             let mut l = barn.lock();
@@ -622,16 +668,19 @@ mod tests {
         assert_eq!(barn.nr_empty_hint(), 1);
         // Two full sheaves in, one empty out: the hints are the counts after each.
         assert_eq!(
-            barn.replace_full(ptr_of(&sh[0]), 2, 1),
+            barn.replace_full(ptr_of(&sh[0]), acct, 1),
             Ok(Some(ptr_of(&e0)))
         );
-        assert_eq!(barn.replace_full(ptr_of(&sh[1]), 2, 1), Ok(None));
+        assert_eq!(barn.replace_full(ptr_of(&sh[1]), acct, 1), Ok(None));
         assert_eq!((barn.nr_full_hint(), barn.nr_empty_hint()), (2, 0));
         // At its bound, and with no full sheaf, the barn answers without its lock:
         // held here, it would spin forever otherwise.
         {
             let _held = barn.lock();
-            assert_eq!(barn.replace_full(ptr_of(&sh[2]), 2, 1), Err(ptr_of(&sh[2])));
+            assert_eq!(
+                barn.replace_full(ptr_of(&sh[2]), acct, 1),
+                Err(ptr_of(&sh[2]))
+            );
         }
         let mut l = barn.lock();
         let taken = l.take_all();
@@ -640,13 +689,13 @@ mod tests {
         assert_eq!((barn.nr_full_hint(), barn.nr_empty_hint()), (0, 0));
         {
             let _held = barn.lock();
-            assert_eq!(barn.replace_empty(Some(ptr_of(&e1)), 1), None);
+            assert_eq!(barn.replace_empty(Some(ptr_of(&e1)), 1, acct), None);
         }
         // A full sheaf again: the trade is made under the lock.
         barn.lock().put_full(ptr_of(&sh[3]), 2, 1).unwrap();
         assert_eq!(barn.nr_full_hint(), 1);
         assert_eq!(
-            barn.replace_empty(Some(ptr_of(&e1)), 1),
+            barn.replace_empty(Some(ptr_of(&e1)), 1, acct),
             Some((ptr_of(&sh[3]), None))
         );
         assert_eq!((barn.nr_full_hint(), barn.nr_empty_hint()), (0, 1));

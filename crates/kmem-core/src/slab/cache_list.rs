@@ -5,6 +5,7 @@
 //! before any cache's `list_lock` in the lock order (crate docs) and is never held
 //! while allocating.
 
+use super::barn_spill::BarnSpill;
 use super::KmemCache;
 use crate::page::{MAX_NUMNODES, MAX_ORDER};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock};
@@ -30,6 +31,8 @@ pub struct CacheList {
     /// walk and discard them after the lock: cache destruction waits for none to be
     /// left before it counts a cache's slabs.
     pub(crate) reclaiming: AtomicUsize,
+    /// The barns' spill budget (`barn_spill.rs`).
+    pub spill: BarnSpill,
 }
 
 impl CacheList {
@@ -40,6 +43,7 @@ impl CacheList {
             barn_decay_ns: AtomicU64::new(0),
             kept_lists: [const { [const { AtomicUsize::new(0) }; MAX_ORDER + 1] }; MAX_NUMNODES],
             reclaiming: AtomicUsize::new(0),
+            spill: BarnSpill::new(),
         }
     }
 

@@ -89,6 +89,7 @@
 pub mod accounting;
 mod alloc;
 pub mod barn;
+pub mod barn_spill;
 mod bulk;
 pub(crate) mod cache;
 mod cache_list;

@@ -38,7 +38,11 @@ impl<P: Platform> Slub<'_, P> {
             return self.fill_to(cpu, s, gfp, sheaf, size);
         }
         let nid = self.node_of(cpu);
-        let from_barn = s.node(nid).barn.lock().get_full(barn_owner(cpu));
+        let from_barn = s
+            .node(nid)
+            .barn
+            .lock_counted(self.spill_account(s))
+            .get_full(barn_owner(cpu));
         let sheaf = match from_barn {
             Some(sh) => {
                 // SAFETY: a barn sheaf, ours now.

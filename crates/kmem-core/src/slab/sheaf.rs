@@ -480,10 +480,11 @@ impl<'a, P: Platform> Slub<'a, P> {
     fn replace_empty_main(&self, c: CpuRef<'_>, s: &KmemCache, gfp: Gfp, m: Held) -> Held {
         let cc = s.cpu(c);
         set_size(m.sheaf, 0);
-        if let Some((full, extra)) = self
-            .barn(c, s)
-            .replace_empty(NonNull::new(m.sheaf), barn_owner(Some(c)))
-        {
+        if let Some((full, extra)) = self.barn(c, s).replace_empty(
+            NonNull::new(m.sheaf),
+            barn_owner(Some(c)),
+            self.spill_account(s),
+        ) {
             cc.count(SlubStat::BarnGet);
             if let Some(e) = extra {
                 self.free_empty_sheaf(s, e);
@@ -626,7 +627,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         set_size(f.sheaf, f.len);
         match self
             .barn(c, s)
-            .replace_full(full, s.config().barn_max_full, barn_owner(Some(c)))
+            .replace_full(full, self.spill_account(s), barn_owner(Some(c)))
         {
             Ok(empty) => {
                 cc.count(SlubStat::BarnPut);
@@ -694,10 +695,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         let standard = r.capacity.load(Relaxed) == s.config().sheaf_capacity;
         let barn = &s.node(nid).barn;
         let kept = standard && {
-            let mut l = barn.lock();
+            let acct = self.spill_account(s);
+            let mut l = barn.lock_counted(acct);
             if size > 0 {
-                l.put_full(sheaf, s.config().barn_max_full, barn_owner(cpu))
-                    .is_ok()
+                l.put_full(sheaf, acct.cap(), barn_owner(cpu)).is_ok()
             } else {
                 l.put_empty(sheaf).is_ok()
             }

@@ -120,7 +120,7 @@ impl<P: Platform> Slub<'_, P> {
         if barn.nr_full_hint() == 0 {
             return self.sheaf_alloc_ptr(c, s);
         }
-        let full = match barn.try_lock() {
+        let full = match barn.try_lock_counted(self.spill_account(s)) {
             Some(mut l) => l.exchange_empty(empty, barn_owner(Some(c))),
             None => None,
         };
@@ -267,12 +267,14 @@ impl<P: Platform> Slub<'_, P> {
         // `Barn`'s hints); a busy barn: `sheaf_free` waits for it (see
         // `alloc_from_barn`).
         let barn = self.barn(c, s);
-        if barn.nr_full_hint() >= cfg.barn_max_full || barn.nr_empty_hint() == 0 {
+        let acct = self.spill_account(s);
+        let max_full = acct.cap();
+        if barn.nr_full_hint() >= max_full || barn.nr_empty_hint() == 0 {
             return None;
         }
-        let empty = barn
-            .try_lock()?
-            .exchange_full(full, cfg.barn_max_full, barn_owner(Some(c)))?;
+        let empty =
+            barn.try_lock_counted(acct)?
+                .exchange_full(full, max_full, barn_owner(Some(c)))?;
         // SAFETY: a sheaf off the barn's empty list is ours now, with room: `p`
         // goes in its first slot.
         unsafe { *slot(empty.as_ptr(), 0) = p };
