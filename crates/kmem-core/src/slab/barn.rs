@@ -479,7 +479,7 @@ impl Barn {
         spill: SpillAccount<'a>,
         owner: u32,
     ) -> Result<Option<NonNull<SlabSheaf>>, NonNull<SlabSheaf>> {
-        let max_full = spill.cap();
+        let max_full = spill.cap_at(self.nr_full_hint());
         if self.nr_full_hint() >= max_full {
             return Err(full);
         }
@@ -657,7 +657,17 @@ mod tests {
         let barn = Barn::new();
         // A cache that keeps 2 full sheaves and does not spill.
         let budget = super::super::barn_spill::BarnSpill::new();
-        let acct = SpillAccount::new(&budget, 2, 0);
+        let mut cfg = super::super::CacheConfig::calculate(
+            "hints",
+            1024,
+            8,
+            super::super::SlabFlags::empty(),
+            None,
+            2,
+        )
+        .unwrap();
+        cfg.barn_max_full = 2;
+        let acct = SpillAccount::new(&budget, &cfg);
         assert_eq!((barn.nr_full_hint(), barn.nr_empty_hint()), (0, 0));
         {
             let mut l = barn.lock();

@@ -15,9 +15,10 @@
 //! size: a program that frees a structure of one class and builds one of another
 //! holds both for a while. The budget bounds it for every cache together, and the
 //! barns' decay gives sheaves that sat unused through an interval back to their slabs
-//! (`BarnLists::take_idle`), so a spill lasts at most two decay intervals
-//! (`KMEM_DECAY_MS`) once its cache stops using it; shrinking and memory pressure
-//! flush it at once (`Slub::shrink_barns`). Only caches of objects up to
+//! (`BarnLists::take_idle`), so a spilled sheaf stays at most two decay intervals
+//! (`KMEM_DECAY_MS`, counted by the slow paths' housekeeping) once its cache stops
+//! using it, and the slabs' and pages' decays then give its memory back as they do any
+//! other; shrinking and memory pressure flush it at once (`Slub::shrink_barns`). Only caches of objects up to
 //! `BARN_SMALL_OBJECT` bytes spill: for larger objects a few sheaves are already much
 //! memory, and the barns of the medium classes are bounded tighter for that reason
 //! (`sheaf_size::BARN_MAX_LARGE_OBJECT_BYTES`).
@@ -35,7 +36,7 @@
 
 use super::barn::{BarnLists, MAX_FULL_SHEAVES};
 use super::sheaf_size::BARN_SMALL_OBJECT;
-use super::{KmemCache, Slub};
+use super::{CacheConfig, KmemCache, Slub};
 use crate::platform::Platform;
 use crate::sync::{AtomicUsize, Ordering::Relaxed};
 
@@ -90,25 +91,31 @@ impl Default for BarnSpill {
     }
 }
 
-/// What a hold of one cache's barn needs to keep the budget: the budget, the cache's
-/// own bound in full sheaves, and the bytes a sheaf of it holds (0 for a cache that
-/// does not spill).
+/// What a hold of one cache's barn needs to keep the budget: the budget and the
+/// cache's config (its own bound in full sheaves, `barn_max_full`, and the bytes of
+/// objects a sheaf holds, [`sheaf_bytes`]). Two words, read only where they decide:
+/// the common hold, within the bound, tests one count against the bound.
 #[derive(Clone, Copy)]
 pub(crate) struct SpillAccount<'a> {
     spill: &'a BarnSpill,
-    max_full: usize,
-    sheaf_bytes: usize,
+    cfg: &'a CacheConfig,
+}
+
+/// The bytes of objects a sheaf of the cache `cfg` holds, charged to the budget for
+/// each of its barns' full sheaves past the bound; 0 for a cache that does not spill
+/// (objects above `BARN_SMALL_OBJECT` bytes).
+pub fn sheaf_bytes(cfg: &CacheConfig) -> usize {
+    if cfg.size <= BARN_SMALL_OBJECT {
+        cfg.sheaf_capacity * cfg.size
+    } else {
+        0
+    }
 }
 
 impl<'a> SpillAccount<'a> {
-    /// The account of a cache whose barns keep `max_full` full sheaves of
-    /// `sheaf_bytes` bytes of their own (`sheaf_bytes` 0: never more).
-    pub(crate) fn new(spill: &'a BarnSpill, max_full: usize, sheaf_bytes: usize) -> Self {
-        Self {
-            spill,
-            max_full,
-            sheaf_bytes,
-        }
+    /// The account of the cache `cfg`'s barns.
+    pub(crate) fn new(spill: &'a BarnSpill, cfg: &'a CacheConfig) -> Self {
+        Self { spill, cfg }
     }
 
     /// How many full sheaves the barn may hold when one more is handed in now: the
@@ -116,10 +123,23 @@ impl<'a> SpillAccount<'a> {
     /// barn keeps ([`MAX_FULL_SHEAVES`]).
     #[inline]
     pub(crate) fn cap(&self) -> usize {
-        if self.sheaf_bytes != 0 && self.spill.has_room(self.sheaf_bytes) {
-            MAX_FULL_SHEAVES.max(self.max_full)
+        let bytes = sheaf_bytes(self.cfg);
+        let max_full = self.cfg.barn_max_full;
+        if bytes != 0 && self.spill.has_room(bytes) {
+            MAX_FULL_SHEAVES.max(max_full)
         } else {
-            self.max_full
+            max_full
+        }
+    }
+
+    /// [`SpillAccount::cap`] for a barn that held `nr_full` full sheaves a moment ago
+    /// (its hint): the cache's bound while below it, with no look at the budget.
+    #[inline]
+    pub(crate) fn cap_at(&self, nr_full: usize) -> usize {
+        if nr_full < self.cfg.barn_max_full {
+            self.cfg.barn_max_full
+        } else {
+            self.cap()
         }
     }
 
@@ -127,7 +147,7 @@ impl<'a> SpillAccount<'a> {
     /// the cache's bound that the hold added or took out.
     #[inline]
     pub(crate) fn settle(&self, lists: &mut BarnLists) {
-        if lists.nr_full() > self.max_full || lists.over() != 0 {
+        if lists.nr_full() > self.cfg.barn_max_full || lists.over() != 0 {
             self.settle_slow(lists);
         }
     }
@@ -135,31 +155,21 @@ impl<'a> SpillAccount<'a> {
     #[cold]
     #[inline(never)]
     fn settle_slow(&self, lists: &mut BarnLists) {
-        let (was, now) = lists.recount_over(self.max_full);
+        let bytes = sheaf_bytes(self.cfg);
+        let (was, now) = lists.recount_over(self.cfg.barn_max_full);
         if now > was {
-            self.spill
-                .used
-                .fetch_add((now - was) * self.sheaf_bytes, Relaxed);
+            self.spill.used.fetch_add((now - was) * bytes, Relaxed);
         } else if was > now {
-            self.spill
-                .used
-                .fetch_sub((was - now) * self.sheaf_bytes, Relaxed);
+            self.spill.used.fetch_sub((was - now) * bytes, Relaxed);
         }
     }
 }
 
 impl<P: Platform> Slub<'_, P> {
-    /// The spill account of `s`'s barns: caches of objects up to `BARN_SMALL_OBJECT`
-    /// bytes spill, others keep their own bound.
-    #[inline]
-    pub(crate) fn spill_account(&self, s: &KmemCache) -> SpillAccount<'_> {
-        let cfg = s.config();
-        let bytes = if cfg.size <= BARN_SMALL_OBJECT {
-            cfg.sheaf_capacity * cfg.size
-        } else {
-            0
-        };
-        SpillAccount::new(&self.caches.spill, cfg.barn_max_full, bytes)
+    /// The spill account of `s`'s barns.
+    #[inline(always)]
+    pub(crate) fn spill_account<'s>(&'s self, s: &'s KmemCache) -> SpillAccount<'s> {
+        SpillAccount::new(&self.caches.spill, s.config())
     }
 }
 
@@ -169,6 +179,26 @@ mod tests {
     use super::*;
     use crate::sync::AtomicPtr;
     use core::ptr::{self, NonNull};
+
+    /// The config of a cache whose barns keep `max_full` full sheaves of `bytes`
+    /// bytes of objects (0: a cache of objects too large to spill).
+    fn config(max_full: usize, bytes: usize) -> CacheConfig {
+        let mut cfg = CacheConfig::calculate(
+            "spill",
+            if bytes == 0 { 1024 } else { 40 },
+            8,
+            crate::SlabFlags::empty(),
+            None,
+            2,
+        )
+        .unwrap();
+        cfg.barn_max_full = max_full;
+        cfg.sheaf_capacity = bytes / cfg.size.max(1);
+        if bytes != 0 {
+            assert_eq!(sheaf_bytes(&cfg), bytes, "{}-byte objects", cfg.size);
+        }
+        cfg
+    }
 
     /// Sheaves of one object each, for the lists to link.
     fn sheaves<const N: usize>() -> [SlabSheaf; N] {
@@ -185,15 +215,23 @@ mod tests {
     #[test]
     fn the_cap_rises_while_the_budget_has_room_for_a_sheaf() {
         let spill = BarnSpill::new();
-        spill.set_limit(1000);
-        let a = SpillAccount::new(&spill, 4, 400);
+        spill.set_limit(1200);
+        let (cfg, no_spill) = (config(4, 480), config(4, 0));
+        let a = SpillAccount::new(&spill, &cfg);
         assert_eq!(a.cap(), MAX_FULL_SHEAVES);
-        spill.used.store(600, Relaxed);
-        assert_eq!(a.cap(), MAX_FULL_SHEAVES, "600 + 400 fits 1000");
-        spill.used.store(601, Relaxed);
+        spill.used.store(720, Relaxed);
+        assert_eq!(a.cap(), MAX_FULL_SHEAVES, "720 + 480 fits 1200");
+        spill.used.store(721, Relaxed);
         assert_eq!(a.cap(), 4, "a sheaf no longer fits");
+        assert_eq!(a.cap_at(4), 4);
         spill.used.store(0, Relaxed);
-        assert_eq!(SpillAccount::new(&spill, 4, 0).cap(), 4, "no spill");
+        assert_eq!(a.cap_at(4), MAX_FULL_SHEAVES);
+        assert_eq!(
+            a.cap_at(3),
+            4,
+            "below the bound the budget is not looked at"
+        );
+        assert_eq!(SpillAccount::new(&spill, &no_spill).cap(), 4, "no spill");
         spill.set_limit(0);
         assert_eq!(a.cap(), 4, "no budget");
     }
@@ -203,7 +241,8 @@ mod tests {
     #[test]
     fn settling_charges_and_gives_back_the_sheaves_past_the_bound() {
         let spill = BarnSpill::new();
-        let a = SpillAccount::new(&spill, 2, 100);
+        let cfg = config(2, 120);
+        let a = SpillAccount::new(&spill, &cfg);
         let sh = sheaves::<6>();
         let p = |i: usize| NonNull::from(&sh[i]);
         let mut l = BarnLists::new();
@@ -216,20 +255,20 @@ mod tests {
             l.put_full(p(i), a.cap(), 1).unwrap();
         }
         a.settle(&mut l);
-        assert_eq!((spill.used(), l.over()), (300, 3), "three past it");
+        assert_eq!((spill.used(), l.over()), (3 * 120, 3), "three past it");
         l.get_full(1).unwrap();
         a.settle(&mut l);
-        assert_eq!((spill.used(), l.over()), (200, 2));
+        assert_eq!((spill.used(), l.over()), (2 * 120, 2));
         let _ = l.take_all();
         a.settle(&mut l);
         assert_eq!((spill.used(), l.over()), (0, 0), "all given back");
-        // Past the budget, the cap is the bound again: the sixth is refused.
-        spill.set_limit(250);
+        // Past the budget, the cap is the bound again: the fifth is refused.
+        spill.set_limit(300);
         for i in 0..4 {
             l.put_full(p(i), a.cap(), 1).unwrap();
             a.settle(&mut l);
         }
-        assert_eq!(spill.used(), 200);
-        assert!(l.put_full(p(4), a.cap(), 1).is_err(), "200 + 100 > 250");
+        assert_eq!(spill.used(), 2 * 120);
+        assert!(l.put_full(p(4), a.cap(), 1).is_err(), "240 + 120 > 300");
     }
 }

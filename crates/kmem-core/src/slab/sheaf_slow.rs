@@ -268,7 +268,7 @@ impl<P: Platform> Slub<'_, P> {
         // `alloc_from_barn`).
         let barn = self.barn(c, s);
         let acct = self.spill_account(s);
-        let max_full = acct.cap();
+        let max_full = acct.cap_at(barn.nr_full_hint());
         if barn.nr_full_hint() >= max_full || barn.nr_empty_hint() == 0 {
             return None;
         }
