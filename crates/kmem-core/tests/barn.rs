@@ -256,3 +256,20 @@ fn a_barn_keeps_sheaves_past_its_bound_while_the_spill_budget_lasts() {
     unsafe { k.pages.cpu_area_put(a) };
     assert!(k.pages.platform().take_log().is_empty());
 }
+
+/// A bounded heap spills an eighth of its bound at most; an unbounded one the whole
+/// budget.
+#[test]
+fn a_bounded_heap_spills_an_eighth_of_its_bound() {
+    use kmem_core::slab::barn_spill::BARN_SPILL_BYTES;
+    let page = kmem_core::PAGE_SIZE;
+    assert_eq!(kmem(2, config(1, 0)).barn_spill().limit(), BARN_SPILL_BYTES);
+    let k = kmem(2, config(1, (64 << 20) / page));
+    assert_eq!(k.barn_spill().limit(), 8 << 20);
+    let k = kmem(2, config(1, (4 << 30) / page));
+    assert_eq!(
+        k.barn_spill().limit(),
+        BARN_SPILL_BYTES,
+        "at most the budget"
+    );
+}

@@ -30,4 +30,11 @@ fn kmem_max_bounds_the_heap() {
         .expect("memory is back after frees");
     // SAFETY: allocated above.
     unsafe { h.free_pages(big, 9) };
+    // The barns keep an eighth of the bound past their own bounds, at most.
+    let spill = h.kmem().barn_spill();
+    assert_eq!(spill.limit(), 2 << 20);
+    h.set_max_bytes(64 << 20);
+    assert_eq!(spill.limit(), 8 << 20);
+    h.set_max_bytes(0);
+    assert_eq!(spill.limit(), kmem_core::slab::barn_spill::BARN_SPILL_BYTES);
 }

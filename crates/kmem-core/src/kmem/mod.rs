@@ -23,6 +23,7 @@ use crate::page::Page;
 use crate::page::{Config, CpuDeadHook, InitError, PageAllocator, Shrinker};
 use crate::percpu::{CpuRef, DRAIN_CACHES};
 use crate::platform::Platform;
+use crate::slab::barn_spill::BarnSpill;
 use crate::slab::{
     sheaf_capacity, Accounting, CacheConfig, CacheList, CacheNodes, CacheWithNodes, FastPath,
     KmemCache, NodeTable, PerCpuAccess, SlabFlags, Slub, SlubDesign, NEW_CACHE_NODES,
@@ -173,6 +174,9 @@ impl<P: Platform> Kmem<P> {
         crate::sync::set_relax_hook(P::relax);
         // SAFETY: forwarded from the caller.
         unsafe { self.pages.init(base, len, config) }?;
+        self.caches.spill.set_limit(BarnSpill::limit_for_bound(
+            config.max_pages.saturating_mul(crate::page::PAGE_SIZE),
+        ));
         self.nr_cpus.store(nr_cpus.max(1), Relaxed);
         let boot = |s: &KmemCache,
                     nodes: NodeTable,

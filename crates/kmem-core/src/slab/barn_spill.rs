@@ -18,7 +18,9 @@
 //! (`BarnLists::take_idle`), so a spilled sheaf stays at most two decay intervals
 //! (`KMEM_DECAY_MS`, counted by the slow paths' housekeeping) once its cache stops
 //! using it, and the slabs' and pages' decays then give its memory back as they do any
-//! other; shrinking and memory pressure flush it at once (`Slub::shrink_barns`). Only caches of objects up to
+//! other; shrinking and memory pressure flush it at once (`Slub::shrink_barns`). A
+//! heap bounded by `KMEM_MAX` (or `Heap::set_max_bytes`) spills an eighth of its bound
+//! at most ([`BarnSpill::limit_for_bound`]). Only caches of objects up to
 //! `BARN_SMALL_OBJECT` bytes spill: for larger objects a few sheaves are already much
 //! memory, and the barns of the medium classes are bounded tighter for that reason
 //! (`sheaf_size::BARN_MAX_LARGE_OBJECT_BYTES`).
@@ -76,6 +78,17 @@ impl BarnSpill {
     /// already stay until taken out or decayed.
     pub fn set_limit(&self, bytes: usize) {
         self.limit.store(bytes, Relaxed);
+    }
+
+    /// The budget for a heap bounded at `max_bytes` (0: no bound): an eighth of the
+    /// bound, at most [`BARN_SPILL_BYTES`], so that free objects kept for reuse never
+    /// take much of a bounded heap (its shrinker flushes them anyway before an
+    /// allocation fails).
+    pub fn limit_for_bound(max_bytes: usize) -> usize {
+        match max_bytes {
+            0 => BARN_SPILL_BYTES,
+            b => (b / 8).min(BARN_SPILL_BYTES),
+        }
     }
 
     /// Whether a sheaf of `bytes` fits in the budget now.

@@ -130,5 +130,10 @@ impl Heap {
     pub fn set_max_bytes(&self, bytes: usize) {
         self.kmem.pages.set_max_pages(bytes >> PAGE_SHIFT);
         self.huge.set_bounded(bytes != 0);
+        // The barns keep less past their own bounds in a bounded heap.
+        let spill = self.kmem.barn_spill();
+        spill.set_limit(kmem_core::slab::barn_spill::BarnSpill::limit_for_bound(
+            bytes,
+        ));
     }
 }
