@@ -24,6 +24,13 @@
 //!    lock ends and read without it): CPUs that skip a trade on a stale hint lose
 //!    nothing.
 //!
+//! 3. The barns' spill (`slab/barn_spill.rs`): CPUs that read the budget without a
+//!    lock, each before handing a sheaf to its own barn past the barn's bound, and a
+//!    CPU taking a sheaf out of one; the budget is charged and given back by each hold
+//!    of a barn's lock as it ends. Checked: every sheaf kept or flushed, once; the
+//!    budget overrun by at most a sheaf for each CPU that read it at once; and, once
+//!    every hold ended, the budget is what the barns keep past their bounds.
+//!
 //! Each model checks that every object ends up exactly once: held by a context, in a
 //! sheaf's counted slots, or back in the slabs.
 
@@ -610,5 +617,89 @@ fn trades_skipped_on_the_barn_s_hint_lose_nothing() {
         assert_eq!(places, [1, 1, 1], "every sheaf in exactly one place");
         objects.sort();
         assert_eq!(objects, [3, 4, 5], "every object in exactly one place");
+    });
+}
+
+/// See the module doc, 3. Two barns at their bound of one full sheaf; a budget of one
+/// sheaf. CPUs A and B each hand a sheaf to their barn (A's barn 0, B's barn 1), reading
+/// the budget first; CPU C takes a full sheaf out of barn 0.
+#[test]
+fn the_spill_budget_is_what_the_barns_keep_past_their_bounds() {
+    use kmem_core::slab::barn_spill::{sheaf_bytes, BarnSpill, SpillAccount};
+    use kmem_core::slab::{CacheConfig, SlabFlags};
+    let mut cfg = CacheConfig::calculate("spill", 64, 8, SlabFlags::empty(), None, 2).unwrap();
+    cfg.barn_max_full = 1;
+    cfg.sheaf_capacity = CAP;
+    let bytes = sheaf_bytes(&cfg);
+    assert!(bytes > 0);
+    let cfg: &'static CacheConfig = Box::leak(Box::new(cfg));
+    loom::model(move || {
+        // 0 and 1: in barns 0 and 1 (at their bound); 2: A's; 3: B's.
+        let (sheaves, which) = model_sheaves([vec![1], vec![2], vec![3], vec![4]]);
+        let spill: &'static BarnSpill = Box::leak(Box::new(BarnSpill::new()));
+        spill.set_limit(bytes);
+        let acct = SpillAccount::new(spill, cfg);
+        let barns = Arc::new([Mutex::new(BarnLists::new()), Mutex::new(BarnLists::new())]);
+        for i in 0..2 {
+            let mut l = barns[i].lock().unwrap();
+            l.put_full(sheaves[i].ptr(), acct.cap(), 1).unwrap();
+            acct.settle(&mut l);
+        }
+        assert_eq!(spill.used(), 0, "within the bounds");
+        let hand_in = |i: usize| {
+            let (b, s) = (barns.clone(), sheaves.clone());
+            thread::spawn(move || {
+                let cap = acct.cap();
+                let mut l = b[i].lock().unwrap();
+                let kept = l.put_full(s[2 + i].ptr(), cap, i as u32).is_ok();
+                acct.settle(&mut l);
+                kept
+            })
+        };
+        let (a, bt) = (hand_in(0), hand_in(1));
+        let b = barns.clone();
+        let ct = thread::spawn(move || {
+            let mut l = b[0].lock().unwrap();
+            let got = l.get_full(2);
+            acct.settle(&mut l);
+            got
+        });
+        let kept = [a.join().unwrap(), bt.join().unwrap()];
+        let taken = ct.join().unwrap();
+        // A sheaf for each CPU that read the budget at once, at most, past it.
+        assert!(spill.used() <= 2 * bytes, "{} bytes charged", spill.used());
+        let over: usize = barns
+            .iter()
+            .map(|b| b.lock().unwrap().nr_full().saturating_sub(1))
+            .sum();
+        assert_eq!(spill.used(), over * bytes, "the budget is the barns' spill");
+        if spill.used() > 0 {
+            assert_eq!(
+                acct.cap(),
+                1,
+                "a spent budget: the bound for the next sheaf"
+            );
+        }
+        // Every sheaf in one place: a barn, C's hands, or flushed (not kept).
+        let mut places = vec![0usize; 4];
+        if let Some(p) = taken {
+            places[which(p)] += 1;
+        }
+        for (i, k) in kept.iter().enumerate() {
+            if !k {
+                places[2 + i] += 1;
+            }
+        }
+        for b in barns.iter() {
+            for (p, _) in drain_barn(b) {
+                places[which(p)] += 1;
+            }
+        }
+        assert_eq!(places, [1, 1, 1, 1], "every sheaf in exactly one place");
+        // The lists are empty now: a counted hold gives everything back.
+        for b in barns.iter() {
+            acct.settle(&mut b.lock().unwrap());
+        }
+        assert_eq!(spill.used(), 0);
     });
 }

@@ -109,7 +109,7 @@ impl Default for BarnSpill {
 /// objects a sheaf holds, [`sheaf_bytes`]). Two words, read only where they decide:
 /// the common hold, within the bound, tests one count against the bound.
 #[derive(Clone, Copy)]
-pub(crate) struct SpillAccount<'a> {
+pub struct SpillAccount<'a> {
     spill: &'a BarnSpill,
     cfg: &'a CacheConfig,
 }
@@ -127,7 +127,7 @@ pub fn sheaf_bytes(cfg: &CacheConfig) -> usize {
 
 impl<'a> SpillAccount<'a> {
     /// The account of the cache `cfg`'s barns.
-    pub(crate) fn new(spill: &'a BarnSpill, cfg: &'a CacheConfig) -> Self {
+    pub fn new(spill: &'a BarnSpill, cfg: &'a CacheConfig) -> Self {
         Self { spill, cfg }
     }
 
@@ -135,7 +135,7 @@ impl<'a> SpillAccount<'a> {
     /// cache's own bound, or, while the budget has room for a sheaf, the most any
     /// barn keeps ([`MAX_FULL_SHEAVES`]).
     #[inline]
-    pub(crate) fn cap(&self) -> usize {
+    pub fn cap(&self) -> usize {
         let bytes = sheaf_bytes(self.cfg);
         let max_full = self.cfg.barn_max_full;
         if bytes != 0 && self.spill.has_room(bytes) {
@@ -148,7 +148,7 @@ impl<'a> SpillAccount<'a> {
     /// [`SpillAccount::cap`] for a barn that held `nr_full` full sheaves a moment ago
     /// (its hint): the cache's bound while below it, with no look at the budget.
     #[inline]
-    pub(crate) fn cap_at(&self, nr_full: usize) -> usize {
+    pub fn cap_at(&self, nr_full: usize) -> usize {
         if nr_full < self.cfg.barn_max_full {
             self.cfg.barn_max_full
         } else {
@@ -159,7 +159,7 @@ impl<'a> SpillAccount<'a> {
     /// At the end of a counted hold: charges or gives back the full sheaves beyond
     /// the cache's bound that the hold added or took out.
     #[inline]
-    pub(crate) fn settle(&self, lists: &mut BarnLists) {
+    pub fn settle(&self, lists: &mut BarnLists) {
         if lists.nr_full() > self.cfg.barn_max_full || lists.over() != 0 {
             self.settle_slow(lists);
         }
