@@ -209,6 +209,12 @@ pub fn screen(s: &Snapshot, limit: usize) -> String {
         human(s.huge_bytes),
         human(s.huge_cached_bytes)
     );
+    let _ = writeln!(
+        w,
+        " Barns past their bounds: {} of {} (free small objects kept in whole sheaves for reuse)",
+        human(s.spill_bytes),
+        human(s.spill_limit)
+    );
     if s.bound_pages > 0 {
         let _ = writeln!(
             w,

@@ -115,6 +115,11 @@ pub struct Snapshot {
     pub huge_bytes: u64,
     /// Freed huge mappings kept for reuse (bytes).
     pub huge_cached_bytes: u64,
+    /// Bytes of objects the barns keep in full sheaves past their caches' own bounds
+    /// (the spill: kmem-core's `slab::barn_spill`), and the budget for them.
+    pub spill_bytes: u64,
+    /// The spill's budget (bytes).
+    pub spill_limit: u64,
     /// The heap bound (`KMEM_MAX`, `Heap::set_max_bytes`), in pages; 0 for none.
     pub bound_pages: u64,
     /// Pages the bound counts as taken: online in the page allocator and not lent,
@@ -147,7 +152,8 @@ pub struct Snapshot {
 impl Snapshot {
     /// Parses a body. Records: `kmem-live V`, `pid N`, `comm NAME`, `mode M`, `slub D`,
     /// `interval_ms N`, `counters allocated active resident mapped metadata
-    /// retained`, `rss B`, `huge live bytes cached`, `bound max counted outside lent`
+    /// retained`, `rss B`, `huge live bytes cached`, `spill bytes limit`, `bound max
+    /// counted outside lent`
     /// (pages; with a bound only), `zone NODE NAME free managed pcp
     /// reported`, `buddy NODE n0 n1 …`, `vm NAME V`, `cache NAME active num objsize
     /// objperslab pagesperslab slabs`, `site alloc|free CACHE ADDR count size_sum
@@ -194,6 +200,10 @@ impl Snapshot {
                     s.huge_live = num(1)?;
                     s.huge_bytes = num(2)?;
                     s.huge_cached_bytes = num(3)?;
+                }
+                "spill" => {
+                    s.spill_bytes = num(1)?;
+                    s.spill_limit = num(2)?;
                 }
                 "bound" => {
                     s.bound_pages = num(1)?;

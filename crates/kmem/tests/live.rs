@@ -19,9 +19,16 @@ const CHILD: &str = "KMEM_TEST_LIVE_CHILD";
 /// Objects the child holds, and their size (kmalloc-224).
 const HELD: usize = 20_000;
 const CACHE: &str = "kmalloc-224";
+/// 64-byte objects the child frees at once: 6.4 MB, past the barn's 4 MiB.
+const TABLE: usize = 100_000;
 
 fn child() {
     let held: Vec<Box<[u8; 200]>> = (0..HELD).map(|_| Box::new([1u8; 200])).collect();
+    // A table of 64-byte objects past the barn's 4 MiB, dropped: the barn keeps the
+    // rest of it in the spill (the parent's decay interval is long: it stays).
+    let table: Vec<Box<[u8; 64]>> = (0..TABLE).map(|_| Box::new([3u8; 64])).collect();
+    drop(std::hint::black_box(table));
+    let spill = kmem::heap().kmem().barn_spill();
     let s = kmem::stats();
     let row = s
         .caches
@@ -29,14 +36,16 @@ fn child() {
         .find(|c| c.name == CACHE)
         .expect("the cache");
     println!(
-        "report {} {} {} {}",
+        "report {} {} {} {} {} {}",
         row.active_objs,
         row.num_objs,
         row.num_slabs,
         s.caches
             .iter()
             .find(|c| c.name == "kmalloc-48")
-            .map_or(0, |c| c.objperslab)
+            .map_or(0, |c| c.objperslab),
+        spill.used(),
+        spill.limit()
     );
     std::io::stdout().flush().unwrap();
     std::hint::black_box(&held);
@@ -84,6 +93,7 @@ fn spawn(exit: bool) -> (std::process::Child, Vec<u64>, impl BufRead) {
     cmd.args(["--exact", "live_view_from_another_process", "--nocapture"])
         .env(CHILD, "1")
         .env("KMEM_LIVE", "20")
+        .env("KMEM_DECAY_MS", "600000")
         .stdout(Stdio::piped());
     if exit {
         cmd.env("KMEM_TEST_LIVE_EXIT", "1");
@@ -131,6 +141,9 @@ fn live_view_from_another_process() {
         "{row:?} vs {own:?}"
     );
     assert!(s.counters.allocated >= HELD * 200, "{:?}", s.counters);
+    // The barns' spill, as the child saw it (no decay runs in the test's time).
+    assert!(own[4] > 0, "the dropped table spilled: {own:?}");
+    assert_eq!((s.spill_bytes, s.spill_limit), (own[4], own[5]));
     assert!(s.rss_bytes >= (HELD * 200) as u64);
     assert!(live::processes().iter().any(|p| p.pid == pid));
     // Killed: its segment stays, stale; the listing recognises and removes it.

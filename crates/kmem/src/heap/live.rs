@@ -405,6 +405,8 @@ fn write_body(w: &mut Cursor<'_>) -> fmt::Result {
     writeln!(w, "rss {}", crate::platform::linux::rss_bytes())?;
     let (live, bytes) = heap.huge_totals();
     writeln!(w, "huge {live} {bytes} {}", heap.huge_cached_bytes())?;
+    let spill = heap.kmem.barn_spill();
+    writeln!(w, "spill {} {}", spill.used(), spill.limit())?;
     let max = pa.max_pages();
     if max != 0 {
         let (counted, outside, lent) = pa.bound_usage();
