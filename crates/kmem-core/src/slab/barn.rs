@@ -479,8 +479,9 @@ impl Barn {
         spill: SpillAccount<'a>,
         owner: u32,
     ) -> Result<Option<NonNull<SlabSheaf>>, NonNull<SlabSheaf>> {
-        let max_full = spill.cap_at(self.nr_full_hint());
-        if self.nr_full_hint() >= max_full {
+        let hint = self.nr_full_hint();
+        let max_full = spill.cap_at(hint);
+        if hint >= max_full {
             return Err(full);
         }
         let mut l = self.lock_counted(spill);

@@ -268,8 +268,9 @@ impl<P: Platform> Slub<'_, P> {
         // `alloc_from_barn`).
         let barn = self.barn(c, s);
         let acct = self.spill_account(s);
-        let max_full = acct.cap_at(barn.nr_full_hint());
-        if barn.nr_full_hint() >= max_full || barn.nr_empty_hint() == 0 {
+        let hint = barn.nr_full_hint();
+        let max_full = acct.cap_at(hint);
+        if hint >= max_full || barn.nr_empty_hint() == 0 {
             return None;
         }
         let empty =
