@@ -37,7 +37,7 @@ use crate::percpu::{CpuArea, CpuRef};
 use crate::platform::Platform;
 use crate::slab::{
     accounting, has_obj_exts, Accounting, CacheConfig, FastPath, KmemCache, KmemCacheNode,
-    NodeTable, ObjectLookup, SlabFlags, Slub,
+    NodeTable, ObjectLookup, SlabFlags, Slub, SlubStats, NEW_SLUB_STATS,
 };
 use crate::sync::AtomicU32;
 use crate::sync::Ordering::Relaxed;
@@ -214,6 +214,10 @@ pub struct KmallocCaches {
     /// share three pages and the other nodes' are never touched on one node
     /// ([`NodeTable`]).
     nodes: [[KmemCacheNode; NR_KMALLOC_ALL]; MAX_NUMNODES],
+    /// The caches' counters of contexts without a CPU area, by [`kmalloc_index_of`]:
+    /// apart from the caches too, so that the boot's writes to the configs stay on
+    /// as few pages as they can ([`NodeTable`]).
+    stats: [SlubStats; NR_KMALLOC_ALL],
     /// For sizes up to [`SMALL_FAST_MAX`], by size (one entry a byte: 4 KiB, so that
     /// the index is the size itself, with no rounding): the `cpu_offset` of the plain
     /// class's per-CPU sheaves when that cache runs the inline sheaf path, else
@@ -307,6 +311,17 @@ fn sheaf_offset(cfg: &crate::slab::CacheConfig, path: FastPath) -> Option<u32> {
     u32::try_from(cfg.cpu_offset).ok().filter(|_| on)
 }
 
+/// Sets a size-table entry, writing only a value that changes: the tables start as
+/// [`ZERO_LINE`], which is what the tables of the mode not in use keep (the rseq
+/// tables in thread mode, the others in per-CPU rseq mode), and in a `static`
+/// allocator (libkmem.so's heap) every page written is a fault in every process that
+/// starts: two pages of the four.
+fn set_entry(entry: &AtomicU32, value: u32) {
+    if entry.load(Relaxed) != value {
+        entry.store(value, Relaxed);
+    }
+}
+
 impl KmallocCaches {
     /// Caches not set up yet ([`KmallocCaches::boot`] does).
     pub(crate) const fn new() -> Self {
@@ -314,6 +329,7 @@ impl KmallocCaches {
             plain: [const { KmemCache::new() }; NR_KMALLOC_PLAIN],
             kernel: [const { [const { KmemCache::new() }; NR_KMALLOC] }; NR_KMALLOC_TYPES - 1],
             nodes: [const { [const { KmemCacheNode::new() }; NR_KMALLOC_ALL] }; MAX_NUMNODES],
+            stats: [NEW_SLUB_STATS; NR_KMALLOC_ALL],
             small_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
             malloc_fast: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
             small_rseq: [const { AtomicU32::new(ZERO_LINE) }; SMALL_FAST_MAX + 1],
@@ -352,7 +368,8 @@ impl KmallocCaches {
                 let _ = write!(name, "{prefix}");
                 write_size(&mut name, size);
                 let align = (1usize << size.trailing_zeros()).min(PAGE_SIZE);
-                let nodes = NodeTable::column(&self.nodes, kmalloc_index_of(t, i));
+                let k = kmalloc_index_of(t, i);
+                let nodes = NodeTable::column(&self.nodes, k, &self.stats[k]);
                 create(s, nodes, name.as_str(), size, align, flags)?;
                 if t == 1 && s.config().fast != FastPath::CpuSlab {
                     // The accounted caches: their objcg sheaf class, which a charged
@@ -376,17 +393,17 @@ impl KmallocCaches {
             let (kr, cr) = (rseq(k).unwrap_or(ZERO_LINE), rseq(c).unwrap_or(ZERO_LINE));
             let first = if g == 0 { 0 } else { g * 8 + 1 };
             for size in first..=g * 8 + 8 {
-                self.small_fast[size].store(kf, Relaxed);
-                self.malloc_fast[size].store(cf, Relaxed);
-                self.small_rseq[size].store(kr, Relaxed);
-                self.malloc_rseq[size].store(cr, Relaxed);
+                set_entry(&self.small_fast[size], kf);
+                set_entry(&self.malloc_fast[size], cf);
+                set_entry(&self.small_rseq[size], kr);
+                set_entry(&self.malloc_rseq[size], cr);
             }
         }
         for (j, fast) in self.medium_fast.iter().enumerate() {
             let size = j * MEDIUM_FAST_STEP;
             if let Some(i) = kmalloc_plain_index(size).filter(|_| size > SMALL_FAST_MAX) {
                 let off = sheaf_offset(self.plain[i].config(), FastPath::Sheaf);
-                fast.store(off.unwrap_or(ZERO_LINE), Relaxed);
+                set_entry(fast, off.unwrap_or(ZERO_LINE));
             }
         }
         Ok(())

@@ -198,10 +198,15 @@ fn fork_from_a_multithreaded_parent() {
 }
 
 /// Faults per fork of the parent and of a child that exits at once, from
-/// `fork_faults.c`'s line.
-fn fork_faults(preload: bool) -> (u64, u64) {
+/// `fork_faults.c`'s line (`threaded`: with a second thread alive during the forks).
+fn fork_faults(preload: bool, threaded: bool) -> (u64, u64) {
     let prog = compile("fork_faults.c");
-    let out = run_with(&prog, &["50"], preload, &[("KMEM_THP", "off")]);
+    let args: &[&str] = if threaded {
+        &["50", "threaded"]
+    } else {
+        &["50"]
+    };
+    let out = run_with(&prog, args, preload, &[("KMEM_THP", "off")]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let line = text(&out.stdout);
     let mut n = line
@@ -215,22 +220,40 @@ fn fork_faults(preload: bool) -> (u64, u64) {
 /// generation. Unlocked one by one, each cache's node locks (a page each) cost the
 /// child about 55 copy-on-write faults more than glibc's child: that is what this
 /// would catch (page faults are counted by the kernel: no timing). The parent's
-/// faults are bounded too.
+/// faults are bounded too: in a threaded process they are the prepare handler's
+/// writes to the locks, which the last fork left write-protected.
 #[test]
 fn a_forked_child_copies_no_page_for_the_allocators_locks() {
-    let (glibc_parent, glibc_child) = fork_faults(false);
-    let (parent, child) = fork_faults(true);
+    let (glibc_parent, glibc_child) = fork_faults(false, true);
+    let (parent, child) = fork_faults(true, true);
     assert!(
         child <= glibc_child + 15,
         "a child faults {child} times (glibc's: {glibc_child}); parent {parent}"
     );
-    // The parent's faults are the prepare handler's writes to the locks, which the
-    // last fork left write-protected: kmalloc's caches keep their node states (and
-    // locks) in a node-major table, three pages for node 0, not a page a cache (55;
-    // 18 with node 0's state inside each cache; 10 now).
+    // kmalloc's caches keep their node states (and locks) in a node-major table,
+    // four pages for node 0, not a page a cache (55; 18 with node 0's state inside
+    // each cache; 10 now).
     assert!(
         parent <= glibc_parent + 20,
         "the parent faults {parent} times a fork (glibc's: {glibc_parent})"
+    );
+}
+
+/// A single-threaded process's fork takes none of the allocator's locks (no other
+/// thread can be inside it), as glibc's own malloc does: its parent writes no page of
+/// the heap, so a shell forking once a command pays no copy-on-write fault for kmem.
+/// Taking the locks costs about ten faults a fork here (the test above).
+#[test]
+fn a_single_threaded_fork_takes_no_allocator_lock() {
+    let (glibc_parent, glibc_child) = fork_faults(false, false);
+    let (parent, child) = fork_faults(true, false);
+    assert!(
+        parent <= glibc_parent + 2,
+        "the parent faults {parent} times a fork (glibc's: {glibc_parent})"
+    );
+    assert!(
+        child <= glibc_child + 15,
+        "a child faults {child} times (glibc's: {glibc_child})"
     );
 }
 

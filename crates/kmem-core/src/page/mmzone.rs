@@ -139,9 +139,9 @@ pub struct Zone {
 }
 
 impl Zone {
-    pub(super) const fn new() -> Self {
+    pub(super) const fn new(nid: u32) -> Self {
         Self {
-            nid: AtomicU32::new(0),
+            nid: AtomicU32::new(nid),
             lock: SpinLock::new(FreeArea {
                 lists: [const { PageList::new() }; NR_ORDERS],
                 deferred: (0, 0),
@@ -157,6 +157,25 @@ impl Zone {
             last_report_ns: AtomicU64::new(0),
         }
     }
+    /// Every node's zone, each with its node id from the start (a `const` for the page
+    /// allocator's initialiser), so that the initialisation writes no zone's page: on
+    /// one node, the other fifteen (two pages) are never touched.
+    pub(super) const fn all() -> [Self; MAX_NUMNODES] {
+        let mut zones = [const { core::mem::MaybeUninit::<Self>::uninit() }; MAX_NUMNODES];
+        let mut nid = 0;
+        while nid < MAX_NUMNODES {
+            zones[nid] = core::mem::MaybeUninit::new(Self::new(nid as u32));
+            nid += 1;
+        }
+        // SAFETY: every element was written above; `MaybeUninit<Zone>` has `Zone`'s
+        // layout, and so the arrays have the same layout too.
+        unsafe {
+            core::mem::transmute::<[core::mem::MaybeUninit<Self>; MAX_NUMNODES], [Self; MAX_NUMNODES]>(
+                zones,
+            )
+        }
+    }
+
     /// The node this zone belongs to.
     #[inline]
     pub fn nid(&self) -> usize {
@@ -232,8 +251,18 @@ mod tests {
     }
 
     #[test]
+    fn every_zone_knows_its_node_from_the_start() {
+        let zones = Zone::all();
+        for (nid, z) in zones.iter().enumerate() {
+            assert_eq!(z.nid(), nid);
+            assert_eq!(z.managed.load(Ordering::Relaxed), 0);
+            assert_eq!(z.pcp_batch.load(Ordering::Relaxed), 1);
+        }
+    }
+
+    #[test]
     fn watermarks_grow_with_the_zone() {
-        let z = Zone::new();
+        let z = Zone::new(0);
         z.managed.store(SECTION_MANAGED_PAGES, Ordering::Relaxed);
         z.setup_watermarks();
         let (min, low, high) = (

@@ -237,7 +237,7 @@ impl<P: Platform> PageAllocator<P> {
             report_deferred: AtomicUsize::new(0),
             sections: [const { MemSection::new() }; MAX_SECTIONS],
             hotplug: SpinLock::new(Hotplug::new()),
-            zones: [const { Zone::new() }; MAX_NUMNODES],
+            zones: Zone::all(),
             areas: CpuAreaPool::new(),
             percpu: PerCpuOffsets::new(pcp::PERCPU_DYNAMIC_START),
             hooks: Hooks::new(),
@@ -306,9 +306,6 @@ impl<P: Platform> PageAllocator<P> {
             .store(config.report_delay_ns, Ordering::Relaxed);
         self.report_order
             .store(config.report_order, Ordering::Relaxed);
-        for (nid, zone) in self.zones.iter().enumerate() {
-            zone.nid.store(nid as u32, Ordering::Relaxed);
-        }
         self.initialized.store(true, Ordering::Release);
         Ok(())
     }

@@ -7,7 +7,7 @@ use super::*;
 use crate::page::PageList;
 use crate::page::MAX_NUMNODES;
 use crate::percpu::CpuRef;
-use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock};
+use crate::sync::{AtomicPtr, AtomicUsize, Ordering::Relaxed, SpinLock};
 use core::cell::UnsafeCell;
 use core::ptr::{self, NonNull};
 
@@ -41,45 +41,65 @@ impl KmemCacheNode {
     }
 }
 
-/// Where a cache's `kmem_cache_node`s are, given to [`KmemCache::set_config`] by
-/// whoever makes the cache: node `nid`'s at `nid * stride` bytes from node 0's. Kept
+/// Where a cache's side state is, given to [`KmemCache::set_config`] by whoever makes
+/// the cache: its `kmem_cache_node`s (node `nid`'s at `nid * stride` bytes from node
+/// 0's) and the counters of the contexts without a CPU area ([`SlubStats`]). Kept
 /// apart from the cache, as the kernel allocates each node's structure on its own: a
 /// cache with the 16 nodes inline was 2.9 KB, so each of kmalloc's 69 caches took a
 /// page or two that every process faulted in as it started, and that the fork handler
-/// wrote on every fork (its locks). kmalloc keeps its caches' nodes in one node-major
-/// table (node 0's row: 3 pages), `kmem_cache_create` in the object with the cache
-/// ([`CacheWithNodes`]).
+/// wrote on every fork (its locks). The counters moved out for the same reason: inline
+/// they were 304 of a cache's 640 bytes, never written unless statistics are counted,
+/// yet the boot, which writes every kmalloc cache's config, touched their pages too
+/// (12 pages for the 69 caches; 7 without them). kmalloc keeps its caches' nodes in
+/// one node-major table (node 0's row: 4 pages) and their counters in a table of their
+/// own, `kmem_cache_create` both in the object with the cache ([`CacheWithNodes`]).
 #[derive(Clone, Copy, Debug)]
 pub struct NodeTable {
     base: *const KmemCacheNode,
     stride: usize,
+    stats: *const SlubStats,
 }
 
-/// One `kmem_cache_node` per node, for a cache that keeps its own.
-pub type CacheNodes = [KmemCacheNode; MAX_NUMNODES];
+/// A cache's own side state, for a cache that keeps its own: one `kmem_cache_node`
+/// per node, then the counters of contexts without a CPU area.
+#[repr(C)]
+pub struct CacheNodes {
+    nodes: [KmemCacheNode; MAX_NUMNODES],
+    stats: SlubStats,
+}
 
 /// [`CacheNodes`] as a fresh cache has them (a `const` for initialisers).
 #[allow(clippy::declare_interior_mutable_const)]
-pub const NEW_CACHE_NODES: CacheNodes = [const { KmemCacheNode::new() }; MAX_NUMNODES];
+pub const NEW_CACHE_NODES: CacheNodes = CacheNodes {
+    nodes: [const { KmemCacheNode::new() }; MAX_NUMNODES],
+    stats: NEW_SLUB_STATS,
+};
 
 impl NodeTable {
-    /// A cache's own array of nodes.
-    pub fn of(nodes: *const CacheNodes) -> Self {
+    /// A cache's own nodes and counters.
+    pub fn of(side: *const CacheNodes) -> Self {
         Self {
-            base: nodes.cast(),
+            base: side.cast(),
             stride: core::mem::size_of::<KmemCacheNode>(),
+            // In bounds of the same object; no reference is made.
+            stats: side
+                .wrapping_byte_add(core::mem::offset_of!(CacheNodes, stats))
+                .cast(),
         }
     }
 
-    /// Column `i` of a node-major table (`table[nid][i]` is cache `i`'s node `nid`).
+    /// Column `i` of a node-major table (`table[nid][i]` is cache `i`'s node `nid`),
+    /// with the counters `stats`.
     pub fn column<const N: usize>(
         table: *const [[KmemCacheNode; N]; MAX_NUMNODES],
         i: usize,
+        stats: *const SlubStats,
     ) -> Self {
         debug_assert!(i < N);
         Self {
             base: table.cast::<KmemCacheNode>().wrapping_add(i),
             stride: core::mem::size_of::<[KmemCacheNode; N]>(),
+            stats,
         }
     }
 }
@@ -103,9 +123,10 @@ pub struct CacheWithNodes {
 ///
 /// Invariant: `config` and `nodes` are written only while the cache is being created,
 /// before `active` is set and before anybody else can see the cache; afterwards they
-/// are read-only. `nodes` then says where the cache's `MAX_NUMNODES` node states are
-/// ([`NodeTable`]); they live as long as the cache and belong to it alone. Before,
-/// every node is [`UNSET_NODE`].
+/// are read-only. `nodes` then says where the cache's `MAX_NUMNODES` node states and
+/// its counters of contexts without a CPU area are ([`NodeTable`]); they live as long
+/// as the cache and belong to it alone. Before, both are null: every node reads as
+/// [`UNSET_NODE`] and nothing is counted.
 ///
 /// `repr(C)` and 64-byte aligned, the config first: the fields the fast paths read
 /// share one cache line (see [`CacheConfig`]).
@@ -115,10 +136,9 @@ pub struct KmemCache {
     active: AtomicUsize,
     /// Next cache on the allocator's list of caches.
     pub(crate) next: AtomicPtr<KmemCache>,
-    /// Where the node states are (see the invariant).
+    /// Where the node states and the counters of contexts without a CPU area are (see
+    /// the invariant).
     nodes: UnsafeCell<NodeTable>,
-    /// Statistics of contexts without a CPU area.
-    stat: [AtomicU64; NR_SLUB_STAT],
 }
 
 // SAFETY: `config` and `nodes` are immutable once the cache is shared (type
@@ -134,12 +154,17 @@ impl KmemCache {
             config: UnsafeCell::new(CacheConfig::EMPTY),
             active: AtomicUsize::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
-            // Until `set_config`: every node is UNSET_NODE (stride 0).
+            // Until `set_config`: no table (null), read as UNSET_NODE for every node,
+            // and no counters.
+            // Null rather than UNSET_NODE's address, so that a `static` holding
+            // caches needs no load-time relocation: the kmalloc caches never set up
+            // (the charged and DMA variants, most of HEAP) would otherwise be
+            // written by the dynamic loader in every process, malloc or not.
             nodes: UnsafeCell::new(NodeTable {
-                base: &raw const UNSET_NODE,
+                base: ptr::null(),
                 stride: 0,
+                stats: ptr::null(),
             }),
-            stat: [const { AtomicU64::new(0) }; NR_SLUB_STAT],
         }
     }
 
@@ -151,8 +176,11 @@ impl KmemCache {
         // SAFETY: read-only once the cache is shared (type invariant); before
         // `set_config` only its own creator could write it, and nobody does.
         let t = unsafe { *self.nodes.get() };
+        if t.base.is_null() {
+            return &UNSET_NODE;
+        }
         // SAFETY: `nodes` names the cache's node states, which outlive it (type
-        // invariant), or UNSET_NODE with stride 0; `nid` is below MAX_NUMNODES.
+        // invariant); `nid` is below MAX_NUMNODES.
         unsafe {
             &*(t.base as *const u8)
                 .wrapping_add(nid * t.stride)
@@ -235,9 +263,20 @@ impl KmemCache {
         match cpu {
             Some(c) => self.cpu(c).count(item),
             None => {
-                self.stat[item as usize].fetch_add(1, Relaxed);
+                if let Some(stats) = self.side_stats() {
+                    stats[item as usize].fetch_add(1, Relaxed);
+                }
             }
         }
+    }
+
+    /// The counters of contexts without a CPU area; `None` for a cache never set up
+    /// (nothing counts for it).
+    fn side_stats(&self) -> Option<&SlubStats> {
+        // SAFETY: read-only once the cache is shared (type invariant).
+        let t = unsafe { *self.nodes.get() };
+        // SAFETY: null, or counters that live as long as the cache (type invariant).
+        unsafe { t.stats.as_ref() }
     }
 
     /// Slabs of this cache on node `nid`.
@@ -274,7 +313,9 @@ impl KmemCache {
         areas: impl Iterator<Item = &'a crate::percpu::CpuArea>,
         item: SlubStat,
     ) -> u64 {
-        let mut v = self.stat[item as usize].load(Relaxed);
+        let mut v = self
+            .side_stats()
+            .map_or(0, |st| st[item as usize].load(Relaxed));
         for a in areas {
             v += u64::from(self.cpu_of(a).stat[item as usize].load(Relaxed));
         }

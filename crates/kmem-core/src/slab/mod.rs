@@ -148,7 +148,7 @@ pub use sheaf_size::{
     BARN_MAX_OBJECT_BYTES, BARN_SMALL_OBJECT, SHEAF_MAX_OBJECT_BYTES,
 };
 pub use slabinfo::{write_slabinfo_header, write_slabinfo_row, SlabRow};
-pub use stat::{SlubStat, NR_SLUB_STAT};
+pub use stat::{SlubStat, SlubStats, NEW_SLUB_STATS, NR_SLUB_STAT};
 pub(crate) use state::*;
 pub use state::{free_decision, FreeDecision, Slab, SlabState, END_OFFSET};
 

@@ -86,6 +86,15 @@ pub enum SlubStat {
 /// Number of [`SlubStat`] items.
 pub const NR_SLUB_STAT: usize = 38;
 
+/// A cache's counters of the contexts without a CPU area, one per [`SlubStat`] (those
+/// with one count in their `kmem_cache_cpu`). Kept beside the cache's nodes
+/// ([`super::NodeTable`]), not in the cache.
+pub type SlubStats = [crate::sync::AtomicU64; NR_SLUB_STAT];
+
+/// [`SlubStats`] all zero (a `const` for initialisers).
+#[allow(clippy::declare_interior_mutable_const)]
+pub const NEW_SLUB_STATS: SlubStats = [const { crate::sync::AtomicU64::new(0) }; NR_SLUB_STAT];
+
 impl SlubStat {
     /// Every item, in order.
     pub const ALL: [SlubStat; NR_SLUB_STAT] = [

@@ -1,7 +1,9 @@
 /* Page faults of a fork: the parent allocates from many size classes (so many caches
  * have slabs and barns), then forks children that exit at once, as a shell's children
  * that go on to exec do. Prints the average minor faults per fork of the parent and of
- * the children (getrusage). */
+ * the children (getrusage). With a second argument "threaded", a second thread (which
+ * only waits) exists during the forks, so the process is not single-threaded. */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,8 +11,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void *wait_for_main(void *arg) {
+    (void)arg;
+    pthread_mutex_lock(&lock);
+    pthread_mutex_unlock(&lock);
+    return NULL;
+}
+
 int main(int argc, char **argv) {
     int forks = argc > 1 ? atoi(argv[1]) : 50;
+    int threaded = argc > 2 && strcmp(argv[2], "threaded") == 0;
+    pthread_t waiter;
+    pthread_mutex_lock(&lock);
+    if (threaded && pthread_create(&waiter, NULL, wait_for_main, NULL) != 0) return 5;
     void *keep[96];
     for (int i = 0; i < 96; i++) {
         size_t n = (size_t)8 << (i % 13);
@@ -31,6 +46,8 @@ int main(int argc, char **argv) {
     getrusage(RUSAGE_CHILDREN, &kids);
     printf("parent %ld child %ld\n", (self1.ru_minflt - self0.ru_minflt) / forks,
            kids.ru_minflt / forks);
+    pthread_mutex_unlock(&lock);
+    if (threaded) pthread_join(waiter, NULL);
     for (int i = 0; i < 96; i++) free(keep[i]);
     return 0;
 }

@@ -9,12 +9,24 @@
 //! copy-on-write page faults each, a page copied for each while both share it, more
 //! than the fork itself.
 //!
+//! A process with one thread takes no lock at all, as glibc's own malloc does
+//! (`SINGLE_THREAD_P` in its `fork`): the thread calling `fork` is not inside the
+//! allocator, and no other thread exists to be. glibc says so in
+//! `__libc_single_threaded` (2.32 and later), which stays true until the process
+//! first creates a thread. Every lock taken is a write to a page that the last fork
+//! left write-protected: about ten copy-on-write faults in the parent of each fork,
+//! which a shell, forking once for each command it runs, paid for nothing.
+//!
 //! The child's only thread keeps its CPU area; the areas of the parent's other threads
 //! stay owned by nobody and are never used.
 
 use super::{HEAP, READY};
 use crate::platform::os;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether the current fork's prepare handler took the locks (written only then, so
+/// a single-threaded process's fork writes none of the heap's pages).
+static LOCKED: AtomicBool = AtomicBool::new(false);
 
 /// Registers the handlers (once, after initialisation).
 pub(super) fn register() {
@@ -23,9 +35,10 @@ pub(super) fn register() {
 
 /// Before `fork`: every allocator lock is taken (see the module doc).
 extern "C" fn fork_prepare() {
-    if HEAP.state.load(Ordering::Acquire) != READY {
+    if HEAP.state.load(Ordering::Acquire) != READY || os::single_threaded() {
         return;
     }
+    LOCKED.store(true, Ordering::Relaxed);
     // Per-CPU mode: the table lock (no area is being made), then the CPU areas' local
     // locks (operations take them before any other allocator lock).
     HEAP.table_lock.lock_forever();
@@ -39,9 +52,10 @@ extern "C" fn fork_prepare() {
 
 /// After `fork`, in the parent: release.
 extern "C" fn fork_parent() {
-    if HEAP.state.load(Ordering::Acquire) != READY {
+    if !LOCKED.load(Ordering::Relaxed) {
         return;
     }
+    LOCKED.store(false, Ordering::Relaxed);
     // SAFETY: every lock taken with `lock_forever` in this generation was taken by
     // fork_prepare on this thread (only the fork handlers use it, and a second fork
     // waits at the first of them), which holds no reference into their data.

@@ -154,13 +154,19 @@ impl LinuxPlatform {
     /// (`fake_nodes` > 0 splits the machine into that many fake nodes).
     pub fn setup(&self, fake_nodes: usize) -> usize {
         let real = online_nodes().clamp(1, MAX_NUMNODES);
-        self.real_nodes.store(real, Ordering::Relaxed);
         let n = if fake_nodes > 0 {
             fake_nodes.min(MAX_NUMNODES)
         } else {
             real
         };
-        self.nr_nodes.store(n, Ordering::Relaxed);
+        // Written only when not the usual 1 (one node): the platform is in the heap's
+        // `static`, where the first write to a page is a copy-on-write fault in every
+        // process that starts.
+        for (count, v) in [(&self.real_nodes, real), (&self.nr_nodes, n)] {
+            if count.load(Ordering::Relaxed) != v {
+                count.store(v, Ordering::Relaxed);
+            }
+        }
         n
     }
 

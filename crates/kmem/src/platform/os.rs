@@ -9,7 +9,7 @@
 
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 
 extern "C" {
     /// The C library's environment (POSIX; glibc and musl both define it).
@@ -158,6 +158,27 @@ pub(crate) fn thread_key_set(key: u32, value: *const c_void) {
 pub(crate) fn at_exit(f: extern "C" fn()) {
     // SAFETY: registering a plain extern "C" function.
     unsafe { libc::atexit(f) };
+}
+
+/// Where glibc says whether the process has one thread (`__libc_single_threaded`, a
+/// `char`, glibc 2.32 and later): [`NOT_LOOKED_UP`] until the first call of
+/// [`single_threaded`], then its address, or null where the C library has none.
+static SINGLE_THREADED: AtomicPtr<libc::c_char> = AtomicPtr::new(NOT_LOOKED_UP);
+const NOT_LOOKED_UP: *mut libc::c_char = ptr::dangling_mut();
+
+/// Whether the C library knows the process to have had one thread all along (so no
+/// other thread can be inside the allocator). `false` where it cannot tell.
+pub(crate) fn single_threaded() -> bool {
+    let mut p = SINGLE_THREADED.load(Ordering::Relaxed);
+    if p == NOT_LOOKED_UP {
+        // SAFETY: dlsym with the default handle and a NUL-terminated name; on
+        // success it does not allocate.
+        p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__libc_single_threaded".as_ptr()) }.cast();
+        SINGLE_THREADED.store(p, Ordering::Relaxed);
+    }
+    // SAFETY: null, or glibc's `char __libc_single_threaded`, which lives as long as the
+    // process; glibc writes it only when this thread creates another (so not now).
+    !p.is_null() && unsafe { p.read_volatile() } != 0
 }
 
 /// Runs the three handlers around every `fork` (`pthread_atfork`).
