@@ -566,13 +566,13 @@ impl<P: Platform> Slub<'_, P> {
             let r = unsafe { sh.as_ref() };
             full = r.next.load(Relaxed);
             self.sheaf_flush(cpu, s, sh.as_ptr(), r.size.load(Relaxed));
-            self.free_empty_sheaf(s, sh);
+            self.free_empty_sheaf(cpu, s, sh);
             freed += 1;
         }
         while let Some(sh) = NonNull::new(empty) {
             // SAFETY: as above.
             empty = unsafe { sh.as_ref() }.next.load(Relaxed);
-            self.free_empty_sheaf(s, sh);
+            self.free_empty_sheaf(cpu, s, sh);
             freed += 1;
         }
         freed

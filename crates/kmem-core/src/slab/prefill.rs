@@ -34,7 +34,7 @@ impl<P: Platform> Slub<'_, P> {
         let cap = cfg.sheaf_capacity;
         if size > cap || cap == 0 {
             s.stat(cpu, SlubStat::SheafPrefillOversize);
-            let sheaf = self.alloc_empty_sheaf(s, gfp, size.max(1))?;
+            let sheaf = self.alloc_empty_sheaf(cpu, s, gfp, size.max(1))?;
             return self.fill_to(cpu, s, gfp, sheaf, size);
         }
         let nid = self.node_of(cpu);
@@ -52,7 +52,7 @@ impl<P: Platform> Slub<'_, P> {
                 }
                 sh
             }
-            None => self.alloc_empty_sheaf(s, gfp, cap)?,
+            None => self.alloc_empty_sheaf(cpu, s, gfp, cap)?,
         };
         s.stat(cpu, SlubStat::SheafPrefillSlow);
         self.fill_to(cpu, s, gfp, sheaf, size)
@@ -217,7 +217,7 @@ impl<P: Platform> Slub<'_, P> {
         } else {
             self.sheaf_flush(cpu, s, sheaf.as_ptr(), len);
         }
-        self.free_empty_sheaf(s, sheaf);
+        self.free_empty_sheaf(cpu, s, sheaf);
     }
 
     /// `kmem_cache_sheaf_size`: objects left in a prefilled sheaf.

@@ -487,7 +487,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         ) {
             cc.count(SlubStat::BarnGet);
             if let Some(e) = extra {
-                self.free_empty_sheaf(s, e);
+                self.free_empty_sheaf(Some(c), s, e);
             }
             return Held {
                 sheaf: full.as_ptr(),
@@ -497,7 +497,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         cc.count(SlubStat::BarnGetFail);
         let sheaf = match NonNull::new(m.sheaf) {
             Some(sh) => sh,
-            None => match self.alloc_empty_sheaf(s, gfp, s.config().sheaf_capacity) {
+            None => match self.alloc_empty_sheaf(Some(c), s, gfp, s.config().sheaf_capacity) {
                 Some(sh) => sh,
                 None => return m,
             },
@@ -619,7 +619,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             let empty = (barn.nr_empty_hint() != 0)
                 .then(|| barn.lock().get_empty())
                 .flatten();
-            return empty_one(empty.or_else(|| self.alloc_empty_sheaf(s, Gfp::NOWARN, cap)));
+            return empty_one(empty.or_else(|| self.alloc_empty_sheaf(Some(c), s, Gfp::NOWARN, cap)));
         };
         if f.len < f.cap() {
             return f;
@@ -633,7 +633,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 cc.count(SlubStat::BarnPut);
                 // (No empty sheaf in the barn and none to be made: the full one is in
                 // the barn now; the object goes to its slab.)
-                empty_one(empty.or_else(|| self.alloc_empty_sheaf(s, Gfp::NOWARN, cap)))
+                empty_one(empty.or_else(|| self.alloc_empty_sheaf(Some(c), s, Gfp::NOWARN, cap)))
             }
             Err(full) => {
                 cc.count(SlubStat::BarnPutFail);
@@ -705,7 +705,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         };
         if !kept {
             self.sheaf_flush(cpu, s, sheaf.as_ptr(), size);
-            self.free_empty_sheaf(s, sheaf);
+            self.free_empty_sheaf(cpu, s, sheaf);
         }
     }
 }

@@ -8,15 +8,19 @@
 use super::sheaf::{SlabSheaf, SHEAF_HEADER};
 use super::*;
 use crate::gfp::Gfp;
+use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::sync::{AtomicPtr, AtomicUsize};
 use core::ptr::NonNull;
 
 impl<P: Platform> Slub<'_, P> {
     /// A new empty sheaf for `s` (`alloc_empty_sheaf`), from its sheaf cache through
-    /// the no-CPU path.
+    /// the no-CPU path. `cpu` is where the statistic is counted (the kernel counts it
+    /// per CPU too): a CPU area's line is already in use, the counters of contexts
+    /// without one are a page apart from everything else.
     pub(super) fn alloc_empty_sheaf(
         &self,
+        cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
         gfp: Gfp,
         capacity: usize,
@@ -29,7 +33,7 @@ impl<P: Platform> Slub<'_, P> {
             return self.alloc_oversize_sheaf(s, gfp, capacity);
         };
         let p = self.alloc_nocpu(sc, gfp - Gfp::ZERO, None)?;
-        s.stat(None, SlubStat::SheafAlloc);
+        s.stat(cpu, SlubStat::SheafAlloc);
         // SAFETY: a fresh object of the sheaf cache, big enough for the header and
         // `capacity` slots (sheaf_capacity chose the cache by that size).
         Some(unsafe { init_sheaf(p, s, capacity) })
@@ -53,10 +57,16 @@ impl<P: Platform> Slub<'_, P> {
         Some(unsafe { init_sheaf(p, s, capacity) })
     }
 
-    /// Frees an empty sheaf (`free_empty_sheaf`).
-    pub(super) fn free_empty_sheaf(&self, s: &KmemCache, sheaf: NonNull<SlabSheaf>) {
+    /// Frees an empty sheaf (`free_empty_sheaf`); `cpu` counts the statistic, as in
+    /// [`Slub::alloc_empty_sheaf`].
+    pub(super) fn free_empty_sheaf(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        sheaf: NonNull<SlabSheaf>,
+    ) {
         let p = sheaf.as_ptr() as usize;
-        s.stat(None, SlubStat::SheafFree);
+        s.stat(cpu, SlubStat::SheafFree);
         match self.lookup(p as *const u8) {
             ObjectLookup::Slab(sc, slab) => {
                 // SAFETY: the sheaf is an object of its sheaf cache, ours to give back.
