@@ -4,25 +4,41 @@
 mod common;
 
 use common::{allocator, config, pattern};
-use kmem_core::page::{MEMMAP_PAGES, PCP_HIGH_MAX, PCP_MIN_HIGH, SECTION_MANAGED_PAGES};
+use kmem_core::page::{
+    MEMMAP_PAGES, ONLINE_LISTED_PAGES, PCP_HIGH_MAX, PCP_MIN_HIGH, SECTION_MANAGED_PAGES,
+};
 use kmem_core::vmstat::{VmEvent, ZoneStat};
 use kmem_core::{CpuRef, Gfp, Page, MAX_ORDER, PAGE_SIZE};
 use std::ptr::NonNull;
 
-/// Free blocks per order that a section of `pages` fresh managed pages is cut into.
-fn fresh_section_blocks(pages: usize) -> [usize; 11] {
+/// Free blocks per order of a section of `pages` managed pages, all free, whose pages
+/// below pfn `listed_to` have been listed (and merged back into the largest aligned
+/// blocks) and the rest are still deferred (counted as the blocks they will be listed
+/// as: the largest aligned ones).
+fn section_blocks(pages: usize, listed_to: usize) -> [usize; 11] {
     let mut counts = [0; 11];
-    let mut pfn = MEMMAP_PAGES;
     let end = MEMMAP_PAGES + pages;
-    while pfn < end {
-        let mut order = MAX_ORDER;
-        while order > 0 && (!pfn.is_multiple_of(1 << order) || pfn + (1 << order) > end) {
-            order -= 1;
+    for (mut pfn, to) in [(MEMMAP_PAGES, listed_to.min(end)), (listed_to, end)] {
+        while pfn < to {
+            let mut order = MAX_ORDER;
+            while order > 0 && (!pfn.is_multiple_of(1 << order) || pfn + (1 << order) > to) {
+                order -= 1;
+            }
+            counts[order] += 1;
+            pfn += 1 << order;
         }
-        counts[order] += 1;
-        pfn += 1 << order;
     }
     counts
+}
+
+/// [`section_blocks`] of a fresh section: its first [`ONLINE_LISTED_PAGES`] listed.
+fn fresh_section_blocks(pages: usize) -> [usize; 11] {
+    section_blocks(pages, MEMMAP_PAGES + ONLINE_LISTED_PAGES)
+}
+
+/// [`section_blocks`] of a section whose every page has been listed.
+fn merged_section_blocks(pages: usize) -> [usize; 11] {
+    section_blocks(pages, MEMMAP_PAGES + pages)
 }
 
 /// Pages held by CPU areas (they live as long as the allocator).
@@ -37,11 +53,12 @@ fn split_then_merge_restores_the_free_lists() {
     let after_split = pa.free_area_counts(0);
     let fresh = fresh_section_blocks(SECTION_MANAGED_PAGES);
     // The first block handed out heads the free list: the resident-first rule picks
-    // from the head; a fresh section lists its order-9 remainder first, so that block
-    // was split down into one block of each order 0..=8.
+    // from the head; a fresh section lists only its first ONLINE_LISTED_PAGES, one
+    // block, so that block was split down into one block of each smaller order.
+    let top = ONLINE_LISTED_PAGES.trailing_zeros() as usize;
     let mut expect = fresh;
-    expect[9] -= 1;
-    for c in expect.iter_mut().take(9) {
+    expect[top] -= 1;
+    for c in expect.iter_mut().take(top) {
         *c += 1;
     }
     assert_eq!(after_split, expect, "expand lists one buddy per order");
@@ -140,7 +157,9 @@ fn freeing_everything_coalesces_to_max_order_blocks() {
         unsafe { pa.free_pages(None, page, order) };
     }
     let sections = pa.nr_online_sections();
-    let mut expect = fresh_section_blocks(SECTION_MANAGED_PAGES);
+    // Every page was listed on the way (more than a section was taken), and all of
+    // them merged back.
+    let mut expect = merged_section_blocks(SECTION_MANAGED_PAGES);
     for c in expect.iter_mut() {
         *c *= sections;
     }
@@ -776,8 +795,10 @@ fn blocks_grow_and_shrink_in_place() {
         pa.free_pages(None, q, 6);
     }
     assert_eq!(pa.nr_free_pages(), pa.nr_managed_pages());
+    // The grows listed the deferred pages they needed (the two order-6 blocks, up to
+    // 128 pages past the first): those merged back, the rest is still deferred.
     assert_eq!(
         pa.free_area_counts(0),
-        fresh_section_blocks(SECTION_MANAGED_PAGES)
+        section_blocks(SECTION_MANAGED_PAGES, MEMMAP_PAGES + 128)
     );
 }

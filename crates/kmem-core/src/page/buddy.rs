@@ -53,7 +53,8 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// Lists the next block of the zone's deferred pages (the largest aligned block
-    /// that fits, `MAX_ORDER` but at the range's end), as reported and without
+    /// that fits: growing blocks after a section's first listed pages, then `MAX_ORDER`
+    /// blocks but at the range's end), as reported and without
     /// counting it again (the pages counted as free and reported when their section
     /// came online). False when nothing is deferred.
     pub(super) fn grow_deferred(&self, fa: &mut FreeArea) -> bool {
@@ -270,14 +271,20 @@ pub(super) fn largest_block(pfn: usize, end: usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    use super::super::hotplug::ONLINE_LISTED_PAGES;
     use super::super::mmzone::{MEMMAP_PAGES, SECTION_MANAGED_PAGES};
     use super::super::test_platform::allocator;
     use super::super::Config;
     use super::*;
 
-    /// The first block of a fresh section: MEMMAP_PAGES (512) is aligned to order 9,
-    /// and the rest of the section is order-10 blocks.
+    /// The first block of a fresh section, the one listed as it comes online: at
+    /// MEMMAP_PAGES (512, aligned to order 9), of ONLINE_LISTED_PAGES (order
+    /// [`TOP`]). The rest of the section is deferred: blocks of orders TOP to 8 up to
+    /// 1024, then order-10 blocks.
     const FIRST: usize = MEMMAP_PAGES;
+    /// The order of the first block.
+    const TOP: usize = ONLINE_LISTED_PAGES.trailing_zeros() as usize;
+    const _: () = assert!(ONLINE_LISTED_PAGES == 1 << TOP && TOP < 9);
 
     fn page<P: Platform>(pa: &PageAllocator<P>, pfn: usize) -> &Page {
         // SAFETY: the tests only ask for pfns of the online first section.
@@ -293,14 +300,24 @@ mod tests {
         let pa = allocator(1, Config::default());
         assert!(pa.add_memory(0));
         let counts = pa.free_area_counts(0);
+        // The listed block, then the deferred pages as the blocks they will be listed
+        // as: one of TOP again (the first block's buddy), one of each order up to 8,
+        // then order-10 blocks.
         let mut expected = [0; NR_ORDERS];
-        expected[9] = 1;
+        expected[TOP] = 2;
+        for o in TOP + 1..9 {
+            expected[o] = 1;
+        }
         expected[10] = (SECTION_MANAGED_PAGES - 512) >> 10;
         assert_eq!(counts, expected);
         assert_eq!(reported_pages(pa), SECTION_MANAGED_PAGES);
         let head = page(pa, FIRST);
         assert_eq!(head.flags(), PageFlags::BUDDY | PageFlags::REPORTED);
-        assert_eq!(head.order(), 9);
+        assert_eq!(head.order(), TOP);
+        assert_eq!(
+            page(pa, FIRST + ONLINE_LISTED_PAGES).flags(),
+            PageFlags::empty()
+        );
     }
 
     #[test]
@@ -309,55 +326,84 @@ mod tests {
         assert!(pa.add_memory(0));
         let zone = &pa.zones[0];
         let mut fa = zone.lock.lock();
-        // The smallest block that fits an order-0 request is the order-9 one.
+        // The smallest block that fits an order-0 request is the first one.
         assert_eq!(pa.rmqueue_smallest(&mut fa, zone, 0), Some((FIRST, true)));
-        for o in 0..9 {
+        for o in 0..TOP {
             assert_eq!(fa.lists[o].len(), 1, "order {o}");
             let half = FIRST + (1 << o);
             assert_eq!(fa.lists[o].first(), pa.pfn_to_page_raw(half));
             assert_eq!(page(pa, half).order(), o);
             assert!(page(pa, half).flags().contains(PageFlags::REPORTED));
         }
-        assert!(fa.lists[9].is_empty());
+        assert!(fa.lists[TOP].is_empty());
         assert_eq!(page(pa, FIRST).flags(), PageFlags::empty());
         assert_eq!(reported_pages(pa), SECTION_MANAGED_PAGES - 1);
 
-        // Freeing the page merges it with every half, back to one order-9 block, which
+        // Freeing the page merges it with every half, back to the first block, which
         // is no longer reported: part of it was in use.
         pa.free_one_page_locked(&mut fa, zone, FIRST, 0, false, 5_000);
-        for o in 0..9 {
+        for o in 0..TOP {
             assert!(fa.lists[o].is_empty(), "order {o}");
         }
-        assert_eq!(fa.lists[9].first(), pa.pfn_to_page_raw(FIRST));
+        assert_eq!(fa.lists[TOP].first(), pa.pfn_to_page_raw(FIRST));
         let head = page(pa, FIRST);
         assert_eq!(head.flags(), PageFlags::BUDDY);
-        assert_eq!(head.order(), 9);
+        assert_eq!(head.order(), TOP);
         assert_eq!(head.private.load(Ordering::Relaxed), 5_000);
-        assert_eq!(reported_pages(pa), SECTION_MANAGED_PAGES - 512);
+        assert_eq!(
+            reported_pages(pa),
+            SECTION_MANAGED_PAGES - ONLINE_LISTED_PAGES
+        );
         assert_eq!(zone.report_pending.load(Ordering::Relaxed), 1);
-        // The order-9 block's buddy (pfn 0) is memmap: no merge across it. One
-        // order-10 block is listed, the others wait deferred.
-        assert_eq!(fa.lists[10].len(), 1);
-        let deferred = (fa.deferred.1 - fa.deferred.0) >> 10;
-        assert_eq!(1 + deferred, (SECTION_MANAGED_PAGES - 512) >> 10);
+        // Its buddy is deferred (a blank descriptor, on no list): no merge with it.
+        // Nothing else is listed; the rest waits deferred.
+        for o in TOP + 1..NR_ORDERS {
+            assert!(fa.lists[o].is_empty(), "order {o}");
+        }
+        assert_eq!(
+            fa.deferred,
+            (FIRST + ONLINE_LISTED_PAGES, FIRST + SECTION_MANAGED_PAGES)
+        );
     }
 
     #[test]
-    fn a_fresh_section_lists_two_blocks_and_defers_the_rest() {
+    fn a_fresh_section_lists_its_first_block_and_defers_the_rest() {
         let pa = allocator(1, Config::default());
         assert!(pa.add_memory(0));
         let zone = &pa.zones[0];
         let all = SECTION_MANAGED_PAGES;
         {
             let fa = zone.lock.lock();
-            assert_eq!(fa.lists[9].len() + fa.lists[10].len(), 2);
-            assert_eq!(fa.deferred, (FIRST + 512 + 1024, FIRST + all));
+            let listed: usize = (0..NR_ORDERS).map(|o| fa.lists[o].len()).sum();
+            assert_eq!((listed, fa.lists[TOP].len()), (1, 1));
+            assert_eq!(fa.deferred, (FIRST + ONLINE_LISTED_PAGES, FIRST + all));
         }
         // The deferred pages count as free and reported, and as buddyinfo's blocks;
-        // their descriptors are untouched.
+        // their descriptors are untouched (the first block's buddy's, in the same
+        // page of the memmap, included).
         assert_eq!(reported_pages(pa), all);
         assert_eq!(pa.free_area_counts(0)[10], (all - 512) >> 10);
-        assert_eq!(page(pa, FIRST + 512 + 1024).flags(), PageFlags::empty());
+        for pfn in [FIRST + ONLINE_LISTED_PAGES, FIRST + 256, FIRST + 512] {
+            assert_eq!(page(pa, pfn).flags(), PageFlags::empty(), "pfn {pfn}");
+        }
+        // A request larger than the first block lists deferred blocks, growing, until
+        // one is big enough.
+        {
+            let mut fa = zone.lock.lock();
+            assert_eq!(
+                pa.rmqueue_smallest(&mut fa, zone, 8),
+                Some((FIRST + 256, true))
+            );
+            for o in TOP..8 {
+                assert_eq!(fa.lists[o].len(), 1 + usize::from(o == TOP), "order {o}");
+            }
+            assert_eq!(fa.deferred.0, FIRST + 512);
+            assert!(fa.lists[8].is_empty() && fa.lists[9].is_empty());
+            // Given back, it stays an order-8 block: its buddy (the pages below it)
+            // is in pieces.
+            pa.free_one_page_locked(&mut fa, zone, FIRST + 256, 8, true, 0);
+            assert_eq!(fa.lists[8].first(), pa.pfn_to_page_raw(FIRST + 256));
+        }
         // Taking more than the listed blocks lists deferred ones, a block at a time;
         // every page comes out once.
         let mut fa = zone.lock.lock();
@@ -376,9 +422,18 @@ mod tests {
         let taken = &mut taken[..n];
         taken.sort_unstable();
         assert!(taken.windows(2).all(|w| w[1] == w[0] + 1024), "{taken:?}");
-        // The order-9 block is still there for smaller requests.
-        assert_eq!(pa.rmqueue_smallest(&mut fa, zone, 9), Some((FIRST, true)));
-        assert!(pa.rmqueue_smallest(&mut fa, zone, 0).is_none());
+        // The blocks below 1024, listed on the way, are still there for smaller
+        // requests, and nothing else is.
+        assert_eq!(
+            pa.rmqueue_smallest(&mut fa, zone, 8),
+            Some((FIRST + 256, true))
+        );
+        let mut small = 0;
+        while let Some((pfn, _)) = pa.rmqueue_smallest(&mut fa, zone, 0) {
+            assert!((FIRST..FIRST + 256).contains(&pfn), "pfn {pfn}");
+            small += 1;
+        }
+        assert_eq!(small, 256);
     }
 
     #[test]
@@ -408,9 +463,9 @@ mod tests {
         );
         // A cold free does not make the block young: it is as old as `b`.
         assert_eq!(page(pa, a).private.load(Ordering::Relaxed), 100);
-        // Freeing the order-1 block completes the order-9 block again.
+        // Freeing the order-1 block completes the first block again.
         pa.free_one_page_locked(&mut fa, zone, FIRST + 2, 1, false, 50);
-        assert_eq!(fa.lists[9].first(), pa.pfn_to_page_raw(FIRST));
+        assert_eq!(fa.lists[TOP].first(), pa.pfn_to_page_raw(FIRST));
         assert_eq!(page(pa, FIRST).private.load(Ordering::Relaxed), 100);
     }
 
@@ -428,7 +483,7 @@ mod tests {
         pa.free_one_page_locked(&mut fa, zone, pfn, 0, true, 0);
         let head = page(pa, FIRST);
         assert_eq!(head.flags(), PageFlags::BUDDY | PageFlags::REPORTED);
-        assert_eq!(fa.lists[9].last(), pa.pfn_to_page_raw(FIRST));
+        assert_eq!(fa.lists[TOP].last(), pa.pfn_to_page_raw(FIRST));
         assert_eq!(reported_pages(pa), SECTION_MANAGED_PAGES);
         assert_eq!(zone.report_pending.load(Ordering::Relaxed), 0);
     }

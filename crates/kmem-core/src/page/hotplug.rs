@@ -27,10 +27,17 @@ use crate::vmstat::{VmEvent, ZoneStat};
 use core::ptr;
 use core::ptr::NonNull;
 
-/// Pages a section coming online lists on the free lists at once (its first two
-/// blocks: the 2 MiB past the memmap and one 4 MiB block); the rest waits in the
-/// zone's deferred range until the lists run out.
-const ONLINE_LISTED_PAGES: usize = 1 << MAX_ORDER;
+/// Pages a section coming online lists on the free lists at once (the first 128 KiB
+/// past the memmap, one block); the rest waits in the zone's deferred range until the
+/// lists run out, and is then listed a block at a time, the largest aligned block that
+/// fits (32, 64, 128 and 256 pages, then `MAX_ORDER` blocks). A small process (a
+/// shell's command) allocates its CPU area and first slabs from those 32 pages, whose
+/// descriptors share one page of the memmap. Listing the 2 MiB past the memmap at once,
+/// as an order-9 block, made the first allocation split it down and write the
+/// descriptors of its halves at 256, 128 and 64 pages, three more memmap pages, and
+/// listing the next 4 MiB block a fourth: four page faults in every process that
+/// starts, for memory it mostly never uses.
+pub const ONLINE_LISTED_PAGES: usize = 32;
 
 /// What the hotplug lock guards.
 pub(super) struct Hotplug {
@@ -392,14 +399,19 @@ impl<P: Platform> PageAllocator<P> {
         let start = (nr << PFN_SECTION_SHIFT) + MEMMAP_PAGES;
         let end = start + pages;
         let defer = fa.deferred.0 >= fa.deferred.1;
+        let listed_end = if defer {
+            (start + ONLINE_LISTED_PAGES).min(end)
+        } else {
+            end
+        };
         let mut pfn = start;
         while pfn < end {
-            if defer && pfn - start >= ONLINE_LISTED_PAGES && pfn.is_multiple_of(1 << MAX_ORDER) {
+            if pfn >= listed_end {
                 fa.deferred = (pfn, end);
                 self.account_reported(zone, pfn, end - pfn, true);
                 break;
             }
-            let order = largest_block(pfn, end);
+            let order = largest_block(pfn, listed_end);
             self.add_to_free_list(&mut fa, zone, pfn, order, true);
             pfn += 1 << order;
         }
@@ -750,7 +762,7 @@ mod tests {
         pr.set_flags(flags);
         // SAFETY: allocated above.
         unsafe { pa.free_pages(None, page, 0) };
-        assert_eq!(pa.report_free_pages(), 512);
+        assert_eq!(pa.report_free_pages(), ONLINE_LISTED_PAGES);
         assert!(!pa.sections[0].online());
         // Offline: its memmap is still mapped and reads as no slab.
         assert!(pa.virt_to_slab_used(addr).is_none());
@@ -782,7 +794,7 @@ mod tests {
         unsafe { pa.free_pages(None, page, 0) };
         // Freed but not reported (resident): still online.
         assert!(!pa.try_offline_section(0));
-        assert_eq!(pa.report_free_pages(), 512);
+        assert_eq!(pa.report_free_pages(), ONLINE_LISTED_PAGES);
         // The reporting pass took it offline already, and cleared the section's tags.
         assert!(!pa.sections[0].online());
         assert_eq!(entry(), 0, "no tag outlives its section's memmap");

@@ -111,7 +111,8 @@ pub struct FreeArea {
     /// lists run out (`buddy.rs`, `grow_deferred`). They count as free and reported
     /// (never touched); their descriptors stay as the memmap was (zero), so a process
     /// that uses a few MiB writes a few pages of the memmap, not one for each of the
-    /// section's 32 blocks. `deferred.0` is `MAX_ORDER`-aligned; empty when equal.
+    /// section's 32 blocks. Listed a block at a time, the largest aligned block at
+    /// `deferred.0` that fits (`buddy.rs`, `largest_block`); empty when equal.
     pub(super) deferred: (usize, usize),
 }
 

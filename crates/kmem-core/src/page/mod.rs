@@ -81,6 +81,7 @@ pub use descriptor::{
     get_order, Page, PageFlags, PageList, MAX_ORDER, NR_ORDERS, PAGE_SHIFT, PAGE_SIZE,
 };
 pub use hooks::{CpuDeadHook, Shrinker, MAX_CPU_DEAD_HOOKS, MAX_SHRINKERS};
+pub use hotplug::ONLINE_LISTED_PAGES;
 pub use mmzone::{
     FreeArea, MemSection, Watermark, Zone, MAX_NUMNODES, MAX_SECTIONS, MEMMAP_PAGES,
     PAGES_PER_SECTION, PFN_SECTION_SHIFT, SECTION_MANAGED_PAGES, SECTION_SHIFT, SECTION_SIZE,

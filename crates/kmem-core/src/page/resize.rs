@@ -37,6 +37,15 @@ impl<P: Platform> PageAllocator<P> {
         let nid = self.page_to_nid(page);
         let zone = &self.zones[nid];
         let mut fa = zone.lock.lock();
+        // Buddies that are still deferred (a fresh section's pages right after the
+        // block, never listed) are listed first, the largest aligned blocks at the
+        // range's start: exactly the buddies the block needs.
+        while fa.deferred.0 < fa.deferred.1
+            && fa.deferred.0 >= pfn + (1 << old)
+            && fa.deferred.0 < pfn + (1 << new)
+        {
+            self.grow_deferred(&mut fa);
+        }
         for o in old..new {
             // SAFETY: pfn is aligned to 2^new, so each buddy lies in the same section.
             let b = unsafe { &*self.pfn_to_page_raw(pfn + (1 << o)) };

@@ -619,7 +619,9 @@ impl<'a, P: Platform> Slub<'a, P> {
             let empty = (barn.nr_empty_hint() != 0)
                 .then(|| barn.lock().get_empty())
                 .flatten();
-            return empty_one(empty.or_else(|| self.alloc_empty_sheaf(Some(c), s, Gfp::NOWARN, cap)));
+            return empty_one(
+                empty.or_else(|| self.alloc_empty_sheaf(Some(c), s, Gfp::NOWARN, cap)),
+            );
         };
         if f.len < f.cap() {
             return f;
