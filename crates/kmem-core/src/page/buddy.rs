@@ -305,9 +305,7 @@ mod tests {
         // then order-10 blocks.
         let mut expected = [0; NR_ORDERS];
         expected[TOP] = 2;
-        for o in TOP + 1..9 {
-            expected[o] = 1;
-        }
+        expected[TOP + 1..9].fill(1);
         expected[10] = (SECTION_MANAGED_PAGES - 512) >> 10;
         assert_eq!(counts, expected);
         assert_eq!(reported_pages(pa), SECTION_MANAGED_PAGES);
