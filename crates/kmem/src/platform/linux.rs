@@ -80,9 +80,11 @@ impl std::fmt::Display for Errno {
     }
 }
 
-/// Words in [`RANDOM_POOL`]: 256 bytes, the most `getrandom` fills in one call
-/// without being interrupted.
-const RANDOM_POOL_WORDS: usize = 32;
+/// Words in [`RANDOM_POOL`]: 1 KiB, enough for every cache the heap makes as it
+/// starts (about 70 keys and seeds), so a process's start makes one `getrandom` call
+/// (with 256 bytes, the most it fills without a signal cutting it short, it made
+/// three). A call a signal cuts short goes on where it stopped ([`fill_random`]).
+const RANDOM_POOL_WORDS: usize = 128;
 
 /// Random words fetched from `getrandom` a pool at a time: a process makes about 70
 /// caches as it starts, each wanting its own freelist key, and one system call a key
@@ -114,11 +116,7 @@ fn pooled_random() -> Option<u64> {
     let mut p = RANDOM_POOL.try_lock()?;
     let generation = kmem_core::sync::fork_generation();
     if p.next == RANDOM_POOL_WORDS || p.generation != generation {
-        let bytes = core::mem::size_of_val(&p.words);
-        // SAFETY: getrandom writes at most `bytes` bytes into the pool's words; it
-        // does not allocate.
-        let n = unsafe { libc::getrandom(p.words.as_mut_ptr().cast(), bytes, libc::GRND_NONBLOCK) };
-        if n != bytes as isize {
+        if !fill_random(&mut p.words) {
             p.next = RANDOM_POOL_WORDS;
             return None;
         }
@@ -128,6 +126,26 @@ fn pooled_random() -> Option<u64> {
     let i = p.next;
     p.next += 1;
     Some(core::mem::take(&mut p.words[i]))
+}
+
+/// Fills `words` from `getrandom` (without blocking), going on after a call that a
+/// signal cut short; false if it cannot (no entropy yet, or no such call).
+fn fill_random(words: &mut [u64]) -> bool {
+    let bytes = core::mem::size_of_val(words);
+    let base = words.as_mut_ptr().cast::<u8>();
+    let mut done = 0;
+    while done < bytes {
+        // SAFETY: getrandom writes at most `bytes - done` bytes at `base + done`, inside
+        // `words`; it does not allocate.
+        let n =
+            unsafe { libc::getrandom(base.add(done).cast(), bytes - done, libc::GRND_NONBLOCK) };
+        if n > 0 {
+            done += n as usize;
+        } else if n == 0 || last_errno() != libc::EINTR {
+            return false;
+        }
+    }
+    true
 }
 
 /// The calling thread's `errno` (read without allocating).
@@ -196,19 +214,10 @@ impl LinuxPlatform {
                 )
             };
             if raw != libc::MAP_FAILED {
-                let start = raw as usize;
-                let base = (start + SECTION_SIZE - 1) & !(SECTION_SIZE - 1);
-                let end = start + len + SECTION_SIZE;
-                // SAFETY: both ranges are the unaligned slop of the mapping made above,
-                // which nobody else knows about.
-                unsafe {
-                    if base > start {
-                        libc::munmap(raw, base - start);
-                    }
-                    if end > base + len {
-                        libc::munmap((base + len) as *mut libc::c_void, end - (base + len));
-                    }
-                }
+                // The unaligned slop on either side (one section in all) stays mapped,
+                // inaccessible and never used: unmapping it took two more system calls
+                // in every process that starts, for address space only.
+                let base = (raw as usize + SECTION_SIZE - 1) & !(SECTION_SIZE - 1);
                 return Ok((base as *mut u8, len));
             }
             if len <= SECTION_SIZE {
@@ -610,6 +619,12 @@ pub fn current_node(nr_nodes: usize, real_nodes: usize) -> usize {
 /// Number of online nodes: the highest node in /sys/devices/system/node/online plus
 /// one (the file is a range list like `0-3` or `0,2`). 1 if it cannot be read.
 pub fn online_nodes() -> usize {
+    // One node (most machines): no node1 directory, and one system call says so
+    // where reading `online` takes three.
+    // SAFETY: access(2) on a NUL-terminated path.
+    if unsafe { libc::access(c"/sys/devices/system/node/node1".as_ptr(), libc::F_OK) } != 0 {
+        return 1;
+    }
     let mut buf = [0u8; 256];
     let Some(text) = read_small_file(c"/sys/devices/system/node/online", &mut buf) else {
         return 1;
@@ -780,6 +795,21 @@ mod tests {
         let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) } as usize;
         assert!(cpu < ncpu.max(1));
         assert!(rss_bytes() > 0);
+    }
+
+    /// The random pool fills whole in one go, with words that differ from one fill to
+    /// the next (and a pool's worth of distinct words: no zero left unfilled).
+    #[test]
+    fn the_random_pool_fills_whole() {
+        let mut a = [0u64; RANDOM_POOL_WORDS];
+        let mut b = [0u64; RANDOM_POOL_WORDS];
+        assert!(fill_random(&mut a) && fill_random(&mut b));
+        assert_ne!(a, b);
+        let mut all: Vec<u64> = a.iter().chain(&b).copied().collect();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 2 * RANDOM_POOL_WORDS);
+        assert!(!all.contains(&0));
     }
 
     #[test]
