@@ -100,11 +100,15 @@ fn plain_index_is_the_smallest_class_that_fits() {
 #[test]
 fn class_names_follow_the_kernel() {
     for (size, want) in [
+        (8, "8"),
         (96, "96"),
         (1280, "1280"),
         (8192, "8k"),
         (10240, "10k"),
         (1 << 20, "1M"),
+        (3 << 20, "3M"),
+        (1 << 21 | 1024, "2049k"),
+        (usize::MAX, "18446744073709551615"),
     ] {
         let mut n = NameBuf::new();
         write_size(&mut n, size);
