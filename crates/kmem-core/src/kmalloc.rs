@@ -310,17 +310,6 @@ fn sheaf_offset(cfg: &crate::slab::CacheConfig, path: FastPath) -> Option<u32> {
     u32::try_from(cfg.cpu_offset).ok().filter(|_| on)
 }
 
-/// Sets a size-table entry, writing only a value that changes: the tables start as
-/// [`ZERO_LINE`], which is what the tables of the mode not in use keep (the rseq
-/// tables in thread mode, the others in per-CPU rseq mode), and in a `static`
-/// allocator (libkmem.so's heap) every page written is a fault in every process that
-/// starts: two pages of the four.
-fn set_entry(entry: &AtomicU32, value: u32) {
-    if entry.load(Relaxed) != value {
-        entry.store(value, Relaxed);
-    }
-}
-
 impl KmallocCaches {
     /// Caches not set up yet ([`KmallocCaches::boot`] does).
     pub(crate) const fn new() -> Self {
@@ -384,25 +373,34 @@ impl KmallocCaches {
         // (sizes 8g + 1 ..= 8g + 8 share a class, for kmalloc and for C's `malloc`
         // alike; size 0 goes with the first): a process pays for 128 class lookups
         // at start, not 2,300 (`icount.sh` counts the start).
-        let fast = |i: u8| sheaf_offset(self.plain[i as usize].config(), FastPath::Sheaf);
-        let rseq = |i: u8| sheaf_offset(self.plain[i as usize].config(), FastPath::SheafRseq);
-        for g in 0..SMALL_FAST_MAX / 8 {
-            let (k, c) = (PLAIN_SIZE_INDEX[g], MALLOC_SIZE_INDEX[g]);
-            let (kf, cf) = (fast(k).unwrap_or(ZERO_LINE), fast(c).unwrap_or(ZERO_LINE));
-            let (kr, cr) = (rseq(k).unwrap_or(ZERO_LINE), rseq(c).unwrap_or(ZERO_LINE));
-            let first = if g == 0 { 0 } else { g * 8 + 1 };
-            for size in first..=g * 8 + 8 {
-                set_entry(&self.small_fast[size], kf);
-                set_entry(&self.malloc_fast[size], cf);
-                set_entry(&self.small_rseq[size], kr);
-                set_entry(&self.malloc_rseq[size], cr);
+        // The pair of tables of a path no plain cache runs keeps the zero line it
+        // starts with, unvisited: in thread mode the rseq pair, two pages of the heap's
+        // `static` that the start wrote with what they held (in a `static` allocator,
+        // libkmem.so's heap, every page written is a fault in every process).
+        for (path, kmalloc_table, malloc_table) in [
+            (FastPath::Sheaf, &self.small_fast, &self.malloc_fast),
+            (FastPath::SheafRseq, &self.small_rseq, &self.malloc_rseq),
+        ] {
+            if !self.plain.iter().any(|s| s.config().fast == path) {
+                continue;
+            }
+            let offset = |i: u8| sheaf_offset(self.plain[i as usize].config(), path);
+            for g in 0..SMALL_FAST_MAX / 8 {
+                let (k, c) = (PLAIN_SIZE_INDEX[g], MALLOC_SIZE_INDEX[g]);
+                let kv = offset(k).unwrap_or(ZERO_LINE);
+                let cv = offset(c).unwrap_or(ZERO_LINE);
+                let first = if g == 0 { 0 } else { g * 8 + 1 };
+                for size in first..=g * 8 + 8 {
+                    kmalloc_table[size].store(kv, Relaxed);
+                    malloc_table[size].store(cv, Relaxed);
+                }
             }
         }
         for (j, fast) in self.medium_fast.iter().enumerate() {
             let size = j * MEDIUM_FAST_STEP;
             if let Some(i) = kmalloc_plain_index(size).filter(|_| size > SMALL_FAST_MAX) {
                 let off = sheaf_offset(self.plain[i].config(), FastPath::Sheaf);
-                set_entry(fast, off.unwrap_or(ZERO_LINE));
+                fast.store(off.unwrap_or(ZERO_LINE), Relaxed);
             }
         }
         Ok(())
