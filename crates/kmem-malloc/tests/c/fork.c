@@ -1,5 +1,7 @@
-/* A multithreaded parent forks again and again; each child allocates at once. A
- * watchdog (alarm) kills the whole test if a child ever hangs on an inherited lock. */
+/* A multithreaded parent forks again and again; each child allocates at once. The
+ * churning threads fork too now and then, so forks of several threads overlap (the
+ * fork handlers must serialise them). A watchdog (alarm) kills the whole test if a
+ * child, or the parent, ever hangs on a lock. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +10,24 @@
 #include <unistd.h>
 
 static volatile int stop;
+static volatile int failed;
+
+/* A child that allocates and frees at once, waited for. */
+static void fork_one(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        void *p = malloc(5000);
+        if (!p) _exit(3);
+        memset(p, 2, 5000);
+        free(p);
+        _exit(0);
+    }
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0)
+        failed = 1;
+}
 
 static void *churn(void *arg) {
     (void)arg;
@@ -16,6 +36,7 @@ static void *churn(void *arg) {
     while (!stop) {
         free(keep[i % 64]);
         keep[i % 64] = malloc(16 + (i * 37) % 20000);
+        if (i % 16384 == 16383) fork_one();
         i++;
     }
     for (int k = 0; k < 64; k++) free(keep[k]);
@@ -47,6 +68,10 @@ int main(int argc, char **argv) {
     }
     stop = 1;
     for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    if (failed) {
+        fprintf(stderr, "a churning thread's child failed\n");
+        return 1;
+    }
     printf("fork ok\n");
     return 0;
 }

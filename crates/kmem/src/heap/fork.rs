@@ -25,7 +25,9 @@ use crate::platform::os;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Whether the current fork's prepare handler took the locks (written only then, so
-/// a single-threaded process's fork writes none of the heap's pages).
+/// a single-threaded process's fork writes none of the heap's pages). Set with the
+/// table lock held and cleared before the locks are released, so concurrent forks
+/// see it one at a time.
 static LOCKED: AtomicBool = AtomicBool::new(false);
 
 /// Registers the handlers (once, after initialisation).
@@ -38,10 +40,13 @@ extern "C" fn fork_prepare() {
     if HEAP.state.load(Ordering::Acquire) != READY || os::single_threaded() {
         return;
     }
-    LOCKED.store(true, Ordering::Relaxed);
     // Per-CPU mode: the table lock (no area is being made), then the CPU areas' local
     // locks (operations take them before any other allocator lock).
     HEAP.table_lock.lock_forever();
+    // Only now: a second thread's fork waits at the table lock until this fork's
+    // handlers are done, so its `true` cannot be cleared by this fork's parent
+    // handler, which would leave its locks held.
+    LOCKED.store(true, Ordering::Relaxed);
     for area in HEAP.cpu_areas() {
         area.lock_for_fork();
     }
