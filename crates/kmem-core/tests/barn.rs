@@ -7,7 +7,7 @@ mod common;
 
 use common::{check_census, config, kmem, own_area, stat, K};
 use kmem_core::slab::SlubStat;
-use kmem_core::{CpuRef, Gfp, SlabFlags};
+use kmem_core::{CpuRef, Gfp, Platform, SlabFlags};
 use std::collections::HashSet;
 use std::ptr::NonNull;
 
@@ -272,4 +272,147 @@ fn a_bounded_heap_spills_an_eighth_of_its_bound() {
         BARN_SPILL_BYTES,
         "at most the budget"
     );
+}
+
+/// Frees `objs` of `s` in a shuffled order (so that the barn's sheaves hold objects of
+/// every slab, as a program's table dropped in hash order leaves them).
+fn free_shuffled(
+    k: &K,
+    c: Option<CpuRef<'_>>,
+    s: &kmem_core::KmemCache,
+    mut objs: Vec<NonNull<u8>>,
+) {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in (1..objs.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        objs.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    for p in objs {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.slub().free(c, s, p) });
+    }
+}
+
+/// A program's change of phase: a table of 64-byte objects (twice its barn's own
+/// bound: the spill keeps the rest) dropped in shuffled order, then as many bytes of
+/// 128-byte objects allocated. The clock never moves, so the time decay never runs:
+/// the second cache's new slabs run the barns' decay (`DECAY_GROWTH_PAGES`), the idle
+/// barn gives its sheaves back, the first cache's slabs empty and the second cache
+/// takes them. Without it every 64-byte slab keeps a barn object and the 128-byte
+/// objects take as many pages again.
+#[test]
+fn another_cache_s_growth_decays_an_idle_barn_and_takes_its_slabs() {
+    use kmem_core::slab::barn::BARN_KEEP_SHEAVES;
+    use kmem_core::slab::BARN_MAX_OBJECT_BYTES;
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let small = k
+        .kmem_cache_create(c, "phase-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let large = k
+        .kmem_cache_create(c, "phase-128", 128, 8, SlabFlags::empty(), None)
+        .unwrap();
+    // SAFETY: owned by this test.
+    let refs = [unsafe { CpuRef::new(a) }];
+    let bytes = 2 * BARN_MAX_OBJECT_BYTES;
+    let objs: Vec<_> = (0..bytes / 64)
+        .map(|_| k.slub().alloc(c, small, Gfp::KERNEL).unwrap())
+        .collect();
+    free_shuffled(k, c, small, objs);
+    let census = k.slub().census(small, &refs, |_| {});
+    assert!(
+        census.in_barns * 64 > bytes * 9 / 10,
+        "the barn and its spill keep the table: {census:?}"
+    );
+    let pages = |s: &kmem_core::KmemCache| s.nr_slabs(0) << s.config().order;
+    let small_pages = pages(small);
+    let now = k.pages.platform().now_ns();
+    let live: HashSet<usize> = (0..bytes / 128)
+        .map(|_| k.slub().alloc(c, large, Gfp::KERNEL).unwrap().as_ptr() as usize)
+        .collect();
+    assert_eq!(k.pages.platform().now_ns(), now, "no time went by");
+    let left = k.slub().census(small, &refs, |_| {});
+    assert!(
+        left.in_barns == 0 && left.barn_sheaves <= BARN_KEEP_SHEAVES,
+        "the idle barn went back to its slabs: {left:?}"
+    );
+    // Both caches together hold little more than the second one needs: the first's
+    // slabs became the second's (adopted, of the same order, or freed and taken
+    // again from the page allocator).
+    let need = bytes >> 12;
+    let held = pages(small) + pages(large);
+    assert!(
+        held < need + need / 4,
+        "{held} pages held for {need} needed ({small_pages} of 64-byte slabs before; {} and {} now; {left:?})", pages(small), pages(large)
+    );
+    check_census(k, small, &refs, &HashSet::new());
+    check_census(k, large, &refs, &live);
+    for p in live {
+        // SAFETY: ours, freed once.
+        unsafe { k.slub().free(c, large, NonNull::new(p as *mut u8).unwrap()) };
+    }
+    k.shrink_all(c);
+    // SAFETY: owned.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+/// The growth decay leaves a barn in use alone: a table dropped, then built again
+/// while another cache grows by many times `DECAY_GROWTH_PAGES`, takes its objects
+/// back from the barn (whole sheaves, almost no refill from its slabs), the barn
+/// handing out sheaves between every two ticks.
+#[test]
+fn another_cache_s_growth_leaves_a_barn_in_use_alone() {
+    use kmem_core::slab::barn::DECAY_GROWTH_PAGES;
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let table = k
+        .kmem_cache_create(c, "rebuilt-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let other = k
+        .kmem_cache_create(c, "growing-256", 256, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let n = (2 * kmem_core::slab::BARN_MAX_OBJECT_BYTES) / 64;
+    let objs: Vec<_> = (0..n)
+        .map(|_| k.slub().alloc(c, table, Gfp::KERNEL).unwrap())
+        .collect();
+    free_shuffled(k, c, table, objs);
+    let refills = stat(k, table, SlubStat::SheafRefill);
+    // The other cache grows by 16 ticks' worth while the table is built again, an
+    // eighth of a tick's pages between two steps of the table's.
+    let steps = 16 * 8;
+    let per_step = (DECAY_GROWTH_PAGES << 12) / 8 / 256;
+    let mut grown = Vec::new();
+    let mut again = HashSet::new();
+    for i in 0..steps {
+        grown.extend((0..per_step).map(|_| k.slub().alloc(c, other, Gfp::KERNEL).unwrap()));
+        let end = n * (i + 1) / steps;
+        while again.len() < end {
+            again.insert(k.slub().alloc(c, table, Gfp::KERNEL).unwrap().as_ptr() as usize);
+        }
+    }
+    assert!(other.nr_slabs(0) << other.config().order >= 16 * DECAY_GROWTH_PAGES);
+    let refilled = stat(k, table, SlubStat::SheafRefill) - refills;
+    assert!(
+        refilled <= 8,
+        "{refilled} refills from the slabs for {} sheaves of the table",
+        n / table.config().sheaf_capacity
+    );
+    // SAFETY: owned by this test.
+    let refs = [unsafe { CpuRef::new(a) }];
+    check_census(k, table, &refs, &again);
+    for p in again {
+        // SAFETY: ours, freed once.
+        unsafe { k.slub().free(c, table, NonNull::new(p as *mut u8).unwrap()) };
+    }
+    for p in grown {
+        // SAFETY: ours, freed once.
+        unsafe { k.slub().free(c, other, p) };
+    }
+    k.shrink_all(c);
+    // SAFETY: owned.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert!(k.pages.platform().take_log().is_empty());
 }

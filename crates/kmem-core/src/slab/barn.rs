@@ -47,6 +47,21 @@ pub const MAX_EMPTY_SHEAVES: usize = MAX_FULL_SHEAVES;
 /// limit for both).
 pub const BARN_KEEP_SHEAVES: usize = 10;
 
+/// Pages of new slabs (every cache together) after which the barns' decay runs
+/// again, however little time went by: 1 MiB. The decay interval is a clock for a
+/// program that stops allocating; one that makes new slabs of another class instead
+/// (a phase that frees a million 64-byte objects and allocates a million of 128
+/// bytes) changed what it uses, and the sheaves the first class's barn kept — up to
+/// its bound and the spill budget, 68 MiB — pinned every slab they came from while the
+/// second class took new pages (peak resident 200 MiB against mimalloc's 132). The
+/// decay growth runs is for the barns that handed out no full sheaf since the last
+/// decay, and these give back every full sheaf that sat there since, the ten kept
+/// ones too ([`BarnLists::take_idle`]): their slabs empty, and the growing class
+/// adopts or reclaims them (`empty.rs`). A barn that hands out sheaves between two
+/// such ticks keeps them, whatever its pace: a structure freed and built again while
+/// another class grows still comes back out of it whole.
+pub const DECAY_GROWTH_PAGES: usize = 256;
+
 /// How many of the sheaves on top of a barn's full list it remembers the owner of:
 /// the CPU area that handed each one in ([`BarnLists::get_full`] gives a CPU back its
 /// own sheaf first).
@@ -71,8 +86,11 @@ pub struct BarnLists {
     nr_full: usize,
     nr_empty: usize,
     /// The fewest full (`.0`) and empty (`.1`) sheaves the lists held since the last
-    /// [`BarnLists::take_idle`]: that many sat unused all the while.
+    /// [`BarnLists::take_idle`] that started a new period: that many sat unused all
+    /// the while.
     low: (usize, usize),
+    /// Whether a CPU took a full sheaf since the last [`BarnLists::take_idle`].
+    drawn: bool,
     owners: [u32; BARN_OWNER_HINTS],
     /// Full sheaves beyond the cache's own bound, charged to the spill budget, as of
     /// the end of the last counted hold of the lock.
@@ -92,6 +110,7 @@ impl BarnLists {
             nr_full: 0,
             nr_empty: 0,
             low: (0, 0),
+            drawn: false,
             owners: [NO_OWNER; BARN_OWNER_HINTS],
             over: 0,
         }
@@ -161,6 +180,7 @@ impl BarnLists {
         };
         self.nr_full -= 1;
         self.low.0 = self.low.0.min(self.nr_full);
+        self.drawn = true;
         Some(s)
     }
 
@@ -208,12 +228,20 @@ impl BarnLists {
     /// [`SlabSheaf::next`], for the caller to flush and free) the sheaves beyond
     /// [`BARN_KEEP_SHEAVES`] that sat unused since the last call — as many as the
     /// lists never went below — and starts a new period.
-    pub fn take_idle(&mut self) -> (*mut SlabSheaf, *mut SlabSheaf) {
+    ///
+    /// With `undrawn_only` (the decay that growth ran, [`DECAY_GROWTH_PAGES`]) a barn
+    /// that handed out a full sheaf since the last call gives nothing back and keeps
+    /// its period: it is in use, and the growth is no measure of its pace. One that
+    /// did not keeps none of its idle full sheaves: its cache stopped allocating while
+    /// another one grows, and ten sheaves of objects scattered over its slabs would
+    /// keep most of them from emptying (1,240 64-byte objects, a slab in two of 2,048).
+    pub fn take_idle(&mut self, undrawn_only: bool) -> (*mut SlabSheaf, *mut SlabSheaf) {
+        if core::mem::replace(&mut self.drawn, false) && undrawn_only {
+            return (ptr::null_mut(), ptr::null_mut());
+        }
+        let keep_full = if undrawn_only { 0 } else { BARN_KEEP_SHEAVES };
         let idle = [
-            self.low
-                .0
-                .min(self.nr_full)
-                .saturating_sub(BARN_KEEP_SHEAVES),
+            self.low.0.min(self.nr_full).saturating_sub(keep_full),
             self.low
                 .1
                 .min(self.nr_empty)
@@ -315,6 +343,7 @@ impl BarnLists {
         self.nr_full = 0;
         self.nr_empty = 0;
         self.low = (0, 0);
+        self.drawn = false;
         self.owners = [NO_OWNER; BARN_OWNER_HINTS];
         (
             core::mem::replace(&mut self.full, ptr::null_mut()),
@@ -501,34 +530,56 @@ impl<P: Platform> Slub<'_, P> {
         }
     }
 
+    /// The barns' decay, when due: a decay interval after the last one, or once the
+    /// caches' slabs have grown by [`DECAY_GROWTH_PAGES`] since it (see there).
     #[cold]
     #[inline(never)]
     pub(super) fn maybe_decay_barns(&self, c: CpuRef<'_>) {
+        let caches = self.caches;
         let now = self.pages.platform().now_ns();
-        let delay = self.pages.report_delay_ns.load(Relaxed);
-        let last = self.caches.barn_decay_ns.load(Relaxed);
-        if now.saturating_sub(last) < delay
-            || self
-                .caches
+        let last = caches.barn_decay_ns.load(Relaxed);
+        let grown = caches.grown_pages.load(Relaxed);
+        let grown_last = caches.grown_at_decay.load(Relaxed);
+        // Each clock has its mark; whoever moves the one that is due runs the decay.
+        let by_growth = now.saturating_sub(last) < self.pages.report_delay_ns.load(Relaxed);
+        let moved = if !by_growth {
+            caches
                 .barn_decay_ns
                 .compare_exchange(last, now, Relaxed, Relaxed)
-                .is_err()
-        {
+                .is_ok()
+        } else {
+            grown.wrapping_sub(grown_last) >= DECAY_GROWTH_PAGES
+                && caches
+                    .grown_at_decay
+                    .compare_exchange(grown_last, grown, Relaxed, Relaxed)
+                    .is_ok()
+        };
+        if !moved {
             return;
         }
         // Never waits for the list lock: its holder may be this thread, further up.
         // Busy: the next tick tries again.
-        let Some(_g) = self.caches.lock.try_lock() else {
-            self.caches.barn_decay_ns.store(last, Relaxed);
+        let Some(_g) = caches.lock.try_lock() else {
+            if by_growth {
+                caches.grown_at_decay.store(grown_last, Relaxed);
+            } else {
+                caches.barn_decay_ns.store(last, Relaxed);
+            }
             return;
         };
+        // The interval's decay covers the growth's too.
+        caches.grown_at_decay.store(grown, Relaxed);
         // Under the list lock: no reporting pass (see `Kmem::shrink_all`).
         self.pages.with_reporting_deferred(|| {
             // SAFETY: the list lock is held.
             unsafe {
                 self.caches.for_each_locked(|s| {
-                    self.decay_barns(Some(c), s);
-                    self.decay_empty_slabs(s);
+                    self.decay_barns(Some(c), s, by_growth);
+                    // Kept empty slabs need no growth tick: a new slab of another
+                    // cache reclaims or adopts them first (`empty.rs`).
+                    if !by_growth {
+                        self.decay_empty_slabs(s);
+                    }
                 })
             }
         });
@@ -536,16 +587,17 @@ impl<P: Platform> Slub<'_, P> {
 
     /// The barns' decay for `s`: the sheaves each barn kept beyond
     /// [`super::barn::BARN_KEEP_SHEAVES`] and nobody took since the last decay are
-    /// flushed to the slabs and freed ([`super::barn::BarnLists::take_idle`]).
+    /// flushed to the slabs and freed ([`super::barn::BarnLists::take_idle`]; with
+    /// `by_growth`, only from barns that handed out no full sheaf since then).
     /// Returns the sheaves freed.
-    pub fn decay_barns(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
+    pub fn decay_barns(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, by_growth: bool) -> usize {
         if s.config().sheaf_capacity == 0 {
             return 0;
         }
         let mut freed = 0;
         let acct = self.spill_account(s);
         for nid in 0..self.pages.nr_nodes() {
-            let (full, empty) = s.node(nid).barn.lock_counted(acct).take_idle();
+            let (full, empty) = s.node(nid).barn.lock_counted(acct).take_idle(by_growth);
             freed += self.free_sheaf_chains(cpu, s, full, empty);
         }
         freed

@@ -12,13 +12,16 @@
 //! they came in: 3.6 and 4.1 ns (BENCHMARKS.md, "The barns' spill").
 //!
 //! What it costs is memory a program no longer uses, held as free objects of one
-//! size: a program that frees a structure of one class and builds one of another
-//! holds both for a while. The budget bounds it for every cache together, and the
-//! barns' decay gives sheaves that sat unused through an interval back to their slabs
+//! size. The budget bounds it for every cache together, and the barns' decay gives
+//! sheaves that sat unused through an interval back to their slabs
 //! (`BarnLists::take_idle`), so a spilled sheaf stays at most two decay intervals
 //! (`KMEM_DECAY_MS`, counted by the slow paths' housekeeping) once its cache stops
 //! using it, and the slabs' and pages' decays then give its memory back as they do any
-//! other; shrinking and memory pressure flush it at once (`Slub::shrink_barns`). A
+//! other. A program that frees a structure of one class and builds one of another
+//! does not wait for the clock: the second class's new slabs run the decay too
+//! (`barn::DECAY_GROWTH_PAGES`), and the first class's barn, from which nobody takes
+//! sheaves, gives them all back within 2 MiB of them. Shrinking and memory pressure
+//! flush it at once (`Slub::shrink_barns`). A
 //! heap bounded by `KMEM_MAX` (or `Heap::set_max_bytes`) spills an eighth of its bound
 //! at most ([`BarnSpill::limit_for_bound`]). Only caches of objects up to
 //! `BARN_SMALL_OBJECT` bytes spill: for larger objects a few sheaves are already much

@@ -18,6 +18,12 @@ pub struct CacheList {
     /// When the barns' decay last ran (the platform's clock, ns); whoever moves it
     /// runs the next one.
     pub(crate) barn_decay_ns: AtomicU64,
+    /// Pages of new slabs made from the page allocator, every cache together (a
+    /// count that wraps): the barns' decay also runs once they have grown by
+    /// `barn::DECAY_GROWTH_PAGES` since it last ran (`Slub::maybe_decay_barns`).
+    pub(crate) grown_pages: AtomicUsize,
+    /// `grown_pages` as the barns' decay last read it.
+    pub(crate) grown_at_decay: AtomicUsize,
     /// Caches that keep empty slabs, per node and slab order (each cache node's
     /// kept list counts once while it holds slabs: `empty.rs`, `EmptySlabs::publish`):
     /// while not 0, a cache whose own are used up adopts others' of its order instead
@@ -41,6 +47,8 @@ impl CacheList {
             lock: SpinLock::new(()),
             head: AtomicPtr::new(ptr::null_mut()),
             barn_decay_ns: AtomicU64::new(0),
+            grown_pages: AtomicUsize::new(0),
+            grown_at_decay: AtomicUsize::new(0),
             kept_lists: [const { [const { AtomicUsize::new(0) }; MAX_ORDER + 1] }; MAX_NUMNODES],
             reclaiming: AtomicUsize::new(0),
             spill: BarnSpill::new(),

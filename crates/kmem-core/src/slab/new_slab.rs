@@ -63,6 +63,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         let want = nid.unwrap_or_else(|| self.pages.platform().numa_node_id());
         self.reclaim_kept_slabs(cpu, s, want % self.pages.nr_nodes());
         let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
+        // The barns' decay counts it (`barn::DECAY_GROWTH_PAGES`).
+        self.caches.grown_pages.fetch_add(1 << cfg.order, Relaxed);
         let base = self.slab_base(slab);
         // SAFETY: the block was just allocated: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
