@@ -241,6 +241,10 @@ mod tests {
                 "rss-system",
                 "rss-mimalloc",
                 "rss-jemalloc",
+                "phase-kmem",
+                "phase-system",
+                "phase-mimalloc",
+                "phase-jemalloc",
                 "cache",
                 "slab"
             ]

@@ -86,6 +86,10 @@ pub const CHILDREN: &[Child] = &[
     sizes::RSS[1],
     sizes::RSS[2],
     sizes::RSS[3],
+    sizes::PHASE[0],
+    sizes::PHASE[1],
+    sizes::PHASE[2],
+    sizes::PHASE[3],
     cache::CHILD,
     slab::CHILD,
 ];

@@ -24,6 +24,14 @@
 //!   interval (1 s, kmem's `KMEM_DECAY_MS` default) and keeping busy with small
 //!   allocations for 50 ms, as a running program would, minus the resident memory
 //!   before the churn).
+//! - `phase` op `peak_rss`, each allocator in a fresh child process of its own
+//!   (`kmem bench-child phase-NAME`: memory an earlier bench left resident would take
+//!   the first objects) (param = the second size, 128): one million 64-byte objects
+//!   allocated, written and freed in a shuffled order, then one million 128-byte
+//!   objects allocated and written; bytes: the highest resident memory, minus the
+//!   resident memory before the first phase. A program whose next phase needs objects
+//!   of another size: 128 MiB if the second phase reuses the first one's memory, 192
+//!   if it reuses none.
 
 use super::child::{self, Child};
 use super::page::keep_busy;
@@ -44,6 +52,9 @@ const ROUNDS_MIN_MIB: usize = 5;
 const ROUNDS_MAX_MIB: usize = 10;
 /// The decay interval `rss_after` waits (kmem's default `KMEM_DECAY_MS`).
 const DECAY: Duration = Duration::from_millis(1000);
+/// `phase`: the sizes of its two phases, and their objects (each).
+const PHASE_SIZES: (usize, usize) = (64, 128);
+const PHASE_OBJECTS: usize = 1_000_000;
 
 /// Measurements per allocator in the in-process part.
 pub fn benches() -> u64 {
@@ -58,11 +69,43 @@ pub const RSS: [Child; 4] = [
     rss_child::<3>("rss-jemalloc"),
 ];
 
+/// The `phase` children, one per allocator (in the order of `workloads::allocators`).
+pub const PHASE: [Child; 4] = [
+    phase_child::<0>("phase-kmem"),
+    phase_child::<1>("phase-system"),
+    phase_child::<2>("phase-mimalloc"),
+    phase_child::<3>("phase-jemalloc"),
+];
+
 /// The memory child of allocator `I`.
 const fn rss_child<const I: usize>(what: &'static str) -> Child {
     Child {
         what,
         measure: |ctx| memory(ctx, I),
+        steps: |_| 1,
+    }
+}
+
+/// The `phase` child of allocator `I`.
+const fn phase_child<const I: usize>(what: &'static str) -> Child {
+    Child {
+        what,
+        measure: |ctx| {
+            let a = allocators()[I].1;
+            let objects = if ctx.quick {
+                PHASE_OBJECTS / 4
+            } else {
+                PHASE_OBJECTS
+            };
+            let peak = phase_peak(a, objects);
+            vec![BenchResult::bytes(
+                "phase",
+                "kmem",
+                PHASE_SIZES.1 as u64,
+                "peak_rss",
+                peak,
+            )]
+        },
         steps: |_| 1,
     }
 }
@@ -102,10 +145,10 @@ pub fn measure(ctx: &Ctx, allocators: &[(&'static str, Alloc)]) -> Vec<BenchResu
     out
 }
 
-/// The memory rows of every allocator, each from its own child.
+/// The memory rows of every allocator, each from its own children.
 pub fn memory_children(ctx: &Ctx) -> Vec<BenchResult> {
     let mut out = Vec::new();
-    for (c, (name, _)) in RSS.iter().zip(allocators()) {
+    for (c, (name, _)) in RSS.iter().chain(&PHASE).zip(allocators().iter().cycle()) {
         out.extend(
             child::run(ctx, c, &[], &format!("a fresh process ({name})"))
                 .into_iter()
@@ -146,6 +189,45 @@ fn memory(ctx: &Ctx, i: usize) -> Vec<BenchResult> {
         BenchResult::bytes("random_sizes", "kmem", RANDOM_MAX, "peak_rss", peak_rss),
         BenchResult::bytes("large_churn", "kmem", CHURN_MAX_MIB, "rss_after", after),
     ]
+}
+
+/// `phase`: `n` objects of the first size allocated, written and freed in a shuffled
+/// order, then `n` of the second allocated and written (and freed, after the last
+/// reading). Returns the highest resident memory, read after each phase, minus the
+/// resident memory before (the first phase's objects are all freed before the second
+/// starts, so its peak is at its end).
+fn phase_peak(a: Alloc, n: usize) -> u64 {
+    let (first, second) = PHASE_SIZES;
+    let mut table: Vec<*mut u8> = Vec::with_capacity(n);
+    let before = kmem::rss_bytes();
+    let run = |table: &mut Vec<*mut u8>, size: usize| {
+        let l = Layout::from_size_align(size, 8).expect("layout");
+        for i in 0..n {
+            // SAFETY: a non-zero size.
+            let p = unsafe { a.alloc(l) };
+            assert!(!p.is_null(), "phase: out of memory");
+            // SAFETY: a fresh block of `size` bytes.
+            unsafe { p.write_bytes(i as u8, size) };
+            table.push(p);
+        }
+        kmem::rss_bytes()
+    };
+    let free = |table: &mut Vec<*mut u8>, size: usize| {
+        let l = Layout::from_size_align(size, 8).expect("layout");
+        for p in table.drain(..) {
+            // SAFETY: allocated by `run` with `l`, freed once.
+            unsafe { a.dealloc(p, l) };
+        }
+    };
+    let first_peak = run(&mut table, first);
+    let mut rng = Rng::new(13);
+    for i in (1..table.len()).rev() {
+        table.swap(i, rng.below(i as u64 + 1) as usize);
+    }
+    free(&mut table, first);
+    let peak = first_peak.max(run(&mut table, second));
+    free(&mut table, second);
+    peak.saturating_sub(before) as u64
 }
 
 /// `n` times: malloc `size` bytes, write the first, free.

@@ -129,7 +129,8 @@ fn benches(quick: bool) -> u64 {
 }
 
 fn steps(quick: bool) -> u64 {
-    benches(quick) * (allocators().len() as u64 + 1) + sizes::RSS.len() as u64
+    benches(quick) * (allocators().len() as u64 + 1)
+        + (sizes::RSS.len() + sizes::PHASE.len()) as u64
 }
 
 /// The in-process allocators, then kmem in the CPU-slab design (a child), beside kmem;
@@ -568,7 +569,11 @@ fn memory_lines(results: &[BenchResult]) -> String {
             .find(|r| r.bench == b && r.op == op && r.allocator == a)
             .and_then(|r| r.bytes)
     };
-    for (bench, op) in [("random_sizes", "peak_rss"), ("large_churn", "rss_after")] {
+    for (bench, op) in [
+        ("random_sizes", "peak_rss"),
+        ("large_churn", "rss_after"),
+        ("phase", "peak_rss"),
+    ] {
         let Some(k) = bytes(bench, op, "kmem") else {
             continue;
         };
