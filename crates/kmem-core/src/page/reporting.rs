@@ -85,6 +85,18 @@ impl<P: Platform> PageAllocator<P> {
         n.is_multiple_of(HOUSEKEEPING_INTERVAL)
     }
 
+    /// Makes the next slow path of `cpu`'s owner the interval's: its housekeeping,
+    /// and the slab layer's with it, runs then rather than up to
+    /// [`HOUSEKEEPING_INTERVAL`] slow paths later (the slab layer, when its slabs grew
+    /// by a step of the barns' decay: a cache of large objects makes few slow paths
+    /// for its memory). Called by the owner.
+    pub fn housekeeping_soon(&self, cpu: CpuRef<'_>) {
+        let area = cpu.area();
+        let n = area.slow_paths.load(Relaxed);
+        area.slow_paths
+            .store(n | (HOUSEKEEPING_INTERVAL - 1), Relaxed);
+    }
+
     /// Whether the slow path [`PageAllocator::count_slow_path`] counted last was the
     /// interval's.
     #[inline]

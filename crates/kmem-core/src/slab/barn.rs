@@ -575,11 +575,9 @@ impl<P: Platform> Slub<'_, P> {
             unsafe {
                 self.caches.for_each_locked(|s| {
                     self.decay_barns(Some(c), s, by_growth);
-                    // Kept empty slabs need no growth tick: a new slab of another
-                    // cache reclaims or adopts them first (`empty.rs`).
-                    if !by_growth {
-                        self.decay_empty_slabs(s);
-                    }
+                    // Growth too: a new slab reclaims others' kept slabs a megabyte
+                    // at a time, and a class of large slabs needs whole blocks.
+                    self.decay_empty_slabs(s);
                 })
             }
         });
