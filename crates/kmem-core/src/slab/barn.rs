@@ -53,10 +53,10 @@ pub const BARN_KEEP_SHEAVES: usize = 10;
 /// (a phase that frees a million 64-byte objects and allocates a million of 128
 /// bytes) changed what it uses, and the sheaves the first class's barn kept — up to
 /// its bound and the spill budget, 68 MiB — pinned every slab they came from while the
-/// second class took new pages (peak resident 200 MiB against mimalloc's 132). The
-/// decay growth runs is for the barns that handed out no full sheaf since the last
-/// decay, and these give back every full sheaf that sat there since, the ten kept
-/// ones too ([`BarnLists::take_idle`]): their slabs empty, and the growing class
+/// second class took new pages (peak resident 200 MiB against mimalloc's 132). A
+/// decay that growth runs looks only at the barns that handed out no full sheaf since
+/// the last decay, and these give back every full sheaf that sat there since, the ten
+/// kept ones too ([`BarnLists::take_idle`]): their slabs empty, and the growing class
 /// adopts or reclaims them (`empty.rs`). A barn that hands out sheaves between two
 /// such ticks keeps them, whatever its pace: a structure freed and built again while
 /// another class grows still comes back out of it whole.
