@@ -425,3 +425,45 @@ fn another_cache_s_growth_leaves_a_barn_in_use_alone() {
     unsafe { k.pages.cpu_area_put(a) };
     assert!(k.pages.platform().take_log().is_empty());
 }
+
+/// The same change of phase towards kmalloc's page blocks (2 MiB, above the caches):
+/// their pages count as growth too, and the decay runs at the allocation itself (a
+/// program of large blocks runs no slab slow path), so the later blocks lie where the
+/// 64-byte slabs were. Without it every block comes from memory never used before.
+#[test]
+fn large_blocks_after_small_objects_take_their_memory() {
+    use kmem_core::slab::BARN_MAX_OBJECT_BYTES;
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let small = k
+        .kmem_cache_create(c, "before-blocks-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    let objs: Vec<_> = (0..4 * BARN_MAX_OBJECT_BYTES / 64)
+        .map(|_| k.slub().alloc(c, small, Gfp::KERNEL).unwrap())
+        .collect();
+    let lo = objs.iter().map(|p| p.as_ptr() as usize).min().unwrap();
+    let hi = objs.iter().map(|p| p.as_ptr() as usize).max().unwrap();
+    free_shuffled(k, c, small, objs);
+    // 16 MiB of 64-byte objects, then 32 MiB of blocks: some 2 MiB blocks lie wholly
+    // inside the first 16 MiB once its slabs are free.
+    let blocks: Vec<_> = (0..16)
+        .map(|_| k.kmalloc(c, 2 << 20, Gfp::KERNEL).unwrap())
+        .collect();
+    let inside = blocks
+        .iter()
+        .filter(|b| (lo..=hi).contains(&(b.as_ptr() as usize)))
+        .count();
+    assert!(
+        inside >= 4,
+        "{inside} of 16 blocks where the 64-byte slabs were ({lo:#x}..{hi:#x}): {:?}",
+        k.slub().census(small, &[], |_| {})
+    );
+    for b in blocks {
+        // SAFETY: ours, freed once.
+        unsafe { k.kfree(c, b.as_ptr()) };
+    }
+    k.shrink_all(c);
+    // SAFETY: owned.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert!(k.pages.platform().take_log().is_empty());
+}

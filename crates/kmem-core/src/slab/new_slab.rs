@@ -63,15 +63,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         let want = nid.unwrap_or_else(|| self.pages.platform().numa_node_id());
         self.reclaim_kept_slabs(cpu, s, want % self.pages.nr_nodes());
         let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
-        // The barns' decay counts it (`barn::DECAY_GROWTH_PAGES`); a step of it is
-        // looked at in this CPU area's next slow path.
-        let grown = self.caches.grown_pages.fetch_add(1 << cfg.order, Relaxed);
-        if let Some(c) = cpu {
-            let step = |pages: usize| pages / super::barn::DECAY_GROWTH_PAGES;
-            if step(grown) != step(grown.wrapping_add(1 << cfg.order)) {
-                self.pages.housekeeping_soon(c);
-            }
-        }
+        // The barns' decay counts it; a step of it is looked at in this CPU area's
+        // next slow path (this one is inside a refill).
+        self.count_growth(cpu, 1 << cfg.order, false);
         let base = self.slab_base(slab);
         // SAFETY: the block was just allocated: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
