@@ -599,15 +599,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
                 }
                 Some(p)
             }
-            None => {
-                let p = kmalloc_large(self.slub.pages, cpu, size, gfp, nid)?;
-                // Growth, for the barns' decay (`slab::barn::DECAY_GROWTH_PAGES`): a
-                // program that moves from small objects to large blocks gets the
-                // small objects' slabs back for them.
-                self.slub()
-                    .count_growth(cpu, 1 << crate::page::get_order(size), true);
-                Some(p)
-            }
+            None => kmalloc_large(self.slub.pages, cpu, size, gfp, nid),
         }
     }
 

@@ -47,8 +47,8 @@ pub const MAX_EMPTY_SHEAVES: usize = MAX_FULL_SHEAVES;
 /// limit for both).
 pub const BARN_KEEP_SHEAVES: usize = 10;
 
-/// Pages of new slabs (every cache together) and of kmalloc's page blocks after which
-/// the barns' decay runs again, however little time went by: 1 MiB. The decay interval is a clock for a
+/// Pages of new slabs (every cache together) after which the barns' decay runs
+/// again, however little time went by: 1 MiB. The decay interval is a clock for a
 /// program that stops allocating; one that makes new slabs of another class instead
 /// (a phase that frees a million 64-byte objects and allocates a million of 128
 /// bytes) changed what it uses, and the sheaves the first class's barn kept — up to
@@ -530,21 +530,18 @@ impl<P: Platform> Slub<'_, P> {
         }
     }
 
-    /// Counts `pages` of new memory for the slab layer's new slabs or kmalloc's page
-    /// blocks, the growth clock of the barns' decay ([`DECAY_GROWTH_PAGES`]). At a
-    /// step of it the decay is looked at on the CPU area `cpu` (its owner calls):
-    /// at once with `now` (a caller that holds nothing of the slab layer: kmalloc's
-    /// page blocks, whose program may run no slab slow path for a while), else in the
-    /// area's next slow path (a new slab, inside a refill).
-    pub(crate) fn count_growth(&self, cpu: Option<CpuRef<'_>>, pages: usize, now: bool) {
+    /// Counts `pages` of new slabs, the growth clock of the barns' decay
+    /// ([`DECAY_GROWTH_PAGES`]); at a step of it, the CPU area `cpu` (its owner calls,
+    /// inside a refill) runs its housekeeping, and with it the decay, in its next slow
+    /// path.
+    ///
+    /// kmalloc's page blocks are not counted: a block freed and allocated again (a
+    /// buffer a request) would count each time, and run the decay at every request;
+    /// counting them needs their frees subtracted (BENCHMARKS.md, "A change of phase").
+    pub(crate) fn count_growth(&self, cpu: Option<CpuRef<'_>>, pages: usize) {
         let grown = self.caches.grown_pages.fetch_add(pages, Relaxed);
-        let Some(c) = cpu else {
-            return;
-        };
-        if grown / DECAY_GROWTH_PAGES != grown.wrapping_add(pages) / DECAY_GROWTH_PAGES {
-            if now {
-                self.maybe_decay_barns(c);
-            } else {
+        if let Some(c) = cpu {
+            if grown / DECAY_GROWTH_PAGES != grown.wrapping_add(pages) / DECAY_GROWTH_PAGES {
                 self.pages.housekeeping_soon(c);
             }
         }

@@ -18,10 +18,10 @@ pub struct CacheList {
     /// When the barns' decay last ran (the platform's clock, ns); whoever moves it
     /// runs the next one.
     pub(crate) barn_decay_ns: AtomicU64,
-    /// Pages of new slabs made from the page allocator, every cache together, and of
-    /// kmalloc's page blocks (a count that wraps): the barns' decay also runs once
-    /// they have grown by `barn::DECAY_GROWTH_PAGES` since it last ran
-    /// (`Slub::count_growth`, `Slub::maybe_decay_barns`).
+    /// Pages of new slabs made from the page allocator, every cache together (a
+    /// count that wraps): the barns' decay also runs once they have grown by
+    /// `barn::DECAY_GROWTH_PAGES` since it last ran (`Slub::count_growth`,
+    /// `Slub::maybe_decay_barns`).
     pub(crate) grown_pages: AtomicUsize,
     /// `grown_pages` as the barns' decay last read it.
     pub(crate) grown_at_decay: AtomicUsize,

@@ -65,7 +65,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
         // The barns' decay counts it; a step of it is looked at in this CPU area's
         // next slow path (this one is inside a refill).
-        self.count_growth(cpu, 1 << cfg.order, false);
+        self.count_growth(cpu, 1 << cfg.order);
         let base = self.slab_base(slab);
         // SAFETY: the block was just allocated: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
