@@ -532,8 +532,8 @@ impl<P: Platform> Slub<'_, P> {
 
     /// Counts `pages` of new slabs, the growth clock of the barns' decay
     /// ([`DECAY_GROWTH_PAGES`]); at a step of it, the CPU area `cpu` (its owner calls,
-    /// inside a refill) runs its housekeeping, and with it the decay, in its next slow
-    /// path.
+    /// from within a slow path) runs its housekeeping, and with it the decay, in its
+    /// next slow path.
     ///
     /// kmalloc's page blocks are not counted: a block freed and allocated again (a
     /// buffer a request) would count each time, and run the decay at every request;

@@ -64,7 +64,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         self.reclaim_kept_slabs(cpu, s, want % self.pages.nr_nodes());
         let slab = self.pages.alloc_pages_node(cpu, gfp, cfg.order, nid)?;
         // The barns' decay counts it; a step of it is looked at in this CPU area's
-        // next slow path (this one is inside a refill).
+        // next slow path (this one is under way).
         self.count_growth(cpu, 1 << cfg.order);
         let base = self.slab_base(slab);
         // SAFETY: the block was just allocated: its descriptors are ours.
