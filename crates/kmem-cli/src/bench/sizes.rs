@@ -220,10 +220,7 @@ fn phase_peak(a: Alloc, n: usize) -> u64 {
         }
     };
     let first_peak = run(&mut table, first);
-    let mut rng = Rng::new(13);
-    for i in (1..table.len()).rev() {
-        table.swap(i, rng.below(i as u64 + 1) as usize);
-    }
+    Rng::new(13).shuffle(&mut table);
     free(&mut table, first);
     let peak = first_peak.max(run(&mut table, second));
     free(&mut table, second);

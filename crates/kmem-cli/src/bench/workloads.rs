@@ -215,6 +215,13 @@ impl Rng {
     pub(super) fn below(&mut self, n: u64) -> u64 {
         ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
     }
+
+    /// Shuffles `v` in place (Fisher–Yates).
+    pub(super) fn shuffle<T>(&mut self, v: &mut [T]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, self.below(i as u64 + 1) as usize);
+        }
+    }
 }
 
 /// The layout of a block of `size` bytes (malloc-like: 8-byte aligned).
@@ -468,11 +475,7 @@ fn rebuild(a: Alloc, size: usize, ops: u64) -> [Phase; 2] {
         phase(|| table.extend((0..REBUILD_OBJECTS).map(|i| alloc(a, size, i as u8)))),
     );
     for _ in 0..ops.div_ceil(REBUILD_OBJECTS as u64) {
-        let shuffle = phase(|| {
-            for i in (1..table.len()).rev() {
-                table.swap(i, rng.below(i as u64 + 1) as usize);
-            }
-        });
+        let shuffle = phase(|| rng.shuffle(&mut table));
         let round = phase(|| {
             for b in table.iter_mut() {
                 // SAFETY: the slot's block came from `a`; it is overwritten at once.
