@@ -795,7 +795,7 @@ pub fn outgrown_to_slab(cfg: &CacheConfig, slab: NonNull<Page>) -> bool {
 }
 
 /// `kmalloc_large`: a compound block of 2^order pages from the buddy allocator
-/// (every tail page points at the head, so an interior pointer is recognised). Out of
+/// (an interior pointer finds its head: `PageFlags::COMPOUND`). Out of
 /// line, with only what it needs, so the kmalloc fast path carries nothing for it.
 #[cold]
 #[inline(never)]

@@ -1,9 +1,10 @@
 //! The size benches of suite `workloads`: medium blocks, large blocks that come and
 //! go, and the memory random sizes cost.
 //!
-//! - `medium` (param = block size: 16 KiB, 64 KiB, 256 KiB): malloc a block, write
-//!   its first byte, free it, in a loop; op `pair` = ns per malloc+free. Above the
-//!   kernel's kmalloc caches (8 KiB), below any allocator's direct mappings.
+//! - `medium` (param = block size: 16 KiB, 64 KiB, 256 KiB, 2 MiB): malloc a block,
+//!   write its first byte, free it, in a loop; op `pair` = ns per malloc+free. Above
+//!   the kernel's kmalloc caches (8 KiB), below kmem's direct mappings (over 4 MiB);
+//!   2 MiB is a buffer per request, a page block of order 9 under kmem.
 //! - `large_churn` (param = largest block in MiB, 25): blocks of 5–25 MiB (uniform,
 //!   from a fixed generator) allocated, every page written, freed, one after the
 //!   other; op `op` = ns per block. What decides it is whether the memory of one
@@ -42,7 +43,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 /// Block sizes of `medium`.
-pub const MEDIUM_SIZES: [u64; 3] = [16 << 10, 64 << 10, 256 << 10];
+pub const MEDIUM_SIZES: [u64; 4] = [16 << 10, 64 << 10, 256 << 10, 2 << 20];
 /// `large_churn`: smallest and largest block, in MiB.
 const CHURN_MIN_MIB: usize = 5;
 pub const CHURN_MAX_MIB: u64 = 25;

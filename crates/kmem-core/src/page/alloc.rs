@@ -141,36 +141,47 @@ impl<P: Platform> PageAllocator<P> {
         unsafe { ptr::write_bytes(addr.as_ptr(), 0, PAGE_SIZE << order) };
     }
 
-    /// `prep_compound_page`: every tail page of the block points at its head.
-    #[cold]
+    /// `prep_compound_page`: marks the block of order `order` > 0 headed by `head`
+    /// compound. Its tails are not written (see [`PageFlags::COMPOUND`]).
+    #[inline]
     pub(super) fn prep_compound_page(&self, head: NonNull<Page>, order: usize) {
+        debug_assert!(order > 0);
+        // SAFETY: the caller's block: ours (nobody else writes its flags).
+        let h = unsafe { head.as_ref() };
+        h.set_flags(h.flags() | PageFlags::COMPOUND);
+    }
+
+    /// Whether the allocated block headed by `head` is compound.
+    #[inline]
+    pub(super) fn is_compound(&self, head: NonNull<Page>) -> bool {
+        // SAFETY: the caller's block: its descriptor is valid.
+        unsafe { head.as_ref() }
+            .flags()
+            .contains(PageFlags::COMPOUND)
+    }
+
+    /// Clears the tails an owner marked (a multi-page slab's: `TAIL`, the head's
+    /// descriptor, a sheaf tag) before a block goes back: tails carry no flags on the
+    /// free lists. A block whose second descriptor is unmarked has no marked tails
+    /// (the slab layer marks all or none), so a page block costs one read here.
+    #[inline]
+    pub(super) fn destroy_compound_page(&self, head: NonNull<Page>, order: usize) {
+        if order == 0 {
+            return;
+        }
+        // SAFETY: the block's second descriptor is in the same memmap.
+        let second = unsafe { &*head.as_ptr().add(1) };
+        if !second.flags().contains(PageFlags::TAIL) {
+            return;
+        }
+        self.clear_marked_tails(head, order);
+    }
+
+    /// [`PageAllocator::destroy_compound_page`]'s work, for a slab's block.
+    fn clear_marked_tails(&self, head: NonNull<Page>, order: usize) {
         for i in 1..(1usize << order) {
             // SAFETY: the block's descriptors are consecutive in one memmap (a block
             // never crosses a section) and ours.
-            let tail = unsafe { &*head.as_ptr().add(i) };
-            tail.set_flags(PageFlags::TAIL);
-            tail.owner[0].store(head.as_ptr() as usize, Ordering::Relaxed);
-        }
-    }
-
-    /// Whether the block of order `order` > 0 headed by `head` is compound.
-    #[inline]
-    pub(super) fn is_compound(&self, head: NonNull<Page>) -> bool {
-        // SAFETY: the block's second descriptor is in the same memmap.
-        unsafe { &*head.as_ptr().add(1) }
-            .flags()
-            .contains(PageFlags::TAIL)
-    }
-
-    /// Undoes `prep_compound_page` before a block goes back (its tails must carry no
-    /// flags on the free lists).
-    #[inline]
-    pub(super) fn destroy_compound_page(&self, head: NonNull<Page>, order: usize) {
-        if order == 0 || !self.is_compound(head) {
-            return;
-        }
-        for i in 1..(1usize << order) {
-            // SAFETY: as in `prep_compound_page`.
             let tail = unsafe { &*head.as_ptr().add(i) };
             tail.set_flags(PageFlags::empty());
             tail.owner[0].store(0, Ordering::Relaxed);
@@ -368,26 +379,43 @@ mod tests {
     }
 
     #[test]
-    fn compound_blocks_point_tails_at_the_head_until_freed() {
+    fn compound_blocks_are_found_from_any_page_and_leave_their_tails_unwritten() {
         let pa = allocator(1, Config::default());
-        let head = pa.alloc_pages(None, Gfp::COMP, 3).unwrap();
-        assert!(pa.is_compound(head));
-        for i in 1..8 {
+        // Neighbours on both sides, so the search passes other blocks' heads.
+        let before = pa.alloc_pages(None, Gfp::COMP, 3).unwrap();
+        let head = pa.alloc_pages(None, Gfp::COMP, 4).unwrap();
+        let plain = pa.alloc_pages(None, Gfp::KERNEL, 4).unwrap();
+        assert!(pa.is_compound(head) && !pa.is_compound(plain));
+        let base = pa.page_address(head).as_ptr();
+        for i in 0..16 {
             // SAFETY: descriptors of the block just allocated.
             let tail = unsafe { &*head.as_ptr().add(i) };
-            assert_eq!(tail.flags(), PageFlags::TAIL);
-            assert_eq!(
-                tail.owner[0].load(Ordering::Relaxed),
-                head.as_ptr() as usize
-            );
+            if i > 0 {
+                assert!(tail.flags().is_empty(), "tail {i} written");
+            }
+            // First and last byte of every page: the head.
+            for off in [i * PAGE_SIZE, (i + 1) * PAGE_SIZE - 1] {
+                assert_eq!(pa.virt_to_head_page(base.wrapping_add(off)), Some(head));
+            }
         }
-        // SAFETY: allocated above with order 3.
-        unsafe { pa.free_pages(None, head, 3) };
-        for i in 1..8 {
-            // SAFETY: as above; the block is free now, its tails carry nothing.
+        // A block allocated without __GFP_COMP is not compound: its tails are their
+        // own pages, as the kernel's are.
+        let plain_tail = pa.page_address(plain).as_ptr().wrapping_add(5 * PAGE_SIZE);
+        // SAFETY: a descriptor inside the plain block.
+        let plain_tail_page = unsafe { NonNull::new_unchecked(plain.as_ptr().add(5)) };
+        assert_eq!(pa.virt_to_head_page(plain_tail), Some(plain_tail_page));
+        // SAFETY: allocated above with these orders.
+        unsafe {
+            pa.free_pages(None, head, 4);
+            pa.free_pages(None, before, 3);
+            pa.free_pages(None, plain, 4);
+        }
+        for i in 1..16 {
+            // SAFETY: as above; the block is free now.
             let tail = unsafe { &*head.as_ptr().add(i) };
             assert!(tail.flags().is_empty());
-            assert_eq!(tail.owner[0].load(Ordering::Relaxed), 0);
+            let addr = base.wrapping_add(i * PAGE_SIZE);
+            assert_ne!(pa.virt_to_head_page(addr), Some(head), "free block found");
         }
     }
 

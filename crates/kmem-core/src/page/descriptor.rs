@@ -71,14 +71,25 @@ bitflags::bitflags! {
         /// cleared when it takes it back; a free must find it (and the order it was
         /// allocated with), so a double free or a free of a tail page is caught.
         const HEAD = 1 << 5;
-        /// A tail page of a multi-page slab; `owner[0]` points at the head page's
-        /// descriptor (`compound_head`).
+        /// A tail page of a multi-page slab, marked by the slab layer
+        /// (`Slab::mark_tails`); `owner[0]` points at the head page's descriptor
+        /// (`compound_head`, one load). Tails of other blocks are never marked: see
+        /// [`PageFlags::COMPOUND`].
         const TAIL = 1 << 6;
         /// With `TAIL`: a tail page of a slab, whose sheaf tag (in the page-tag
         /// table) mirrors the head's, so a free finds the CPU's sheaf from the
         /// object's own page, without the head. Not the kernel's (its frees go to the
         /// head through `compound_head`).
         const SLAB_TAIL = 1 << 7;
+        /// With `HEAD`: the block was allocated compound (`__GFP_COMP`), so a pointer
+        /// anywhere in it finds it. Its tail descriptors are left as the free lists
+        /// had them (no flags): `virt_to_head_page` finds the head from a tail by the
+        /// block's alignment (a block of order `o` starts at a pfn aligned to 2^o), at
+        /// most one descriptor read per order. The kernel writes every tail instead
+        /// (`prep_compound_page`); here a 2 MiB block's 511 tails were most of the
+        /// cost of its malloc and free. A slab's head does not carry it (its tails
+        /// are marked: [`PageFlags::TAIL`]). Not the kernel's.
+        const COMPOUND = 1 << 8;
     }
 }
 
@@ -90,10 +101,11 @@ bitflags::bitflags! {
 /// - `PCP` is set only on the first page of a block on a per-CPU list of one CPU area.
 /// - `HEAD` is set exactly on the first page of each allocated block, whose `order` is
 ///   the order it was allocated with.
-/// - A page that is part of a block but not its head has no flags, or `TAIL` (a
-///   compound block) and then `owner[0]` names the head, or `TAIL | SLAB_TAIL` (a
-///   slab's) and then its sheaf tag mirrors the head's; its other fields are
-///   meaningless.
+/// - A page that is part of a block but not its head has no flags (also in a
+///   `COMPOUND` block), or, in a multi-page slab, `TAIL` and then `owner[0]` names the
+///   head, or `TAIL | SLAB_TAIL` and then its sheaf tag mirrors the head's too; its
+///   other fields are meaningless. (So a page with `HEAD` heads the allocated block
+///   that holds it: the search for a compound head relies on it.)
 #[repr(C, align(64))]
 pub struct Page {
     flags: AtomicU16,
@@ -128,7 +140,7 @@ impl Page {
     /// inline sheaf path whose slab has no objcg vector, the cache's `cpu_offset` less
     /// [`crate::page::CPU_AREA_ZERO_LINE`]; 0 on every other page, which the free fast
     /// path reads as the CPU area's zero line (no room: it refuses). Cleared when the
-    /// slab goes ([`Page::set_sheaf_tag`] by the slab layer; a compound block's tails
+    /// slab goes ([`Page::set_sheaf_tag`] by the slab layer; a slab's marked tails
     /// by the page allocator when it takes the block back).
     ///
     /// It lives in the allocator's page-tag table, not in the descriptor, so that the

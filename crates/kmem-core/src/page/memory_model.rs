@@ -335,17 +335,53 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// The head page of the slab (or compound block) holding `addr` (`virt_to_slab`,
-    /// `compound_head`), or `None` if `addr` is not in a page the allocator manages.
+    /// `compound_head`), else the page holding `addr` itself; `None` if `addr` is not
+    /// in a page the allocator manages.
     #[inline]
     pub fn virt_to_head_page(&self, addr: *const u8) -> Option<NonNull<Page>> {
         let page = self.virt_to_page_any(addr)?;
         // SAFETY: descriptors of online sections are valid.
         let p = unsafe { page.as_ref() };
-        if p.flags().contains(PageFlags::TAIL) {
+        let flags = p.flags();
+        if flags.contains(PageFlags::TAIL) {
             NonNull::new(p.owner[0].load(Ordering::Relaxed) as *mut Page)
+        } else if flags.is_empty() {
+            Some(self.compound_head(page).unwrap_or(page))
         } else {
             Some(page)
         }
+    }
+
+    /// The head of the `COMPOUND` block that holds the unmarked page `page` (one that
+    /// is not itself a head), if any. Blocks are aligned to their size in pfn space,
+    /// so the block of order `o` holding `page` starts at its pfn rounded down to 2^o:
+    /// the first page with `HEAD` met on the way down the orders heads the allocated
+    /// block that holds `page`, if one does (the pages of an allocated block other
+    /// than its head carry no `HEAD`: `Page`'s invariants), and a free block's head
+    /// met that way says `page` is free. A slab's head counts too (its tails are
+    /// marked, so this finds it only for a page read mid-change). At most `MAX_ORDER`
+    /// descriptor reads, all in `page`'s section (a block never crosses one). Under
+    /// concurrent frees the answer may be stale, as any lookup's is.
+    #[cold]
+    fn compound_head(&self, page: NonNull<Page>) -> Option<NonNull<Page>> {
+        let pfn = self.page_to_pfn(page);
+        for order in 1..=super::MAX_ORDER {
+            let start = pfn & !((1 << order) - 1);
+            // SAFETY: `start` is in `page`'s section (sections are aligned to more than
+            // the largest block), which is online: its memmap is mapped.
+            let h = unsafe { &*self.pfn_to_page_raw(start) };
+            let f = h.flags();
+            if f.intersects(PageFlags::HEAD | PageFlags::BUDDY | PageFlags::PCP) {
+                // The block that starts here holds `page` only if it is that large.
+                if h.order() >= order {
+                    let head = NonNull::from(h);
+                    let compound = f.contains(PageFlags::HEAD)
+                        && f.intersects(PageFlags::COMPOUND | PageFlags::SLAB);
+                    return compound.then_some(head);
+                }
+            }
+        }
+        None
     }
 
     /// The allocator's span: its base address and length in bytes.

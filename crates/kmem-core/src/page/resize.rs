@@ -176,8 +176,17 @@ mod tests {
         assert_eq!(pa.nr_free_pages(), free + 6);
         // SAFETY: the block's head and its one tail.
         let (head, tail) = unsafe { (page.as_ref(), &*page.as_ptr().add(1)) };
-        assert_eq!((head.flags(), head.order()), (PageFlags::HEAD, 1));
-        assert_eq!(tail.flags(), PageFlags::TAIL, "still compound");
+        assert_eq!(
+            (head.flags(), head.order()),
+            (PageFlags::HEAD | PageFlags::COMPOUND, 1),
+            "still compound"
+        );
+        assert!(tail.flags().is_empty());
+        let tail_addr = pa.page_address(page).as_ptr().wrapping_add(PAGE_SIZE);
+        assert_eq!(pa.virt_to_head_page(tail_addr), Some(page));
+        // A page given back is no longer found as part of the block.
+        let gone = pa.page_address(page).as_ptr().wrapping_add(2 * PAGE_SIZE);
+        assert_ne!(pa.virt_to_head_page(gone), Some(page));
         // SAFETY: now of order 1.
         unsafe { pa.free_pages(None, page, 1) };
         assert_eq!(pa.nr_free_pages(), free + 8);

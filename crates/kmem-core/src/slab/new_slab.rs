@@ -83,8 +83,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
         let (state, taken, fresh) = self.populate_slab(cfg, base, out, link_rest);
         Slab::of(head).init(s, state);
-        if cfg.order > 0 && cfg.tags_slabs() {
-            Slab::of(head).mirror_to_tails(cfg.order);
+        if cfg.order > 0 {
+            Slab::of(head).mark_tails(cfg.order, cfg.tags_slabs());
         }
         head.private.store(0, Relaxed);
         let nid = self.pages.page_to_nid(slab);

@@ -189,8 +189,8 @@ impl Chain {
 /// restartable push both find their target there (a process runs one mode: the
 /// inline free of a per-CPU-mode thread works on the zero area, whose range check
 /// refuses every address). Only the slab layer sets it ([`Slab::init`],
-/// [`Slab::mirror_to_tails`]) and clears it ([`Slab::stop_inline_frees`],
-/// [`Slab::clear`] for the head; the page allocator clears a compound block's tails
+/// [`Slab::mark_tails`]) and clears it ([`Slab::stop_inline_frees`],
+/// [`Slab::clear`] for the head; the page allocator clears a slab's marked tails
 /// when it takes the block back and a block's head when it hands the block out). So
 /// the free fast paths read it for any page the object's address falls in without
 /// testing the page's flags or the tag.
@@ -412,16 +412,28 @@ impl<'a> Slab<'a> {
         self.0.set_block_sheaf_tags(1 << cfg.order, tag, Relaxed);
     }
 
-    /// Marks the tail pages of a new slab (order `order`) `SLAB_TAIL`, each with a copy
+    /// Marks the tail pages of a new slab of order `order` > 0 `TAIL`, each naming
+    /// the head (`compound_head` in one load: the page allocator writes no tails,
+    /// see [`PageFlags::COMPOUND`]); with `mirror`, `SLAB_TAIL` too, each with a copy
     /// of the head's sheaf tag (see [`PageFlags::SLAB_TAIL`]). Only before the slab is
-    /// published.
-    pub(super) fn mirror_to_tails(self, order: usize) {
-        let tag = self.0.sheaf_tag() as u32;
+    /// published. The page allocator clears them when the slab's block goes back.
+    pub(super) fn mark_tails(self, order: usize, mirror: bool) {
+        let flags = if mirror {
+            PageFlags::TAIL | PageFlags::SLAB_TAIL
+        } else {
+            PageFlags::TAIL
+        };
+        let head = self.0 as *const Page as usize;
         for t in self.tails(order) {
-            t.set_flags(PageFlags::TAIL | PageFlags::SLAB_TAIL);
+            t.set_flags(flags);
+            t.owner[0].store(head, Relaxed);
         }
-        // One lookup of the tag table for the block (the head's entry is set already).
-        self.0.set_block_sheaf_tags(1 << order, tag, Relaxed);
+        if mirror {
+            // One lookup of the tag table for the block (the head's entry is set
+            // already).
+            let tag = self.0.sheaf_tag() as u32;
+            self.0.set_block_sheaf_tags(1 << order, tag, Relaxed);
+        }
     }
 
     /// The descriptors of the slab's tail pages.
