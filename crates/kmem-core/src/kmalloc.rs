@@ -599,7 +599,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
                 }
                 Some(p)
             }
-            None => kmalloc_large(self.slub.pages, cpu, size, gfp, nid),
+            None => kmalloc_large(self.slub, cpu, size, gfp, nid),
         }
     }
 
@@ -795,12 +795,13 @@ pub fn outgrown_to_slab(cfg: &CacheConfig, slab: NonNull<Page>) -> bool {
 }
 
 /// `kmalloc_large`: a compound block of 2^order pages from the buddy allocator
-/// (an interior pointer finds its head: `PageFlags::COMPOUND`). Out of
+/// (an interior pointer finds its head: `PageFlags::COMPOUND`). At a step of the
+/// page blocks' growth, the barns' decay runs (`Slub::note_block_growth`). Out of
 /// line, with only what it needs, so the kmalloc fast path carries nothing for it.
 #[cold]
 #[inline(never)]
 fn kmalloc_large<P: Platform>(
-    pages: &PageAllocator<P>,
+    slub: Slub<'_, P>,
     cpu: Option<CpuRef<'_>>,
     size: usize,
     gfp: Gfp,
@@ -809,7 +810,9 @@ fn kmalloc_large<P: Platform>(
     if size > KMALLOC_MAX_SIZE {
         return None;
     }
+    let pages = slub.pages;
     let order = crate::page::get_order(size);
+    slub.note_block_growth(cpu, order);
     let page = pages.alloc_pages_node(cpu, gfp | Gfp::COMP, order, nid)?;
     Some(pages.page_address(page))
 }

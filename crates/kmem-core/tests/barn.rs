@@ -1,7 +1,8 @@
 //! The barn: a thread's exit hands its sheaves to it and the next thread takes them;
 //! a CPU gets back the sheaf it handed in before another CPU's; barns grow while they
-//! are used and give idle sheaves back after the decay interval; past their caches'
-//! bounds they keep sheaves while the spill budget lasts.
+//! are used and give idle sheaves back after the decay interval, or when other
+//! caches or large blocks grow; past their caches' bounds they keep sheaves while the
+//! spill budget lasts.
 
 mod common;
 
@@ -362,6 +363,70 @@ fn another_cache_s_growth_decays_an_idle_barn_and_takes_its_slabs() {
         // SAFETY: ours, freed once.
         unsafe { k.slub().free(c, large, NonNull::new(p as *mut u8).unwrap()) };
     }
+    k.shrink_all(c);
+    // SAFETY: owned.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+/// A change of phase from small objects to large blocks: a table of 64-byte objects
+/// dropped in shuffled order, then as many bytes of 2 MiB kmalloc blocks allocated.
+/// No slab grows and no slab slow path runs; the page blocks' growth (net of their
+/// frees: `page/block_growth.rs`) runs the barns' decay from kmalloc's large path,
+/// and the idle barn and the CPU's sheaves go back to the slabs, which empty. A
+/// buffer freed and allocated again afterwards is no growth.
+#[test]
+fn large_blocks_growth_decays_an_idle_barn() {
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let small = k
+        .kmem_cache_create(c, "phase-64", 64, 8, SlabFlags::empty(), None)
+        .unwrap();
+    // SAFETY: owned by this test.
+    let refs = [unsafe { CpuRef::new(a) }];
+    let bytes = 2 * kmem_core::slab::BARN_MAX_OBJECT_BYTES;
+    let objs: Vec<_> = (0..bytes / 64)
+        .map(|_| k.slub().alloc(c, small, Gfp::KERNEL).unwrap())
+        .collect();
+    free_shuffled(k, c, small, objs);
+    let before = k.slub().census(small, &refs, |_| {});
+    assert!(before.in_barns * 64 > bytes * 9 / 10, "{before:?}");
+    let slab_pages = || small.nr_slabs(0) << small.config().order;
+    let held = slab_pages();
+    let now = k.pages.platform().now_ns();
+    let block = 2 << 20;
+    let blocks: Vec<_> = (0..bytes / block)
+        .map(|_| k.kmalloc(c, block, Gfp::KERNEL).unwrap())
+        .collect();
+    assert_eq!(k.pages.platform().now_ns(), now, "no time went by");
+    let left = k.slub().census(small, &refs, |_| {});
+    assert!(
+        left.in_barns == 0 && left.in_cpu_sheaves == 0,
+        "the idle barn and the CPU's sheaves went back to the slabs: {left:?}"
+    );
+    assert!(
+        slab_pages() < held / 8,
+        "the emptied slabs went back: {} of {held} pages held",
+        slab_pages()
+    );
+    check_census(k, small, &refs, &HashSet::new());
+    let grown = k.pages.block_growth();
+    assert_eq!(grown, bytes >> 12, "each block a new high");
+    for _ in 0..100 {
+        let p = k.kmalloc(c, block, Gfp::KERNEL).unwrap();
+        // SAFETY: allocated just above, freed once.
+        assert!(unsafe { k.kfree(c, p.as_ptr()) });
+    }
+    assert_eq!(
+        k.pages.block_growth(),
+        grown + (block >> 12),
+        "the first one only"
+    );
+    for p in blocks {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.kfree(c, p.as_ptr()) });
+    }
+    assert_eq!(k.pages.block_pages_live(), 0);
     k.shrink_all(c);
     // SAFETY: owned.
     unsafe { k.pages.cpu_area_put(a) };

@@ -245,6 +245,10 @@ mod tests {
                 "phase-system",
                 "phase-mimalloc",
                 "phase-jemalloc",
+                "phase-blocks-kmem",
+                "phase-blocks-system",
+                "phase-blocks-mimalloc",
+                "phase-blocks-jemalloc",
                 "cache",
                 "slab"
             ]

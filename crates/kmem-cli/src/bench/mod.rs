@@ -90,6 +90,10 @@ pub const CHILDREN: &[Child] = &[
     sizes::PHASE[1],
     sizes::PHASE[2],
     sizes::PHASE[3],
+    sizes::PHASE[4],
+    sizes::PHASE[5],
+    sizes::PHASE[6],
+    sizes::PHASE[7],
     cache::CHILD,
     slab::CHILD,
 ];

@@ -33,6 +33,9 @@
 //!   resident memory before the first phase. A program whose next phase needs objects
 //!   of another size: 128 MiB if the second phase reuses the first one's memory, 192
 //!   if it reuses none.
+//! - `phase` with param 2 MiB (`kmem bench-child phase-blocks-NAME`): the same first
+//!   phase, then as many bytes (64 MiB) of 2 MiB blocks allocated and written: 64 MiB
+//!   if the blocks reuse the objects' memory, 128 if they reuse none.
 
 use super::child::{self, Child};
 use super::page::keep_busy;
@@ -53,9 +56,12 @@ const ROUNDS_MIN_MIB: usize = 5;
 const ROUNDS_MAX_MIB: usize = 10;
 /// The decay interval `rss_after` waits (kmem's default `KMEM_DECAY_MS`).
 const DECAY: Duration = Duration::from_millis(1000);
-/// `phase`: the sizes of its two phases, and their objects (each).
-const PHASE_SIZES: (usize, usize) = (64, 128);
+/// `phase`: the size of its first phase's objects, and how many.
+const PHASE_FIRST: usize = 64;
 const PHASE_OBJECTS: usize = 1_000_000;
+/// `phase`'s rows: the size of the second phase's blocks (the param), and whether it
+/// allocates as many bytes as the first (else as many blocks).
+const PHASE_SECOND: [(usize, bool); 2] = [(128, false), (2 << 20, true)];
 
 /// Measurements per allocator in the in-process part.
 pub fn benches() -> u64 {
@@ -70,12 +76,17 @@ pub const RSS: [Child; 4] = [
     rss_child::<3>("rss-jemalloc"),
 ];
 
-/// The `phase` children, one per allocator (in the order of `workloads::allocators`).
-pub const PHASE: [Child; 4] = [
-    phase_child::<0>("phase-kmem"),
-    phase_child::<1>("phase-system"),
-    phase_child::<2>("phase-mimalloc"),
-    phase_child::<3>("phase-jemalloc"),
+/// The `phase` children, one per row and allocator (in the order of `PHASE_SECOND`
+/// and `workloads::allocators`).
+pub const PHASE: [Child; 8] = [
+    phase_child::<0, 0>("phase-kmem"),
+    phase_child::<1, 0>("phase-system"),
+    phase_child::<2, 0>("phase-mimalloc"),
+    phase_child::<3, 0>("phase-jemalloc"),
+    phase_child::<0, 1>("phase-blocks-kmem"),
+    phase_child::<1, 1>("phase-blocks-system"),
+    phase_child::<2, 1>("phase-blocks-mimalloc"),
+    phase_child::<3, 1>("phase-blocks-jemalloc"),
 ];
 
 /// The memory child of allocator `I`.
@@ -87,8 +98,8 @@ const fn rss_child<const I: usize>(what: &'static str) -> Child {
     }
 }
 
-/// The `phase` child of allocator `I`.
-const fn phase_child<const I: usize>(what: &'static str) -> Child {
+/// The `phase` child of allocator `I` for row `R` of [`PHASE_SECOND`].
+const fn phase_child<const I: usize, const R: usize>(what: &'static str) -> Child {
     Child {
         what,
         measure: |ctx| {
@@ -98,11 +109,17 @@ const fn phase_child<const I: usize>(what: &'static str) -> Child {
             } else {
                 PHASE_OBJECTS
             };
-            let peak = phase_peak(a, objects);
+            let (second, same_bytes) = PHASE_SECOND[R];
+            let blocks = if same_bytes {
+                objects * PHASE_FIRST / second
+            } else {
+                objects
+            };
+            let peak = phase_peak(a, objects, second, blocks);
             vec![BenchResult::bytes(
                 "phase",
                 "kmem",
-                PHASE_SIZES.1 as u64,
+                second as u64,
                 "peak_rss",
                 peak,
             )]
@@ -192,16 +209,16 @@ fn memory(ctx: &Ctx, i: usize) -> Vec<BenchResult> {
     ]
 }
 
-/// `phase`: `n` objects of the first size allocated, written and freed in a shuffled
-/// order, then `n` of the second allocated and written (and freed, after the last
-/// reading). Returns the highest resident memory, read after each phase, minus the
-/// resident memory before (the first phase's objects are all freed before the second
-/// starts, so its peak is at its end).
-fn phase_peak(a: Alloc, n: usize) -> u64 {
-    let (first, second) = PHASE_SIZES;
+/// `phase`: `n` objects of [`PHASE_FIRST`] bytes allocated, written and freed in a
+/// shuffled order, then `m` blocks of `second` bytes allocated and written (and
+/// freed, after the last reading). Returns the highest resident memory, read after
+/// each phase, minus the resident memory before (the first phase's objects are all
+/// freed before the second starts, so its peak is at its end).
+fn phase_peak(a: Alloc, n: usize, second: usize, m: usize) -> u64 {
+    let first = PHASE_FIRST;
     let mut table: Vec<*mut u8> = Vec::with_capacity(n);
     let before = kmem::rss_bytes();
-    let run = |table: &mut Vec<*mut u8>, size: usize| {
+    let run = |table: &mut Vec<*mut u8>, size: usize, n: usize| {
         let l = Layout::from_size_align(size, 8).expect("layout");
         for i in 0..n {
             // SAFETY: a non-zero size.
@@ -220,10 +237,10 @@ fn phase_peak(a: Alloc, n: usize) -> u64 {
             unsafe { a.dealloc(p, l) };
         }
     };
-    let first_peak = run(&mut table, first);
+    let first_peak = run(&mut table, first, n);
     Rng::new(13).shuffle(&mut table);
     free(&mut table, first);
-    let peak = first_peak.max(run(&mut table, second));
+    let peak = first_peak.max(run(&mut table, second, m));
     free(&mut table, second);
     peak.saturating_sub(before) as u64
 }

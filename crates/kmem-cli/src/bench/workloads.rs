@@ -566,29 +566,30 @@ fn report_lines(results: &[BenchResult]) -> String {
 fn memory_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
-    let bytes = |b: &str, op: &str, a: &str| {
+    let bytes = |b: &str, param: u64, op: &str, a: &str| {
         results
             .iter()
-            .find(|r| r.bench == b && r.op == op && r.allocator == a)
+            .find(|r| r.bench == b && r.param == param && r.op == op && r.allocator == a)
             .and_then(|r| r.bytes)
     };
-    for (bench, op) in [
-        ("random_sizes", "peak_rss"),
-        ("large_churn", "rss_after"),
-        ("phase", "peak_rss"),
-    ] {
-        let Some(k) = bytes(bench, op, "kmem") else {
+    let rows = super::record::distinct(
+        results
+            .iter()
+            .filter(|r| r.ns.is_none() && r.bytes.is_some() && r.allocator == "kmem")
+            .map(|r| (r.bench, r.param, r.op)),
+    );
+    for (bench, param, op) in rows {
+        let Some(k) = bytes(bench, param, op, "kmem") else {
             continue;
         };
         let mib = |b: u64| b as f64 / (1 << 20) as f64;
-        let _ = write!(
-            out,
-            "{:>24}: kmem {:.2} MiB",
-            format!("{bench} {op}"),
-            mib(k)
-        );
+        let label = match bench {
+            "phase" => format!("{bench} {param} {op}"),
+            _ => format!("{bench} {op}"),
+        };
+        let _ = write!(out, "{label:>24}: kmem {:.2} MiB", mib(k));
         for p in PEERS {
-            if let Some(b) = bytes(bench, op, p) {
+            if let Some(b) = bytes(bench, param, op, p) {
                 let _ = write!(out, "  {p} {:.2}", mib(b));
             }
         }

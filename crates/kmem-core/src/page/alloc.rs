@@ -8,6 +8,7 @@
 //! which take the zone lock, and `hotplug.rs` (the hotplug lock, outside the zone
 //! lock; see the lock order in lib.rs). Shrinkers run with no lock held.
 
+use super::block_growth::block_pages;
 use super::descriptor::{Page, PageFlags, MAX_ORDER, PAGE_SIZE};
 use super::mmzone::{Watermark, Zone};
 use super::pcp::PCP_MAX_ORDER;
@@ -124,6 +125,7 @@ impl<P: Platform> PageAllocator<P> {
         }
         if gfp.contains(Gfp::COMP) && order > 0 {
             self.prep_compound_page(page, order);
+            self.count_block_alloc(block_pages(order));
         }
         page
     }
@@ -326,6 +328,9 @@ impl<P: Platform> PageAllocator<P> {
         if let Some(reason) = free_page_is_bad(p, order) {
             self.bad_page(page, reason);
             return;
+        }
+        if p.flags().contains(PageFlags::COMPOUND) {
+            self.count_block_free(block_pages(order));
         }
         self.destroy_compound_page(page, order);
         let nid = self.page_to_nid(page);

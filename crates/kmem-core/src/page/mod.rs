@@ -13,6 +13,7 @@
 //! | `pcp.rs`          | per-CPU page lists ([`ZonePcp`]): refill, spill, drains, `high` |
 //! | `cpu_area.rs`     | CPU areas coming and going: `cpu_area_get`, `cpu_area_flush`, `cpu_area_put` |
 //! | `alloc.rs`        | `alloc_pages_node`, the slow path, `free_pages`, `prep_new_page`, compound pages |
+//! | `block_growth.rs` | the page blocks' growth net of their frees, a clock for the slab layer's decay |
 //! | `bulk.rs`         | `alloc_pages_bulk`, `free_pages_bulk`                            |
 //! | `resize.rs`       | `grow_in_place`, `shrink_in_place`                               |
 //! | `hotplug.rs`      | `add_memory`, onlining (first blocks listed, the rest deferred) and offlining sections |
@@ -62,6 +63,7 @@
 //! `free_one_page` when `pcp_spin_trylock` fails. Both are correct at any time.
 
 mod alloc;
+mod block_growth;
 mod buddy;
 mod bulk;
 mod cpu_area;
@@ -216,6 +218,8 @@ pub struct PageAllocator<P: Platform> {
     hooks: Hooks,
     /// The next node of the interleave policy.
     interleave_next: AtomicUsize,
+    /// Live page blocks and their growth (`block_growth.rs`).
+    block_growth: block_growth::BlockGrowth,
     /// `warn_alloc`'s rate limit (`nopage_rs`).
     pub(crate) warn_alloc_rs: crate::printk::RateLimit,
 }
@@ -243,6 +247,7 @@ impl<P: Platform> PageAllocator<P> {
             percpu: PerCpuOffsets::new(pcp::PERCPU_DYNAMIC_START),
             hooks: Hooks::new(),
             interleave_next: AtomicUsize::new(0),
+            block_growth: block_growth::BlockGrowth::new(),
             warn_alloc_rs: crate::printk::RateLimit::new(
                 crate::printk::DEFAULT_RATELIMIT_INTERVAL_NS,
                 crate::printk::DEFAULT_RATELIMIT_BURST,

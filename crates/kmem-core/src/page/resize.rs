@@ -7,6 +7,7 @@
 //! order in lib.rs.
 
 use super::alloc::free_page_is_bad;
+use super::block_growth::block_pages;
 use super::descriptor::{Page, PageFlags, MAX_ORDER};
 use super::PageAllocator;
 use crate::gfp::Gfp;
@@ -73,6 +74,8 @@ impl<P: Platform> PageAllocator<P> {
         p.set_order(new);
         if compound || gfp.contains(Gfp::COMP) {
             self.prep_compound_page(page, new);
+            let counted = if compound { block_pages(old) } else { 0 };
+            self.count_block_alloc(block_pages(new) - counted);
         }
         if gfp.contains(Gfp::ZERO) {
             for (o, &r) in reported.iter().enumerate().take(new).skip(old) {
@@ -109,8 +112,13 @@ impl<P: Platform> PageAllocator<P> {
         let compound = self.is_compound(page);
         self.destroy_compound_page(page, old);
         p.set_order(new);
-        if compound && new > 0 {
-            self.prep_compound_page(page, new);
+        if compound {
+            self.count_block_free(block_pages(old) - block_pages(new));
+            if new > 0 {
+                self.prep_compound_page(page, new);
+            } else {
+                p.set_flags(PageFlags::HEAD);
+            }
         }
         for o in new..old {
             // SAFETY: the upper part is a block of order `o` inside ours, aligned to its

@@ -526,7 +526,7 @@ impl<P: Platform> Slub<'_, P> {
     #[inline]
     pub(super) fn housekeeping_tick(&self, c: CpuRef<'_>) {
         if self.pages.housekeeping_tick(c) {
-            self.maybe_decay_barns(c);
+            self.maybe_decay_barns(c, 0);
         }
     }
 
@@ -535,9 +535,9 @@ impl<P: Platform> Slub<'_, P> {
     /// from within a slow path) runs its housekeeping, and with it the decay, in its
     /// next slow path.
     ///
-    /// kmalloc's page blocks are not counted: a block freed and allocated again (a
-    /// buffer a request) would count each time, and run the decay at every request;
-    /// counting them needs their frees subtracted (BENCHMARKS.md, "A change of phase").
+    /// Page blocks count too, net of their frees, on the page allocator's clock
+    /// ([`crate::page::PageAllocator::block_growth`]): [`Slub::maybe_decay_barns`] reads both, and
+    /// kmalloc's large path runs it at a step ([`Slub::note_block_growth`]).
     pub(crate) fn count_growth(&self, cpu: Option<CpuRef<'_>>, pages: usize) {
         let grown = self.caches.grown_pages.fetch_add(pages, Relaxed);
         if let Some(c) = cpu {
@@ -547,15 +547,39 @@ impl<P: Platform> Slub<'_, P> {
         }
     }
 
+    /// kmalloc is about to take a page block of order `order`: at a step of the page
+    /// blocks' growth (net of their frees, [`DECAY_GROWTH_PAGES`]) that the block
+    /// makes, the barns' decay runs first, so that the block can take what it gives
+    /// back. A phase that moves from small objects to large blocks makes no slab slow
+    /// path, where the decay otherwise runs; a buffer allocated and freed per request
+    /// raises no growth (see `page/block_growth.rs`).
+    #[inline]
+    pub(crate) fn note_block_growth(&self, cpu: Option<CpuRef<'_>>, order: usize) {
+        let Some(c) = cpu else {
+            return;
+        };
+        let now = self.pages.block_growth();
+        let then = self.pages.block_growth_with(order);
+        if now / DECAY_GROWTH_PAGES != then / DECAY_GROWTH_PAGES {
+            self.maybe_decay_barns(c, then.wrapping_sub(now));
+        }
+    }
+
     /// The barns' decay, when due: a decay interval after the last one, or once the
-    /// caches' slabs have grown by [`DECAY_GROWTH_PAGES`] since it (see there).
+    /// caches' slabs and the page blocks together have grown by [`DECAY_GROWTH_PAGES`]
+    /// since it (see there; the blocks net of their frees), counting `ahead` pages of
+    /// growth the caller is about to make.
     #[cold]
     #[inline(never)]
-    pub(super) fn maybe_decay_barns(&self, c: CpuRef<'_>) {
+    pub(super) fn maybe_decay_barns(&self, c: CpuRef<'_>, ahead: usize) {
         let caches = self.caches;
         let now = self.pages.platform().now_ns();
         let last = caches.barn_decay_ns.load(Relaxed);
-        let grown = caches.grown_pages.load(Relaxed);
+        let grown = caches
+            .grown_pages
+            .load(Relaxed)
+            .wrapping_add(self.pages.block_growth())
+            .wrapping_add(ahead);
         let grown_last = caches.grown_at_decay.load(Relaxed);
         // Each clock has its mark; whoever moves the one that is due runs the decay.
         let by_growth = now.saturating_sub(last) < self.pages.report_delay_ns.load(Relaxed);
@@ -584,8 +608,12 @@ impl<P: Platform> Slub<'_, P> {
             }
             return;
         };
-        // The interval's decay covers the growth's too.
+        // The interval's decay covers the growth's too, and page blocks that take the
+        // place of memory freed since count again.
         caches.grown_at_decay.store(grown, Relaxed);
+        if !by_growth {
+            self.pages.set_block_growth_mark();
+        }
         // Under the list lock: no reporting pass (see `Kmem::shrink_all`).
         self.pages.with_reporting_deferred(|| {
             // SAFETY: the list lock is held.

@@ -58,7 +58,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         link_rest: bool,
     ) -> Option<(NonNull<Page>, usize, Option<usize>)> {
         let cfg = s.config();
-        let gfp = (gfp - Gfp::ZERO) | Gfp::COMP;
+        // Not `__GFP_COMP`: the slab marks its own tails (`Slab::mark_tails`), and its
+        // growth is counted here, not as a page block's (`page/block_growth.rs`).
+        let gfp = gfp - Gfp::ZERO - Gfp::COMP;
         // Other caches' kept empty slabs are free memory to this one (`empty.rs`).
         let want = nid.unwrap_or_else(|| self.pages.platform().numa_node_id());
         self.reclaim_kept_slabs(cpu, s, want % self.pages.nr_nodes());

@@ -306,7 +306,7 @@ impl<P: Platform> Slub<'_, P> {
         self.check_drain_request(c);
         if self.pages.slow_path_housekeeping_due(c) {
             self.pages.housekeeping_now(c);
-            self.maybe_decay_barns(c);
+            self.maybe_decay_barns(c, 0);
         }
     }
 }
