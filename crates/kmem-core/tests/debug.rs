@@ -186,6 +186,34 @@ fn foreign_and_interior_pointers_are_refused() {
     assert!(unsafe { k.kfree(Some(cpu), p) });
 }
 
+/// A pointer into a page block (a compound block whose tail descriptors are not
+/// written: `PageFlags::COMPOUND`) finds the block's head from any of its pages, so it
+/// is named an invalid pointer into a kmalloc block, not memory kmem never handed out;
+/// nothing is freed.
+#[test]
+fn interior_pointers_into_page_blocks_are_named_and_refused() {
+    let (k, cpu) = setup();
+    let big = 2 << 20;
+    let p = k.kmalloc(Some(cpu), big, Gfp::KERNEL).unwrap().as_ptr();
+    assert_eq!(k.ksize(p), big);
+    for off in [4096 + 8, 300 * 4096, big - 1] {
+        // SAFETY: bugs under test; the pointer may not be freed.
+        assert!(!unsafe { k.kfree(Some(cpu), p.wrapping_add(off)) });
+        assert_eq!(k.ksize(p.wrapping_add(off)), 0);
+        let l = log(k);
+        assert!(
+            l.contains("BUG kmalloc (Not tainted): Invalid object pointer"),
+            "offset {off}: {l}"
+        );
+    }
+    // SAFETY: ours, intact.
+    assert!(unsafe { k.kfree(Some(cpu), p) });
+    // The block is free now: a pointer into it is no longer a kmalloc block's.
+    // SAFETY: as above.
+    assert!(!unsafe { k.kfree(Some(cpu), p.wrapping_add(4096)) });
+    assert!(log(k).contains("not allocated by kmem"));
+}
+
 #[test]
 fn overwritten_free_pointer_marks_the_slab_used() {
     let (k, cpu) = setup();
