@@ -226,6 +226,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
             return None;
         }
         let order = crate::page::get_order(size);
+        // A page block's growth runs the barns' decay, as an uncharged one's does.
+        self.km.slub().note_block_growth(cpu, order);
         let page = self.alloc_pages_objcg(cpu, gfp | Gfp::COMP, order, objcg)?;
         Some(self.km.pages().page_address(page))
     }

@@ -547,14 +547,15 @@ impl<P: Platform> Slub<'_, P> {
         }
     }
 
-    /// kmalloc is about to take a page block of order `order`: at a step of the page
+    /// kmalloc (or a page allocation with `__GFP_COMP` through the heap) is about to
+    /// take a page block of order `order`: at a step of the page
     /// blocks' growth (net of their frees, [`DECAY_GROWTH_PAGES`]) that the block
     /// makes, the barns' decay runs first, so that the block can take what it gives
     /// back. A phase that moves from small objects to large blocks makes no slab slow
     /// path, where the decay otherwise runs; a buffer allocated and freed per request
     /// raises no growth (see `page/block_growth.rs`).
     #[inline]
-    pub(crate) fn note_block_growth(&self, cpu: Option<CpuRef<'_>>, order: usize) {
+    pub fn note_block_growth(&self, cpu: Option<CpuRef<'_>>, order: usize) {
         let Some(c) = cpu else {
             return;
         };

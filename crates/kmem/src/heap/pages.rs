@@ -19,6 +19,11 @@ impl Heap {
     pub fn alloc_pages(&self, gfp: Gfp, order: usize) -> Option<NonNull<Page>> {
         let guard = self.cpu();
         let cpu = guard.get();
+        if gfp.contains(Gfp::COMP) {
+            // A page block (an aligned `malloc`'s, too): its growth runs the barns'
+            // decay, as kmalloc's large blocks' does.
+            self.kmem.slub().note_block_growth(cpu, order);
+        }
         match active_objcg() {
             None => self.kmem.pages.alloc_pages(cpu, gfp, order),
             Some(cg) => self.kmem.memcg().alloc_pages_objcg(cpu, gfp, order, cg),
