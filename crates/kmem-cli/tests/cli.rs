@@ -252,16 +252,10 @@ fn kmem_top_shows_a_running_program_and_its_allocation_sites() {
     child.wait().unwrap();
 }
 
-/// `bench workloads`'s `phase` row, measured in its own child: 250,000 64-byte objects
-/// freed in a shuffled order, then 250,000 of 128 bytes (`--quick`). The peak counts
-/// the second phase's 30.5 MiB of live objects, and kmem's second phase takes the
-/// first one's memory: the build before the barns' growth decay read 51 MiB (both
-/// phases side by side), this one 34 (mimalloc 36).
-#[test]
-fn the_phase_bench_counts_the_live_objects_and_kmem_reuses_the_first_phase() {
-    let out = kmem(&["bench-child", "phase-kmem", "--quick"])
-        .output()
-        .unwrap();
+/// The `phase` row a `kmem bench-child` run prints (`args`: the child and options):
+/// its param and its peak in MiB.
+fn phase_child_peak(args: &[&str]) -> (u64, f64) {
+    let out = kmem(args).output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -274,6 +268,18 @@ fn the_phase_bench_counts_the_live_objects_and_kmem_reuses_the_first_phase() {
         (Some("phase"), Some("peak_rss"))
     );
     let mib = row["bytes"].as_u64().unwrap() as f64 / (1 << 20) as f64;
+    (row["param"].as_u64().unwrap(), mib)
+}
+
+/// `bench workloads`'s `phase` row, measured in its own child: 250,000 64-byte objects
+/// freed in a shuffled order, then 250,000 of 128 bytes (`--quick`). The peak counts
+/// the second phase's 30.5 MiB of live objects, and kmem's second phase takes the
+/// first one's memory: the build before the barns' growth decay read 51 MiB (both
+/// phases side by side), this one 34 (mimalloc 36).
+#[test]
+fn the_phase_bench_counts_the_live_objects_and_kmem_reuses_the_first_phase() {
+    let (param, mib) = phase_child_peak(&["bench-child", "phase-kmem", "--quick"]);
+    assert_eq!(param, 128);
     let live = 250_000.0 * 128.0 / (1 << 20) as f64;
     assert!(
         mib >= live && mib < live + 8.0,
@@ -289,21 +295,8 @@ fn the_phase_bench_counts_the_live_objects_and_kmem_reuses_the_first_phase() {
 /// 85.6).
 #[test]
 fn the_phase_bench_to_large_blocks_reuses_the_small_objects_memory() {
-    let out = kmem(&["bench-child", "phase-blocks-kmem"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let row = &rows[0];
-    assert_eq!(
-        (row["bench"].as_str(), row["param"].as_u64()),
-        (Some("phase"), Some(2 << 20))
-    );
-    let mib = row["bytes"].as_u64().unwrap() as f64 / (1 << 20) as f64;
+    let (param, mib) = phase_child_peak(&["bench-child", "phase-blocks-kmem"]);
+    assert_eq!(param, 2 << 20);
     assert!(
         (60.0..100.0).contains(&mib),
         "peak {mib:.1} MiB for 60 MiB of blocks"
