@@ -433,6 +433,67 @@ fn large_blocks_growth_decays_an_idle_barn() {
     assert!(k.pages.platform().take_log().is_empty());
 }
 
+/// Buffers grown by `krealloc` through every class from 256 B to 16 KiB, round after
+/// round: each class's slabs are made as the buffers reach it and discarded as they
+/// leave it (outgrown objects go to their slabs, and emptied slabs to the zone), so
+/// a round makes megabytes of slabs and holds no more memory than the one before.
+/// The growth clock counts slabs net of their discards: the first round's rise, then
+/// at most a step more, where a count of slabs made ran the barns' decay, a walk of
+/// every cache, many times a round.
+#[test]
+fn slabs_made_and_discarded_round_after_round_add_no_growth() {
+    use kmem_core::slab::barn::DECAY_GROWTH_PAGES;
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let round = || {
+        let mut bufs: Vec<NonNull<u8>> = (0..256)
+            .map(|_| k.kmalloc(c, 256, Gfp::KERNEL).unwrap())
+            .collect();
+        let mut size = 256;
+        while size < 16 << 10 {
+            size *= 2;
+            for b in bufs.iter_mut() {
+                // SAFETY: ours, replaced by what krealloc returns.
+                *b = unsafe { k.krealloc(c, b.as_ptr(), size, Gfp::KERNEL) }.unwrap();
+                // SAFETY: the buffer holds `size` bytes.
+                unsafe { b.as_ptr().add(size - 1).write(1) };
+            }
+        }
+        for b in bufs {
+            // SAFETY: ours, freed once.
+            assert!(unsafe { k.kfree(c, b.as_ptr()) });
+        }
+    };
+    let s16 = k.kmalloc_cache(16 << 10, Gfp::KERNEL).unwrap();
+    let made = || stat(k, s16, SlubStat::AllocSlab);
+    let start = k.slub().slab_growth();
+    round();
+    let first = k.slub().slab_growth();
+    assert!(
+        first - start >= (256 * (16 << 10)) >> 12,
+        "the first round rises by its 16 KiB buffers at least: {}",
+        first - start
+    );
+    let made_first = made();
+    for _ in 0..8 {
+        round();
+    }
+    assert!(
+        made() - made_first >= 8 * 64,
+        "every round makes kmalloc-16k's slabs again: {}",
+        made() - made_first
+    );
+    assert!(
+        k.slub().slab_growth() - first < DECAY_GROWTH_PAGES,
+        "rounds after the first add less than a step: {}",
+        k.slub().slab_growth() - first
+    );
+    k.shrink_all(c);
+    // SAFETY: owned.
+    unsafe { k.pages.cpu_area_put(a) };
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
 /// The growth decay leaves a barn in use alone: a table dropped, then built again
 /// while another cache grows by many times `DECAY_GROWTH_PAGES`, takes its objects
 /// back from the barn (whole sheaves, almost no refill from its slabs), the barn

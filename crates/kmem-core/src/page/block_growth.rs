@@ -1,26 +1,36 @@
-//! Page blocks' growth, net of their frees: a clock for the layers above.
+//! Memory's growth net of its frees: clocks for the slab layer's decay.
 //!
 //! The slab layer gives back the memory that idle caches hold (its barns' decay) when
 //! an interval has passed or when memory grows by a step (`slab::barn`,
-//! `DECAY_GROWTH_PAGES`). New slabs are one source of growth; compound page blocks of
+//! `DECAY_GROWTH_PAGES`). Its slabs are one source of growth; compound page blocks of
 //! orders above the per-CPU lists' (kmalloc's large blocks of 64 KiB to 4 MiB, a
 //! charged block, an oversized sheaf) are the other. Counting their allocations
-//! would make a buffer allocated and freed per request look like steady growth, so
-//! they are counted net of their frees: [`BlockGrowth`] keeps the pages of such
-//! blocks that are live, the most that were live since its mark was last set, and the
-//! sum of the rises above that mark: the growth. A block freed and allocated again
-//! rises above nothing; a program whose blocks take a new high does.
+//! would make a buffer allocated and freed per request look like steady growth, and
+//! so would a program whose objects move from class to class (buffers grown by
+//! `realloc`, every class's slabs made and discarded in turn), so both are counted
+//! net of their frees, each on a [`NetGrowth`] of its own: the pages that are live,
+//! the most that were live since its mark was last set, and the sum of the rises
+//! above that mark: the growth. A block freed and allocated again rises above
+//! nothing; a program whose blocks (or slabs) take a new high does.
 //!
-//! The mark is set back to the live pages when the slab layer's interval decay runs
-//! ([`PageAllocator::set_block_growth_mark`]), so blocks that take the place of memory
-//! freed long ago count again, at most once an interval for a buffer that comes and
-//! goes.
+//! Two clocks, not one: slab pages freed in a phase lie scattered over the zone and
+//! serve new slabs, but rarely a 2 MiB block. A phase of small objects freed in
+//! random order, then blocks, takes new memory for its blocks while fewer slab pages
+//! are live than at the first phase's peak; counted together, the decay that lets
+//! the blocks take what the barns pinned came a block later (84 MiB at the `phase`
+//! bench's peak against 82).
 //!
-//! Counted where a compound block's life begins and ends in the page allocator:
-//! `prep_new_page` (with `__GFP_COMP`), `free_pages` (a `COMPOUND` head), and
-//! `grow_in_place` / `shrink_in_place` for the part that changes. Slabs are not
-//! compound blocks at that level (the slab layer asks for none, marks its own tails
-//! and counts its own growth).
+//! The page allocator keeps the blocks' clock, counted where a compound block's life
+//! begins and ends: `prep_new_page` (with `__GFP_COMP`), `free_pages` (a `COMPOUND`
+//! head), and `grow_in_place` / `shrink_in_place` for the part that changes. The
+//! slab layer keeps the slabs' (`CacheList::slab_growth`), counted where a slab is
+//! made and discarded (`Slub::count_growth`, `Slub::discard_slab`; a kept empty slab
+//! stays counted). Slabs are not compound blocks at the page allocator's level (the
+//! slab layer asks for none and marks its own tails).
+//!
+//! The marks are set back to the live pages when the slab layer's interval decay
+//! runs ([`NetGrowth::set_mark`]), so memory that takes the place of memory freed
+//! long ago counts again, at most once an interval for a buffer that comes and goes.
 //!
 //! Locking: none; relaxed atomics. A reading may be off by a block in flight on
 //! another thread, and a mark set while another thread raises it may count a rise
@@ -31,9 +41,12 @@ use super::PageAllocator;
 use crate::platform::Platform;
 use crate::sync::{AtomicUsize, Ordering::Relaxed};
 
-/// The page blocks' counters (see the module).
-pub(crate) struct BlockGrowth {
-    /// Pages of live compound blocks of orders above [`PCP_MAX_ORDER`].
+/// One clock of growth net of frees (see the module).
+///
+/// Invariant (between concurrent updates): `high` is at least `live`'s value when
+/// the mark was last set, and `growth` grew by every rise of `live` above `high`.
+pub(crate) struct NetGrowth {
+    /// Pages live.
     live: AtomicUsize,
     /// The most `live` was since the mark was set.
     high: AtomicUsize,
@@ -41,13 +54,68 @@ pub(crate) struct BlockGrowth {
     growth: AtomicUsize,
 }
 
-impl BlockGrowth {
+impl NetGrowth {
     pub(crate) const fn new() -> Self {
         Self {
             live: AtomicUsize::new(0),
             high: AtomicUsize::new(0),
             growth: AtomicUsize::new(0),
         }
+    }
+
+    /// `pages` more pages live (0: nothing to count). Returns the growth before and
+    /// after (equal unless they made a new high).
+    #[inline]
+    pub(crate) fn count_alloc(&self, pages: usize) -> (usize, usize) {
+        if pages != 0 {
+            let live = self.live.fetch_add(pages, Relaxed).wrapping_add(pages);
+            if live > self.high.load(Relaxed) {
+                return self.raise_high(live);
+            }
+        }
+        let g = self.growth.load(Relaxed);
+        (g, g)
+    }
+
+    #[cold]
+    fn raise_high(&self, live: usize) -> (usize, usize) {
+        let high = self.high.fetch_max(live, Relaxed);
+        let rise = live.saturating_sub(high);
+        let g = self.growth.fetch_add(rise, Relaxed);
+        (g, g.wrapping_add(rise))
+    }
+
+    /// `pages` fewer pages live (0: nothing to count).
+    #[inline]
+    pub(crate) fn count_free(&self, pages: usize) {
+        if pages != 0 {
+            self.live.fetch_sub(pages, Relaxed);
+        }
+    }
+
+    /// The growth so far, in pages: the sum of the rises of the live pages above the
+    /// mark. Only grows, wrapping.
+    #[inline]
+    pub(crate) fn growth(&self) -> usize {
+        self.growth.load(Relaxed)
+    }
+
+    /// What [`NetGrowth::growth`] would read once `pages` more are live.
+    #[inline]
+    pub(crate) fn growth_with(&self, pages: usize) -> usize {
+        let live = self.live.load(Relaxed).wrapping_add(pages);
+        let rise = live.saturating_sub(self.high.load(Relaxed));
+        self.growth.load(Relaxed).wrapping_add(rise)
+    }
+
+    /// The pages live.
+    pub(crate) fn live(&self) -> usize {
+        self.live.load(Relaxed)
+    }
+
+    /// Sets the mark to the live pages: from now on only rises above them count.
+    pub(crate) fn set_mark(&self) {
+        self.high.store(self.live.load(Relaxed), Relaxed);
     }
 }
 
@@ -67,38 +135,20 @@ impl<P: Platform> PageAllocator<P> {
     /// `pages` more pages of live compound blocks (0: nothing to count).
     #[inline]
     pub(super) fn count_block_alloc(&self, pages: usize) {
-        if pages == 0 {
-            return;
-        }
-        let b = &self.block_growth;
-        let live = b.live.fetch_add(pages, Relaxed).wrapping_add(pages);
-        if live > b.high.load(Relaxed) {
-            self.raise_block_high(live);
-        }
-    }
-
-    #[cold]
-    fn raise_block_high(&self, live: usize) {
-        let b = &self.block_growth;
-        let high = b.high.fetch_max(live, Relaxed);
-        if live > high {
-            b.growth.fetch_add(live - high, Relaxed);
-        }
+        self.block_growth.count_alloc(pages);
     }
 
     /// `pages` fewer pages of live compound blocks (0: nothing to count).
     #[inline]
     pub(super) fn count_block_free(&self, pages: usize) {
-        if pages != 0 {
-            self.block_growth.live.fetch_sub(pages, Relaxed);
-        }
+        self.block_growth.count_free(pages);
     }
 
     /// The page blocks' growth so far, in pages: the sum of the rises of their live
     /// pages above the mark (see the module). Only grows, wrapping.
     #[inline]
     pub fn block_growth(&self) -> usize {
-        self.block_growth.growth.load(Relaxed)
+        self.block_growth.growth()
     }
 
     /// What [`PageAllocator::block_growth`] would read once a compound block of order
@@ -106,22 +156,18 @@ impl<P: Platform> PageAllocator<P> {
     /// the block.
     #[inline]
     pub fn block_growth_with(&self, order: usize) -> usize {
-        let b = &self.block_growth;
-        let live = b.live.load(Relaxed).wrapping_add(block_pages(order));
-        let rise = live.saturating_sub(b.high.load(Relaxed));
-        b.growth.load(Relaxed).wrapping_add(rise)
+        self.block_growth.growth_with(block_pages(order))
     }
 
     /// Pages of live compound blocks of orders above the per-CPU lists'.
     pub fn block_pages_live(&self) -> usize {
-        self.block_growth.live.load(Relaxed)
+        self.block_growth.live()
     }
 
-    /// Sets the mark to the live pages: from now on only rises above them count (the
-    /// slab layer's interval decay calls it).
+    /// Sets the blocks' mark to their live pages: from now on only rises above them
+    /// count (the slab layer's interval decay calls it).
     pub fn set_block_growth_mark(&self) {
-        let b = &self.block_growth;
-        b.high.store(b.live.load(Relaxed), Relaxed);
+        self.block_growth.set_mark();
     }
 }
 

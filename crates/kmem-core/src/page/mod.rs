@@ -13,7 +13,7 @@
 //! | `pcp.rs`          | per-CPU page lists ([`ZonePcp`]): refill, spill, drains, `high` |
 //! | `cpu_area.rs`     | CPU areas coming and going: `cpu_area_get`, `cpu_area_flush`, `cpu_area_put` |
 //! | `alloc.rs`        | `alloc_pages_node`, the slow path, `free_pages`, `prep_new_page`, compound pages |
-//! | `block_growth.rs` | the page blocks' growth net of their frees, a clock for the slab layer's decay |
+//! | `block_growth.rs` | growth net of frees (`NetGrowth`): the page blocks' clock for the slab layer's decay, and the type of the slabs' |
 //! | `bulk.rs`         | `alloc_pages_bulk`, `free_pages_bulk`                            |
 //! | `resize.rs`       | `grow_in_place`, `shrink_in_place`                               |
 //! | `hotplug.rs`      | `add_memory`, onlining (first blocks listed, the rest deferred) and offlining sections |
@@ -64,6 +64,7 @@
 
 mod alloc;
 mod block_growth;
+pub(crate) use block_growth::NetGrowth;
 mod buddy;
 mod bulk;
 mod cpu_area;
@@ -219,7 +220,7 @@ pub struct PageAllocator<P: Platform> {
     /// The next node of the interleave policy.
     interleave_next: AtomicUsize,
     /// Live page blocks and their growth (`block_growth.rs`).
-    block_growth: block_growth::BlockGrowth,
+    block_growth: NetGrowth,
     /// `warn_alloc`'s rate limit (`nopage_rs`).
     pub(crate) warn_alloc_rs: crate::printk::RateLimit,
 }
@@ -247,7 +248,7 @@ impl<P: Platform> PageAllocator<P> {
             percpu: PerCpuOffsets::new(pcp::PERCPU_DYNAMIC_START),
             hooks: Hooks::new(),
             interleave_next: AtomicUsize::new(0),
-            block_growth: block_growth::BlockGrowth::new(),
+            block_growth: NetGrowth::new(),
             warn_alloc_rs: crate::printk::RateLimit::new(
                 crate::printk::DEFAULT_RATELIMIT_INTERVAL_NS,
                 crate::printk::DEFAULT_RATELIMIT_BURST,

@@ -47,8 +47,9 @@ pub const MAX_EMPTY_SHEAVES: usize = MAX_FULL_SHEAVES;
 /// limit for both).
 pub const BARN_KEEP_SHEAVES: usize = 10;
 
-/// Pages of new slabs (every cache together) after which the barns' decay runs
-/// again, however little time went by: 1 MiB. The decay interval is a clock for a
+/// Pages of growth of the slabs (every cache together) and page blocks, net of their
+/// frees (`page/block_growth.rs`), after which the barns' decay runs again, however
+/// little time went by: 1 MiB. The decay interval is a clock for a
 /// program that stops allocating; one that makes new slabs of another class instead
 /// (a phase that frees a million 64-byte objects and allocates a million of 128
 /// bytes) changed what it uses, and the sheaves the first class's barn kept — up to
@@ -530,21 +531,39 @@ impl<P: Platform> Slub<'_, P> {
         }
     }
 
-    /// Counts `pages` of new slabs, the growth clock of the barns' decay
-    /// ([`DECAY_GROWTH_PAGES`]); at a step of it, the CPU area `cpu` (its owner calls,
-    /// from within a slow path) runs its housekeeping, and with it the decay, in its
-    /// next slow path.
+    /// Counts `pages` of a new slab on the slabs' growth clock, net of their discards
+    /// (`CacheList::slab_growth`; [`Slub::discard_slab`] counts the slab's end), which
+    /// the barns' decay reads with the page blocks'
+    /// ([`crate::page::PageAllocator::block_growth`], [`DECAY_GROWTH_PAGES`]). At a
+    /// step of the slabs' growth, the CPU area
+    /// `cpu` (its owner calls, from within a slow path) runs its housekeeping, and with
+    /// it the decay, in its next slow path; kmalloc's large path runs the decay at a
+    /// step itself ([`Slub::note_block_growth`]).
     ///
-    /// Page blocks count too, net of their frees, on the page allocator's clock
-    /// ([`crate::page::PageAllocator::block_growth`]): [`Slub::maybe_decay_barns`] reads both, and
-    /// kmalloc's large path runs it at a step ([`Slub::note_block_growth`]).
+    /// Net, not every slab made: a program whose objects move from class to class
+    /// (buffers grown by `realloc` through every class, each class's slabs emptied as
+    /// the next one fills) makes and discards slabs at the same pace and holds no more
+    /// memory; counted by slabs made, it ran the decay, a walk of every cache that
+    /// flushed the barns the next round wanted, once a megabyte of them.
     pub(crate) fn count_growth(&self, cpu: Option<CpuRef<'_>>, pages: usize) {
-        let grown = self.caches.grown_pages.fetch_add(pages, Relaxed);
+        let (before, after) = self.caches.slab_growth.count_alloc(pages);
         if let Some(c) = cpu {
-            if grown / DECAY_GROWTH_PAGES != grown.wrapping_add(pages) / DECAY_GROWTH_PAGES {
+            if before / DECAY_GROWTH_PAGES != after / DECAY_GROWTH_PAGES {
                 self.pages.housekeeping_soon(c);
             }
         }
+    }
+
+    /// The slabs' growth so far, in pages, every cache together: the sum of the rises
+    /// of their live pages above the mark, net of discards (`page/block_growth.rs`).
+    /// Only grows, wrapping.
+    pub fn slab_growth(&self) -> usize {
+        self.caches.slab_growth.growth()
+    }
+
+    /// Pages of live slabs (kept empty ones included), every cache together.
+    pub fn slab_pages_live(&self) -> usize {
+        self.caches.slab_growth.live()
     }
 
     /// kmalloc (or a page allocation with `__GFP_COMP` through the heap) is about to
@@ -568,7 +587,7 @@ impl<P: Platform> Slub<'_, P> {
 
     /// The barns' decay, when due: a decay interval after the last one, or once the
     /// caches' slabs and the page blocks together have grown by [`DECAY_GROWTH_PAGES`]
-    /// since it (see there; the blocks net of their frees), counting `ahead` pages of
+    /// since it (see there; net of their frees), counting `ahead` pages of
     /// growth the caller is about to make.
     #[cold]
     #[inline(never)]
@@ -576,9 +595,7 @@ impl<P: Platform> Slub<'_, P> {
         let caches = self.caches;
         let now = self.pages.platform().now_ns();
         let last = caches.barn_decay_ns.load(Relaxed);
-        let grown = caches
-            .grown_pages
-            .load(Relaxed)
+        let grown = (caches.slab_growth.growth())
             .wrapping_add(self.pages.block_growth())
             .wrapping_add(ahead);
         let grown_last = caches.grown_at_decay.load(Relaxed);
@@ -613,6 +630,7 @@ impl<P: Platform> Slub<'_, P> {
         // place of memory freed since count again.
         caches.grown_at_decay.store(grown, Relaxed);
         if !by_growth {
+            caches.slab_growth.set_mark();
             self.pages.set_block_growth_mark();
         }
         // Under the list lock: no reporting pass (see `Kmem::shrink_all`).

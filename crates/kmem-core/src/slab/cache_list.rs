@@ -7,7 +7,7 @@
 
 use super::barn_spill::BarnSpill;
 use super::KmemCache;
-use crate::page::{MAX_NUMNODES, MAX_ORDER};
+use crate::page::{NetGrowth, MAX_NUMNODES, MAX_ORDER};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock};
 use core::ptr;
 
@@ -18,12 +18,14 @@ pub struct CacheList {
     /// When the barns' decay last ran (the platform's clock, ns); whoever moves it
     /// runs the next one.
     pub(crate) barn_decay_ns: AtomicU64,
-    /// Pages of new slabs made from the page allocator, every cache together (a
-    /// count that wraps): the barns' decay also runs once they have grown by
-    /// `barn::DECAY_GROWTH_PAGES` since it last ran (`Slub::count_growth`,
+    /// Pages of live slabs, every cache together, and their growth net of discards
+    /// (`page/block_growth.rs`): made in `Slub::count_growth`, discarded in
+    /// `Slub::discard_slab`.
+    pub(crate) slab_growth: NetGrowth,
+    /// The slabs' and the page blocks' growth together (`PageAllocator::block_growth`;
+    /// a count that wraps) as the barns' decay last read it: the decay also runs once
+    /// it has grown by `barn::DECAY_GROWTH_PAGES` since (`Slub::count_growth`,
     /// `Slub::maybe_decay_barns`).
-    pub(crate) grown_pages: AtomicUsize,
-    /// `grown_pages` as the barns' decay last read it.
     pub(crate) grown_at_decay: AtomicUsize,
     /// Caches that keep empty slabs, per node and slab order (each cache node's
     /// kept list counts once while it holds slabs: `empty.rs`, `EmptySlabs::publish`):
@@ -48,7 +50,7 @@ impl CacheList {
             lock: SpinLock::new(()),
             head: AtomicPtr::new(ptr::null_mut()),
             barn_decay_ns: AtomicU64::new(0),
-            grown_pages: AtomicUsize::new(0),
+            slab_growth: NetGrowth::new(),
             grown_at_decay: AtomicUsize::new(0),
             kept_lists: [const { [const { AtomicUsize::new(0) }; MAX_ORDER + 1] }; MAX_NUMNODES],
             reclaiming: AtomicUsize::new(0),

@@ -242,6 +242,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
         let nid = self.pages.page_to_nid(slab);
         s.node(nid).nr_slabs.fetch_sub(1, Relaxed);
+        // Off the growth clock (`Slub::count_growth`).
+        self.caches.slab_growth.count_free(1 << cfg.order);
         // SAFETY: the slab is empty and on no list: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
         // The words first: the free fast paths read the sheaf tag without the
