@@ -277,13 +277,19 @@ fn a_bounded_heap_spills_an_eighth_of_its_bound() {
 
 /// Frees `objs` of `s` in a shuffled order (so that the barn's sheaves hold objects of
 /// every slab, as a program's table dropped in hash order leaves them).
-fn free_shuffled(
+fn free_shuffled(k: &K, c: Option<CpuRef<'_>>, s: &kmem_core::KmemCache, objs: Vec<NonNull<u8>>) {
+    free_shuffled_seeded(k, c, s, objs, 0);
+}
+
+/// As [`free_shuffled`], in the order of the shuffle seeded by `seed`.
+fn free_shuffled_seeded(
     k: &K,
     c: Option<CpuRef<'_>>,
     s: &kmem_core::KmemCache,
     mut objs: Vec<NonNull<u8>>,
+    seed: u64,
 ) {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut x = 0x9E37_79B9_7F4A_7C15u64 ^ seed.wrapping_mul(0x2545_F491_4F6C_DD1D);
     for i in (1..objs.len()).rev() {
         x ^= x << 13;
         x ^= x >> 7;
@@ -491,6 +497,149 @@ fn slabs_made_and_discarded_round_after_round_add_no_growth() {
     k.shrink_all(c);
     // SAFETY: owned.
     unsafe { k.pages.cpu_area_put(a) };
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+/// The decay's idle full sheaves wait on a shared list (`slab/barn_drain.rs`): the
+/// next refill of any cache that would make a new slab flushes them first, and takes
+/// a slab they emptied instead of pages; destroying a cache flushes its own. A
+/// second thread that went on allocating while one thread flushed a barn of tens of
+/// megabytes took fresh pages meanwhile.
+#[test]
+fn a_refill_about_to_make_a_slab_flushes_the_decay_s_sheaves_and_takes_their_slabs() {
+    let k = kmem(2, config(1, 0));
+    let (a, c) = own_area(k);
+    let b = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: fresh from the pool: this test's alone, one handle on it.
+    let cb = Some(unsafe { CpuRef::new(b) });
+    // SAFETY: as above, for both areas.
+    let refs = unsafe { [CpuRef::new(a), CpuRef::new(b)] };
+    let create = |name, size| {
+        k.kmem_cache_create(c, name, size, 8, SlabFlags::empty(), None)
+            .unwrap()
+    };
+    let (old, new) = (create("drain-128", 128), create("drain-64", 64));
+    assert_eq!(
+        old.config().order,
+        new.config().order,
+        "slabs one can adopt"
+    );
+    let objs: Vec<_> = (0..256 * old.config().objects)
+        .map(|_| k.slub().alloc(c, old, Gfp::KERNEL).unwrap())
+        .collect();
+    let slab_of = |p: NonNull<u8>| p.as_ptr() as usize & !(old.config().slab_bytes() - 1);
+    let old_slabs: HashSet<usize> = objs.iter().map(|&p| slab_of(p)).collect();
+    free_shuffled(k, c, old, objs);
+    let held = old.nr_slabs(0);
+    // The first decay starts the barn's period; in the second nobody drew from it.
+    k.slub().decay_barns(c, old, true);
+    assert!(k.slub().decay_barns(c, old, true) > 0);
+    let waiting = k.slub().idle_sheaves_waiting();
+    assert!(waiting > 0, "the full sheaves wait to be flushed");
+    let census = k.slub().census(old, &refs, |_| {});
+    assert_eq!(census.in_barns + census.in_cpu_sheaves, 0, "{census:?}");
+    // The other area's first object of `new`: its refill finds no slab of its own,
+    // none kept by another cache, and sheaves waiting.
+    let first = k.slub().alloc(cb, new, Gfp::KERNEL).unwrap();
+    assert_eq!(k.slub().idle_sheaves_waiting(), 0, "flushed by the refill");
+    assert!(
+        old_slabs.contains(&slab_of(first)),
+        "the refill took a slab the flush emptied, not pages"
+    );
+    assert!(
+        old.nr_slabs(0) < held && new.nr_slabs(0) > 0,
+        "emptied slabs changed caches: {} of {held} left, {} taken",
+        old.nr_slabs(0),
+        new.nr_slabs(0)
+    );
+    check_census(k, old, &refs, &HashSet::new());
+    let live: HashSet<usize> = [first.as_ptr() as usize].into();
+    check_census(k, new, &refs, &live);
+    // SAFETY: ours, freed once.
+    assert!(unsafe { k.slub().free(cb, new, first) });
+    // Destruction flushes what waits of its cache: none of its objects remains.
+    let gone = create("drain-gone", 128);
+    let objs: Vec<_> = (0..16 * gone.config().objects)
+        .map(|_| k.slub().alloc(c, gone, Gfp::KERNEL).unwrap())
+        .collect();
+    free_shuffled(k, c, gone, objs);
+    k.slub().decay_barns(c, gone, true);
+    k.slub().decay_barns(c, gone, true);
+    assert!(k.slub().idle_sheaves_waiting() > 0);
+    // SAFETY: nobody else uses the cache, and nobody will.
+    assert!(unsafe { k.kmem_cache_destroy(c, gone) }.is_ok());
+    assert_eq!(k.slub().idle_sheaves_waiting(), 0);
+    k.shrink_all(c);
+    // SAFETY: owned.
+    unsafe {
+        k.pages.cpu_area_put(b);
+        k.pages.cpu_area_put(a);
+    }
+    assert!(k.pages.platform().take_log().is_empty());
+}
+
+/// Two threads change phase together, from a table of 128-byte objects freed in
+/// random order to as many 64-byte ones: the growth decays that one thread runs put
+/// the idle barn's sheaves on the shared list while the other goes on, and both
+/// flush from it (`slab/barn_drain.rs`). Every object ends in exactly one place,
+/// nothing waits on the list, and the first phase's slabs serve the second: besides
+/// the empty slabs kept for later, both caches together hold little more than the
+/// second phase needs.
+#[test]
+fn threads_changing_phase_share_the_decay_s_flush_and_lose_nothing() {
+    use std::sync::Barrier;
+    let k = kmem(4, config(1, 0));
+    let create = |name, size| {
+        k.kmem_cache_create(None, name, size, 8, SlabFlags::empty(), None)
+            .unwrap()
+    };
+    let (old, new) = (create("phase-mt-128", 128), create("phase-mt-64", 64));
+    const PER_THREAD: usize = 100_000;
+    let barrier = Barrier::new(2);
+    let run = |seed: u64| {
+        let (a, c) = own_area(k);
+        let objs: Vec<_> = (0..PER_THREAD)
+            .map(|_| k.slub().alloc(c, old, Gfp::KERNEL).unwrap())
+            .collect();
+        free_shuffled_seeded(k, c, old, objs, seed);
+        barrier.wait();
+        let mine: Vec<usize> = (0..PER_THREAD)
+            .map(|_| k.slub().alloc(c, new, Gfp::KERNEL).unwrap().as_ptr() as usize)
+            .collect();
+        barrier.wait();
+        // SAFETY: owned; the thread "exits" (its sheaves go to the barns).
+        unsafe { k.pages.cpu_area_put(a) };
+        mine
+    };
+    let live: Vec<Vec<usize>> = std::thread::scope(|scope| {
+        let t = [scope.spawn(|| run(1)), scope.spawn(|| run(2))];
+        t.map(|h| h.join().unwrap()).into()
+    });
+    assert_eq!(k.slub().idle_sheaves_waiting(), 0);
+    let live: HashSet<usize> = live.into_iter().flatten().collect();
+    assert_eq!(live.len(), 2 * PER_THREAD, "each object handed out once");
+    check_census(k, old, &[], &HashSet::new());
+    check_census(k, new, &[], &live);
+    // The first phase's slabs that the second did not need are kept empty, for
+    // the next refill or the decay interval (`empty.rs`); the rest hold little more
+    // than the second phase's objects.
+    let pages = |s: &kmem_core::KmemCache| s.nr_slabs(0) << s.config().order;
+    let kept = k.slub().kept_empty_pages(0);
+    let need = (2 * PER_THREAD * 64) >> 12;
+    assert!(
+        pages(old) + pages(new) - kept < need + need / 4,
+        "{} + {} pages held ({kept} kept empty) for {need} needed",
+        pages(old),
+        pages(new)
+    );
+    for p in live {
+        // SAFETY: ours, freed once.
+        unsafe {
+            k.slub()
+                .free(None, new, NonNull::new(p as *mut u8).unwrap())
+        };
+    }
+    k.shrink_all(None);
     assert!(k.pages.platform().take_log().is_empty());
 }
 

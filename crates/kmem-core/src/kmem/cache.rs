@@ -93,8 +93,11 @@ impl<P: Platform> Kmem<P> {
         // statistics) leave it alone from here on, and one already working on it
         // finishes before `remove` gets the list lock. Put back if it survives.
         self.caches.remove(s);
-        // A reclaim of kept slabs that found `s` on the list before may still hold
-        // some of its slabs, counted: let it discard them first.
+        // Sheaves of `s` the barns' decay took may wait to be flushed: flush them
+        // (`slab/barn_drain.rs`). A reclaim of kept slabs, or a flush of such sheaves,
+        // that found `s` on the list before may still hold some of its slabs or
+        // sheaves, counted: let it finish first.
+        slub.drain_idle_sheaves(cpu);
         self.caches.wait_for_reclaims();
         for area in self.pages.cpu_areas().iter() {
             // SAFETY: nobody uses `s` meanwhile (caller), so its per-CPU state in any

@@ -322,7 +322,9 @@ impl<P: Platform> Kmem<P> {
             .request_all(DRAIN_CACHES | crate::percpu::DRAIN_STOCK);
         let slub = self.slub();
         self.pages.with_reporting_deferred(|| {
-            // Barns first: their sheaves are objects of kmalloc caches shrunk below.
+            // Barns first: their sheaves are objects of kmalloc caches shrunk below;
+            // the decay's idle sheaves that wait to be flushed before them.
+            slub.drain_idle_sheaves(cpu);
             if let Some(c) = cpu {
                 self.memcg().memcg_drain_stock(c);
                 self.caches.for_each(|s| slub.flush_cpu_cache(c, s));

@@ -618,7 +618,7 @@ impl<P: Platform> Slub<'_, P> {
         }
         // Never waits for the list lock: its holder may be this thread, further up.
         // Busy: the next tick tries again.
-        let Some(_g) = caches.lock.try_lock() else {
+        let Some(g) = caches.lock.try_lock() else {
             if by_growth {
                 caches.grown_at_decay.store(grown_last, Relaxed);
             } else {
@@ -645,13 +645,19 @@ impl<P: Platform> Slub<'_, P> {
                 })
             }
         });
+        // The idle full sheaves the walk took, flushed after the lock, with the help
+        // of every refill about to make a slab meanwhile (`barn_drain.rs`).
+        self.drain_after_walk(Some(c), g);
     }
 
-    /// The barns' decay for `s`: the sheaves each barn kept beyond
+    /// The barns' decay for `s`, in the walk of [`Slub::maybe_decay_barns`] (the
+    /// cache list's lock held): the sheaves each barn kept beyond
     /// [`super::barn::BARN_KEEP_SHEAVES`] and nobody took since the last decay are
-    /// flushed to the slabs and freed ([`super::barn::BarnLists::take_idle`]; with
-    /// `by_growth`, only from barns that handed out no full sheaf since then).
-    /// Returns the sheaves freed.
+    /// taken ([`super::barn::BarnLists::take_idle`]; with `by_growth`, only from
+    /// barns that handed out no full sheaf since then), the empty ones freed and the
+    /// full ones put on the list that the walk's caller and the refills flush after
+    /// the lock (`barn_drain.rs`; [`Slub::drain_idle_sheaves`] flushes them at once).
+    /// Returns the sheaves taken.
     ///
     /// When growth decays full sheaves of `s`, `s` is a cache of a phase the program
     /// left: the sheaves of `s` that the CPU area `cpu` holds are flushed too, and its
@@ -671,11 +677,17 @@ impl<P: Platform> Slub<'_, P> {
         for nid in 0..self.pages.nr_nodes() {
             let (full, empty) = s.node(nid).barn.lock_counted(acct).take_idle(by_growth);
             idle_full |= !full.is_null();
-            freed += self.free_sheaf_chains(cpu, s, full, empty);
+            freed += self.defer_flush(full);
+            freed += self.free_sheaf_chains(cpu, s, ptr::null_mut(), empty);
         }
         if let (true, true, Some(c)) = (by_growth, idle_full, cpu) {
             self.flush_cpu_cache(c, s);
-            freed += self.shrink_barns(cpu, s);
+            self.release_fresh_slabs(cpu, s);
+            for nid in 0..self.pages.nr_nodes() {
+                let (full, empty) = s.node(nid).barn.lock_counted(acct).take_all();
+                freed += self.defer_flush(full);
+                freed += self.free_sheaf_chains(cpu, s, ptr::null_mut(), empty);
+            }
         }
         freed
     }

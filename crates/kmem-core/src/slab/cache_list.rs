@@ -5,6 +5,7 @@
 //! before any cache's `list_lock` in the lock order (crate docs) and is never held
 //! while allocating.
 
+use super::barn_drain::BarnDrain;
 use super::barn_spill::BarnSpill;
 use super::KmemCache;
 use crate::page::{NetGrowth, MAX_NUMNODES, MAX_ORDER};
@@ -37,11 +38,15 @@ pub struct CacheList {
     /// already).
     pub(crate) kept_lists: [[AtomicUsize; MAX_ORDER + 1]; MAX_NUMNODES],
     /// Reclaims of kept slabs (`empty.rs`) that took slabs of caches off the list's
-    /// walk and discard them after the lock: cache destruction waits for none to be
-    /// left before it counts a cache's slabs.
+    /// walk and discard them after the lock, and flushes of the decay's idle sheaves
+    /// (`barn_drain.rs`): cache destruction waits for none to be left before it
+    /// counts a cache's slabs.
     pub(crate) reclaiming: AtomicUsize,
     /// The barns' spill budget (`barn_spill.rs`).
     pub spill: BarnSpill,
+    /// Idle full sheaves the barns' decay took, waiting to be flushed by whoever
+    /// comes (`barn_drain.rs`).
+    pub(crate) drain: BarnDrain,
 }
 
 impl CacheList {
@@ -55,6 +60,7 @@ impl CacheList {
             kept_lists: [const { [const { AtomicUsize::new(0) }; MAX_ORDER + 1] }; MAX_NUMNODES],
             reclaiming: AtomicUsize::new(0),
             spill: BarnSpill::new(),
+            drain: BarnDrain::new(),
         }
     }
 

@@ -340,7 +340,7 @@ impl<P: Platform> Slub<'_, P> {
     }
 
     /// The most recently kept slab of `s` on node `nid`, off its list and count.
-    fn pop_kept(&self, s: &KmemCache, nid: usize) -> Option<NonNull<Page>> {
+    pub(super) fn pop_kept(&self, s: &KmemCache, nid: usize) -> Option<NonNull<Page>> {
         let mut list = s.node(nid).list_lock.lock();
         self.pop_kept_locked(s, nid, &mut list)
     }

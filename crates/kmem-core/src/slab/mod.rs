@@ -63,7 +63,7 @@
 //! | `alloc.rs`, `free.rs` | the fast paths and their slow paths |
 //! | `new_slab.rs`, `partial.rs`, `cpu_partial.rs` | making and discarding slabs; node partial lists; CPU partial slabs, deactivation, flushing |
 //! | `lockless.rs` | per-CPU mode's lockless fast paths |
-//! | `sheaf.rs`, `sheaf_slow.rs`, `barn.rs` | the sheaves design: per-CPU main and spare sheaves, their slow paths, thread exit; the slow paths the front ends call straight from their misses (the swap without a call); the per-node barns |
+//! | `sheaf.rs`, `sheaf_slow.rs`, `barn.rs`, `barn_drain.rs` | the sheaves design: per-CPU main and spare sheaves, their slow paths, thread exit; the slow paths the front ends call straight from their misses (the swap without a call); the per-node barns; the decay's idle sheaves, flushed by whoever is about to make a slab |
 //! | `refill.rs`, `fresh.rs`, `empty.rs`, `prefill.rs`, `census.rs` | sheaves to and from slabs (bulk refill and flush); a node's fresh slab, taken by address; a node's kept empty slabs; prefilled sheaves; a census of where free objects wait |
 //! | `bulk.rs`, `accounting.rs` | bulk alloc/free; the [`Accounting`] interface |
 //! | `debug.rs`, `report.rs`, `slabinfo.rs` | slub_debug; reports; slabinfo, slabtop, statistics files |
@@ -89,6 +89,7 @@
 pub mod accounting;
 mod alloc;
 pub mod barn;
+mod barn_drain;
 pub mod barn_spill;
 mod bulk;
 pub(crate) mod cache;

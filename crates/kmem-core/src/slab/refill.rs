@@ -118,6 +118,7 @@ impl<P: Platform> Slub<'_, P> {
             // partial list of the slab's node.
             let Some((slab, took, fresh)) = kept
                 .or_else(|| self.adopt_and_pop_kept(cpu, s, nid))
+                .or_else(|| self.drain_then_adopt(cpu, s, nid))
                 .map(|slab| self.reuse_kept_slab(s, slab, room(sheaf, len, cap), false))
                 .or_else(|| {
                     self.allocate_slab_taking(cpu, s, gfp, Some(nid), room(sheaf, len, cap), false)
