@@ -71,6 +71,21 @@ impl BarnDrain {
         }
     }
 
+    /// Takes the list's lock for good (the fork handlers, `CacheList::fork_lock`).
+    pub(crate) fn lock_forever(&self) {
+        self.chain.lock_forever();
+    }
+
+    /// Releases the lock [`BarnDrain::lock_forever`] took.
+    ///
+    /// # Safety
+    /// As [`SpinLock::force_unlock`]: taken by `lock_forever`, by this thread (or
+    /// its parent, before a fork).
+    pub(crate) unsafe fn force_unlock(&self) {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.chain.force_unlock() };
+    }
+
     /// Whether sheaves wait to be flushed (a hint: without the lock).
     #[inline]
     pub(crate) fn pending(&self) -> bool {

@@ -142,6 +142,8 @@ impl CacheList {
                 }
             });
         }
+        // A leaf too: the decay's list of idle sheaves (`barn_drain.rs`).
+        self.drain.lock_forever();
     }
 
     /// Releases what [`CacheList::fork_lock`] took.
@@ -151,6 +153,7 @@ impl CacheList {
     pub(crate) unsafe fn fork_unlock(&self, nr_nodes: usize) {
         // SAFETY: every lock below was taken by `fork_lock`, guards forgotten.
         unsafe {
+            self.drain.force_unlock();
             self.for_each_locked(|s| {
                 for node in s.nodes(nr_nodes) {
                     node.barn.force_unlock();

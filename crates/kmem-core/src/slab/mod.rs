@@ -37,7 +37,8 @@
 //! ## Rules
 //! 1. Locks: `CacheList::lock` → a node's `list_lock` (one node at a time) → a debug
 //!    cache's `full` → the page allocator's locks, as the crate docs' lock order says.
-//!    No `list_lock` is held across a page allocation.
+//!    No `list_lock` is held across a page allocation. The lock of the decay's list
+//!    of idle sheaves (`barn_drain.rs`) is innermost: nothing is taken under it.
 //! 2. Every change of list membership, and every freeze or unfreeze of a slab that is
 //!    or will be on a node list, happens under that node's `list_lock`; the state CAS
 //!    that goes with it is done while holding the lock. Freezing a full slab (a free
