@@ -249,6 +249,10 @@ mod tests {
                 "phase-blocks-system",
                 "phase-blocks-mimalloc",
                 "phase-blocks-jemalloc",
+                "phase-threads-kmem",
+                "phase-threads-system",
+                "phase-threads-mimalloc",
+                "phase-threads-jemalloc",
                 "cache",
                 "slab"
             ]

@@ -94,6 +94,10 @@ pub const CHILDREN: &[Child] = &[
     sizes::PHASE[5],
     sizes::PHASE[6],
     sizes::PHASE[7],
+    sizes::PHASE[8],
+    sizes::PHASE[9],
+    sizes::PHASE[10],
+    sizes::PHASE[11],
     cache::CHILD,
     slab::CHILD,
 ];

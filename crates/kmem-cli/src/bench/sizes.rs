@@ -36,6 +36,11 @@
 //! - `phase` with param 2 MiB (`kmem bench-child phase-blocks-NAME`): the same first
 //!   phase, then as many bytes (64 MiB) of 2 MiB blocks allocated and written: 64 MiB
 //!   if the blocks reuse the objects' memory, 128 if they reuse none.
+//! - `phase` with param 64 (`kmem bench-child phase-threads-NAME`): two threads, each
+//!   with half a million 128-byte objects allocated, written and freed in a shuffled
+//!   order, then (once both are done) half a million 64-byte objects each: 128 MiB at
+//!   the first phase's end, and no more if the second phase reuses its memory while
+//!   the other thread changes phase too.
 
 use super::child::{self, Child};
 use super::page::keep_busy;
@@ -56,12 +61,43 @@ const ROUNDS_MIN_MIB: usize = 5;
 const ROUNDS_MAX_MIB: usize = 10;
 /// The decay interval `rss_after` waits (kmem's default `KMEM_DECAY_MS`).
 const DECAY: Duration = Duration::from_millis(1000);
-/// `phase`: the size of its first phase's objects, and how many.
-const PHASE_FIRST: usize = 64;
+/// `phase`: how many objects its first phase allocates (all threads together).
 const PHASE_OBJECTS: usize = 1_000_000;
-/// `phase`'s rows: the size of the second phase's blocks (the param), and whether it
-/// allocates as many bytes as the first (else as many blocks).
-const PHASE_SECOND: [(usize, bool); 2] = [(128, false), (2 << 20, true)];
+
+/// One row of `phase`.
+struct PhaseRow {
+    /// The first phase's object size.
+    first: usize,
+    /// The second phase's block size (the row's param).
+    second: usize,
+    /// Whether the second phase allocates as many bytes as the first (else as many
+    /// blocks).
+    same_bytes: bool,
+    /// Threads that run both phases, each its share of the objects.
+    threads: usize,
+}
+
+/// `phase`'s rows.
+const PHASE_ROWS: [PhaseRow; 3] = [
+    PhaseRow {
+        first: 64,
+        second: 128,
+        same_bytes: false,
+        threads: 1,
+    },
+    PhaseRow {
+        first: 64,
+        second: 2 << 20,
+        same_bytes: true,
+        threads: 1,
+    },
+    PhaseRow {
+        first: 128,
+        second: 64,
+        same_bytes: false,
+        threads: 2,
+    },
+];
 
 /// Measurements per allocator in the in-process part.
 pub fn benches() -> u64 {
@@ -76,9 +112,9 @@ pub const RSS: [Child; 4] = [
     rss_child::<3>("rss-jemalloc"),
 ];
 
-/// The `phase` children, one per row and allocator (in the order of `PHASE_SECOND`
+/// The `phase` children, one per row and allocator (in the order of `PHASE_ROWS`
 /// and `workloads::allocators`).
-pub const PHASE: [Child; 8] = [
+pub const PHASE: [Child; 12] = [
     phase_child::<0, 0>("phase-kmem"),
     phase_child::<1, 0>("phase-system"),
     phase_child::<2, 0>("phase-mimalloc"),
@@ -87,6 +123,10 @@ pub const PHASE: [Child; 8] = [
     phase_child::<1, 1>("phase-blocks-system"),
     phase_child::<2, 1>("phase-blocks-mimalloc"),
     phase_child::<3, 1>("phase-blocks-jemalloc"),
+    phase_child::<0, 2>("phase-threads-kmem"),
+    phase_child::<1, 2>("phase-threads-system"),
+    phase_child::<2, 2>("phase-threads-mimalloc"),
+    phase_child::<3, 2>("phase-threads-jemalloc"),
 ];
 
 /// The memory child of allocator `I`.
@@ -98,7 +138,7 @@ const fn rss_child<const I: usize>(what: &'static str) -> Child {
     }
 }
 
-/// The `phase` child of allocator `I` for row `R` of [`PHASE_SECOND`].
+/// The `phase` child of allocator `I` for row `R` of [`PHASE_ROWS`].
 const fn phase_child<const I: usize, const R: usize>(what: &'static str) -> Child {
     Child {
         what,
@@ -109,17 +149,12 @@ const fn phase_child<const I: usize, const R: usize>(what: &'static str) -> Chil
             } else {
                 PHASE_OBJECTS
             };
-            let (second, same_bytes) = PHASE_SECOND[R];
-            let blocks = if same_bytes {
-                objects * PHASE_FIRST / second
-            } else {
-                objects
-            };
-            let peak = phase_peak(a, objects, second, blocks);
+            let row = &PHASE_ROWS[R];
+            let peak = phase_peak(a, row, objects);
             vec![BenchResult::bytes(
                 "phase",
                 "kmem",
-                second as u64,
+                row.second as u64,
                 "peak_rss",
                 peak,
             )]
@@ -209,15 +244,20 @@ fn memory(ctx: &Ctx, i: usize) -> Vec<BenchResult> {
     ]
 }
 
-/// `phase`: `n` objects of [`PHASE_FIRST`] bytes allocated, written and freed in a
-/// shuffled order, then `m` blocks of `second` bytes allocated and written (and
-/// freed, after the last reading). Returns the highest resident memory, read after
-/// each phase, minus the resident memory before (the first phase's objects are all
-/// freed before the second starts, so its peak is at its end).
-fn phase_peak(a: Alloc, n: usize, second: usize, m: usize) -> u64 {
-    let first = PHASE_FIRST;
-    let mut table: Vec<*mut u8> = Vec::with_capacity(n);
-    let before = kmem::rss_bytes();
+/// `phase`: `n` objects of `row.first` bytes allocated, written and freed in a
+/// shuffled order, then blocks of `row.second` bytes allocated and written (and freed,
+/// after the last reading), by `row.threads` threads, each its share, both phases
+/// together (the second begins once every thread has freed its first). Returns the
+/// highest resident memory, read after each phase, minus the resident memory before
+/// (the first phase's objects are all freed before the second starts, so its peak is
+/// at its end).
+fn phase_peak(a: Alloc, row: &PhaseRow, n: usize) -> u64 {
+    let threads = row.threads;
+    let m = if row.same_bytes {
+        n * row.first / row.second
+    } else {
+        n
+    };
     let run = |table: &mut Vec<*mut u8>, size: usize, n: usize| {
         let l = Layout::from_size_align(size, 8).expect("layout");
         for i in 0..n {
@@ -228,7 +268,6 @@ fn phase_peak(a: Alloc, n: usize, second: usize, m: usize) -> u64 {
             unsafe { p.write_bytes(i as u8, size) };
             table.push(p);
         }
-        kmem::rss_bytes()
     };
     let free = |table: &mut Vec<*mut u8>, size: usize| {
         let l = Layout::from_size_align(size, 8).expect("layout");
@@ -237,11 +276,41 @@ fn phase_peak(a: Alloc, n: usize, second: usize, m: usize) -> u64 {
             unsafe { a.dealloc(p, l) };
         }
     };
-    let first_peak = run(&mut table, first, n);
-    Rng::new(13).shuffle(&mut table);
-    free(&mut table, first);
-    let peak = first_peak.max(run(&mut table, second, m));
-    free(&mut table, second);
+    // Each thread's phases, between the readings: `done` after each.
+    let thread = |seed: u64, done: &dyn Fn()| {
+        let mut table: Vec<*mut u8> = Vec::with_capacity(n / threads);
+        run(&mut table, row.first, n / threads);
+        Rng::new(seed).shuffle(&mut table);
+        free(&mut table, row.first);
+        done();
+        run(&mut table, row.second, m / threads);
+        done();
+        free(&mut table, row.second);
+    };
+    let before = kmem::rss_bytes();
+    let mut peak = before;
+    if threads == 1 {
+        let peak = std::cell::Cell::new(before);
+        thread(13, &|| peak.set(peak.get().max(kmem::rss_bytes())));
+        return peak.get().saturating_sub(before) as u64;
+    }
+    // The threads wait for each other at each reading; the caller reads between.
+    let barrier = std::sync::Barrier::new(threads + 1);
+    let done = || {
+        barrier.wait();
+        barrier.wait();
+    };
+    std::thread::scope(|scope| {
+        for t in 0..threads {
+            let (thread, done) = (&thread, &done);
+            scope.spawn(move || thread(13 + t as u64, done));
+        }
+        for _ in 0..2 {
+            barrier.wait();
+            peak = peak.max(kmem::rss_bytes());
+            barrier.wait();
+        }
+    });
     peak.saturating_sub(before) as u64
 }
 
