@@ -596,9 +596,8 @@ impl Heap {
         old_limit: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
-        if !self.kmem.pages.in_span(p) {
-            return None;
-        }
+        // The lookup tests the span itself (`virt_to_head_page`): a pointer outside
+        // it is `Bad`, as any other that is not a slab object.
         let ObjectLookup::Slab(s, slab) = self.kmem.slub().lookup(p) else {
             return None;
         };
