@@ -289,19 +289,18 @@ fn the_phase_bench_counts_the_live_objects_and_kmem_reuses_the_first_phase() {
 
 /// `bench workloads`'s `phase` row for two threads, measured in its own child:
 /// 250,000 128-byte objects (30.5 MiB, half each) freed in a shuffled order, then
-/// 250,000 of 64 bytes (15.3 MiB, `--quick`). The peak is read at each phase's end,
-/// once both threads are there: it counts the first phase's objects, and less than
-/// both phases side by side. (What kmem's second phase takes beside the first one's
-/// memory moves with the threads' timing and the kernel's per-thread resident
-/// counters: 37.8–44.9 MiB for the build before the decay's flush was shared,
-/// 28.4–36.4 after, mimalloc 34.0; `slab/barn_drain.rs` has its own tests.)
+/// 250,000 of 64 bytes (15.3 MiB, `--quick`), the resident memory read at each phase's
+/// end with both threads there. kmem's second phase takes the first one's memory while
+/// one thread's barns' decay flushes the first phase's objects and the other goes on:
+/// the build before the flush was shared read 44.4–44.5 MiB (the second phase beside
+/// the first), this one 36.7–36.8 (`slab/barn_drain.rs`).
 #[test]
-fn the_phase_bench_in_two_threads_counts_the_first_phase() {
+fn the_phase_bench_in_two_threads_reuses_the_first_phase() {
     let (param, mib) = phase_child_peak(&["bench-child", "phase-threads-kmem", "--quick"]);
     assert_eq!(param, 64);
     let live = 250_000.0 * 128.0 / (1 << 20) as f64;
     assert!(
-        mib >= live * 0.8 && mib < live * 1.5,
+        mib >= live && mib < live + 10.0,
         "peak {mib:.1} MiB for {live:.1} MiB live at the first phase's end"
     );
 }

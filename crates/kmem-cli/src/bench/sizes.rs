@@ -248,9 +248,8 @@ fn memory(ctx: &Ctx, i: usize) -> Vec<BenchResult> {
 /// shuffled order, then blocks of `row.second` bytes allocated and written (and freed,
 /// after the last reading), by `row.threads` threads, each its share, both phases
 /// together (the second begins once every thread has freed its first). Returns the
-/// highest resident memory, read after each phase, minus the resident memory before
-/// (the first phase's objects are all freed before the second starts, so its peak is
-/// at its end).
+/// highest resident memory, read at each phase's end (the first's before its frees),
+/// minus the resident memory before.
 fn phase_peak(a: Alloc, row: &PhaseRow, n: usize) -> u64 {
     let threads = row.threads;
     let m = if row.same_bytes {
@@ -276,38 +275,49 @@ fn phase_peak(a: Alloc, row: &PhaseRow, n: usize) -> u64 {
             unsafe { a.dealloc(p, l) };
         }
     };
-    // Each thread's phases, between the readings: `done` after each.
-    let thread = |seed: u64, done: &dyn Fn()| {
+    // Each thread's phases, with a stop at each of `STOPS`: the end of its first
+    // phase's allocations (a reading), the end of its frees (every thread's are done
+    // before any second phase begins), the end of its second phase (a reading).
+    const STOPS: [bool; 3] = [true, false, true];
+    let thread = |seed: u64, stop: &dyn Fn()| {
         let mut table: Vec<*mut u8> = Vec::with_capacity(n / threads);
         run(&mut table, row.first, n / threads);
+        stop();
         Rng::new(seed).shuffle(&mut table);
         free(&mut table, row.first);
-        done();
+        stop();
         run(&mut table, row.second, m / threads);
-        done();
+        stop();
         free(&mut table, row.second);
     };
     let before = kmem::rss_bytes();
-    let mut peak = before;
     if threads == 1 {
-        let peak = std::cell::Cell::new(before);
-        thread(13, &|| peak.set(peak.get().max(kmem::rss_bytes())));
+        let (peak, at) = (std::cell::Cell::new(before), std::cell::Cell::new(0));
+        thread(13, &|| {
+            if STOPS[at.get()] {
+                peak.set(peak.get().max(kmem::rss_bytes()));
+            }
+            at.set(at.get() + 1);
+        });
         return peak.get().saturating_sub(before) as u64;
     }
-    // The threads wait for each other at each reading; the caller reads between.
+    // The threads wait for each other at each stop; the caller reads between.
     let barrier = std::sync::Barrier::new(threads + 1);
-    let done = || {
+    let stop = || {
         barrier.wait();
         barrier.wait();
     };
+    let mut peak = before;
     std::thread::scope(|scope| {
         for t in 0..threads {
-            let (thread, done) = (&thread, &done);
-            scope.spawn(move || thread(13 + t as u64, done));
+            let (thread, stop) = (&thread, &stop);
+            scope.spawn(move || thread(13 + t as u64, stop));
         }
-        for _ in 0..2 {
+        for read in STOPS {
             barrier.wait();
-            peak = peak.max(kmem::rss_bytes());
+            if read {
+                peak = peak.max(kmem::rss_bytes());
+            }
             barrier.wait();
         }
     });
