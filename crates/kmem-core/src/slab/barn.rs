@@ -677,31 +677,32 @@ impl<P: Platform> Slub<'_, P> {
         for nid in 0..self.pages.nr_nodes() {
             let (full, empty) = s.node(nid).barn.lock_counted(acct).take_idle(by_growth);
             idle_full |= !full.is_null();
-            freed += self.defer_flush(full);
-            freed += self.free_sheaf_chains(cpu, s, ptr::null_mut(), empty);
+            freed += self.free_sheaf_chains(cpu, s, full, empty, true);
         }
         if let (true, true, Some(c)) = (by_growth, idle_full, cpu) {
             self.flush_cpu_cache(c, s);
-            self.release_fresh_slabs(cpu, s);
-            for nid in 0..self.pages.nr_nodes() {
-                let (full, empty) = s.node(nid).barn.lock_counted(acct).take_all();
-                freed += self.defer_flush(full);
-                freed += self.free_sheaf_chains(cpu, s, ptr::null_mut(), empty);
-            }
+            freed += self.empty_barns(cpu, s, true);
         }
         freed
     }
 
-    /// Flushes and frees the sheaves of two chains taken off a barn (linked through
-    /// [`SlabSheaf::next`]): returns how many.
+    /// Frees the sheaves of two chains taken off a barn (linked through
+    /// [`SlabSheaf::next`]), the full ones flushed first, or, with `defer`, put on
+    /// the list of the decay's idle sheaves instead (`barn_drain.rs`): returns how
+    /// many.
     fn free_sheaf_chains(
         &self,
         cpu: Option<CpuRef<'_>>,
         s: &KmemCache,
         mut full: *mut SlabSheaf,
         mut empty: *mut SlabSheaf,
+        defer: bool,
     ) -> usize {
         let mut freed = 0;
+        if defer {
+            freed += self.defer_flush(full);
+            full = ptr::null_mut();
+        }
         while let Some(sh) = NonNull::new(full) {
             // SAFETY: taken from the barn: ours.
             let r = unsafe { sh.as_ref() };
@@ -719,6 +720,20 @@ impl<P: Platform> Slub<'_, P> {
         freed
     }
 
+    /// Takes every sheaf off the barns of `s` and gives the nodes' fresh tails back to
+    /// their slabs; the sheaves go as [`Slub::free_sheaf_chains`] says (`defer`).
+    /// Returns how many.
+    fn empty_barns(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, defer: bool) -> usize {
+        self.release_fresh_slabs(cpu, s);
+        let mut freed = 0;
+        let acct = self.spill_account(s);
+        for nid in 0..self.pages.nr_nodes() {
+            let (full, empty) = s.node(nid).barn.lock_counted(acct).take_all();
+            freed += self.free_sheaf_chains(cpu, s, full, empty, defer);
+        }
+        freed
+    }
+
     /// Flushes every barn of `s` to the slabs and frees its sheaves (shrinking, memory
     /// pressure, cache destruction), and gives the nodes' fresh tails back to their
     /// slabs. Returns the sheaves freed. The sheaves' memory goes back to kmalloc
@@ -727,14 +742,7 @@ impl<P: Platform> Slub<'_, P> {
         if s.config().sheaf_capacity == 0 {
             return 0;
         }
-        self.release_fresh_slabs(cpu, s);
-        let mut freed = 0;
-        let acct = self.spill_account(s);
-        for nid in 0..self.pages.nr_nodes() {
-            let (full, empty) = s.node(nid).barn.lock_counted(acct).take_all();
-            freed += self.free_sheaf_chains(cpu, s, full, empty);
-        }
-        freed
+        self.empty_barns(cpu, s, false)
     }
 }
 
