@@ -432,6 +432,11 @@ fn large_blocks_growth_decays_an_idle_barn() {
         // SAFETY: ours, freed once.
         assert!(unsafe { k.kfree(c, p.as_ptr()) });
     }
+    // The blocks the CPU's pageblock list keeps still count live until it drains.
+    let parked = k.pages.zone_pcp_of(a, 0).thp_blocks();
+    assert_eq!(parked, kmem_core::page::PCP_THP_HIGH_MAX as usize);
+    assert_eq!(k.pages.block_pages_live(), parked << 9);
+    k.pages.drain_local_pages(refs[0]);
     assert_eq!(k.pages.block_pages_live(), 0);
     k.shrink_all(c);
     // SAFETY: owned.

@@ -686,7 +686,7 @@ fn housekeeping_reports_free_pages_while_only_sheaves_are_used() {
     // the page allocator's paths, which run free page reporting: the sheaf slow paths
     // do the housekeeping every HOUSEKEEPING_INTERVAL times instead.
     let k = common::kmem_with_decay(1_000_000);
-    let (_, c) = own_area(k);
+    let (area, c) = own_area(k);
     let pf = k.pages.platform();
     // Slabs for the sheaves to recycle, made (and their pages taken) up front.
     let warm: Vec<_> = (0..2000)
@@ -696,10 +696,12 @@ fn housekeeping_reports_free_pages_while_only_sheaves_are_used() {
         // SAFETY: ours.
         unsafe { k.kfree(c, o.as_ptr()) };
     }
-    // A 2 MiB block freed to the zone, old enough to report once the clock moves.
+    // A 2 MiB block freed, old enough to report once the clock moves. It waits on
+    // the CPU's pageblock list until a housekeeping finds it unused there.
     let block = k.pages.alloc_pages(c, Gfp::KERNEL, 9).unwrap();
     // SAFETY: ours, this order.
     unsafe { k.pages.free_pages(c, block, 9) };
+    assert_eq!(k.pages.zone_pcp_of(area, 0).thp_blocks(), 1);
     pf.advance(10_000_000);
     let (calls, reported) = (
         pf.housekeeping.load(std::sync::atomic::Ordering::Relaxed),
@@ -713,6 +715,7 @@ fn housekeeping_reports_free_pages_while_only_sheaves_are_used() {
         pf.reported_bytes.load(std::sync::atomic::Ordering::Relaxed) >= reported + (2 << 20),
         "the old block was reported"
     );
+    assert_eq!(k.pages.zone_pcp_of(area, 0).thp_blocks(), 0);
 }
 
 #[test]
@@ -736,11 +739,11 @@ fn shrinking_gives_pages_back_without_a_reporting_pass_under_the_cache_list_lock
             unsafe { k.kfree(c, o.as_ptr()) };
         }
     }
-    // A 2 MiB block freed to the zone, old enough to report once the clock moves: a
-    // pass is due from here on.
+    // A 2 MiB block freed to the zone (without a CPU: not to its pageblock list),
+    // old enough to report once the clock moves: a pass is due from here on.
     let block = k.pages.alloc_pages(c, Gfp::KERNEL, 9).unwrap();
     // SAFETY: ours, this order.
-    unsafe { k.pages.free_pages(c, block, 9) };
+    unsafe { k.pages.free_pages(None, block, 9) };
     pf.advance(10_000_000);
     let reported = pf.reported_bytes.load(Relaxed);
     let before = k.pages.nr_free_pages();

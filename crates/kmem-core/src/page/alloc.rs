@@ -11,7 +11,7 @@
 use super::block_growth::block_pages;
 use super::descriptor::{Page, PageFlags, MAX_ORDER, PAGE_SIZE};
 use super::mmzone::{Watermark, Zone};
-use super::pcp::PCP_MAX_ORDER;
+use super::pcp::{PCP_MAX_ORDER, PCP_THP_ORDER};
 use super::PageAllocator;
 use crate::gfp::Gfp;
 use crate::percpu::{CpuRef, DRAIN_PAGES};
@@ -78,6 +78,11 @@ impl<P: Platform> PageAllocator<P> {
                     self.zone_statistics(cpu, preferred, preferred, 1 << order);
                     return Some(self.prep_new_page(page, order, gfp));
                 }
+            } else if order == PCP_THP_ORDER {
+                if let Some(page) = self.rmqueue_pcp_thp(c, preferred) {
+                    self.zone_statistics(cpu, preferred, preferred, 1 << order);
+                    return Some(self.prep_new_page(page, order, gfp));
+                }
             }
         }
         self.alloc_pages_slowpath(cpu, gfp, order, preferred)
@@ -109,7 +114,11 @@ impl<P: Platform> PageAllocator<P> {
     ) -> NonNull<Page> {
         // SAFETY: the block was just taken off a free or per-CPU list: we own it.
         let p = unsafe { page.as_ref() };
-        let known_zero = p.flags().contains(PageFlags::REPORTED);
+        let flags = p.flags();
+        let known_zero = flags.contains(PageFlags::REPORTED);
+        // A pageblock off a per-CPU list that still counts as a live compound block
+        // (`free_pcp_thp`): no other free block carries `COMPOUND`.
+        let counted = flags.contains(PageFlags::COMPOUND);
         p.set_flags(PageFlags::HEAD);
         p.set_order(order);
         for w in &p.owner {
@@ -125,7 +134,11 @@ impl<P: Platform> PageAllocator<P> {
         }
         if gfp.contains(Gfp::COMP) && order > 0 {
             self.prep_compound_page(page, order);
-            self.count_block_alloc(block_pages(order));
+            if !counted {
+                self.count_block_alloc(block_pages(order));
+            }
+        } else if counted {
+            self.count_block_free(block_pages(order));
         }
         page
     }
@@ -329,18 +342,23 @@ impl<P: Platform> PageAllocator<P> {
             self.bad_page(page, reason);
             return;
         }
-        if p.flags().contains(PageFlags::COMPOUND) {
-            self.count_block_free(block_pages(order));
-        }
+        let compound = p.flags().contains(PageFlags::COMPOUND);
         self.destroy_compound_page(page, order);
         let nid = self.page_to_nid(page);
         let zone = &self.zones[nid];
         if let Some(c) = cpu {
             let high = zone.pcp_high();
             if order <= PCP_MAX_ORDER && high != 0 {
+                // (A block this small counts on no clock: `block_pages`.)
                 self.free_unref_page_commit(c, zone, page, order, high);
                 return;
             }
+            if order == PCP_THP_ORDER && self.free_pcp_thp(c, zone, page, compound) {
+                return;
+            }
+        }
+        if compound {
+            self.count_block_free(block_pages(order));
         }
         self.free_one_page(cpu, zone, page, order);
     }

@@ -22,7 +22,10 @@
 //!
 //! The page allocator keeps the blocks' clock, counted where a compound block's life
 //! begins and ends: `prep_new_page` (with `__GFP_COMP`), `free_pages` (a `COMPOUND`
-//! head), and `grow_in_place` / `shrink_in_place` for the part that changes. The
+//! head), and `grow_in_place` / `shrink_in_place` for the part that changes. A 2 MiB
+//! block parked on a CPU area's pageblock list (`pcp.rs`) stays counted until it
+//! leaves the list for the zone, so a buffer freed and allocated in turn costs no
+//! shared counter: it is memory held for reuse, not freed. The
 //! slab layer keeps the slabs' (`CacheList::slab_growth`), counted where a slab is
 //! made and discarded (`Slub::count_growth`, `Slub::discard_slab`; a kept empty slab
 //! stays counted). Slabs are not compound blocks at the page allocator's level (the
@@ -36,8 +39,9 @@
 //! another thread, and a mark set while another thread raises it may count a rise
 //! twice: the clock is a heuristic, and each error is one block.
 
-use super::pcp::PCP_MAX_ORDER;
+use super::pcp::{PCP_MAX_ORDER, PCP_THP_ORDER};
 use super::PageAllocator;
+use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::sync::{AtomicUsize, Ordering::Relaxed};
 
@@ -151,15 +155,19 @@ impl<P: Platform> PageAllocator<P> {
         self.block_growth.growth()
     }
 
-    /// What [`PageAllocator::block_growth`] would read once a compound block of order
-    /// `order` more is live: for a caller that acts on a step of it before it takes
-    /// the block.
+    /// What [`PageAllocator::block_growth`] would read once `cpu`'s owner has taken a
+    /// compound block of order `order` more: for a caller that acts on a step of it
+    /// before it takes the block. A block its pageblock list holds counts already.
     #[inline]
-    pub fn block_growth_with(&self, order: usize) -> usize {
-        self.block_growth.growth_with(block_pages(order))
+    pub fn block_growth_with(&self, cpu: Option<CpuRef<'_>>, order: usize) -> usize {
+        let parked = order == PCP_THP_ORDER
+            && cpu.is_some_and(|c| self.zone_pcp(c, self.local_node(cpu)).thp_blocks() > 0);
+        let pages = if parked { 0 } else { block_pages(order) };
+        self.block_growth.growth_with(pages)
     }
 
-    /// Pages of live compound blocks of orders above the per-CPU lists'.
+    /// Pages of live compound blocks of orders above the per-CPU lists', those parked
+    /// on the per-CPU pageblock lists included.
     pub fn block_pages_live(&self) -> usize {
         self.block_growth.live()
     }
@@ -188,8 +196,8 @@ mod tests {
         }
         assert_eq!(pa.block_growth(), 512);
         assert_eq!(pa.block_pages_live(), 0);
-        assert_eq!(pa.block_growth_with(9), 512, "no new high");
-        assert_eq!(pa.block_growth_with(10), 1024, "a rise of 512");
+        assert_eq!(pa.block_growth_with(None, 9), 512, "no new high");
+        assert_eq!(pa.block_growth_with(None, 10), 1024, "a rise of 512");
         // The mark set where nothing is live: the next block counts again, once.
         pa.set_block_growth_mark();
         for _ in 0..10 {

@@ -133,6 +133,9 @@ pub struct Zone {
     pub(super) pcp_high: AtomicU32,
     /// Per-CPU list refill/spill batch (`pcp->batch`).
     pub(super) pcp_batch: AtomicU32,
+    /// Pageblock-order blocks each CPU area may keep on its list now, 0 = that list
+    /// off (`pcp.rs`, "Pageblocks").
+    pub(super) pcp_thp_high: AtomicU32,
     /// A free created an unreported block of reporting order.
     pub(super) report_pending: AtomicU8,
     /// When free page reporting last ran (ns).
@@ -154,6 +157,7 @@ impl Zone {
             events: [const { AtomicU64::new(0) }; NR_VM_EVENTS],
             pcp_high: AtomicU32::new(0),
             pcp_batch: AtomicU32::new(1),
+            pcp_thp_high: AtomicU32::new(0),
             report_pending: AtomicU8::new(0),
             last_report_ns: AtomicU64::new(0),
         }
@@ -196,6 +200,12 @@ impl Zone {
     #[inline]
     pub fn pcp_batch(&self) -> u32 {
         self.pcp_batch.load(Ordering::Relaxed)
+    }
+    /// The pageblock-order blocks each CPU area may keep on its list now; 0 = that
+    /// list off.
+    #[inline]
+    pub fn pcp_thp_high(&self) -> u32 {
+        self.pcp_thp_high.load(Ordering::Relaxed)
     }
     /// Online sections of this zone.
     #[inline]

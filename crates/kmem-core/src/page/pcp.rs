@@ -11,6 +11,20 @@
 //! off and every owner uses the zone. So a thousand threads do not hoard memory.
 //! Owners adopt a lowered `high` at their next free.
 //!
+//! ## Pageblocks
+//! One more list per zone holds blocks of [`PCP_THP_ORDER`] (2 MiB), as the kernel's
+//! lists do since it admitted the THP order (`pcp_allowed_order`, `NR_PCP_THP`): a
+//! program that allocates and frees 1–2 MiB buffers in turn then takes no zone lock,
+//! merges and splits no buddies and reads no clock for each. The list is filled only
+//! by frees (no batch refill: a batch of 2 MiB blocks is too much to hold for a
+//! guess) and holds at most `pcp_thp_high` blocks, apart from `high`: at most
+//! [`PCP_THP_HIGH_MAX`], fewer when the zone's pageblock budget (a thirty-second of
+//! it, at least [`PCP_THP_BUDGET_FLOOR`] pages, at most a sixteenth of a heap bound:
+//! blocks on these lists are out of others' reach until their owners call in)
+//! shared among the owned areas gives less, none when it gives less than one. Drains empty it with the rest, and so
+//! does the owner's housekeeping when nothing took a block off it since the last one
+//! (`decay_pcp_thp`), so a list left idle goes back to the zone and is reported.
+//!
 //! ## Locking
 //! A [`ZonePcp`] lives in its CPU area; only the area's owner (the holder of a
 //! [`CpuRef`] to it) touches its lists or writes its counts, without a lock. Anyone
@@ -43,17 +57,30 @@ pub const PCP_MIN_HIGH: u32 = 8;
 /// Every this many pages freed to a per-CPU list, the owner checks whether free page
 /// reporting is due (a power of two).
 pub const REPORT_CHECK_INTERVAL: u64 = 1024;
+/// The order of the per-CPU pageblock list: 2 MiB, the kernel's `pageblock_order`
+/// and THP order with 4 KiB pages (see "Pageblocks" above).
+pub const PCP_THP_ORDER: usize = 9;
+/// Most pageblock-order blocks one CPU area keeps per zone.
+pub const PCP_THP_HIGH_MAX: u32 = 2;
+/// The pages all pageblock lists of a zone may hold together whatever the zone's size:
+/// four blocks, so that a few owners keep one each in the smallest heap.
+pub const PCP_THP_BUDGET_FLOOR: usize = 4 << PCP_THP_ORDER;
 
 /// One CPU area's page-allocator state for one zone (`struct per_cpu_pages` plus
 /// `struct per_cpu_zonestat`). All-zero is the valid empty state.
 ///
 /// Invariants: `lists[o]` holds blocks of order `o` with `PG_PCP` set, all in this
-/// zone; `count` is the number of pages on all lists. Only the area's owner touches
-/// `lists` and writes `count`.
+/// zone; `count` is the number of pages on those lists. `thp` holds `thp_count`
+/// blocks of [`PCP_THP_ORDER`] with `PG_PCP` set, all in this zone; `thp_used` is
+/// non-zero once one was taken off it since the owner's last housekeeping. Only the
+/// area's owner touches the lists and writes the counts.
 #[repr(C, align(64))]
 pub struct ZonePcp {
     count: AtomicU32,
+    thp_count: AtomicU32,
+    thp_used: AtomicU32,
     lists: UnsafeCell<[PageList; PCP_ORDERS]>,
+    thp: UnsafeCell<PageList>,
     pub(crate) stat: ZoneStatPcp,
 }
 
@@ -75,10 +102,20 @@ const _: () = assert!(PERCPU_DYNAMIC_START < CPU_AREA_SIZE / 2);
 const _: () = assert!(CPU_AREA_SIZE == PAGE_SIZE << CPU_AREA_ORDER);
 
 impl ZonePcp {
-    /// Pages on this area's lists for the zone.
+    /// Pages on this area's lists for the zone, the pageblock list's included.
     #[inline]
     pub fn count(&self) -> usize {
+        self.small_count() + self.thp_blocks() * (1 << PCP_THP_ORDER)
+    }
+    /// Pages on the lists of orders up to [`PCP_MAX_ORDER`], which `high` bounds.
+    #[inline]
+    pub(super) fn small_count(&self) -> usize {
         self.count.load(Ordering::Relaxed) as usize
+    }
+    /// Blocks on the pageblock list.
+    #[inline]
+    pub fn thp_blocks(&self) -> usize {
+        self.thp_count.load(Ordering::Relaxed) as usize
     }
     #[inline]
     pub(super) fn add_count(&self, delta: i32) {
@@ -94,6 +131,16 @@ impl ZonePcp {
         // SAFETY: only the owner reaches the lists (type invariant), and the caller is
         // the owner holding no other reference.
         unsafe { &mut *self.lists.get() }
+    }
+    /// The pageblock list.
+    ///
+    /// # Safety
+    /// As [`ZonePcp::lists`].
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn thp_list(&self) -> &mut PageList {
+        // SAFETY: as in `lists`.
+        unsafe { &mut *self.thp.get() }
     }
     /// Lists a freed block of `order` at the head (hot end) of its list and counts
     /// the free; returns the area's `pgfree` count for the zone after it.
@@ -123,6 +170,18 @@ pub(super) fn pcp_high_and_batch(managed: usize, owners: usize) -> (u32, u32) {
         high = 0;
     }
     (high, PCP_BATCH.min((high / 4).max(1)))
+}
+
+/// `pcp_thp_high`: the pageblock-order blocks each of `owners` CPU areas may keep per
+/// zone of `managed` pages, in a heap bounded to `bound` pages (0: no bound), which
+/// lends them at most a sixteenth of it (see "Pageblocks" above).
+pub(super) fn pcp_thp_high(managed: usize, owners: usize, bound: usize) -> u32 {
+    let mut budget = (managed / 32).max(PCP_THP_BUDGET_FLOOR);
+    if bound != 0 {
+        budget = budget.min(bound / 16);
+    }
+    let blocks = (budget / owners.max(1)) >> PCP_THP_ORDER;
+    blocks.min(PCP_THP_HIGH_MAX as usize) as u32
 }
 
 impl<P: Platform> PageAllocator<P> {
@@ -229,7 +288,7 @@ impl<P: Platform> PageAllocator<P> {
         let pcp = self.zone_pcp(c, zone.nid());
         // SAFETY: `c` proves ownership of the area; the caller gives the block up.
         let freed = unsafe { pcp.push(page, order) };
-        if pcp.count() > high as usize
+        if pcp.small_count() > high as usize
             || c.area().drain_request.load(Ordering::Relaxed) & DRAIN_PAGES != 0
         {
             self.free_pcp_slow(c, zone, pcp, high);
@@ -251,7 +310,7 @@ impl<P: Platform> PageAllocator<P> {
             return;
         }
         let batch = zone.pcp_batch() as usize;
-        let excess = pcp.count() - high as usize;
+        let excess = pcp.small_count() - high as usize;
         self.free_pcppages_bulk(c, zone, pcp, excess + batch.min(high as usize / 2), false);
     }
 
@@ -299,6 +358,128 @@ impl<P: Platform> PageAllocator<P> {
         self.maybe_report(Some(cpu), zone);
     }
 
+    /// `rmqueue_pcplist` for [`PCP_THP_ORDER`]: the block the owner freed last to its
+    /// pageblock list of zone `nid`, if the list holds one and no drain is asked for.
+    /// Out of line: the orders of the other lists carry nothing for it.
+    #[inline(never)]
+    pub(super) fn rmqueue_pcp_thp(&self, c: CpuRef<'_>, nid: usize) -> Option<NonNull<Page>> {
+        let pcp = self.zone_pcp(c, nid);
+        let n = pcp.thp_count.load(Ordering::Relaxed);
+        if n == 0 || c.area().drain_request.load(Ordering::Relaxed) & DRAIN_PAGES != 0 {
+            return None;
+        }
+        // SAFETY: `c` proves ownership of the area.
+        let page = NonNull::new(unsafe { pcp.thp_list().pop_head() })?;
+        pcp.thp_count.store(n - 1, Ordering::Relaxed);
+        pcp.thp_used.store(1, Ordering::Relaxed);
+        Some(page)
+    }
+
+    /// The owner's housekeeping, for each zone: blocks left on its pageblock list
+    /// that nothing took since the last housekeeping go back to the zone, cold, so
+    /// that the reporting pass after it gives them back to the platform. A thread
+    /// that freed its 2 MiB buffers and went on with small objects would otherwise
+    /// keep 4 MiB resident for good; one that reuses them keeps them.
+    pub(super) fn decay_pcp_thp(&self, c: CpuRef<'_>, zone: &Zone) {
+        let pcp = self.zone_pcp(c, zone.nid());
+        if pcp.thp_blocks() == 0 {
+            return;
+        }
+        if pcp.thp_used.load(Ordering::Relaxed) != 0 {
+            pcp.thp_used.store(0, Ordering::Relaxed);
+        } else {
+            self.free_pcp_thp_bulk(c, zone, pcp, pcp.thp_blocks(), true);
+        }
+    }
+
+    /// `free_unref_page_commit` for [`PCP_THP_ORDER`]: lists the freed block headed by
+    /// `page` on the owner's pageblock list of `zone` if the list has room. `false`:
+    /// not listed (no room, the list off, or a drain asked for, which this does
+    /// first); the caller frees it to the zone.
+    ///
+    /// A `compound` block (one counted on the blocks' growth clock) stays counted
+    /// while it waits on the list, marked `COMPOUND` there, and `prep_new_page` takes
+    /// it back without counting it again: a buffer freed and allocated in turn pays
+    /// no shared counter, and the clock sees a block held for reuse as the memory it
+    /// is. It is counted out when it leaves the list for the zone, or for a request
+    /// without `__GFP_COMP`.
+    pub(super) fn free_pcp_thp(
+        &self,
+        c: CpuRef<'_>,
+        zone: &Zone,
+        page: NonNull<Page>,
+        compound: bool,
+    ) -> bool {
+        if c.area().drain_request.load(Ordering::Relaxed) & DRAIN_PAGES != 0 {
+            self.check_drain_request(c);
+            return false;
+        }
+        let pcp = self.zone_pcp(c, zone.nid());
+        let n = pcp.thp_count.load(Ordering::Relaxed);
+        if n >= zone.pcp_thp_high() {
+            return false;
+        }
+        // SAFETY: the caller gives the block up; it is on no list.
+        let p = unsafe { page.as_ref() };
+        p.set_flags(if compound {
+            PageFlags::PCP | PageFlags::COMPOUND
+        } else {
+            PageFlags::PCP
+        });
+        p.set_order(PCP_THP_ORDER);
+        // SAFETY: `c` proves ownership of the area.
+        unsafe { pcp.thp_list().push_head(page.as_ptr()) };
+        pcp.thp_count.store(n + 1, Ordering::Relaxed);
+        let freed = pcp.stat.count(VmEvent::PgFree, 1 << PCP_THP_ORDER);
+        if freed & (REPORT_CHECK_INTERVAL - 1) < (1 << PCP_THP_ORDER) {
+            // As a free to the other lists: now and then, whether reporting is due.
+            self.maybe_report(Some(c), zone);
+        }
+        true
+    }
+
+    /// [`PageAllocator::free_pcppages_bulk`] for the pageblock list: gives `blocks`
+    /// of its blocks (at most) back to the zone, coldest first, under one zone lock.
+    fn free_pcp_thp_bulk(
+        &self,
+        cpu: CpuRef<'_>,
+        zone: &Zone,
+        pcp: &ZonePcp,
+        blocks: usize,
+        cold: bool,
+    ) {
+        let freed_at = if cold { 0 } else { self.platform.now_ns() };
+        // SAFETY: `cpu` proves we own the area `pcp` belongs to.
+        let list = unsafe { pcp.thp_list() };
+        let mut fa = zone.lock.lock();
+        let (mut n, mut counted) = (0, 0);
+        while n < blocks {
+            // SAFETY: we own the list; a block on it is a PCP block of this zone.
+            let Some(page) = NonNull::new(unsafe { list.pop_tail() }) else {
+                break;
+            };
+            // SAFETY: as above: the block is ours until it is freed below.
+            if unsafe { page.as_ref() }
+                .flags()
+                .contains(PageFlags::COMPOUND)
+            {
+                counted += 1 << PCP_THP_ORDER;
+            }
+            let pfn = self.page_to_pfn(page);
+            self.free_one_page_locked(&mut fa, zone, pfn, PCP_THP_ORDER, false, freed_at);
+            n += 1;
+        }
+        drop(fa);
+        self.count_block_free(counted);
+        let left = pcp.thp_count.load(Ordering::Relaxed) - n as u32;
+        pcp.thp_count.store(left, Ordering::Relaxed);
+        let nid = zone.nid();
+        let pages = (n << PCP_THP_ORDER) as isize;
+        self.mod_zone_state(Some(cpu), nid, ZoneStat::NrFreePages, pages);
+        self.count_event(Some(cpu), nid, VmEvent::PcpSpill, 1);
+        self.maybe_report(Some(cpu), zone);
+    }
+
     /// Recomputes `pcp->high` and `pcp->batch` of every zone from its budget and the
     /// number of owned areas ([`pcp_high_and_batch`]).
     pub(super) fn recalc_pcp_high(&self) {
@@ -307,6 +488,8 @@ impl<P: Platform> PageAllocator<P> {
             let (high, batch) = pcp_high_and_batch(zone.managed_pages(), owners);
             zone.pcp_batch.store(batch, Ordering::Relaxed);
             zone.pcp_high.store(high, Ordering::Relaxed);
+            let thp_high = pcp_thp_high(zone.managed_pages(), owners, self.max_pages());
+            zone.pcp_thp_high.store(thp_high, Ordering::Relaxed);
         }
     }
 
@@ -326,7 +509,12 @@ impl<P: Platform> PageAllocator<P> {
     pub(super) fn drain_zone_pages(&self, cpu: CpuRef<'_>, zone: &Zone) {
         let pcp = self.zone_pcp(cpu, zone.nid());
         if pcp.count() > 0 {
-            self.free_pcppages_bulk(cpu, zone, pcp, pcp.count(), true);
+            if pcp.small_count() > 0 {
+                self.free_pcppages_bulk(cpu, zone, pcp, pcp.small_count(), true);
+            }
+            if pcp.thp_blocks() > 0 {
+                self.free_pcp_thp_bulk(cpu, zone, pcp, pcp.thp_blocks(), true);
+            }
             self.count_event(Some(cpu), zone.nid(), VmEvent::PcpDrain, 1);
         }
     }
@@ -430,6 +618,138 @@ mod tests {
             free_before + (listed - pcp.count()) as isize
         );
         assert_eq!(pa.nr_pcp_pages(0), pcp.count());
+    }
+
+    #[test]
+    fn pageblock_lists_shrink_with_owners_and_turn_off() {
+        let managed = SECTION_MANAGED_PAGES;
+        // One section: the floor of four blocks, two at most for each area.
+        assert_eq!(pcp_thp_high(managed, 1, 0), PCP_THP_HIGH_MAX);
+        assert_eq!(pcp_thp_high(managed, 2, 0), 2);
+        assert_eq!(pcp_thp_high(managed, 3, 0), 1);
+        assert_eq!(pcp_thp_high(managed, 4, 0), 1);
+        assert_eq!(pcp_thp_high(managed, 5, 0), 0);
+        // A zone of 64 sections (8 GiB): a thirty-second of it is about 4 MiB an owner
+        // for 64 owners, 2 MiB for 126, less for 127.
+        assert_eq!(pcp_thp_high(managed * 64, 32, 0), 2);
+        assert_eq!(pcp_thp_high(managed * 64, 64, 0), 1);
+        assert_eq!(pcp_thp_high(managed * 64, 126, 0), 1);
+        assert_eq!(pcp_thp_high(managed * 64, 127, 0), 0);
+        // A heap bounded to 64 MiB lends a sixteenth, two blocks; to 16 MiB none.
+        assert_eq!(pcp_thp_high(managed, 1, 16384), 2);
+        assert_eq!(pcp_thp_high(managed, 2, 16384), 1);
+        assert_eq!(pcp_thp_high(managed, 1, 4096), 0);
+        // The allocator keeps it with `high`.
+        let pa = allocator(1, Config::default());
+        let _c = owner(pa);
+        assert_eq!(pa.zones[0].pcp_thp_high(), PCP_THP_HIGH_MAX);
+    }
+
+    #[test]
+    fn pageblocks_freed_wait_on_the_owner_s_list_counted_live() {
+        use crate::gfp::Gfp;
+        const O: usize = PCP_THP_ORDER;
+        let pa = allocator(1, Config::default());
+        let c = owner(pa);
+        let blocks: [_; 3] =
+            core::array::from_fn(|_| pa.alloc_pages(Some(c), Gfp::COMP, O).unwrap());
+        assert_eq!(pa.block_pages_live(), 3 << O);
+        let growth = pa.block_growth();
+        let free_before = pa.nr_free_pages();
+        for b in blocks {
+            // SAFETY: allocated above with this order, freed once.
+            unsafe { pa.free_pages(Some(c), b, O) };
+        }
+        // Two wait on the list (its room), still counted live; the third went back.
+        let pcp = pa.zone_pcp(c, 0);
+        assert_eq!(pcp.thp_blocks(), PCP_THP_HIGH_MAX as usize);
+        assert_eq!(pcp.count(), 2 << O);
+        assert_eq!(pa.nr_pcp_pages(0), 2 << O);
+        assert_eq!(pa.nr_free_pages(), free_before + (1 << O));
+        assert_eq!(pa.block_pages_live(), 2 << O);
+        // A block on the list is free: a second free is refused and reported.
+        let events = pa.zone_event(0, VmEvent::BadPage);
+        // SAFETY: deliberately wrong: the allocator must catch it.
+        unsafe { pa.free_pages(Some(c), blocks[1], O) };
+        assert_eq!(pa.zone_event(0, VmEvent::BadPage), events + 1);
+        assert_eq!(pcp.thp_blocks(), 2);
+        // The last one freed comes back first, without counting it again.
+        let again = pa.alloc_pages(Some(c), Gfp::COMP, O).unwrap();
+        assert_eq!(again, blocks[1]);
+        assert!(pa.is_compound(again));
+        assert_eq!(pcp.thp_blocks(), 1);
+        assert_eq!((pa.block_pages_live(), pa.block_growth()), (2 << O, growth));
+        assert_eq!(pa.block_growth_with(Some(c), O), growth, "one more waits");
+        // One taken without `__GFP_COMP` counts out.
+        let plain = pa.alloc_pages(Some(c), Gfp::KERNEL, O).unwrap();
+        assert_eq!(plain, blocks[0]);
+        assert!(!pa.is_compound(plain));
+        assert_eq!(pa.block_pages_live(), 1 << O);
+        // SAFETY: allocated above with this order.
+        unsafe {
+            pa.free_pages(Some(c), plain, O);
+            pa.free_pages(Some(c), again, O);
+        }
+        assert_eq!((pcp.thp_blocks(), pa.block_pages_live()), (2, 1 << O));
+        // A drain gives both back; the counted one counts out.
+        pa.drain_local_pages(c);
+        assert_eq!((pcp.thp_blocks(), pcp.count()), (0, 0));
+        assert_eq!(pa.block_pages_live(), 0);
+        assert_eq!(pa.nr_free_pages(), free_before + (3 << O));
+    }
+
+    #[test]
+    fn an_idle_pageblock_list_goes_back_at_the_owner_s_housekeeping() {
+        use crate::gfp::Gfp;
+        const O: usize = PCP_THP_ORDER;
+        let pa = allocator(1, Config::default());
+        let c = owner(pa);
+        let zone = &pa.zones[0];
+        let (a, b) = (
+            pa.alloc_pages(Some(c), Gfp::COMP, O).unwrap(),
+            pa.alloc_pages(Some(c), Gfp::COMP, O).unwrap(),
+        );
+        let free_before = pa.nr_free_pages();
+        // SAFETY: allocated above with this order, each freed once.
+        unsafe {
+            pa.free_pages(Some(c), a, O);
+            pa.free_pages(Some(c), b, O);
+        }
+        // Reused since the last housekeeping: kept.
+        let again = pa.alloc_pages(Some(c), Gfp::COMP, O).unwrap();
+        // SAFETY: as above.
+        unsafe { pa.free_pages(Some(c), again, O) };
+        pa.decay_pcp_thp(c, zone);
+        assert_eq!(pa.zone_pcp(c, 0).thp_blocks(), 2);
+        // Unused since: back to the zone, cold, and counted out.
+        pa.decay_pcp_thp(c, zone);
+        assert_eq!(pa.zone_pcp(c, 0).thp_blocks(), 0);
+        assert_eq!(pa.nr_free_pages(), free_before + (2 << O));
+        assert_eq!(pa.block_pages_live(), 0);
+    }
+
+    #[test]
+    fn no_pageblock_waits_with_the_list_off_or_a_drain_asked_for() {
+        use crate::gfp::Gfp;
+        const O: usize = PCP_THP_ORDER;
+        let pa = allocator(1, Config::default());
+        let c = owner(pa);
+        let zone = &pa.zones[0];
+        let b = pa.alloc_pages(Some(c), Gfp::COMP, O).unwrap();
+        pa.drain_all_pages(None);
+        // SAFETY: allocated above with this order.
+        unsafe { pa.free_pages(Some(c), b, O) };
+        assert_eq!(pa.zone_pcp(c, 0).thp_blocks(), 0);
+        assert_eq!(
+            c.area().drain_request.load(Ordering::Relaxed) & DRAIN_PAGES,
+            0
+        );
+        zone.pcp_thp_high.store(0, Ordering::Relaxed);
+        let b = pa.alloc_pages(Some(c), Gfp::COMP, O).unwrap();
+        // SAFETY: as above.
+        unsafe { pa.free_pages(Some(c), b, O) };
+        assert_eq!(pa.zone_pcp(c, 0).thp_blocks(), 0);
+        assert_eq!(pa.block_pages_live(), 0);
     }
 
     #[test]

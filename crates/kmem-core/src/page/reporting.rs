@@ -121,6 +121,7 @@ impl<P: Platform> PageAllocator<P> {
         // free the inline path refused (see `PageAllocator::sheaf_tag_inline`).
         self.refresh_tag_limit(cpu);
         for zone in &self.zones[..self.nr_nodes()] {
+            self.decay_pcp_thp(cpu, zone);
             self.maybe_report(Some(cpu), zone);
         }
         self.platform.housekeeping();

@@ -579,7 +579,7 @@ impl<P: Platform> Slub<'_, P> {
             return;
         };
         let now = self.pages.block_growth();
-        let then = self.pages.block_growth_with(order);
+        let then = self.pages.block_growth_with(cpu, order);
         if now / DECAY_GROWTH_PAGES != then / DECAY_GROWTH_PAGES {
             self.maybe_decay_barns(c, then.wrapping_sub(now));
         }

@@ -28,8 +28,8 @@
 //! cache off the list (waiting for a walk in progress), flushes what waits, and
 //! waits for `reclaiming` to fall to 0 (`CacheList::wait_for_reclaims`), as for the
 //! kept slabs' reclaim. A child forked while another thread flushes inherits that
-//! thread's count, and a destruction there would wait for it for good; the same
-//! holds for a reclaim in flight (a child-only fork hook could clear the count).
+//! thread's count, which nobody there would lower: the child's fork handler clears
+//! it (`Kmem::fork_child`), and the sheaf that thread held is lost to the child.
 //!
 //! Locking: the list is under its own spin lock, held only to link or unlink
 //! sheaves (innermost: no other lock is taken under it). Flushing runs under no lock

@@ -163,6 +163,50 @@ impl CacheList {
             self.lock.force_unlock();
         }
     }
+
+    /// In a fork's child, after [`CacheList::fork_unlock`] (or the fork generation's
+    /// release): forgets the reclaims and flushes that the parent's other threads had
+    /// in flight (`reclaiming`). Those threads do not exist in the child, so their
+    /// counts would never fall and the child's first cache destruction would wait
+    /// for good; what they held off the lists (slabs taken to discard, sheaves taken
+    /// to flush) is lost to the child, as their CPU areas are. The calling thread was
+    /// in `fork`, inside no reclaim. Writes nothing when nothing was in flight (a
+    /// page written in the child is a page copied).
+    pub(crate) fn fork_child(&self) {
+        if self.reclaiming.load(Relaxed) != 0 {
+            self.reclaiming.store(0, Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_env::slab_env;
+    use super::*;
+
+    #[test]
+    fn a_fork_s_child_forgets_the_reclaims_of_the_parent_s_other_threads() {
+        let env = slab_env();
+        let list = &env.caches;
+        // Another thread of the parent, between the walk that took slabs off a
+        // cache and their discard: the list's lock let go, its count held.
+        list.reclaiming.fetch_add(1, Relaxed);
+        list.fork_lock(1);
+        // SAFETY: taken just above by this thread, which stands in for the child.
+        unsafe { list.fork_unlock(1) };
+        assert_eq!(
+            list.reclaiming.load(Relaxed),
+            1,
+            "the parent's thread is gone"
+        );
+        list.fork_child();
+        assert_eq!(list.reclaiming.load(Relaxed), 0);
+        // Cache destruction's wait returns at once.
+        list.wait_for_reclaims();
+        // Nothing in flight: nothing written.
+        list.fork_child();
+        assert_eq!(list.reclaiming.load(Relaxed), 0);
+    }
 }
 
 /// Why a cache could not be destroyed.

@@ -58,6 +58,18 @@ int main(int argc, char **argv) {
             for (int i = 0; i < 64; i++)
                 free(p[i]);
         }
+        /* The loop above may end inside the first sampling interval, after which it
+         * takes no slow path: past the interval, bursts that do. A housekeeping tick
+         * of their slow paths arms a sample, and the next slow path takes it. */
+        struct timespec pause = {0, 5 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        static void *burst[4096];
+        for (int r = 0; r < 4; r++) {
+            for (int i = 0; i < 4096; i++)
+                burst[i] = malloc(48);
+            for (int i = 0; i < 4096; i++)
+                free(burst[i]);
+        }
         struct sigaction cur;
         sigaction(SIGSEGV, NULL, &cur);
         printf("kmem handler %d\n", cur.sa_handler != SIG_DFL);

@@ -67,8 +67,14 @@ extern "C" fn fork_parent() {
     unsafe { kmem_core::sync::release_fork_locks() };
 }
 
-/// After `fork`, in the child: the same (see the module doc for the areas).
+/// After `fork`, in the child: the same (see the module doc for the areas), and the
+/// reclaims the parent's other threads had in flight forgotten
+/// (`kmem_core::Kmem::fork_child`). A single-threaded parent had none.
 extern "C" fn fork_child() {
+    let others = LOCKED.load(Ordering::Relaxed);
     fork_parent();
+    if others {
+        HEAP.kmem.fork_child();
+    }
     super::live::after_fork_child();
 }

@@ -248,8 +248,17 @@ pub(super) fn thread_cpu() -> Option<CpuRef<'static>> {
 }
 
 /// The objcg of the calling thread's active memory cgroup.
+///
+/// The fast words answer first where they can: a word other than [`no_area`] on a
+/// thread without charged words is its own area or [`rseq_tag`], which
+/// `refresh_fast` and `enable_rseq_fast` set only without an active group. They are
+/// read with a load each from the thread pointer, where the slot takes a call to
+/// `__tls_get_addr` in `libkmem.so` (a block of 1 MiB and more asks twice a call).
 #[inline]
 pub(crate) fn active_objcg() -> Option<&'static ObjCgroup> {
+    if fast_tls::get() != no_area() && fast_tls::get_word::<{ fast_tls::CHARGED_AREA }>() == 0 {
+        return None;
+    }
     let v = ACTIVE_OBJCG.with(Cell::get);
     // SAFETY: only `set_active_objcg` stores a non-zero value: the objcg of a group
     // that its caller keeps alive while it is active (the `enter` guard borrows it).
