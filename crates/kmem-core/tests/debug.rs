@@ -212,6 +212,26 @@ fn interior_pointers_into_page_blocks_are_named_and_refused() {
     // SAFETY: as above.
     assert!(!unsafe { k.kfree(Some(cpu), p.wrapping_add(4096)) });
     assert!(log(k).contains("not allocated by kmem"));
+    // Its start, freed again (it waits on the CPU's pageblock list), is named so and
+    // refused; the block still serves the next request once.
+    // SAFETY: as above.
+    assert!(!unsafe { k.kfree(Some(cpu), p) });
+    let l = log(k);
+    assert!(
+        l.contains("BUG kmalloc (Not tainted): freeing a free page"),
+        "{l}"
+    );
+    let again = k.kmalloc(Some(cpu), big, Gfp::KERNEL).unwrap().as_ptr();
+    let other = k.kmalloc(Some(cpu), big, Gfp::KERNEL).unwrap().as_ptr();
+    assert!(again == p && other != p);
+    // Freed to the zone (no CPU), and freed again: the same.
+    // SAFETY: ours, each freed once, then `again` a second time (the bug).
+    unsafe {
+        assert!(k.kfree(None, again));
+        assert!(k.kfree(Some(cpu), other));
+        assert!(!k.kfree(None, again));
+    }
+    assert!(log(k).contains("freeing a free page"));
 }
 
 #[test]

@@ -262,6 +262,12 @@ impl<'a, P: Platform> Slub<'a, P> {
                 return ObjectLookup::Bad("Invalid object pointer");
             }
             ObjectLookup::Large(head)
+        } else if flags.intersects(PageFlags::BUDDY | PageFlags::PCP)
+            && ptr::eq(self.pages.page_address(head).as_ptr(), ptr)
+        {
+            // The start of a free block (on a buddy list or a CPU's list): a page
+            // block freed already, as the page allocator names it (`free_page_is_bad`).
+            ObjectLookup::Bad("freeing a free page")
         } else {
             ObjectLookup::Bad("not allocated by kmem")
         }
