@@ -312,6 +312,10 @@ impl Heap {
             if let Some(done) = unsafe { self.kmem.kfree_sheaf_slow(c, p) } {
                 return done;
             }
+            // The thread's own area (no rseq tag, no charged words): the regular free,
+            // as the last arm below would find.
+            // SAFETY: forwarded from the caller.
+            return unsafe { self.kmem.kfree(Some(c), p) };
         }
         if let Some(rseq) = tagged_rseq_area() {
             // As in `kmalloc_layers`: the restartable push.
@@ -339,6 +343,27 @@ impl Heap {
             // SAFETY: forwarded from the caller.
             None => unsafe { self.kfree_percpu(p) },
         }
+    }
+
+    /// [`Heap::kfree_layers`] for a caller on a thread with its own area (`c`, from
+    /// `fast_cpu`) whose sheaf slow path has just refused `p`, an address in the page
+    /// allocator's span: a page block, or a bad pointer. C's `free` of a block of
+    /// 1 MiB and more came here through `Heap::dealloc` and the inline push and the
+    /// sheaf slow path a second time.
+    ///
+    /// # Safety
+    /// As [`Heap::kfree`].
+    #[inline(never)]
+    pub(super) unsafe fn kfree_past_sheaves(&self, c: CpuRef<'_>, p: *mut u8) -> bool {
+        if crate::kfence::owns(p) {
+            return self.kfence_free(p);
+        }
+        if self.zoned_blocks() && !self.zoned_free_check(p) {
+            // An overwritten red zone: reported, the block kept (quarantined).
+            return true;
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmem.kfree(Some(c), p) }
     }
 
     /// [`Heap::kfree`] without a thread area (see [`Heap::kmalloc_percpu`]).

@@ -324,6 +324,11 @@ pub unsafe fn dealloc_other(p: *mut u8) -> bool {
         if let Some(done) = unsafe { HEAP.kmem.kfree_sheaf_slow(c, p) } {
             return done;
         }
+        if HEAP.kmem.pages.in_span(p) {
+            // A page block (or a bad pointer): past the sheaves it has just missed.
+            // SAFETY: forwarded from the caller.
+            return unsafe { HEAP.kfree_past_sheaves(c, p) };
+        }
     } else if let Some((c, cg)) = charged_cpu() {
         // A thread with an active memory cgroup: an object charged to it may stay
         // charged in its area's kept sheaves (a full inbox of its class taken in
