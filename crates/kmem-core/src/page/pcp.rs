@@ -388,7 +388,7 @@ impl<P: Platform> PageAllocator<P> {
         if pcp.thp_used.load(Ordering::Relaxed) != 0 {
             pcp.thp_used.store(0, Ordering::Relaxed);
         } else {
-            self.free_pcp_thp_bulk(c, zone, pcp, pcp.thp_blocks(), true);
+            self.drain_pcp_thp(c, zone, pcp);
         }
     }
 
@@ -438,26 +438,16 @@ impl<P: Platform> PageAllocator<P> {
         true
     }
 
-    /// [`PageAllocator::free_pcppages_bulk`] for the pageblock list: gives `blocks`
-    /// of its blocks (at most) back to the zone, coldest first, under one zone lock.
-    fn free_pcp_thp_bulk(
-        &self,
-        cpu: CpuRef<'_>,
-        zone: &Zone,
-        pcp: &ZonePcp,
-        blocks: usize,
-        cold: bool,
-    ) {
-        let freed_at = if cold { 0 } else { self.platform.now_ns() };
+    /// [`PageAllocator::free_pcppages_bulk`] for the pageblock list, as a drain: gives
+    /// all its blocks back to the zone under one zone lock, cold (old enough for the
+    /// next reporting pass: a drain's, or the idle list's at housekeeping).
+    fn drain_pcp_thp(&self, cpu: CpuRef<'_>, zone: &Zone, pcp: &ZonePcp) {
         // SAFETY: `cpu` proves we own the area `pcp` belongs to.
         let list = unsafe { pcp.thp_list() };
         let mut fa = zone.lock.lock();
         let (mut n, mut counted) = (0, 0);
-        while n < blocks {
-            // SAFETY: we own the list; a block on it is a PCP block of this zone.
-            let Some(page) = NonNull::new(unsafe { list.pop_tail() }) else {
-                break;
-            };
+        // SAFETY: we own the list (each pop); a block on it is a PCP block of this zone.
+        while let Some(page) = NonNull::new(unsafe { list.pop_tail() }) {
             // SAFETY: as above: the block is ours until it is freed below.
             if unsafe { page.as_ref() }
                 .flags()
@@ -466,13 +456,12 @@ impl<P: Platform> PageAllocator<P> {
                 counted += 1 << PCP_THP_ORDER;
             }
             let pfn = self.page_to_pfn(page);
-            self.free_one_page_locked(&mut fa, zone, pfn, PCP_THP_ORDER, false, freed_at);
+            self.free_one_page_locked(&mut fa, zone, pfn, PCP_THP_ORDER, false, 0);
             n += 1;
         }
         drop(fa);
         self.count_block_free(counted);
-        let left = pcp.thp_count.load(Ordering::Relaxed) - n as u32;
-        pcp.thp_count.store(left, Ordering::Relaxed);
+        pcp.thp_count.store(0, Ordering::Relaxed);
         let nid = zone.nid();
         let pages = (n << PCP_THP_ORDER) as isize;
         self.mod_zone_state(Some(cpu), nid, ZoneStat::NrFreePages, pages);
@@ -513,7 +502,7 @@ impl<P: Platform> PageAllocator<P> {
                 self.free_pcppages_bulk(cpu, zone, pcp, pcp.small_count(), true);
             }
             if pcp.thp_blocks() > 0 {
-                self.free_pcp_thp_bulk(cpu, zone, pcp, pcp.thp_blocks(), true);
+                self.drain_pcp_thp(cpu, zone, pcp);
             }
             self.count_event(Some(cpu), zone.nid(), VmEvent::PcpDrain, 1);
         }
