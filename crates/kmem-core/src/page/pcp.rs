@@ -15,15 +15,18 @@
 //! One more list per zone holds blocks of [`PCP_THP_ORDER`] (2 MiB), as the kernel's
 //! lists do since it admitted the THP order (`pcp_allowed_order`, `NR_PCP_THP`): a
 //! program that allocates and frees 1–2 MiB buffers in turn then takes no zone lock,
-//! merges and splits no buddies and reads no clock for each. The list is filled only
-//! by frees (no batch refill: a batch of 2 MiB blocks is too much to hold for a
-//! guess) and holds at most `pcp_thp_high` blocks, apart from `high`: at most
-//! [`PCP_THP_HIGH_MAX`], fewer when the zone's pageblock budget (a thirty-second of
-//! it, at least [`PCP_THP_BUDGET_FLOOR`] pages, at most a sixteenth of a heap bound:
-//! blocks on these lists are out of others' reach until their owners call in)
-//! shared among the owned areas gives less, none when it gives less than one. Drains empty it with the rest, and so
-//! does the owner's housekeeping when nothing took a block off it since the last one
-//! (`decay_pcp_thp`), so a list left idle goes back to the zone and is reported.
+//! merges and splits no buddies and reads no clock for each. The list:
+//! - is filled only by frees (no batch refill: a batch of 2 MiB blocks is too much to
+//!   hold for a guess);
+//! - holds at most `pcp_thp_high` blocks, apart from `high`: at most
+//!   [`PCP_THP_HIGH_MAX`], fewer when the zone's pageblock budget shared among the
+//!   owned areas gives less, none when it gives less than one. The budget is a
+//!   thirty-second of the zone, at least [`PCP_THP_BUDGET_FLOOR`] pages, at most a
+//!   sixteenth of a heap bound (blocks on these lists are out of others' reach until
+//!   their owners call in);
+//! - is emptied by drains with the rest, and by the owner's housekeeping when nothing
+//!   took a block off it since the last one (`decay_pcp_thp`), so a list left idle
+//!   goes back to the zone and is reported.
 //!
 //! ## Locking
 //! A [`ZonePcp`] lives in its CPU area; only the area's owner (the holder of a
