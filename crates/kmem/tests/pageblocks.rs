@@ -47,8 +47,9 @@ fn a_buffer_of_1_to_2_mib_freed_and_asked_for_again_comes_from_the_thread_s_list
         assert_eq!(unsafe { q.add(MIB).read() }, 0x5a);
         assert_eq!(pcp_pages(), before);
         assert_eq!(event("pcp_refill"), refills, "no zone round trip");
-        // Two more of the order live at once: freed, both wait (the list's room in a
-        // heap of few threads), and a third goes back to the zone.
+        // Two more of the order live at once: of the three freed, the list keeps what
+        // it has room for (two in a heap of few threads, at least one) and the rest
+        // goes back to the zone.
         // SAFETY: a non-zero size.
         let (r, s) = unsafe { (a.alloc(l), a.alloc(l)) };
         assert!(!r.is_null() && !s.is_null());
@@ -59,7 +60,11 @@ fn a_buffer_of_1_to_2_mib_freed_and_asked_for_again_comes_from_the_thread_s_list
             a.dealloc(s, l);
         }
         let waiting = pcp_pages() - before;
-        assert_eq!(waiting, 2 * 512, "two blocks wait, no more");
+        let room = kmem_core::page::PCP_THP_HIGH_MAX as u64;
+        assert!(
+            waiting % 512 == 0 && (1..=room).contains(&(waiting / 512)),
+            "{waiting} pages wait"
+        );
         // A zeroed request gets zeros even from a block that waited dirty.
         let z = h
             .kmalloc(2 * MIB, Gfp::KERNEL | Gfp::ZERO)
