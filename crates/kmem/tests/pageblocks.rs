@@ -62,7 +62,7 @@ fn a_buffer_of_1_to_2_mib_freed_and_asked_for_again_comes_from_the_thread_s_list
         let waiting = pcp_pages() - before;
         let room = kmem_core::page::PCP_THP_HIGH_MAX as u64;
         assert!(
-            waiting % 512 == 0 && (1..=room).contains(&(waiting / 512)),
+            waiting.is_multiple_of(512) && (1..=room).contains(&(waiting / 512)),
             "{waiting} pages wait"
         );
         // A zeroed request gets zeros even from a block that waited dirty.
