@@ -14,8 +14,10 @@
 //!
 //! - `percpu`: `fastpath_reuse` (alloc+free of one 256-byte object of a kmem_cache,
 //!   op `pair`), `fastpath_reuse_2t` (the same on 2 threads, param 2), `kmalloc_kfree`
-//!   (param = size, op `pair`), `cross_thread_free` (64-byte objects allocated on one
-//!   thread and freed on another, op `elem`).
+//!   (param = size, op `pair`), `global_pair` (`GlobalAlloc::alloc` + `dealloc` of a
+//!   32-byte layout through `KmemAlloc`, what a Rust program's `Box` runs; param =
+//!   size, op `pair`), `cross_thread_free` (64-byte objects allocated on one thread
+//!   and freed on another, op `elem`).
 //! - `percpu_memory`, bench `held_after_threads`: N threads (param: 2, 64, 512) each
 //!   allocate and free a working set (objects of 16 B … 2 KiB and some pages) and wait;
 //!   with all of them alive, the bytes held by per-CPU caches — CPU areas, per-CPU
@@ -44,11 +46,11 @@ pub const MEMORY: Suite = Suite {
     report_lines: memory_lines,
 };
 
-/// The child of `percpu`: its five measurements.
+/// The child of `percpu`: its six measurements.
 pub const TIMES: Child = Child {
     what: "times",
     measure: times,
-    steps: |_| 5,
+    steps: |_| 6,
 };
 
 /// The child of `percpu_memory`.
@@ -189,6 +191,18 @@ fn times(ctx: &Ctx) -> Vec<BenchResult> {
             t,
         ));
     }
+    let layout = std::alloc::Layout::from_size_align(32, 8).expect("layout");
+    let t = ctx.measure(loops, |n| {
+        use std::alloc::GlobalAlloc as _;
+        for _ in 0..n {
+            // SAFETY: a layout of non-zero size.
+            let p = unsafe { kmem::KmemAlloc.alloc(layout) };
+            assert!(!p.is_null(), "memory");
+            // SAFETY: allocated just above with `layout`.
+            unsafe { kmem::KmemAlloc.dealloc(std::hint::black_box(p), layout) };
+        }
+    });
+    out.push(BenchResult::time("global_pair", "kmem", 32, "pair", t));
     let t: Timing = ctx.measure(loops, |n| {
         let (tx, rx) = mpsc::sync_channel::<Vec<usize>>(4);
         std::thread::scope(|sc| {
@@ -277,11 +291,12 @@ fn get<'a>(
 }
 
 /// The benches of `percpu` and their params, in report order.
-const TIMED: [(&str, u64); 5] = [
+const TIMED: [(&str, u64); 6] = [
     ("fastpath_reuse", 256),
     ("fastpath_reuse_2t", 2),
     ("kmalloc_kfree", 32),
     ("kmalloc_kfree", 256),
+    ("global_pair", 32),
     ("cross_thread_free", 64),
 ];
 
@@ -445,7 +460,7 @@ mod tests {
         assert_eq!(label("cpu-rseq", "sheaves"), "cpu-rseq");
         assert_eq!(label("cpu-rseq", "cpu-slab"), "cpu-rseq/cpu-slab");
         assert_eq!(runs(), 8);
-        assert_eq!((SUITE.steps)(true), 40);
+        assert_eq!((SUITE.steps)(true), 48);
         assert_eq!((MEMORY.steps)(true), 8);
     }
 

@@ -281,7 +281,7 @@ fn param_name(bench: &str) -> &'static str {
         "bulk" => "pages per bulk call",
         "page_threads" | "held_after_threads" => "threads",
         "kmalloc_then_kfree" | "kmalloc_kfree" | "cache_then_free" | "cache_alloc_free"
-        | "kmalloc_batch4" | "slabinfo" => "object size (bytes)",
+        | "kmalloc_batch4" | "slabinfo" | "global_pair" => "object size (bytes)",
         _ => "param",
     }
 }

@@ -24,8 +24,8 @@
 //! No lock of its own: the kmalloc and page paths follow the CPU area's rules (see
 //! `cpu`), huge mappings the huge list's lock, taken inside `crate::huge`.
 
-use super::percpu::{tagged_rseq_area, RseqArea};
-use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, rseq_tag};
+use super::percpu::{rseq_area_of, tagged_rseq_area, RseqArea};
+use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, inline_area_of, rseq_tag};
 use super::{heap, Heap, HEAP};
 use crate::platform::fast_tls;
 use kmem_core::kmalloc::{
@@ -149,9 +149,19 @@ pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
 /// ends ([`crate::KmemAlloc`], `malloc`): a small layout is one pop from the kmalloc
 /// cache's main sheaf in the area the thread's fast word names, without the heap's
 /// READY test or a test of the word (a thread has an area only once the heap is
-/// ready; without one it reads the zero area, whose sheaves are empty); everything
-/// else out of line (`alloc_layout_slow`: per-CPU rseq mode's restartable pop, the
-/// sheaf slow path, then [`heap`]).
+/// ready; without one it reads the zero area, whose sheaves are empty). When that pop
+/// misses, per-CPU rseq mode's restartable pop comes next, inline, on the fast word
+/// the first one loaded (the word is the rseq tag there: the zero area's, so the
+/// thread-mode pop missed at its first compare); everything else is out of line
+/// (`alloc_layout_slow`: the sheaf slow path, then [`heap`]).
+///
+/// The rseq test after the thread-mode pop, not before it as in `Heap::kmalloc`: there
+/// it costs thread mode's hit path nothing (a `Box` of 32 bytes made and dropped in a
+/// loop: 1.7 instructions more a pair, from the registers the miss path keeps; 5.7
+/// with the test first), and per-CPU rseq mode's pair went from 5.9 to 3.9 ns (`bench
+/// percpu` global_pair) once it stopped calling two functions deep, and reading the
+/// word again, to reach the sequence (with the test first it ran 0.3–0.6 ns faster
+/// still: BENCHMARKS.md, "GlobalAlloc's rseq pop inline").
 ///
 /// A zeroed layout (`calloc`, `GlobalAlloc::alloc_zeroed`) takes the same pops and
 /// clears the `size` bytes asked for (`zeroed` is a constant at every call site, so
@@ -168,9 +178,17 @@ pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
 /// `free` took 155 instructions, a plain pair 54.
 #[inline(always)]
 pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
+    let w = fast_tls::get();
     if let Some(size) = class_size(layout) {
-        if let Some(p) = HEAP.kmem.kmalloc_fast(inline_area(), size, Gfp::KERNEL) {
+        // SAFETY: read just now, on this thread.
+        let area = unsafe { inline_area_of(w) };
+        if let Some(p) = HEAP.kmem.kmalloc_fast(area, size, Gfp::KERNEL) {
             return zero_if(p, layout.size(), zeroed);
+        }
+        if let Some(rseq) = rseq_area_of(w) {
+            if let Some(p) = HEAP.rseq_alloc_small(rseq, size) {
+                return zero_if(p, layout.size(), zeroed);
+            }
         }
     }
     alloc_layout_slow(layout, zeroed)
@@ -272,15 +290,25 @@ pub(super) fn alloc_sheaf_slow(size: usize) -> Option<ptr::NonNull<u8>> {
 
 /// [`Heap::dealloc`] for the allocator front ends: on a thread with its fast word, one
 /// push onto the spare sheaf when `p` is a plain slab object (see
-/// `kmem_core::slab::Slub::free_fast`); everything else, reports included, out of
-/// line.
+/// `kmem_core::slab::Slub::free_fast`); in per-CPU rseq mode, after that push misses
+/// on the zero area, the restartable push, inline on the same word (as in
+/// [`alloc_layout`]); everything else, reports included, out of line.
 ///
 /// # Safety
 /// As [`Heap::dealloc`].
 #[inline(always)]
 pub unsafe fn dealloc_ptr(p: *mut u8) -> bool {
+    let w = fast_tls::get();
+    // SAFETY: forwarded from the caller; `w` was read just now, on this thread.
+    if unsafe { HEAP.kmem.kfree_fast(inline_area_of(w), p) } {
+        return true;
+    }
+    if let Some(rseq) = rseq_area_of(w) {
+        // SAFETY: forwarded from the caller.
+        return unsafe { HEAP.rseq_free_fast(rseq, p) || dealloc_rseq_rest(p) };
+    }
     // SAFETY: forwarded from the caller.
-    unsafe { dealloc_fast(p) || dealloc_other(p) }
+    unsafe { dealloc_other(p) }
 }
 
 /// The fast path of [`dealloc_ptr`] alone: true when `p` went onto the thread's spare
