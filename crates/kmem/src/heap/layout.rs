@@ -157,11 +157,13 @@ pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
 ///
 /// The rseq test after the thread-mode pop, not before it as in `Heap::kmalloc`: there
 /// it costs thread mode's hit path nothing (a `Box` of 32 bytes made and dropped in a
-/// loop: 1.7 instructions more a pair, from the registers the miss path keeps; 5.7
-/// with the test first), and per-CPU rseq mode's pair went from 5.9 to 3.9 ns (`bench
-/// percpu` global_pair) once it stopped calling two functions deep, and reading the
-/// word again, to reach the sequence (with the test first it ran 0.3–0.6 ns faster
-/// still: BENCHMARKS.md, "GlobalAlloc's rseq pop inline").
+/// loop: 1.7 instructions more a pair, from the registers the miss path keeps), and
+/// per-CPU rseq mode's pair went from 5.9–6.1 to 3.8–3.9 ns (`bench percpu`
+/// global_pair: 1.55x thread mode's time instead of 2.4x) once it stopped calling two
+/// functions deep, and reading the word again, to reach the sequence. With the test
+/// first the rseq pair ran 3.4 ns (1.35x), but thread mode's 4 instructions more a
+/// pair made that `Box` loop 6–10% slower (BENCHMARKS.md, "GlobalAlloc's rseq pop
+/// inline").
 ///
 /// A zeroed layout (`calloc`, `GlobalAlloc::alloc_zeroed`) takes the same pops and
 /// clears the `size` bytes asked for (`zeroed` is a constant at every call site, so
