@@ -166,6 +166,50 @@ fn rseq_workload() {
         "{locked} of {n} pops took the locked path"
     );
     println!("rseq pops {}", n as u64 - locked);
+    global_alloc_round();
+}
+
+/// `KmemAlloc` in the CPU-slab design with `KMEM_PERCPU=cpu-rseq`: its inline rseq pop
+/// reads the sheaves' size table, which names no CPU-slab cache (the zero line: empty
+/// sheaves), so its blocks come from the CPU slab's freelist pop instead; held
+/// blocks are distinct and keep their contents, and a zeroed layout reads zero.
+fn global_alloc_round() {
+    use std::alloc::{GlobalAlloc, Layout};
+    let a = kmem::KmemAlloc;
+    let layout = Layout::from_size_align(48, 8).unwrap();
+    for round in 0..4u64 {
+        // SAFETY: a non-zero size; each block is written within it and freed once.
+        let held: Vec<usize> = (0..2_000)
+            .map(|_| unsafe {
+                let p = a.alloc(layout);
+                assert!(!p.is_null());
+                (p as *mut u64).write(pattern(p as usize) ^ round);
+                p as usize
+            })
+            .collect();
+        let mut sorted = held.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len(), held.len(), "a block handed out twice");
+        for &p in &held {
+            // SAFETY: ours, freed once.
+            unsafe {
+                assert_eq!((p as *const u64).read(), pattern(p) ^ round, "corrupted");
+                (p as *mut u8).write_bytes(0xff, layout.size());
+                a.dealloc(p as *mut u8, layout);
+            }
+        }
+        // SAFETY: as above.
+        let z = unsafe { a.alloc_zeroed(layout) };
+        // SAFETY: a block of `layout.size()` bytes, ours.
+        let bytes = unsafe { std::slice::from_raw_parts(z, layout.size()) };
+        assert!(
+            bytes.iter().all(|&b| b == 0),
+            "a zeroed block held {bytes:?}"
+        );
+        // SAFETY: ours, freed once.
+        unsafe { a.dealloc(z, layout) };
+    }
 }
 
 #[test]
