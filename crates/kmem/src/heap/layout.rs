@@ -162,8 +162,8 @@ pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
 /// global_pair: 1.55x thread mode's time instead of 2.4x) once it stopped calling two
 /// functions deep, and reading the word again, to reach the sequence. With the test
 /// first the rseq pair ran 3.4 ns (1.35x), but thread mode's 4 instructions more a
-/// pair made that `Box` loop 6–10% slower (BENCHMARKS.md, "GlobalAlloc's rseq pop
-/// inline").
+/// pair made that `Box` loop 3–4% slower, against 1% (BENCHMARKS.md, "GlobalAlloc's
+/// rseq pop inline").
 ///
 /// A zeroed layout (`calloc`, `GlobalAlloc::alloc_zeroed`) takes the same pops and
 /// clears the `size` bytes asked for (`zeroed` is a constant at every call site, so
