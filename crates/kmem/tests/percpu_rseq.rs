@@ -316,8 +316,10 @@ fn the_global_allocator_pops_and_pushes_the_cpu_s_sheaves() {
             Layout::from_size_align(48, 8).unwrap(),
             Layout::from_size_align(40, 32).unwrap(),
         ] {
-            // SAFETY: non-zero sizes; each block freed once below with its layout.
-            let held: Vec<*mut u8> = (0..200).map(|_| unsafe { a.alloc(layout) }).collect();
+            let held: Vec<*mut u8> = (0..200)
+                // SAFETY: non-zero sizes; each block freed once below with its layout.
+                .map(|_| unsafe { a.alloc(layout) })
+                .collect();
             let mut addrs: Vec<usize> = held.iter().map(|&p| p as usize).collect();
             assert!(addrs
                 .iter()

@@ -178,8 +178,8 @@ fn global_alloc_round() {
     let a = kmem::KmemAlloc;
     let layout = Layout::from_size_align(48, 8).unwrap();
     for round in 0..4u64 {
-        // SAFETY: a non-zero size; each block is written within it and freed once.
         let held: Vec<usize> = (0..2_000)
+            // SAFETY: a non-zero size; each block is written within it and freed once.
             .map(|_| unsafe {
                 let p = a.alloc(layout);
                 assert!(!p.is_null());

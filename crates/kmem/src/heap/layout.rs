@@ -191,6 +191,9 @@ pub fn alloc_layout(layout: Layout, zeroed: bool) -> *mut u8 {
             if let Some(p) = HEAP.rseq_alloc_small(rseq, size) {
                 return zero_if(p, layout.size(), zeroed);
             }
+            // Past the inline pop: the rest of per-CPU rseq mode's path, without
+            // `alloc_layout_slow`'s second read of the word.
+            return alloc_rseq(rseq, layout, size, zeroed);
         }
     }
     alloc_layout_slow(layout, zeroed)
