@@ -1,7 +1,8 @@
 #![allow(clippy::unnecessary_literal_unwrap)] // `cpu` is an Option on purpose: APIs take one.
 //! `Slub::free_outgrown`, the free of the object a krealloc moved out of, through the
 //! public API of `Kmem`: onto the spare sheaf, then to its slabs past the barn, and an
-//! emptied slab to the zone past `min_partial` and the per-CPU page lists.
+//! emptied slab to the zone past `min_partial` and the per-CPU page lists, or, for
+//! the classes whose doubles share their slab order, to the per-CPU page lists.
 
 mod common;
 
@@ -90,6 +91,89 @@ fn an_outgrown_object_goes_to_its_slab_and_an_emptied_slab_to_the_zone() {
     for q in pair.into_iter().filter(|&q| q != p) {
         // SAFETY: ours.
         assert!(unsafe { k.kfree(cpu, q as *mut u8) });
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(area) };
+}
+
+/// From kmalloc-1536 to kmalloc-8k a class's slabs have the order of the class twice
+/// its size (32 KiB), so a slab that outgrown objects empty goes to the CPU's page
+/// lists, where the larger class's next slab takes the block as it is; below (a 1 KiB
+/// class on 16 KiB slabs) and above (kmalloc-16k, whose doubles take 128 KiB slabs)
+/// the block goes to the zone to merge, as the first test shows for 1 KiB.
+#[test]
+fn an_outgrown_slab_of_the_doubled_class_s_order_goes_to_the_cpu_s_page_lists() {
+    let k = kmem(2, config(1, 0));
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this thread.
+    let cpu = Some(unsafe { CpuRef::new(area) });
+    let class = |size| k.kmalloc_cache(size, Gfp::KERNEL).unwrap().config();
+    for (size, same) in [
+        (1024, false),
+        (2048, true),
+        (4096, true),
+        (8192, true),
+        (16384, false),
+    ] {
+        assert_eq!(class(size).doubled_same_order, same, "kmalloc-{size}");
+        assert_eq!(
+            class(size).order == class(2 * size).order,
+            same,
+            "kmalloc-{size}"
+        );
+    }
+    let s = k.kmalloc_cache(4096, Gfp::KERNEL).unwrap();
+    let big = k.kmalloc_cache(8192, Gfp::KERNEL).unwrap();
+    let (per, order) = (s.config().objects, s.config().order);
+    let slabs_before = s.nr_slabs(0);
+    // 8 slabs of objects straight from the slabs, then freed as outgrown.
+    let objs: Vec<_> = (0..8 * per)
+        .map(|_| k.slub().alloc_node(cpu, s, Gfp::KERNEL, Some(0)).unwrap())
+        .collect();
+    let mut pcp_before = 0;
+    for (i, p) in objs.iter().enumerate() {
+        let ObjectLookup::Slab(_, slab) = k.slub().lookup(p.as_ptr()) else {
+            panic!("{p:?} is not a slab object");
+        };
+        // SAFETY: ours, given up here.
+        assert!(unsafe { k.slub().free_outgrown(cpu, s, slab, p.as_ptr() as usize) });
+        if i == 0 {
+            pcp_before = k.pages.nr_pcp_pages(0);
+        }
+    }
+    let pinned = s.config().sheaf_capacity.div_ceil(per) + 1;
+    assert!(s.nr_slabs(0) <= slabs_before + 1 + pinned);
+    // The emptied slabs' blocks wait on this CPU's lists (at least five of the
+    // seven or eight: the lists hold 186 pages before they spill).
+    let on_lists = k.pages.nr_pcp_pages(0);
+    assert!(
+        on_lists >= pcp_before + (5 << order),
+        "{on_lists} pages on the lists, {pcp_before} before"
+    );
+    // The larger class's next slab (a sheaf refill's) is one of the blocks the
+    // smaller one emptied, taken off the lists.
+    let first = k.kmalloc(cpu, 8192, Gfp::KERNEL).unwrap();
+    assert_eq!(big.nr_slabs(0), 1);
+    assert_eq!(k.pages.nr_pcp_pages(0), on_lists - (1 << order));
+    let base = |p: usize| p & !(s.config().slab_bytes() - 1);
+    assert!(
+        objs.iter()
+            .any(|p| base(p.as_ptr() as usize) == base(first.as_ptr() as usize)),
+        "kmalloc-8k's slab at {first:?} is none of kmalloc-4k's"
+    );
+    let rest: Vec<_> = (1..big.config().objects)
+        .map(|_| k.kmalloc(cpu, 8192, Gfp::KERNEL).unwrap())
+        .collect();
+    // Nothing handed out twice: the 4 KiB class gets as many objects again.
+    let mut again: Vec<usize> = (0..8 * per)
+        .map(|_| k.kmalloc(cpu, 4096, Gfp::KERNEL).unwrap().as_ptr() as usize)
+        .chain(rest.iter().chain([&first]).map(|p| p.as_ptr() as usize))
+        .collect();
+    again.sort();
+    assert!(again.windows(2).all(|w| w[0] + 4096 <= w[1]));
+    for p in again {
+        // SAFETY: ours.
+        assert!(unsafe { k.kfree(cpu, p as *mut u8) });
     }
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(area) };

@@ -22,8 +22,8 @@
 //!
 //! Only caches on the sheaf fast paths keep them (not slub_debug caches, whose empty
 //! slabs are checked as they go, nor the CPU-slab design), and only frees of the
-//! kernel's kind (`Emptied::Keep`): a buffer that outgrew its class frees its slab to
-//! the zone at once, for the larger class (`free_outgrown`).
+//! kernel's kind (`Emptied::Keep`): a buffer that outgrew its class frees its slab at
+//! once, to the zone or the CPU's page lists, for the larger class (`free_outgrown`).
 //!
 //! A kept slab is, to the slab states table in `mod.rs`, a full slab (on no node list,
 //! unfrozen) with no object in use, and nobody takes from it. Nobody may free into it
@@ -482,8 +482,8 @@ impl<P: Platform> Slub<'_, P> {
     /// (4 KiB then 8 KiB blocks: 375 instructions a pair instead of 549). Caches with a
     /// constructor adopt none (their objects would need it run); the slabs keep their
     /// memory either way, so no cache takes more pages for it. (A buffer grown by
-    /// `realloc` frees its old class's slabs to the zone at once instead: the next
-    /// class gets the memory just copied from, `free_outgrown`.)
+    /// `realloc` frees its old class's slabs to the page allocator at once instead:
+    /// the next class gets the memory just copied from, `free_outgrown`.)
     pub(super) fn adopt_kept_slabs(
         &self,
         cpu: Option<CpuRef<'_>>,

@@ -174,14 +174,18 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// Frees `obj`, an object a `krealloc` has just moved to a larger class: onto the
     /// CPU's spare sheaf while it has room, as any free, but when it is full straight
     /// to the object's slab instead of trading the sheaf at the barn; a slab this
-    /// empties goes back to the page allocator's zone at once (not to the per-CPU page
-    /// lists), the node keeping an empty slab only as the kernel keeps one below
-    /// `min_partial`, with a bound of one partial slab. Buffers that outgrow their
-    /// class by the hundred (vectors doubling) are not followed by allocations of that
-    /// class, and their memory is what the larger class needs next: kept in the barn,
-    /// each pins its slab, and a slab kept empty on the node, or a block on a per-CPU
-    /// list, does not merge with its buddy (BENCHMARKS.md, "Realloc growth frees to
-    /// the slab"). One buffer grown and freed at a time still finds room on the spare.
+    /// empties goes back to the page allocator at once, the node keeping an empty slab
+    /// only as the kernel keeps one below `min_partial`, with a bound of one partial
+    /// slab. Buffers that outgrow their class by the hundred (vectors doubling) are not
+    /// followed by allocations of that class, and their memory is what the larger
+    /// class needs next: kept in the barn, each pins its slab. The slab goes to the
+    /// zone, where it merges with its buddy for the larger class's bigger slabs
+    /// (BENCHMARKS.md, "Realloc growth frees to the slab"), unless the class twice its
+    /// size has slabs of its order (`CacheConfig::doubled_same_order`: 1536 B to 8 KiB,
+    /// all on 32 KiB slabs): then it goes to the CPU's page lists, whose head the
+    /// larger class's next slab takes as it is, still in the cache, with no zone lock,
+    /// merge or split (BENCHMARKS.md, "Outgrown slabs of the doubled class's order").
+    /// One buffer grown and freed at a time still finds room on the spare.
     /// Without the plain sheaf fast path (statistics on, restartable sequences, no
     /// CPU) the object goes straight to its slab. Caches off the fast paths
     /// (slub_debug) and the CPU-slab design free as [`Slub::free_object`] does.
@@ -322,7 +326,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         };
         let (keep, pcp) = match emptied {
             Emptied::Keep => (cfg.min_partial, cpu),
-            Emptied::Release => (cfg.min_partial.min(1), None),
+            Emptied::Release => (
+                cfg.min_partial.min(1),
+                if cfg.doubled_same_order { cpu } else { None },
+            ),
         };
         if new.inuse() == 0 && list.len() >= keep {
             self.unlist_emptied(cpu, s, &mut list, slab, old);
@@ -370,6 +377,7 @@ pub(super) enum Emptied {
     Keep,
     /// Kept only while the node has no partial slab (the `min_partial` test with a
     /// bound of one: a slab that was on the list counts itself), else freed to the
-    /// zone (see [`Slub::free_outgrown`]).
+    /// zone, or to the CPU's page lists when the doubled class has slabs of its order
+    /// (see [`Slub::free_outgrown`]).
     Release,
 }

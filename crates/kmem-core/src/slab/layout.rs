@@ -93,6 +93,11 @@ pub struct CacheConfig {
     pub align: usize,
     /// Slab order (`oo_order`).
     pub order: usize,
+    /// Whether objects of twice `size` get slabs of this `order` too (kmalloc-1536 to
+    /// kmalloc-8k, on 32 KiB slabs like the classes twice their size): a slab that
+    /// `Slub::free_outgrown` empties then serves the larger class's next slab as it
+    /// is, and goes to the CPU's page lists, not to the zone to merge.
+    pub doubled_same_order: bool,
     /// Node partial slabs kept even when empty (`min_partial`).
     pub min_partial: usize,
     /// Most slabs on a CPU's partial list (`cpu_partial_slabs`).
@@ -201,6 +206,7 @@ impl CacheConfig {
         sheaf_capacity: 0,
         barn_max_full: 0,
         sheaf_cache: 0,
+        doubled_same_order: false,
     };
 
     /// The config with its `inline_tag` worked out from its fast path and
@@ -375,6 +381,7 @@ impl CacheConfig {
             order,
             slab_size: PAGE_SIZE << order,
             objects,
+            doubled_same_order: calculate_order(2 * size, nr_cpus).map(|(o, _)| o) == Some(order),
             // Empty slabs kept on the node: the kernel's 5..10, but none for slabs
             // beyond SLUB_MAX_ORDER (up to 4 MiB each, which sheaves and barns
             // already keep from churning).

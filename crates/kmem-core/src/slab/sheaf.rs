@@ -582,7 +582,7 @@ impl<'a, P: Platform> Slub<'a, P> {
 
     /// For [`Slub::free_outgrown`]: the CPU's spare sheaf, full, is flushed to its
     /// slabs (runs of one slab's objects, a CAS each; an emptied slab goes to the
-    /// zone: `Emptied::Release`), then `obj` goes on it. The owner only, with the
+    /// page allocator: `Emptied::Release`), then `obj` goes on it. The owner only, with the
     /// sheaf fast path ([`FastPath::Sheaf`]).
     ///
     /// # Safety
