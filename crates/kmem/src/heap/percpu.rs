@@ -541,8 +541,10 @@ impl Heap {
     }
 
     /// `cpu-rseq`: pushes `p` (an object of `slab` of `s`) on the CPU freelist of the
-    /// CPU the thread runs on if `slab` is that CPU's slab. `Some(false)`: a double
-    /// free at the freelist's head (reported). `None`: take the locked path.
+    /// CPU the thread runs on if `slab` is that CPU's slab, or, in the sheaves design,
+    /// on the CPU's spare sheaf. `Some(false)`: a double free at the freelist's or
+    /// sheaf's head, or into a slab with no object in use (reported). `None`: take the
+    /// locked path.
     ///
     /// # Safety
     /// `p` is the start of an object of `slab` of `s`, owned by the caller, who gives
@@ -561,8 +563,18 @@ impl Heap {
             if cfg.off_fast_paths() || kmem_core::memcontrol::has_obj_exts(slab) {
                 return None;
             }
-            let area = rseq::area()?;
             let obj = p as usize;
+            if cfg.fast == kmem_core::slab::FastPath::SheafRseq {
+                // SAFETY: a live slab of `s` (caller).
+                let head = unsafe { slab.as_ref() };
+                if kmem_core::slab::Slab::of(head).state().inuse() == 0 {
+                    // No object of the slab is out (a kept empty slab's, whose pages
+                    // name no sheaf, so the inline push sent it here): the sheaf would
+                    // hand it out beside the slab's own copy. As `free_object`.
+                    return Some(self.kmem.slub().double_free(s, slab, obj));
+                }
+            }
+            let area = rseq::area()?;
             let base = obj & !(cfg.slab_bytes() - 1);
             let table = self.cpu_table.as_ptr().cast();
             let pushed = if cfg.fast == kmem_core::slab::FastPath::SheafRseq {
