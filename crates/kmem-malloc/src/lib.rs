@@ -309,13 +309,14 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
             return q.cast();
         }
     }
-    let old = h.usable_size(p.cast());
-    if old == 0 {
+    // (Not `usable_size() == 0`: under slub_debug with red zones or tracks,
+    // `malloc(0)`'s block answers 0.)
+    let Some(old) = h.usable_size_checked(p.cast()) else {
         // Not ours: free reports it, then we abort.
         // SAFETY: dealloc of a foreign pointer only reports.
         unsafe { free_or_abort(p) };
         abort_bad_pointer();
-    }
+    };
     if size > isize::MAX as usize - align {
         set_errno(libc::ENOMEM);
         return ptr::null_mut();

@@ -32,6 +32,15 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 100; i++) free(malloc(64));
         free(q);
     }
+    if (!strcmp(what, "realloc-zero")) {
+        /* malloc(0)'s block, whose usable size under Z or U is the 0 asked for, grown. */
+        char *z = realloc(malloc(0), 10);
+        strcpy(z, "grown");
+        z = realloc(z, 100);
+        if (strcmp(z, "grown")) { printf("lost\n"); return 1; }
+        free(realloc(calloc(0, 4), 20));
+        free(z);
+    }
     /* Nothing handed out twice afterwards. */
     void *seen[200];
     for (int i = 0; i < 200; i++) {

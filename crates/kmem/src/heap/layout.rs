@@ -590,13 +590,27 @@ impl Heap {
     /// How many bytes the allocation at `p` really has (`malloc_usable_size`): its
     /// class size, its pages, or its mapping; 0 if it is not one of ours.
     pub fn usable_size(&self, p: *const u8) -> usize {
-        if self.kmem.pages.in_span(p) || crate::kfence::owns(p) {
-            self.ksize(p)
-        } else if let Some(n) = self.zoned_size(p) {
-            n
-        } else {
-            self.huge.size_of(p).unwrap_or(0)
+        self.usable_size_checked(p).unwrap_or(0)
+    }
+
+    /// [`Heap::usable_size`], `None` when `p` is not the start of one of this heap's
+    /// allocations. Under slub_debug with red zones or tracks a block answers with the
+    /// size asked for, which is 0 for `malloc(0)`: only this tells such a block from
+    /// a foreign pointer.
+    pub fn usable_size_checked(&self, p: *const u8) -> Option<usize> {
+        if crate::kfence::owns(p) {
+            return crate::kfence::size_of(p);
         }
+        if let Some(n) = self.zoned_size(p) {
+            return Some(n);
+        }
+        if self.kmem.pages.in_span(p) {
+            return match self.kmem.slub().lookup(p) {
+                ObjectLookup::Bad(_) => None,
+                _ => Some(self.kmem.ksize(p)),
+            };
+        }
+        self.huge.size_of(p)
     }
 
     /// Resizes the allocation at `p` (made for `layout`) to `new_size` bytes, keeping
