@@ -117,4 +117,24 @@ fn huge_mappings_share_the_bound_with_the_pages() {
     // SAFETY: ours.
     assert!(unsafe { h.dealloc(d) });
     check_bound();
+    // A mapping grown by `realloc` past what the bound has left beside a cached one:
+    // the cache makes way, as for a new mapping, and the contents stay.
+    h.trim();
+    let (a, b) = (huge(24), huge(24));
+    assert!(!a.is_null() && !b.is_null());
+    // SAFETY: ours.
+    assert!(unsafe { h.dealloc(b) });
+    assert!(h.huge_cached_bytes() >= 24 << 20);
+    let old = Layout::from_size_align(24 << 20, 8).unwrap();
+    // SAFETY: ours, allocated with `old`; replaced by the result.
+    let g = unsafe { h.realloc(a, old, 48 << 20) };
+    assert!(!g.is_null(), "the cached mapping made way for the growth");
+    check_bound();
+    // SAFETY: the first 24 MiB were written with ones, and the block holds 48 MiB.
+    unsafe {
+        assert_eq!((*g, *g.add((24 << 20) - 1)), (1, 1));
+        g.add(48 << 20).sub(1).write(2);
+        assert!(h.dealloc(g));
+    }
+    check_bound();
 }

@@ -512,7 +512,7 @@ impl Heap {
         // as a bounded kernel shrinks its slabs before it fails an allocation; then
         // one more try, which may also borrow the free pages left.
         let mut p = self.huge.alloc(self, size, align, zero, now, decay);
-        if p.is_null() && self.config().max_bytes != 0 {
+        if p.is_null() && self.kmem.pages.max_pages() != 0 {
             self.trim();
             p = self.huge.alloc(self, size, align, zero, now, decay);
         }
@@ -750,7 +750,15 @@ impl Heap {
             }
         } else if align <= PAGE_SIZE && new_size > KMALLOC_MAX_SIZE && !self.zoned_blocks() {
             // SAFETY: forwarded from the caller.
-            if let Some(q) = unsafe { self.huge.remap(self, p, new_size) } {
+            let mut grown = unsafe { self.huge.remap(self, p, new_size) };
+            if grown.is_some_and(|q| q.is_null()) && self.kmem.pages.max_pages() != 0 {
+                // At the bound: what the caches keep goes back first, as before a new
+                // mapping (`huge_alloc_raw`), then one more try.
+                self.trim();
+                // SAFETY: forwarded from the caller.
+                grown = unsafe { self.huge.remap(self, p, new_size) };
+            }
+            if let Some(q) = grown {
                 return q;
             }
         }
