@@ -178,3 +178,93 @@ fn an_outgrown_slab_of_the_doubled_class_s_order_goes_to_the_cpu_s_page_lists() 
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(area) };
 }
+
+/// A realloc of a block already freed reaches `free_outgrown` with it: on the top of a
+/// full spare (the push tests room first), or in a slab with no object in use (kept
+/// whole). Both are reported and refused, as the other frees do, where the first was
+/// flushed to its slab and pushed again, and the second went onto the sheaf: each
+/// would have been handed out twice.
+#[test]
+fn an_outgrown_double_free_is_refused() {
+    let k = kmem(2, config(1, 0));
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this thread.
+    let cpu = Some(unsafe { CpuRef::new(area) });
+    let s = k.kmalloc_cache(1024, Gfp::KERNEL).unwrap();
+    let (per, cap) = (s.config().objects, s.config().sheaf_capacity);
+    let outgrown = |p: usize| {
+        let ObjectLookup::Slab(_, slab) = k.slub().lookup(p as *const u8) else {
+            panic!("{p:#x} is not a slab object");
+        };
+        // SAFETY: ours, given up (or the double free under test).
+        unsafe { k.slub().free_outgrown(cpu, s, slab, p) }
+    };
+    // The spare sheaf made and filled, its top object freed again.
+    let objs: Vec<usize> = (0..cap)
+        .map(|_| {
+            k.slub()
+                .alloc_node(cpu, s, Gfp::KERNEL, Some(0))
+                .unwrap()
+                .as_ptr() as usize
+        })
+        .collect();
+    for &p in &objs {
+        assert!(outgrown(p));
+    }
+    assert!(!outgrown(objs[cap - 1]), "the full spare's top freed again");
+    assert!(k
+        .pages
+        .platform()
+        .take_log()
+        .contains("Object already free"));
+    // Slabs emptied straight to the node (no CPU), the ones past `min_partial` kept.
+    let many: Vec<usize> = (0..16 * per)
+        .map(|_| {
+            k.slub()
+                .alloc_node(cpu, s, Gfp::KERNEL, Some(0))
+                .unwrap()
+                .as_ptr() as usize
+        })
+        .collect();
+    for &p in &many {
+        // SAFETY: ours, freed once.
+        assert!(unsafe {
+            k.slub()
+                .free(None, s, std::ptr::NonNull::new(p as *mut u8).unwrap())
+        });
+    }
+    let kept: Vec<usize> = many
+        .iter()
+        .step_by(per)
+        .copied()
+        .filter(|&p| {
+            k.pages
+                .virt_to_slab_page(p as *const u8)
+                .unwrap()
+                .sheaf_tag()
+                == 0
+        })
+        .collect();
+    assert!(!kept.is_empty());
+    for &p in &kept {
+        assert!(!outgrown(p), "{p:#x}, of a kept slab, taken");
+    }
+    assert!(k
+        .pages
+        .platform()
+        .take_log()
+        .contains("Object already free"));
+    // Nothing handed out twice: every object of the class's slabs comes back once.
+    let n = 16 * per + cap;
+    let mut again: Vec<usize> = (0..n)
+        .map(|_| k.kmalloc(cpu, 1024, Gfp::KERNEL).unwrap().as_ptr() as usize)
+        .collect();
+    again.sort();
+    assert!(again.windows(2).all(|w| w[0] + 1024 <= w[1]));
+    for p in again {
+        // SAFETY: ours.
+        assert!(unsafe { k.kfree(cpu, p as *mut u8) });
+    }
+    // SAFETY: owned; not used afterwards.
+    unsafe { k.pages.cpu_area_put(area) };
+}

@@ -204,6 +204,11 @@ impl<'a, P: Platform> Slub<'a, P> {
             // SAFETY: forwarded.
             return unsafe { self.free_object(cpu, s, slab, obj) };
         }
+        // SAFETY: a live slab of `s` (caller).
+        if Slab::of(unsafe { slab.as_ref() }).state().inuse() == 0 {
+            // A kept slab's object (a realloc of a freed block), as `free_object`.
+            return self.double_free(s, slab, obj);
+        }
         if let (Some(c), FastPath::Sheaf) = (cpu, fast) {
             let cc = s.cpu(c);
             match cc.sheaf_push(obj) {

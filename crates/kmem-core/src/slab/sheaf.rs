@@ -593,6 +593,13 @@ impl<'a, P: Platform> Slub<'a, P> {
         let cc = s.cpu(c);
         let mut f = self.take(c, cfg, cc, Which::Spare);
         debug_assert!(!f.sheaf.is_null() && f.len >= f.cap());
+        // A double free of the full spare's top (the push tests room first): flushed,
+        // then pushed, it would be on its slab and on the sheaf.
+        // SAFETY: slot `len - 1` of our spare sheaf, which is full.
+        if unsafe { *slot(f.sheaf, f.len - 1) } == obj {
+            self.install(cc, Which::Spare, f);
+            return self.double_free_at(s, obj);
+        }
         self.sheaf_flush_as(Some(c), s, f.sheaf, f.len, Emptied::Release);
         // SAFETY: the spare sheaf is ours and empty now.
         unsafe { *slot(f.sheaf, 0) = obj };
