@@ -52,8 +52,10 @@
 //! list of the barns' idle sheaves waiting to be flushed (`slab/barn_drain.rs`), a
 //! group's per-cache statistics table ([`memcontrol`]), the shrinker and CPU-offline
 //! hook tables of the page allocator (copied out under the lock, called without it).
-//! Fork takes 3, 4 with each node's barn (every cache, every node), the idle sheaves'
-//! list, 6, 7 (every zone) and 8 in this order ([`Kmem::fork_prepare`]).
+//! Fork takes 2 ([`Kmem::fork_prepare_groups`]; a platform's own locks that come
+//! before 3 next), then 3, 4 with each node's barn (every cache, every node), the idle
+//! sheaves' list, 6, 7 (every zone), 8 and every memory group's statistics table in
+//! this order ([`Kmem::fork_prepare`]).
 //!
 //! A free page reporting pass calls the platform, whose own locks (the process heap's
 //! huge-mapping list) its fork handlers take before 3, so no pass starts while 3 is

@@ -181,6 +181,16 @@ impl<T> SpinLock<T> {
             .store(FORK_GEN.load(Ordering::Relaxed), Ordering::Relaxed);
     }
 
+    /// The data of a lock the caller holds without a guard ([`SpinLock::lock_forever`]).
+    ///
+    /// # Safety
+    /// The caller took the lock with `lock_forever` and has not released it, and
+    /// writes nothing through other references meanwhile.
+    pub(crate) unsafe fn held_data(&self) -> &T {
+        // SAFETY: held by the caller (see above): no guard and no other holder exists.
+        unsafe { &*self.data.get() }
+    }
+
     /// Releases a lock whose guard was forgotten with `core::mem::forget`.
     ///
     /// # Safety

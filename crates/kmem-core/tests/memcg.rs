@@ -441,3 +441,49 @@ fn objcg_vectors_go_back_with_their_slabs() {
         );
     });
 }
+
+/// `Kmem::fork_prepare_groups` and `fork_prepare` take the memory controller's locks
+/// too, the groups' lock and every group's statistics table (taken by charged frees'
+/// flushes for every ancestor), and hold them until the release: a fork's child, which
+/// has only the forking thread, finds none held by another thread, whose first group
+/// creation or statistics flush would otherwise spin for good.
+#[test]
+fn the_fork_handlers_hold_the_memory_groups_locks() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let k = kmem(2, config(1, 0));
+    let memcg = k.memcg();
+    let g = memcg
+        .mem_cgroup_create(None, memcg.root_mem_cgroup(), "forked")
+        .unwrap();
+    let held = k.fork_prepare_groups();
+    k.fork_prepare(&held);
+    let (groups, stats, root_stats) = (
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+        AtomicBool::new(false),
+    );
+    std::thread::scope(|sc| {
+        sc.spawn(|| {
+            let _ = k.memcg().nr_zombie_mem_cgroups();
+            groups.store(true, SeqCst);
+        });
+        sc.spawn(|| {
+            g.for_each_cache(|_, _| ());
+            stats.store(true, SeqCst);
+        });
+        sc.spawn(|| {
+            k.memcg().root_mem_cgroup().for_each_cache(|_, _| ());
+            root_stats.store(true, SeqCst);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let during = [&groups, &stats, &root_stats].map(|b| b.load(SeqCst));
+        // SAFETY: taken just above by this thread, which keeps no reference into them.
+        unsafe { k.fork_release(held) };
+        // (Released first: the threads end, and the scope with them.)
+        assert_eq!(
+            during, [false; 3],
+            "the groups' lock, a group's and the root's statistics tables: free"
+        );
+    });
+    assert!(groups.load(SeqCst) && stats.load(SeqCst) && root_stats.load(SeqCst));
+}

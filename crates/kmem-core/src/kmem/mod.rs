@@ -280,12 +280,22 @@ impl<P: Platform> Kmem<P> {
         });
     }
 
-    /// `pthread_atfork` prepare: takes every allocator lock in the lock order — the
-    /// cache list, each cache's node list locks, then the page allocator's — so that
-    /// a child of a multithreaded parent finds them all free.
-    pub fn fork_prepare(&self) {
+    /// `pthread_atfork` prepare, first step: the memory controller's groups' lock (2
+    /// in the lock order). A platform takes its own locks that come between it and the
+    /// cache list's (the process heap's huge-mapping list, KFENCE's slots) after this,
+    /// then [`Kmem::fork_prepare`].
+    pub fn fork_prepare_groups(&self) -> crate::memcontrol::ForkGroupsHeld {
+        self.memcg().fork_lock_groups()
+    }
+
+    /// `pthread_atfork` prepare: takes every other allocator lock in the lock order —
+    /// the cache list, each cache's node list locks, the page allocator's, then the
+    /// memory groups' statistics tables — so that a child of a multithreaded parent
+    /// finds them all free.
+    pub fn fork_prepare(&self, groups: &crate::memcontrol::ForkGroupsHeld) {
         self.caches.fork_lock(self.pages.nr_nodes());
         self.pages.fork_prepare();
+        self.memcg().fork_lock_stats(groups);
     }
 
     /// `pthread_atfork` parent and child: releases what [`Kmem::fork_prepare`] took.
@@ -299,12 +309,15 @@ impl<P: Platform> Kmem<P> {
     /// heap does: no page is written after the fork).
     ///
     /// # Safety
-    /// Called once after `fork_prepare`, by the thread that called it (or its child).
-    pub unsafe fn fork_release(&self) {
-        // SAFETY: taken by `fork_prepare` (caller), released in the reverse order.
+    /// Called once after `fork_prepare`, by the thread that called it and
+    /// `fork_prepare_groups` (or its child).
+    pub unsafe fn fork_release(&self, groups: crate::memcontrol::ForkGroupsHeld) {
+        // SAFETY: taken by `fork_prepare` and `fork_prepare_groups` (caller),
+        // released in the reverse order.
         unsafe {
             self.pages.fork_release();
             self.caches.fork_unlock(self.pages.nr_nodes());
+            self.memcg().fork_unlock(groups);
         }
     }
 

@@ -58,6 +58,7 @@
 mod charge;
 mod charged_area;
 mod counter;
+mod fork;
 mod group;
 mod intake;
 mod objcg_sheaf;
@@ -69,6 +70,7 @@ mod test_env;
 
 pub use charged_area::ObjcgSheaves;
 pub use counter::PageCounter;
+pub use fork::ForkGroupsHeld;
 pub use group::{MemCgroup, ObjCgroup};
 use group::{SOLE_MIXED, SOLE_NONE};
 pub use objcg_sheaf::{

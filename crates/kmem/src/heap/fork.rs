@@ -1,7 +1,8 @@
 //! `fork` in a threaded process: the `pthread_atfork` handlers, registered once the
 //! heap is ready. Before `fork` every allocator lock is taken, in the heap's lock order
-//! (the CPU table lock, every CPU area's local lock, the huge list's lock, then the
-//! core's own order), so the child never inherits a lock held by a thread it does not
+//! (the CPU table lock, every CPU area's local lock, the memory groups' lock, the huge
+//! list's and KFENCE's locks, then the core's own order, the memory groups' statistics
+//! tables last), so the child never inherits a lock held by a thread it does not
 //! have; after it, parent and child release them all at once, by moving on the fork
 //! generation of kmem-core's spin locks ([`kmem_core::sync::release_fork_locks`]),
 //! without writing to any of them. Each cache's node locks are on a page of their own:
@@ -50,9 +51,13 @@ extern "C" fn fork_prepare() {
     for area in HEAP.cpu_areas() {
         area.lock_for_fork();
     }
+    // The memory groups' lock before the platform's own (a report walking the groups
+    // may allocate under it), the groups' statistics tables last, in `fork_prepare`;
+    // all released with the fork generation.
+    let groups = HEAP.kmem.fork_prepare_groups();
     HEAP.huge.lock_for_fork();
     crate::kfence::lock_for_fork();
-    HEAP.kmem.fork_prepare();
+    HEAP.kmem.fork_prepare(&groups);
 }
 
 /// After `fork`, in the parent: release.
