@@ -103,7 +103,12 @@ impl<P: Platform> Kmem<P> {
             // SAFETY: nobody uses `s` meanwhile (caller), so its per-CPU state in any
             // area is ours to flush: the owners do not touch it.
             let c = unsafe { CpuRef::new(area) };
-            slub.flush_cpu_cache(c, s);
+            if cpu.is_some_and(|own| ptr::eq(own.area(), area)) {
+                slub.flush_cpu_cache(c, s);
+            } else {
+                // Another owner's: it goes on with its other caches meanwhile.
+                slub.flush_foreign_cpu_cache(c, s);
+            }
         }
         slub.shrink(cpu, s);
         let mut live = 0usize;

@@ -29,13 +29,19 @@ impl<'a, P: Platform> Slub<'a, P> {
 
     /// `__unfreeze_partials`: every slab of the CPU partial list goes back to its node.
     pub(super) fn unfreeze_partials(&self, c: CpuRef<'_>, s: &KmemCache) {
+        self.unfreeze_partials_as(c, s, Some(c));
+    }
+
+    /// [`Slub::unfreeze_partials`], the emptied slabs discarded through `pages`' page
+    /// lists (`None`: to the zone).
+    fn unfreeze_partials_as(&self, c: CpuRef<'_>, s: &KmemCache, pages: Option<CpuRef<'_>>) {
         let cc = s.cpu(c);
         let mut p = cc.partial.swap(ptr::null_mut(), Relaxed);
         cc.nr_partial.store(0, Relaxed);
         while let Some(slab) = NonNull::new(p) {
             // SAFETY: a frozen slab of our CPU partial list.
             p = unsafe { slab.as_ref() }.next.load(Relaxed);
-            self.unfreeze_one(Some(c), s, slab);
+            self.unfreeze_one(pages, s, slab);
         }
     }
 
@@ -47,6 +53,19 @@ impl<'a, P: Platform> Slub<'a, P> {
         s: &KmemCache,
         slab: NonNull<Page>,
         cur: usize,
+    ) {
+        self.deactivate_slab_as(c, s, slab, cur, Some(c));
+    }
+
+    /// [`Slub::deactivate_slab`], an emptied slab discarded through `pages`' page
+    /// lists (`None`: to the zone).
+    fn deactivate_slab_as(
+        &self,
+        c: CpuRef<'_>,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        cur: usize,
+        pages: Option<CpuRef<'_>>,
     ) {
         let cfg = s.config();
         let cc = s.cpu(c);
@@ -79,7 +98,7 @@ impl<'a, P: Platform> Slub<'a, P> {
         if new.inuse() == 0 && list.len() >= cfg.min_partial {
             drop(list);
             cc.count(SlubStat::DeactivateEmpty);
-            self.discard_slab(Some(c), s, slab);
+            self.discard_slab(pages, s, slab);
         } else if !new.list_empty() {
             let to_tail = new.inuse() == 0;
             self.add_partial(&mut list, slab, to_tail);
@@ -96,18 +115,33 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// `flush_slab` + `unfreeze_partials`: all of this CPU's state of `s` goes back
     /// to the nodes (CPU going offline, shrink).
     pub fn flush_cpu_cache(&self, c: CpuRef<'_>, s: &KmemCache) {
+        self.flush_cpu_cache_as(c, s, Some(c));
+    }
+
+    /// [`Slub::flush_cpu_cache`] of an area whose owner goes on using it meanwhile,
+    /// but not `s` (`kmem_cache_destroy`, which flushes every area's state of the
+    /// cache): `s`'s state in it only. What that flush frees goes to the zone and the
+    /// barns, not through the area's page lists or its sheaves of the sheaf caches,
+    /// which its owner's operations on other caches use at the same time.
+    pub(crate) fn flush_foreign_cpu_cache(&self, c: CpuRef<'_>, s: &KmemCache) {
+        self.flush_cpu_cache_as(c, s, None);
+    }
+
+    /// [`Slub::flush_cpu_cache`], with `own` for everything that is not `s`'s state
+    /// in `c`: the page lists and sheaves that what it frees goes through, or `None`.
+    fn flush_cpu_cache_as(&self, c: CpuRef<'_>, s: &KmemCache, own: Option<CpuRef<'_>>) {
         if s.config().fast != FastPath::CpuSlab {
-            self.flush_cpu_sheaves(c, s);
+            self.flush_cpu_sheaves(c, s, own);
             return;
         }
         let cc = s.cpu(c);
         let cur = self.take_cpu_freelist(c, s.config(), cc);
         if cur != 0 {
             let slab = self.freelist_slab(cur);
-            self.deactivate_slab(c, s, slab, cur);
+            self.deactivate_slab_as(c, s, slab, cur, own);
             cc.count(SlubStat::CpuslabFlush);
         }
-        self.unfreeze_partials(c, s);
+        self.unfreeze_partials_as(c, s, own);
     }
 
     /// Does what others asked of this area's owner (`DRAIN_CACHES`).

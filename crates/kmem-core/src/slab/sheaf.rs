@@ -675,7 +675,10 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// main and spare sheaves go to the barn — those with objects to its full list,
     /// empty ones to its empty list — instead of their objects going back slab by
     /// slab; what the barn has no room for is flushed to the slabs or freed.
-    pub(super) fn flush_cpu_sheaves(&self, c: CpuRef<'_>, s: &KmemCache) {
+    /// What no barn takes is flushed and freed through `own`'s page lists and sheaves
+    /// (`c` itself, or `None`: the zone and the slabs; see
+    /// [`Slub::flush_foreign_cpu_cache`]).
+    pub(super) fn flush_cpu_sheaves(&self, c: CpuRef<'_>, s: &KmemCache, own: Option<CpuRef<'_>>) {
         let cfg = s.config();
         let cc = s.cpu(c);
         for which in [Which::Main, Which::Spare] {
@@ -683,7 +686,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             self.install(cc, which, Held::NONE);
             set_size(h.sheaf, h.len);
             if let Some(sheaf) = NonNull::new(h.sheaf) {
-                self.sheaf_to_barn(Some(c), s, self.pages_local_node(c), sheaf);
+                self.sheaf_to_barn(own, s, self.pages_local_node(c), sheaf);
             }
         }
         cc.count(SlubStat::CpuslabFlush);
