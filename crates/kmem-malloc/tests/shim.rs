@@ -118,6 +118,7 @@ fn misuse_cases(env: &[(&str, &str)], pin: bool) {
         ("double", "Object already free"),
         ("garbage", "not allocated by kmem"),
         ("realloc", "not allocated by kmem"),
+        ("realloc-freed", "Object already free"),
     ];
     for (what, reason) in cases {
         let out = if pin {

@@ -18,5 +18,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "double")) { free(p); free(p); }
     if (!strcmp(what, "garbage")) free((void *)0x1234560);
     if (!strcmp(what, "realloc")) p = realloc(local, 100);
+    /* A realloc of a block just freed (a use after free): its move frees it again. */
+    if (!strcmp(what, "realloc-freed")) { free(p); p = realloc(p, 200); }
     return 0;
 }

@@ -648,6 +648,25 @@ impl Heap {
         old_limit: usize,
         new_size: usize,
     ) -> Option<*mut u8> {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.realloc_object_freed(p, align, old_limit, new_size) }.map(|(q, _)| q)
+    }
+
+    /// [`Heap::realloc_object`], and whether the free of `p` after a move went through
+    /// (false: it was refused and reported, a double free found at a sheaf's or a
+    /// freelist's head or into a kept slab: C's `realloc` then aborts, as `free`
+    /// does). True when nothing moved.
+    ///
+    /// # Safety
+    /// As [`Heap::realloc_object`].
+    #[inline]
+    pub unsafe fn realloc_object_freed(
+        &self,
+        p: *mut u8,
+        align: usize,
+        old_limit: usize,
+        new_size: usize,
+    ) -> Option<(*mut u8, bool)> {
         // The lookup tests the span itself (`virt_to_head_page`): a pointer outside
         // it is `Bad`, as any other that is not a slab object.
         let ObjectLookup::Slab(s, slab) = self.kmem.slub().lookup(p) else {
@@ -661,28 +680,29 @@ impl Heap {
         // Same class, or a shrink that keeps at least half of it: stays (no copy; it
         // wastes at most half its class).
         if new_size <= have && new_size >= have / 2 {
-            return Some(p);
+            return Some((p, true));
         }
         let layout = Layout::from_size_align(realloc_target(have, new_size), align).ok()?;
         let q = alloc_layout(layout, false);
+        let mut freed = true;
         if !q.is_null() {
             // SAFETY: both allocations are ours and hold this many bytes; distinct.
             unsafe {
                 ptr::copy_nonoverlapping(p, q, have.min(old_limit).min(new_size));
                 if !dealloc_fast(p) {
-                    if new_size > have
+                    freed = if new_size > have
                         && have >= OUTGROWN_MIN
                         && fast_tls::get() != rseq_tag()
                         && outgrown_to_slab(cfg, slab)
                     {
-                        self.free_outgrown(s, slab, p);
+                        self.free_outgrown(s, slab, p)
                     } else {
-                        dealloc_other(p);
-                    }
+                        dealloc_other(p)
+                    };
                 }
             }
         }
-        Some(q)
+        Some((q, freed))
     }
 
     /// Frees `p`, an object of `s` (slab `slab`) that a realloc has just outgrown,
@@ -691,13 +711,13 @@ impl Heap {
     /// # Safety
     /// `p` is an uncharged object of `s` in `slab`, given up by the caller.
     #[inline(never)]
-    unsafe fn free_outgrown(&self, s: &KmemCache, slab: NonNull<Page>, p: *mut u8) {
+    unsafe fn free_outgrown(&self, s: &KmemCache, slab: NonNull<Page>, p: *mut u8) -> bool {
         // SAFETY: forwarded from the caller.
         unsafe {
             self.kmem
                 .slub()
                 .free_outgrown(self.cpu().get(), s, slab, p as usize)
-        };
+        }
     }
 
     /// [`Heap::realloc`] past [`Heap::realloc_object`]: large blocks, huge mappings,
