@@ -302,9 +302,8 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
         // SAFETY: the caller's pointer; an object whose class holds `size` bytes has
         // `malloc`'s alignment for them (every class above 8 bytes that C allocates
         // from is 16-aligned), and a moved one gets it.
-        if let Some((q, freed)) =
-            unsafe { h.realloc_object_freed(p.cast(), align, usize::MAX, size) }
-        {
+        let moved = unsafe { h.realloc_object_freed(p.cast(), align, usize::MAX, size) };
+        if let Some((q, freed)) = moved {
             if !freed && !in_debug_cache(p) {
                 // A double free of `p` (reported): as `free` of it would.
                 abort_bad_pointer();
