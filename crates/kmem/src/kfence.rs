@@ -41,7 +41,7 @@ use crate::platform::linux::{symbolize, FdWriter};
 use kmem_core::sync::SpinLock;
 use kmem_core::PAGE_SIZE;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Objects in the pool (the kernel's CONFIG_KFENCE_NUM_OBJECTS default).
 pub const NUM_OBJECTS: usize = 255;
@@ -49,9 +49,23 @@ const POOL_PAGES: usize = 2 * NUM_OBJECTS + 2;
 /// Frames kept per stack.
 const FRAMES: usize = 8;
 
-const UNUSED: u8 = 0;
-const ALLOCATED: u8 = 1;
-const FREED: u8 = 2;
+/// A slot's state word: the state in the low byte, and above it the slot's
+/// generation, which each allocation moves on, so that a free that read the state of
+/// an earlier object of the slot cannot change a later one's (a double free racing
+/// with the slot's reuse: the stale free's compare-exchange fails and is reported).
+const UNUSED: u32 = 0;
+const ALLOCATED: u32 = 1;
+const FREED: u32 = 2;
+/// Allocated, its canary being read by the check at exit ([`check_live`]): a free
+/// waits for the check, which must not find the page made inaccessible under it.
+const CHECKING: u32 = 3;
+/// One generation in the state word.
+const GENERATION: u32 = 1 << 8;
+
+/// The state of a state word (the low byte).
+fn kind(word: u32) -> u32 {
+    word & (GENERATION - 1)
+}
 
 /// Where and when an object was allocated or freed.
 #[derive(Clone, Copy)]
@@ -73,7 +87,7 @@ const EMPTY_STACK: Stack = Stack {
 
 /// One slot's metadata (`struct kfence_metadata`).
 struct Meta {
-    state: AtomicU8,
+    state: AtomicU32,
     addr: AtomicUsize,
     size: AtomicUsize,
     /// The kmalloc cache the object stands in for (`kmalloc-64`), NUL-padded.
@@ -88,7 +102,7 @@ unsafe impl Sync for Meta {}
 
 #[allow(clippy::declare_interior_mutable_const)]
 const META: Meta = Meta {
-    state: AtomicU8::new(UNUSED),
+    state: AtomicU32::new(UNUSED),
     addr: AtomicUsize::new(0),
     size: AtomicUsize::new(0),
     cache: std::cell::UnsafeCell::new([0; 24]),
@@ -124,7 +138,10 @@ static INTERVAL_NS: AtomicU64 = AtomicU64::new(0);
 static NEXT_NS: AtomicU64 = AtomicU64::new(0);
 static ARMED: AtomicBool = AtomicBool::new(false);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-static HANDLER: AtomicBool = AtomicBool::new(false);
+/// The fault handler: 0 not installed, 1 being installed (by the first sample's
+/// thread; other threads take no sample meanwhile: a fault on one would find no
+/// handler), 2 installed.
+static HANDLER: AtomicU32 = AtomicU32::new(0);
 /// The `SIGSEGV` action before ours: written once by `install_handler` before ours is
 /// installed, read by the handler after.
 struct OldAction(std::cell::UnsafeCell<std::mem::MaybeUninit<libc::sigaction>>);
@@ -268,8 +285,15 @@ pub(crate) fn alloc(
     frames: &[usize],
     ids: (u32, u32, u32),
 ) -> Option<*mut u8> {
-    if !HANDLER.swap(true, Ordering::AcqRel) {
+    if HANDLER.load(Ordering::Acquire) != 2 {
+        if HANDLER
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_err()
+        {
+            return None; // another thread installs it
+        }
         install_handler();
+        HANDLER.store(2, Ordering::Release);
     }
     let slot = {
         let mut f = FREE.lock();
@@ -331,7 +355,8 @@ pub(crate) fn alloc(
         let b = cache.as_bytes();
         c[..b.len().min(24)].copy_from_slice(&b[..b.len().min(24)]);
     }
-    m.state.store(ALLOCATED, Ordering::Release);
+    let generation = (m.state.load(Ordering::Relaxed) & !(GENERATION - 1)).wrapping_add(GENERATION);
+    m.state.store(generation | ALLOCATED, Ordering::Release);
     Some(addr as *mut u8)
 }
 
@@ -352,7 +377,8 @@ fn slot_of(p: usize) -> Option<usize> {
 /// The bytes the program asked for at `p` (a pool object's start), if it is one.
 pub(crate) fn size_of(p: *const u8) -> Option<usize> {
     let m = &METAS[slot_of(p as usize)?];
-    (m.state.load(Ordering::Acquire) == ALLOCATED && m.addr.load(Ordering::Relaxed) == p as usize)
+    let allocated = matches!(kind(m.state.load(Ordering::Acquire)), ALLOCATED | CHECKING);
+    (allocated && m.addr.load(Ordering::Relaxed) == p as usize)
         .then(|| m.size.load(Ordering::Relaxed))
 }
 
@@ -380,10 +406,25 @@ pub(crate) fn check_live() -> usize {
     let mut n = 0;
     let used = SLOTS_USED.load(Ordering::Relaxed);
     for (slot, m) in METAS[..used].iter().enumerate() {
-        if m.state.load(Ordering::Acquire) != ALLOCATED {
+        // Claimed for the check, so that a free on another thread (one still running
+        // while this one exits) waits, and the page stays accessible and the slot
+        // the same object's while its canary is read.
+        let w = m.state.load(Ordering::Acquire);
+        if kind(w) != ALLOCATED
+            || m.state
+                .compare_exchange(
+                    w,
+                    w - ALLOCATED + CHECKING,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+        {
             continue;
         }
-        if let Some(bad) = damaged_canary(slot) {
+        let bad = damaged_canary(slot);
+        m.state.store(w, Ordering::Release);
+        if let Some(bad) = bad {
             report_corruption(bad, slot, &[]);
             n += 1;
         }
@@ -410,13 +451,35 @@ pub(crate) fn free(p: *mut u8, frames: &[usize], ids: (u32, u32, u32)) -> FreeOu
         return FreeOutcome::Invalid;
     };
     let m = &METAS[slot];
-    if m.addr.load(Ordering::Relaxed) != p
-        || m.state
-            .compare_exchange(ALLOCATED, FREED, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-    {
-        report_invalid_free(p, Some(slot), frames);
-        return FreeOutcome::Invalid;
+    // The state before the address (an allocation writes them the other way round):
+    // the address read belongs to the object of that state's generation or a later
+    // one, and the exchange below fails for a later one.
+    let mut w = m.state.load(Ordering::Acquire);
+    loop {
+        if kind(w) == CHECKING {
+            // The check at exit reads its canary: wait for it.
+            std::hint::spin_loop();
+            w = m.state.load(Ordering::Acquire);
+            continue;
+        }
+        if kind(w) != ALLOCATED || m.addr.load(Ordering::Relaxed) != p {
+            report_invalid_free(p, Some(slot), frames);
+            return FreeOutcome::Invalid;
+        }
+        match m.state.compare_exchange(
+            w,
+            w - ALLOCATED + FREED,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => break,
+            // Claimed by the check at exit meanwhile: the same object still.
+            Err(now) if now == w - ALLOCATED + CHECKING => w = now,
+            Err(_) => {
+                report_invalid_free(p, Some(slot), frames);
+                return FreeOutcome::Invalid;
+            }
+        }
     }
     let page = page_of(slot);
     let bad = damaged_canary(slot);
@@ -492,7 +555,7 @@ fn write_object(w: &mut FdWriter, slot: usize) {
         alloc.tid, alloc.cpu
     );
     write_frames(w, &alloc.frames);
-    if m.state.load(Ordering::Acquire) == FREED && free.when_ns != 0 {
+    if kind(m.state.load(Ordering::Acquire)) == FREED && free.when_ns != 0 {
         let (s, us) = secs(free.when_ns);
         let _ = writeln!(
             w,
@@ -597,7 +660,7 @@ fn report_fault(addr: usize, write: bool, ip: usize) {
                 addr.saturating_sub(a + n)
             }
         };
-        let live = |s: &usize| METAS[*s].state.load(Ordering::Acquire) != UNUSED;
+        let live = |s: &usize| kind(METAS[*s].state.load(Ordering::Acquire)) != UNUSED;
         let s = match (before.filter(live), after.filter(live)) {
             (Some(b), Some(a)) => {
                 if dist(b) <= dist(a) {
@@ -676,7 +739,7 @@ fn install_handler() {
     let mut frames = [0usize; 2];
     raw_backtrace(&mut frames);
     // SAFETY: installing a handler; the old action is saved once, before any fault
-    // can run ours (HANDLER was false until the caller swapped it).
+    // can run ours (HANDLER was 0 until the caller moved it on).
     unsafe {
         let mut act: libc::sigaction = std::mem::zeroed();
         act.sa_sigaction = on_segv as *const () as usize;
@@ -756,3 +819,6 @@ fn fault_context(uctx: *mut libc::c_void) -> (bool, usize) {
 pub(crate) fn lock_for_fork() {
     FREE.lock_forever();
 }
+
+#[cfg(test)]
+mod tests;

@@ -5,7 +5,7 @@
 
 use super::Heap;
 use crate::kfence::{self, FreeOutcome};
-use kmem_core::{Gfp, Platform, PAGE_SIZE};
+use kmem_core::{Gfp, Platform, SlabFlags, PAGE_SIZE};
 use std::ptr::NonNull;
 
 /// Who and where: pid, thread id, CPU.
@@ -51,14 +51,11 @@ impl Heap {
         let cache = self.kmem.kmalloc_cache(size, gfp)?;
         let mut frames = [0usize; 8];
         self.kmem.pages.platform().stack_trace(&mut frames);
-        let p = kfence::alloc(
-            size,
-            align,
-            gfp.contains(Gfp::ZERO),
-            cache.name(),
-            &frames,
-            ids(self),
-        )?;
+        // Zeroed as the cache's objects are (`KMEM_INIT`): a slot's page keeps what its
+        // last object held while it is inaccessible.
+        let init = SlabFlags::INIT_ON_ALLOC | SlabFlags::INIT_ON_FREE;
+        let zero = gfp.contains(Gfp::ZERO) || cache.config().flags.intersects(init);
+        let p = kfence::alloc(size, align, zero, cache.name(), &frames, ids(self))?;
         NonNull::new(p)
     }
 

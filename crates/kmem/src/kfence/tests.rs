@@ -1,0 +1,94 @@
+//! KFENCE's slot state word: a generation per allocation, and the check at exit's
+//! claim, which a free waits for.
+
+use super::*;
+
+/// The pool: the process heap's (made when it starts, KFENCE on), else one made
+/// here (KFENCE off by the environment: the heap makes none then). These tests one
+/// at a time: the first cycles the FIFO to get its slot back.
+fn pool() -> std::sync::MutexGuard<'static, ()> {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _ = crate::heap::heap();
+    if POOL.load(Ordering::Acquire) == 0 {
+        assert!(init(ALL));
+    }
+    g
+}
+
+/// A pool object of `size` bytes (none while another thread installs the fault
+/// handler: tried again).
+fn sample(size: usize) -> usize {
+    for _ in 0..1000 {
+        if let Some(p) = alloc(size, 8, false, "kmalloc-64", &[], (1, 1, 0)) {
+            return p as usize;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("no free slot");
+}
+
+/// A free that read the state of a slot's earlier object cannot free a later one:
+/// each allocation of the slot has a state word of its own.
+#[test]
+fn each_allocation_of_a_slot_has_a_state_word_of_its_own() {
+    let _serial = pool();
+    let p = sample(40);
+    let slot = slot_of(p).unwrap();
+    let m = &METAS[slot];
+    let stale = m.state.load(Ordering::Acquire);
+    assert_eq!(kind(stale), ALLOCATED);
+    assert_eq!(free(p as *mut u8, &[], (1, 1, 0)), FreeOutcome::Freed);
+    // The slot again (the FIFO hands it out after the others): the rest held.
+    let mut held = Vec::new();
+    let again = loop {
+        let Some(q) = alloc(40, 8, false, "kmalloc-64", &[], (1, 1, 0)) else {
+            break None;
+        };
+        if slot_of(q as usize) == Some(slot) {
+            break Some(q as usize);
+        }
+        held.push(q as usize);
+    };
+    let q = again.expect("the slot comes back");
+    let now = m.state.load(Ordering::Acquire);
+    assert_eq!(kind(now), ALLOCATED);
+    assert_ne!(now, stale, "a new generation");
+    // The stale free's exchange fails; the object stays allocated.
+    let (acq, rel) = (Ordering::Acquire, Ordering::AcqRel);
+    let freed = stale - ALLOCATED + FREED;
+    assert!(m.state.compare_exchange(stale, freed, rel, acq).is_err());
+    assert_eq!(size_of(q as *const u8), Some(40));
+    for x in held.into_iter().chain([q]) {
+        assert_eq!(free(x as *mut u8, &[], (1, 1, 0)), FreeOutcome::Freed);
+    }
+}
+
+/// A free on another thread while the check at exit reads the object's canary
+/// waits for it (it made the page inaccessible under the check: a fault reported
+/// as a use after free), and the check leaves a live object's state as it was.
+#[test]
+fn a_free_waits_for_the_check_at_exit() {
+    let _serial = pool();
+    let p = sample(24);
+    let m = &METAS[slot_of(p).unwrap()];
+    let w = m.state.load(Ordering::Acquire);
+    check_live();
+    assert_eq!(m.state.load(Ordering::Acquire), w, "restored by the check");
+    // As `check_live` claims it.
+    m.state.store(w - ALLOCATED + CHECKING, Ordering::Release);
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            let r = free(p as *mut u8, &[], (1, 2, 0));
+            done.store(true, Ordering::Release);
+            r
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let waited = !done.load(Ordering::Acquire);
+        m.state.store(w, Ordering::Release);
+        assert_eq!(t.join().unwrap(), FreeOutcome::Freed);
+        assert!(waited, "the free did not wait for the check");
+    });
+    assert_eq!(kind(m.state.load(Ordering::Acquire)), FREED);
+}
