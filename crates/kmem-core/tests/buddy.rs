@@ -335,6 +335,32 @@ fn bulk_alloc_fills_empty_slots_and_bulk_free_returns_them() {
     }
 }
 
+/// A bulk free compares the small lists with `high`, not their count with the 2 MiB
+/// blocks parked on the pageblock list (which made the spill's excess negative: a
+/// panic with overflow checks, every small list drained without).
+#[test]
+fn a_bulk_free_beside_a_parked_pageblock_spills_nothing() {
+    let pa = allocator(4, config(1, 0));
+    let area = pa.cpu_area_get(0).unwrap();
+    // SAFETY: owned by this test.
+    let cpu = Some(unsafe { CpuRef::new(area) });
+    let block = pa.alloc_pages(cpu, Gfp::COMP, 9).unwrap();
+    // SAFETY: ours, this order: parked on the CPU's pageblock list.
+    unsafe { pa.free_pages(cpu, block, 9) };
+    let pcp = pa.zone_pcp_of(area, 0);
+    assert_eq!(pcp.thp_blocks(), 1);
+    let mut pages: Vec<Option<NonNull<Page>>> = vec![None; 8];
+    assert_eq!(pa.alloc_pages_bulk(cpu, Gfp::KERNEL, None, &mut pages), 8);
+    let small = pcp.count() - (1 << 9);
+    // SAFETY: all allocated above, order 0.
+    unsafe { pa.free_pages_bulk(cpu, &mut pages) };
+    assert_eq!(pcp.count() - (1 << 9), small + 8, "nothing spilled");
+    assert_eq!(pcp.thp_blocks(), 1);
+    pa.drain_local_pages(cpu.unwrap());
+    // SAFETY: owned and no longer used.
+    unsafe { pa.cpu_area_put(area) };
+}
+
 /// The allocation failure report is rate limited as the kernel's `warn_alloc`: ten
 /// an interval of 5 s, then the count of those held back before the next one.
 #[test]

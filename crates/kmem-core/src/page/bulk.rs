@@ -156,7 +156,9 @@ impl<P: Platform> PageAllocator<P> {
                     let zone = &self.zones[nid];
                     let pcp = self.zone_pcp(c, nid);
                     let high = zone.pcp_high();
-                    if pcp.count() > high as usize {
+                    // The small lists only (`high` bounds them, not the pageblock
+                    // list's 2 MiB blocks).
+                    if pcp.small_count() > high as usize {
                         self.free_pcp_slow(c, zone, pcp, high);
                     }
                 }

@@ -443,21 +443,28 @@ impl<P: Platform> PageAllocator<P> {
             return false;
         }
         let start = (nr << PFN_SECTION_SHIFT) + MEMMAP_PAGES;
-        let mut end = start + managed as usize;
+        let end = start + managed as usize;
         let (dstart, dend) = fa.deferred;
-        if dstart < dend && dstart >= start && dend <= end {
-            // The deferred tail is on no list: forget it (it counted as reported).
+        let hole = if dstart < dend && dstart >= start && dend <= end {
+            // The deferred range is on no list: forget it (it counted as reported).
             self.account_reported(zone, dstart, dend - dstart, false);
             fa.deferred = (0, 0);
-            end = dstart;
-        }
-        let mut pfn = start;
-        while pfn < end {
-            // SAFETY: every managed page of the section is in a free, reported block
-            // (checked above under the zone lock), so `pfn` heads one.
-            let order = unsafe { (*self.pfn_to_page_raw(pfn)).order() };
-            self.del_from_free_list(&mut fa, zone, pfn, order);
-            pfn += 1 << order;
+            (dstart, dend)
+        } else {
+            (end, end)
+        };
+        // Every listed block: before the deferred range, and after it (a bounded
+        // heap's `grow_section` lists blocks past the end it had when it came online).
+        for (from, to) in [(start, hole.0), (hole.1, end)] {
+            let mut pfn = from;
+            while pfn < to {
+                // SAFETY: every managed page of the section is in a free, reported
+                // block (checked above under the zone lock) or the deferred range,
+                // so `pfn` heads a listed one.
+                let order = unsafe { (*self.pfn_to_page_raw(pfn)).order() };
+                self.del_from_free_list(&mut fa, zone, pfn, order);
+                pfn += 1 << order;
+            }
         }
         sec.state.store(SECTION_OFFLINE, Ordering::Release);
         zone.vm_stat[ZoneStat::NrFreePages as usize].fetch_sub(managed as isize, Ordering::Relaxed);
@@ -647,6 +654,39 @@ mod tests {
             // SAFETY: allocated above, freed once.
             unsafe { pa.free_pages(None, p, MAX_ORDER) };
         }
+    }
+
+    /// A bounded heap's section that grew while part of it was still deferred (its
+    /// grown blocks listed past the deferred range) goes offline with none of its
+    /// blocks left on the zone's lists (they stayed there, their memmap discarded).
+    #[test]
+    fn a_grown_section_goes_offline_with_every_block() {
+        let pa = allocator(
+            4,
+            Config {
+                max_pages: SECTION_MANAGED_PAGES + 100,
+                ..Config::default()
+            },
+        );
+        assert!(pa.add_memory(0));
+        let (dstart, dend) = pa.deferred_pages(0);
+        assert!(dstart < dend, "part of the first step deferred");
+        // The same section grows: blocks listed past the deferred range.
+        assert!(pa.add_memory(0));
+        assert_eq!(pa.nr_online_sections(), 1);
+        assert!(pa.nr_managed_pages() > dend - MEMMAP_PAGES);
+        assert_eq!(pa.deferred_pages(0), (dstart, dend));
+        assert!(pa.free_area_counts(0).iter().sum::<usize>() > 0);
+        // All free and reported (listed so): the section goes offline with every
+        // block.
+        assert!(pa.try_offline_section(0));
+        assert!(!pa.sections[0].online());
+        assert_eq!(pa.free_area_counts(0), [0; crate::page::NR_ORDERS]);
+        assert_eq!(pa.nr_free_pages(), 0);
+        // It comes back whole, as any offline section.
+        let p = pa.alloc_pages(None, Gfp::KERNEL, MAX_ORDER).unwrap();
+        // SAFETY: allocated just above.
+        unsafe { pa.free_pages(None, p, MAX_ORDER) };
     }
 
     #[test]

@@ -313,7 +313,7 @@ impl<P: Platform> PageAllocator<P> {
             return;
         }
         let batch = zone.pcp_batch() as usize;
-        let excess = pcp.small_count() - high as usize;
+        let excess = pcp.small_count().saturating_sub(high as usize);
         self.free_pcppages_bulk(c, zone, pcp, excess + batch.min(high as usize / 2), false);
     }
 
