@@ -343,7 +343,8 @@ fn a_bulk_free_beside_a_parked_pageblock_spills_nothing() {
     let pa = allocator(4, config(1, 0));
     let area = pa.cpu_area_get(0).unwrap();
     // SAFETY: owned by this test.
-    let cpu = Some(unsafe { CpuRef::new(area) });
+    let c = unsafe { CpuRef::new(area) };
+    let cpu = Some(c);
     let block = pa.alloc_pages(cpu, Gfp::COMP, 9).unwrap();
     // SAFETY: ours, this order: parked on the CPU's pageblock list.
     unsafe { pa.free_pages(cpu, block, 9) };
@@ -356,7 +357,7 @@ fn a_bulk_free_beside_a_parked_pageblock_spills_nothing() {
     unsafe { pa.free_pages_bulk(cpu, &mut pages) };
     assert_eq!(pcp.count() - (1 << 9), small + 8, "nothing spilled");
     assert_eq!(pcp.thp_blocks(), 1);
-    pa.drain_local_pages(cpu.unwrap());
+    pa.drain_local_pages(c);
     // SAFETY: owned and no longer used.
     unsafe { pa.cpu_area_put(area) };
 }

@@ -324,10 +324,12 @@ impl<P: Platform> Kmem<P> {
     /// `pthread_atfork` child, after [`Kmem::fork_release`] (or the fork generation's
     /// release): forgets the reclaims of kept slabs and flushes of idle sheaves that
     /// the parent's other threads had in flight, which cache destruction would
-    /// otherwise wait for in the child for good (`CacheList::fork_child`). Writes
-    /// nothing when none was.
+    /// otherwise wait for in the child for good (`CacheList::fork_child`), and their
+    /// deferrals of free page reporting, which would keep every pass from starting
+    /// (`PageAllocator::fork_child`). Writes nothing when none was.
     pub fn fork_child(&self) {
         self.caches.fork_child();
+        self.pages.fork_child();
     }
 
     /// Shrinks every cache (`kmem_cache_shrink` on each): flushes the caller's CPU

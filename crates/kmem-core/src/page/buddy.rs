@@ -162,7 +162,10 @@ impl<P: Platform> PageAllocator<P> {
     }
 
     /// `expand`: a block of order `high` at `pfn` was taken for an order-`low`
-    /// allocation; list the upper halves.
+    /// allocation; list the upper halves. Unreported halves keep the block's free time
+    /// (its head's `private`), which the reporting pass reads: a half's own word holds
+    /// whatever it last had (0, or the time of a free long merged away), and a block
+    /// freed a moment ago, split, went back to the system at the next pass.
     fn expand(
         &self,
         fa: &mut FreeArea,
@@ -172,9 +175,20 @@ impl<P: Platform> PageAllocator<P> {
         mut high: usize,
         reported: bool,
     ) {
+        // SAFETY: the block's head, taken off its free list under the zone lock.
+        let freed_at = unsafe { &*self.pfn_to_page_raw(pfn) }
+            .private
+            .load(Ordering::Relaxed);
         while high > low {
             high -= 1;
-            self.add_to_free_list(fa, zone, pfn + (1 << high), high, reported);
+            let half = pfn + (1 << high);
+            if !reported {
+                // SAFETY: the half's head, a page of the block the caller holds.
+                unsafe { &*self.pfn_to_page_raw(half) }
+                    .private
+                    .store(freed_at, Ordering::Relaxed);
+            }
+            self.add_to_free_list(fa, zone, half, high, reported);
         }
     }
 

@@ -160,6 +160,17 @@ impl<P: Platform> PageAllocator<P> {
         f()
     }
 
+    /// In a fork's child: forgets the deferrals ([`PageAllocator::with_reporting_deferred`])
+    /// that the parent's other threads were inside (they do not exist there, and the
+    /// count would keep every pass from starting for good). The calling thread was in
+    /// `fork`, inside none. Writes nothing when none was (a page written in the child
+    /// is a page copied).
+    pub fn fork_child(&self) {
+        if self.report_deferred.load(Relaxed) != 0 {
+            self.report_deferred.store(0, Relaxed);
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn page_reporting_process(&self, cpu: Option<CpuRef<'_>>, zone: &Zone, force: bool) -> usize {
@@ -379,6 +390,75 @@ mod tests {
         pa.maybe_report(None, zone);
         assert!(reported(b));
         assert_eq!(zone.report_pending.load(Relaxed), 0);
+    }
+
+    /// The halves of a block split for an allocation keep its free time: freed a
+    /// moment ago, they are not reported at the next pass (each half's own word held
+    /// 0 or the time of a free long merged away, and went back to the system at once).
+    #[test]
+    fn a_split_block_s_halves_keep_its_free_time() {
+        let pa = allocator(1, Config::default());
+        let _pin = pa.alloc_pages(None, Gfp::KERNEL, 0).unwrap();
+        let old = pa.alloc_pages(None, Gfp::KERNEL, MAX_ORDER).unwrap();
+        let a = pa.alloc_pages(None, Gfp::KERNEL, MAX_ORDER).unwrap();
+        // SAFETY: allocated above with MAX_ORDER.
+        unsafe { pa.free_pages(None, old, MAX_ORDER) };
+        pa.platform().advance(2 * SECOND);
+        // `a` freed now (its free's pass reports `old`), then split: it heads the
+        // list of its order.
+        // SAFETY: as above.
+        unsafe { pa.free_pages(None, a, MAX_ORDER) };
+        assert!(reported(old) && !reported(a));
+        // Every smaller free block taken first, so that the next page splits `a`.
+        let mut held = [None; 64];
+        let mut n = 0;
+        for o in 0..MAX_ORDER {
+            while pa.free_area_counts(0)[o] > 0 {
+                held[n] = Some((pa.alloc_pages(None, Gfp::KERNEL, o).unwrap(), o));
+                n += 1;
+            }
+        }
+        let p = pa.alloc_pages(None, Gfp::KERNEL, 0).unwrap();
+        assert_eq!(p, a, "the block freed last, split");
+        let before = pa.zone_event(0, VmEvent::PgReported);
+        // A pass half a delay later: `a`'s halves are half a delay old.
+        pa.platform().advance(SECOND * 3 / 5);
+        pa.maybe_report(None, &pa.zones[0]);
+        assert_eq!(
+            pa.zone_event(0, VmEvent::PgReported),
+            before,
+            "a half reported"
+        );
+        // A delay after `a`'s free, they go.
+        pa.platform().advance(SECOND / 2);
+        pa.maybe_report(None, &pa.zones[0]);
+        assert!(pa.zone_event(0, VmEvent::PgReported) > before);
+        // SAFETY: allocated above, with these orders.
+        unsafe {
+            pa.free_pages(None, p, 0);
+            for (b, o) in held.into_iter().flatten() {
+                pa.free_pages(None, b, o);
+            }
+        }
+    }
+
+    /// A fork's child forgets the deferrals its parent's other threads were inside:
+    /// its passes run again (the count stayed raised, and no pass ever started).
+    #[test]
+    fn a_fork_child_forgets_the_parent_s_deferrals() {
+        let pa = allocator(1, Config::default());
+        let _pin = pa.alloc_pages(None, Gfp::KERNEL, 0).unwrap();
+        let a = pa.alloc_pages(None, Gfp::KERNEL, MAX_ORDER).unwrap();
+        // SAFETY: allocated above with MAX_ORDER.
+        unsafe { pa.free_pages(None, a, MAX_ORDER) };
+        pa.platform().advance(2 * SECOND);
+        // Another thread of the parent was inside a deferral when it forked.
+        pa.report_deferred.fetch_add(1, Relaxed);
+        pa.maybe_report(None, &pa.zones[0]);
+        assert!(!reported(a), "deferred");
+        pa.fork_child();
+        pa.maybe_report(None, &pa.zones[0]);
+        assert!(reported(a), "the child's passes run");
     }
 
     #[test]
