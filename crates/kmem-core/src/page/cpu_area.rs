@@ -27,6 +27,10 @@ impl<P: Platform> PageAllocator<P> {
         let nid = if nid < self.nr_nodes() { nid } else { 0 };
         let area = match self.areas.pop_free() {
             Some(a) => a,
+            // Every area made and owned (as many threads as MAX_CPU_AREAS): none
+            // without making and zeroing a block only to give it back, at every
+            // slow path of every thread beyond them.
+            None if self.areas.nr_areas() >= crate::percpu::MAX_CPU_AREAS => return None,
             None => {
                 let page = self.alloc_pages_node(
                     None,
@@ -91,6 +95,23 @@ mod tests {
     use super::super::test_platform::allocator;
     use super::super::Config;
     use super::*;
+
+    /// With every area made and owned, a new owner gets none at once: no block is
+    /// made, zeroed and given back for it (at every slow path of every thread beyond
+    /// the areas, as it was).
+    #[test]
+    fn with_every_area_owned_a_new_owner_gets_none_without_making_one() {
+        let pa = allocator(3, Config::default());
+        let mut n = 0;
+        while pa.cpu_area_get(0).is_some() {
+            n += 1;
+        }
+        assert_eq!(n, crate::percpu::MAX_CPU_AREAS);
+        let allocs = pa.zone_event(0, crate::vmstat::VmEvent::PgAlloc);
+        assert!(pa.cpu_area_get(0).is_none());
+        let now = pa.zone_event(0, crate::vmstat::VmEvent::PgAlloc);
+        assert_eq!(now, allocs, "a block made for no area");
+    }
 
     #[test]
     fn putting_an_area_back_flushes_it_and_raises_high_again() {
