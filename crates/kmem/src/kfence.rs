@@ -167,34 +167,39 @@ fn now_ns() -> u64 {
 
 /// Makes the pool (one mapping, every page inaccessible) and sets the sampling:
 /// `interval_ms` (0: off; [`ALL`]: every allocation). False if the pool cannot be
-/// mapped (KFENCE stays off).
+/// mapped (KFENCE stays off). The pool is made once: a second call (the process heap's
+/// after a unit test's, in one test binary) only sets the sampling.
 pub(crate) fn init(interval_ms: u64) -> bool {
     if interval_ms == 0 {
         return false;
     }
-    // SAFETY: a fresh private anonymous mapping with no access.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            POOL_PAGES * PAGE_SIZE,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return false;
-    }
     {
+        // The FIFO's lock orders the calls: the pool is made and listed once.
         let mut f = FREE.lock();
-        for (i, s) in f.slots.iter_mut().enumerate() {
-            *s = i as u16;
+        if POOL.load(Ordering::Acquire) == 0 {
+            // SAFETY: a fresh private anonymous mapping with no access.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    POOL_PAGES * PAGE_SIZE,
+                    libc::PROT_NONE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                    -1,
+                    0,
+                )
+            };
+            if p == libc::MAP_FAILED {
+                return false;
+            }
+            for (i, s) in f.slots.iter_mut().enumerate() {
+                *s = i as u16;
+            }
+            f.head = 0;
+            f.len = NUM_OBJECTS;
+            START_NS.store(now_ns(), Ordering::Relaxed);
+            POOL.store(p as usize, Ordering::Release);
         }
-        f.head = 0;
-        f.len = NUM_OBJECTS;
     }
-    START_NS.store(now_ns(), Ordering::Relaxed);
     let ns = if interval_ms == ALL {
         ALL
     } else {
@@ -202,7 +207,6 @@ pub(crate) fn init(interval_ms: u64) -> bool {
     };
     INTERVAL_NS.store(ns, Ordering::Relaxed);
     NEXT_NS.store(now_ns().saturating_add(ns), Ordering::Relaxed);
-    POOL.store(p as usize, Ordering::Release);
     true
 }
 

@@ -3,16 +3,12 @@
 
 use super::*;
 
-/// The pool: the process heap's (made when it starts, KFENCE on), else one made
-/// here (KFENCE off by the environment: the heap makes none then). These tests one
-/// at a time: the first cycles the FIFO to get its slot back.
+/// The pool (made once per process: the heap's, when another test started it),
+/// and these tests one at a time: the first cycles the FIFO to get its slot back.
 fn pool() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let _ = crate::heap::heap();
-    if POOL.load(Ordering::Acquire) == 0 {
-        assert!(init(ALL));
-    }
+    assert!(init(1000));
     g
 }
 
