@@ -152,14 +152,23 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
     }
 
+    /// Never waits for the cache list's lock (as the barns' decay and the kept slabs'
+    /// reclaim): its holder may be this thread, further up, allocating inside a walk
+    /// of the list (`kmem::stats`, slabinfo), which a request from any thread's
+    /// `shrink_all` would have made wait for itself. The request then stays, for the
+    /// next slow path.
     #[cold]
     pub(super) fn flush_request(&self, c: CpuRef<'_>) {
+        let Some(_g) = self.caches.lock.try_lock() else {
+            return;
+        };
         c.area()
             .drain_request
             .fetch_and(!crate::percpu::DRAIN_CACHES, Relaxed);
         // Under the cache list's lock: no reporting pass (see `Kmem::shrink_all`).
         self.pages.with_reporting_deferred(|| {
-            self.caches.for_each(|s| self.flush_cpu_cache(c, s));
+            // SAFETY: the list's lock is held (just taken).
+            unsafe { self.caches.for_each_locked(|s| self.flush_cpu_cache(c, s)) };
         });
     }
 }

@@ -25,6 +25,8 @@ fn text(write: impl FnOnce(&mut String) -> fmt::Result) -> String {
     s
 }
 
+/// Most problems [`Heap::validate`] returns (all are reported).
+pub const VALIDATE_PROBLEMS: usize = 256;
 impl Heap {
     /// `/sys/kernel/slab/<cache>/alloc_calls` as data: the objects in use of every cache
     /// with slub_debug tracks (`KMEM_DEBUG=U`), or of the cache named, grouped by the
@@ -76,10 +78,17 @@ impl Heap {
 
     /// `validate` on every cache: walks every slab on the node lists (and a debug
     /// cache's full slabs) checking freelists, counts, red zones, poison; problems are
-    /// reported on stderr in the kernel's format and returned.
+    /// reported on stderr in the kernel's format and returned, the first
+    /// [`VALIDATE_PROBLEMS`] of them: the list is made before the walk, which holds
+    /// the caches' locks, and takes no memory under them (an allocation of the slab
+    /// being checked would wait for its own node's lock).
     pub fn validate(&self) -> Vec<kmem_core::slab::debug::Problem> {
-        let mut v = Vec::new();
-        self.kmem.validate_all(&mut |p| v.push(p));
+        let mut v = Vec::with_capacity(VALIDATE_PROBLEMS);
+        self.kmem.validate_all(&mut |p| {
+            if v.len() < v.capacity() {
+                v.push(p);
+            }
+        });
         v
     }
 
