@@ -701,7 +701,9 @@ pub unsafe extern "C" fn kmem_memcg_enter(cg: *const Memcg) -> *mut c_void {
 /// `kmem_memcg_leave(token)`: restores the active group `kmem_memcg_enter` replaced.
 #[no_mangle]
 pub unsafe extern "C" fn kmem_memcg_leave(token: *mut c_void) {
-    kmem::memcg::raw::leave(token as usize);
+    // SAFETY: the caller's contract (a token from `kmem_memcg_enter` on this thread,
+    // its group alive).
+    unsafe { kmem::memcg::raw::leave(token as usize) };
 }
 
 /// `kmem_memcg_usage(cg)`: `memory.current` in bytes.

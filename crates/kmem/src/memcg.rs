@@ -127,12 +127,17 @@ impl<'p> MemCgroup<'p> {
     }
 
     /// Makes this group the calling thread's active group until the guard drops
-    /// (guards nest: dropping one restores the group active before it).
+    /// (guards nest: dropping one restores the group active before it). The guard
+    /// holds a reference on the group's objcg: a guard forgotten (`mem::forget`) leaves
+    /// the group active on the thread, and the removed group kept, never freed under
+    /// the thread's charges.
     pub fn enter(&self) -> MemcgGuard<'_> {
-        let prev = set_active_objcg(Some(self.cg.objcg()));
+        let objcg = self.cg.objcg();
+        objcg.get();
+        let prev = set_active_objcg(Some(objcg));
         MemcgGuard {
             prev,
-            _group: PhantomData,
+            objcg,
             _not_send: PhantomData,
         }
     }
@@ -159,13 +164,15 @@ impl Drop for MemCgroup<'_> {
 /// thread it changed.
 pub struct MemcgGuard<'g> {
     prev: usize,
-    _group: PhantomData<&'g ()>,
+    /// The group's objcg, a reference held on it.
+    objcg: &'g memcontrol::ObjCgroup,
     _not_send: PhantomData<*const ()>,
 }
 
 impl Drop for MemcgGuard<'_> {
     fn drop(&mut self) {
         restore_active_objcg(self.prev);
+        self.objcg.put();
     }
 }
 
@@ -328,7 +335,11 @@ pub mod raw {
     }
 
     /// Restores the active group from an [`enter`] token.
-    pub fn leave(token: usize) {
+    ///
+    /// # Safety
+    /// `token` came from [`enter`] on this thread, and the group it names (if any)
+    /// is still alive.
+    pub unsafe fn leave(token: usize) {
         restore_active_objcg(token);
     }
 

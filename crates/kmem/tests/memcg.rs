@@ -486,3 +486,29 @@ fn page_allocations_in_bulk_are_charged_one_by_one() {
     assert!(pages.iter().all(|p| p.is_none()));
     assert_eq!(g.stat().kmem_pages, 0);
 }
+
+/// A guard forgotten (`mem::forget`, safe code) leaves its group active on the thread
+/// after the group's handle is dropped: the guard's reference keeps the removed group
+/// (a zombie) from being freed under the thread's charges, which once wrote into the
+/// freed descriptor.
+#[test]
+fn a_forgotten_guard_keeps_its_removed_group_alive() {
+    let _s = serial();
+    let memcg = heap().kmem().memcg();
+    std::thread::spawn(move || {
+        let g = MemCgroup::new("forgotten").expect("a group");
+        std::mem::forget(g.enter());
+        let zombies = memcg.nr_zombie_mem_cgroups();
+        drop(g);
+        assert_eq!(
+            memcg.nr_zombie_mem_cgroups(),
+            zombies + 1,
+            "the removed group is kept"
+        );
+        // Charged to it (reparented) still: allocations and frees go on.
+        let v: Vec<Vec<u8>> = (0..1000).map(|i| vec![i as u8; 100]).collect();
+        assert!(v.iter().enumerate().all(|(i, b)| b[99] == i as u8));
+    })
+    .join()
+    .unwrap();
+}

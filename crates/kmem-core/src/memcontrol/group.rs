@@ -67,15 +67,18 @@ impl ObjCgroup {
         // an ancestor, which its group's reference keeps alive (module doc).
         unsafe { &*self.memcg.load(Acquire) }
     }
-    /// Takes a reference. Whoever touches a removed group's objcg holds one: a stock
-    /// caching it, or an uncharge in progress. Count updates made while holding it are
-    /// releases, so a sweep that sees them also sees the reference (`objcg_try_kill`).
+    /// Takes a reference (`obj_cgroup_get`). Whoever touches a removed group's objcg
+    /// holds one: a stock caching it, an uncharge in progress, a thread that has it
+    /// active. Count updates made while holding it are releases, so a sweep that sees
+    /// them also sees the reference (`objcg_try_kill`). A removed group is freed only
+    /// once no reference is left.
     #[inline]
-    pub(super) fn get(&self) {
+    pub fn get(&self) {
         self.refcnt.fetch_add(1, Relaxed);
     }
+    /// Gives a reference back (`obj_cgroup_put`).
     #[inline]
-    pub(super) fn put(&self) {
+    pub fn put(&self) {
         self.refcnt.fetch_sub(1, Release);
     }
 }
