@@ -217,8 +217,29 @@ pub struct MemcgStats {
 impl MemcgStats {
     pub(crate) fn of(cg: &memcontrol::MemCgroup) -> MemcgStats {
         let f = MemcgFiles::of(cg);
-        let mut caches = Vec::new();
-        cg.for_each_cache(|name, n| caches.push((name.to_string(), n as i64)));
+        // Copied under the group's table lock, a leaf, then made into strings: no
+        // allocation under it (in per-CPU mode one waits for a CPU area's lock, whose
+        // holder, flushing a charged free's statistics, waits for this table).
+        const SLOTS: usize = memcontrol::MEMCG_CACHE_SLOTS + 1;
+        let mut copied = [([0u8; memcontrol::MEMCG_NAME_LEN], 0usize, 0isize); SLOTS];
+        let mut n = 0;
+        cg.for_each_cache(|name, objects| {
+            if n < SLOTS {
+                let len = name.len().min(memcontrol::MEMCG_NAME_LEN);
+                copied[n].0[..len].copy_from_slice(&name.as_bytes()[..len]);
+                (copied[n].1, copied[n].2) = (len, objects);
+                n += 1;
+            }
+        });
+        let caches = copied[..n]
+            .iter()
+            .map(|(b, len, objects)| {
+                (
+                    String::from_utf8_lossy(&b[..*len]).into_owned(),
+                    *objects as i64,
+                )
+            })
+            .collect();
         MemcgStats {
             name: f.name.to_string(),
             parent: cg.parent().map(|p| p.name().to_string()),
