@@ -487,3 +487,78 @@ fn the_fork_handlers_hold_the_memory_groups_locks() {
     });
     assert!(groups.load(SeqCst) && stats.load(SeqCst) && root_stats.load(SeqCst));
 }
+
+/// A charge stock whose statistics count a cache's objects keeps the cache (its
+/// config, read by the stock's next flush) after `kmem_cache_destroy`, and frees it
+/// when it lets go: the flush read the freed cache, or the next cache made at its
+/// address, whose name then took the destroyed one's stale counts in the group's table.
+#[test]
+fn a_stock_keeps_a_destroyed_cache_until_it_flushes() {
+    let k = kmem(2, config(1, 0));
+    let (_a, cpu) = common::own_area(k);
+    let memcg = k.memcg();
+    let g = memcg
+        .mem_cgroup_create(cpu, memcg.root_mem_cgroup(), "stock-cache")
+        .unwrap();
+    let objcg = g.objcg();
+    let c = k
+        .kmem_cache_create(cpu, "doomed", 200, 8, kmem_core::SlabFlags::ACCOUNT, None)
+        .unwrap();
+    let addr = c as *const kmem_core::KmemCache as usize;
+    // An object of `c` charged, another class's after it, then `c`'s freed: the stock
+    // counts `c` again, its lag one object down.
+    let o = memcg
+        .kmem_cache_alloc_objcg(cpu, c, Gfp::KERNEL, objcg)
+        .unwrap();
+    let p = memcg.kmalloc_objcg(cpu, 64, Gfp::KERNEL, objcg).unwrap();
+    // SAFETY: ours, freed once each.
+    unsafe {
+        assert!(k.kfree(cpu, p.as_ptr()));
+        assert!(k.kmem_cache_free(cpu, c, o));
+    }
+    // Destroyed and made from no CPU: the cache's memory goes to its slab's freelist,
+    // and the next cache takes it from there, unless a stock still names it.
+    let caches = || {
+        let mut t = String::new();
+        k.slabinfo(&mut t).unwrap();
+        let line = t
+            .lines()
+            .find(|l| l.starts_with("kmem_cache "))
+            .unwrap()
+            .to_string();
+        line.split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+    };
+    let before = caches();
+    // SAFETY: nobody uses `c` again.
+    assert_eq!(unsafe { k.kmem_cache_destroy(None, c) }, Ok(()));
+    assert_eq!(caches(), before, "kept while the stock names it");
+    let d = k
+        .kmem_cache_create(
+            None,
+            "newcomer",
+            500,
+            8,
+            kmem_core::SlabFlags::empty(),
+            None,
+        )
+        .unwrap();
+    assert_ne!(d as *const kmem_core::KmemCache as usize, addr);
+    memcg.memcg_drain_stock(cpu.unwrap());
+    assert_eq!(
+        caches(),
+        before,
+        "`c` freed by the drain (`d` made meanwhile)"
+    );
+    let mut names = Vec::new();
+    g.for_each_cache(|name, n| names.push((name.to_string(), n)));
+    assert!(
+        names.iter().all(|(name, _)| name != "newcomer"),
+        "{names:?}"
+    );
+    // SAFETY: nobody uses `d` again.
+    assert_eq!(unsafe { k.kmem_cache_destroy(None, d) }, Ok(()));
+}

@@ -123,8 +123,12 @@ impl<P: Platform> Kmem<P> {
             return Err(DestroyError::ObjectsRemaining(live));
         }
         s.deactivate();
-        // SAFETY: `s` is an object of kmem_cache that nobody uses any more (caller).
-        unsafe { slub.free(cpu, &self.kmem_cache, NonNull::from(s).cast::<u8>()) };
+        // A charge stock that still counts its objects frees it when it lets go.
+        if s.give_up() {
+            // SAFETY: `s` is an object of kmem_cache that nobody uses any more
+            // (caller), and no stock names it.
+            unsafe { slub.free(cpu, &self.kmem_cache, NonNull::from(s).cast::<u8>()) };
+        }
         Ok(())
     }
 

@@ -11,7 +11,7 @@ use crate::percpu::{CpuRef, DRAIN_STOCK};
 use crate::platform::Platform;
 use crate::slab::{KmemCache, SlabFlags};
 use crate::sync::{AtomicIsize, AtomicPtr, AtomicUsize, Ordering::AcqRel, Ordering::Relaxed};
-use core::ptr::{self};
+use core::ptr::{self, NonNull};
 
 /// `struct memcg_stock_pcp` (with its obj stock): in every CPU area.
 /// All-zero is the valid empty state. Only the area's owner touches it.
@@ -224,8 +224,28 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
         if !ptr::eq(st.stat_cache.load(Relaxed), s) {
             self.flush_stock_stats(st);
-            st.stat_cache
-                .store(s as *const KmemCache as *mut KmemCache, Relaxed);
+            s.stock_get();
+            let old = st
+                .stat_cache
+                .swap(s as *const KmemCache as *mut KmemCache, Relaxed);
+            self.stat_cache_put(old);
+        }
+    }
+
+    /// Lets go of a cache the stock counted (`KmemCache::stock_get`): frees it when
+    /// `kmem_cache_destroy` gave it up and this was the last stock to name it.
+    fn stat_cache_put(&self, old: *mut KmemCache) {
+        // SAFETY: a stock's cache lives while the stock names it (its reference).
+        if let Some(old) = unsafe { old.as_ref() } {
+            if old.stock_put() {
+                // SAFETY: an object of the kmem_cache cache, given up by its
+                // destruction, that nothing names any more.
+                unsafe {
+                    self.km
+                        .slub()
+                        .free(None, self.boot, NonNull::from(old).cast())
+                };
+            }
         }
     }
 
@@ -263,7 +283,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
             return;
         };
         self.flush_stock_stats(st);
-        st.stat_cache.store(ptr::null_mut(), Relaxed);
+        let cache = st.stat_cache.swap(ptr::null_mut(), Relaxed);
+        self.stat_cache_put(cache);
         let n = st.nr_bytes.load(Relaxed);
         let pages = n >> PAGE_SHIFT;
         let delta = st.objcg_pages_delta.load(Relaxed) - pages as isize;
@@ -292,9 +313,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         set(&st.stat_base, st.nr_bytes.load(Relaxed));
         let objcg = st.cached_objcg.load(Relaxed);
         let cache = st.stat_cache.load(Relaxed);
-        // SAFETY: the cached objcg is kept alive by the stock's reference; the stock
-        // names a cache only while objects of it counted here are live or the count is
-        // zero (a cache with live objects cannot be destroyed).
+        // SAFETY: the cached objcg is kept alive by the stock's reference, the cache
+        // by the stock's (`stat_cache_put`), even once it was destroyed.
         let (Some(objcg), Some(s)) = (unsafe { objcg.as_ref() }, unsafe { cache.as_ref() }) else {
             return;
         };

@@ -119,6 +119,9 @@ pub struct CacheWithNodes {
     pub nodes: CacheNodes,
 }
 
+/// [`KmemCache`]'s `stock_refs` bit for a cache given up by `kmem_cache_destroy`.
+const CACHE_DEAD: usize = 1 << (usize::BITS - 1);
+
 /// A slab cache (`struct kmem_cache`).
 ///
 /// Invariant: `config` and `nodes` are written only while the cache is being created,
@@ -134,6 +137,11 @@ pub struct CacheWithNodes {
 pub struct KmemCache {
     config: UnsafeCell<CacheConfig>,
     active: AtomicUsize,
+    /// Memory cgroup charge stocks whose statistics count this cache's objects
+    /// (`MemcgStock::stat_cache`), and [`CACHE_DEAD`] once `kmem_cache_destroy` has
+    /// given it up: the last of the two to let go frees it (a stock flushes its
+    /// statistics from the cache's config, long after its last object went).
+    stock_refs: AtomicUsize,
     /// Next cache on the allocator's list of caches.
     pub(crate) next: AtomicPtr<KmemCache>,
     /// Where the node states and the counters of contexts without a CPU area are (see
@@ -153,6 +161,7 @@ impl KmemCache {
         Self {
             config: UnsafeCell::new(CacheConfig::EMPTY),
             active: AtomicUsize::new(0),
+            stock_refs: AtomicUsize::new(0),
             next: AtomicPtr::new(ptr::null_mut()),
             // Until `set_config`: no table (null), read as UNSET_NODE for every node,
             // and no counters.
@@ -243,6 +252,25 @@ impl KmemCache {
 
     pub(crate) fn deactivate(&self) {
         self.active.store(0, crate::sync::Ordering::Release);
+    }
+
+    /// A charge stock counts this cache's objects from now on (`stock_refs`).
+    pub(crate) fn stock_get(&self) {
+        self.stock_refs.fetch_add(1, crate::sync::Ordering::Relaxed);
+    }
+
+    /// A charge stock stops counting this cache's objects: true when the cache was
+    /// given up and this was the last stock, so that the caller frees it.
+    pub(crate) fn stock_put(&self) -> bool {
+        self.stock_refs.fetch_sub(1, crate::sync::Ordering::AcqRel) == CACHE_DEAD | 1
+    }
+
+    /// `kmem_cache_destroy` gives the cache up: true when no charge stock counts its
+    /// objects, so that the caller frees it now (else the last stock does).
+    pub(crate) fn give_up(&self) -> bool {
+        self.stock_refs
+            .fetch_or(CACHE_DEAD, crate::sync::Ordering::AcqRel)
+            == 0
     }
 
     #[inline]
