@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{config, kmem};
+use common::{config, kmem, own_area};
 use kmem_core::slab::ObjectLookup;
 use kmem_core::{CpuRef, Gfp};
 
@@ -101,12 +101,28 @@ fn an_outgrown_object_goes_to_its_slab_and_an_emptied_slab_to_the_zone() {
 /// lists, where the larger class's next slab takes the block as it is; below (a 1 KiB
 /// class on 16 KiB slabs) and above (kmalloc-16k, whose doubles take 128 KiB slabs)
 /// the block goes to the zone to merge, as the first test shows for 1 KiB.
+/// Every address of `objs` (objects of `size` bytes) distinct, then each freed.
+fn distinct_then_freed(
+    k: &kmem_core::Kmem<common::TestPlatform>,
+    cpu: Option<CpuRef<'_>>,
+    mut objs: Vec<usize>,
+    size: usize,
+) {
+    objs.sort();
+    assert!(
+        objs.windows(2).all(|w| w[0] + size <= w[1]),
+        "an object handed out twice"
+    );
+    for p in objs {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.kfree(cpu, p as *mut u8) });
+    }
+}
+
 #[test]
 fn an_outgrown_slab_of_the_doubled_class_s_order_goes_to_the_cpu_s_page_lists() {
     let k = kmem(2, config(1, 0));
-    let area = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned by this thread.
-    let cpu = Some(unsafe { CpuRef::new(area) });
+    let (area, cpu) = own_area(k);
     let class = |size| k.kmalloc_cache(size, Gfp::KERNEL).unwrap().config();
     for (size, same) in [
         (1024, false),
@@ -165,16 +181,11 @@ fn an_outgrown_slab_of_the_doubled_class_s_order_goes_to_the_cpu_s_page_lists() 
         .map(|_| k.kmalloc(cpu, 8192, Gfp::KERNEL).unwrap())
         .collect();
     // Nothing handed out twice: the 4 KiB class gets as many objects again.
-    let mut again: Vec<usize> = (0..8 * per)
+    let again: Vec<usize> = (0..8 * per)
         .map(|_| k.kmalloc(cpu, 4096, Gfp::KERNEL).unwrap().as_ptr() as usize)
         .chain(rest.iter().chain([&first]).map(|p| p.as_ptr() as usize))
         .collect();
-    again.sort();
-    assert!(again.windows(2).all(|w| w[0] + 4096 <= w[1]));
-    for p in again {
-        // SAFETY: ours.
-        assert!(unsafe { k.kfree(cpu, p as *mut u8) });
-    }
+    distinct_then_freed(k, cpu, again, 4096);
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(area) };
 }
@@ -187,9 +198,7 @@ fn an_outgrown_slab_of_the_doubled_class_s_order_goes_to_the_cpu_s_page_lists() 
 #[test]
 fn an_outgrown_double_free_is_refused() {
     let k = kmem(2, config(1, 0));
-    let area = k.pages.cpu_area_get(0).unwrap();
-    // SAFETY: owned by this thread.
-    let cpu = Some(unsafe { CpuRef::new(area) });
+    let (area, cpu) = own_area(k);
     let s = k.kmalloc_cache(1024, Gfp::KERNEL).unwrap();
     let (per, cap) = (s.config().objects, s.config().sheaf_capacity);
     let outgrown = |p: usize| {
@@ -199,15 +208,19 @@ fn an_outgrown_double_free_is_refused() {
         // SAFETY: ours, given up (or the double free under test).
         unsafe { k.slub().free_outgrown(cpu, s, slab, p) }
     };
+    // Straight from the slabs (a node given: past the sheaves).
+    let from_slabs = |n: usize| -> Vec<usize> {
+        (0..n)
+            .map(|_| {
+                k.slub()
+                    .alloc_node(cpu, s, Gfp::KERNEL, Some(0))
+                    .unwrap()
+                    .as_ptr() as usize
+            })
+            .collect()
+    };
     // The spare sheaf made and filled, its top object freed again.
-    let objs: Vec<usize> = (0..cap)
-        .map(|_| {
-            k.slub()
-                .alloc_node(cpu, s, Gfp::KERNEL, Some(0))
-                .unwrap()
-                .as_ptr() as usize
-        })
-        .collect();
+    let objs = from_slabs(cap);
     for &p in &objs {
         assert!(outgrown(p));
     }
@@ -218,14 +231,7 @@ fn an_outgrown_double_free_is_refused() {
         .take_log()
         .contains("Object already free"));
     // Slabs emptied straight to the node (no CPU), the ones past `min_partial` kept.
-    let many: Vec<usize> = (0..16 * per)
-        .map(|_| {
-            k.slub()
-                .alloc_node(cpu, s, Gfp::KERNEL, Some(0))
-                .unwrap()
-                .as_ptr() as usize
-        })
-        .collect();
+    let many = from_slabs(16 * per);
     for &p in &many {
         // SAFETY: ours, freed once.
         assert!(unsafe {
@@ -256,15 +262,10 @@ fn an_outgrown_double_free_is_refused() {
         .contains("Object already free"));
     // Nothing handed out twice: every object of the class's slabs comes back once.
     let n = 16 * per + cap;
-    let mut again: Vec<usize> = (0..n)
+    let again: Vec<usize> = (0..n)
         .map(|_| k.kmalloc(cpu, 1024, Gfp::KERNEL).unwrap().as_ptr() as usize)
         .collect();
-    again.sort();
-    assert!(again.windows(2).all(|w| w[0] + 1024 <= w[1]));
-    for p in again {
-        // SAFETY: ours.
-        assert!(unsafe { k.kfree(cpu, p as *mut u8) });
-    }
+    distinct_then_freed(k, cpu, again, 1024);
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(area) };
 }
