@@ -216,44 +216,85 @@ pub struct MemcgStats {
 
 impl MemcgStats {
     pub(crate) fn of(cg: &memcontrol::MemCgroup) -> MemcgStats {
+        RawStats::of(cg).into_stats()
+    }
+}
+
+/// A name of at most [`memcontrol::MEMCG_NAME_LEN`] bytes, copied.
+type RawName = ([u8; memcontrol::MEMCG_NAME_LEN], usize);
+
+fn raw_name(name: &str) -> RawName {
+    let mut b = [0u8; memcontrol::MEMCG_NAME_LEN];
+    let len = name.len().min(b.len());
+    b[..len].copy_from_slice(&name.as_bytes()[..len]);
+    (b, len)
+}
+
+fn name_string((b, len): &RawName) -> String {
+    String::from_utf8_lossy(&b[..*len]).into_owned()
+}
+
+/// The per-cache rows a group's table holds: its slots and "other".
+const CACHE_ROWS: usize = memcontrol::MEMCG_CACHE_SLOTS + 1;
+
+/// [`MemcgStats`] copied without allocating: under a group's statistics table lock,
+/// a leaf, and the groups' lock (`all_stats`), which allocations must not be made
+/// under (in per-CPU modes one waits for a CPU area's lock, whose holder, creating a
+/// group or flushing a charged free's statistics, waits for them).
+struct RawStats {
+    name: RawName,
+    parent: Option<RawName>,
+    usage: u64,
+    peak: u64,
+    limits: [Option<u64>; 2],
+    events: [u64; 3],
+    stat: [i64; 3],
+    caches: [(RawName, isize); CACHE_ROWS],
+    nr_caches: usize,
+}
+
+impl RawStats {
+    fn of(cg: &memcontrol::MemCgroup) -> RawStats {
         let f = MemcgFiles::of(cg);
-        // Copied under the group's table lock, a leaf, then made into strings: no
-        // allocation under it (in per-CPU mode one waits for a CPU area's lock, whose
-        // holder, flushing a charged free's statistics, waits for this table).
-        const SLOTS: usize = memcontrol::MEMCG_CACHE_SLOTS + 1;
-        let mut copied = [([0u8; memcontrol::MEMCG_NAME_LEN], 0usize, 0isize); SLOTS];
-        let mut n = 0;
+        let mut raw = RawStats {
+            name: raw_name(f.name),
+            parent: cg.parent().map(|p| raw_name(p.name())),
+            usage: f.current,
+            peak: f.peak,
+            limits: [f.max, f.high],
+            events: f.events,
+            stat: f.stat,
+            caches: [(([0; memcontrol::MEMCG_NAME_LEN], 0), 0); CACHE_ROWS],
+            nr_caches: 0,
+        };
         cg.for_each_cache(|name, objects| {
-            if n < SLOTS {
-                let len = name.len().min(memcontrol::MEMCG_NAME_LEN);
-                copied[n].0[..len].copy_from_slice(&name.as_bytes()[..len]);
-                (copied[n].1, copied[n].2) = (len, objects);
-                n += 1;
+            if raw.nr_caches < CACHE_ROWS {
+                raw.caches[raw.nr_caches] = (raw_name(name), objects);
+                raw.nr_caches += 1;
             }
         });
-        let caches = copied[..n]
-            .iter()
-            .map(|(b, len, objects)| {
-                (
-                    String::from_utf8_lossy(&b[..*len]).into_owned(),
-                    *objects as i64,
-                )
-            })
-            .collect();
+        raw
+    }
+
+    fn into_stats(self) -> MemcgStats {
+        let (events, stat) = (self.events, self.stat);
         MemcgStats {
-            name: f.name.to_string(),
-            parent: cg.parent().map(|p| p.name().to_string()),
-            usage: f.current,
-            max: f.max,
-            high: f.high,
-            peak: f.peak,
-            events_high: f.events[0],
-            events_max: f.events[1],
-            events_oom: f.events[2],
-            slab_reclaimable: f.stat[0],
-            slab_unreclaimable: f.stat[1],
-            kmem_pages: f.stat[2],
-            caches,
+            name: name_string(&self.name),
+            parent: self.parent.as_ref().map(name_string),
+            usage: self.usage,
+            max: self.limits[0],
+            high: self.limits[1],
+            peak: self.peak,
+            events_high: events[0],
+            events_max: events[1],
+            events_oom: events[2],
+            slab_reclaimable: stat[0],
+            slab_unreclaimable: stat[1],
+            kmem_pages: stat[2],
+            caches: self.caches[..self.nr_caches]
+                .iter()
+                .map(|(n, objects)| (name_string(n), *objects as i64))
+                .collect(),
         }
     }
 }
@@ -283,16 +324,27 @@ impl fmt::Display for MemcgStats {
     }
 }
 
-/// Every group's figures: the root first, then the online groups.
+/// Every group's figures: the root first, then the online groups. Copied under the
+/// groups' lock into a list made before it (see `RawStats`), again if groups came
+/// meanwhile; made into strings after.
 pub fn all_stats() -> Vec<MemcgStats> {
     uncharged(|| {
         flush_local();
-        let mut v = Vec::new();
-        heap()
-            .kmem()
-            .memcg()
-            .for_each_mem_cgroup(|cg| v.push(MemcgStats::of(cg)));
-        v
+        let memcg = heap().kmem().memcg();
+        loop {
+            let mut raw = Vec::with_capacity(memcg.nr_mem_cgroups() + 8);
+            let mut whole = true;
+            memcg.for_each_mem_cgroup(|cg| {
+                if raw.len() < raw.capacity() {
+                    raw.push(RawStats::of(cg));
+                } else {
+                    whole = false;
+                }
+            });
+            if whole {
+                return raw.into_iter().map(RawStats::into_stats).collect();
+            }
+        }
     })
 }
 

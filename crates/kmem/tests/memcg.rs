@@ -449,6 +449,11 @@ fn the_snapshot_lists_groups_in_the_kernel_formats() {
         .expect("the group in the snapshot");
     assert_eq!(mine.parent.as_deref(), Some("/"));
     assert_eq!(mine.high, Some(MIB as u64));
+    assert!(
+        mine.caches.contains(&("kmalloc-cg-128".to_string(), 1)),
+        "{:?}",
+        mine.caches
+    );
     assert!(stats.memcgs[0].name == "/", "the root first");
     assert!(stats.to_string().contains("memcg snapshot-me\n"));
     // (The crate's tests enable `serde` through their dev-dependency on kmem itself.)
