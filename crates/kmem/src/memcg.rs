@@ -234,9 +234,6 @@ fn name_string((b, len): &RawName) -> String {
     String::from_utf8_lossy(&b[..*len]).into_owned()
 }
 
-/// The per-cache rows a group's table holds: its slots and "other".
-const CACHE_ROWS: usize = memcontrol::MEMCG_CACHE_SLOTS + 1;
-
 /// [`MemcgStats`] copied without allocating: under a group's statistics table lock,
 /// a leaf, and the groups' lock (`all_stats`), which allocations must not be made
 /// under (in per-CPU modes one waits for a CPU area's lock, whose holder, creating a
@@ -249,14 +246,13 @@ struct RawStats {
     limits: [Option<u64>; 2],
     events: [u64; 3],
     stat: [i64; 3],
-    caches: [(RawName, isize); CACHE_ROWS],
-    nr_caches: usize,
+    caches: memcontrol::CacheRows,
 }
 
 impl RawStats {
     fn of(cg: &memcontrol::MemCgroup) -> RawStats {
         let f = MemcgFiles::of(cg);
-        let mut raw = RawStats {
+        RawStats {
             name: raw_name(f.name),
             parent: cg.parent().map(|p| raw_name(p.name())),
             usage: f.current,
@@ -264,16 +260,8 @@ impl RawStats {
             limits: [f.max, f.high],
             events: f.events,
             stat: f.stat,
-            caches: [(([0; memcontrol::MEMCG_NAME_LEN], 0), 0); CACHE_ROWS],
-            nr_caches: 0,
-        };
-        cg.for_each_cache(|name, objects| {
-            if raw.nr_caches < CACHE_ROWS {
-                raw.caches[raw.nr_caches] = (raw_name(name), objects);
-                raw.nr_caches += 1;
-            }
-        });
-        raw
+            caches: memcontrol::CacheRows::of(cg),
+        }
     }
 
     fn into_stats(self) -> MemcgStats {
@@ -291,9 +279,10 @@ impl RawStats {
             slab_reclaimable: stat[0],
             slab_unreclaimable: stat[1],
             kmem_pages: stat[2],
-            caches: self.caches[..self.nr_caches]
+            caches: self
+                .caches
                 .iter()
-                .map(|(n, objects)| (name_string(n), *objects as i64))
+                .map(|(n, objects)| (n.to_string(), objects as i64))
                 .collect(),
         }
     }
@@ -382,9 +371,10 @@ pub mod raw {
             .memcg()
             .mem_cgroup_create(h.cpu().get(), parent, name);
         restore_active_objcg(prev);
-        // SAFETY: groups live until removed (and as zombies after); never moved.
-        cg.ok()
-            .map(|g| unsafe { &*(g as *const memcontrol::MemCgroup) })
+        cg.ok().map(|g| {
+            // SAFETY: groups live until removed (and as zombies after); never moved.
+            unsafe { &*(g as *const memcontrol::MemCgroup) }
+        })
     }
 
     /// Removes a group (its live objects are reparented).

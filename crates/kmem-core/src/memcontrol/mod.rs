@@ -77,7 +77,7 @@ pub use objcg_sheaf::{
     OBJCG_SHEAF_BYTES, OBJCG_SHEAF_CLASSES, OBJCG_SHEAF_MIN_SLOTS, OBJCG_SHEAF_REFILL,
     OBJCG_SHEAF_SLOTS, OBJCG_SHEAVES_MAX_BYTES,
 };
-pub use report::{write_memcg_files, MemcgFiles};
+pub use report::{write_memcg_files, CacheRows, MemcgFiles};
 pub use stock::MemcgStock;
 
 use crate::kmalloc::Kmalloc;

@@ -11,27 +11,56 @@ impl<'a, P: Platform> Memcg<'a, P> {
 
     /// The group's files in cgroup v2's formats (see [`write_memcg_files`]).
     pub fn memcg_report(&self, w: &mut dyn fmt::Write, cg: &MemCgroup) -> fmt::Result {
-        const N: usize = MEMCG_CACHE_SLOTS + 1;
-        let mut names = [[0u8; MEMCG_NAME_LEN]; N];
-        let mut lens = [0usize; N];
-        let mut counts = [0isize; N];
+        let rows = CacheRows::of(cg);
+        let mut list = [("", 0isize); CACHE_ROWS];
         let mut n = 0;
-        cg.for_each_cache(|name, objects| {
-            if n < N {
-                lens[n] = name.len().min(MEMCG_NAME_LEN);
-                names[n][..lens[n]].copy_from_slice(&name.as_bytes()[..lens[n]]);
-                counts[n] = objects;
-                n += 1;
-            }
-        });
-        let mut list = [("", 0isize); N];
-        for i in 0..n {
-            list[i] = (
-                core::str::from_utf8(&names[i][..lens[i]]).unwrap_or("?"),
-                counts[i],
-            );
+        for (row, slot) in rows.iter().zip(list.iter_mut()) {
+            *slot = row;
+            n += 1;
         }
         write_memcg_files(w, &MemcgFiles::of(cg), &list[..n])
+    }
+}
+
+/// The rows of a group's per-cache table: its slots and "other".
+const CACHE_ROWS: usize = MEMCG_CACHE_SLOTS + 1;
+
+/// A group's per-cache object counts, copied under its table's lock (a leaf) without
+/// allocating: reports format or allocate after it.
+#[derive(Clone, Copy)]
+pub struct CacheRows {
+    names: [[u8; MEMCG_NAME_LEN]; CACHE_ROWS],
+    lens: [usize; CACHE_ROWS],
+    counts: [isize; CACHE_ROWS],
+    n: usize,
+}
+
+impl CacheRows {
+    /// The rows of `cg` now.
+    pub fn of(cg: &MemCgroup) -> Self {
+        let mut r = CacheRows {
+            names: [[0; MEMCG_NAME_LEN]; CACHE_ROWS],
+            lens: [0; CACHE_ROWS],
+            counts: [0; CACHE_ROWS],
+            n: 0,
+        };
+        cg.for_each_cache(|name, objects| {
+            if r.n < CACHE_ROWS {
+                let len = name.len().min(MEMCG_NAME_LEN);
+                r.names[r.n][..len].copy_from_slice(&name.as_bytes()[..len]);
+                (r.lens[r.n], r.counts[r.n]) = (len, objects);
+                r.n += 1;
+            }
+        });
+        r
+    }
+
+    /// Each row: the cache's name and its objects.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, isize)> + '_ {
+        (0..self.n).map(|i| {
+            let name = core::str::from_utf8(&self.names[i][..self.lens[i]]).unwrap_or("?");
+            (name, self.counts[i])
+        })
     }
 }
 

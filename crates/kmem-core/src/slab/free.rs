@@ -54,13 +54,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         match self.lookup(obj.as_ptr()) {
             ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
                 // SAFETY: the head page of a live slab.
-                accounting::slab_free_hook(
-                    acct,
-                    cpu,
-                    s,
-                    unsafe { slab.as_ref() },
-                    obj.as_ptr() as usize,
-                );
+                let head = unsafe { slab.as_ref() };
+                accounting::slab_free_hook(acct, cpu, s, head, obj.as_ptr() as usize);
                 // SAFETY: a valid object of `s`, given up by the caller.
                 unsafe { self.free_object(cpu, s, slab, obj.as_ptr() as usize) }
             }
