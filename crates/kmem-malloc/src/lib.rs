@@ -299,7 +299,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
     let h = heap();
     let align = malloc_align(size);
     if size <= isize::MAX as usize - align {
-        // SAFETY: the caller's pointer; an object whose class holds `size` bytes has
+        // SAFETY: the caller's pointer, given up if it moves; an object whose class holds `size` bytes has
         // `malloc`'s alignment for them (every class above 8 bytes that C allocates
         // from is 16-aligned), and a moved one gets it.
         let moved = unsafe { h.realloc_object_freed(p.cast(), align, usize::MAX, size) };

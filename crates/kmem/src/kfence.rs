@@ -790,7 +790,8 @@ extern "C" fn on_segv(sig: libc::c_int, info: *mut libc::siginfo_t, uctx: *mut l
         }
     } else if old.sa_flags & libc::SA_SIGINFO != 0 {
         type Action = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
-        // SAFETY: the previous handler, called as it was registered.
+        // SAFETY: the previous handler, an `sa_sigaction` (SA_SIGINFO), called as it
+        // was registered.
         let f: Action = unsafe { std::mem::transmute(h) };
         f(sig, info, uctx);
     } else {

@@ -53,7 +53,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     ) -> bool {
         match self.lookup(obj.as_ptr()) {
             ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
-                // SAFETY: the head page of a live slab.
+                // SAFETY: the head page of a live slab of `s` (the lookup just found it).
                 let head = unsafe { slab.as_ref() };
                 accounting::slab_free_hook(acct, cpu, s, head, obj.as_ptr() as usize);
                 // SAFETY: a valid object of `s`, given up by the caller.

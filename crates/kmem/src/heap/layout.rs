@@ -769,7 +769,7 @@ impl Heap {
                 ObjectLookup::Bad(_) => {}
             }
         } else if align <= PAGE_SIZE && new_size > KMALLOC_MAX_SIZE && !self.zoned_blocks() {
-            // SAFETY: forwarded from the caller.
+            // SAFETY: forwarded from the caller (`p` is ours and the caller's to resize).
             let mut grown = unsafe { self.huge.remap(self, p, new_size) };
             if grown.is_some_and(|q| q.is_null()) && self.kmem.pages.max_pages() != 0 {
                 // At the bound: what the caches keep goes back first, as before a new
