@@ -745,14 +745,24 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         };
         if new_size <= cap {
             // In place (as the kernel's __do_krealloc: while the object holds it).
+            // The new request (and kmalloc red zone) of a recording cache, set before
+            // growing bytes are zeroed and after shrinking ones are: the zeroed bytes
+            // never lie in the red zone `validate` checks meanwhile, nor after.
+            let record = || {
+                if let Some((s, _)) = slab_cache {
+                    self.slub.set_orig_size(s, p as usize, new_size);
+                }
+            };
+            if new_size > old {
+                record();
+            }
             if gfp.contains(Gfp::ZERO) && new_size != old {
                 let (from, to) = (old.min(new_size), old.max(new_size));
                 // SAFETY: inside our own object.
                 unsafe { ptr::write_bytes(p.add(from), 0, to - from) };
             }
-            if let Some((s, _)) = slab_cache {
-                // The new request (and kmalloc red zone) of a recording cache.
-                self.slub.set_orig_size(s, p as usize, new_size);
+            if new_size <= old {
+                record();
             }
             // SAFETY: non-null checked above.
             return Some(unsafe { NonNull::new_unchecked(p) });

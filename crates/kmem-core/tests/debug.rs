@@ -432,3 +432,164 @@ fn write_into_the_slack_of_the_class_is_caught() {
     k.validate_all(&mut |p| found.push(p.what));
     assert!(found.contains(&"kmalloc Redzone overwritten"), "{found:?}");
 }
+
+/// A heap whose kmalloc caches run with red zones and poison but without F (no
+/// freelist walk on every free), and a CPU area for this thread.
+fn setup_without_f() -> (&'static K, CpuRef<'static>) {
+    fn zp(_name: &str) -> SlabFlags {
+        SlabFlags::RED_ZONE | SlabFlags::POISON
+    }
+    let k = kmem_with(2, config(1, 0), Some(zp));
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: this test thread owns the area for the rest of the test.
+    (k, unsafe { CpuRef::new(area) })
+}
+
+#[test]
+fn a_double_free_without_f_is_named_as_one_and_leaves_the_red_zones_alone() {
+    let (k, cpu) = setup_without_f();
+    let a = k.kmalloc(Some(cpu), 56, Gfp::KERNEL).unwrap().as_ptr();
+    let b = k.kmalloc(Some(cpu), 56, Gfp::KERNEL).unwrap().as_ptr();
+    // SAFETY: the third free is the bug under test (a is no longer the head).
+    unsafe {
+        assert!(k.kfree(Some(cpu), a));
+        assert!(k.kfree(Some(cpu), b));
+        assert!(!k.kfree(Some(cpu), a), "a double free away from the head");
+    }
+    let l = log(k);
+    assert!(
+        l.contains("BUG kmalloc-56 (Not tainted): Object already free"),
+        "{l}"
+    );
+    assert!(
+        !l.contains("Redzone overwritten"),
+        "a free object's red zones are not damage: {l}"
+    );
+    // Its red zones still read free: both come back once, with no report.
+    let mut got = HashSet::new();
+    for _ in 0..200 {
+        let p = k.kmalloc(Some(cpu), 56, Gfp::KERNEL).unwrap().as_ptr() as usize;
+        assert!(got.insert(p), "handed out twice");
+    }
+    assert!(got.contains(&(a as usize)) && got.contains(&(b as usize)));
+    let l = log(k);
+    assert!(!l.contains("BUG"), "{l}");
+}
+
+#[test]
+fn a_quarantined_object_stays_quarantined_when_freed_again() {
+    for (label, (k, cpu)) in [("FZPU", setup()), ("ZP", setup_without_f())] {
+        // Quarantined at its free: a write past its end.
+        let p = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap().as_ptr();
+        // SAFETY: the bug under test: one byte past the object.
+        unsafe { p.add(64).write(b'X') };
+        // SAFETY: our object (damaged), then the same pointer again (the bug).
+        unsafe {
+            assert!(!k.kfree(Some(cpu), p), "{label}");
+            assert!(
+                !k.kfree(Some(cpu), p),
+                "{label}: freed again after quarantine"
+            );
+        }
+        let l = log(k);
+        assert!(l.contains("Redzone overwritten"), "{label}: {l}");
+        assert!(
+            l.contains("BUG kmalloc-64 (Not tainted): Object already free"),
+            "{label}: {l}"
+        );
+        // Quarantined when it came back: a write after its free.
+        let q = k.kmalloc(Some(cpu), 32, Gfp::KERNEL).unwrap().as_ptr();
+        // SAFETY: ours; then the bug under test, a write into the freed object.
+        unsafe {
+            assert!(k.kfree(Some(cpu), q));
+            q.add(3).write(0x55);
+        }
+        let r = k.kmalloc(Some(cpu), 32, Gfp::KERNEL).unwrap().as_ptr();
+        assert_ne!(r, q);
+        // SAFETY: a stale pointer freed again (the bug), then ours.
+        unsafe {
+            assert!(
+                !k.kfree(Some(cpu), q),
+                "{label}: a quarantined object freed"
+            );
+            assert!(k.kfree(Some(cpu), r));
+        }
+        let l = log(k);
+        assert!(l.contains("Poison overwritten"), "{label}: {l}");
+        assert!(l.contains("Object already free"), "{label}: {l}");
+        never_handed_out(k, cpu, 64, &[p]);
+        never_handed_out(k, cpu, 32, &[q]);
+    }
+}
+
+#[test]
+fn validate_beside_allocations_reports_nothing() {
+    // A walk of the cache runs while another thread allocates and frees: it must
+    // see each object free or allocated, red zones and requested size included.
+    let (k, _) = setup();
+    let s = k.kmalloc_cache(64, Gfp::KERNEL).unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut found = Vec::new();
+    std::thread::scope(|t| {
+        t.spawn(|| {
+            let area = k.pages.cpu_area_get(1).unwrap();
+            // SAFETY: this thread owns the area until it puts it back.
+            let cpu = unsafe { CpuRef::new(area) };
+            for i in 0..200_000 {
+                let held: Vec<_> = (0..8)
+                    .map(|j| {
+                        let size = 33 + (i + j) % 32;
+                        k.kmalloc(Some(cpu), size, Gfp::KERNEL).unwrap().as_ptr()
+                    })
+                    .collect();
+                for p in held {
+                    // SAFETY: ours.
+                    assert!(unsafe { k.kfree(Some(cpu), p) });
+                }
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+            // SAFETY: owned; not used afterwards.
+            unsafe { k.pages.cpu_area_put(area) };
+        });
+        while !done.load(std::sync::atomic::Ordering::Acquire) {
+            k.slub().validate(s, &mut |p| found.push(p.what));
+            // The list lock is a spin lock: let the other thread have it between walks.
+            std::thread::yield_now();
+        }
+    });
+    assert!(found.is_empty(), "{found:?}: {}", log(k));
+}
+
+#[test]
+fn a_debug_allocation_falls_back_to_a_node_with_memory() {
+    // Two fake nodes and a bound of one section, all of it brought online on node 0:
+    // node 1 cannot grow, so a slab asked for there comes from node 0.
+    let k = kmem_with(
+        4,
+        config(2, kmem_core::page::SECTION_MANAGED_PAGES),
+        Some(all_debug),
+    );
+    while k.pages.add_memory(0) {}
+    let area = k.pages.cpu_area_get(0).unwrap();
+    // SAFETY: this test thread owns the area for the rest of the test.
+    let cpu = unsafe { CpuRef::new(area) };
+    let free_before = k.pages.nr_free_pages();
+    let p = k
+        .kmalloc_node(Some(cpu), 64, Gfp::KERNEL, Some(1))
+        .expect("node 0 has memory");
+    let slab = k.pages.virt_to_head_page(p.as_ptr()).unwrap();
+    assert_eq!(k.pages.page_to_nid(slab), 0);
+    // One slab was made for it, not one slab after another until memory ran out.
+    let used = free_before - k.pages.nr_free_pages();
+    assert!(used <= 64, "{used} pages taken for one object");
+    // A CPU of node 1 asking for any node takes node 0's partial slab rather than
+    // make another there.
+    area.set_node(1);
+    let q = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap();
+    assert_eq!(k.pages.virt_to_head_page(q.as_ptr()), Some(slab));
+    // SAFETY: ours.
+    unsafe {
+        assert!(k.kfree(Some(cpu), p.as_ptr()));
+        assert!(k.kfree(Some(cpu), q.as_ptr()));
+    }
+}

@@ -17,20 +17,29 @@
 //! Values: red zones `0xbb` while free, `0xcc` while allocated; a free object is
 //! `0x6b`… ending in `0xa5`; padding `0x5a`.
 //!
+//! The free-pointer word, outside the object, links free objects; while
+//! `alloc_debug` has an object handed out it holds `MARK_ALLOCATED`, and a
+//! quarantined object's holds `MARK_QUARANTINED`. A free finds a double free
+//! from it (walking the freelist only when the word is not the allocated mark, or
+//! with F), so without F too a double free is reported as one, not as red zone
+//! damage. An allocation writes the object's red zones, tracks and `orig_size` before
+//! it drops the lock, and kmalloc's `set_orig_size` takes it, so `validate` never sees
+//! an object half way between free and allocated.
+//!
 //! Containment: an object whose checks fail is *quarantined* — left counted in use,
-//! never handed out again; a slab whose freelist is corrupt is marked full ("Marking
-//! all objects used") and never allocated from again. The program continues.
+//! never handed out again, and a later free of it is refused as a double free; a slab
+//! whose freelist is corrupt is marked full ("Marking all objects used") and never
+//! allocated from again. The program continues.
 
 use super::{
     get_freepointer, set_freepointer, CacheConfig, KmemCache, Slab, SlabFlags, SlabState, Slub,
     SlubStat,
 };
 use crate::gfp::Gfp;
-use crate::page::{Page, PageFlags};
+use crate::page::Page;
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::printk::LogWriter;
-use crate::sync::Ordering::Relaxed;
 use core::fmt::Write as _;
 use core::ptr::{self, NonNull};
 
@@ -115,6 +124,30 @@ fn fill_redzones(cfg: &CacheConfig, obj: usize, value: u8) {
     }
 }
 
+/// The free-pointer word of an allocated object of a debug cache (which lies after
+/// the object and its red zones, see the module comment) while `alloc_debug` has
+/// handed it out: the word links nothing then.
+const MARK_ALLOCATED: usize = 0;
+/// The free-pointer word of a quarantined object: never handed out again, and a later
+/// free of it is a double free (without it, the red zones restored by the report
+/// would let that free pass, and the object would be handed out again).
+const MARK_QUARANTINED: usize = 0x0bad_0bad_0bad_0bad_u64 as usize;
+
+/// Writes `mark` into the free-pointer word of `obj`, an object of a debug cache that
+/// is not on a freelist.
+fn set_mark(cfg: &CacheConfig, obj: usize, mark: usize) {
+    // SAFETY: the word lies in the object's slot, after its red zones (debug caches
+    // keep the free pointer outside the object); the caller holds the object off
+    // every freelist, under its node's `list_lock`.
+    unsafe { ptr::write((obj + cfg.offset) as *mut usize, mark) };
+}
+
+/// The raw free-pointer word of `obj` (a mark, or an encoded link while it is free).
+fn get_mark(cfg: &CacheConfig, obj: usize) -> usize {
+    // SAFETY: as in `set_mark`: a word of the object's slot; read under the list lock.
+    unsafe { ptr::read((obj + cfg.offset) as *const usize) }
+}
+
 fn fill(addr: usize, len: usize, value: u8) {
     // SAFETY: callers pass ranges inside a slab of ours that they own.
     unsafe { ptr::write_bytes(addr as *mut u8, value, len) };
@@ -142,7 +175,7 @@ impl<P: Platform> Slub<'_, P> {
     }
 
     /// Bytes of metadata after the free pointer: the tracks, then the `orig_size` word.
-    fn tracks_len(&self, cfg: &CacheConfig) -> usize {
+    pub(super) fn tracks_len(&self, cfg: &CacheConfig) -> usize {
         let tracks = if cfg.flags.contains(SlabFlags::STORE_USER) {
             2 * TRACK_SIZE
         } else {
@@ -165,7 +198,7 @@ impl<P: Platform> Slub<'_, P> {
     }
 
     /// Red zones of `obj` hold `value`? Else the first wrong byte.
-    fn check_redzones(
+    pub(super) fn check_redzones(
         &self,
         cfg: &CacheConfig,
         obj: usize,
@@ -184,7 +217,11 @@ impl<P: Platform> Slub<'_, P> {
     }
 
     /// Poison of a free `obj` intact? Else the first wrong byte.
-    fn check_poison(&self, cfg: &CacheConfig, obj: usize) -> Option<(usize, usize, usize)> {
+    pub(super) fn check_poison(
+        &self,
+        cfg: &CacheConfig,
+        obj: usize,
+    ) -> Option<(usize, usize, usize)> {
         if !cfg.flags.contains(SlabFlags::POISON) {
             return None;
         }
@@ -282,16 +319,31 @@ impl<P: Platform> Slub<'_, P> {
         let cfg = s.config();
         s.stat(cpu, SlubStat::AllocSlowpath);
         let frames = self.capture(cfg);
-        let first =
+        let asked = nid;
+        let mut nid =
             nid.unwrap_or_else(|| cpu.map_or(0, |c| c.area().node()) % self.pages.nr_nodes());
         loop {
-            let node = &s.node(first);
+            let node = &s.node(nid);
             let mut list = node.list_lock.lock();
             let Some(slab) = NonNull::new(list.first()) else {
                 drop(list);
-                let slab = self.allocate_slab(cpu, s, gfp, Some(first))?;
-                let nn = self.pages.page_to_nid(slab);
-                let mut list = s.node(nn).list_lock.lock();
+                if asked.is_none() {
+                    // Any node will do (`get_any_partial`): another node's partial
+                    // slab before a new slab, which a node that cannot grow would
+                    // take from another node anyway.
+                    if let Some(other) = (0..self.pages.nr_nodes())
+                        .find(|&n| n != nid && !s.node(n).list_lock.lock().first().is_null())
+                    {
+                        nid = other;
+                        continue;
+                    }
+                }
+                let slab = self.allocate_slab(cpu, s, gfp, Some(nid))?;
+                // The page allocator may have fallen back to another node: take the
+                // object from the node that got the slab (looking at the asked node
+                // again would find it empty and make slabs until memory ran out).
+                nid = self.pages.page_to_nid(slab);
+                let mut list = s.node(nid).list_lock.lock();
                 self.add_partial(&mut list, slab, false);
                 continue;
             };
@@ -356,13 +408,17 @@ impl<P: Platform> Slub<'_, P> {
                 self.log_fix(s, "Marking object used (quarantined)");
                 continue;
             }
-            drop(list);
+            // The allocated object's metadata, written before the lock is dropped: a
+            // `validate` (which holds it) sees the object free or allocated, never
+            // between the two.
             fill_redzones(cfg, obj, RED_ACTIVE);
+            self.set_track(cfg, obj, Track2::Alloc, cpu, &frames);
+            self.put_orig_size(cfg, obj, cfg.object_size);
+            set_mark(cfg, obj, MARK_ALLOCATED);
+            drop(list);
             if cfg.flags.contains(SlabFlags::INIT_ON_ALLOC) {
                 fill(obj, cfg.object_size, 0);
             }
-            self.set_track(cfg, obj, Track2::Alloc, cpu, &frames);
-            self.put_orig_size(cfg, obj, cfg.object_size);
             if cfg.flags.contains(SlabFlags::TRACE) {
                 self.trace(s, "alloc", obj, new);
             }
@@ -393,7 +449,7 @@ impl<P: Platform> Slub<'_, P> {
         let mut list = node.list_lock.lock();
         // SAFETY: a live slab of `s`.
         let sr = unsafe { slab.as_ref() };
-        if cfg.flags.contains(SlabFlags::CONSISTENCY_CHECKS) && self.on_freelist(cfg, slab, obj) {
+        if self.freed_before(cfg, slab, obj) {
             drop(list);
             self.report_object(s, slab, "Object already free", obj, None);
             return false;
@@ -408,8 +464,9 @@ impl<P: Platform> Slub<'_, P> {
             // The free happened: its track says so (and, being newer than the
             // allocation track, marks the object as quarantined, not in use).
             self.set_track(cfg, obj, Track2::Free, cpu, &frames);
-            drop(list);
+            set_mark(cfg, obj, MARK_QUARANTINED);
             self.report_bytes(s, slab, what, obj, bad, from, to, RED_ACTIVE);
+            drop(list);
             self.log_fix(s, "Object not freed (quarantined)");
             return false;
         }
@@ -484,6 +541,22 @@ impl<P: Platform> Slub<'_, P> {
     fn quarantine_object(&self, cfg: &CacheConfig, obj: usize) {
         fill_redzones(cfg, obj, RED_ACTIVE);
         self.put_orig_size(cfg, obj, cfg.object_size);
+        set_mark(cfg, obj, MARK_QUARANTINED);
+    }
+
+    /// Whether a free of `obj` (under its node's `list_lock`) frees it a second time:
+    /// it was quarantined (its free-pointer word holds [`MARK_QUARANTINED`]), or it is
+    /// on the slab's freelist. The list is walked with F, or when the word is not
+    /// [`MARK_ALLOCATED`] (an object handed out by `alloc_debug` holds the mark until
+    /// it is freed), so a double free is named as one without F too, and never taken
+    /// for red zone damage (a free object's red zones hold `RED_INACTIVE`).
+    fn freed_before(&self, cfg: &CacheConfig, slab: NonNull<Page>, obj: usize) -> bool {
+        let mark = get_mark(cfg, obj);
+        if mark == MARK_QUARANTINED {
+            return true;
+        }
+        (mark != MARK_ALLOCATED || cfg.flags.contains(SlabFlags::CONSISTENCY_CHECKS))
+            && self.on_freelist(cfg, slab, obj)
     }
 
     // -----------------------------------------------------------------------
@@ -648,161 +721,6 @@ impl<P: Platform> Slub<'_, P> {
         }
         drop(w);
         self.pages.count_bad_object();
-    }
-
-    // -----------------------------------------------------------------------
-    // validate.
-
-    /// Walks every slab of `s` on the node lists (and, for a debug cache, the full
-    /// list): freelists, counts, red zones, poison, padding. Each problem is reported
-    /// in the kernel's format and passed to `found`; returns how many there were.
-    /// (Slabs held by CPUs are not seen: flush them first for a complete walk.)
-    pub fn validate(&self, s: &KmemCache, found: &mut dyn FnMut(Problem)) -> usize {
-        let cfg = s.config();
-        let mut n = 0;
-        self.for_each_listed_slab(s, &mut |slab| n += self.validate_slab(s, cfg, slab, found));
-        n
-    }
-
-    /// Calls `f` on every slab of `s` on the node lists and the full lists (a debug
-    /// cache keeps its full slabs there), node by node, holding that node's
-    /// `list_lock` and then its `full` lock while `f` runs.
-    pub(super) fn for_each_listed_slab(&self, s: &KmemCache, f: &mut dyn FnMut(NonNull<Page>)) {
-        for nid in 0..self.pages.nr_nodes() {
-            let node = &s.node(nid);
-            let list = node.list_lock.lock();
-            let full = node.full.lock();
-            for l in [&*list, &*full] {
-                let mut p = l.first();
-                while let Some(slab) = NonNull::new(p) {
-                    // SAFETY: slabs on the lists are live; we hold the locks.
-                    p = unsafe { slab.as_ref() }.next.load(Relaxed);
-                    f(slab);
-                }
-            }
-        }
-    }
-
-    pub(super) fn validate_slab(
-        &self,
-        s: &KmemCache,
-        cfg: &CacheConfig,
-        slab: NonNull<Page>,
-        found: &mut dyn FnMut(Problem),
-    ) -> usize {
-        let base = self.slab_base(slab);
-        // SAFETY: a live slab (caller holds its list lock).
-        let sr = unsafe { slab.as_ref() };
-        let st = Slab::of(sr).state();
-        let mut problems = 0;
-        let mut report = |what: &'static str,
-                          addr: usize,
-                          this: &Self,
-                          bytes: Option<(usize, usize, u8, u8, usize)>| {
-            this.report_object(s, slab, what, addr, bytes);
-            found(Problem {
-                what,
-                addr,
-                slab: slab.as_ptr() as usize,
-            });
-        };
-        if !sr.flags().contains(PageFlags::SLAB) {
-            report("Not a valid slab page", base, self, None);
-            return 1;
-        }
-        // Free objects: a bitmap on the stack (4096 objects at most per slab).
-        let mut free = [0u64; 64];
-        let mut count = 0usize;
-        let mut p = base + st.offset() as usize;
-        while p != base | 1 {
-            if p & 1 != 0 || !self.valid_link(cfg, base, p) || count >= cfg.objects {
-                report("Freepointer corrupt", p, self, None);
-                return problems + 1;
-            }
-            let idx = (p - base - cfg.red_left) / cfg.size;
-            if idx < 4096 {
-                free[idx / 64] |= 1 << (idx % 64);
-            }
-            count += 1;
-            // SAFETY: a valid free object of this slab.
-            p = unsafe { get_freepointer(cfg, p) };
-        }
-        let expected_free = cfg.objects - st.inuse() as usize;
-        let local = Slab::of(sr).local_count();
-        if count + local != expected_free && !st.frozen() {
-            report("Wrong object count", base, self, None);
-            problems += 1;
-        }
-        if !cfg.is_debug() {
-            return problems;
-        }
-        for idx in 0..cfg.objects.min(4096) {
-            let obj = base + idx * cfg.size + cfg.red_left;
-            let is_free = free[idx / 64] & (1 << (idx % 64)) != 0;
-            let zone = if is_free { RED_INACTIVE } else { RED_ACTIVE };
-            if let Some((bad, from, to)) = self.check_redzones(cfg, obj, zone) {
-                let last = (bad..to).rev().find(|&a| {
-                    // SAFETY: inside the slot.
-                    let b = unsafe { (a as *const u8).read() };
-                    b != zone
-                });
-                // SAFETY: inside the slot.
-                let first = unsafe { (bad as *const u8).read() };
-                report(
-                    "Redzone overwritten",
-                    obj,
-                    self,
-                    Some((bad, last.unwrap_or(bad), first, zone, from)),
-                );
-                problems += 1;
-            }
-            if !is_free {
-                if let Some((bad, from, to)) = self.check_kmalloc_redzone(cfg, obj) {
-                    let last = (bad..to).rev().find(|&a| {
-                        // SAFETY: inside the slot.
-                        unsafe { (a as *const u8).read() != RED_ACTIVE }
-                    });
-                    // SAFETY: inside the slot.
-                    let first = unsafe { (bad as *const u8).read() };
-                    report(
-                        "kmalloc Redzone overwritten",
-                        obj,
-                        self,
-                        Some((bad, last.unwrap_or(bad), first, RED_ACTIVE, from)),
-                    );
-                    problems += 1;
-                }
-            }
-            if is_free {
-                if let Some((bad, from, _)) = self.check_poison(cfg, obj) {
-                    // SAFETY: inside the slot.
-                    let first = unsafe { (bad as *const u8).read() };
-                    report(
-                        "Poison overwritten",
-                        obj,
-                        self,
-                        Some((bad, bad, first, POISON_FREE, from)),
-                    );
-                    problems += 1;
-                }
-            }
-            if cfg.flags.contains(SlabFlags::POISON) {
-                let pad = obj + cfg.track_off + self.tracks_len(cfg);
-                let end = obj - cfg.red_left + cfg.size;
-                if let Some(bad) = find_not(pad, end - pad, POISON_INUSE) {
-                    // SAFETY: inside the slot.
-                    let first = unsafe { (bad as *const u8).read() };
-                    report(
-                        "Padding overwritten",
-                        obj,
-                        self,
-                        Some((bad, bad, first, POISON_INUSE, pad)),
-                    );
-                    problems += 1;
-                }
-            }
-        }
-        problems
     }
 }
 

@@ -152,6 +152,14 @@ impl<P: Platform> Slub<'_, P> {
             return;
         }
         let size = size.min(cfg.object_size);
+        // Under the node's `list_lock` when red-zoned: `validate` (which holds it)
+        // checks the kmalloc red zone against the `orig_size` word, and must not see
+        // the one changed without the other.
+        let _list = cfg.flags.contains(SlabFlags::RED_ZONE).then(|| {
+            let slab = self.pages.virt_to_head_page(obj as *const u8);
+            let nid = slab.map_or(0, |p| self.pages.page_to_nid(p));
+            s.node(nid).list_lock.lock()
+        });
         self.put_orig_size(cfg, obj, size);
         if cfg.flags.contains(SlabFlags::RED_ZONE) {
             // SAFETY: the slack lies inside the object, which the caller owns.

@@ -124,6 +124,7 @@ mod stat;
 mod state;
 #[cfg(test)]
 pub(crate) mod test_env;
+mod validate;
 
 pub use crate::slab_flags::SlabFlags;
 pub use accounting::{has_obj_exts, Accounting, NoAccounting};
