@@ -1,4 +1,4 @@
-/* Leaks from two call sites, and memory kept on purpose (referenced from a global and
+/* Leaks from three call sites (one a chain of objects that point to each other), and memory kept on purpose (referenced from a global and
  * from a list a global points to), for the KMEM_LEAKS exit report. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +18,19 @@ __attribute__((noinline)) void leak_large(void) {
     void *p = malloc(3000);        /* leaked */
     memset(p, 1, 3000);
     __asm__ volatile("" : : "r"(p) : "memory");
+}
+
+/* A list of 5 nodes whose head is dropped: each node is reached only from a leaked
+ * one, so all five are leaks (kmemleak's "unreferenced"), not the head alone. */
+__attribute__((noinline)) void leak_chain(void) {
+    struct node *head = NULL;
+    for (int i = 0; i < 5; i++) {
+        struct node *n = malloc(sizeof *n);
+        memset(n->pad, i, sizeof n->pad);
+        n->next = head;
+        head = n;
+    }
+    __asm__ volatile("" : : "r"(head) : "memory");
 }
 
 __attribute__((noinline)) void keep(void) {
@@ -41,6 +54,7 @@ int main(void) {
         leak_small(i);
     for (int i = 0; i < 3; i++)
         leak_large();
+    leak_chain();
     void *freed = malloc(100);
     free(freed);                   /* not a leak */
     scrub();

@@ -325,7 +325,16 @@ fn scan_from(stack_from: usize) -> LeakReport {
     cands.as_mut_slice().sort_unstable_by_key(|c| c.addr);
     let mut work: MapVec<u32> = MapVec::new();
     let (base, span_len) = pa.span();
-    let own = [maps.range(), cands.range(), text.range()];
+    // Skipped as roots: the scanner's tables, and the span, a writable private
+    // mapping like the program's, whose roots `scan_span` picks out (read whole, its
+    // tracked objects would count as roots, and an object reached only from a leaked
+    // one would pass for kept).
+    let own = [
+        maps.range(),
+        cands.range(),
+        text.range(),
+        (base, base + span_len),
+    ];
     let mut sc = Scanner {
         cands: cands.as_mut_slice(),
         work: &mut work,
