@@ -389,5 +389,8 @@ fn sites_text(
             s.sites_dropped
         );
     }
+    if s.truncated {
+        let _ = writeln!(w, "(the view ran out of room: the rest is left out)");
+    }
     Ok(w)
 }

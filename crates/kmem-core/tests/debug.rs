@@ -582,14 +582,50 @@ fn a_debug_allocation_falls_back_to_a_node_with_memory() {
     // One slab was made for it, not one slab after another until memory ran out.
     let used = free_before - k.pages.nr_free_pages();
     assert!(used <= 64, "{used} pages taken for one object");
-    // A CPU of node 1 asking for any node takes node 0's partial slab rather than
-    // make another there.
-    area.set_node(1);
-    let q = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap();
+    // More asked for on node 1, and a CPU of node 1 asking for any node: node 0's
+    // partial slab, rather than a slab each.
+    let q = k.kmalloc_node(Some(cpu), 64, Gfp::KERNEL, Some(1)).unwrap();
     assert_eq!(k.pages.virt_to_head_page(q.as_ptr()), Some(slab));
+    area.set_node(1);
+    let r = k.kmalloc(Some(cpu), 64, Gfp::KERNEL).unwrap();
+    assert_eq!(k.pages.virt_to_head_page(r.as_ptr()), Some(slab));
+    // Bound to node 1: none.
+    let bound = Gfp::KERNEL | Gfp::THISNODE | Gfp::NOWARN;
+    assert!(k.kmalloc_node(Some(cpu), 64, bound, Some(1)).is_none());
     // SAFETY: ours.
     unsafe {
         assert!(k.kfree(Some(cpu), p.as_ptr()));
         assert!(k.kfree(Some(cpu), q.as_ptr()));
+        assert!(k.kfree(Some(cpu), r.as_ptr()));
     }
+}
+
+#[test]
+fn an_init_on_free_cache_frees_whatever_its_objects_hold() {
+    // A cache that leaves the fast paths for init_on_free alone keeps its free
+    // pointer inside the object: the program's bytes there are not a mark.
+    let k = kmem_with(2, config(1, 0), None);
+    let s = k
+        .kmem_cache_create(None, "init-16", 16, 8, SlabFlags::INIT_ON_FREE, None)
+        .unwrap();
+    assert!(s.config().offset < 16);
+    let held: Vec<_> = (0..64)
+        .map(|_| k.slub().alloc(None, s, Gfp::KERNEL).unwrap())
+        .collect();
+    for p in &held {
+        for word in 0..2 {
+            // SAFETY: ours, 16 bytes.
+            unsafe {
+                (p.as_ptr() as *mut u64)
+                    .add(word)
+                    .write(0x0bad_0bad_0bad_0bad)
+            };
+        }
+    }
+    for p in held {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.slub().free(None, s, p) });
+    }
+    let l = log(k);
+    assert!(!l.contains("BUG"), "{l}");
 }

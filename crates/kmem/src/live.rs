@@ -145,8 +145,12 @@ pub struct Snapshot {
     pub sites: Vec<LiveSite>,
     /// When the sites were walked (Unix time, ns; 0: never).
     pub sites_published_unix_ns: u64,
-    /// Site objects left out for lack of room, per cache and kind.
+    /// Site objects left out for lack of room (a cache's table of sites, or the
+    /// region's).
     pub sites_dropped: u64,
+    /// Whether a region ran out of room and ends early (`truncated`): the records
+    /// after its last whole one are missing.
+    pub truncated: bool,
 }
 
 impl Snapshot {
@@ -158,7 +162,8 @@ impl Snapshot {
     /// reported`, `buddy NODE n0 n1 …`, `vm NAME V`, `cache NAME active num objsize
     /// objperslab pagesperslab slabs`, `site alloc|free CACHE ADDR count size_sum
     /// size_min size_max age_min age_sum age_max pid_min pid_max CPUS STACK` (hex
-    /// ADDR, CPUS and comma-separated STACK), `dropped alloc|free CACHE N`, `end`.
+    /// ADDR, CPUS and comma-separated STACK), `dropped alloc|free CACHE N` (CACHE `-`:
+    /// sites the region had no room for), `truncated` (a region out of room), `end`.
     /// Unknown records are skipped; a body without `end` is an error (truncated).
     pub fn parse(body: &str) -> Result<Snapshot, String> {
         let mut s = Snapshot::default();
@@ -251,7 +256,7 @@ impl Snapshot {
                         Calls::Alloc
                     };
                     let mut stack = [0usize; kmem_core::slab::debug::TRACK_FRAMES];
-                    for (slot, v) in stack.iter_mut().zip(text(15).split(',')) {
+                    for (slot, v) in stack.iter_mut().zip(text(14).split(',')) {
                         *slot = usize::from_str_radix(v, 16).unwrap_or(0);
                     }
                     s.sites.push(LiveSite {
@@ -275,6 +280,7 @@ impl Snapshot {
                 }
                 "dropped" => s.sites_dropped += num(3)?,
                 "tracking" => s.tracking = num(1)?,
+                "truncated" => s.truncated = true,
                 "end" => ended = true,
                 _ => {}
             }
@@ -480,6 +486,7 @@ fn snapshot_of(m: &Mapped) -> std::io::Result<Snapshot> {
         let t = Snapshot::parse(&sites).map_err(bad)?;
         s.sites = t.sites;
         s.sites_dropped = t.sites_dropped;
+        s.truncated |= t.truncated;
         s.sites_published_unix_ns = published;
     }
     Ok(s)

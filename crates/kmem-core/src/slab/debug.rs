@@ -135,17 +135,33 @@ const MARK_QUARANTINED: usize = 0x0bad_0bad_0bad_0bad_u64 as usize;
 
 /// Writes `mark` into the free-pointer word of `obj`, an object of a debug cache that
 /// is not on a freelist.
+/// No effect where the word lies inside the object (a cache that leaves the fast
+/// paths for `KMEM_INIT` alone, without slub_debug flags): the program's bytes are
+/// not the allocator's to mark.
 fn set_mark(cfg: &CacheConfig, obj: usize, mark: usize) {
-    // SAFETY: the word lies in the object's slot, after its red zones (debug caches
-    // keep the free pointer outside the object); the caller holds the object off
-    // every freelist, under its node's `list_lock`.
-    unsafe { ptr::write((obj + cfg.offset) as *mut usize, mark) };
+    if has_marks(cfg) {
+        // SAFETY: the word lies in the object's slot, past the object (checked just
+        // above); the caller holds the object off every freelist, under its node's
+        // `list_lock`.
+        unsafe { ptr::write((obj + cfg.offset) as *mut usize, mark) };
+    }
 }
 
-/// The raw free-pointer word of `obj` (a mark, or an encoded link while it is free).
+/// The raw free-pointer word of `obj` (a mark, or an encoded link while it is
+/// free), where it holds marks; else [`MARK_ALLOCATED`].
 fn get_mark(cfg: &CacheConfig, obj: usize) -> usize {
-    // SAFETY: as in `set_mark`: a word of the object's slot; read under the list lock.
+    if !has_marks(cfg) {
+        return MARK_ALLOCATED;
+    }
+    // SAFETY: as in `set_mark`: a word of the object's slot past the object; read
+    // under the list lock.
     unsafe { ptr::read((obj + cfg.offset) as *const usize) }
+}
+
+/// Whether the free-pointer word of `cfg`'s objects lies outside the object, where
+/// the marks go (every slub_debug cache: see the module comment).
+fn has_marks(cfg: &CacheConfig) -> bool {
+    cfg.offset >= cfg.object_size
 }
 
 fn fill(addr: usize, len: usize, value: u8) {
@@ -327,24 +343,7 @@ impl<P: Platform> Slub<'_, P> {
             let mut list = node.list_lock.lock();
             let Some(slab) = NonNull::new(list.first()) else {
                 drop(list);
-                if asked.is_none() {
-                    // Any node will do (`get_any_partial`): another node's partial
-                    // slab before a new slab, which a node that cannot grow would
-                    // take from another node anyway.
-                    if let Some(other) = (0..self.pages.nr_nodes())
-                        .find(|&n| n != nid && !s.node(n).list_lock.lock().first().is_null())
-                    {
-                        nid = other;
-                        continue;
-                    }
-                }
-                let slab = self.allocate_slab(cpu, s, gfp, Some(nid))?;
-                // The page allocator may have fallen back to another node: take the
-                // object from the node that got the slab (looking at the asked node
-                // again would find it empty and make slabs until memory ran out).
-                nid = self.pages.page_to_nid(slab);
-                let mut list = s.node(nid).list_lock.lock();
-                self.add_partial(&mut list, slab, false);
+                nid = self.debug_partial_for(cpu, s, gfp, nid, asked.is_some())?;
                 continue;
             };
             // SAFETY: a node-list slab: live, unfrozen, ours under the lock.
@@ -425,6 +424,48 @@ impl<P: Platform> Slub<'_, P> {
             s.stat(cpu, SlubStat::AllocFromPartial);
             return Some(obj);
         }
+    }
+
+    /// `alloc_debug` found no partial slab on node `nid`: the node whose list has one
+    /// now (`None`: no memory). As the kernel's `get_partial`, a request that is not
+    /// bound to its node (no `__GFP_THISNODE`) takes another node's partial slab
+    /// before a new slab, except that a node asked for by name first gets a new slab
+    /// of its own if it has the memory. A new slab goes on the list of the node it
+    /// came from: the page allocator may have fallen back to another (looking at the
+    /// asked node again would find it empty, and make slabs until memory ran out).
+    #[cold]
+    fn debug_partial_for(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        gfp: Gfp,
+        nid: usize,
+        asked: bool,
+    ) -> Option<usize> {
+        let bound = gfp.contains(Gfp::THISNODE);
+        let own = if asked && !bound {
+            self.allocate_slab(cpu, s, gfp | Gfp::THISNODE | Gfp::NOWARN, Some(nid))
+        } else {
+            None
+        };
+        let slab = match own {
+            Some(slab) => slab,
+            None => {
+                if !bound {
+                    let others = (0..self.pages.nr_nodes()).filter(|&n| n != nid);
+                    for n in others {
+                        if !s.node(n).list_lock.lock().first().is_null() {
+                            return Some(n);
+                        }
+                    }
+                }
+                self.allocate_slab(cpu, s, gfp, Some(nid))?
+            }
+        };
+        let nid = self.pages.page_to_nid(slab);
+        let mut list = s.node(nid).list_lock.lock();
+        self.add_partial(&mut list, slab, false);
+        Some(nid)
     }
 
     /// `free_debug_processing`: checks and frees `obj` of debug cache `s`; false

@@ -331,8 +331,17 @@ unsafe fn publish_region(
     // SAFETY: the caller's contract: `from..to` is inside our mapping, written only
     // by us.
     let body = unsafe { std::slice::from_raw_parts_mut(seg.add(from), to - from) };
-    let mut c = Cursor::new(body);
-    let _ = write(&mut c);
+    let mut c = Cursor::region(body);
+    if write(&mut c).is_err() {
+        // Out of room: the body ends at its last whole record, and says so.
+        c.len = c.buf[..c.len]
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |i| i + 1);
+        c.limit = c.buf.len();
+        let _ = writeln!(c, "truncated");
+        let _ = writeln!(c, "end");
+    }
     r.len.store(c.len as u64, Ordering::Relaxed);
     r.published_unix_ns.store(unix_ns(), Ordering::Relaxed);
     r.publishes.fetch_add(1, Ordering::Relaxed);
@@ -475,9 +484,9 @@ fn write_sites(w: &mut Cursor<'_>, now_ns: u64) -> fmt::Result {
     let slub = kmem.slub();
     // SAFETY: the slots are used only by the `busy` holder: our caller.
     let slots = unsafe { &mut *WRITER.sites.get() };
-    let mut result = Ok(());
+    let mut out_of_room = [0u64; 2];
     kmem.caches().for_each(|s| {
-        if result.is_err() || !s.config().flags.contains(kmem_core::SlabFlags::STORE_USER) {
+        if !s.config().flags.contains(kmem_core::SlabFlags::STORE_USER) {
             return;
         }
         for which in [Calls::Alloc, Calls::Free] {
@@ -488,16 +497,35 @@ fn write_sites(w: &mut Cursor<'_>, now_ns: u64) -> fmt::Result {
                 Calls::Free => "free",
             };
             for l in t.iter() {
-                if result.is_ok() {
-                    result = write_site(w, kind, s.name(), l);
-                }
+                put_site(w, kind, s.name(), l, &mut out_of_room);
             }
-            if t.dropped > 0 && result.is_ok() {
-                result = writeln!(w, "dropped {kind} {} {}", Field(s.name()), t.dropped);
+            if t.dropped > 0
+                && !w.record(|w| writeln!(w, "dropped {kind} {} {}", Field(s.name()), t.dropped))
+            {
+                out_of_room[usize::from(matches!(which, Calls::Free))] += t.dropped;
             }
         }
     });
-    result?;
+    finish_sites(w, out_of_room)
+}
+
+/// One site's record, whole or not at all: what finds no room is counted in
+/// `out_of_room` (objects, by kind: alloc, free), for [`finish_sites`].
+fn put_site(w: &mut Cursor<'_>, kind: &str, cache: &str, l: &Location, out_of_room: &mut [u64; 2]) {
+    if !w.record(|w| write_site(w, kind, cache, l)) {
+        out_of_room[usize::from(kind == "free")] += l.count;
+    }
+}
+
+/// The end of the sites region, in the room kept for it: the objects of the sites
+/// left out (`dropped alloc|free - N`, no cache named), then `end`.
+fn finish_sites(w: &mut Cursor<'_>, out_of_room: [u64; 2]) -> fmt::Result {
+    w.limit = w.buf.len();
+    for (kind, n) in ["alloc", "free"].into_iter().zip(out_of_room) {
+        if n > 0 {
+            writeln!(w, "dropped {kind} - {n}")?;
+        }
+    }
     writeln!(w, "end")
 }
 
@@ -528,22 +556,124 @@ fn write_site(w: &mut Cursor<'_>, kind: &str, cache: &str, l: &Location) -> fmt:
 struct Cursor<'a> {
     buf: &'a mut [u8],
     len: usize,
+    /// Where writes stop: the end, or for a region the end less [`TRAILER_BYTES`]
+    /// until its last records.
+    limit: usize,
 }
 
 impl<'a> Cursor<'a> {
     fn new(buf: &'a mut [u8]) -> Self {
-        Cursor { buf, len: 0 }
+        let limit = buf.len();
+        Cursor { buf, len: 0, limit }
+    }
+
+    /// A cursor over a region of the segment: writes stop [`TRAILER_BYTES`] short of
+    /// its end, kept for the records that end it.
+    fn region(buf: &'a mut [u8]) -> Self {
+        let limit = buf.len().saturating_sub(TRAILER_BYTES);
+        Cursor { buf, len: 0, limit }
+    }
+
+    /// Writes one record with `f`, whole or not at all; false if it found no room.
+    fn record(&mut self, f: impl FnOnce(&mut Self) -> fmt::Result) -> bool {
+        let at = self.len;
+        let ok = f(self).is_ok();
+        if !ok {
+            self.len = at;
+        }
+        ok
     }
 }
+
+/// Room a region keeps past what its records may fill, for the records that end it
+/// (`truncated`, the sites' `dropped` totals, `end`).
+const TRAILER_BYTES: usize = 256;
 
 impl fmt::Write for Cursor<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         let b = s.as_bytes();
-        if self.len + b.len() > self.buf.len() {
+        if self.len + b.len() > self.limit {
             return Err(fmt::Error);
         }
         self.buf[self.len..self.len + b.len()].copy_from_slice(b);
         self.len += b.len();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::live::Snapshot;
+
+    fn site(i: usize) -> Location {
+        Location {
+            addr: 0x1000 + i,
+            stack: [0x1000 + i, 0x2000, 0x3000, 0],
+            count: 3,
+            size_sum: 96,
+            size_min: 32,
+            size_max: 32,
+            pid_min: 7,
+            pid_max: 7,
+            ..Location::EMPTY
+        }
+    }
+
+    #[test]
+    fn sites_past_the_region_s_room_are_counted_and_the_region_still_ends() {
+        let mut buf = vec![0u8; 4096];
+        let mut c = Cursor::region(&mut buf);
+        let mut out_of_room = [0u64; 2];
+        for i in 0..100 {
+            let kind = if i % 2 == 0 { "alloc" } else { "free" };
+            put_site(&mut c, kind, "kmalloc-32", &site(i), &mut out_of_room);
+        }
+        finish_sites(&mut c, out_of_room).unwrap();
+        let len = c.len;
+        let text = std::str::from_utf8(&buf[..len]).unwrap().to_string();
+        let s = Snapshot::parse(&text).expect("a region out of room still parses");
+        assert!(
+            !s.sites.is_empty() && s.sites.len() < 100,
+            "{}",
+            s.sites.len()
+        );
+        assert_eq!(s.sites_dropped, 3 * (100 - s.sites.len() as u64), "{text}");
+        assert!(out_of_room[0] > 0 && out_of_room[1] > 0);
+        assert!(
+            text.contains("\ndropped alloc - ") && text.ends_with("\nend\n"),
+            "{text}"
+        );
+        assert!(s.sites.iter().all(|l| l.location.stack[1] == 0x2000));
+    }
+
+    #[test]
+    fn a_body_past_its_region_ends_at_its_last_whole_record() {
+        let mut seg = vec![0u8; 8192];
+        let r = Region {
+            seq: AtomicU64::new(0),
+            len: AtomicU64::new(0),
+            published_unix_ns: AtomicU64::new(0),
+            publishes: AtomicU64::new(0),
+        };
+        // SAFETY: `seg` is ours, 8 KiB; `from..to` lies inside it; one writer.
+        unsafe {
+            publish_region(seg.as_mut_ptr(), &r, 4096, 8192, |w| {
+                writeln!(w, "kmem-live {VERSION}")?;
+                for i in 0..1000 {
+                    writeln!(w, "cache many-{i} 1 2 3 4 5 6")?;
+                }
+                writeln!(w, "end")
+            })
+        };
+        let len = r.len.load(Ordering::Relaxed) as usize;
+        assert_eq!(r.seq.load(Ordering::Relaxed), 2);
+        let text = std::str::from_utf8(&seg[4096..4096 + len]).unwrap();
+        assert!(text.ends_with("\ntruncated\nend\n"), "{text}");
+        let s = Snapshot::parse(text).expect("a truncated body still parses");
+        assert!(s.truncated);
+        let n = s.caches.len();
+        assert!(n > 10 && n < 1000, "{n}");
+        assert_eq!(s.caches[n - 1].name, format!("many-{}", n - 1));
     }
 }
