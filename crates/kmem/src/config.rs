@@ -237,7 +237,8 @@ pub const VARS: [Var; 14] = [
             match v {
                 b"off" => cfg.kfence_ms = 0,
                 b"all" => cfg.kfence_ms = crate::kfence::ALL,
-                _ => return parse_u64(v).map(|n| cfg.kfence_ms = n).is_some(),
+                // A number is an interval, however long: never `all`.
+                _ => return parse_u64(v).map(|n| cfg.kfence_ms = n.min(crate::kfence::ALL - 1)).is_some(),
             }
             true
         },
@@ -607,6 +608,18 @@ mod tests {
         assert_eq!(parse_size(b"12Q"), None);
         assert_eq!(parse_size(b"M"), None);
         assert_eq!(parse_size(b""), None);
+    }
+
+    #[test]
+    fn a_kfence_interval_is_never_all_however_long() {
+        assert_eq!(
+            with(&[("KMEM_KFENCE", "all")]).kfence_ms,
+            crate::kfence::ALL
+        );
+        for v in ["18446744073709551615", "18446744073709551614"] {
+            let ms = with(&[("KMEM_KFENCE", v)]).kfence_ms;
+            assert!(ms != crate::kfence::ALL && ms != 0, "{v}: {ms}");
+        }
     }
 
     #[test]

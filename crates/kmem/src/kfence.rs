@@ -200,14 +200,21 @@ pub(crate) fn init(interval_ms: u64) -> bool {
             POOL.store(p as usize, Ordering::Release);
         }
     }
-    let ns = if interval_ms == ALL {
-        ALL
-    } else {
-        interval_ms.saturating_mul(1_000_000)
-    };
+    let ns = interval_ns(interval_ms);
     INTERVAL_NS.store(ns, Ordering::Relaxed);
     NEXT_NS.store(now_ns().saturating_add(ns), Ordering::Relaxed);
     true
+}
+
+/// The sample interval in ns for `interval_ms` ([`ALL`] stays [`ALL`]). A number of
+/// milliseconds too large for the nanoseconds saturates one short of [`ALL`]: an
+/// interval longer than any run, never every allocation.
+fn interval_ns(interval_ms: u64) -> u64 {
+    if interval_ms == ALL {
+        ALL
+    } else {
+        interval_ms.saturating_mul(1_000_000).min(ALL - 1)
+    }
 }
 
 /// Whether every allocation is sampled (the heap's fast paths are off).

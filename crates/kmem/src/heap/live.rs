@@ -248,14 +248,19 @@ pub(crate) fn publish_now() {
             };
             let cost = t0.elapsed().as_nanos() as u64;
             let interval = super::heap().config().live_ms.saturating_mul(1_000_000);
-            w.sites_next_ns.store(
-                now + interval.max(cost.saturating_mul(SITES_COST_SHARE)),
-                Ordering::Relaxed,
-            );
+            w.sites_next_ns
+                .store(next_sites_walk(now, interval, cost), Ordering::Relaxed);
             w.sites_served.store(sreq, Ordering::Relaxed);
         }
     }
     w.busy.store(false, Ordering::Release);
+}
+
+/// When the sites are walked next unless a reader asks: after the publishing
+/// interval, and after [`SITES_COST_SHARE`] times what this walk cost; `u64::MAX`
+/// (never) where that lies past the clock's range (`KMEM_LIVE` near `u64::MAX`).
+fn next_sites_walk(now_ns: u64, interval_ns: u64, cost_ns: u64) -> u64 {
+    now_ns.saturating_add(interval_ns.max(cost_ns.saturating_mul(SITES_COST_SHARE)))
 }
 
 /// Opens (or makes) `/dev/shm/kmem.PID`, sizes and maps it, writes the header.
@@ -618,6 +623,19 @@ mod tests {
             pid_max: 7,
             ..Location::EMPTY
         }
+    }
+
+    #[test]
+    fn the_next_sites_walk_saturates_for_the_longest_intervals() {
+        assert_eq!(next_sites_walk(1_000, 250_000_000, 10), 250_001_000);
+        assert_eq!(
+            next_sites_walk(1_000, 5, 10),
+            1_000 + 10 * SITES_COST_SHARE,
+            "a walk's cost paid off first"
+        );
+        let longest = u64::MAX / 1_000_000 * 1_000_000;
+        assert_eq!(next_sites_walk(5_000_000_000, longest, 10), u64::MAX);
+        assert_eq!(next_sites_walk(5, u64::MAX, u64::MAX), u64::MAX);
     }
 
     #[test]

@@ -88,3 +88,12 @@ fn a_free_waits_for_the_check_at_exit() {
     });
     assert_eq!(kind(m.state.load(Ordering::Acquire)), FREED);
 }
+
+#[test]
+fn a_long_interval_is_never_every_allocation() {
+    assert_eq!(interval_ns(ALL), ALL);
+    assert_eq!(interval_ns(100), 100_000_000);
+    for ms in [u64::MAX / 1_000_000 + 1, u64::MAX / 2, ALL - 1] {
+        assert_eq!(interval_ns(ms), ALL - 1, "{ms} ms");
+    }
+}
