@@ -310,6 +310,11 @@ impl Heap {
         if self.state.load(Ordering::Acquire) != READY {
             return None;
         }
+        self.attach_keyed(self.exit_key.load(Ordering::Relaxed))
+    }
+
+    /// [`Heap::attach_cold`] with the thread-exit key `key`.
+    fn attach_keyed(&self, key: u32) -> Option<CpuRef<'static>> {
         THIS_AREA.with(|a| a.set(ATTACHING));
         let nid = self.kmem.pages.platform().numa_node_id();
         let Some(area) = HEAP.kmem.pages.cpu_area_get(nid) else {
@@ -319,8 +324,14 @@ impl Heap {
         let ptr = area as *const CpuArea as *const c_void;
         // A non-null value makes the destructor run at thread exit. (glibc may
         // allocate here for high keys: that nested allocation sees ATTACHING and takes
-        // the zone path.)
-        os::thread_key_set(self.exit_key.load(Ordering::Relaxed), ptr);
+        // the zone path.) Without it the area would never come back: it goes back
+        // now, and the thread takes the zone path until a later slow path tries again.
+        if !os::thread_key_set(key, ptr) {
+            // SAFETY: we own the area, and nothing of this thread names it.
+            unsafe { HEAP.kmem.pages.cpu_area_put(area) };
+            THIS_AREA.with(|a| a.set(0));
+            return None;
+        }
         THIS_AREA.with(|a| a.set(ptr as usize));
         refresh_fast();
         // SAFETY: we own the area now.
@@ -344,5 +355,34 @@ impl Heap {
             // SAFETY: this thread owned the area and the slot no longer names it.
             unsafe { self.kmem.pages.cpu_area_put(&*(v as *const CpuArea)) };
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_area_whose_exit_key_cannot_be_set_goes_back_to_the_pool() {
+        let h = crate::heap();
+        std::thread::spawn(move || {
+            let pool = h.kmem.pages.cpu_areas();
+            let before = pool.nr_owned();
+            // No such key (pthread keys are below PTHREAD_KEYS_MAX): the call fails,
+            // as it does when glibc finds no memory for a thread's table of keys.
+            for _ in 0..200 {
+                assert!(h.attach_keyed(u32::MAX).is_none());
+                assert_eq!(slot(), 0, "the thread names no area");
+            }
+            // Other tests' threads come and go meanwhile, not 200 of them.
+            let after = pool.nr_owned();
+            assert!(after < before + 50, "{before} -> {after} areas owned");
+            // The thread still allocates (the zone path), and attaches later.
+            let p = h.kmalloc(64, kmem_core::Gfp::KERNEL).unwrap();
+            // SAFETY: allocated just above, freed once.
+            unsafe { h.kfree(p.as_ptr()) };
+        })
+        .join()
+        .unwrap();
     }
 }

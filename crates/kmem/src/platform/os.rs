@@ -146,12 +146,14 @@ pub(crate) fn thread_key_create(dtor: unsafe extern "C" fn(*mut c_void)) -> Opti
     (unsafe { libc::pthread_key_create(&mut key, Some(dtor)) } == 0).then_some(key)
 }
 
-/// Sets the calling thread's value of `key` (null: its destructor will not run).
-/// glibc may allocate here for high keys: callers must cope with a nested allocation.
-pub(crate) fn thread_key_set(key: u32, value: *const c_void) {
-    // SAFETY: `key` came from `thread_key_create` (a bad key only makes the call fail);
-    // the value is stored, never dereferenced, by the C library.
-    unsafe { libc::pthread_setspecific(key, value) };
+/// Sets the calling thread's value of `key` (null: its destructor will not run);
+/// false if it could not be set (no memory for the thread's table of keys, or a bad
+/// key). glibc may allocate here for high keys: callers must cope with a nested
+/// allocation.
+pub(crate) fn thread_key_set(key: u32, value: *const c_void) -> bool {
+    // SAFETY: a bad key only makes the call fail; the value is stored, never
+    // dereferenced, by the C library.
+    unsafe { libc::pthread_setspecific(key, value) == 0 }
 }
 
 /// Runs `f` at process exit (`atexit`).
