@@ -229,7 +229,11 @@ impl<P: Platform> PageAllocator<P> {
         debug_assert!(hp.outside_pages >= pages);
         hp.outside_pages = hp.outside_pages.saturating_sub(pages);
         if hp.lent_pages > 0 {
-            let room = self.max_pages().saturating_sub(hp.counted());
+            // With the bound lifted meanwhile (0), every lent block comes back.
+            let room = match self.max_pages() {
+                0 => usize::MAX,
+                max => max.saturating_sub(hp.counted()),
+            };
             self.return_lent(&mut hp, room);
         }
     }
@@ -765,6 +769,13 @@ mod tests {
         assert!(big.is_some());
         // SAFETY: allocated just above.
         unsafe { pa.free_pages(None, big.unwrap(), MAX_ORDER) };
+        // A loan out when the bound is lifted: its blocks come back at its release.
+        let loan = max - online + (2 << MAX_ORDER);
+        assert!(pa.reserve_outside(loan));
+        pa.set_max_pages(0);
+        pa.release_outside(loan);
+        assert_eq!(pa.zone_event(0, VmEvent::BalloonDeflate), 5 << MAX_ORDER);
+        assert_eq!(pa.nr_free_pages(), free);
         for h in held.iter().flatten() {
             // SAFETY: allocated above, freed once.
             unsafe { pa.free_pages(None, *h, 2) };
