@@ -493,6 +493,11 @@ fn a_quarantined_object_stays_quarantined_when_freed_again() {
         }
         let l = log(k);
         assert!(l.contains("Redzone overwritten"), "{label}: {l}");
+        // An allocated or quarantined object links nothing: no free pointer shown
+        // (decoding its mark would show the hardening key).
+        let object = format!("INFO: Object 0x{:016x} @offset=", p as usize);
+        let line = l.lines().find(|x| x.starts_with(&object)).unwrap();
+        assert!(line.ends_with(" fp=0x0000000000000000"), "{line}");
         assert!(
             l.contains("BUG kmalloc-64 (Not tainted): Object already free"),
             "{label}: {l}"

@@ -574,6 +574,9 @@ pub fn publish() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::heap::live::{finish_sites, publish_region, put_site, Cursor, Region};
+    use std::fmt::Write as _;
+    use std::sync::atomic::AtomicU64;
 
     #[test]
     fn start_ticks_skip_the_command_name() {
@@ -610,5 +613,76 @@ mod tests {
             // SAFETY: allocated above, freed once.
             unsafe { h.kfree(p.as_ptr()) };
         }
+    }
+
+    fn site(i: usize) -> Location {
+        Location {
+            addr: 0x1000 + i,
+            stack: [0x1000 + i, 0x2000, 0x3000, 0],
+            count: 3,
+            size_sum: 96,
+            size_min: 32,
+            size_max: 32,
+            pid_min: 7,
+            pid_max: 7,
+            ..Location::EMPTY
+        }
+    }
+
+    #[test]
+    fn sites_past_the_region_s_room_are_counted_and_the_region_still_ends() {
+        let mut buf = vec![0u8; 4096];
+        let mut c = Cursor::region(&mut buf);
+        let mut out_of_room = [0u64; 2];
+        for i in 0..100 {
+            let kind = if i % 2 == 0 { "alloc" } else { "free" };
+            put_site(&mut c, kind, "kmalloc-32", &site(i), &mut out_of_room);
+        }
+        finish_sites(&mut c, out_of_room).unwrap();
+        let len = c.len;
+        let text = std::str::from_utf8(&buf[..len]).unwrap().to_string();
+        let s = Snapshot::parse(&text).expect("a region out of room still parses");
+        assert!(
+            !s.sites.is_empty() && s.sites.len() < 100,
+            "{}",
+            s.sites.len()
+        );
+        assert_eq!(s.sites_dropped, 3 * (100 - s.sites.len() as u64), "{text}");
+        assert!(out_of_room[0] > 0 && out_of_room[1] > 0);
+        assert!(
+            text.contains("\ndropped alloc - ") && text.ends_with("\nend\n"),
+            "{text}"
+        );
+        assert!(s.sites.iter().all(|l| l.location.stack[1] == 0x2000));
+    }
+
+    #[test]
+    fn a_body_past_its_region_ends_at_its_last_whole_record() {
+        let mut seg = vec![0u8; 8192];
+        let r = Region {
+            seq: AtomicU64::new(0),
+            len: AtomicU64::new(0),
+            published_unix_ns: AtomicU64::new(0),
+            publishes: AtomicU64::new(0),
+        };
+        // SAFETY: `seg` is ours, 8 KiB; `from..to` lies inside it; one writer.
+        unsafe {
+            publish_region(seg.as_mut_ptr(), &r, 4096, 8192, |w| {
+                writeln!(w, "kmem-live {VERSION}")?;
+                for i in 0..1000 {
+                    writeln!(w, "cache many-{i} 1 2 3 4 5 6")?;
+                }
+                writeln!(w, "end")
+            })
+        };
+        let len = r.len.load(Ordering::Relaxed) as usize;
+        assert_eq!(r.seq.load(Ordering::Relaxed), 2);
+        let text = std::str::from_utf8(&seg[4096..4096 + len]).unwrap();
+        assert!(text.ends_with("\ntruncated\nend\n"), "{text}");
+        let s = Snapshot::parse(text).expect("a truncated body still parses");
+        assert!(s.truncated);
+        let n = s.caches.len();
+        assert!(n > 10 && n < 1000, "{n}");
+        assert_eq!(s.caches[n - 1].name, format!("many-{}", n - 1));
     }
 }

@@ -729,12 +729,16 @@ impl<P: Platform> Slub<'_, P> {
             sr.flags().bits()
         );
         let slot = obj.wrapping_sub(cfg.red_left);
-        let fp = if in_slab {
-            // SAFETY: an object slot of this slab.
-            unsafe { get_freepointer(cfg, obj) }
-        } else {
-            0
-        };
+        let mark = if in_slab { get_mark(cfg, obj) } else { 0 };
+        let fp =
+            if in_slab && !(has_marks(cfg) && [MARK_ALLOCATED, MARK_QUARANTINED].contains(&mark)) {
+                // SAFETY: an object slot of this slab.
+                unsafe { get_freepointer(cfg, obj) }
+            } else {
+                // Not in the slab, or a mark: no link (decoding a mark would print the
+                // hardening key).
+                0
+            };
         let _ = writeln!(
             w,
             "INFO: Object 0x{obj:016x} @offset={} fp=0x{fp:016x}",

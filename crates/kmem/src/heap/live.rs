@@ -323,7 +323,7 @@ fn create() -> Option<*mut u8> {
 /// # Safety
 /// `seg` is our mapping of [`SEGMENT_BYTES`]; the caller is its only writer
 /// (`busy`); `from..to` is the region `r` describes.
-unsafe fn publish_region(
+pub(crate) unsafe fn publish_region(
     seg: *mut u8,
     r: &Region,
     from: usize,
@@ -516,7 +516,13 @@ fn write_sites(w: &mut Cursor<'_>, now_ns: u64) -> fmt::Result {
 
 /// One site's record, whole or not at all: what finds no room is counted in
 /// `out_of_room` (objects, by kind: alloc, free), for [`finish_sites`].
-fn put_site(w: &mut Cursor<'_>, kind: &str, cache: &str, l: &Location, out_of_room: &mut [u64; 2]) {
+pub(crate) fn put_site(
+    w: &mut Cursor<'_>,
+    kind: &str,
+    cache: &str,
+    l: &Location,
+    out_of_room: &mut [u64; 2],
+) {
     if !w.record(|w| write_site(w, kind, cache, l)) {
         out_of_room[usize::from(kind == "free")] += l.count;
     }
@@ -524,7 +530,7 @@ fn put_site(w: &mut Cursor<'_>, kind: &str, cache: &str, l: &Location, out_of_ro
 
 /// The end of the sites region, in the room kept for it: the objects of the sites
 /// left out (`dropped alloc|free - N`, no cache named), then `end`.
-fn finish_sites(w: &mut Cursor<'_>, out_of_room: [u64; 2]) -> fmt::Result {
+pub(crate) fn finish_sites(w: &mut Cursor<'_>, out_of_room: [u64; 2]) -> fmt::Result {
     w.limit = w.buf.len();
     for (kind, n) in ["alloc", "free"].into_iter().zip(out_of_room) {
         if n > 0 {
@@ -558,9 +564,10 @@ fn write_site(w: &mut Cursor<'_>, kind: &str, cache: &str, l: &Location) -> fmt:
 }
 
 /// A `fmt::Write` over a byte buffer that stops at the end (no allocation).
-struct Cursor<'a> {
+pub(crate) struct Cursor<'a> {
     buf: &'a mut [u8],
-    len: usize,
+    /// Bytes written.
+    pub(crate) len: usize,
     /// Where writes stop: the end, or for a region the end less [`TRAILER_BYTES`]
     /// until its last records.
     limit: usize,
@@ -574,7 +581,7 @@ impl<'a> Cursor<'a> {
 
     /// A cursor over a region of the segment: writes stop [`TRAILER_BYTES`] short of
     /// its end, kept for the records that end it.
-    fn region(buf: &'a mut [u8]) -> Self {
+    pub(crate) fn region(buf: &'a mut [u8]) -> Self {
         let limit = buf.len().saturating_sub(TRAILER_BYTES);
         Cursor { buf, len: 0, limit }
     }
@@ -609,21 +616,6 @@ impl fmt::Write for Cursor<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::live::Snapshot;
-
-    fn site(i: usize) -> Location {
-        Location {
-            addr: 0x1000 + i,
-            stack: [0x1000 + i, 0x2000, 0x3000, 0],
-            count: 3,
-            size_sum: 96,
-            size_min: 32,
-            size_max: 32,
-            pid_min: 7,
-            pid_max: 7,
-            ..Location::EMPTY
-        }
-    }
 
     #[test]
     fn the_next_sites_walk_saturates_for_the_longest_intervals() {
@@ -636,62 +628,5 @@ mod tests {
         let longest = u64::MAX / 1_000_000 * 1_000_000;
         assert_eq!(next_sites_walk(5_000_000_000, longest, 10), u64::MAX);
         assert_eq!(next_sites_walk(5, u64::MAX, u64::MAX), u64::MAX);
-    }
-
-    #[test]
-    fn sites_past_the_region_s_room_are_counted_and_the_region_still_ends() {
-        let mut buf = vec![0u8; 4096];
-        let mut c = Cursor::region(&mut buf);
-        let mut out_of_room = [0u64; 2];
-        for i in 0..100 {
-            let kind = if i % 2 == 0 { "alloc" } else { "free" };
-            put_site(&mut c, kind, "kmalloc-32", &site(i), &mut out_of_room);
-        }
-        finish_sites(&mut c, out_of_room).unwrap();
-        let len = c.len;
-        let text = std::str::from_utf8(&buf[..len]).unwrap().to_string();
-        let s = Snapshot::parse(&text).expect("a region out of room still parses");
-        assert!(
-            !s.sites.is_empty() && s.sites.len() < 100,
-            "{}",
-            s.sites.len()
-        );
-        assert_eq!(s.sites_dropped, 3 * (100 - s.sites.len() as u64), "{text}");
-        assert!(out_of_room[0] > 0 && out_of_room[1] > 0);
-        assert!(
-            text.contains("\ndropped alloc - ") && text.ends_with("\nend\n"),
-            "{text}"
-        );
-        assert!(s.sites.iter().all(|l| l.location.stack[1] == 0x2000));
-    }
-
-    #[test]
-    fn a_body_past_its_region_ends_at_its_last_whole_record() {
-        let mut seg = vec![0u8; 8192];
-        let r = Region {
-            seq: AtomicU64::new(0),
-            len: AtomicU64::new(0),
-            published_unix_ns: AtomicU64::new(0),
-            publishes: AtomicU64::new(0),
-        };
-        // SAFETY: `seg` is ours, 8 KiB; `from..to` lies inside it; one writer.
-        unsafe {
-            publish_region(seg.as_mut_ptr(), &r, 4096, 8192, |w| {
-                writeln!(w, "kmem-live {VERSION}")?;
-                for i in 0..1000 {
-                    writeln!(w, "cache many-{i} 1 2 3 4 5 6")?;
-                }
-                writeln!(w, "end")
-            })
-        };
-        let len = r.len.load(Ordering::Relaxed) as usize;
-        assert_eq!(r.seq.load(Ordering::Relaxed), 2);
-        let text = std::str::from_utf8(&seg[4096..4096 + len]).unwrap();
-        assert!(text.ends_with("\ntruncated\nend\n"), "{text}");
-        let s = Snapshot::parse(text).expect("a truncated body still parses");
-        assert!(s.truncated);
-        let n = s.caches.len();
-        assert!(n > 10 && n < 1000, "{n}");
-        assert_eq!(s.caches[n - 1].name, format!("many-{}", n - 1));
     }
 }
