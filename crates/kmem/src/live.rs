@@ -27,6 +27,9 @@
 //!
 //! Each region is guarded by its own sequence count (`seq`: odd while being written),
 //! as the kernel's seqlocks: a reader copies the text and retries if `seq` moved.
+//! A region keeps room for its last records: a record that does not fit is left out
+//! whole, the sites' objects left out are counted (`dropped alloc|free - N`), and a
+//! main text out of room ends with `truncated`; every region ends with `end`.
 //!
 //! ## Lifetime
 //! Made at the first tick once the process has run for the publishing interval
