@@ -152,7 +152,7 @@ impl<P: Platform> PageAllocator<P> {
             }
         };
         let start = (nr << PFN_SECTION_SHIFT) + MEMMAP_PAGES;
-        let pages = step_end(start, room.min(self.section_managed(nr))) - start;
+        let pages = run_end(start, room, self.section_managed(nr)) - start;
         hp.online_pages += pages;
         self.online_section(nr, nid, pages);
         drop(hp);
@@ -178,7 +178,7 @@ impl<P: Platform> PageAllocator<P> {
         let sec = &self.sections[nr];
         let have = sec.nr_managed.load(Ordering::Relaxed) as usize;
         let start = (nr << PFN_SECTION_SHIFT) + MEMMAP_PAGES + have;
-        let end = step_end(start, want.min(self.section_managed(nr) - have));
+        let end = run_end(start, want, self.section_managed(nr) - have);
         let zone = &self.zones[nid];
         let mut fa = zone.lock.lock();
         let mut pfn = start;
@@ -541,6 +541,18 @@ fn step_end(start: usize, want: usize) -> usize {
     }
 }
 
+/// The end of a run of up to `want` of the `rest` pages from `start` to the end of
+/// its section: all of them when `want` covers them (the section's end is where its
+/// pages end, whether or not a largest block ends there: the last section of a span
+/// may stop anywhere), else [`step_end`].
+fn run_end(start: usize, want: usize, rest: usize) -> usize {
+    if want >= rest {
+        start + rest
+    } else {
+        step_end(start, want)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::mmzone::SECTION_MANAGED_PAGES;
@@ -548,6 +560,18 @@ mod tests {
     use super::super::{Config, InitError, PAGE_SIZE};
     use super::*;
     use crate::gfp::Gfp;
+
+    #[test]
+    fn a_last_section_off_a_largest_block_comes_online_whole() {
+        // 10 MiB of a second section: 2,048 pages past its memmap, ending half way
+        // into a largest block.
+        let len = SECTION_SIZE + (10 << 20);
+        let pa = allocator_len(len, Config::default()).unwrap();
+        while pa.add_memory(0) {}
+        let tail = (10 << 20) / PAGE_SIZE - MEMMAP_PAGES;
+        assert_eq!(pa.nr_managed_pages(), SECTION_MANAGED_PAGES + tail);
+        assert_eq!(pa.nr_free_pages(), SECTION_MANAGED_PAGES + tail);
+    }
 
     #[test]
     fn a_span_may_end_inside_a_section() {
