@@ -281,6 +281,12 @@ pub fn screen(s: &Snapshot, limit: usize) -> String {
             s.tracking, s.pid
         );
     }
+    if s.truncated {
+        let _ = writeln!(
+            w,
+            "\n (the view ran out of room: the records after the last one shown are left out)"
+        );
+    }
     w
 }
 
@@ -390,7 +396,10 @@ fn sites_text(
         );
     }
     if s.truncated {
-        let _ = writeln!(w, "(the view ran out of room: the rest is left out)");
+        let _ = writeln!(
+            w,
+            "(the view ran out of room: the rest of its records are left out)"
+        );
     }
     Ok(w)
 }

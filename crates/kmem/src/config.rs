@@ -238,7 +238,13 @@ pub const VARS: [Var; 14] = [
                 b"off" => cfg.kfence_ms = 0,
                 b"all" => cfg.kfence_ms = crate::kfence::ALL,
                 // A number is an interval, however long: never `all`.
-                _ => return parse_u64(v).map(|n| cfg.kfence_ms = n.min(crate::kfence::ALL - 1)).is_some(),
+                _ => {
+                    let ms = parse_u64(v);
+                    if let Some(n) = ms {
+                        cfg.kfence_ms = n.min(crate::kfence::ALL - 1);
+                    }
+                    return ms.is_some();
+                }
             }
             true
         },

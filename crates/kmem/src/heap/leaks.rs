@@ -26,7 +26,9 @@
 //! Misses are on the side of silence: a stale pointer left in a dead stack frame or
 //! a freed huge mapping kept for reuse hides a leak; no pointer to a live object
 //! is overlooked, so no false report (barring pointers the program hides: XORed,
-//! stored only on disk, or only in registers of other threads).
+//! stored only on disk, only in registers of other threads, or only in the kernel,
+//! such as an epoll event's `data.ptr`; such an object is reported, and so is what is
+//! reached only from it).
 //!
 //! ## Cost and safety
 //! It runs at exit (`KMEM_LEAKS`) or when called ([`scan`]). Its tables live in
@@ -486,7 +488,7 @@ fn scan_span(h: &super::Heap, sc: &mut Scanner<'_>) {
     for (nid, d) in deferred.iter_mut().enumerate().take(pa.nr_nodes()) {
         *d = pa.deferred_pages(nid);
     }
-    for sec in 0..len / SECTION_SIZE {
+    for sec in 0..len.div_ceil(SECTION_SIZE) {
         let first = sec * per_section;
         if pa.pfn_to_page(first + MEMMAP_PAGES).is_none() {
             continue;
