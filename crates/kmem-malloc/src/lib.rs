@@ -131,8 +131,16 @@ unsafe fn free_or_abort(p: *mut c_void) {
 #[inline(never)]
 unsafe extern "C" fn free_other(p: *mut c_void) {
     // SAFETY: the caller's pointer; the rseq push takes only plain objects of ours.
-    if unsafe { kmem::heap::dealloc_rseq_fast(p.cast()) } {
-        return;
+    match unsafe { kmem::heap::dealloc_rseq_fast(p.cast()) } {
+        Some(true) => return,
+        // A double free on the CPU's sheaf top, reported.
+        Some(false) => {
+            if !in_debug_cache(p) {
+                abort_bad_pointer();
+            }
+            return;
+        }
+        None => {}
     }
     if p.is_null() {
         return;

@@ -16,7 +16,7 @@
 //! slow path, the memory cgroup's path, the per-CPU fallback of `percpu`). No lock of
 //! its own: the CPU area's rules apply (see `cpu`).
 
-use super::percpu::{rseq_area_first, tagged_rseq_area, RseqArea};
+use super::percpu::{rseq_area_first, tagged_rseq_area, Pushed, RseqArea};
 use super::thread::{
     active_objcg, charged_cpu, fast_cpu, inline_area, inline_area_of, refresh_charged_fast,
     rseq_tag, thread_cpu,
@@ -289,7 +289,12 @@ impl Heap {
     #[inline(always)]
     unsafe fn kfree_rseq(&self, rseq: RseqArea, p: *mut u8) -> bool {
         // SAFETY: forwarded from the caller.
-        unsafe { self.rseq_free_fast(rseq, p) || self.kfree_layers(p) }
+        match unsafe { self.rseq_free_fast(rseq, p) } {
+            Pushed::Done => true,
+            Pushed::AtHead => self.rseq_double_free_at_top(p),
+            // SAFETY: forwarded from the caller.
+            Pushed::No => unsafe { self.kfree_layers(p) },
+        }
     }
 
     /// [`Heap::kfree`] past its fast paths: a full sheaf, a charged object, a large

@@ -24,7 +24,7 @@
 //! No lock of its own: the kmalloc and page paths follow the CPU area's rules (see
 //! `cpu`), huge mappings the huge list's lock, taken inside `crate::huge`.
 
-use super::percpu::{rseq_area_of, tagged_rseq_area, RseqArea};
+use super::percpu::{rseq_area_of, tagged_rseq_area, Pushed, RseqArea};
 use super::thread::{active_objcg, charged_cpu, fast_cpu, inline_area, inline_area_of, rseq_tag};
 use super::{heap, Heap, HEAP};
 use crate::platform::fast_tls;
@@ -134,15 +134,21 @@ pub fn malloc_small_slow(size: usize) -> *mut u8 {
 
 /// Per-CPU rseq mode's free fast path, for a front end whose [`dealloc_fast`]
 /// refused: when the thread's fast word is `rseq_tag()`, one restartable push of a
-/// plain slab object onto the CPU's spare sheaf. False leaves `p` untouched, for
-/// [`dealloc_other`].
+/// plain slab object onto the CPU's spare sheaf. `Some(true)`: done; `Some(false)`: a
+/// double free on the sheaf's top, reported and not done (a front end treats it as
+/// any refused free); `None` leaves `p` untouched, for [`dealloc_other`].
 ///
 /// # Safety
-/// As [`Heap::dealloc`] when it returns true.
+/// As [`Heap::dealloc`] when it returns `Some(true)`.
 #[inline(always)]
-pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> bool {
+pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> Option<bool> {
+    let rseq = tagged_rseq_area()?;
     // SAFETY: forwarded from the caller.
-    tagged_rseq_area().is_some_and(|rseq| unsafe { HEAP.rseq_free_fast(rseq, p) })
+    match unsafe { HEAP.rseq_free_fast(rseq, p) } {
+        Pushed::Done => Some(true),
+        Pushed::AtHead => Some(HEAP.rseq_double_free_at_top(p)),
+        Pushed::No => None,
+    }
 }
 
 /// [`Heap::alloc`] (or, `zeroed`, [`Heap::alloc_zeroed`]) for the allocator front
@@ -310,7 +316,7 @@ pub unsafe fn dealloc_ptr(p: *mut u8) -> bool {
     }
     if let Some(rseq) = rseq_area_of(w) {
         // SAFETY: forwarded from the caller.
-        return unsafe { HEAP.rseq_free_fast(rseq, p) || dealloc_rseq_rest(p) };
+        return unsafe { dealloc_rseq_pushed(HEAP.rseq_free_fast(rseq, p), p) };
     }
     // SAFETY: forwarded from the caller.
     unsafe { dealloc_other(p) }
@@ -390,7 +396,22 @@ pub unsafe fn dealloc_other(p: *mut u8) -> bool {
 #[inline(never)]
 unsafe fn dealloc_rseq(rseq: RseqArea, p: *mut u8) -> bool {
     // SAFETY: forwarded from the caller.
-    unsafe { HEAP.rseq_free_fast(rseq, p) || dealloc_rseq_rest(p) }
+    unsafe { dealloc_rseq_pushed(HEAP.rseq_free_fast(rseq, p), p) }
+}
+
+/// What follows the rseq push of `p`: done; a double free on the sheaf's top,
+/// reported where it was found (see [`Heap::rseq_double_free_at_top`]); or the rest.
+///
+/// # Safety
+/// As [`Heap::dealloc`].
+#[inline(always)]
+unsafe fn dealloc_rseq_pushed(pushed: Pushed, p: *mut u8) -> bool {
+    match pushed {
+        Pushed::Done => true,
+        Pushed::AtHead => HEAP.rseq_double_free_at_top(p),
+        // SAFETY: forwarded from the caller.
+        Pushed::No => unsafe { dealloc_rseq_rest(p) },
+    }
 }
 
 /// [`dealloc_rseq`] past the sheaf push: the rest of `Heap::rseq_free_ptr`, else the

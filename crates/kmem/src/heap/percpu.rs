@@ -21,6 +21,7 @@ use super::{Heap, HEAP, UNINIT};
 use super::{MODE_CPU_CAS, MODE_CPU_LOCK, MODE_CPU_RSEQ, MODE_THREAD};
 use crate::config::PerCpuMode;
 use crate::platform::linux::write_stderr;
+pub(crate) use crate::platform::rseq::Pushed;
 use kmem_core::slab::ObjectLookup;
 use kmem_core::sync::SpinLockGuard;
 use kmem_core::{CpuArea, CpuRef, Gfp, KmemCache, Page};
@@ -426,11 +427,25 @@ impl Heap {
     #[inline(always)]
     pub(super) unsafe fn rseq_free_ptr(&self, rseq: RseqArea, p: *mut u8) -> Option<bool> {
         // SAFETY: forwarded from the caller.
-        if unsafe { self.rseq_free_fast(rseq, p) } {
-            return Some(true);
+        match unsafe { self.rseq_free_fast(rseq, p) } {
+            Pushed::Done => Some(true),
+            Pushed::AtHead => Some(self.rseq_double_free_at_top(p)),
+            // SAFETY: forwarded from the caller.
+            Pushed::No => unsafe { self.rseq_free_ptr_slow(p) },
         }
-        // SAFETY: forwarded from the caller.
-        unsafe { self.rseq_free_ptr_slow(p) }
+    }
+
+    /// A free that the rseq push found on its sheaf's top ([`Pushed::AtHead`]): a
+    /// double free, reported; false (not done). Reported here, where the push found
+    /// it: the out-of-line path, on another CPU after a migration, would not find it
+    /// on that CPU's top and would push it a second time.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn rseq_double_free_at_top(&self, p: *mut u8) -> bool {
+        match self.kmem.slub().lookup(p) {
+            ObjectLookup::Slab(s, slab) => self.kmem.slub().double_free(s, slab, p as usize),
+            _ => false,
+        }
     }
 
     /// [`Heap::rseq_free_ptr`] once the sheaf push refused `p`: the CPU-slab design's
@@ -450,14 +465,16 @@ impl Heap {
     /// The rseq free fast path: from the object's own page straight to the CPU's
     /// spare sheaf of its cache (`Slub::rseq_free_target`), pushed in a restartable
     /// sequence that also checks the object's start (`rseq` from
-    /// [`tagged_rseq_area`]). True when `p` went onto the sheaf; false leaves it
-    /// untouched (not a plain object of an rseq sheaf cache, a full sheaf, a double
-    /// free on the top: the regular path decides and reports).
+    /// [`tagged_rseq_area`]). [`Pushed::Done`] when `p` went onto the sheaf;
+    /// [`Pushed::AtHead`] when it is the sheaf's top already (a double free, for
+    /// [`Heap::rseq_double_free_at_top`]); [`Pushed::No`] leaves it untouched (not a
+    /// plain object of an rseq sheaf cache, a full sheaf: the regular path decides and
+    /// reports).
     ///
     /// # Safety
-    /// As [`Heap::dealloc`] when it returns true.
+    /// As [`Heap::dealloc`] when it returns [`Pushed::Done`].
     #[inline(always)]
-    pub(super) unsafe fn rseq_free_fast(&self, rseq: RseqArea, p: *mut u8) -> bool {
+    pub(super) unsafe fn rseq_free_fast(&self, rseq: RseqArea, p: *mut u8) -> Pushed {
         // SAFETY: forwarded from the caller.
         unsafe { self.rseq_free_fast_to(rseq, p, None) }
     }
@@ -475,15 +492,15 @@ impl Heap {
         rseq: RseqArea,
         p: *mut u8,
         want: Option<&KmemCache>,
-    ) -> bool {
+    ) -> Pushed {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
-            use crate::platform::rseq::{self, Pushed};
+            use crate::platform::rseq;
             let Some(off) = self.kmem.slub().rseq_free_target(p) else {
-                return false;
+                return Pushed::No;
             };
             if want.is_some_and(|s| s.config().cpu_offset != off) {
-                return false;
+                return Pushed::No;
             }
             let table = self.cpu_table.as_ptr().cast();
             // SAFETY: as in `rseq_alloc_small`, for the `cpu_offset` the object's
@@ -491,13 +508,12 @@ impl Heap {
             // objcg vector), or the zero line (never written: no room); the sequence
             // checks that `p` starts one of its objects before it takes it, and the
             // caller gives it up.
-            let pushed = unsafe { rseq::sheaf_push_at(rseq, table, off, p as usize) };
-            matches!(pushed, Pushed::Done)
+            unsafe { rseq::sheaf_push_at(rseq, table, off, p as usize) }
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         {
             let _ = (rseq, p, want);
-            false
+            Pushed::No
         }
     }
 

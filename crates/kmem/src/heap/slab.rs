@@ -6,7 +6,7 @@
 //! Fast paths as for kmalloc: the thread's own area, else the per-CPU fallback
 //! (`percpu`). No lock of its own: the CPU area's rules apply (see `cpu`).
 
-use super::percpu::{tagged_rseq_area, zero_if_asked};
+use super::percpu::{tagged_rseq_area, zero_if_asked, Pushed};
 use super::thread::{active_objcg, inline_area, rseq_tag, thread_cpu};
 use super::{Heap, HEAP};
 use crate::platform::fast_tls;
@@ -144,11 +144,16 @@ impl Heap {
     unsafe fn kmem_cache_free_other(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
         // Per-CPU rseq mode: the restartable push from the object's page, for an
         // object of `s`.
-        // SAFETY: forwarded from the caller.
-        unsafe {
-            tagged_rseq_area().is_some_and(|r| self.rseq_free_fast_to(r, p.as_ptr(), Some(s)))
-                || self.kmem_cache_free_layers(s, p)
+        if let Some(r) = tagged_rseq_area() {
+            // SAFETY: forwarded from the caller.
+            match unsafe { self.rseq_free_fast_to(r, p.as_ptr(), Some(s)) } {
+                Pushed::Done => return true,
+                Pushed::AtHead => return self.rseq_double_free_at_top(p.as_ptr()),
+                Pushed::No => {}
+            }
         }
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmem_cache_free_layers(s, p) }
     }
 
     /// [`Heap::kmem_cache_free_other`] past the rseq push.

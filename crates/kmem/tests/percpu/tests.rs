@@ -350,6 +350,10 @@ fn misuse_is_refused_on_the_per_cpu_paths() {
             assert!(h.kfree(p));
             assert!(!h.kfree(p), "a double free on the sheaf's top was taken");
             assert!(h.kmem_cache_free(a, o));
+            assert!(
+                !h.kmem_cache_free(a, o),
+                "a double free on the sheaf's top was taken (kmem_cache_free)"
+            );
         }
         // Nothing was taken twice: as many distinct objects come back as there are.
         let again: Vec<usize> = (0..200)
