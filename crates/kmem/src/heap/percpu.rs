@@ -21,7 +21,7 @@ use super::{Heap, HEAP, UNINIT};
 use super::{MODE_CPU_CAS, MODE_CPU_LOCK, MODE_CPU_RSEQ, MODE_THREAD};
 use crate::config::PerCpuMode;
 use crate::platform::linux::write_stderr;
-pub(crate) use crate::platform::rseq::Pushed;
+pub(crate) use crate::platform::Pushed;
 use kmem_core::slab::ObjectLookup;
 use kmem_core::sync::SpinLockGuard;
 use kmem_core::{CpuArea, CpuRef, Gfp, KmemCache, Page};

@@ -27,6 +27,18 @@ pub(crate) mod own_code;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub mod rseq;
 
+/// What a restartable push (`rseq::push`, `rseq::sheaf_push_at`) did; defined on
+/// every target, where the heap's rseq free paths answer [`Pushed::No`] without one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pushed {
+    /// On the CPU freelist.
+    Done,
+    /// Not done: the object's slab is not the CPU slab (or no area yet).
+    No,
+    /// The object is already at the freelist's head: a double free (not done).
+    AtHead,
+}
+
 /// Largest CPU id (plus one) that gets a CPU area in per-CPU mode: the length of the
 /// heap's CPU table, which the restartable sequences of [`rseq`] index directly. A CPU
 /// past it allocates through the zones (correct, without per-CPU lists).

@@ -223,16 +223,7 @@ pub unsafe fn pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> usize 
     obj
 }
 
-/// What [`push`] did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Pushed {
-    /// On the CPU freelist.
-    Done,
-    /// Not done: the object's slab is not the CPU slab (or no area yet).
-    No,
-    /// The object is already at the freelist's head: a double free (not done).
-    AtHead,
-}
+pub use super::Pushed;
 
 /// Pushes `obj` (an object of the slab at `base`, owned by the caller) on the CPU
 /// freelist of the cache `cfg` on the CPU the thread runs on, if that slab is the CPU
