@@ -130,7 +130,8 @@ unsafe fn free_or_abort(p: *mut c_void) {
 /// here (the fast path's range check refuses null, so it needs no test of its own).
 #[inline(never)]
 unsafe extern "C" fn free_other(p: *mut c_void) {
-    // SAFETY: the caller's pointer; the rseq push takes only plain objects of ours.
+    // SAFETY: the caller's pointer, given up by `free`; the rseq push takes only plain
+    // objects of ours and leaves anything else untouched (`None`).
     match unsafe { kmem::heap::dealloc_rseq_fast(p.cast()) } {
         Some(true) => return,
         // A double free on the CPU's sheaf top, reported.

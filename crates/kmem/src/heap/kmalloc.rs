@@ -288,7 +288,8 @@ impl Heap {
     /// As [`Heap::kfree`].
     #[inline(always)]
     unsafe fn kfree_rseq(&self, rseq: RseqArea, p: *mut u8) -> bool {
-        // SAFETY: forwarded from the caller.
+        // SAFETY: the caller's contract (as `Heap::kfree`): `p` is given up, and the
+        // push takes it only when it starts an object of ours.
         match unsafe { self.rseq_free_fast(rseq, p) } {
             Pushed::Done => true,
             Pushed::AtHead => self.rseq_double_free_at_top(p),

@@ -143,7 +143,8 @@ pub fn malloc_small_slow(size: usize) -> *mut u8 {
 #[inline(always)]
 pub unsafe fn dealloc_rseq_fast(p: *mut u8) -> Option<bool> {
     let rseq = tagged_rseq_area()?;
-    // SAFETY: forwarded from the caller.
+    // SAFETY: the caller's contract (as `Heap::dealloc`): `p` is given up, and the
+    // push takes it only when it starts an object of ours.
     match unsafe { HEAP.rseq_free_fast(rseq, p) } {
         Pushed::Done => Some(true),
         Pushed::AtHead => Some(HEAP.rseq_double_free_at_top(p)),
@@ -315,7 +316,8 @@ pub unsafe fn dealloc_ptr(p: *mut u8) -> bool {
         return true;
     }
     if let Some(rseq) = rseq_area_of(w) {
-        // SAFETY: forwarded from the caller.
+        // SAFETY: the caller's contract (as `Heap::dealloc`), for the push and for
+        // what follows it.
         return unsafe { dealloc_rseq_pushed(HEAP.rseq_free_fast(rseq, p), p) };
     }
     // SAFETY: forwarded from the caller.
@@ -395,7 +397,8 @@ pub unsafe fn dealloc_other(p: *mut u8) -> bool {
 /// design's push, the slab lookup), the function saved three registers on every call.
 #[inline(never)]
 unsafe fn dealloc_rseq(rseq: RseqArea, p: *mut u8) -> bool {
-    // SAFETY: forwarded from the caller.
+    // SAFETY: the caller's contract (as `Heap::dealloc`), for the push and for what
+    // follows it.
     unsafe { dealloc_rseq_pushed(HEAP.rseq_free_fast(rseq, p), p) }
 }
 

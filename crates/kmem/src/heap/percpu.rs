@@ -426,7 +426,8 @@ impl Heap {
     /// As [`Heap::dealloc`].
     #[inline(always)]
     pub(super) unsafe fn rseq_free_ptr(&self, rseq: RseqArea, p: *mut u8) -> Option<bool> {
-        // SAFETY: forwarded from the caller.
+        // SAFETY: the caller's contract (as `Heap::dealloc`): `p` is given up, and the
+        // push takes it only when it starts an object of ours.
         match unsafe { self.rseq_free_fast(rseq, p) } {
             Pushed::Done => Some(true),
             Pushed::AtHead => Some(self.rseq_double_free_at_top(p)),
@@ -503,11 +504,12 @@ impl Heap {
                 return Pushed::No;
             }
             let table = self.cpu_table.as_ptr().cast();
-            // SAFETY: as in `rseq_alloc_small`, for the `cpu_offset` the object's
-            // page names (a cache on the restartable sequences, its slab without an
-            // objcg vector), or the zero line (never written: no room); the sequence
-            // checks that `p` starts one of its objects before it takes it, and the
-            // caller gives it up.
+            // SAFETY: the table and `rseq` as in `rseq_alloc_small`, for the
+            // `cpu_offset` the object's page names (a cache on the restartable
+            // sequences, its slab without an objcg vector), or the zero line (never
+            // written: no room); the sequence checks that `p` starts one of its objects
+            // before it takes it (its
+            // outcome, `AtHead` included, is the caller's), and the caller gives it up.
             unsafe { rseq::sheaf_push_at(rseq, table, off, p as usize) }
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
