@@ -28,8 +28,11 @@
 //! `KMEM_KFENCE=MS` arms one sample every MS milliseconds (the kernel's
 //! `kfence.sample_interval`, 100 by default): the heap's housekeeping tick arms it, and
 //! the next allocation that reaches the heap's slow path (an empty sheaf, a debug
-//! cache, per-CPU mode) takes it, so the fast paths carry nothing for KFENCE. Charged
-//! allocations (an active memory cgroup) are never sampled and leave the sample armed.
+//! cache, per-CPU mode) takes it, so the fast paths carry nothing for KFENCE. A charged
+//! allocation (an active memory cgroup) is sampled too, as in the kernel: the heap
+//! charges the object as one of its `kmalloc-cg-N` cache before taking the slot, the
+//! slot keeps the charge ([`Charge`]), and the free that releases the slot hands it
+//! back to be uncharged.
 //! `KMEM_KFENCE=all` samples every allocation of up to a page while slots last (the
 //! heap then turns its fast paths off); `off` disables it.
 //!
@@ -94,6 +97,25 @@ struct Meta {
     cache: std::cell::UnsafeCell<[u8; 24]>,
     alloc: std::cell::UnsafeCell<Stack>,
     free: std::cell::UnsafeCell<Stack>,
+    /// What the object is charged to (the heap's; the pool only keeps it): written by
+    /// the allocation before the state says ALLOCATED, taken by the one free that wins
+    /// the state change.
+    charge: std::cell::UnsafeCell<Charge>,
+}
+
+/// A sampled object's memory cgroup charge, as the heap made it: the objcg charged
+/// and the kmalloc cache whose objects the charge is counted as (both 0: uncharged).
+/// The pool keeps it for the object's lifetime and gives it back to the free that
+/// releases the object, so exactly one free uncharges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Charge {
+    pub(crate) objcg: usize,
+    pub(crate) cache: usize,
+}
+
+impl Charge {
+    /// No charge.
+    pub(crate) const NONE: Charge = Charge { objcg: 0, cache: 0 };
 }
 
 // SAFETY: the UnsafeCell fields are written only by the owner of the slot's state
@@ -108,6 +130,7 @@ const META: Meta = Meta {
     cache: std::cell::UnsafeCell::new([0; 24]),
     alloc: std::cell::UnsafeCell::new(EMPTY_STACK),
     free: std::cell::UnsafeCell::new(EMPTY_STACK),
+    charge: std::cell::UnsafeCell::new(Charge::NONE),
 };
 
 static METAS: [Meta; NUM_OBJECTS] = [META; NUM_OBJECTS];
@@ -287,7 +310,9 @@ fn canary(addr: usize) -> u8 {
 
 /// A sampled allocation of `size` bytes (≤ a page), aligned to `align` (a power of
 /// two ≤ a page), standing in for kmalloc cache `cache`; `frames` its allocation
-/// stack. `None` when no slot is free (the caller allocates as usual).
+/// stack; `charge` what the caller charged for it, kept until the free that releases
+/// it returns it. `None` when no slot is free (the caller allocates as usual, and
+/// undoes its charge).
 pub(crate) fn alloc(
     size: usize,
     align: usize,
@@ -295,6 +320,7 @@ pub(crate) fn alloc(
     cache: &str,
     frames: &[usize],
     ids: (u32, u32, u32),
+    charge: Charge,
 ) -> Option<*mut u8> {
     if HANDLER.load(Ordering::Acquire) != 2 {
         if HANDLER
@@ -361,6 +387,7 @@ pub(crate) fn alloc(
     unsafe {
         *m.alloc.get() = st;
         *m.free.get() = EMPTY_STACK;
+        *m.charge.get() = charge;
         let c = &mut *m.cache.get();
         *c = [0; 24];
         let b = cache.as_bytes();
@@ -443,13 +470,14 @@ pub(crate) fn check_live() -> usize {
     n
 }
 
-/// What [`free`] found.
+/// What [`free`] found. A freed object's charge (as [`alloc`] was given it) comes
+/// back to the caller, who undoes it.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum FreeOutcome {
     /// Freed.
-    Freed,
+    Freed(Charge),
     /// Freed, but the canary around it was damaged (reported).
-    Corrupted,
+    Corrupted(Charge),
     /// Not freed: not an object's start, or already free (reported).
     Invalid,
 }
@@ -500,8 +528,13 @@ pub(crate) fn free(p: *mut u8, frames: &[usize], ids: (u32, u32, u32)) -> FreeOu
     }
     (st.pid, st.tid, st.cpu) = ids;
     st.when_ns = now_ns();
-    // SAFETY: we won the state change: the slot's free record is ours.
-    unsafe { *m.free.get() = st };
+    // SAFETY: we won the state change: the slot's free record and charge are ours
+    // (the allocation wrote the charge before its release of the state, which our
+    // acquiring exchange read).
+    let charge = unsafe {
+        *m.free.get() = st;
+        std::mem::replace(&mut *m.charge.get(), Charge::NONE)
+    };
     if let Some(bad) = bad {
         report_corruption(bad, slot, frames);
     }
@@ -509,9 +542,9 @@ pub(crate) fn free(p: *mut u8, frames: &[usize], ids: (u32, u32, u32)) -> FreeOu
     unsafe { libc::mprotect(page as *mut libc::c_void, PAGE_SIZE, libc::PROT_NONE) };
     push_free(slot);
     if bad.is_some() {
-        FreeOutcome::Corrupted
+        FreeOutcome::Corrupted(charge)
     } else {
-        FreeOutcome::Freed
+        FreeOutcome::Freed(charge)
     }
 }
 

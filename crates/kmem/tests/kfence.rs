@@ -178,3 +178,111 @@ fn sampled_objects_are_zeroed_under_kmem_init() {
         );
     }
 }
+
+/// The objects `g` has charged as `cache`'s (0 when the group lists none).
+fn charged_as(g: &kmem::MemCgroup<'_>, cache: &str) -> i64 {
+    let st = g.stat();
+    st.caches
+        .iter()
+        .find(|(name, _)| name == cache)
+        .map_or(0, |&(_, n)| n)
+}
+
+/// Charged allocations are sampled too (the kernel samples them): under an active
+/// memory cgroup, with every allocation sampled, a kmalloc lands in the pool, is
+/// charged to the group as an object of `kmalloc-cg-128` and uncharged by its free,
+/// also once its group is gone (the charge then lies with the parent). A group at its
+/// limit gets neither a sample nor an object.
+#[test]
+fn charged_allocations_are_sampled_and_charged() {
+    if std::env::var_os(CHILD).is_some() {
+        let h = heap();
+        let parent = kmem::MemCgroup::new("kfence-parent").expect("memory");
+        let child = parent.child("kfence-child").expect("memory");
+        let p = {
+            let _active = child.enter();
+            h.kmalloc(100, Gfp::KERNEL).expect("memory")
+        };
+        assert!(!h.page_allocator().in_span(p.as_ptr()), "not sampled");
+        assert_eq!(h.ksize(p.as_ptr()), 100);
+        assert_eq!(charged_as(&child, "kmalloc-cg-128"), 1);
+        assert_eq!(charged_as(&parent, "kmalloc-cg-128"), 1);
+        assert!(child.usage() > 0);
+        let q = {
+            let _active = child.enter();
+            h.kmalloc(200, Gfp::KERNEL).expect("memory")
+        };
+        assert!(!h.page_allocator().in_span(q.as_ptr()), "not sampled");
+        assert_eq!(charged_as(&child, "kmalloc-cg-256"), 1);
+        // SAFETY: ours, freed once.
+        assert!(unsafe { h.kfree(q.as_ptr()) });
+        assert_eq!(charged_as(&child, "kmalloc-cg-256"), 0);
+        // The child goes while its sampled object lives: the object's charge is
+        // reparented, and its free uncharges the parent.
+        drop(child);
+        assert_eq!(charged_as(&parent, "kmalloc-cg-128"), 1);
+        // SAFETY: ours, freed once.
+        assert!(unsafe { h.kfree(p.as_ptr()) });
+        assert_eq!(charged_as(&parent, "kmalloc-cg-128"), 0);
+        // A second free of the same object is refused (reported) and uncharges
+        // nothing more.
+        // SAFETY: a double free of a pool object is reported and refused.
+        assert!(!unsafe { h.kfree(p.as_ptr()) });
+        assert_eq!(charged_as(&parent, "kmalloc-cg-128"), 0);
+        let full = kmem::MemCgroup::new("kfence-full").expect("memory");
+        full.set_max(0);
+        {
+            let _active = full.enter();
+            assert!(h.kmalloc(100, Gfp::KERNEL).is_none(), "over memory.max");
+        }
+        assert_eq!(charged_as(&full, "kmalloc-cg-128"), 0);
+        assert!(full.stat().events_max > 0);
+        println!("charged ok");
+        return;
+    }
+    run_child(
+        "charged_allocations_are_sampled_and_charged",
+        "all",
+        "charged ok",
+    );
+}
+
+/// At a sample interval, a thread with an active memory cgroup takes samples as
+/// other threads do (its kept charged sheaves step aside while one is armed), and each
+/// is charged to its group until freed.
+#[test]
+fn a_charged_thread_takes_samples_at_the_interval() {
+    if std::env::var_os(CHILD).is_some() {
+        let h = heap();
+        let g = kmem::MemCgroup::new("kfence-interval").expect("memory");
+        let _active = g.enter();
+        let start = Instant::now();
+        let mut sampled = 0;
+        while sampled < 2 && start.elapsed() < Duration::from_secs(5) {
+            let ps: Vec<_> = (0..200)
+                .map(|_| h.kmalloc(40, Gfp::KERNEL).expect("memory"))
+                .collect();
+            let outside = ps
+                .iter()
+                .filter(|p| !h.page_allocator().in_span(p.as_ptr()))
+                .count();
+            if outside > 0 {
+                assert_eq!(charged_as(&g, "kmalloc-cg-64"), 200, "every object charged");
+                sampled += outside;
+            }
+            for p in ps {
+                // SAFETY: allocated above, freed once.
+                unsafe { h.kfree(p.as_ptr()) };
+            }
+        }
+        assert!(sampled >= 2, "{sampled} samples in 5 s");
+        assert_eq!(charged_as(&g, "kmalloc-cg-64"), 0);
+        println!("interval ok");
+        return;
+    }
+    run_child(
+        "a_charged_thread_takes_samples_at_the_interval",
+        "5",
+        "interval ok",
+    );
+}

@@ -65,8 +65,8 @@ impl Heap {
     /// inline pop (from its charged area's kept sheaf) missed: an object kept charged
     /// to its objcg in the kept sheaf of the class (the inline pop reads the plain
     /// class's line: kmalloc-cg-32's for 24 bytes), or its inbox taken in; else the
-    /// layers (KFENCE samples no charged allocation). Out of line: the inline path
-    /// serves that thread's steady state.
+    /// layers. Not while a KFENCE sample is armed: the layers take it (charged, as the
+    /// sample charges). Out of line: the inline path serves that thread's steady state.
     #[inline(never)]
     fn kmalloc_charged_fast(
         &self,
@@ -75,8 +75,10 @@ impl Heap {
         size: usize,
         gfp: Gfp,
     ) -> Option<NonNull<u8>> {
-        if let Some(p) = self.kmem.memcg().kmalloc_objcg_fast(c, size, gfp, cg) {
-            return Some(p);
+        if !crate::kfence::armed() {
+            if let Some(p) = self.kmem.memcg().kmalloc_objcg_fast(c, size, gfp, cg) {
+                return Some(p);
+            }
         }
         self.kmalloc_layers(size, gfp)
     }
@@ -101,9 +103,8 @@ impl Heap {
     /// zone path, per-CPU mode's fallbacks, the charged path.
     #[inline(never)]
     fn kmalloc_layers(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        // KFENCE samples no charged allocation: a thread with an active memory cgroup
-        // leaves the armed sample to others.
-        if charged_cpu().is_none() && crate::kfence::should_sample(size) {
+        // KFENCE first: a charged allocation is sampled too (charged by the sample).
+        if crate::kfence::should_sample(size) {
             if let Some(p) = self.kfence_alloc(size, gfp) {
                 return Some(p);
             }

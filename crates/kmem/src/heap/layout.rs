@@ -115,7 +115,8 @@ pub fn malloc_small_slow(size: usize) -> *mut u8 {
         // the zero area or its charged area): an object kept charged in its kept
         // sheaves (the class of `size`, where the inline pop read the plain class's
         // line: kmalloc-cg-32 for malloc(24)).
-        if let Some((c, cg)) = charged_cpu() {
+        // Not while a KFENCE sample is armed: the layers take it, charged.
+        if let (Some((c, cg)), false) = (charged_cpu(), crate::kfence::armed()) {
             let m = HEAP.kmem.memcg();
             if let Some(p) = m.kmalloc_objcg_fast(c, size, Gfp::KERNEL, cg) {
                 return p.as_ptr();
@@ -273,8 +274,9 @@ fn alloc_layout_rest(layout: Layout, zeroed: bool) -> *mut u8 {
     let gfp = if zeroed { Gfp::ZERO } else { Gfp::KERNEL };
     if let Some((c, cg)) = charged_cpu() {
         // An attached thread with an active memory cgroup: an object kept charged to
-        // its objcg in its area's objcg sheaves (KFENCE samples no charged allocation).
-        if layout.align() <= 8 {
+        // its objcg in its area's objcg sheaves; not while a KFENCE sample is armed
+        // (the heap's layers take it, charged).
+        if layout.align() <= 8 && !crate::kfence::armed() {
             if let Some(p) = HEAP
                 .kmem
                 .memcg()

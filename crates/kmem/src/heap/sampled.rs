@@ -4,8 +4,9 @@
 //! and the reports are `kfence`'s; nothing here is on a fast path.
 
 use super::Heap;
-use crate::kfence::{self, FreeOutcome};
-use kmem_core::{Gfp, Platform, SlabFlags, PAGE_SIZE};
+use crate::kfence::{self, Charge, FreeOutcome};
+use kmem_core::memcontrol::ObjCgroup;
+use kmem_core::{Gfp, KmemCache, Platform, SlabFlags, PAGE_SIZE};
 use std::ptr::NonNull;
 
 /// Who and where: pid, thread id, CPU.
@@ -16,13 +17,13 @@ fn ids(h: &Heap) -> (u32, u32, u32) {
 
 impl Heap {
     /// A sampled kmalloc of `size` bytes from the KFENCE pool, if one is due and a
-    /// slot is free (`None`: allocate as usual). Accounted allocations are not sampled.
+    /// slot is free (`None`: allocate as usual). Under an active memory cgroup the
+    /// object is charged as one of the `kmalloc-cg-N` cache's, as the regular path
+    /// would charge it, and a group at its limit gets no sample (the regular path then
+    /// fails or reclaims as usual).
     #[cold]
     #[inline(never)]
     pub(super) fn kfence_alloc(&self, size: usize, gfp: Gfp) -> Option<NonNull<u8>> {
-        if gfp.intersects(Gfp::ACCOUNT) || super::thread::active_objcg().is_some() {
-            return None;
-        }
         thread_local! {
             static SAMPLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
         }
@@ -48,6 +49,12 @@ impl Heap {
             16
         }
         .min(PAGE_SIZE);
+        let objcg = super::thread::active_objcg();
+        let gfp = if objcg.is_some() {
+            gfp | Gfp::ACCOUNT
+        } else {
+            gfp
+        };
         let cache = self.kmem.kmalloc_cache(size, gfp)?;
         let mut frames = [0usize; 8];
         self.kmem.pages.platform().stack_trace(&mut frames);
@@ -55,8 +62,44 @@ impl Heap {
         // last object held while it is inaccessible.
         let init = SlabFlags::INIT_ON_ALLOC | SlabFlags::INIT_ON_FREE;
         let zero = gfp.contains(Gfp::ZERO) || cache.config().flags.intersects(init);
-        let p = kfence::alloc(size, align, zero, cache.name(), &frames, ids(self))?;
-        NonNull::new(p)
+        let charge = match objcg {
+            Some(cg) => {
+                let memcg = self.kmem.memcg();
+                if !memcg.obj_cgroup_charge(self.cpu().get(), cg, cache, cache.config().size) {
+                    return None;
+                }
+                Charge {
+                    objcg: cg as *const ObjCgroup as usize,
+                    cache: cache as *const KmemCache as usize,
+                }
+            }
+            None => Charge::NONE,
+        };
+        let p = kfence::alloc(size, align, zero, cache.name(), &frames, ids(self), charge);
+        if p.is_none() {
+            self.kfence_uncharge(charge);
+        }
+        NonNull::new(p?)
+    }
+
+    /// Gives back what a sampled object was charged (nothing for [`Charge::NONE`]).
+    fn kfence_uncharge(&self, charge: Charge) {
+        if charge.objcg == 0 {
+            return;
+        }
+        // SAFETY: a charge names the objcg charged, which its charge keeps alive (a
+        // removed group's objcg is freed only once nothing is charged to it), and one
+        // of the kmalloc caches, which live as long as the heap.
+        let (cg, cache) = unsafe {
+            (
+                &*(charge.objcg as *const ObjCgroup),
+                &*(charge.cache as *const KmemCache),
+            )
+        };
+        let size = cache.config().size;
+        self.kmem
+            .memcg()
+            .obj_cgroup_uncharge(self.cpu().get(), cg, cache, size);
     }
 
     /// Frees a pool object (`kfence::owns(p)`): true if freed. A damaged canary is
@@ -68,8 +111,12 @@ impl Heap {
         let mut frames = [0usize; 8];
         self.kmem.pages.platform().stack_trace(&mut frames);
         match kfence::free(p, &frames, ids(self)) {
-            FreeOutcome::Freed => true,
-            FreeOutcome::Corrupted => {
+            FreeOutcome::Freed(charge) => {
+                self.kfence_uncharge(charge);
+                true
+            }
+            FreeOutcome::Corrupted(charge) => {
+                self.kfence_uncharge(charge);
                 self.after_kfence_report();
                 true
             }

@@ -16,7 +16,7 @@ fn pool() -> std::sync::MutexGuard<'static, ()> {
 /// handler: tried again).
 fn sample(size: usize) -> usize {
     for _ in 0..1000 {
-        if let Some(p) = alloc(size, 8, false, "kmalloc-64", &[], (1, 1, 0)) {
+        if let Some(p) = alloc(size, 8, false, "kmalloc-64", &[], (1, 1, 0), Charge::NONE) {
             return p as usize;
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
@@ -34,11 +34,14 @@ fn each_allocation_of_a_slot_has_a_state_word_of_its_own() {
     let m = &METAS[slot];
     let stale = m.state.load(Ordering::Acquire);
     assert_eq!(kind(stale), ALLOCATED);
-    assert_eq!(free(p as *mut u8, &[], (1, 1, 0)), FreeOutcome::Freed);
+    assert_eq!(
+        free(p as *mut u8, &[], (1, 1, 0)),
+        FreeOutcome::Freed(Charge::NONE)
+    );
     // The slot again (the FIFO hands it out after the others): the rest held.
     let mut held = Vec::new();
     let again = loop {
-        let Some(q) = alloc(40, 8, false, "kmalloc-64", &[], (1, 1, 0)) else {
+        let Some(q) = alloc(40, 8, false, "kmalloc-64", &[], (1, 1, 0), Charge::NONE) else {
             break None;
         };
         if slot_of(q as usize) == Some(slot) {
@@ -56,7 +59,10 @@ fn each_allocation_of_a_slot_has_a_state_word_of_its_own() {
     assert!(m.state.compare_exchange(stale, freed, rel, acq).is_err());
     assert_eq!(size_of(q as *const u8), Some(40));
     for x in held.into_iter().chain([q]) {
-        assert_eq!(free(x as *mut u8, &[], (1, 1, 0)), FreeOutcome::Freed);
+        assert_eq!(
+            free(x as *mut u8, &[], (1, 1, 0)),
+            FreeOutcome::Freed(Charge::NONE)
+        );
     }
 }
 
@@ -83,7 +89,7 @@ fn a_free_waits_for_the_check_at_exit() {
         std::thread::sleep(std::time::Duration::from_millis(50));
         let waited = !done.load(Ordering::Acquire);
         m.state.store(w, Ordering::Release);
-        assert_eq!(t.join().unwrap(), FreeOutcome::Freed);
+        assert_eq!(t.join().unwrap(), FreeOutcome::Freed(Charge::NONE));
         assert!(waited, "the free did not wait for the check");
     });
     assert_eq!(kind(m.state.load(Ordering::Acquire)), FREED);
@@ -96,4 +102,23 @@ fn a_long_interval_is_never_every_allocation() {
     for ms in [u64::MAX / 1_000_000 + 1, u64::MAX / 2, ALL - 1] {
         assert_eq!(interval_ns(ms), ALL - 1, "{ms} ms");
     }
+}
+
+/// The charge an allocation was given comes back with the free that releases the
+/// object, once: a second free is refused and returns none.
+#[test]
+fn the_charge_comes_back_with_the_one_free() {
+    let _serial = pool();
+    let charge = Charge {
+        objcg: 0x1000,
+        cache: 0x2000,
+    };
+    let p = loop {
+        if let Some(p) = alloc(48, 16, false, "kmalloc-cg-64", &[], (1, 1, 0), charge) {
+            break p;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    assert_eq!(free(p, &[], (1, 1, 0)), FreeOutcome::Freed(charge));
+    assert_eq!(free(p, &[], (1, 1, 0)), FreeOutcome::Invalid);
 }
