@@ -127,17 +127,17 @@ impl<'p> MemCgroup<'p> {
     }
 
     /// Makes this group the calling thread's active group until the guard drops
-    /// (guards nest: dropping one restores the group active before it). The guard
-    /// holds a reference on the group's objcg: a guard forgotten (`mem::forget`) leaves
-    /// the group active on the thread, and the removed group kept, never freed under
-    /// the thread's charges.
+    /// (guards nest: dropping one restores the group active before it). The thread's
+    /// active slot holds a reference on the group's objcg, so guards dropped out of
+    /// order (which leaves a group active without its guard) or forgotten
+    /// (`mem::forget`) never leave freed memory active: a group removed meanwhile is
+    /// kept as a zombie and its charges go to its parent until the slot lets go of it
+    /// (another guard's drop, or the thread's exit).
     pub fn enter(&self) -> MemcgGuard<'_> {
-        let objcg = self.cg.objcg();
-        objcg.get();
-        let prev = set_active_objcg(Some(objcg));
+        let prev = set_active_objcg(Some(self.cg.objcg()));
         MemcgGuard {
             prev,
-            objcg,
+            _group: PhantomData,
             _not_send: PhantomData,
         }
     }
@@ -163,16 +163,15 @@ impl Drop for MemCgroup<'_> {
 /// The active-group guard from [`MemCgroup::enter`]; not `Send`: it belongs to the
 /// thread it changed.
 pub struct MemcgGuard<'g> {
+    /// What was active before (with the slot's reference on it, handed back at drop).
     prev: usize,
-    /// The group's objcg, a reference held on it.
-    objcg: &'g memcontrol::ObjCgroup,
+    _group: PhantomData<&'g memcontrol::MemCgroup>,
     _not_send: PhantomData<*const ()>,
 }
 
 impl Drop for MemcgGuard<'_> {
     fn drop(&mut self) {
         restore_active_objcg(self.prev);
-        self.objcg.put();
     }
 }
 

@@ -517,3 +517,39 @@ fn a_forgotten_guard_keeps_its_removed_group_alive() {
     .join()
     .unwrap();
 }
+
+/// Guards dropped out of order leave a group active without its guard: the group can
+/// then be dropped (removed) while the thread still charges to it. The active slot's
+/// reference keeps its objcg alive as a zombie, so those charges go to its parent,
+/// and a group made afterwards (which would have taken the freed group's memory)
+/// gets none of them. The thread's exit gives the reference up.
+#[test]
+fn guards_dropped_out_of_order_never_leave_freed_memory_active() {
+    let _s = serial();
+    let memcg = heap().kmem().memcg();
+    let parent = MemCgroup::new("out-of-order").expect("a group");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let zombies = memcg.nr_zombie_mem_cgroups();
+            let a = parent.child("a").expect("a group");
+            let g1 = a.enter();
+            let g2 = a.enter();
+            drop(g1);
+            drop(g2); // `a` is active again, with no guard
+            drop(a);
+            assert_eq!(memcg.nr_zombie_mem_cgroups(), zombies + 1, "a kept");
+            let b = parent.child("b").expect("a group");
+            let base = parent.usage();
+            let v: Vec<u8> = vec![7; 4 * MIB];
+            assert!(parent.usage() >= base + 4 * MIB, "charged to a's parent");
+            assert_eq!(b.usage(), 0, "nothing charged to b");
+            drop(v);
+            drop(b);
+        })
+        .join()
+        .unwrap();
+    });
+    // The thread's exit let go of `a`: a group removal's sweep frees it.
+    drop(MemCgroup::new("sweep").expect("a group"));
+    let _ = heap().kmem().memcg().nr_zombie_mem_cgroups();
+}

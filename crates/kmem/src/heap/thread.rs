@@ -53,6 +53,12 @@ thread_local! {
     static HELD_AREA: Cell<usize> = const { Cell::new(0) };
     /// The thread's active memory cgroup (`set_active_memcg`): the address of its
     /// objcg, or 0 (allocations are not charged).
+    ///
+    /// Invariant: a non-zero value holds a reference on that objcg (taken by
+    /// [`set_active_objcg`], handed back with the value it returns, and given up by
+    /// [`restore_active_objcg`] for the value it replaces or at thread exit), so the
+    /// objcg outlives its time in the slot whatever order guards drop in: a group
+    /// removed meanwhile stays a zombie, its charges going to its parent.
     static ACTIVE_OBJCG: Cell<usize> = const { Cell::new(0) };
 }
 
@@ -260,23 +266,40 @@ pub(crate) fn active_objcg() -> Option<&'static ObjCgroup> {
         return None;
     }
     let v = ACTIVE_OBJCG.with(Cell::get);
-    // SAFETY: only `set_active_objcg` stores a non-zero value: the objcg of a group
-    // that its caller keeps alive while it is active (the `enter` guard borrows it).
+    // SAFETY: a non-zero slot names an objcg it holds a reference on (the slot's
+    // invariant): alive, if perhaps a removed group's.
     (v != 0).then(|| unsafe { &*(v as *const ObjCgroup) })
 }
 
-/// Makes `objcg` the thread's active one (`set_active_memcg`); returns the previous.
+/// Makes `objcg` the thread's active one (`set_active_memcg`), taking a reference on
+/// it for the slot; returns the previous value, whose reference passes to the caller
+/// (to hand back through [`restore_active_objcg`]).
 pub(crate) fn set_active_objcg(objcg: Option<&ObjCgroup>) -> usize {
+    if let Some(o) = objcg {
+        o.get();
+    }
     let v = objcg.map_or(0, |o| o as *const ObjCgroup as usize);
     let prev = ACTIVE_OBJCG.with(|a| a.replace(v));
     refresh_fast();
     prev
 }
 
-/// Restores a value returned by [`set_active_objcg`].
+/// Restores a value returned by [`set_active_objcg`] (its reference passes back to
+/// the slot) and gives up the reference of the value it replaces: whatever order
+/// the restores come in, every objcg in the slot is one it holds.
 pub(crate) fn restore_active_objcg(prev: usize) {
-    ACTIVE_OBJCG.with(|a| a.set(prev));
+    let cur = ACTIVE_OBJCG.with(|a| a.replace(prev));
     refresh_fast();
+    put_objcg(cur);
+}
+
+/// Gives up a reference the active slot held on the objcg at `v` (0: none).
+fn put_objcg(v: usize) {
+    if v != 0 {
+        // SAFETY: `v` left the slot with its reference (the slot's invariant), so
+        // the objcg is alive until this put.
+        unsafe { &*(v as *const ObjCgroup) }.put();
+    }
 }
 
 /// Creates the thread-exit key (initialisation); false if there is none to be had.
@@ -293,7 +316,11 @@ pub(super) fn create_exit_key(heap: &Heap) -> bool {
 /// The pthread key destructor: the thread's CPU goes offline.
 extern "C" fn thread_exit(value: *mut c_void) {
     THIS_AREA.with(|a| a.set(EXITED));
+    // A group left active (guards dropped out of order, or forgotten) is given up:
+    // the thread's later allocations (other keys' destructors) are not charged.
+    let active = ACTIVE_OBJCG.with(|a| a.replace(0));
     refresh_fast();
+    put_objcg(active);
     if value.is_null() {
         return;
     }
