@@ -553,3 +553,44 @@ fn guards_dropped_out_of_order_never_leave_freed_memory_active() {
     drop(MemCgroup::new("sweep").expect("a group"));
     let _ = heap().kmem().memcg().nr_zombie_mem_cgroups();
 }
+
+/// `kmem_cache_alloc` on a plain kmalloc cache, on a thread with an active group,
+/// hands out an object of that cache, uncharged (the plain caches are never
+/// charged), which `kmem_cache_free` of the same cache takes back. The thread's
+/// charged area keeps the charged twin's objects (`kmalloc-cg-32`) on the plain
+/// class's line for kmalloc's inline pop; `kmem_cache_alloc` must not pop them.
+#[test]
+fn kmem_cache_alloc_of_a_plain_kmalloc_cache_stays_uncharged_in_a_group() {
+    let _s = serial();
+    let h = heap();
+    let plain = h.kmem().kmalloc_cache(32, Gfp::KERNEL).expect("kmalloc-32");
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let g = MemCgroup::new("plain-cache").expect("a group");
+            let _active = g.enter();
+            // Charged kmalloc fills the thread's kept sheaf of the class.
+            let held: Vec<_> = (0..4)
+                .map(|_| h.kmalloc(32, Gfp::KERNEL).expect("memory"))
+                .collect();
+            for p in held {
+                // SAFETY: ours, freed once.
+                unsafe { h.kfree(p.as_ptr()) };
+            }
+            let charged = g.usage();
+            for zeroed in [false, true] {
+                let gfp = if zeroed { Gfp::ZERO } else { Gfp::KERNEL };
+                let qs: Vec<_> = (0..64)
+                    .map(|_| h.kmem_cache_alloc(plain, gfp).expect("memory"))
+                    .collect();
+                for q in qs {
+                    // SAFETY: ours, freed once.
+                    let ok = unsafe { h.kmem_cache_free(plain, q) };
+                    assert!(ok, "an object of kmalloc-32 (zeroed: {zeroed})");
+                }
+            }
+            assert!(g.usage() <= charged, "plain objects charged");
+        })
+        .join()
+        .unwrap();
+    });
+}
