@@ -264,7 +264,7 @@ impl<P: Platform> Kmem<P> {
     fn shrink_all_callback(data: *const (), _nid: usize) -> usize {
         // SAFETY: registered by `init` with a `&'static Kmem<P>`.
         let kmem = unsafe { &*(data as *const Self) };
-        kmem.shrink_all(None)
+        kmem.shrink_all_reclaim(None)
     }
 
     fn cpu_dead_callback(data: *const (), cpu: CpuRef<'_>) {
@@ -341,6 +341,31 @@ impl<P: Platform> Kmem<P> {
     /// locks that the fork handlers take before this one); the next page-path free
     /// runs it.
     pub fn shrink_all(&self, cpu: Option<CpuRef<'_>>) -> usize {
+        self.shrink_all_walking(cpu, &|f| {
+            self.caches.for_each(f);
+            true
+        })
+    }
+
+    /// [`Kmem::shrink_all`] for an allocation that found memory at its bound (the
+    /// page allocator's reclaim runs it as the slab layer's shrinker, a front end
+    /// before it fails a mapping): that allocation may have been made inside a walk
+    /// of the cache list (`kmem::stats`, slabinfo: their text is built under its
+    /// lock) on this very thread, so the walks take the list's lock only if it comes
+    /// within a bounded wait ([`CacheList::try_for_each`]) and are left out
+    /// otherwise. The allocation then fails or succeeds on what the rest freed,
+    /// rather than wait for itself.
+    pub fn shrink_all_reclaim(&self, cpu: Option<CpuRef<'_>>) -> usize {
+        self.shrink_all_walking(cpu, &|f| self.caches.try_for_each(f))
+    }
+
+    /// [`Kmem::shrink_all`]'s work, each walk of the caches made by `walk` (false:
+    /// the walk was not made, and the later ones are left out too).
+    fn shrink_all_walking(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        walk: &dyn Fn(&mut dyn FnMut(&KmemCache)) -> bool,
+    ) -> usize {
         self.pages
             .cpu_areas()
             .request_all(DRAIN_CACHES | crate::percpu::DRAIN_STOCK);
@@ -351,13 +376,17 @@ impl<P: Platform> Kmem<P> {
             slub.drain_idle_sheaves(cpu);
             if let Some(c) = cpu {
                 self.memcg().memcg_drain_stock(c);
-                self.caches.for_each(|s| slub.flush_cpu_cache(c, s));
+                if !walk(&mut |s| slub.flush_cpu_cache(c, s)) {
+                    return 0;
+                }
             }
-            self.caches.for_each(|s| {
+            if !walk(&mut |s| {
                 slub.shrink_barns(cpu, s);
-            });
+            }) {
+                return 0;
+            }
             let mut pages = 0;
-            self.caches.for_each(|s| {
+            walk(&mut |s| {
                 pages += slub.shrink(cpu, s) << s.config().order;
             });
             pages

@@ -12,6 +12,10 @@ use crate::page::{NetGrowth, MAX_NUMNODES, MAX_ORDER};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock};
 use core::ptr;
 
+/// Attempts [`CacheList::try_for_each`] makes at the list lock before it gives up: a
+/// few milliseconds of spinning, longer than another thread's walk holds the lock.
+pub const LIST_LOCK_TRIES: u32 = 1 << 16;
+
 /// The list of every cache (`slab_caches`).
 pub struct CacheList {
     pub(crate) lock: SpinLock<()>,
@@ -114,6 +118,32 @@ impl CacheList {
     /// itself checks before walking, rather than wait for itself).
     pub fn is_locked(&self) -> bool {
         self.lock.is_locked()
+    }
+
+    /// Calls `f` on every cache under the list lock if the lock can be had within a
+    /// bounded wait ([`LIST_LOCK_TRIES`] attempts); else calls nothing and returns
+    /// false. For walks that may run inside another walk of the list on the same
+    /// thread (the shrinker, called by the page allocator's reclaim from an
+    /// allocation made in a `for_each` callback), which would wait for themselves.
+    pub fn try_for_each(&self, mut f: impl FnMut(&KmemCache)) -> bool {
+        let mut tries = LIST_LOCK_TRIES;
+        let _g = loop {
+            if let Some(g) = self.lock.try_lock() {
+                break g;
+            }
+            if tries == 0 {
+                return false;
+            }
+            tries -= 1;
+            core::hint::spin_loop();
+        };
+        let mut p = self.head.load(Relaxed);
+        // SAFETY: caches on the list are live while the lock is held.
+        while let Some(s) = unsafe { p.as_ref() } {
+            f(s);
+            p = s.next.load(Relaxed);
+        }
+        true
     }
 
     /// Calls `f` on every cache, under the list lock.

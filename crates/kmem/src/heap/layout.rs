@@ -539,7 +539,7 @@ impl Heap {
         // one more try, which may also borrow the free pages left.
         let mut p = self.huge.alloc(self, size, align, zero, now, decay);
         if p.is_null() && self.kmem.pages.max_pages() != 0 {
-            self.trim();
+            self.trim_at_bound();
             p = self.huge.alloc(self, size, align, zero, now, decay);
         }
         if let (false, Some(cg)) = (p.is_null(), active_objcg()) {
@@ -800,7 +800,7 @@ impl Heap {
             if grown.is_some_and(|q| q.is_null()) && self.kmem.pages.max_pages() != 0 {
                 // At the bound: what the caches keep goes back first, as before a new
                 // mapping (`huge_alloc_raw`), then one more try.
-                self.trim();
+                self.trim_at_bound();
                 // SAFETY: forwarded from the caller.
                 grown = unsafe { self.huge.remap(self, p, new_size) };
             }

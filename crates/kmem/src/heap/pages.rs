@@ -131,6 +131,16 @@ impl Heap {
         self.huge.trim(self) / kmem_core::PAGE_SIZE + self.kmem.pages.report_free_pages()
     }
 
+    /// [`Heap::trim`] for an allocation that found the heap at its bound: the caches'
+    /// walks only if the cache list's lock comes within a bounded wait
+    /// (`Kmem::shrink_all_reclaim`), since the allocation may have been made inside a
+    /// walk of that list on this thread.
+    pub(super) fn trim_at_bound(&self) -> usize {
+        self.kmem.shrink_all_reclaim(self.cpu().get());
+        self.drain_local();
+        self.huge.trim(self) / kmem_core::PAGE_SIZE + self.kmem.pages.report_free_pages()
+    }
+
     /// Bounds the heap at `bytes` (0 = no bound). Memory already online stays.
     pub fn set_max_bytes(&self, bytes: usize) {
         self.kmem.pages.set_max_pages(bytes >> PAGE_SHIFT);
