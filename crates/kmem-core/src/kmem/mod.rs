@@ -364,7 +364,7 @@ impl<P: Platform> Kmem<P> {
     fn shrink_all_walking(
         &self,
         cpu: Option<CpuRef<'_>>,
-        walk: &dyn Fn(&mut dyn FnMut(&KmemCache)) -> bool,
+        walk: &CacheWalk<'_>,
     ) -> usize {
         self.pages
             .cpu_areas()
@@ -393,6 +393,10 @@ impl<P: Platform> Kmem<P> {
         })
     }
 }
+
+/// A walk of every cache for [`Kmem::shrink_all`]'s work: calls the visitor on each
+/// cache and returns true, or calls nothing and returns false.
+type CacheWalk<'v> = dyn Fn(&mut dyn FnMut(&KmemCache)) -> bool + 'v;
 
 /// The memory controller's free hooks, run by the slab and kmalloc layers' frees. The
 /// allocator itself is the hook object, and the hooks stay out of line: the free fast
