@@ -91,3 +91,60 @@ fn overflows_of_page_blocks_and_huge_mappings_are_reported() {
         2
     );
 }
+
+const CHILD_REUSE: &str = "KMEM_TEST_REDZONE_REUSE_CHILD";
+
+/// A red-zoned block freed leaves no trailer behind: the next owner of its pages, a
+/// block handed out without a trailer of its own (an alignment above a page), is not
+/// taken for a red-zoned block of the old size. (It was: `malloc_usable_size`
+/// answered the old request, `realloc` copied only that much, and its free reported
+/// the rest as a damaged red zone.)
+#[test]
+fn a_freed_block_leaves_no_trailer_for_the_next_owner_of_its_pages() {
+    if std::env::var_os(CHILD_REUSE).is_some() {
+        let h = heap();
+        for round in 0..8 {
+            let a = h.kmalloc(1536 << 10, Gfp::KERNEL).unwrap().as_ptr();
+            // SAFETY: ours, intact, freed once.
+            assert!(unsafe { h.kfree(a) });
+            let size = 1900 << 10;
+            let layout = Layout::from_size_align(size, 2 << 20).unwrap();
+            let q = h.alloc(layout);
+            assert!(!q.is_null());
+            assert!(
+                h.usable_size(q) >= size,
+                "round {round}: usable {} of {size}",
+                h.usable_size(q)
+            );
+            // SAFETY: `size` bytes are ours.
+            unsafe { q.write_bytes(0x5c, size) };
+            // SAFETY: ours, for `layout`.
+            let r = unsafe { h.realloc(q, layout, 3 << 20) };
+            assert!(!r.is_null());
+            // SAFETY: every byte of the old block was copied.
+            let copied = unsafe { std::slice::from_raw_parts(r, size) };
+            assert!(copied.iter().all(|&b| b == 0x5c), "round {round}");
+            // SAFETY: ours, freed once.
+            assert!(unsafe { h.dealloc(r) });
+        }
+        println!("reuse done");
+        return;
+    }
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_freed_block_leaves_no_trailer_for_the_next_owner_of_its_pages",
+            "--nocapture",
+        ])
+        .env(CHILD_REUSE, "1")
+        .env("KMEM_DEBUG", "Z")
+        .env("KMEM_ON_ERROR", "continue")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("reuse done") && !stderr.contains("BUG"),
+        "{stdout}\n{stderr}"
+    );
+}

@@ -107,6 +107,11 @@ impl Heap {
 
     /// Before a red-zoned block at `p` is freed: true if its zone is intact (free it),
     /// false if it was overwritten (reported; the caller keeps it, quarantined).
+    ///
+    /// An intact block's trailer magic is cleared before it goes: page blocks are not
+    /// poisoned, and a later owner of the same pages that has no trailer of its own
+    /// (an alignment above a page, a block too large for one, a charged block) would
+    /// otherwise be read as a red-zoned block of the old size.
     #[cold]
     #[inline(never)]
     pub(super) fn zoned_free_check(&self, p: *const u8) -> bool {
@@ -119,6 +124,10 @@ impl Heap {
             // SAFETY: inside the live block.
             unsafe { (a as *const u8).read() != RED_ACTIVE }
         }) else {
+            // SAFETY: the magic word of the live block at `p` (`zoned_size` found it
+            // there: `p` starts a page block or mapping of ours), which its caller
+            // frees next.
+            unsafe { (end as *mut usize).write_unaligned(0) };
             return true;
         };
         let last = (bad..end)
