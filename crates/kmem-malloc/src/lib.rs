@@ -282,6 +282,23 @@ pub unsafe extern "C" fn cfree(p: *mut c_void) {
     unsafe { free(p) }
 }
 
+/// C23's `free_sized`: `free`, the size (which must be what was asked for) unused:
+/// the block knows its own. Exported so that under the preload a program's call
+/// frees kmem's block (a libc's own would take it for one of its heap's).
+#[no_mangle]
+pub unsafe extern "C" fn free_sized(p: *mut c_void, _size: size_t) {
+    // SAFETY: as free.
+    unsafe { free(p) }
+}
+
+/// C23's `free_aligned_sized`: `free` of a block from `aligned_alloc`, alignment and
+/// size unused (see [`free_sized`]).
+#[no_mangle]
+pub unsafe extern "C" fn free_aligned_sized(p: *mut c_void, _align: size_t, _size: size_t) {
+    // SAFETY: as free.
+    unsafe { free(p) }
+}
+
 /// `calloc`: zeroed; a product that overflows fails with ENOMEM.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(n: size_t, size: size_t) -> *mut c_void {

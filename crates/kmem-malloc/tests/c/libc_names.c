@@ -56,6 +56,30 @@ int main(void) {
     CHECK(pv && ((uintptr_t)pv & 4095) == 0 && malloc_usable_size(pv) >= 4096);
     __libc_free(pv);
 
+    /* C23's sized frees (glibc 2.43 has them too; looked up, as older headers and
+     * libcs lack them): kmem's, so they free what kmem handed out. */
+    void (*fs)(void *, size_t) = (void (*)(void *, size_t))dlsym(RTLD_DEFAULT, "free_sized");
+    void (*fas)(void *, size_t, size_t) =
+        (void (*)(void *, size_t, size_t))dlsym(RTLD_DEFAULT, "free_aligned_sized");
+    CHECK(fs != NULL && fas != NULL);
+    if (fs && fas) {
+        CHECK(get(&a) == 0);
+        char *big = malloc(8 << 20);
+        void *al2 = aligned_alloc(4096, 6 << 20);
+        CHECK(big && al2);
+        memset(big, 1, 8 << 20);
+        memset(al2, 2, 6 << 20);
+        CHECK(get(&b) == 0);
+        CHECK(b.allocated >= a.allocated + (14 << 20));
+        fs(big, 8 << 20);
+        fas(al2, 4096, 6 << 20);
+        fs(NULL, 0);
+        fas(NULL, 64, 0);
+        for (int i = 0; i < 1000; i++) fs(malloc(i), i);
+        CHECK(get(&b) == 0);
+        CHECK(b.allocated < a.allocated + (1 << 20));
+    }
+
     if (failures) return 1;
     puts("libc names ok");
     return 0;
