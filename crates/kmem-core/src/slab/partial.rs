@@ -154,9 +154,12 @@ impl<'a, P: Platform> Slub<'a, P> {
         }
     }
 
-    /// `__kmem_cache_shrink`: flushes this CPU's state of `s`, asks other owners to
-    /// flush theirs, and frees the empty slabs on the node partial lists and the
-    /// nodes' kept ones (`empty.rs`). Returns the slabs freed.
+    /// `__kmem_cache_shrink`: flushes this CPU's state of `s` and the barns, and frees
+    /// the empty slabs on the node partial lists and the nodes' kept ones
+    /// (`empty.rs`). Returns the slabs freed. Unlike the kernel's, which flushes every
+    /// CPU's slab of `s` by IPI, it leaves other owners' sheaves of `s` alone: no
+    /// owner can be made to flush at once, and a request would flush all of their
+    /// caches at their next slow path. [`crate::Kmem::shrink_all`] makes that request.
     pub fn shrink(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache) -> usize {
         if let Some(c) = cpu {
             self.flush_cpu_cache(c, s);

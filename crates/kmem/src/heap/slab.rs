@@ -242,7 +242,10 @@ impl Heap {
         unsafe { self.kmem.kmem_cache_free_bulk(self.cpu().get(), s, objs) }
     }
 
-    /// `kmem_cache_shrink` for one cache: returns the slabs freed.
+    /// `kmem_cache_shrink` for one cache: the calling thread's sheaves of `s` and the
+    /// barns flushed, empty slabs freed; returns the slabs freed. Other threads'
+    /// sheaves of `s` stay with them ([`Heap::shrink_all`] asks every thread to
+    /// flush at its next slow path).
     pub fn kmem_cache_shrink(&self, s: &KmemCache) -> usize {
         self.kmem.slub().shrink(self.cpu().get(), s)
     }
