@@ -817,3 +817,39 @@ fn caches_of_one_order_adopt_each_other_s_slabs_from_several_threads() {
     check_census(k, t, &[], &HashSet::new());
     shrink_to_nothing(k, c, &[s, t]);
 }
+
+/// An allocation without a CPU area (or on a named node, which bypasses the sheaves)
+/// that finds no partial slab takes one of the node's kept empty slabs of its cache
+/// before it makes a new slab.
+#[test]
+fn an_allocation_without_a_cpu_takes_a_kept_slab_before_a_new_one() {
+    let k = kmem(2, config(1, 0));
+    let (_a, c) = own_area(k);
+    let (s, objs) = cache_with_objects(k, c, "kept-nocpu", 24);
+    let cfg = s.config();
+    let refs: Vec<CpuRef<'_>> = c.into_iter().collect();
+    free_to_slabs(k, s, &objs);
+    let slabs = s.nr_slabs(0);
+    let kept = kept_objects(k, s, &refs);
+    assert!(kept >= 2 * cfg.objects, "kept {kept}");
+    // More than the partial slabs hold (some of the objects wait in the area's
+    // sheaves and the barn): at least a kept slab's worth and one more past them.
+    let want = slabs * cfg.objects - kept + cfg.objects + 1;
+    let again: Vec<_> = (0..want)
+        .map(|i| {
+            let nid = (i % 2 == 0).then_some(0);
+            match nid {
+                Some(n) => k.slub().alloc_node(None, s, Gfp::KERNEL, Some(n)),
+                None => k.slub().alloc(None, s, Gfp::KERNEL),
+            }
+            .unwrap()
+        })
+        .collect();
+    assert_eq!(s.nr_slabs(0), slabs, "no new slab while kept ones wait");
+    let left = kept_objects(k, s, &refs);
+    assert!(left <= kept - 2 * cfg.objects, "kept {kept}, then {left}");
+    let distinct: HashSet<_> = again.iter().map(|p| p.as_ptr() as usize).collect();
+    assert_eq!(distinct.len(), again.len(), "nothing handed out twice");
+    free_to_slabs(k, s, &again);
+    check_census(k, s, &refs, &HashSet::new());
+}

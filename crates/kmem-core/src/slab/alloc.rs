@@ -360,7 +360,8 @@ impl<'a, P: Platform> Slub<'a, P> {
     }
 
     /// Allocation without a CPU area: one object from a node partial slab under the
-    /// list lock, or from a new slab that goes on the partial list.
+    /// list lock, or from one of the node's kept empty slabs of `s`, or from a new
+    /// slab; either goes on the partial list.
     #[cold]
     #[inline(never)]
     pub(super) fn alloc_nocpu(&self, s: &KmemCache, gfp: Gfp, nid: Option<usize>) -> Option<usize> {
@@ -383,8 +384,12 @@ impl<'a, P: Platform> Slub<'a, P> {
                     return Some(one[0]);
                 }
                 if attempt == 1 {
-                    // Second round: a new slab on this node.
-                    let slab = self.allocate_slab(None, s, gfp, Some(n))?;
+                    // Second round: a slab the node keeps empty for `s`, as a refill
+                    // would take it, else a new slab on this node.
+                    let slab = match self.pop_kept(s, n) {
+                        Some(kept) => self.reuse_kept_slab(s, kept, &mut [], true).0,
+                        None => self.allocate_slab(None, s, gfp, Some(n))?,
+                    };
                     let nn = self.pages.page_to_nid(slab);
                     let mut list = s.node(nn).list_lock.lock();
                     self.add_partial(&mut list, slab, false);
