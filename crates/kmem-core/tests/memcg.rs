@@ -562,3 +562,78 @@ fn a_stock_keeps_a_destroyed_cache_until_it_flushes() {
     // SAFETY: nobody uses `d` again.
     assert_eq!(unsafe { k.kmem_cache_destroy(None, d) }, Ok(()));
 }
+
+/// A group's per-cache rows stay true when there are more caches than rows: a cache
+/// counted under "other" while every row was taken has its frees counted there too
+/// (not in a row it took meanwhile), so no row goes negative and nothing stays in
+/// "other" once every object is freed; and a cache destroyed and another made at its
+/// address are shown by their own names.
+#[test]
+fn per_cache_rows_follow_their_caches_past_the_rows_and_across_a_destroy() {
+    let k = kmem(2, config(1, 0));
+    let (_a, cpu) = common::own_area(k);
+    let memcg = k.memcg();
+    let g = memcg
+        .mem_cgroup_create(cpu, memcg.root_mem_cgroup(), "many-caches")
+        .unwrap();
+    let objcg = g.objcg();
+    let rows = |g: &MemCgroup| {
+        memcg.memcg_drain_stock(cpu.unwrap());
+        let mut v = Vec::new();
+        g.for_each_cache(|name, n| v.push((name.to_string(), n)));
+        v
+    };
+    let n = kmem_core::memcontrol::MEMCG_CACHE_SLOTS + 1;
+    let caches: Vec<_> = (0..n)
+        .map(|i| {
+            let name: &'static str = Box::leak(format!("rows-{i}").into_boxed_str());
+            k.kmem_cache_create(cpu, name, 64, 8, kmem_core::SlabFlags::ACCOUNT, None)
+                .unwrap()
+        })
+        .collect();
+    let alloc = |c| {
+        let o = memcg
+            .kmem_cache_alloc_objcg(cpu, c, Gfp::KERNEL, objcg)
+            .unwrap();
+        memcg.memcg_drain_stock(cpu.unwrap());
+        o
+    };
+    // One object of each: the last cache finds every row taken.
+    let objs: Vec<_> = caches.iter().map(|&c| alloc(c)).collect();
+    assert!(rows(g).contains(&("other".to_string(), 1)), "{:?}", rows(g));
+    // The first cache's row goes to 0; the last cache's second object takes it.
+    // SAFETY: ours, freed once.
+    assert!(unsafe { k.kmem_cache_free(cpu, caches[0], objs[0]) });
+    memcg.memcg_drain_stock(cpu.unwrap());
+    let last = caches[n - 1];
+    let second = alloc(last);
+    // Both of the last cache's objects freed: its row and "other" both empty.
+    // SAFETY: ours, freed once each.
+    unsafe {
+        assert!(k.kmem_cache_free(cpu, last, objs[n - 1]));
+        assert!(k.kmem_cache_free(cpu, last, second));
+    }
+    let r = rows(g);
+    assert!(r.iter().all(|(_, n)| *n > 0), "{r:?}");
+    assert!(r.iter().all(|(name, _)| name != "other"), "{r:?}");
+    for i in 1..n - 1 {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { k.kmem_cache_free(cpu, caches[i], objs[i]) });
+    }
+    assert_eq!(rows(g), Vec::new());
+    // A cache destroyed, another made at its address: the new one's own name.
+    let old = caches[1];
+    let addr = old as *const kmem_core::KmemCache as usize;
+    // SAFETY: nobody uses `old` again.
+    assert_eq!(unsafe { k.kmem_cache_destroy(None, old) }, Ok(()));
+    let new = k
+        .kmem_cache_create(None, "rows-new", 64, 8, kmem_core::SlabFlags::ACCOUNT, None)
+        .unwrap();
+    // (Destroyed and made from no CPU: the descriptor goes back to its slab's
+    // freelist, and the next one is taken from there.)
+    assert_eq!(new as *const kmem_core::KmemCache as usize, addr);
+    let o = alloc(new);
+    assert_eq!(rows(g), vec![("rows-new".to_string(), 1)]);
+    // SAFETY: ours, freed once.
+    assert!(unsafe { k.kmem_cache_free(cpu, new, o) });
+}

@@ -361,11 +361,7 @@ impl<P: Platform> Kmem<P> {
 
     /// [`Kmem::shrink_all`]'s work, each walk of the caches made by `walk` (false:
     /// the walk was not made, and the later ones are left out too).
-    fn shrink_all_walking(
-        &self,
-        cpu: Option<CpuRef<'_>>,
-        walk: &CacheWalk<'_>,
-    ) -> usize {
+    fn shrink_all_walking(&self, cpu: Option<CpuRef<'_>>, walk: &CacheWalk<'_>) -> usize {
         self.pages
             .cpu_areas()
             .request_all(DRAIN_CACHES | crate::percpu::DRAIN_STOCK);

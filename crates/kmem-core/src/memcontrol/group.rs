@@ -221,6 +221,15 @@ impl MemCgroup {
         }
     }
 
+    /// Counts `delta` objects of `s` in the group's and its ancestors' per-cache rows.
+    ///
+    /// A cache has a row (one of [`MEMCG_CACHE_SLOTS`]) from its first count while a
+    /// row is free (never used, or at 0 objects), else its counts go to `other`. So
+    /// that a cache's decrements land where its increments did, a cache without a row
+    /// never takes one to count a decrement, and a decrement that would take a row
+    /// below 0 (objects counted under `other` before the row was the cache's) puts
+    /// the excess there. A row at 0 takes the cache's name again: a cache destroyed
+    /// (at 0 objects, its stocks flushed) and another made at its address are two.
     pub(super) fn add_cache_objects(&self, s: &KmemCache, delta: isize) {
         if delta == 0 {
             return;
@@ -232,21 +241,25 @@ impl MemCgroup {
             let (slots, other) = &mut *g;
             let slot = match slots.iter().position(|x| x.key == key) {
                 Some(i) => Some(i),
-                None => slots.iter().position(|x| x.key == 0 || x.objects == 0),
+                None if delta > 0 => slots.iter().position(|x| x.key == 0 || x.objects == 0),
+                None => None,
             };
-            match slot {
-                Some(i) => {
-                    let x = &mut slots[i];
-                    if x.key != key {
-                        *x = CacheSlot::EMPTY;
-                        x.key = key;
-                        let n = name.len().min(MEMCG_NAME_LEN);
-                        x.name[..n].copy_from_slice(&name[..n]);
-                        x.len = n as u8;
-                    }
-                    x.objects += delta;
-                }
-                None => *other += delta,
+            let Some(i) = slot else {
+                *other += delta;
+                continue;
+            };
+            let x = &mut slots[i];
+            if x.key != key || x.objects == 0 {
+                *x = CacheSlot::EMPTY;
+                x.key = key;
+                let n = name.len().min(MEMCG_NAME_LEN);
+                x.name[..n].copy_from_slice(&name[..n]);
+                x.len = n as u8;
+            }
+            x.objects += delta;
+            if x.objects < 0 {
+                *other += x.objects;
+                x.objects = 0;
             }
         }
     }
