@@ -637,3 +637,49 @@ fn per_cache_rows_follow_their_caches_past_the_rows_and_across_a_destroy() {
     // SAFETY: ours, freed once.
     assert!(unsafe { k.kmem_cache_free(cpu, new, o) });
 }
+
+/// `memory.events` as cgroup v2 counts them: a charge refused at a parent's
+/// `memory.max` counts `max` and `oom` on the parent (the group over its limit), and
+/// every event counts on the group's ancestors too (below the root): a grandparent
+/// sees its subtree's events, the child none of its parent's limit.
+#[test]
+fn memory_events_count_at_the_limiting_group_and_up_the_hierarchy() {
+    let k = kmem(2, config(1, 0));
+    let root = k.memcg().root_mem_cgroup();
+    let top = k.memcg().mem_cgroup_create(None, root, "ev-top").unwrap();
+    let parent = k.memcg().mem_cgroup_create(None, top, "ev-parent").unwrap();
+    let child = k
+        .memcg()
+        .mem_cgroup_create(None, parent, "ev-child")
+        .unwrap();
+    parent.set_max(64 * 1024);
+    child.set_high(16 * 1024);
+    with_cpu(k, |cpu| {
+        let mut held = Vec::new();
+        while let Some(p) = k
+            .memcg()
+            .kmalloc_objcg(cpu, 1024, Gfp::KERNEL, child.objcg())
+        {
+            held.push(p.as_ptr());
+            assert!(held.len() < 1000);
+        }
+        let ev = |g: &MemCgroup| {
+            [MemcgEvent::High, MemcgEvent::Max, MemcgEvent::Oom].map(|e| g.events(e))
+        };
+        let [c_high, c_max, c_oom] = ev(child);
+        let [p_high, p_max, p_oom] = ev(parent);
+        let [t_high, t_max, t_oom] = ev(top);
+        assert!(
+            c_high >= 1 && (c_max, c_oom) == (0, 0),
+            "child {:?}",
+            ev(child)
+        );
+        assert!(p_max >= 1 && p_oom == 1, "parent {:?}", ev(parent));
+        assert_eq!(p_high, c_high, "the child's high events, counted up");
+        assert_eq!((t_high, t_max, t_oom), (p_high, p_max, p_oom), "top");
+        for p in held {
+            // SAFETY: allocated above.
+            unsafe { k.kfree(cpu, p) };
+        }
+    });
+}

@@ -55,18 +55,25 @@ impl<'a, P: Platform> Memcg<'a, P> {
                             self.refill_stock(st, memcg, got - nr_pages);
                         }
                     }
-                    if let Some(high) = memcg.over_high() {
-                        high.count_event(MemcgEvent::High);
+                    if memcg.over_high().is_some() {
+                        // `reclaim_high`'s events: every group of the path over its
+                        // high, each counted up the hierarchy as Linux counts them.
+                        for m in memcg.ancestors() {
+                            if m.memory.usage() > m.memory.high() {
+                                m.count_event(MemcgEvent::High);
+                            }
+                        }
                         self.reclaim_high(cpu);
                     }
                     return true;
                 }
                 Err(limited) => limited,
             };
-            // Over memory.max at `limited` (this group or an ancestor).
+            // Over memory.max at `limited` (this group or an ancestor): both events
+            // are the limiting group's (Linux's `mem_over_limit`), and its ancestors'.
             limited.count_event(MemcgEvent::Max);
             if reclaimed {
-                memcg.count_event(MemcgEvent::Oom);
+                limited.count_event(MemcgEvent::Oom);
                 return false;
             }
             // Reclaim: our stocks go back to their groups; others are asked to drain.

@@ -264,8 +264,17 @@ impl MemCgroup {
         }
     }
 
+    /// `memcg_memory_event`: counts `item` on the group and on its ancestors below
+    /// the root (cgroup v2's hierarchical `memory.events`: a parent's file counts its
+    /// subtree's events; the root has none, unless the event is its own).
     pub(super) fn count_event(&self, item: MemcgEvent) {
         self.events[item as usize].fetch_add(1, Relaxed);
+        for m in self.ancestors().skip(1) {
+            if m.parent.is_null() {
+                break;
+            }
+            m.events[item as usize].fetch_add(1, Relaxed);
+        }
     }
 
     /// `page_counter_try_charge` up the hierarchy; on failure, the group whose limit
