@@ -6,8 +6,8 @@
 //!
 //! Freed mappings are not unmapped at once: like the buddy allocator's decay, up to
 //! [`CACHE_SLOTS`] of them (the newest stay) stay mapped, resident, for reuse by the
-//! next huge allocation — the smallest that holds it, else the largest grown with
-//! `mremap` — and are unmapped once they have been unused for the decay interval
+//! next huge allocation — the smallest that holds it (its tail cached apart when it
+//! holds more than twice the request), else the largest grown with `mremap` — and are unmapped once they have been unused for the decay interval
 //! (checked at the next huge allocation, after each free page reporting pass and at
 //! the allocator's periodic housekeeping) or by [`HugeList::trim`]. A program that
 //! repeatedly grows a Vec past 4 MiB then reuses the same memory instead of faulting in
@@ -168,6 +168,32 @@ fn map_trimmed(len: usize, align: usize) -> Option<usize> {
     Some(addr)
 }
 
+/// A cached mapping `c` taken for a request of `len` bytes: when it holds more than
+/// twice what the request needs, only its head is taken and its tail goes back to the
+/// cache (into `slots`, where the slot `c` left is free), freed when `c` was. Taken
+/// whole, a 256 MiB mapping cached would make an 8 MiB request hold 256 MiB resident,
+/// report it as usable, and charge all of it to the request's memory cgroup (refused
+/// at a limit the request fits). The head keeps whole huge pages under `KMEM_THP`.
+fn split_cached(slots: &mut [Option<Cached>; CACHE_SLOTS], c: Cached, len: usize) -> Cached {
+    let keep = if os::thp() && len >= os::HPAGE_SIZE {
+        len.next_multiple_of(os::HPAGE_SIZE)
+    } else {
+        len
+    };
+    if c.len <= keep.saturating_mul(2) {
+        return c;
+    }
+    if let Some(slot) = slots.iter_mut().find(|s| s.is_none()) {
+        *slot = Some(Cached {
+            addr: c.addr + keep,
+            len: c.len - keep,
+            freed_ns: c.freed_ns,
+        });
+        return Cached { len: keep, ..c };
+    }
+    c
+}
+
 fn page_round(n: usize) -> Option<usize> {
     n.checked_add(PAGE_SIZE - 1).map(|v| v & !(PAGE_SIZE - 1))
 }
@@ -301,8 +327,9 @@ impl HugeList {
     }
 
     /// A cached mapping for `len` bytes aligned to `align`, after unmapping those
-    /// older than the decay: the smallest that holds `len` (taken whole: its pages are
-    /// resident, and it comes back whole), else the largest one grown to `len` with
+    /// older than the decay: the smallest that holds `len` (taken whole, its pages
+    /// resident, unless it holds more than twice `len`: then its tail stays cached,
+    /// [`split_cached`]), else the largest one grown to `len` with
     /// `mremap` (its resident pages move along; only the new tail faults). Returns
     /// (address, length).
     fn take_cached(
@@ -337,7 +364,10 @@ impl HugeList {
         }
         // Growing may move the mapping: only for page alignment.
         let grow = grow.filter(|_| align <= PAGE_SIZE);
-        let taken = fit.or(grow).and_then(|(i, _)| head.1[i].take());
+        let taken = fit
+            .or(grow)
+            .and_then(|(i, _)| head.1[i].take())
+            .map(|c| split_cached(&mut head.1, c, len));
         self.note_cached(&head);
         drop(head);
         let c = taken?;
