@@ -523,6 +523,20 @@ fn slub_debug_through_the_shim() {
         assert!(err.contains(reason), "{what}: {err}");
         assert!(err.contains("Slab 0x"), "{what}: {err}");
     }
+    // A write just past a request that its class rounded up for the alignment: the
+    // kmalloc red zone starts at the request.
+    let out = run_with(
+        &prog,
+        &["past-request"],
+        true,
+        &[("KMEM_DEBUG", "FZPU"), ("KMEM_ON_ERROR", "continue")],
+    );
+    let err = text(&out.stderr);
+    assert_eq!(text(&out.stdout), "done\n", "{err}");
+    assert!(
+        err.contains("BUG kmalloc-32 (Not tainted): kmalloc Redzone overwritten"),
+        "{err}"
+    );
     // A write after free that no later allocation notices: validation at exit finds
     // it (and, by default for a C program, aborts there, after `main` returned).
     let out = run_with(

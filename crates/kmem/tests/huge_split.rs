@@ -30,8 +30,16 @@ fn a_cached_mapping_much_larger_than_a_request_is_split() {
     assert!(!p.is_null(), "8 MiB under a 32 MiB limit");
     assert_eq!(p, big, "the cached mapping's head");
     assert_eq!(h.usable_size(p), 8 << 20);
-    assert!(g.usage() >= 8 << 20 && g.usage() < 16 << 20, "{}", g.usage());
-    assert_eq!(h.huge_cached_bytes(), cached - (8 << 20), "the tail stays cached");
+    assert!(
+        g.usage() >= 8 << 20 && g.usage() < 16 << 20,
+        "{}",
+        g.usage()
+    );
+    assert_eq!(
+        h.huge_cached_bytes(),
+        cached - (8 << 20),
+        "the tail stays cached"
+    );
     // SAFETY: the 8 MiB are ours.
     unsafe { p.write_bytes(1, 8 << 20) };
     // The tail serves the next request as a mapping of its own.

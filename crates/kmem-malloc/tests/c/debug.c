@@ -1,6 +1,7 @@
 /* slub_debug through libkmem.so (run with KMEM_DEBUG=FZPU): each error on purpose;
  * the program must go on and print "done" (the debug layer reports and
  * quarantines). argv[1] picks the error. */
+#include <malloc.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,16 @@ int main(int argc, char **argv) {
         volatile char *w = malloc(3000);
         free((char *)w);
         w[10] = 'U';
+    }
+    if (!strcmp(what, "past-request")) {
+        /* 20 bytes in a 32-byte object (malloc's 16-byte alignment): the red zone
+         * starts at the 20 asked for, which is also the usable size. */
+        char *r = malloc(20);
+        volatile char *vr = r;
+        if (malloc_usable_size(r) != 20) { printf("usable %zu\n", malloc_usable_size(r)); return 1; }
+        memset(r, 2, 20);
+        vr[20] = 'X';
+        free(r);
     }
     if (!strcmp(what, "double-head")) { free(p); free(p); }
     if (!strcmp(what, "interior")) { free(p + 16); free(p); }

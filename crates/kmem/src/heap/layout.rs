@@ -497,7 +497,17 @@ impl Heap {
                 sz
             };
             if sz <= KMALLOC_MAX_SIZE {
-                self.kmalloc(sz, gfp).map(|p| p.as_ptr())
+                let p = self.kmalloc(sz, gfp).map(|p| p.as_ptr());
+                if let (Some(p), true) = (p, sz != size && self.config().debug.any()) {
+                    // slub_debug records the request, not the class it was rounded
+                    // to for its alignment: the kmalloc red zone then starts where
+                    // the caller's bytes end (`malloc(20)` is a 32-byte object of
+                    // which 12 are red zone), and the usable size is the request.
+                    if let Some(s) = self.kmem.slub().cache_of(p) {
+                        self.kmem.slub().set_orig_size(s, p as usize, size);
+                    }
+                }
+                p
             } else {
                 None
             }
