@@ -97,6 +97,22 @@ pub trait Platform: Sync {
     /// `KMEM_ON_ERROR=abort`). Locks of the allocator may be held.
     fn after_bug_report(&self) {}
 
+    /// Called before the allocator calls code of its user (a slab constructor) while
+    /// it may hold a CPU area's state half-way through an operation (a sheaf being
+    /// refilled, a CPU slab being replaced). The platform makes the calling context's
+    /// nested operations, should that code allocate or free, run without a CPU area
+    /// (the zone path, `cpu` `None`), as the allocator's own nested allocations do;
+    /// returns what [`Platform::callout_leave`] needs to undo it. The default does
+    /// nothing: on such a platform a constructor must not allocate or free memory of
+    /// this allocator (the kernel's rule for constructors).
+    fn callout_enter(&self) -> usize {
+        0
+    }
+
+    /// Undoes [`Platform::callout_enter`] (given what it returned), once the user's
+    /// code has returned.
+    fn callout_leave(&self, _token: usize) {}
+
     /// Called from the allocator's periodic housekeeping (every
     /// [`HOUSEKEEPING_INTERVAL`](crate::page::HOUSEKEEPING_INTERVAL)th slab slow path of
     /// a CPU area; no locks of the core held but the area's local lock), so memory the

@@ -83,7 +83,8 @@ impl<T> KmemCache<T> {
     }
 
     /// A cache named `name` for `T` (named as in /proc/slabinfo). `None` if `T` is too
-    /// large for a slab (above 8 KiB) or aligned beyond a page.
+    /// large for a slab (above 1 MiB, `kmem_core::slab::MAX_OBJECT_SIZE`) or aligned
+    /// beyond a page.
     pub fn new(name: &str) -> Option<Self> {
         Self::create(name, None)
     }
@@ -100,8 +101,9 @@ impl<T> KmemCache<T> {
         )
     }
 
-    /// The underlying kmem cache (for statistics and reports).
-    pub fn raw(&self) -> &'static RawCache {
+    /// The underlying kmem cache (for statistics and reports), borrowed for as long
+    /// as this cache lives (its drop destroys it).
+    pub fn raw(&self) -> &RawCache {
         self.raw
     }
 

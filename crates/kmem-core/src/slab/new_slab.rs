@@ -73,6 +73,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         let head = unsafe { slab.as_ref() };
         head.set_flags(PageFlags::HEAD | PageFlags::SLAB);
         if cfg.is_debug() || cfg.ctor.is_some() {
+            // The constructor is the user's code, run while the caller may hold its
+            // CPU area's sheaves or slab half-way through: the platform sends the
+            // constructor's own allocations and frees around that area.
+            let token = cfg.ctor.map(|_| self.pages.platform().callout_enter());
             for i in 0..cfg.objects {
                 let obj = base + i * cfg.size + cfg.red_left;
                 if cfg.is_debug() {
@@ -81,6 +85,9 @@ impl<'a, P: Platform> Slub<'a, P> {
                 if let Some(ctor) = cfg.ctor {
                     (ctor.f)(obj as *mut u8, ctor.data);
                 }
+            }
+            if let Some(t) = token {
+                self.pages.platform().callout_leave(t);
             }
         }
         let (state, taken, fresh) = self.populate_slab(cfg, base, out, link_rest);

@@ -78,6 +78,17 @@ impl Platform for HeapPlatform {
         }
     }
 
+    /// A slab constructor's nested allocations and frees take the zone path: the
+    /// thread's slots say it has no area for the constructor's duration
+    /// (`thread::callout_enter`).
+    fn callout_enter(&self) -> usize {
+        super::thread::callout_enter()
+    }
+
+    fn callout_leave(&self, token: usize) {
+        super::thread::callout_leave(token)
+    }
+
     /// Huge mappings cached for reuse age with the same decay interval as free pages.
     fn reporting_pass(&self, now_ns: u64) {
         let decay = HEAP.config().decay_ms.saturating_mul(1_000_000);

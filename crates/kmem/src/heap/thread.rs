@@ -232,6 +232,37 @@ pub(super) fn set_held_area(area: usize) {
     HELD_AREA.with(|h| h.set(area));
 }
 
+/// Before the allocator calls its user's code (a slab constructor) while this thread
+/// may hold a CPU area's state half-way through an operation (`Platform::
+/// callout_enter`): the thread's slots say it has no area (`ATTACHING`, no held area,
+/// the fast word recomputed), so that what the code allocates or frees takes the zone
+/// path and never touches the held state. Returns the slots' values for
+/// [`callout_leave`], packed in a word: the held area (per-CPU mode) with its low bit
+/// set, else the thread's slot (an area, which is 64-aligned, or 0, `ATTACHING`,
+/// `EXITED`). Nests.
+pub(super) fn callout_enter() -> usize {
+    let this = THIS_AREA.with(|a| a.replace(ATTACHING));
+    let held = HELD_AREA.with(|h| h.replace(0));
+    refresh_fast();
+    if held != 0 {
+        held | 1
+    } else {
+        this
+    }
+}
+
+/// Restores the slots [`callout_enter`] changed, from its token.
+pub(super) fn callout_leave(token: usize) {
+    let (this, held) = if token > EXITED && token & 1 == 1 {
+        (0, token & !1)
+    } else {
+        (token, 0)
+    };
+    THIS_AREA.with(|a| a.set(this));
+    HELD_AREA.with(|h| h.set(held));
+    refresh_fast();
+}
+
 /// Marks this thread as the one initialising the heap (or clears the mark).
 pub(super) fn mark_initialising(on: bool) {
     THIS_AREA.with(|a| a.set(if on { ATTACHING } else { 0 }));

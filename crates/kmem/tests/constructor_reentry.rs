@@ -1,0 +1,70 @@
+//! Constructors are the user's code, run while a new slab is made, which may be in
+//! the middle of refilling the CPU's sheaves of that very cache. What a constructor
+//! allocates, frees or asks of the heap must not touch that held state: before, a
+//! constructor that shrank the heap (or allocated while another thread's shrink had
+//! asked every thread to flush) flushed the sheaf being refilled to the barn while
+//! the refill went on writing into it, and objects were handed out twice.
+
+use kmem::{heap, KmemAlloc, KmemCache};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+#[global_allocator]
+static A: KmemAlloc = KmemAlloc;
+
+/// Allocates `n` constructed objects of `cache`: every one distinct and as `check`
+/// wants it; then frees them.
+fn distinct<T>(cache: &KmemCache<T>, n: usize, check: impl Fn(&T) -> bool) {
+    let objs: Vec<_> = (0..n).map(|_| cache.alloc_constructed().unwrap()).collect();
+    let addrs: HashSet<usize> = objs.iter().map(|b| &**b as *const T as usize).collect();
+    assert_eq!(addrs.len(), n, "an object handed out twice");
+    assert!(objs.iter().all(|b| check(b)), "an object not as built");
+}
+
+fn shrinking() -> [u64; 4] {
+    heap().shrink_all();
+    [7; 4]
+}
+
+/// A constructor that shrinks every cache (its own included) while its cache's
+/// sheaf is being refilled.
+#[test]
+fn a_constructor_that_shrinks_the_heap_hands_out_every_object_once() {
+    let cache = KmemCache::with_constructor("reentry-shrink", shrinking).unwrap();
+    let n = cache.raw().config().sheaf_capacity * 8;
+    for _ in 0..20 {
+        distinct(&cache, n, |v| *v == [7; 4]);
+        cache.shrink();
+    }
+}
+
+fn allocating() -> Vec<u64> {
+    let mut v = Vec::with_capacity(8);
+    v.extend(0..8u64);
+    // A free too, of another size.
+    drop(String::from("a constructor's own garbage"));
+    v
+}
+
+/// A constructor that allocates and frees while other threads shrink the heap (each
+/// shrink asks every thread to flush its caches at its next slow path, which the
+/// constructor's allocations reach).
+#[test]
+fn a_constructor_that_allocates_beside_shrinks_hands_out_every_object_once() {
+    let cache = KmemCache::with_constructor("reentry-alloc", allocating).unwrap();
+    let n = cache.raw().config().sheaf_capacity * 8;
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                heap().shrink_all();
+                std::thread::yield_now();
+            }
+        });
+        for _ in 0..20 {
+            distinct(&cache, n, |v| v.len() == 8 && v[7] == 7);
+            cache.shrink();
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+}
