@@ -595,7 +595,8 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
             Some(s) => {
                 let p = self.slub().alloc_node(cpu, s, gfp, nid)?;
                 if s.config().orig_off != 0 {
-                    self.slub().set_orig_size(s, p.as_ptr() as usize, size);
+                    // SAFETY: the object of `s` just allocated, ours.
+                    unsafe { self.slub().set_orig_size(s, p.as_ptr() as usize, size) };
                 }
                 Some(p)
             }
@@ -657,7 +658,8 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
             // A cache that records requested sizes (slub_debug Z or U) answers with
             // the request: its slack is red zone, not the caller's.
             ObjectLookup::Slab(s, _) if s.config().orig_off != 0 => {
-                self.slub.orig_size(s, p as usize)
+                // SAFETY: `lookup` found `p` starting an object of a slab of `s`.
+                unsafe { self.slub.orig_size(s, p as usize) }
             }
             ObjectLookup::Slab(s, _) => s.config().object_size,
             ObjectLookup::Large(head) => {
@@ -729,7 +731,8 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         let (cap, old, slab_cache) = match self.slub.lookup(p) {
             ObjectLookup::Slab(s, slab) => (
                 s.config().object_size,
-                self.slub.orig_size(s, p as usize),
+                // SAFETY: `lookup` found `p` starting an object of a slab of `s`.
+                unsafe { self.slub.orig_size(s, p as usize) },
                 Some((s, slab)),
             ),
             ObjectLookup::Large(head) => {
@@ -750,7 +753,9 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
             // never lie in the red zone `validate` checks meanwhile, nor after.
             let record = || {
                 if let Some((s, _)) = slab_cache {
-                    self.slub.set_orig_size(s, p as usize, new_size);
+                    // SAFETY: `p` is the caller's object of `s` (the function's
+                    // contract; `lookup` found its cache).
+                    unsafe { self.slub.set_orig_size(s, p as usize, new_size) };
                 }
             };
             if new_size > old {

@@ -782,7 +782,8 @@ fn blocks_grow_and_shrink_in_place() {
     // SAFETY: ours.
     unsafe { addr.write_bytes(9, PAGE_SIZE << 4) };
     assert!(
-        pa.grow_in_place(p, 4, 6, Gfp::COMP | Gfp::ZERO),
+        // SAFETY: the test's block of order 4.
+        unsafe { pa.grow_in_place(p, 4, 6, Gfp::COMP | Gfp::ZERO) },
         "the buddies above are free"
     );
     // SAFETY: the block is now 2^6 pages; the old part kept its bytes, the new is zero.
@@ -804,7 +805,8 @@ fn blocks_grow_and_shrink_in_place() {
     // A neighbour in the way stops a grow, and nothing changes.
     let q = pa.alloc_pages(None, Gfp::KERNEL, 6).unwrap();
     if pa.page_to_pfn(q) == pa.page_to_pfn(p) + 64 {
-        assert!(!pa.grow_in_place(p, 6, 7, Gfp::COMP));
+        // SAFETY: a descriptor of `pa`; a block it heads is the test's.
+        assert!(!unsafe { pa.grow_in_place(p, 6, 7, Gfp::COMP) });
         // SAFETY: ours, still order 6.
         assert_eq!(unsafe { p.as_ref() }.order(), 6);
     }

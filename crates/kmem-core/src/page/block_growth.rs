@@ -243,7 +243,8 @@ mod tests {
         // A fresh allocator: the block's buddies up to order 6 are free.
         let p = pa.alloc_pages(None, Gfp::COMP, 3).unwrap();
         assert_eq!(pa.block_pages_live(), 0, "a per-CPU order");
-        assert!(pa.grow_in_place(p, 3, 6, Gfp::KERNEL));
+        // SAFETY: a descriptor of `pa`; a block it heads is the test's.
+        assert!(unsafe { pa.grow_in_place(p, 3, 6, Gfp::KERNEL) });
         assert_eq!(pa.block_pages_live(), 64);
         // SAFETY: our block of order 6; the pages past 2^4 are given up.
         unsafe { pa.shrink_in_place(None, p, 6, 4) };
@@ -254,7 +255,8 @@ mod tests {
         // A plain block made compound by its grow counts from then on.
         let q = pa.alloc_pages(None, Gfp::KERNEL, 4).unwrap();
         assert_eq!(pa.block_pages_live(), 0);
-        assert!(pa.grow_in_place(q, 4, 5, Gfp::COMP));
+        // SAFETY: a descriptor of `pa`; a block it heads is the test's.
+        assert!(unsafe { pa.grow_in_place(q, 4, 5, Gfp::COMP) });
         assert_eq!(pa.block_pages_live(), 32);
         // SAFETY: ours, of order 5.
         unsafe { pa.free_pages(None, q, 5) };

@@ -21,7 +21,18 @@ impl<P: Platform> PageAllocator<P> {
     /// stands, taking the following buddy blocks if they are all free (realloc of a
     /// page run). On success the block is of order `new` (compound again if it was),
     /// its new part zeroed if `gfp` asks; on failure nothing changed.
-    pub fn grow_in_place(&self, page: NonNull<Page>, old: usize, new: usize, gfp: Gfp) -> bool {
+    ///
+    /// # Safety
+    /// `page` is a descriptor of this allocator's memory, and if it heads an allocated
+    /// block, that block is the caller's, of 2^`old` pages (as for
+    /// [`PageAllocator::free_pages`]). Anything else is refused, unchanged.
+    pub unsafe fn grow_in_place(
+        &self,
+        page: NonNull<Page>,
+        old: usize,
+        new: usize,
+        gfp: Gfp,
+    ) -> bool {
         if new <= old {
             return new == old;
         }
@@ -153,7 +164,8 @@ mod tests {
         // SAFETY: allocated above with order 0.
         unsafe { pa.free_pages(None, next, 0) };
         let free = pa.nr_free_pages();
-        assert!(pa.grow_in_place(page, 0, 2, Gfp::ZERO));
+        // SAFETY: a descriptor of `pa`; a block it heads is the test's.
+        assert!(unsafe { pa.grow_in_place(page, 0, 2, Gfp::ZERO) });
         assert_eq!(pa.nr_free_pages(), free - 3);
         // SAFETY: the block is the test's, now of order 2.
         let p = unsafe { page.as_ref() };
@@ -162,16 +174,19 @@ mod tests {
         assert_eq!(unsafe { next_addr.read() }, 0, "the used buddy was zeroed");
         // Not aligned to the new size, or a buddy in use: nothing changes.
         let other = pa.alloc_pages(None, Gfp::KERNEL, 2).unwrap();
-        assert!(!pa.grow_in_place(page, 2, 3, Gfp::KERNEL));
+        // SAFETY: a descriptor of `pa`; a block it heads is the test's.
+        assert!(!unsafe { pa.grow_in_place(page, 2, 3, Gfp::KERNEL) });
         assert_eq!(p.order(), 2);
         // SAFETY: allocated above with order 2.
         unsafe { pa.free_pages(None, other, 2) };
-        assert!(pa.grow_in_place(page, 2, 3, Gfp::KERNEL));
+        // SAFETY: a descriptor of `pa`; a block it heads is the test's.
+        assert!(unsafe { pa.grow_in_place(page, 2, 3, Gfp::KERNEL) });
         assert_eq!(p.order(), 3);
         // A page inside the block is not the head of an allocated block.
         // SAFETY: a descriptor inside the block.
         let inner = unsafe { NonNull::new_unchecked(page.as_ptr().add(1)) };
-        assert!(!pa.grow_in_place(inner, 0, 1, Gfp::KERNEL));
+        // SAFETY: a descriptor of `pa`; a block it heads is the test's.
+        assert!(!unsafe { pa.grow_in_place(inner, 0, 1, Gfp::KERNEL) });
     }
 
     #[test]

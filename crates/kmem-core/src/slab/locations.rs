@@ -146,7 +146,10 @@ impl<P: Platform> Slub<'_, P> {
     /// allocation track's size, and, for a red-zoned cache, the kmalloc red zone
     /// between `size` and the object size (`RED_ACTIVE`, checked at free and by
     /// `validate`). No effect on a cache without debug metadata.
-    pub fn set_orig_size(&self, s: &KmemCache, obj: usize, size: usize) {
+    ///
+    /// # Safety
+    /// `obj` is an allocated object of `s`, which the caller owns.
+    pub unsafe fn set_orig_size(&self, s: &KmemCache, obj: usize, size: usize) {
         let cfg = s.config();
         if cfg.orig_off == 0 {
             return;
@@ -178,7 +181,11 @@ impl<P: Platform> Slub<'_, P> {
 
     /// The size the caller asked for when it allocated `obj` (its `orig_size`), or the
     /// object size for a cache that does not record it.
-    pub fn orig_size(&self, s: &KmemCache, obj: usize) -> usize {
+    ///
+    /// # Safety
+    /// `obj` starts an object of `s` in one of its slabs (as [`Slub::lookup`] finds
+    /// it): its metadata is read there.
+    pub unsafe fn orig_size(&self, s: &KmemCache, obj: usize) -> usize {
         self.get_orig_size(s.config(), obj)
     }
 }

@@ -504,7 +504,9 @@ impl Heap {
                     // the caller's bytes end (`malloc(20)` is a 32-byte object of
                     // which 12 are red zone), and the usable size is the request.
                     if let Some(s) = self.kmem.slub().cache_of(p) {
-                        self.kmem.slub().set_orig_size(s, p as usize, size);
+                        // SAFETY: the object just allocated, ours; `cache_of` named
+                        // its slab's cache.
+                        unsafe { self.kmem.slub().set_orig_size(s, p as usize, size) };
                     }
                 }
                 p
@@ -775,7 +777,9 @@ impl Heap {
                     // (no copy; it wastes at most half its class).
                     if new_size <= have && new_size >= have / 2 {
                         // A cache that records requests (slub_debug): the new one.
-                        self.kmem.slub().set_orig_size(s, p as usize, new_size);
+                        // SAFETY: `p` is the caller's allocation (the function's
+                        // contract), an object of `s` as `lookup` found.
+                        unsafe { self.kmem.slub().set_orig_size(s, p as usize, new_size) };
                         return p;
                     }
                     want = realloc_target(have, new_size);
@@ -798,7 +802,9 @@ impl Heap {
                         }
                         return p;
                     }
-                    if new <= MAX_ORDER && pa.grow_in_place(head, old, new, Gfp::COMP) {
+                    // SAFETY: the caller's block (the function's contract), of order
+                    // `old`, its head as `lookup` found it.
+                    if new <= MAX_ORDER && unsafe { pa.grow_in_place(head, old, new, Gfp::COMP) } {
                         return p;
                     }
                 }
