@@ -11,6 +11,9 @@
 //!   returns it *without* dropping the value (so `T`'s `Drop` never runs for objects
 //!   of such a cache: use it for types whose state is worth keeping, not for types
 //!   that own resources). `alloc(value)` replaces the kept value (dropping the old one).
+//!   The constructor may allocate, free and call the heap: it runs while the thread's
+//!   CPU area may be half-way through refilling this cache's sheaves, so what it does
+//!   takes the paths without a CPU area (`Platform::callout_enter`).
 //!
 //! Send/Sync: objects are allocated on one thread and may be dropped on another, where
 //! the value is dropped or kept; so the cache is `Send + Sync` when `T: Send`. A `KBox`
