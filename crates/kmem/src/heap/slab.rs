@@ -7,34 +7,14 @@
 //! (`percpu`). No lock of its own: the CPU area's rules apply (see `cpu`).
 
 use super::percpu::{tagged_rseq_area, zero_if_asked, Pushed};
-use super::thread::{active_objcg, inline_area, rseq_tag, thread_cpu};
+use super::thread::{active_objcg, cache_area, inline_area, rseq_tag, thread_cpu};
 use super::{Heap, HEAP};
 use crate::platform::fast_tls;
 use kmem_core::memcontrol::ObjCgroup;
-use kmem_core::percpu::InlineArea;
 use kmem_core::slab::DestroyError;
 use kmem_core::slab::ObjectLookup;
 use kmem_core::{Gfp, KmemCache, SlabFlags};
 use std::ptr::NonNull;
-
-/// The area whose sheaves `kmem_cache_alloc(s)`'s pops take from: the thread's inline
-/// area, but the zero area (no object: the layers) for a plain kmalloc cache on a
-/// thread with an active memory cgroup. That thread's inline area is its charged area,
-/// whose line of a plain kmalloc class holds the kept sheaf of the class's accounted
-/// twin (`kmalloc-cg-32` on `kmalloc-32`'s line: objects charged to the group), for
-/// kmalloc's inline pop alone (`memcontrol::charged_area`). The plain caches are
-/// embedded in the heap, so the test is an address range: no load on the fast path
-/// but the charged word's, and that only for a plain cache.
-#[inline(always)]
-fn kmem_cache_area(s: &KmemCache) -> InlineArea<'static> {
-    let plain = HEAP.kmem.kmalloc_caches().as_ptr_range();
-    if plain.contains(&(s as *const KmemCache))
-        && fast_tls::get_word::<{ fast_tls::CHARGED_AREA }>() != 0
-    {
-        return InlineArea::zero();
-    }
-    inline_area()
-}
 
 impl Heap {
     /// `kmem_cache_create`: see [`kmem_core::Kmem::kmem_cache_create`].
@@ -76,7 +56,7 @@ impl Heap {
     /// `kmem_cache_alloc`, charged to the thread's active memory cgroup if any.
     #[inline]
     pub fn kmem_cache_alloc(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
-        if let Some(p) = self.kmem.slub().alloc_fast(kmem_cache_area(s), s, gfp) {
+        if let Some(p) = self.kmem.slub().alloc_fast(cache_area(), s, gfp) {
             return Some(p);
         }
         self.kmem_cache_alloc_other(s, gfp)
@@ -87,7 +67,7 @@ impl Heap {
     fn kmem_cache_alloc_other(&self, s: &KmemCache, gfp: Gfp) -> Option<NonNull<u8>> {
         if gfp.contains(Gfp::ZERO) {
             // A zeroed object: the fast path's pop, then the object zeroed whole.
-            if let Some(p) = self.kmem.slub().alloc_fast_init(kmem_cache_area(s), s, gfp) {
+            if let Some(p) = self.kmem.slub().alloc_fast_init(cache_area(), s, gfp) {
                 return Some(p);
             }
         }

@@ -86,17 +86,32 @@ pub(crate) fn inline_area() -> InlineArea<'static> {
     unsafe { inline_area_of(fast_tls::get()) }
 }
 
+/// The area the `kmem_cache_*` inline fast paths use: [`inline_area`]'s, but the zero
+/// area on a thread running charged (word `fast_tls::CACHE`): its charged area's
+/// lines of the plain kmalloc classes hold its kept charged objects, which only
+/// kmalloc's pops may hand out (`memcontrol::charged_area`), and every other line of
+/// it is zero. One load, as `inline_area`'s.
+#[inline(always)]
+pub(crate) fn cache_area() -> InlineArea<'static> {
+    // SAFETY: the cache word is the fast word or the zero area's address (set together
+    // by `refresh_fast` and `enable_rseq_fast`), read on this thread: what
+    // `inline_area_of` takes.
+    unsafe { inline_area_of(fast_tls::get_word::<{ fast_tls::CACHE }>()) }
+}
+
 /// [`inline_area`] for a fast word `w` the caller has read.
 ///
 /// # Safety
-/// `w` is what `fast_tls::get` returned on this thread, and nothing has changed the
-/// thread's slots since (no call that may attach, detach or enter a group).
+/// `w` is what `fast_tls::get` (or `fast_tls::get_word::<CACHE>`) returned on this
+/// thread, and nothing has changed the thread's slots since (no call that may attach,
+/// detach or enter a group).
 #[inline(always)]
 pub(crate) unsafe fn inline_area_of(w: usize) -> InlineArea<'static> {
-    // SAFETY: the fast word is the address of an area this thread owns (as in
-    // `fast_cpu`), of the charged area of such an area (`charged_fast_word`), or one
-    // of the zero area's two addresses (`refresh_fast`; the TLS image's initial
-    // value), and `w` is still that word (the caller's contract).
+    // SAFETY: the fast word (and the cache word, which is the fast word or the zero
+    // area's address) is the address of an area this thread owns (as in `fast_cpu`),
+    // of the charged area of such an area (`charged_fast_word`), or one of the zero
+    // area's two addresses (`refresh_fast`; the TLS image's initial value), and `w` is
+    // still that word (the caller's contract).
     unsafe { InlineArea::from_word(w) }
 }
 
@@ -127,6 +142,7 @@ fn refresh_fast() {
         no_area()
     };
     fast_tls::set(v);
+    fast_tls::set_word::<{ fast_tls::CACHE }>(if charged { no_area() } else { v });
 }
 
 /// The fast word of a thread running charged (its charged words set): its area's
@@ -188,6 +204,7 @@ pub(super) fn enable_rseq_fast() {
         && !crate::kfence::every_allocation()
     {
         fast_tls::set(rseq_tag());
+        fast_tls::set_word::<{ fast_tls::CACHE }>(rseq_tag());
     }
 }
 

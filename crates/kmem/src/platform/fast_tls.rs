@@ -5,7 +5,7 @@
 //! which it holds from the thread's start; and
 //! words [`CHARGED_AREA`] and [`CHARGED_OBJCG`], the area and the active memory
 //! cgroup's objcg of an attached thread-mode thread that has one (else 0), for the
-//! charged paths.
+//! charged paths; and word [`CACHE`], the fast word for the `kmem_cache_*` paths.
 //!
 //! On x86_64 Linux the words are an *initial-exec* TLS variable declared in assembly
 //! and each is read with one `fs:`-relative load, from the variable's offset off the
@@ -16,7 +16,7 @@
 //! on every access — more instructions than the rest of the fast path. Initial-exec is
 //! what glibc's own malloc and mimalloc use: the variable lives in the static TLS
 //! block, always present for a library loaded at start (`LD_PRELOAD`, a link-time
-//! dependency); a library opened later with `dlopen` needs 24 bytes of glibc's static
+//! dependency); a library opened later with `dlopen` needs 32 bytes of glibc's static
 //! TLS surplus. Elsewhere the words are a plain `thread_local!`.
 //!
 //! No locks; each thread reads and writes only its own words.
@@ -27,26 +27,31 @@ pub const FAST: usize = 0;
 pub const CHARGED_AREA: usize = 1;
 /// The charged paths' objcg word.
 pub const CHARGED_OBJCG: usize = 2;
-const WORDS: usize = 3;
+/// The `kmem_cache_*` fast paths' word: the fast word, but the zero area's address on
+/// a thread running charged, whose fast word is its charged area (that area's lines
+/// of the plain kmalloc classes hold charged objects, for kmalloc's pops alone).
+pub const CACHE: usize = 3;
+const WORDS: usize = 4;
 
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod imp {
     use super::WORDS;
 
-    // The variable: 24 bytes of TLS, hidden (never resolved outside the library or
-    // program that contains it). The fast word starts as the zero area's address (a
-    // relocated pointer in the TLS image: the dynamic linker relocates the image
-    // before it copies it for any thread), the charged words as 0.
+    // The variable: 32 bytes of TLS, hidden (never resolved outside the library or
+    // program that contains it). The fast word and the cache word start as the zero
+    // area's address (a relocated pointer in the TLS image: the dynamic linker
+    // relocates the image before it copies it for any thread), the charged words as 0.
     core::arch::global_asm!(
         ".pushsection .tdata,\"awT\",@progbits",
         ".p2align 3",
         ".globl kmem_tls_fast_area",
         ".hidden kmem_tls_fast_area",
         ".type kmem_tls_fast_area, @object",
-        ".size kmem_tls_fast_area, 24",
+        ".size kmem_tls_fast_area, 32",
         "kmem_tls_fast_area:",
         ".quad {zero}",
         ".zero 16",
+        ".quad {zero}",
         ".popsection",
         zero = sym kmem_core::percpu::ZERO_CPU_AREA,
     );
@@ -124,12 +129,12 @@ mod imp {
         static WORDS_TLS: [Cell<usize>; WORDS] = const { [const { Cell::new(0) }; WORDS] };
     }
 
-    /// The calling thread's word `W` (the fast word reads as the zero area's address
-    /// until it is first set).
+    /// The calling thread's word `W` (the fast and cache words read as the zero area's
+    /// address until they are first set).
     #[inline(always)]
     pub fn get_word<const W: usize>() -> usize {
         let v = WORDS_TLS.with(|w| w[W].get());
-        if W == super::FAST && v == 0 {
+        if (W == super::FAST || W == super::CACHE) && v == 0 {
             kmem_core::percpu::ZERO_CPU_AREA.base()
         } else {
             v
