@@ -27,8 +27,17 @@
 //! once (`malloc_trim`).
 //!
 //! Locking: the zone lock while isolating and putting back; none while the platform
-//! works; the hotplug lock (outside any zone lock) to take a section offline. One pass
-//! per zone at a time (whoever moves `last_report_ns`). See the lock order in lib.rs.
+//! works; the hotplug lock (outside any zone lock) to take a section offline. Passes
+//! of a zone start one at a time (whoever moves `last_report_ns`), but a forced pass,
+//! or one a half delay later, may start while another is still in its unlocked part:
+//! each isolates only blocks not yet reported, under the zone lock, so they never
+//! share a block. See the lock order in lib.rs.
+//!
+//! A `fork` while a pass has blocks isolated (in its unlocked part, which holds no
+//! lock the fork handlers wait for) leaves them isolated in the child, whose copy of
+//! that thread never puts them back: the child loses those free blocks (at most a
+//! pass's worth) and counts them out of `NrFreePages`, as it loses what other
+//! threads' CPU areas held (`Kmem::fork_release`).
 //! No pass starts inside [`PageAllocator::with_reporting_deferred`], which the slab
 //! layer's walks of its cache list run in (they free pages under the list's lock).
 
@@ -180,7 +189,8 @@ impl<P: Platform> PageAllocator<P> {
         if !force && now.saturating_sub(last) < delay / 2 {
             return 0;
         }
-        // One pass per zone at a time: whoever moves `last_report_ns` runs it.
+        // Passes start one at a time: whoever moves `last_report_ns` runs this one
+        // (the module doc says what may still overlap).
         if zone
             .last_report_ns
             .compare_exchange(last, now.max(last + 1), Relaxed, Relaxed)
