@@ -286,6 +286,14 @@ pub(crate) fn should_sample(size: usize) -> bool {
     ARMED.swap(false, Ordering::Relaxed)
 }
 
+/// Whether the sampling slow path wants the next allocation: a sample is armed, or
+/// every allocation is sampled (`KMEM_KFENCE=all`). For paths that bypass it (a
+/// charged thread's kept sheaves), tested first.
+#[inline]
+pub(crate) fn wants_next() -> bool {
+    armed() || every_allocation()
+}
+
 /// Whether a sample is armed (read only: the allocation that takes it calls
 /// [`should_sample`]). Paths that bypass the sampling slow path test this first.
 #[inline(always)]

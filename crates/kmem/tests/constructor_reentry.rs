@@ -68,3 +68,59 @@ fn a_constructor_that_allocates_beside_shrinks_hands_out_every_object_once() {
         stop.store(true, Ordering::Relaxed);
     });
 }
+
+fn flushing() -> [u64; 4] {
+    heap().flush_cpu_caches();
+    heap().drain_memcg_stocks();
+    [9; 4]
+}
+
+const CHILD: &str = "KMEM_TEST_CONSTRUCTOR_CHILD";
+
+/// In per-CPU mode the operation around a constructor holds its CPU area's lock: a
+/// constructor that walks every CPU's area (flushing caches, draining stocks) passes
+/// that one by instead of waiting for its own lock. Runs itself again as a child in
+/// each per-CPU mode (read once, when the heap starts), which must finish in time.
+#[test]
+fn a_constructor_that_flushes_every_cpu_finishes_in_per_cpu_mode() {
+    if std::env::var_os(CHILD).is_some() {
+        let cache = KmemCache::with_constructor("reentry-flush", flushing).unwrap();
+        let n = cache.raw().config().sheaf_capacity * 4;
+        for _ in 0..5 {
+            distinct(&cache, n, |v| *v == [9; 4]);
+            cache.shrink();
+        }
+        println!("flushed ok");
+        return;
+    }
+    for mode in ["cpu-lock", "cpu-rseq", "thread"] {
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_constructor_that_flushes_every_cpu_finishes_in_per_cpu_mode",
+                "--nocapture",
+            ])
+            .env(CHILD, "1")
+            .env("KMEM_PERCPU", mode)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let status = loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                break st;
+            }
+            if start.elapsed() > std::time::Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("{mode}: the constructor waited for its own CPU area");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let mut out = String::new();
+        std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+        assert!(
+            status.success() && out.contains("flushed ok"),
+            "{mode}: {out}"
+        );
+    }
+}

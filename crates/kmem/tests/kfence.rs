@@ -236,7 +236,36 @@ fn charged_allocations_are_sampled_and_charged() {
             assert!(h.kmalloc(100, Gfp::KERNEL).is_none(), "over memory.max");
         }
         assert_eq!(charged_as(&full, "kmalloc-cg-128"), 0);
-        assert!(full.stat().events_max > 0);
+        // One failed allocation, one `oom` (the sample did not charge first).
+        let st = full.stat();
+        assert!(st.events_max > 0);
+        assert_eq!(st.events_oom, 1);
+        // Every allocation sampled, charged ones too: once the pool's slots ran out
+        // and charged objects went to the thread's kept sheaves, a freed slot is
+        // taken again before those.
+        let g = kmem::MemCgroup::new("kfence-all").expect("memory");
+        {
+            let _active = g.enter();
+            let first: Vec<_> = (0..300)
+                .map(|_| h.kmalloc(40, Gfp::KERNEL).expect("memory"))
+                .collect();
+            for p in first {
+                // SAFETY: ours, freed once.
+                unsafe { h.kfree(p.as_ptr()) };
+            }
+            let again: Vec<_> = (0..100)
+                .map(|_| h.kmalloc(40, Gfp::KERNEL).expect("memory"))
+                .collect();
+            let kept = again
+                .iter()
+                .filter(|p| h.page_allocator().in_span(p.as_ptr()))
+                .count();
+            assert_eq!(kept, 0, "allocations not sampled");
+            for p in again {
+                // SAFETY: ours, freed once.
+                unsafe { h.kfree(p.as_ptr()) };
+            }
+        }
         println!("charged ok");
         return;
     }

@@ -12,9 +12,14 @@ use crate::page::{NetGrowth, MAX_NUMNODES, MAX_ORDER};
 use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock};
 use core::ptr;
 
-/// Attempts [`CacheList::try_for_each`] makes at the list lock before it gives up: a
-/// few milliseconds of spinning, longer than another thread's walk holds the lock.
-pub const LIST_LOCK_TRIES: u32 = 1 << 16;
+/// Attempts [`CacheList::try_for_each`] makes at the list lock before it gives up:
+/// tens of milliseconds of spinning (4 Mi tries), longer than another thread's walk
+/// of the list holds it (a report, a shrink, a preempted holder's time slice). The
+/// lock records no owner, so a reclaim inside its own thread's walk waits this long
+/// once before it leaves the walks out; a holder slower than this (a full `validate`
+/// of a large heap under slub_debug) makes an allocation at the memory bound fail
+/// where waiting would have let it succeed.
+pub const LIST_LOCK_TRIES: u32 = 1 << 22;
 
 /// The list of every cache (`slab_caches`).
 pub struct CacheList {

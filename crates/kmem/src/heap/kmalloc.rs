@@ -75,7 +75,7 @@ impl Heap {
         size: usize,
         gfp: Gfp,
     ) -> Option<NonNull<u8>> {
-        if !crate::kfence::armed() {
+        if !crate::kfence::wants_next() {
             if let Some(p) = self.kmem.memcg().kmalloc_objcg_fast(c, size, gfp, cg) {
                 return Some(p);
             }

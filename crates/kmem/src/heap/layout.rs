@@ -116,7 +116,7 @@ pub fn malloc_small_slow(size: usize) -> *mut u8 {
         // sheaves (the class of `size`, where the inline pop read the plain class's
         // line: kmalloc-cg-32 for malloc(24)).
         // Not while a KFENCE sample is armed: the layers take it, charged.
-        if let (Some((c, cg)), false) = (charged_cpu(), crate::kfence::armed()) {
+        if let (Some((c, cg)), false) = (charged_cpu(), crate::kfence::wants_next()) {
             let m = HEAP.kmem.memcg();
             if let Some(p) = m.kmalloc_objcg_fast(c, size, Gfp::KERNEL, cg) {
                 return p.as_ptr();
@@ -276,7 +276,7 @@ fn alloc_layout_rest(layout: Layout, zeroed: bool) -> *mut u8 {
         // An attached thread with an active memory cgroup: an object kept charged to
         // its objcg in its area's objcg sheaves; not while a KFENCE sample is armed
         // (the heap's layers take it, charged).
-        if layout.align() <= 8 && !crate::kfence::armed() {
+        if layout.align() <= 8 && !crate::kfence::wants_next() {
             if let Some(p) = HEAP
                 .kmem
                 .memcg()

@@ -16,7 +16,7 @@
 //! lock covers everything but the lockless fast paths. The table itself is read
 //! without a lock (entries are published once, with Release).
 
-use super::thread::{held_area, set_held_area};
+use super::thread::{callout_area, held_area, set_held_area};
 use super::{Heap, HEAP, UNINIT};
 use super::{MODE_CPU_CAS, MODE_CPU_LOCK, MODE_CPU_RSEQ, MODE_THREAD};
 use crate::config::PerCpuMode;
@@ -623,7 +623,8 @@ impl Heap {
     /// Runs `f` as the owner of the CPU areas the caller can reach: in thread mode the
     /// caller's own (other threads' stay theirs), in per-CPU mode every CPU's in turn,
     /// each under its local lock (or, for an area this thread already holds, under that
-    /// hold). Returns whether the heap runs in thread mode.
+    /// hold; not the one a constructor's enclosing operation holds). Returns whether
+    /// the heap runs in thread mode.
     fn for_each_reachable_area(&self, mut f: impl FnMut(CpuRef<'_>)) -> bool {
         if self.mode.load(Ordering::Relaxed) == MODE_THREAD {
             if let Some(c) = self.cpu().get() {
@@ -632,8 +633,15 @@ impl Heap {
             return true;
         }
         let held = held_area();
+        // An area held half-way through an operation around a constructor (which
+        // runs this) is passed by: its lock is this thread's, its state in flux.
+        let callout = callout_area();
         for area in self.cpu_areas() {
-            let _lock = (area as *const CpuArea as usize != held).then(|| area.local_lock());
+            let addr = area as *const CpuArea as usize;
+            if addr == callout {
+                continue;
+            }
+            let _lock = (addr != held).then(|| area.local_lock());
             // SAFETY: we hold the area's local lock (here or in an enclosing operation
             // of this thread): we act as its owner.
             f(unsafe { CpuRef::new(area) });

@@ -9,6 +9,19 @@ use kmem_core::memcontrol::ObjCgroup;
 use kmem_core::{Gfp, KmemCache, Platform, SlabFlags, PAGE_SIZE};
 use std::ptr::NonNull;
 
+/// Whether `cg`'s group and its ancestors each have a page of room under their
+/// `memory.max` (a snapshot: the charge that follows decides).
+fn room_for_a_page(cg: &ObjCgroup) -> bool {
+    let mut m = Some(cg.memcg());
+    while let Some(g) = m {
+        if g.memory.usage() >= g.memory.max() {
+            return false;
+        }
+        m = g.parent();
+    }
+    true
+}
+
 /// Who and where: pid, thread id, CPU.
 fn ids(h: &Heap) -> (u32, u32, u32) {
     let (tid, pid) = h.kmem.pages.platform().thread_and_pid();
@@ -63,6 +76,10 @@ impl Heap {
         let init = SlabFlags::INIT_ON_ALLOC | SlabFlags::INIT_ON_FREE;
         let zero = gfp.contains(Gfp::ZERO) || cache.config().flags.intersects(init);
         let charge = match objcg {
+            // A group (or an ancestor) without a page of room gets no sample: the
+            // charge would fail, counting `max` and `oom` and draining the stocks,
+            // and the regular path would do all of it again.
+            Some(cg) if !room_for_a_page(cg) => return None,
             Some(cg) => {
                 let memcg = self.kmem.memcg();
                 if !memcg.obj_cgroup_charge(self.cpu().get(), cg, cache, cache.config().size) {

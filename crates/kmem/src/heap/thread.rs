@@ -51,14 +51,21 @@ thread_local! {
     /// nested allocation on the same thread (a callback inside an operation) uses it
     /// instead of waiting for itself.
     static HELD_AREA: Cell<usize> = const { Cell::new(0) };
+    /// Per-CPU mode, while a constructor runs (`callout_enter`): the area whose lock
+    /// the enclosing operation holds, half-way through it. Nothing of this thread may
+    /// lock it (it would wait for itself) or act on it meanwhile: the walks over every
+    /// CPU's area pass it by (`Heap::for_each_reachable_area`).
+    static CALLOUT_AREA: Cell<usize> = const { Cell::new(0) };
     /// The thread's active memory cgroup (`set_active_memcg`): the address of its
     /// objcg, or 0 (allocations are not charged).
     ///
     /// Invariant: a non-zero value holds a reference on that objcg (taken by
     /// [`set_active_objcg`], handed back with the value it returns, and given up by
-    /// [`restore_active_objcg`] for the value it replaces or at thread exit), so the
-    /// objcg outlives its time in the slot whatever order guards drop in: a group
-    /// removed meanwhile stays a zombie, its charges going to its parent.
+    /// [`restore_active_objcg`] for the value it replaces, or at the exit of a thread
+    /// attached in thread mode), so the objcg outlives its time in the slot whatever
+    /// order guards drop in: a group removed meanwhile stays a zombie, its charges
+    /// going to its parent. A thread that exits with a group left active otherwise
+    /// (per-CPU mode, a thread never attached) keeps that zombie for good.
     static ACTIVE_OBJCG: Cell<usize> = const { Cell::new(0) };
 }
 
@@ -262,6 +269,8 @@ pub(super) fn callout_enter() -> usize {
     let held = HELD_AREA.with(|h| h.replace(0));
     refresh_fast();
     if held != 0 {
+        // (A nested callout holds no area: its enclosing one's stays marked.)
+        CALLOUT_AREA.with(|c| c.set(held));
         held | 1
     } else {
         this
@@ -275,9 +284,18 @@ pub(super) fn callout_leave(token: usize) {
     } else {
         (token, 0)
     };
+    if held != 0 {
+        CALLOUT_AREA.with(|c| c.set(0));
+    }
     THIS_AREA.with(|a| a.set(this));
     HELD_AREA.with(|h| h.set(held));
     refresh_fast();
+}
+
+/// Per-CPU mode: the area a constructor's enclosing operation holds (0: none; see
+/// `CALLOUT_AREA`).
+pub(super) fn callout_area() -> usize {
+    CALLOUT_AREA.with(Cell::get)
 }
 
 /// Marks this thread as the one initialising the heap (or clears the mark).
