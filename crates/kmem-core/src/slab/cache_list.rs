@@ -13,12 +13,13 @@ use crate::sync::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Relaxed, SpinLock
 use core::ptr;
 
 /// Attempts [`CacheList::try_for_each`] makes at the list lock before it gives up:
-/// tens of milliseconds of spinning (4 Mi tries), longer than another thread's walk
-/// of the list holds it (a report, a shrink, a preempted holder's time slice). The
-/// lock records no owner, so a reclaim inside its own thread's walk waits this long
-/// once before it leaves the walks out; a holder slower than this (a full `validate`
-/// of a large heap under slub_debug) makes an allocation at the memory bound fail
-/// where waiting would have let it succeed.
+/// 4 Mi, milliseconds of spinning (the CPU's `pause` sets how many: the test that
+/// waits them out once runs in 60 ms here), longer than another thread's walk of the
+/// list usually holds it (a report, a shrink). The lock records no owner, so a
+/// reclaim inside its own thread's walk waits this long once before it leaves the
+/// walks out; a holder slower than this (a full `validate` of a large heap under
+/// slub_debug, a holder preempted for longer) makes an allocation at the memory
+/// bound fail where waiting would have let it succeed.
 pub const LIST_LOCK_TRIES: u32 = 1 << 22;
 
 /// The list of every cache (`slab_caches`).
