@@ -28,6 +28,16 @@ fn charged_size(k: &K, p: *mut u8) -> usize {
     k.ksize(p)
 }
 
+/// 1 KiB objects charged to `g` until a limit refuses one (fewer than 1,000).
+fn fill_to_limit(k: &K, cpu: Option<CpuRef<'_>>, g: &MemCgroup) -> Vec<*mut u8> {
+    let mut held = Vec::new();
+    while let Some(p) = k.memcg().kmalloc_objcg(cpu, 1024, Gfp::KERNEL, g.objcg()) {
+        held.push(p.as_ptr());
+        assert!(held.len() < 1000);
+    }
+    held
+}
+
 fn slab_and_pages(cg: &MemCgroup) -> isize {
     cg.stat(MemcgStat::SlabUnreclaimable)
         + cg.stat(MemcgStat::SlabReclaimable)
@@ -196,14 +206,7 @@ fn a_parent_limit_binds_its_children_and_high_counts_events() {
     parent.set_max(128 * 1024);
     child.set_high(32 * 1024);
     with_cpu(k, |cpu| {
-        let mut held = Vec::new();
-        while let Some(p) = k
-            .memcg()
-            .kmalloc_objcg(cpu, 1024, Gfp::KERNEL, child.objcg())
-        {
-            held.push(p.as_ptr());
-            assert!(held.len() < 1000);
-        }
+        let held = fill_to_limit(k, cpu, child);
         assert!(parent.usage() <= 128 * 1024);
         assert_eq!(child.usage(), parent.usage());
         assert!(
@@ -655,14 +658,7 @@ fn memory_events_count_at_the_limiting_group_and_up_the_hierarchy() {
     parent.set_max(64 * 1024);
     child.set_high(16 * 1024);
     with_cpu(k, |cpu| {
-        let mut held = Vec::new();
-        while let Some(p) = k
-            .memcg()
-            .kmalloc_objcg(cpu, 1024, Gfp::KERNEL, child.objcg())
-        {
-            held.push(p.as_ptr());
-            assert!(held.len() < 1000);
-        }
+        let held = fill_to_limit(k, cpu, child);
         let ev = |g: &MemCgroup| {
             [MemcgEvent::High, MemcgEvent::Max, MemcgEvent::Oom].map(|e| g.events(e))
         };

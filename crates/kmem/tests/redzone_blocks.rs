@@ -11,6 +11,21 @@ use std::process::Command;
 
 const CHILD: &str = "KMEM_TEST_REDZONE_BLOCKS_CHILD";
 
+/// Runs test `name` again as a child (`marker` set) with `KMEM_DEBUG=Z` and
+/// `KMEM_ON_ERROR=continue`: its status, stdout and stderr.
+fn run_child(name: &str, marker: &str) -> (std::process::Output, String, String) {
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture"])
+        .env(marker, "1")
+        .env("KMEM_DEBUG", "Z")
+        .env("KMEM_ON_ERROR", "continue")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, stdout, stderr)
+}
+
 fn child() {
     let h = heap();
     for size in [2_000_000usize, 6_000_000] {
@@ -48,19 +63,10 @@ fn overflows_of_page_blocks_and_huge_mappings_are_reported() {
     if std::env::var_os(CHILD).is_some() {
         return child();
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "overflows_of_page_blocks_and_huge_mappings_are_reported",
-            "--nocapture",
-        ])
-        .env(CHILD, "1")
-        .env("KMEM_DEBUG", "Z")
-        .env("KMEM_ON_ERROR", "continue")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stdout, stderr) = run_child(
+        "overflows_of_page_blocks_and_huge_mappings_are_reported",
+        CHILD,
+    );
     assert!(
         out.status.success() && stdout.contains("blocks done"),
         "{stdout}\n{stderr}"
@@ -130,19 +136,10 @@ fn a_freed_block_leaves_no_trailer_for_the_next_owner_of_its_pages() {
         println!("reuse done");
         return;
     }
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "a_freed_block_leaves_no_trailer_for_the_next_owner_of_its_pages",
-            "--nocapture",
-        ])
-        .env(CHILD_REUSE, "1")
-        .env("KMEM_DEBUG", "Z")
-        .env("KMEM_ON_ERROR", "continue")
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (out, stdout, stderr) = run_child(
+        "a_freed_block_leaves_no_trailer_for_the_next_owner_of_its_pages",
+        CHILD_REUSE,
+    );
     assert!(
         out.status.success() && stdout.contains("reuse done") && !stderr.contains("BUG"),
         "{stdout}\n{stderr}"
