@@ -132,7 +132,8 @@ impl<'p> MemCgroup<'p> {
     /// order (which leaves a group active without its guard) or forgotten
     /// (`mem::forget`) never leave freed memory active: a group removed meanwhile is
     /// kept as a zombie and its charges go to its parent until the slot lets go of it
-    /// (another guard's drop, or the thread's exit).
+    /// (another guard's drop, or the exit of a thread attached in thread mode;
+    /// otherwise the zombie stays).
     pub fn enter(&self) -> MemcgGuard<'_> {
         let prev = set_active_objcg(Some(self.cg.objcg()));
         MemcgGuard {
