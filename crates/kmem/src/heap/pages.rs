@@ -127,8 +127,7 @@ impl Heap {
     /// after `workloads`").
     pub fn trim(&self) -> usize {
         self.shrink_all();
-        self.drain_local();
-        self.huge.trim(self) / kmem_core::PAGE_SIZE + self.kmem.pages.report_free_pages()
+        self.trim_after_shrink()
     }
 
     /// [`Heap::trim`] for an allocation that found the heap at its bound: the caches'
@@ -137,6 +136,12 @@ impl Heap {
     /// walk of that list on this thread.
     pub(super) fn trim_at_bound(&self) -> usize {
         self.kmem.shrink_all_reclaim(self.cpu().get());
+        self.trim_after_shrink()
+    }
+
+    /// [`Heap::trim`]'s work after the caches' shrink: the caller's per-CPU pages, the
+    /// cached huge mappings, every free block to the OS. Returns the pages given back.
+    fn trim_after_shrink(&self) -> usize {
         self.drain_local();
         self.huge.trim(self) / kmem_core::PAGE_SIZE + self.kmem.pages.report_free_pages()
     }
