@@ -304,6 +304,15 @@ const _: () = {
 /// [`CPU_AREA_ZERO_LINE`] as a size-table entry.
 const ZERO_LINE: u32 = CPU_AREA_ZERO_LINE as u32;
 
+/// The entry of a size table at `i`, or the zero line past the table (a size no
+/// fast path serves).
+#[inline(always)]
+fn line_of(table: &[AtomicU32], i: usize) -> usize {
+    table
+        .get(i)
+        .map_or(CPU_AREA_ZERO_LINE, |e| e.load(Relaxed) as usize)
+}
+
 /// A size-table entry for a cache: its `cpu_offset` when its fast path is `path`.
 fn sheaf_offset(cfg: &crate::slab::CacheConfig, path: FastPath) -> Option<u32> {
     let on = cfg.fast == path && cfg.cpu_offset != 0;
@@ -409,31 +418,27 @@ impl KmallocCaches {
     /// See [`KmallocCaches::small_fast`]: for `size <= SMALL_FAST_MAX`, the
     /// `cpu_offset` of its class's sheaves if the fast path may pop them, else
     /// [`CPU_AREA_ZERO_LINE`] (never 0).
+    ///
+    /// Every getter of these tables answers the zero line for a size past its table
+    /// (the callers' own size test comes first and makes this one free), so no
+    /// size reads outside them.
     #[inline(always)]
     pub fn small_fast(&self, size: usize) -> usize {
-        debug_assert!(size <= SMALL_FAST_MAX);
-        // SAFETY: the caller keeps `size <= SMALL_FAST_MAX`, so the index is in the
-        // table (checked in debug builds).
-        unsafe { self.small_fast.get_unchecked(size) }.load(Relaxed) as usize
+        line_of(&self.small_fast, size)
     }
 
     /// [`KmallocCaches::small_fast`] for C's `malloc(size)`, `size <= SMALL_FAST_MAX`:
     /// the sheaves of the class of [`malloc_class_size`]`(size)`, or the zero line.
     #[inline(always)]
     pub fn malloc_fast(&self, size: usize) -> usize {
-        debug_assert!(size <= SMALL_FAST_MAX);
-        // SAFETY: as in `small_fast`.
-        unsafe { self.malloc_fast.get_unchecked(size) }.load(Relaxed) as usize
+        line_of(&self.malloc_fast, size)
     }
 
     /// [`KmallocCaches::small_fast`] for `SMALL_FAST_MAX < size <= MEDIUM_FAST_MAX`.
     #[inline(always)]
     pub fn medium_fast(&self, size: usize) -> usize {
         debug_assert!(size > SMALL_FAST_MAX && size <= MEDIUM_FAST_MAX);
-        let i = size.div_ceil(MEDIUM_FAST_STEP);
-        // SAFETY: the caller keeps `size <= MEDIUM_FAST_MAX`, so the index is in the
-        // table (checked in debug builds).
-        unsafe { self.medium_fast.get_unchecked(i) }.load(Relaxed) as usize
+        line_of(&self.medium_fast, size.div_ceil(MEDIUM_FAST_STEP))
     }
 
     /// As [`KmallocCaches::small_fast`] for per-CPU rseq mode: for `size <=
@@ -441,10 +446,7 @@ impl KmallocCaches {
     /// restartable pop may take from them, else [`CPU_AREA_ZERO_LINE`] (never 0).
     #[inline(always)]
     pub fn small_rseq(&self, size: usize) -> usize {
-        debug_assert!(size <= SMALL_FAST_MAX);
-        // SAFETY: the table has `SMALL_FAST_MAX + 1` entries, as `small_fast`'s, and
-        // the caller keeps `size <= SMALL_FAST_MAX` (checked in debug builds).
-        unsafe { self.small_rseq.get_unchecked(size) }.load(Relaxed) as usize
+        line_of(&self.small_rseq, size)
     }
 
     /// [`KmallocCaches::small_rseq`] for C's `malloc(size)`, `size <= SMALL_FAST_MAX`:
@@ -452,10 +454,7 @@ impl KmallocCaches {
     /// pop may take from them, else the zero line.
     #[inline(always)]
     pub fn malloc_rseq(&self, size: usize) -> usize {
-        debug_assert!(size <= SMALL_FAST_MAX);
-        // SAFETY: the table has `SMALL_FAST_MAX + 1` entries, as `small_fast`'s, and
-        // the caller keeps `size <= SMALL_FAST_MAX` (checked in debug builds).
-        unsafe { self.malloc_rseq.get_unchecked(size) }.load(Relaxed) as usize
+        line_of(&self.malloc_rseq, size)
     }
 
     /// The cache serving `size` bytes for `gfp`: `None` above
@@ -625,8 +624,11 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
     #[inline]
     pub unsafe fn kfree_lockless(self, area: &CpuArea, p: *mut u8) -> Option<bool> {
         let slub = self.slub;
-        match slub.lookup(p) {
-            ObjectLookup::Slab(s, slab) if !accounting::has_obj_exts(slab) => {
+        // SAFETY: the cache found holds the object the caller frees, so it is not
+        // destroyed while this free uses it.
+        match unsafe { slub.lookup(p) } {
+            // SAFETY: `lookup` found `slab`, a slab head.
+            ObjectLookup::Slab(s, slab) if !unsafe { accounting::has_obj_exts(slab) } => {
                 // SAFETY: a checked object of `slab`, given up by the caller.
                 unsafe { slub.free_lockless(area, s, slab, p as usize) }
             }
@@ -653,8 +655,15 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
 
     /// `ksize`: how many bytes the allocation at `p` really has (its class size, or
     /// its pages). 0 for a pointer kmalloc did not hand out.
-    pub fn ksize(self, p: *const u8) -> usize {
-        match self.slub.lookup(p) {
+    ///
+    /// # Safety
+    /// `p` is null, an allocation of this allocator that the caller holds (not freed,
+    /// and not being freed or resized by another thread), or no address this allocator
+    /// ever handed out. (A freed object's cache may be destroyed meanwhile, and a debug
+    /// cache's object records its size in a word its owner writes.)
+    pub unsafe fn ksize(self, p: *const u8) -> usize {
+        // SAFETY: the cache of an allocation the caller holds lives (caller).
+        match unsafe { self.slub.lookup(p) } {
             // A cache that records requested sizes (slub_debug Z or U) answers with
             // the request: its slack is red zone, not the caller's.
             ObjectLookup::Slab(s, _) if s.config().orig_off != 0 => {
@@ -684,10 +693,13 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
             return true;
         }
         let slub = self.slub;
-        match slub.lookup(p) {
+        // SAFETY: the cache found holds the object the caller frees, so it is not
+        // destroyed while this free uses it.
+        match unsafe { slub.lookup(p) } {
             ObjectLookup::Slab(s, slab) => {
-                // SAFETY: the head page of a live slab.
-                accounting::slab_free_hook(acct, cpu, s, unsafe { slab.as_ref() }, p as usize);
+                // SAFETY: the head page of a live slab of `s`, whose object at `p` the
+                // caller frees (once: this free).
+                unsafe { accounting::slab_free_hook(acct, cpu, s, slab.as_ref(), p as usize) };
                 // SAFETY: a checked object, given up by the caller.
                 unsafe { slub.free_object(cpu, s, slab, p as usize) }
             }
@@ -695,7 +707,8 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
                 // SAFETY: the head of a large block from kmalloc_large, given up by the
                 // caller; its order is on the head page.
                 let order = unsafe { head.as_ref() }.order();
-                accounting::page_free_hook(acct, cpu, head, order);
+                // SAFETY: as above: the block this free gives back.
+                unsafe { accounting::page_free_hook(acct, cpu, head, order) };
                 // SAFETY: as above.
                 unsafe { slub.pages.free_pages(cpu, head, order) };
                 true
@@ -728,7 +741,8 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         }
         // What the block holds (`cap`) and what the caller asked for last (`old`; less
         // than `cap` only for a cache that records requested sizes: slub_debug).
-        let (cap, old, slab_cache) = match self.slub.lookup(p) {
+        // SAFETY: the cache holds the caller's object (krealloc's contract).
+        let (cap, old, slab_cache) = match unsafe { self.slub.lookup(p) } {
             ObjectLookup::Slab(s, slab) => (
                 s.config().object_size,
                 // SAFETY: `lookup` found `p` starting an object of a slab of `s`.
@@ -777,7 +791,10 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         // more room.
         unsafe { ptr::copy_nonoverlapping(p, q.as_ptr(), old) };
         match slab_cache {
-            Some((s, slab)) if cap >= OUTGROWN_MIN && outgrown_to_slab(s.config(), slab) => {
+            // SAFETY: `slab_object` found `slab`, a slab head.
+            Some((s, slab))
+                if cap >= OUTGROWN_MIN && unsafe { outgrown_to_slab(s.config(), slab) } =>
+            {
                 // SAFETY: an uncharged object of `s` in `slab`, ours to give up.
                 unsafe { self.slub.free_outgrown(cpu, s, slab, p as usize) };
             }
@@ -804,9 +821,13 @@ pub const OUTGROWN_MIN: usize = 256;
 /// [`Slub::free_outgrown`]: not when the cache is off the fast paths (slub_debug: its
 /// frees keep their checks) or the slab may hold charged objects (their free
 /// uncharges).
+///
+/// # Safety
+/// As [`has_obj_exts`]: `slab` is a page descriptor of a live allocator.
 #[inline]
-pub fn outgrown_to_slab(cfg: &CacheConfig, slab: NonNull<Page>) -> bool {
-    !cfg.off_fast_paths() && !has_obj_exts(slab)
+pub unsafe fn outgrown_to_slab(cfg: &CacheConfig, slab: NonNull<Page>) -> bool {
+    // SAFETY: forwarded from the caller.
+    !cfg.off_fast_paths() && !unsafe { has_obj_exts(slab) }
 }
 
 /// `kmalloc_large`: a compound block of 2^order pages from the buddy allocator
@@ -836,7 +857,9 @@ fn kmalloc_large<P: Platform>(
 #[cold]
 #[inline(never)]
 fn report_bad_free<P: Platform>(slub: Slub<'_, P>, p: *mut u8, why: &str) {
-    match slub.cache_of(p) {
+    // SAFETY: the name is printed at once; the caller frees `p`, which it claims is
+    // its own (if it is, its cache lives).
+    match unsafe { slub.cache_of(p) } {
         Some(s) => slub.report(s, slub.pages.virt_to_head_page(p), why, p as usize),
         None => slub.report_named("kmalloc", None, why, p as usize),
     }

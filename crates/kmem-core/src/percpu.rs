@@ -362,11 +362,15 @@ impl PerCpuOffsets {
     /// when the area is flushed. Returns `None` when the areas are full (up to the
     /// charged lines at their end, [`CPU_AREA_CHARGED_LINES`], which nothing
     /// gets). Offsets are never given back (the kernel's percpu chunks are also rarely
-    /// freed).
+    /// freed). `None` too for an `align` that is not a power of two: every offset
+    /// handed out lies past the ones before it, so no two reservations overlap.
     pub fn alloc(&self, size: usize, align: usize) -> Option<usize> {
+        if !align.is_power_of_two() {
+            return None;
+        }
         let mut cur = self.next.load(Ordering::Relaxed);
         loop {
-            let start = (cur + align - 1) & !(align - 1);
+            let start = cur.checked_add(align - 1)? & !(align - 1);
             let end = start.checked_add(size)?;
             if end > CPU_AREA_CHARGED_LINES {
                 return None;

@@ -195,11 +195,13 @@ fn interior_pointers_into_page_blocks_are_named_and_refused() {
     let (k, cpu) = setup();
     let big = 2 << 20;
     let p = k.kmalloc(Some(cpu), big, Gfp::KERNEL).unwrap().as_ptr();
-    assert_eq!(k.ksize(p), big);
+    // SAFETY: the test's own live allocation (or null, or not the heap's).
+    assert_eq!(unsafe { k.ksize(p) }, big);
     for off in [4096 + 8, 300 * 4096, big - 1] {
         // SAFETY: bugs under test; the pointer may not be freed.
         assert!(!unsafe { k.kfree(Some(cpu), p.wrapping_add(off)) });
-        assert_eq!(k.ksize(p.wrapping_add(off)), 0);
+        // SAFETY: the test's own live allocation (or null, or not the heap's).
+        assert_eq!(unsafe { k.ksize(p.wrapping_add(off)) }, 0);
         let l = log(k);
         assert!(
             l.contains("BUG kmalloc (Not tainted): Invalid object pointer"),
@@ -377,7 +379,8 @@ fn debug_objects_keep_their_alignment_and_size() {
         let p = k.kmalloc(Some(cpu), size, Gfp::KERNEL).unwrap().as_ptr();
         let align = (1usize << size.trailing_zeros()).min(4096);
         assert_eq!(p as usize % align, 0, "kmalloc({size}) under debug");
-        assert_eq!(k.ksize(p), size);
+        // SAFETY: the test's own live allocation (or null, or not the heap's).
+        assert_eq!(unsafe { k.ksize(p) }, size);
         // SAFETY: ours, `size` bytes: the whole object is usable.
         unsafe {
             std::ptr::write_bytes(p, 0x77, size);
@@ -397,7 +400,8 @@ fn debug_objects_keep_their_alignment_and_size() {
 fn write_into_the_slack_of_the_class_is_caught() {
     let (k, cpu) = setup();
     let p = k.kmalloc(Some(cpu), 18, Gfp::KERNEL).unwrap().as_ptr();
-    assert_eq!(k.ksize(p), 18, "ksize is the request under Z");
+    // SAFETY: the test's own live allocation (or null, or not the heap's).
+    assert_eq!(unsafe { k.ksize(p) }, 18, "ksize is the request under Z");
     // SAFETY: the bug under test: byte 21 of an 18-byte request (kmalloc-24's slack).
     unsafe { p.add(21).write(b'X') };
     // SAFETY: our object (damaged).
@@ -418,7 +422,8 @@ fn write_into_the_slack_of_the_class_is_caught() {
     let r = unsafe { k.krealloc(Some(cpu), q, 23, Gfp::KERNEL) }
         .unwrap()
         .as_ptr();
-    assert_eq!((r, k.ksize(r)), (q, 23));
+    // SAFETY: the test's own live allocation (or null, or not the heap's).
+    assert_eq!((r, unsafe { k.ksize(r) }), (q, 23));
     // SAFETY: inside the 23 bytes now asked for.
     unsafe { r.add(22).write(1) };
     // SAFETY: ours, intact.

@@ -523,7 +523,8 @@ fn a_kept_slab_with_an_objcg_vector_comes_back_charged_and_uncharges_again() {
             .collect()
     };
     let objs = charged(512);
-    let s = k.slub().cache_of(objs[0] as *const u8).unwrap();
+    // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+    let s = unsafe { k.slub().cache_of(objs[0] as *const u8) }.unwrap();
     let tag = sheaf_tag(k, objs[0]);
     assert_ne!(tag, 0, "a vectored slab's charged line");
     // Freed with no CPU: uncharged, then straight to the slabs, which empty: kept.
@@ -723,7 +724,8 @@ fn an_adopted_slab_leaves_its_objcg_vector_behind() {
                 .as_ptr() as usize
         })
         .collect();
-    let s = k.slub().cache_of(objs[0] as *const u8).unwrap();
+    // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+    let s = unsafe { k.slub().cache_of(objs[0] as *const u8) }.unwrap();
     assert_eq!(s.config().order, t.config().order);
     assert_ne!(
         sheaf_tag(k, objs[0]),

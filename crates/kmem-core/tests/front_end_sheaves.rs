@@ -305,7 +305,8 @@ fn malloc_fast_hands_out_16_aligned_objects_above_8_bytes() {
                     .unwrap()
                     .as_ptr(),
             };
-            let s = k.slub().cache_of(p).unwrap();
+            // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+            let s = unsafe { k.slub().cache_of(p) }.unwrap();
             let want = k.kmalloc_cache(class, Gfp::KERNEL).unwrap();
             assert!(std::ptr::eq(s, want), "size {size}: {}", s.name());
             assert!(s.config().object_size >= size, "size {size}: {}", s.name());

@@ -141,7 +141,11 @@ fn run_with(ops: Vec<Op>, policy: Option<fn(&str) -> SlabFlags>) {
         if let Some((&a, _)) = live.range(p..).next() {
             assert!(p + span <= a, "{p:#x}+{len} overlaps {a:#x}");
         }
-        assert!(k.ksize(p as *const u8) >= len, "ksize below the request");
+        // SAFETY: the test's own live allocation (or null, or not the heap's).
+        assert!(
+            unsafe { k.ksize(p as *const u8) } >= len,
+            "ksize below the request"
+        );
         stamp(p, len);
         live.insert(p, len);
     };
@@ -179,7 +183,8 @@ fn run_with(ops: Vec<Op>, policy: Option<fn(&str) -> SlabFlags>) {
                 }
                 let p = *live.keys().nth(idx % live.len()).unwrap();
                 let len = live[&p];
-                if k.ksize(p as *const u8) == 40 && len == 40 {
+                // SAFETY: the test's own live allocation (or null, or not the heap's).
+                if unsafe { k.ksize(p as *const u8) } == 40 && len == 40 {
                     continue; // a kmem_cache object: not for krealloc
                 }
                 check(p, len);

@@ -394,10 +394,13 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
         // full (object 3, in the barn), 2 empty (CPU B's main).
         let (sheaves, which) = model_sheaves([vec![], vec![3], vec![]]);
         let barn = Arc::new(Mutex::new(BarnLists::new()));
-        barn.lock()
-            .unwrap()
-            .put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES, 1)
-            .unwrap();
+        // SAFETY: a test sheaf, live, in no list, handed in once.
+        unsafe {
+            barn.lock()
+                .unwrap()
+                .put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES, 1)
+        }
+        .unwrap();
         // CPU A: its main sheaf (0) is full: hand it in for an empty one.
         let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
         let a = thread::spawn(move || {
@@ -405,7 +408,8 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
             // SAFETY: loom checks the cell's accesses for races.
             s[0].objects.with_mut(|v| unsafe { (*v).extend([1, 2]) });
             let mut l = b.lock().unwrap();
-            l.put_full(s[0].ptr(), MAX_FULL_SHEAVES, 0).unwrap();
+            // SAFETY: a test sheaf, live, in no list, handed in once.
+            unsafe { l.put_full(s[0].ptr(), MAX_FULL_SHEAVES, 0) }.unwrap();
             l.get_empty().map(&wh)
         });
         // CPU B: its main sheaf (2) is empty: exchange it for a full one.
@@ -414,7 +418,8 @@ fn the_barn_exchanges_sheaves_without_losing_one() {
             let mut l = b.lock().unwrap();
             let full = l.get_full(1);
             if full.is_some() {
-                l.put_empty(s[2].ptr()).unwrap();
+                // SAFETY: a test sheaf, live, in no list, handed in once.
+                unsafe { l.put_empty(s[2].ptr()) }.unwrap();
             }
             drop(l);
             full.map(|f| {
@@ -459,13 +464,16 @@ fn one_step_trades_keep_every_sheaf_in_one_place() {
         let barn = Arc::new(Mutex::new(BarnLists::new()));
         {
             let mut l = barn.lock().unwrap();
-            l.put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES, 1).unwrap();
-            l.put_empty(sheaves[3].ptr()).unwrap();
+            // SAFETY: a test sheaf, live, in no list, handed in once.
+            unsafe { l.put_full(sheaves[1].ptr(), MAX_FULL_SHEAVES, 1) }.unwrap();
+            // SAFETY: a test sheaf, live, in no list, handed in once.
+            unsafe { l.put_empty(sheaves[3].ptr()) }.unwrap();
         }
         // CPU A: both its sheaves are empty; its main goes in for a full one.
         let (b, s, wh) = (barn.clone(), sheaves.clone(), which.clone());
         let a = thread::spawn(move || {
-            let full = b.lock().unwrap().exchange_empty(s[0].ptr(), 0)?;
+            // SAFETY: a test sheaf, live, in no list, handed in once.
+            let full = unsafe { b.lock().unwrap().exchange_empty(s[0].ptr(), 0) }?;
             let i = wh(full);
             // Reading what the putter wrote before its trade.
             // SAFETY: loom checks the cell's accesses for races.
@@ -477,10 +485,13 @@ fn one_step_trades_keep_every_sheaf_in_one_place() {
         let bt = thread::spawn(move || {
             // SAFETY: loom checks the cell's accesses for races.
             s[2].objects.with_mut(|v| unsafe { (*v).extend([4, 5]) });
-            b.lock()
-                .unwrap()
-                .exchange_full(s[2].ptr(), MAX_FULL_SHEAVES, 1)
-                .map(&wh)
+            // SAFETY: a test sheaf, live, in no list, handed in once.
+            unsafe {
+                b.lock()
+                    .unwrap()
+                    .exchange_full(s[2].ptr(), MAX_FULL_SHEAVES, 1)
+            }
+            .map(&wh)
         });
         let got_a = a.join().unwrap();
         let got_b = bt.join().unwrap();
@@ -534,7 +545,8 @@ fn trades_skipped_on_the_barn_s_hint_lose_nothing() {
         let hint = Arc::new(AtomicUsize::new(0));
         {
             let mut l = barn.lock().unwrap();
-            l.put_full(sheaves[1].ptr(), MAX, 1).unwrap();
+            // SAFETY: a test sheaf, live, in no list, handed in once.
+            unsafe { l.put_full(sheaves[1].ptr(), MAX, 1) }.unwrap();
             hint.store(l.nr_full(), Ordering::Relaxed);
         }
         // CPU A: its main sheaf is empty: a full one from the barn, unless the hint
@@ -545,7 +557,8 @@ fn trades_skipped_on_the_barn_s_hint_lose_nothing() {
                 return None;
             }
             let mut l = b.lock().unwrap();
-            let full = l.exchange_empty(s[0].ptr(), 0);
+            // SAFETY: a test sheaf, live, in no list, handed in once.
+            let full = unsafe { l.exchange_empty(s[0].ptr(), 0) };
             h.store(l.nr_full(), Ordering::Relaxed);
             drop(l);
             full.map(|f| {
@@ -573,7 +586,8 @@ fn trades_skipped_on_the_barn_s_hint_lose_nothing() {
                 return (flush(), Some(2));
             }
             let mut l = b.lock().unwrap();
-            let put = l.put_full(s[2].ptr(), MAX, 1);
+            // SAFETY: a test sheaf, live, in no list, handed in once.
+            let put = unsafe { l.put_full(s[2].ptr(), MAX, 1) };
             let empty = put.is_ok().then(|| l.get_empty()).flatten();
             h.store(l.nr_full(), Ordering::Relaxed);
             drop(l);
@@ -642,7 +656,8 @@ fn the_spill_budget_is_what_the_barns_keep_past_their_bounds() {
         let barns = Arc::new([Mutex::new(BarnLists::new()), Mutex::new(BarnLists::new())]);
         for i in 0..2 {
             let mut l = barns[i].lock().unwrap();
-            l.put_full(sheaves[i].ptr(), acct.cap(), 1).unwrap();
+            // SAFETY: a test sheaf, live, in no list, handed in once.
+            unsafe { l.put_full(sheaves[i].ptr(), acct.cap(), 1) }.unwrap();
             acct.settle(&mut l);
         }
         assert_eq!(spill.used(), 0, "within the bounds");
@@ -651,7 +666,8 @@ fn the_spill_budget_is_what_the_barns_keep_past_their_bounds() {
             thread::spawn(move || {
                 let cap = acct.cap();
                 let mut l = b[i].lock().unwrap();
-                let kept = l.put_full(s[2 + i].ptr(), cap, i as u32).is_ok();
+                // SAFETY: a test sheaf, live, in no list, handed in once.
+                let kept = unsafe { l.put_full(s[2 + i].ptr(), cap, i as u32) }.is_ok();
                 acct.settle(&mut l);
                 kept
             })

@@ -25,7 +25,8 @@ fn with_cpu<R>(k: &'static K, f: impl FnOnce(Option<CpuRef<'_>>) -> R) -> R {
 
 /// The bytes an allocation of `size` is charged: its kmalloc class, or its pages.
 fn charged_size(k: &K, p: *mut u8) -> usize {
-    k.ksize(p)
+    // SAFETY: the test's own live allocation (or null, or not the heap's).
+    unsafe { k.ksize(p) }
 }
 
 /// 1 KiB objects charged to `g` until a limit refuses one (fewer than 1,000).
@@ -241,7 +242,8 @@ fn removing_a_group_with_live_objects_reparents_them() {
                     .as_ptr()
             })
             .collect();
-        let bytes: usize = held.iter().map(|&p| k.ksize(p)).sum();
+        // SAFETY: the test's own live allocation (or null, or not the heap's).
+        let bytes: usize = held.iter().map(|&p| unsafe { k.ksize(p) }).sum();
         // A group with children cannot go.
         // SAFETY: a group of ours (refused).
         let busy = unsafe { k.memcg().mem_cgroup_remove(cpu, parent) };
@@ -337,7 +339,8 @@ fn page_allocations_and_caches_are_charged_and_reported() {
             .alloc_pages_objcg(cpu, Gfp::KERNEL, 2, g.objcg())
             .unwrap();
         assert_eq!(g.stat(MemcgStat::KmemPages), 4 * PAGE_SIZE as isize);
-        assert!(k.memcg().page_objcg(page).is_some());
+        // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+        assert!(unsafe { k.memcg().page_objcg(page) }.is_some());
         let s = k
             .kmem_cache_create(
                 cpu,

@@ -30,7 +30,8 @@ fn an_outgrown_object_goes_to_its_slab_and_an_emptied_slab_to_the_zone() {
     assert!(slabs_full >= slabs_before + 32);
     let mut pcp_before = 0;
     for (i, p) in objs.iter().enumerate() {
-        let ObjectLookup::Slab(found, slab) = k.slub().lookup(p.as_ptr()) else {
+        // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+        let ObjectLookup::Slab(found, slab) = (unsafe { k.slub().lookup(p.as_ptr()) }) else {
             panic!("{p:?} is not a slab object");
         };
         assert!(std::ptr::eq(found, s));
@@ -80,7 +81,8 @@ fn an_outgrown_object_goes_to_its_slab_and_an_emptied_slab_to_the_zone() {
             .any(|&q| q & !(bytes - 1) == p & !(bytes - 1)),
         "two objects of one slab"
     );
-    let ObjectLookup::Slab(_, slab) = k.slub().lookup(p as *const u8) else {
+    // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+    let ObjectLookup::Slab(_, slab) = (unsafe { k.slub().lookup(p as *const u8) }) else {
         panic!("not a slab object");
     };
     // SAFETY: ours; the second call is the double free under test.
@@ -148,7 +150,8 @@ fn an_outgrown_slab_of_the_doubled_class_s_order_goes_to_the_cpu_s_page_lists() 
         .collect();
     let mut pcp_before = 0;
     for (i, p) in objs.iter().enumerate() {
-        let ObjectLookup::Slab(_, slab) = k.slub().lookup(p.as_ptr()) else {
+        // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+        let ObjectLookup::Slab(_, slab) = (unsafe { k.slub().lookup(p.as_ptr()) }) else {
             panic!("{p:?} is not a slab object");
         };
         // SAFETY: ours, given up here.
@@ -202,7 +205,8 @@ fn an_outgrown_double_free_is_refused() {
     let s = k.kmalloc_cache(1024, Gfp::KERNEL).unwrap();
     let (per, cap) = (s.config().objects, s.config().sheaf_capacity);
     let outgrown = |p: usize| {
-        let ObjectLookup::Slab(_, slab) = k.slub().lookup(p as *const u8) else {
+        // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+        let ObjectLookup::Slab(_, slab) = (unsafe { k.slub().lookup(p as *const u8) }) else {
             panic!("{p:#x} is not a slab object");
         };
         // SAFETY: ours, given up (or the double free under test).

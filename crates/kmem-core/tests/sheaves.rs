@@ -180,7 +180,8 @@ fn prefilled_sheaves_guarantee_their_objects() {
     let cap = s.config().sheaf_capacity;
     for (cache, n) in [(s, 10), (s, cap), (s, 3 * cap + 1), (debug, 7)] {
         let sheaf = k.slub().prefill_sheaf(c, cache, Gfp::KERNEL, n).unwrap();
-        assert!(k.slub().sheaf_size(sheaf) >= n);
+        // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+        assert!(unsafe { k.slub().sheaf_size(sheaf) } >= n);
         let mut got = HashSet::new();
         for _ in 0..n {
             // SAFETY: a prefilled sheaf of `cache`, not returned yet.
@@ -603,9 +604,11 @@ fn kmallocs_fast_path_pops_the_class_of_every_size_its_tables_cover() {
         };
         let want = k.kmalloc_cache(size, Gfp::KERNEL).unwrap();
         for o in [p, q] {
-            let got = k.slub().cache_of(o.as_ptr()).unwrap();
+            // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+            let got = unsafe { k.slub().cache_of(o.as_ptr()) }.unwrap();
             assert!(std::ptr::eq(got, want), "size {size}: {}", got.name());
-            assert!(k.ksize(o.as_ptr()) >= size);
+            // SAFETY: the test's own live allocation (or null, or not the heap's).
+            assert!(unsafe { k.ksize(o.as_ptr()) } >= size);
         }
         // Zeroed, accounted and reclaimable requests take the regular path.
         for gfp in [

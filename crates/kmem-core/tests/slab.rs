@@ -43,7 +43,8 @@ fn every_kmalloc_cache_aligns_and_sizes_its_objects() {
         for _ in 0..2 * s.config().objects + 3 {
             let p = k.kmalloc(cpu, class, Gfp::KERNEL).unwrap();
             assert_eq!(p.as_ptr() as usize % align, 0, "{} alignment", s.name());
-            assert_eq!(k.ksize(p.as_ptr()), class);
+            // SAFETY: the test's own live allocation (or null, or not the heap's).
+            assert_eq!(unsafe { k.ksize(p.as_ptr()) }, class);
             // SAFETY: ours, `class` bytes.
             unsafe { std::ptr::write_bytes(p.as_ptr(), 0xa5, class) };
             held.push(p.as_ptr());
@@ -120,7 +121,8 @@ fn accounted_and_reclaimable_callers_get_their_own_caches() {
     );
     let p = k.kmalloc(None, 64, Gfp::ACCOUNT).unwrap();
     let q = k.kmalloc(None, 64, Gfp::KERNEL).unwrap();
-    let (ps, qs) = match (k.slub().lookup(p.as_ptr()), k.slub().lookup(q.as_ptr())) {
+    // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+    let (ps, qs) = match unsafe { (k.slub().lookup(p.as_ptr()), k.slub().lookup(q.as_ptr())) } {
         (kmem_core::slab::ObjectLookup::Slab(a, _), kmem_core::slab::ObjectLookup::Slab(b, _)) => {
             (a.name(), b.name())
         }
@@ -140,9 +142,11 @@ fn large_kmalloc_krealloc_kcalloc() {
     // Above the largest kmalloc cache (1 MiB): a page block.
     let p = k.kmalloc(None, 1_100_000, Gfp::KERNEL).unwrap();
     assert_eq!(p.as_ptr() as usize % PAGE_SIZE, 0);
-    assert_eq!(k.ksize(p.as_ptr()), 2 << 20);
+    // SAFETY: the test's own live allocation (or null, or not the heap's).
+    assert_eq!(unsafe { k.ksize(p.as_ptr()) }, 2 << 20);
     assert!(matches!(
-        k.slub().lookup(p.as_ptr()),
+        // SAFETY: the test holds the object (or descriptor, sheaf) named, so what it names lives.
+        unsafe { k.slub().lookup(p.as_ptr()) },
         kmem_core::slab::ObjectLookup::Large(_)
     ));
     // SAFETY: ours.
@@ -160,7 +164,8 @@ fn large_kmalloc_krealloc_kcalloc() {
         .all(|&b| b == 7));
     // Accounted sizes above 8 KiB are page blocks too (the kernel's classes).
     let a = k.kmalloc(None, 100_000, Gfp::ACCOUNT).unwrap();
-    assert_eq!(k.ksize(a.as_ptr()), 128 * 1024);
+    // SAFETY: the test's own live allocation (or null, or not the heap's).
+    assert_eq!(unsafe { k.ksize(a.as_ptr()) }, 128 * 1024);
     // SAFETY: ours.
     unsafe { k.kfree(None, a.as_ptr()) };
     // Shrinks into a slab object by moving? No: in place, it still fits.

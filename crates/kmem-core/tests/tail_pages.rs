@@ -101,9 +101,8 @@ fn charged_objects_in_tail_pages_leave_the_fast_path() {
                 .as_ptr() as usize
         })
         .collect();
-    let slab_bytes = k
-        .slub()
-        .cache_of(objs[0] as *const u8)
+    // SAFETY: the test holds the objects: their cache lives.
+    let slab_bytes = unsafe { k.slub().cache_of(objs[0] as *const u8) }
         .unwrap()
         .config()
         .slab_bytes();

@@ -156,11 +156,10 @@ unsafe extern "C" fn free_other(p: *mut c_void) {
 #[cold]
 fn in_debug_cache(p: *mut c_void) -> bool {
     // Anywhere in a debug cache's slab: interior pointers there are refused, not fatal.
-    heap()
-        .kmem()
-        .slub()
-        .cache_of(p.cast())
-        .is_some_and(|s| s.config().is_debug())
+    // SAFETY: one flag is read at once. C's `free` reaches only kmalloc's caches, which
+    // live as long as the heap, and caches the program made, which it destroys only
+    // once it frees nothing of theirs.
+    unsafe { heap().kmem().slub().cache_of(p.cast()) }.is_some_and(|s| s.config().is_debug())
 }
 
 #[cold]
@@ -342,7 +341,9 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: size_t) -> *mut c_void {
     }
     // (Not `usable_size() == 0`: under slub_debug with red zones or tracks,
     // `malloc(0)`'s block answers 0.)
-    let Some(old) = h.usable_size_checked(p.cast()) else {
+    // SAFETY: `realloc`'s contract: `p` is the caller's allocation (or not ours at
+    // all, which answers `None`).
+    let Some(old) = (unsafe { h.usable_size_checked(p.cast()) }) else {
         // Not ours: free reports it, then we abort.
         // SAFETY: dealloc of a foreign pointer only reports.
         unsafe { free_or_abort(p) };
@@ -452,7 +453,8 @@ pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> size_t {
     if p.is_null() {
         return 0;
     }
-    heap().usable_size(p.cast())
+    // SAFETY: `malloc_usable_size`'s contract: a live allocation of the caller's.
+    unsafe { heap().usable_size(p.cast()) }
 }
 
 /// `malloc_trim`: gives free memory back to the OS now; 1 if any was.

@@ -124,3 +124,44 @@ fn a_constructor_that_flushes_every_cpu_finishes_in_per_cpu_mode() {
         );
     }
 }
+
+/// What the constructor below saw: `ksize` and `usable_size` of its own object.
+static SEEN: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+
+fn measuring(p: *mut u8) {
+    // SAFETY: the object being constructed, which this constructor holds.
+    let sizes = unsafe { (heap().ksize(p), heap().usable_size(p)) };
+    SEEN.lock().unwrap().push(sizes);
+}
+
+/// A constructor that asks the heap about its own object: the slab it is in reads as
+/// a slab of its cache already. Before, the slab's flags said `SLAB` before its cache
+/// word was written, and the lookup made a reference from the null cache word.
+#[test]
+fn a_constructor_may_ask_the_size_of_its_object() {
+    let cache = heap()
+        .kmem_cache_create(
+            "reentry-ksize",
+            200,
+            8,
+            kmem::SlabFlags::empty(),
+            Some(measuring),
+        )
+        .unwrap();
+    let size = cache.config().object_size;
+    let p = heap().kmem_cache_alloc(cache, kmem::Gfp::KERNEL).unwrap();
+    let seen = std::mem::take(&mut *SEEN.lock().unwrap());
+    // A call per object of each slab made (a sheaf's refill may make several).
+    let objects = cache.config().objects;
+    assert!(
+        !seen.is_empty() && seen.len() % objects == 0,
+        "{} calls",
+        seen.len()
+    );
+    assert!(seen.iter().all(|&s| s == (size, size)), "{seen:?}");
+    // SAFETY: allocated above from `cache`, freed once; then nothing of it is left.
+    unsafe {
+        heap().kmem_cache_free(cache, p);
+        heap().kmem_cache_destroy(cache).unwrap();
+    }
+}

@@ -28,7 +28,8 @@ fn child() {
         }
     }
     let (p, size) = sampled.expect("a sampled allocation within 5 s");
-    assert_eq!(h.ksize(p.as_ptr()), size, "ksize is the request");
+    // SAFETY: the test's own live allocation (or null, or not the heap's).
+    assert_eq!(unsafe { h.ksize(p.as_ptr()) }, size, "ksize is the request");
     // SAFETY: inside the object.
     unsafe { p.as_ptr().write_bytes(0x5a, size) };
     // SAFETY: ours; moves out of the pool slot.
@@ -204,7 +205,8 @@ fn charged_allocations_are_sampled_and_charged() {
             h.kmalloc(100, Gfp::KERNEL).expect("memory")
         };
         assert!(!h.page_allocator().in_span(p.as_ptr()), "not sampled");
-        assert_eq!(h.ksize(p.as_ptr()), 100);
+        // SAFETY: the test's own live allocation (or null, or not the heap's).
+        assert_eq!(unsafe { h.ksize(p.as_ptr()) }, 100);
         assert_eq!(charged_as(&child, "kmalloc-cg-128"), 1);
         assert_eq!(charged_as(&parent, "kmalloc-cg-128"), 1);
         assert!(child.usage() > 0);

@@ -20,7 +20,8 @@ fn kmalloc_round_trips() {
         4 << 20,
     ] {
         let p = h.kmalloc(size, Gfp::KERNEL).expect("memory");
-        assert!(h.ksize(p.as_ptr()) >= size);
+        // SAFETY: the test's own live allocation (or null, or not the heap's).
+        assert!(unsafe { h.ksize(p.as_ptr()) } >= size);
         if size.is_power_of_two() && size <= 4096 {
             assert_eq!(
                 p.as_ptr() as usize % size,
@@ -176,7 +177,8 @@ fn medium_sizes_come_from_their_own_kmalloc_caches() {
             // SAFETY: ours, freed once.
             unsafe { h.kfree(p.as_ptr()) };
         };
-        assert_eq!(h.ksize(p.as_ptr()), class, "{name}");
+        // SAFETY: the test's own live allocation (or null, or not the heap's).
+        assert_eq!(unsafe { h.ksize(p.as_ptr()) }, class, "{name}");
         // SAFETY: ours, `class` bytes.
         unsafe { p.as_ptr().write_bytes(0x11, class) };
         let info = h.slabinfo();
@@ -275,7 +277,8 @@ fn zeroed_kmalloc_and_cache_objects_reuse_dirty_objects_cleared_whole() {
                 "the freed objects are reused (size {size})"
             );
             for &p in &zs {
-                wider |= h.ksize(p) > size;
+                // SAFETY: the test's own live allocation (or null, or not the heap's).
+                wider |= unsafe { h.ksize(p) } > size;
                 assert!(all_zero(p), "kzalloc({size}) round {round}: not zero");
             }
             for &p in &zs {

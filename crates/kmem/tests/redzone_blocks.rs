@@ -33,12 +33,18 @@ fn child() {
         let layout = Layout::from_size_align(size, 8).unwrap();
         let p = h.alloc(layout);
         assert!(!p.is_null());
-        assert_eq!(h.usable_size(p), size, "usable size is the request");
+        // SAFETY: the test's own live allocation (or null, or not the heap's).
+        assert_eq!(
+            unsafe { h.usable_size(p) },
+            size,
+            "usable size is the request"
+        );
         // SAFETY: `size` bytes are ours.
         unsafe { p.write_bytes(0x33, size) };
         // SAFETY: ours, for `layout`.
         let q = unsafe { h.realloc(p, layout, size + 4096) };
-        assert_eq!(h.usable_size(q), size + 4096);
+        // SAFETY: the test's own live allocation (or null, or not the heap's).
+        assert_eq!(unsafe { h.usable_size(q) }, size + 4096);
         // SAFETY: the old bytes were copied.
         assert_eq!(unsafe { q.add(size - 1).read() }, 0x33);
         // SAFETY: ours.
@@ -52,7 +58,8 @@ fn child() {
     }
     // kmalloc above the caches takes the same path.
     let p = h.kmalloc(1_500_000, Gfp::KERNEL).unwrap().as_ptr();
-    assert_eq!(h.ksize(p), 1_500_000);
+    // SAFETY: the test's own live allocation (or null, or not the heap's).
+    assert_eq!(unsafe { h.ksize(p) }, 1_500_000);
     // SAFETY: ours.
     assert!(unsafe { h.kfree(p) });
     println!("blocks done");
@@ -118,9 +125,11 @@ fn a_freed_block_leaves_no_trailer_for_the_next_owner_of_its_pages() {
             let q = h.alloc(layout);
             assert!(!q.is_null());
             assert!(
-                h.usable_size(q) >= size,
+                // SAFETY: the test's own live allocation (or null, or not the heap's).
+                unsafe { h.usable_size(q) } >= size,
                 "round {round}: usable {} of {size}",
-                h.usable_size(q)
+                // SAFETY: the test's own live allocation (or null, or not the heap's).
+                unsafe { h.usable_size(q) }
             );
             // SAFETY: `size` bytes are ours.
             unsafe { q.write_bytes(0x5c, size) };

@@ -163,8 +163,12 @@ impl<P: Platform> Kmem<P> {
         obj: NonNull<u8>,
     ) -> Option<bool> {
         let slub = self.slub();
-        match slub.lookup(obj.as_ptr()) {
-            ObjectLookup::Slab(found, slab) if ptr::eq(found, s) && !has_obj_exts(slab) => {
+        // SAFETY: the caller frees its object of `s`: the cache found lives.
+        match unsafe { slub.lookup(obj.as_ptr()) } {
+            // SAFETY: `lookup` found `slab`, a slab head.
+            ObjectLookup::Slab(found, slab)
+                if ptr::eq(found, s) && !unsafe { has_obj_exts(slab) } =>
+            {
                 // SAFETY: a valid object of `s`, given up by the caller.
                 unsafe { slub.free_lockless(area, s, slab, obj.as_ptr() as usize) }
             }
@@ -191,7 +195,8 @@ impl<P: Platform> Kmem<P> {
     /// # Safety
     /// As [`PageAllocator::free_pages`](crate::PageAllocator::free_pages).
     pub unsafe fn free_pages(&self, cpu: Option<CpuRef<'_>>, page: NonNull<Page>, order: usize) {
-        crate::slab::accounting::page_free_hook(self, cpu, page, order);
+        // SAFETY: a block of 2^`order` pages the caller frees (its contract).
+        unsafe { crate::slab::accounting::page_free_hook(self, cpu, page, order) };
         // SAFETY: forwarded from the caller.
         unsafe { self.pages.free_pages(cpu, page, order) }
     }

@@ -219,8 +219,13 @@ impl<P: Platform> Kmem<P> {
 
     /// `ksize`: how many bytes the allocation at `p` really has (its class size, or
     /// its pages). 0 for a pointer kmalloc did not hand out.
-    pub fn ksize(&self, p: *const u8) -> usize {
-        self.kmalloc_ops().ksize(p)
+    ///
+    /// # Safety
+    /// As [`Kmalloc::ksize`](crate::kmalloc::Kmalloc::ksize): `p` is null, an
+    /// allocation the caller holds, or no address this allocator handed out.
+    pub unsafe fn ksize(&self, p: *const u8) -> usize {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmalloc_ops().ksize(p) }
     }
 
     /// `kfree`: frees what kmalloc (or `kmem_cache_alloc`) handed out, uncharging an

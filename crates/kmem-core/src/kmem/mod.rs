@@ -68,8 +68,12 @@ impl<P: Platform> Kmem<P> {
     }
 
     /// Chooses the slab layer's per-CPU design (see [`SlubDesign`]): call before
-    /// [`Kmem::init`]. Sheaves are the default.
+    /// [`Kmem::init`]; once the allocator is up, the call changes nothing (caches
+    /// made later keep the design the others have). Sheaves are the default.
     pub fn set_slub_design(&self, design: SlubDesign) {
+        if self.is_up() {
+            return;
+        }
         self.design.store(design as u8, Relaxed);
     }
 
@@ -118,8 +122,13 @@ impl<P: Platform> Kmem<P> {
     /// ([`crate::slab::LOCKLESS_SUPPORTED`], and the platform checks the CPU has
     /// `cmpxchg16b`); where the build has none it falls back to
     /// [`PerCpuAccess::Owned`]. [`PerCpuAccess::Rseq`] needs the platform's
-    /// [`Platform::take_cpu_freelist`]. Returns the access now in force.
+    /// [`Platform::take_cpu_freelist`]. Returns the access now in force: once the
+    /// allocator is up, the one chosen before (the call changes nothing, so caches made
+    /// later reach their CPU state as the others do).
     pub fn set_percpu_access(&self, access: PerCpuAccess) -> PerCpuAccess {
+        if self.is_up() {
+            return self.percpu_access();
+        }
         let access = match access {
             PerCpuAccess::Cas if !crate::slab::LOCKLESS_SUPPORTED => PerCpuAccess::Owned,
             a => a,
@@ -327,9 +336,16 @@ impl<P: Platform> Kmem<P> {
     /// otherwise wait for in the child for good (`CacheList::fork_child`), and their
     /// deferrals of free page reporting, which would keep every pass from starting
     /// (`PageAllocator::fork_child`). Writes nothing when none was.
-    pub fn fork_child(&self) {
+    ///
+    /// # Safety
+    /// Called in a fork's child, by its one thread, before it starts others: the
+    /// counts it forgets belong to threads that do not exist there (in a process
+    /// where they do, a reclaim in flight would be forgotten and its cache could be
+    /// destroyed under it).
+    pub unsafe fn fork_child(&self) {
         self.caches.fork_child();
-        self.pages.fork_child();
+        // SAFETY: forwarded from the caller.
+        unsafe { self.pages.fork_child() };
     }
 
     /// Shrinks every cache (`kmem_cache_shrink` on each): flushes the caller's CPU
@@ -399,12 +415,18 @@ type CacheWalk<'v> = dyn Fn(&mut dyn FnMut(&KmemCache)) -> bool + 'v;
 /// paths pass one pointer and build the memory controller's view only when a hook runs.
 impl<P: Platform> Accounting for Kmem<P> {
     #[inline(never)]
-    fn slab_free_hook(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: &Page, obj: usize) {
+    unsafe fn slab_free_hook(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: &Page,
+        obj: usize,
+    ) {
         self.memcg().memcg_slab_free_hook(cpu, s, slab, obj);
     }
 
     #[inline(never)]
-    fn page_free_hook(&self, cpu: Option<CpuRef<'_>>, head: NonNull<Page>, order: usize) {
+    unsafe fn page_free_hook(&self, cpu: Option<CpuRef<'_>>, head: NonNull<Page>, order: usize) {
         self.memcg().memcg_kmem_uncharge_page(cpu, head, order);
     }
 }

@@ -133,7 +133,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
             m.uncharge_counters(st.nr_pages.load(Relaxed));
             set(&st.nr_pages, 0);
             st.cached.store(ptr::null_mut(), Relaxed);
-            m.objcg.put();
+            // SAFETY: the stock's reference on the group's objcg, given up now that
+            // the stock no longer names it.
+            unsafe { m.objcg.put() };
         }
     }
 
@@ -217,7 +219,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         self.objcg_pages_add(cpu, objcg, -(nr_pages as isize));
         self.uncharge_memcg(cpu, memcg, nr_pages);
         if !cached {
-            objcg.put();
+            // SAFETY: the reference taken above.
+            unsafe { objcg.put() };
         }
     }
 

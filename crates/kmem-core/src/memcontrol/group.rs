@@ -77,8 +77,14 @@ impl ObjCgroup {
         self.refcnt.fetch_add(1, Relaxed);
     }
     /// Gives a reference back (`obj_cgroup_put`).
+    ///
+    /// # Safety
+    /// The caller holds a reference it took with [`ObjCgroup::get`] (or one the
+    /// controller handed it) and gives up that one: once a removed group's objcg has
+    /// neither references nor charges it is freed, so a put without a reference could
+    /// free a group another holder still uses.
     #[inline]
-    pub fn put(&self) {
+    pub unsafe fn put(&self) {
         self.refcnt.fetch_sub(1, Release);
     }
 }
@@ -416,7 +422,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
             z.head = cg as *const MemCgroup as *mut MemCgroup;
             z.len += 1;
         }
-        cg.objcg.put();
+        // SAFETY: the group's own reference on its objcg, held since
+        // `mem_cgroup_create` and given up once, here (the caller removes `cg` once).
+        unsafe { cg.objcg.put() };
         self.km.pages().cpu_areas().request_all(DRAIN_STOCK);
         self.memcg_sweep(cpu);
         Ok(())
@@ -463,7 +471,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
                 self.km
                     .kfree(cpu, g as *const MemCgroup as *mut u8, &NoAccounting)
             };
-            parent.objcg.put();
+            // SAFETY: the reference the freed zombie held on its parent's objcg.
+            unsafe { parent.objcg.put() };
         }
     }
 

@@ -288,7 +288,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
             got += 1;
         }
         if got < n {
-            self.obj_cgroup_uncharge(Some(c), objcg, s, (n - got) * size);
+            self.refill_obj_stock(Some(c), objcg, s, (n - got) * size);
         }
         let objs = &objs[..got];
         // The allocations above may have reclaimed (drained the sheaves): look again.
@@ -298,7 +298,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
                 .iter()
                 .filter(|&&o| self.objcg_give_back(c, s, objcg, o))
                 .count();
-            self.obj_cgroup_uncharge(Some(c), objcg, s, freed * size);
+            self.refill_obj_stock(Some(c), objcg, s, freed * size);
             return None;
         }
         Self::objcg_sheaves_take(sh, objcg);
@@ -329,7 +329,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
             .swap(objcg as *const ObjCgroup as *mut ObjCgroup, Relaxed);
         // SAFETY: a non-null tag holds a reference (type invariant), dropped here.
         if let Some(old) = unsafe { old.as_ref() } {
-            old.put();
+            // SAFETY: that reference (the tag no longer names it).
+            unsafe { old.put() };
         }
     }
 
@@ -401,7 +402,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
         kept.set_len(n - half);
         if freed != 0 {
-            self.obj_cgroup_uncharge(Some(c), objcg, s, freed * s.config().size);
+            self.refill_obj_stock(Some(c), objcg, s, freed * s.config().size);
         }
         true
     }
@@ -510,7 +511,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
                 // SAFETY: a non-null tag holds a reference (type invariant), kept until
                 // the end of the flush (and objects were kept only under a tag).
                 if let Some(t) = unsafe { tag.as_ref() } {
-                    self.obj_cgroup_uncharge(Some(c), t, s, freed * s.config().size);
+                    self.refill_obj_stock(Some(c), t, s, freed * s.config().size);
                 }
             }
         }
@@ -531,7 +532,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         }
         // SAFETY: a non-null tag holds a reference (type invariant), dropped here.
         if let Some(old) = unsafe { tag.as_ref() } {
-            old.put();
+            // SAFETY: that reference (the tag no longer names it).
+            unsafe { old.put() };
         }
     }
 }

@@ -129,7 +129,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
             return;
         };
         slot.store(ptr::null_mut(), Relaxed);
-        self.obj_cgroup_uncharge(cpu, objcg, s, cfg.size);
+        self.refill_obj_stock(cpu, objcg, s, cfg.size);
     }
 
     // -------------------------------------------------------------------------
@@ -171,11 +171,11 @@ impl<'a, P: Platform> Memcg<'a, P> {
             .and_then(|c| self.km.slub().alloc_fast_charged(c, s, gfp))
             .or_else(|| self.km.slub().alloc_charged(cpu, s, gfp));
         let Some(obj) = obj else {
-            self.obj_cgroup_uncharge(cpu, objcg, s, size);
+            self.refill_obj_stock(cpu, objcg, s, size);
             return None;
         };
         if !self.memcg_slab_post_alloc_hook(cpu, s, obj, objcg) {
-            self.obj_cgroup_uncharge(cpu, objcg, s, size);
+            self.refill_obj_stock(cpu, objcg, s, size);
             // SAFETY: the object we just allocated.
             unsafe { self.km.slub().free(cpu, s, obj) };
             return None;
@@ -262,8 +262,12 @@ impl<'a, P: Platform> Memcg<'a, P> {
     }
 
     /// The objcg an accounted page block is charged to.
-    pub fn page_objcg(&self, head: NonNull<Page>) -> Option<&'a ObjCgroup> {
-        // SAFETY: descriptors of online sections are valid.
+    ///
+    /// # Safety
+    /// `head` heads a live page block of this allocator (its `private` word is then
+    /// the block's charge, or none).
+    pub unsafe fn page_objcg(&self, head: NonNull<Page>) -> Option<&'a ObjCgroup> {
+        // SAFETY: a valid descriptor (caller).
         let data = memcg_data(unsafe { head.as_ref() });
         if data & MEMCG_DATA_KMEM == 0 {
             return None;
@@ -279,7 +283,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
         head: NonNull<Page>,
         order: usize,
     ) {
-        let Some(objcg) = self.page_objcg(head) else {
+        // SAFETY: the block being freed (the caller's free hook).
+        let Some(objcg) = (unsafe { self.page_objcg(head) }) else {
             return;
         };
         // SAFETY: as in `page_objcg`.
@@ -310,7 +315,11 @@ impl<'a, P: Platform> Memcg<'a, P> {
     }
 
     /// Undoes [`Memcg::memcg_charge_external`].
-    pub fn memcg_uncharge_external(
+    ///
+    /// # Safety
+    /// `bytes` were charged to `objcg` by [`Memcg::memcg_charge_external`] and are
+    /// not uncharged yet (see [`Memcg::obj_cgroup_uncharge`]).
+    pub unsafe fn memcg_uncharge_external(
         &self,
         cpu: Option<CpuRef<'_>>,
         objcg: &ObjCgroup,
@@ -328,12 +337,18 @@ impl<'a, P: Platform> Memcg<'a, P> {
 /// controller.
 impl<P: Platform> Accounting for Memcg<'_, P> {
     #[inline]
-    fn slab_free_hook(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: &Page, obj: usize) {
+    unsafe fn slab_free_hook(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: &Page,
+        obj: usize,
+    ) {
         self.memcg_slab_free_hook(cpu, s, slab, obj);
     }
 
     #[inline]
-    fn page_free_hook(&self, cpu: Option<CpuRef<'_>>, head: NonNull<Page>, order: usize) {
+    unsafe fn page_free_hook(&self, cpu: Option<CpuRef<'_>>, head: NonNull<Page>, order: usize) {
         self.memcg_kmem_uncharge_page(cpu, head, order);
     }
 }

@@ -112,10 +112,30 @@ impl<'a, P: Platform> Memcg<'a, P> {
         false
     }
 
-    /// `obj_cgroup_uncharge` for an object of `s`: gives `size` bytes back. The fast
-    /// path is one addition in the stock.
+    /// `obj_cgroup_uncharge` for an object of `s`: gives `size` bytes back (see
+    /// [`Memcg::refill_obj_stock`]).
+    ///
+    /// # Safety
+    /// The bytes were charged to `objcg` before ([`Memcg::obj_cgroup_charge`] for an
+    /// object of `s`, or a charge of yours this undoes) and are not uncharged yet.
+    /// A removed group is freed once its objcg holds no charge and no reference, so an
+    /// uncharge of bytes never charged would let it go while objects still name it.
     #[inline]
-    pub fn obj_cgroup_uncharge(
+    pub unsafe fn obj_cgroup_uncharge(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        objcg: &ObjCgroup,
+        s: &KmemCache,
+        size: usize,
+    ) {
+        self.refill_obj_stock(cpu, objcg, s, size);
+    }
+
+    /// `refill_obj_stock`: gives back `size` bytes charged to `objcg` for objects of
+    /// `s` (the crate's uncharges, each of a charge it made). The fast path is one
+    /// addition in the stock.
+    #[inline]
+    pub(crate) fn refill_obj_stock(
         &self,
         cpu: Option<CpuRef<'_>>,
         objcg: &ObjCgroup,
@@ -199,7 +219,8 @@ impl<'a, P: Platform> Memcg<'a, P> {
             if total >= PAGE_SIZE {
                 self.uncharge_shared_excess(cpu, objcg);
             }
-            objcg.put();
+            // SAFETY: the reference taken above.
+            unsafe { objcg.put() };
             return;
         };
         self.obj_stock_prepare(st, objcg, s);
@@ -303,7 +324,9 @@ impl<'a, P: Platform> Memcg<'a, P> {
             // Spare bytes from several stocks make a page: give it back.
             self.uncharge_shared_excess(None, objcg);
         }
-        objcg.put();
+        // SAFETY: the stock's reference on its cached objcg, given up now that the
+        // stock no longer names it.
+        unsafe { objcg.put() };
     }
 
     /// `__mod_objcg_mlstate` for the stock: the objects of `stat_cache` allocated
@@ -408,7 +431,7 @@ mod tests {
         }
         fn uncharge(&self, g: &MemCgroup, size: usize) {
             self.m
-                .obj_cgroup_uncharge(Some(self.cpu), &g.objcg, self.s, size);
+                .refill_obj_stock(Some(self.cpu), &g.objcg, self.s, size);
         }
         /// Everything outside the obj stock: the counters, the objcg's counts and
         /// the statistics of `g` and the root, and the page stock.

@@ -129,7 +129,7 @@ pub struct Page {
     /// Words owned by the holder of an allocated page (the slab layer's freelist,
     /// counters, cache pointer and list link). Zero when a block is handed out (on its
     /// head page).
-    pub owner: [AtomicUsize; 4],
+    pub(crate) owner: [AtomicUsize; 4],
 }
 
 const _: () = assert!(core::mem::size_of::<Page>() == 64);
@@ -208,6 +208,17 @@ impl Page {
     #[inline]
     pub(crate) fn set_flags(&self, f: PageFlags) {
         self.flags.store(f.bits(), Relaxed);
+    }
+    /// [`Page::set_flags`] with Release: words written before it are seen by a
+    /// reader of [`Page::flags_acquire`] that sees these flags.
+    #[inline]
+    pub(crate) fn publish_flags(&self, f: PageFlags) {
+        self.flags.store(f.bits(), Ordering::Release);
+    }
+    /// The page's flags, read with Acquire (see [`Page::publish_flags`]).
+    #[inline]
+    pub(crate) fn flags_acquire(&self) -> PageFlags {
+        PageFlags::from_bits_retain(self.flags.load(Ordering::Acquire))
     }
     /// Adds `f` to the page's flags, atomically: for a live slab's head page, whose
     /// flags others read (lookups) and nobody replaces while it lives.

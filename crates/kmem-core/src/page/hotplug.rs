@@ -76,9 +76,13 @@ impl Hotplug {
 
 impl<P: Platform> PageAllocator<P> {
     /// Brings more memory online for node `nid`: an offline section of that node, else
-    /// a never-used section. Returns false at the heap bound or the end of the span.
+    /// a never-used section. Returns false at the heap bound, at the end of the span,
+    /// and for a node past [`MAX_NUMNODES`].
     #[cold]
     pub fn add_memory(&self, nid: usize) -> bool {
+        if nid >= super::MAX_NUMNODES {
+            return false;
+        }
         let mut hp = self.hotplug.lock();
         let max = self.max_pages();
         let room = if max == 0 {

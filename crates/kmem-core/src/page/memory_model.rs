@@ -43,7 +43,8 @@ pub(super) fn refresh_area_tag_limit(window: &super::TagWindow, area: &CpuArea) 
 /// is a tail page of one, else `None`. `p` is a descriptor in a mapped memmap.
 #[inline(always)]
 pub(crate) fn slab_head(p: &Page) -> Option<&Page> {
-    let flags = p.flags();
+    // Acquire: a head that reads `SLAB` has its cache word set (`Slab::publish`).
+    let flags = p.flags_acquire();
     if flags.contains(PageFlags::SLAB) {
         return Some(p);
     }
@@ -53,7 +54,9 @@ pub(crate) fn slab_head(p: &Page) -> Option<&Page> {
     // SAFETY: a tail page's `owner[0]` is its head's descriptor, in the same section
     // (blocks never cross sections), whose memmap is mapped as `p`'s is; or null.
     let head = unsafe { (p.owner[0].load(Ordering::Relaxed) as *const Page).as_ref()? };
-    head.flags().contains(PageFlags::SLAB).then_some(head)
+    head.flags_acquire()
+        .contains(PageFlags::SLAB)
+        .then_some(head)
 }
 
 /// Bytes of the page-tag table per page of the span: a `u32` sheaf tag (one `mov`
@@ -110,7 +113,8 @@ impl<P: Platform> PageAllocator<P> {
         let p = page.as_ptr() as usize;
         let section_base = p & !(SECTION_SIZE - 1);
         let index = (p - section_base) / core::mem::size_of::<Page>();
-        ((section_base - self.base.load(Ordering::Relaxed)) >> PAGE_SHIFT) + index
+        // Wrapping: a pointer below the span (no descriptor) gives a meaningless pfn.
+        (section_base.wrapping_sub(self.base.load(Ordering::Relaxed)) >> PAGE_SHIFT) + index
     }
 
     /// The descriptor of `pfn`, without checks: where it would be if the pfn's section
@@ -142,12 +146,20 @@ impl<P: Platform> PageAllocator<P> {
         NonNull::new(self.pfn_to_page_raw(pfn))
     }
 
-    /// The address of the memory `page` describes.
+    /// The address of the memory `page` describes. Meaningless, though never null,
+    /// for a pointer that is no descriptor of this allocator: such a pointer panics
+    /// where its address would come out null.
     #[inline]
     pub fn page_address(&self, page: NonNull<Page>) -> NonNull<u8> {
-        let addr = self.base.load(Ordering::Relaxed) + (self.page_to_pfn(page) << PAGE_SHIFT);
-        // SAFETY: the base is non-null (checked at init), so base + offset is too.
-        unsafe { NonNull::new_unchecked(addr as *mut u8) }
+        let pfn = self.page_to_pfn(page);
+        let addr = self
+            .base
+            .load(Ordering::Relaxed)
+            .wrapping_add(pfn << PAGE_SHIFT);
+        match NonNull::new(addr as *mut u8) {
+            Some(p) => p,
+            None => not_a_descriptor(page),
+        }
     }
 
     /// The descriptor of the managed page that contains `addr`, or `None` for an address
@@ -408,6 +420,13 @@ impl<P: Platform> PageAllocator<P> {
             .node
             .load(Ordering::Relaxed) as usize
     }
+}
+
+/// [`PageAllocator::page_address`] of a pointer that is no descriptor: a caller's bug.
+#[cold]
+#[inline(never)]
+fn not_a_descriptor(page: NonNull<Page>) -> ! {
+    panic!("page_address: {page:p} is not a page descriptor of this allocator")
 }
 
 #[cfg(test)]

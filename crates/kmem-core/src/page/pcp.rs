@@ -196,9 +196,12 @@ impl<P: Platform> PageAllocator<P> {
         unsafe { &*cpu.area().ptr::<ZonePcp>(zone_pcp_offset(nid)) }
     }
 
-    /// The per-CPU state of zone `nid` in `area` (for reports).
+    /// The per-CPU state of zone `nid` in `area` (for reports). Panics for a node
+    /// past [`MAX_NUMNODES`], as `zone(nid)` does.
     pub fn zone_pcp_of<'a>(&self, area: &'a CpuArea, nid: usize) -> &'a ZonePcp {
-        // SAFETY: as in `zone_pcp`; shared access only reads atomics.
+        assert!(nid < MAX_NUMNODES, "node {nid} out of range");
+        // SAFETY: as in `zone_pcp` (`nid` is a possible node: asserted just above);
+        // shared access only reads atomics.
         unsafe { &*area.ptr::<ZonePcp>(zone_pcp_offset(nid)) }
     }
 

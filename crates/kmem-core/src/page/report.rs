@@ -115,7 +115,7 @@ impl<P: Platform> PageAllocator<P> {
     /// alone (leaked rather than corrupted).
     #[cold]
     #[inline(never)]
-    pub fn bad_page(&self, page: NonNull<Page>, reason: &str) {
+    pub(crate) fn bad_page(&self, page: NonNull<Page>, reason: &str) {
         let nid = self.page_to_nid(page);
         self.zones[nid].events[VmEvent::BadPage as usize].fetch_add(1, Ordering::Relaxed);
         let mut w = LogWriter::new(self.platform());

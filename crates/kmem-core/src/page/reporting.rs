@@ -174,7 +174,11 @@ impl<P: Platform> PageAllocator<P> {
     /// count would keep every pass from starting for good). The calling thread was in
     /// `fork`, inside none. Writes nothing when none was (a page written in the child
     /// is a page copied).
-    pub fn fork_child(&self) {
+    ///
+    /// # Safety
+    /// As [`Kmem::fork_child`](crate::Kmem::fork_child): in a fork's child, by its one
+    /// thread.
+    pub unsafe fn fork_child(&self) {
         if self.report_deferred.load(Relaxed) != 0 {
             self.report_deferred.store(0, Relaxed);
         }
@@ -466,7 +470,8 @@ mod tests {
         pa.report_deferred.fetch_add(1, Relaxed);
         pa.maybe_report(None, &pa.zones[0]);
         assert!(!reported(a), "deferred");
-        pa.fork_child();
+        // SAFETY: one thread; the deferral counted is no thread's (as in a child).
+        unsafe { pa.fork_child() };
         pa.maybe_report(None, &pa.zones[0]);
         assert!(reported(a), "the child's passes run");
     }

@@ -21,16 +21,32 @@ pub const OBJ_EXTS: usize = 1;
 /// a free of such a block runs [`Accounting::page_free_hook`].
 pub const PAGE_CHARGED: usize = 2;
 
-/// What a layer above the slab allocator does when memory is freed.
+/// What a layer above the slab allocator does when memory is freed. The hooks are
+/// called by the allocator's frees only; their arguments are trusted (the memory
+/// controller's read the slab's vector and uncharge), hence `unsafe` to call.
 pub trait Accounting {
     /// Called before the object at `obj` of `s` is freed, when its slab (head page
     /// `slab`) has an object-extension vector ([`slab_obj_exts`] is non-zero):
     /// after this call another context may reuse the object's slot.
-    fn slab_free_hook(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, slab: &Page, obj: usize);
+    ///
+    /// # Safety
+    /// `slab` heads a live slab of `s`, `obj` is an allocated object of it that the
+    /// caller is freeing, and the hook runs once for that free.
+    unsafe fn slab_free_hook(
+        &self,
+        cpu: Option<CpuRef<'_>>,
+        s: &KmemCache,
+        slab: &Page,
+        obj: usize,
+    );
 
     /// Called before a page block of 2^`order` pages (head `head`) is freed, when its
     /// head's `private` word carries [`PAGE_CHARGED`] (see [`page_free_hook`]).
-    fn page_free_hook(&self, cpu: Option<CpuRef<'_>>, head: NonNull<Page>, order: usize);
+    ///
+    /// # Safety
+    /// `head` heads a live block of 2^`order` pages of this allocator that the caller
+    /// is freeing, and the hook runs once for that free.
+    unsafe fn page_free_hook(&self, cpu: Option<CpuRef<'_>>, head: NonNull<Page>, order: usize);
 }
 
 /// No accounting: frees run no hook.
@@ -39,9 +55,9 @@ pub struct NoAccounting;
 
 impl Accounting for NoAccounting {
     #[inline(always)]
-    fn slab_free_hook(&self, _: Option<CpuRef<'_>>, _: &KmemCache, _: &Page, _: usize) {}
+    unsafe fn slab_free_hook(&self, _: Option<CpuRef<'_>>, _: &KmemCache, _: &Page, _: usize) {}
     #[inline(always)]
-    fn page_free_hook(&self, _: Option<CpuRef<'_>>, _: NonNull<Page>, _: usize) {}
+    unsafe fn page_free_hook(&self, _: Option<CpuRef<'_>>, _: NonNull<Page>, _: usize) {}
 }
 
 /// The slab's object-extension word: its vector's address tagged [`OBJ_EXTS`], or a
@@ -52,17 +68,22 @@ pub fn slab_obj_exts(head: &Page) -> usize {
 }
 
 /// Whether a slab has an object-extension vector (some of its objects may be charged).
+///
+/// # Safety
+/// `slab` is a page descriptor of a live allocator (a slab head found by a lookup).
 #[inline]
-pub fn has_obj_exts(slab: NonNull<Page>) -> bool {
-    // SAFETY: the head page of a slab found by a lookup: descriptors of online
-    // sections are valid.
+pub unsafe fn has_obj_exts(slab: NonNull<Page>) -> bool {
+    // SAFETY: a valid descriptor (caller).
     slab_obj_exts(unsafe { slab.as_ref() }) & OBJ_EXTS != 0
 }
 
 /// Runs `acct`'s free hook for the object at `obj` of `s` if its slab (head page
 /// `head`) has an object-extension vector: one load and a branch otherwise.
+///
+/// # Safety
+/// As [`Accounting::slab_free_hook`].
 #[inline(always)]
-pub fn slab_free_hook(
+pub unsafe fn slab_free_hook(
     acct: &impl Accounting,
     cpu: Option<CpuRef<'_>>,
     s: &KmemCache,
@@ -70,14 +91,18 @@ pub fn slab_free_hook(
     obj: usize,
 ) {
     if slab_obj_exts(head) & OBJ_EXTS != 0 {
-        acct.slab_free_hook(cpu, s, head, obj);
+        // SAFETY: forwarded from the caller.
+        unsafe { acct.slab_free_hook(cpu, s, head, obj) };
     }
 }
 
 /// Runs `acct`'s page free hook for the block at `head` (2^`order` pages) if it was
 /// charged: one load and a branch otherwise.
+///
+/// # Safety
+/// As [`Accounting::page_free_hook`].
 #[inline(always)]
-pub fn page_free_hook(
+pub unsafe fn page_free_hook(
     acct: &impl Accounting,
     cpu: Option<CpuRef<'_>>,
     head: NonNull<Page>,
@@ -85,6 +110,7 @@ pub fn page_free_hook(
 ) {
     // SAFETY: the head page of a live block (the caller is freeing it).
     if unsafe { head.as_ref() }.private.load(Acquire) & PAGE_CHARGED != 0 {
-        acct.page_free_hook(cpu, head, order);
+        // SAFETY: forwarded from the caller.
+        unsafe { acct.page_free_hook(cpu, head, order) };
     }
 }

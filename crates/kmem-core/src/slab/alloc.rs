@@ -7,7 +7,7 @@
 
 use super::*;
 use crate::gfp::Gfp;
-use crate::page::Page;
+use crate::page::{Page, MAX_NUMNODES};
 use crate::percpu::CpuRef;
 use crate::platform::Platform;
 use crate::sync::Ordering::Relaxed;
@@ -39,7 +39,8 @@ impl<'a, P: Platform> Slub<'a, P> {
         self.alloc_node(cpu, s, gfp, None)
     }
 
-    /// `kmem_cache_alloc_node`: an object on node `nid` if given.
+    /// `kmem_cache_alloc_node`: an object on node `nid` if given; `None` for a node
+    /// past [`MAX_NUMNODES`], which no cache has.
     #[inline]
     pub fn alloc_node(
         &self,
@@ -48,6 +49,9 @@ impl<'a, P: Platform> Slub<'a, P> {
         gfp: Gfp,
         nid: Option<usize>,
     ) -> Option<NonNull<u8>> {
+        if nid.is_some_and(|n| n >= MAX_NUMNODES) {
+            return None;
+        }
         let obj = self.alloc_node_unmarked(cpu, s, gfp, nid)?;
         self.note_uncharged(s, obj);
         Some(obj)

@@ -272,7 +272,12 @@ impl BarnLists {
     /// `owner`, unless the barn holds `max` already (the cache's `barn_max_full`, at
     /// most [`MAX_FULL_SHEAVES`]): then it is handed back (`Err`), for the caller to
     /// flush to the slabs.
-    pub fn put_full(
+    ///
+    /// # Safety
+    /// `sheaf` is a live sheaf the caller owns (from the sheaf allocator, linked in no
+    /// list) and hands over: the lists link it through its `next` word and own it
+    /// from then on (what comes back in `Err` is the caller's again).
+    pub unsafe fn put_full(
         &mut self,
         sheaf: NonNull<SlabSheaf>,
         max: usize,
@@ -287,7 +292,15 @@ impl BarnLists {
 
     /// `barn_put_empty_sheaf`: keeps an empty sheaf, unless the barn holds
     /// [`MAX_EMPTY_SHEAVES`] already: then it is handed back (`Err`), to be freed.
-    pub fn put_empty(&mut self, sheaf: NonNull<SlabSheaf>) -> Result<(), NonNull<SlabSheaf>> {
+    ///
+    /// # Safety
+    /// `sheaf` is a live sheaf the caller owns (from the sheaf allocator, linked in no
+    /// list) and hands over: the lists link it through its `next` word and own it
+    /// from then on (what comes back in `Err` is the caller's again).
+    pub unsafe fn put_empty(
+        &mut self,
+        sheaf: NonNull<SlabSheaf>,
+    ) -> Result<(), NonNull<SlabSheaf>> {
         if self.nr_empty >= MAX_EMPTY_SHEAVES {
             return Err(sheaf);
         }
@@ -300,8 +313,13 @@ impl BarnLists {
     /// [`BarnLists::get_full`] picks it for CPU area `owner`), when the barn has a full
     /// one and room for the empty one; else `None` and nothing changes (the caller
     /// takes the general path: a refill, or freeing the empty one).
+    ///
+    /// # Safety
+    /// `empty` is a live sheaf the caller owns (from the sheaf allocator, linked in no
+    /// list) and hands over: the lists link it through its `next` word and own it
+    /// from then on (on `None` it stays the caller's).
     #[inline]
-    pub fn exchange_empty(
+    pub unsafe fn exchange_empty(
         &mut self,
         empty: NonNull<SlabSheaf>,
         owner: u32,
@@ -319,8 +337,13 @@ impl BarnLists {
     /// empty sheaf out, when the barn has an empty one and holds fewer than `max` full
     /// ones; else `None` and nothing changes (the caller takes the general path: a new
     /// empty sheaf, or the flush).
+    ///
+    /// # Safety
+    /// `full` is a live sheaf the caller owns (from the sheaf allocator, linked in no
+    /// list) and hands over: the lists link it through its `next` word and own it
+    /// from then on (on `None` it stays the caller's).
     #[inline]
-    pub fn exchange_full(
+    pub unsafe fn exchange_full(
         &mut self,
         full: NonNull<SlabSheaf>,
         max: usize,
@@ -494,7 +517,9 @@ impl Barn {
         }
         let mut l = self.lock_counted(spill);
         let full = l.get_full(owner)?;
-        let extra = empty.and_then(|e| l.put_empty(e).err());
+        // SAFETY: `empty` is the caller's own sheaf, off its CPU (this function's
+        // crate-internal callers pass the one they took).
+        let extra = empty.and_then(|e| unsafe { l.put_empty(e) }.err());
         Some((full, extra))
     }
 
@@ -515,7 +540,9 @@ impl Barn {
             return Err(full);
         }
         let mut l = self.lock_counted(spill);
-        l.put_full(full, max_full, owner)?;
+        // SAFETY: `full` is the caller's own sheaf, off its CPU (as in
+        // `replace_empty`).
+        unsafe { l.put_full(full, max_full, owner) }?;
         Ok(l.get_empty())
     }
 }
@@ -770,7 +797,8 @@ mod tests {
         let mut l = BarnLists::new();
         // Handed in bottom first: owners 1, 2, 3, 1, 4, 5, 6, 7, 8, 9.
         for (s, owner) in sh.iter().zip([1, 2, 3, 1, 4, 5, 6, 7, 8, 9]) {
-            l.put_full(ptr_of(s), MAX_FULL_SHEAVES, owner).unwrap();
+            // SAFETY: test sheaves, each handed in while no list holds it.
+            unsafe { l.put_full(ptr_of(s), MAX_FULL_SHEAVES, owner) }.unwrap();
         }
         // Owner 2's sheaf is ninth from the top, past the hints: the newest of all.
         assert_eq!(l.get_full(2), Some(ptr_of(&sh[9])));
@@ -783,11 +811,17 @@ mod tests {
         // An exchange picks the same way and keeps the empty one. Owner 1's other
         // sheaf, the first handed in, left the hints when the ninth came: the newest.
         let [empty, spare, third] = sheaves::<3>();
-        l.put_empty(ptr_of(&empty)).unwrap();
-        assert_eq!(l.exchange_empty(ptr_of(&spare), 1), Some(ptr_of(&sh[7])));
+        // SAFETY: test sheaves, each handed in while no list holds it.
+        unsafe { l.put_empty(ptr_of(&empty)) }.unwrap();
+        // SAFETY: test sheaves, each handed in while no list holds it.
+        assert_eq!(
+            unsafe { l.exchange_empty(ptr_of(&spare), 1) },
+            Some(ptr_of(&sh[7]))
+        );
         assert_eq!((l.nr_full(), l.nr_empty()), (5, 2));
         // Handed in again, owner 4's is found below the new one.
-        l.put_full(ptr_of(&third), MAX_FULL_SHEAVES, 1).unwrap();
+        // SAFETY: test sheaves, each handed in while no list holds it.
+        unsafe { l.put_full(ptr_of(&third), MAX_FULL_SHEAVES, 1) }.unwrap();
         assert_eq!(l.get_full(4), Some(ptr_of(&sh[4])));
         // What is left is linked whole, newest first.
         let (mut full, _) = l.take_all();
@@ -821,7 +855,8 @@ mod tests {
         assert_eq!((barn.nr_full_hint(), barn.nr_empty_hint()), (0, 0));
         {
             let mut l = barn.lock();
-            l.put_empty(ptr_of(&e0)).unwrap();
+            // SAFETY: test sheaves, each handed in while no list holds it.
+            unsafe { l.put_empty(ptr_of(&e0)) }.unwrap();
             // Written as the hold ends, not before.
             assert_eq!(barn.nr_empty_hint(), 0);
         }
@@ -852,7 +887,8 @@ mod tests {
             assert_eq!(barn.replace_empty(Some(ptr_of(&e1)), 1, acct), None);
         }
         // A full sheaf again: the trade is made under the lock.
-        barn.lock().put_full(ptr_of(&sh[3]), 2, 1).unwrap();
+        // SAFETY: test sheaves, each handed in while no list holds it.
+        unsafe { barn.lock().put_full(ptr_of(&sh[3]), 2, 1) }.unwrap();
         assert_eq!(barn.nr_full_hint(), 1);
         assert_eq!(
             barn.replace_empty(Some(ptr_of(&e1)), 1, acct),

@@ -71,7 +71,8 @@ impl<'a, P: Platform> Slub<'a, P> {
             if obj.is_null() {
                 continue;
             }
-            let slab = match self.lookup(obj) {
+            // SAFETY: the caller frees its objects: the caches found live.
+            let slab = match unsafe { self.lookup(obj) } {
                 ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => slab,
                 ObjectLookup::Slab(found, slab) => {
                     self.report(found, Some(slab), "Wrong slab cache", obj as usize);
@@ -92,7 +93,8 @@ impl<'a, P: Platform> Slub<'a, P> {
                 if next == 0 || next.wrapping_sub(base) >= cfg.slab_bytes() {
                     break;
                 }
-                if !matches!(self.lookup(next as *const u8), ObjectLookup::Slab(f, _) if ptr::eq(f, s))
+                // SAFETY: only compared with `s`, which the caller's objects keep.
+                if !matches!(unsafe { self.lookup(next as *const u8) }, ObjectLookup::Slab(f, _) if ptr::eq(f, s))
                 {
                     break;
                 }
@@ -144,10 +146,12 @@ impl<'a, P: Platform> Slub<'a, P> {
         acct: &impl Accounting,
     ) {
         for &p in objs.iter().filter(|p| !p.is_null()) {
-            if let ObjectLookup::Slab(found, slab) = self.lookup(p) {
+            // SAFETY: as in `free_bulk`: the caller's objects keep their caches.
+            if let ObjectLookup::Slab(found, slab) = unsafe { self.lookup(p) } {
                 if ptr::eq(found, s) {
-                    // SAFETY: the head page of a live slab.
-                    accounting::slab_free_hook(acct, cpu, s, unsafe { slab.as_ref() }, p as usize);
+                    // SAFETY: the head page of a live slab of `s`, whose object at `p`
+                    // this bulk free gives back (the caller's).
+                    unsafe { accounting::slab_free_hook(acct, cpu, s, slab.as_ref(), p as usize) };
                 }
             }
         }

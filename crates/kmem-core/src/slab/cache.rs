@@ -178,18 +178,19 @@ impl KmemCache {
     }
 
     /// Node `nid`'s state (`get_node(s, nid)`); [`UNSET_NODE`] for a cache never set
-    /// up.
+    /// up, and for a node past [`MAX_NUMNODES`] (which the public entry points refuse
+    /// first: see [`Slub::alloc_node`](crate::slab::Slub::alloc_node); their
+    /// statistics read it as empty).
     #[inline]
     pub(crate) fn node(&self, nid: usize) -> &KmemCacheNode {
-        debug_assert!(nid < MAX_NUMNODES);
         // SAFETY: read-only once the cache is shared (type invariant); before
         // `set_config` only its own creator could write it, and nobody does.
         let t = unsafe { *self.nodes.get() };
-        if t.base.is_null() {
+        if t.base.is_null() || nid >= MAX_NUMNODES {
             return &UNSET_NODE;
         }
         // SAFETY: `nodes` names the cache's node states, which outlive it (type
-        // invariant); `nid` is below MAX_NUMNODES.
+        // invariant); `nid` is below MAX_NUMNODES (tested just above).
         unsafe {
             &*(t.base as *const u8)
                 .wrapping_add(nid * t.stride)

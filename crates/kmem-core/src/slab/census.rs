@@ -50,7 +50,8 @@ impl<P: Platform> Slub<'_, P> {
         let cfg = s.config();
         let mut c = SheafCensus::default();
         let mut visit = |obj: usize, c: &mut SheafCensus| {
-            let ok = matches!(self.lookup(obj as *const u8), ObjectLookup::Slab(found, _) if core::ptr::eq(found, s));
+            // SAFETY: only compared with `s`, the cache being counted.
+            let ok = matches!(unsafe { self.lookup(obj as *const u8) }, ObjectLookup::Slab(found, _) if core::ptr::eq(found, s));
             if !ok && c.foreign.is_none() {
                 c.foreign = Some(obj);
             }

@@ -21,7 +21,8 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// If `obj` is an object of `s`, the caller owns it and stops using it.
     #[inline]
     pub unsafe fn free(&self, cpu: Option<CpuRef<'_>>, s: &KmemCache, obj: NonNull<u8>) -> bool {
-        match self.lookup(obj.as_ptr()) {
+        // SAFETY: the caller frees its object: the cache found lives.
+        match unsafe { self.lookup(obj.as_ptr()) } {
             ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
                 // SAFETY: a valid object of `s`, given up by the caller.
                 unsafe { self.free_object(cpu, s, slab, obj.as_ptr() as usize) }
@@ -51,11 +52,13 @@ impl<'a, P: Platform> Slub<'a, P> {
         obj: NonNull<u8>,
         acct: &impl Accounting,
     ) -> bool {
-        match self.lookup(obj.as_ptr()) {
+        // SAFETY: the caller frees its object: the cache found lives.
+        match unsafe { self.lookup(obj.as_ptr()) } {
             ObjectLookup::Slab(found, slab) if ptr::eq(found, s) => {
                 // SAFETY: the head page of a live slab of `s` (the lookup just found it).
                 let head = unsafe { slab.as_ref() };
-                accounting::slab_free_hook(acct, cpu, s, head, obj.as_ptr() as usize);
+                // SAFETY: its object at `obj`, which the caller frees (once: here).
+                unsafe { accounting::slab_free_hook(acct, cpu, s, head, obj.as_ptr() as usize) };
                 // SAFETY: a valid object of `s`, given up by the caller.
                 unsafe { self.free_object(cpu, s, slab, obj.as_ptr() as usize) }
             }
@@ -86,7 +89,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 // No object of the slab is out (a kept empty slab's, `empty.rs`, whose
                 // sheaf tags no longer send its objects to the inline paths): a sheaf
                 // would take the object and hand it out beside the slab's own copy.
-                return self.double_free(s, slab, obj);
+                return self.report_double_free(s, slab, obj);
             }
             if fast == FastPath::Sheaf {
                 return match s.cpu(c).sheaf_push(obj) {
@@ -95,7 +98,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                         // SAFETY: forwarded.
                         unsafe { self.sheaf_free(c, s, obj) }
                     }
-                    Err(true) => self.double_free(s, slab, obj),
+                    Err(true) => self.report_double_free(s, slab, obj),
                 };
             }
             if fast != FastPath::CpuSlab {
@@ -114,7 +117,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             if cur != 0 && cur.wrapping_sub(base) < s.config().slab_bytes() {
                 // The object is in this CPU's slab: push on the CPU freelist.
                 if cur == obj {
-                    return self.double_free(s, slab, obj);
+                    return self.report_double_free(s, slab, obj);
                 }
                 // SAFETY: the object is ours (caller).
                 unsafe { set_freepointer(s.config(), obj, cur) };
@@ -147,7 +150,7 @@ impl<'a, P: Platform> Slub<'a, P> {
             if sr.frozen_by() == cpu_tag(c) {
                 let head = sr.local_head();
                 if head == obj {
-                    return self.double_free(s, slab, obj);
+                    return self.report_double_free(s, slab, obj);
                 }
                 let base = obj & !(s.config().slab_bytes() - 1);
                 let next = if head == 0 { base | 1 } else { head };
@@ -202,13 +205,13 @@ impl<'a, P: Platform> Slub<'a, P> {
         // SAFETY: a live slab of `s` (caller).
         if Slab::of(unsafe { slab.as_ref() }).state().inuse() == 0 {
             // A kept slab's object (a realloc of a freed block), as `free_object`.
-            return self.double_free(s, slab, obj);
+            return self.report_double_free(s, slab, obj);
         }
         if let (Some(c), FastPath::Sheaf) = (cpu, fast) {
             let cc = s.cpu(c);
             match cc.sheaf_push(obj) {
                 Ok(()) => return true,
-                Err(true) => return self.double_free(s, slab, obj),
+                Err(true) => return self.report_double_free(s, slab, obj),
                 // No spare sheaf yet: the ordinary free installs one.
                 // SAFETY: forwarded.
                 Err(false) if !cc.has_spare() => return unsafe { self.sheaf_free(c, s, obj) },
@@ -224,9 +227,25 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// A free of the object at the head of a freelist: it is already free. Reported
     /// (`Object already free`, as slub_debug says) and refused (returns false); for
     /// the platform's own fast paths (rseq) too.
+    ///
+    /// # Safety
+    /// `slab` heads a live slab of `s` (the report prints its state).
     #[cold]
     #[inline(never)]
-    pub fn double_free(&self, s: &KmemCache, slab: NonNull<Page>, obj: usize) -> bool {
+    pub unsafe fn double_free(&self, s: &KmemCache, slab: NonNull<Page>, obj: usize) -> bool {
+        self.report_double_free(s, slab, obj)
+    }
+
+    /// [`Slub::double_free`] for the crate's own free paths, whose `slab` is the live
+    /// slab of `s` they were freeing into.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn report_double_free(
+        &self,
+        s: &KmemCache,
+        slab: NonNull<Page>,
+        obj: usize,
+    ) -> bool {
         self.report(s, Some(slab), "Object already free", obj);
         false
     }
@@ -286,7 +305,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 // The head again, or more objects than the slab has in use (a free
                 // into an empty slab, a kept one among them: `empty.rs`).
                 drop(lock);
-                return self.double_free(s, slab, head);
+                return self.report_double_free(s, slab, head);
             }
             // SAFETY: our objects (caller).
             unsafe { set_freepointer(cfg, tail, prior) };

@@ -147,7 +147,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 cc.count(SlubStat::FreeFastpath);
                 Some(true)
             }
-            Push::AtHead => Some(self.double_free(s, slab, obj)),
+            Push::AtHead => Some(self.report_double_free(s, slab, obj)),
             Push::NotCpuSlab => None,
         }
     }
@@ -180,7 +180,7 @@ impl<'a, P: Platform> Slub<'a, P> {
                 cc.count(SlubStat::FreeFastpath);
                 return true;
             }
-            Push::AtHead => return self.double_free(s, slab, obj),
+            Push::AtHead => return self.report_double_free(s, slab, obj),
             Push::NotCpuSlab => {}
         }
         // The rest is the lock holder's, as an owner's.

@@ -215,24 +215,49 @@ impl<'a, P: Platform> Slub<'a, P> {
 
     /// The cache whose slab holds `ptr` (anywhere in the slab), if any. Never
     /// touches the memory at `ptr`.
-    pub fn cache_of(&self, ptr: *const u8) -> Option<&'a KmemCache> {
+    ///
+    /// # Safety
+    /// The cache found is not destroyed while the caller uses the reference: the
+    /// caller holds an object of it that it has not freed, or knows the cache lives on
+    /// (kmalloc's caches live as long as the allocator). The reference's lifetime is
+    /// the allocator's; a `kmem_cache_destroy` does not shorten it.
+    pub unsafe fn cache_of(&self, ptr: *const u8) -> Option<&'a KmemCache> {
         let head = self.pages.virt_to_head_page(ptr)?;
         // SAFETY: descriptors of online sections are valid.
         let h = unsafe { head.as_ref() };
-        if !h.flags().contains(PageFlags::SLAB) {
+        if !h.flags_acquire().contains(PageFlags::SLAB) {
             return None;
         }
-        Some(Slab::of(h).cache())
+        Slab::of(h).cache_if_set()
+    }
+
+    /// The address of the cache whose slab holds `ptr`, if any: [`Slub::cache_of`]
+    /// without a reference, for callers that compare it with caches they hold (a
+    /// cache being destroyed meanwhile is then only an address).
+    pub fn cache_addr_of(&self, ptr: *const u8) -> Option<usize> {
+        let head = self.pages.virt_to_head_page(ptr)?;
+        // SAFETY: descriptors of online sections are valid.
+        let h = unsafe { head.as_ref() };
+        if !h.flags_acquire().contains(PageFlags::SLAB) {
+            return None;
+        }
+        Slab::of(h).cache_addr()
     }
 
     /// [`Slub::lookup`]'s slab case alone, for fast paths: the cache and head page when
     /// `ptr` starts an object of a slab, else `None` (the caller's regular path looks
     /// again and reports). One range check against the sections ever used and the
     /// page's flags ([`PageAllocator::virt_to_slab_used`]), no section state.
+    ///
+    /// # Safety
+    /// The cache found is not destroyed while the caller uses the reference: the
+    /// caller holds an object of it that it has not freed, or knows the cache lives on
+    /// (kmalloc's caches live as long as the allocator). The reference's lifetime is
+    /// the allocator's; a `kmem_cache_destroy` does not shorten it.
     #[inline(always)]
-    pub fn slab_object(&self, ptr: *const u8) -> Option<(&'a KmemCache, NonNull<Page>)> {
+    pub unsafe fn slab_object(&self, ptr: *const u8) -> Option<(&'a KmemCache, NonNull<Page>)> {
         let h = self.pages.virt_to_slab_used(ptr)?;
-        let s = Slab::of(h).cache();
+        let s = Slab::of(h).cache_if_set()?;
         let cfg = s.config();
         let off = (ptr as usize & (cfg.slab_bytes() - 1)).wrapping_sub(cfg.red_left);
         cfg.is_object_start(off).then(|| (s, NonNull::from(h)))
@@ -240,16 +265,24 @@ impl<'a, P: Platform> Slub<'a, P> {
 
     /// Finds what `ptr` is: an object at the start of a slab object, a large block, or
     /// neither (with the reason). Never touches the memory at `ptr`.
+    ///
+    /// # Safety
+    /// The cache found is not destroyed while the caller uses the reference: the
+    /// caller holds an object of it that it has not freed, or knows the cache lives on
+    /// (kmalloc's caches live as long as the allocator). The reference's lifetime is
+    /// the allocator's; a `kmem_cache_destroy` does not shorten it.
     #[inline]
-    pub fn lookup(&self, ptr: *const u8) -> ObjectLookup<'a> {
+    pub unsafe fn lookup(&self, ptr: *const u8) -> ObjectLookup<'a> {
         let Some(head) = self.pages.virt_to_head_page(ptr) else {
             return ObjectLookup::Bad("not allocated by kmem");
         };
         // SAFETY: descriptors of online sections are valid.
         let h = unsafe { head.as_ref() };
-        let flags = h.flags();
+        let flags = h.flags_acquire();
         if flags.contains(PageFlags::SLAB) {
-            let s = Slab::of(h).cache();
+            let Some(s) = Slab::of(h).cache_if_set() else {
+                return ObjectLookup::Bad("not allocated by kmem");
+            };
             let cfg = s.config();
             // A slab is a buddy block: aligned to its size, so the offset of `ptr` in
             // it is its low bits.

@@ -71,7 +71,10 @@ impl<'a, P: Platform> Slub<'a, P> {
         let base = self.slab_base(slab);
         // SAFETY: the block was just allocated: its descriptors are ours.
         let head = unsafe { slab.as_ref() };
-        head.set_flags(PageFlags::HEAD | PageFlags::SLAB);
+        // The cache before the flags: a lookup of one of its addresses (a constructor
+        // may call `ksize` on its object) finds the slab's cache from here on.
+        Slab::of(head).set_cache(s);
+        Slab::of(head).publish();
         if cfg.is_debug() || cfg.ctor.is_some() {
             // The constructor is the user's code, run while the caller may hold its
             // CPU area's sheaves or slab half-way through: the platform sends the
@@ -224,7 +227,9 @@ impl<'a, P: Platform> Slub<'a, P> {
             return;
         }
         let v = (data & !3) as *mut u8;
-        match self.lookup(v) {
+        // SAFETY: the vector is an object of a kmalloc cache, which lives as long as
+        // the allocator.
+        match unsafe { self.lookup(v) } {
             // SAFETY: the vector, ours since its slab is being discarded.
             ObjectLookup::Slab(vs, vslab) => unsafe {
                 self.free_object(None, vs, vslab, v as usize);

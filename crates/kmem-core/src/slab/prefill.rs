@@ -221,7 +221,10 @@ impl<P: Platform> Slub<'_, P> {
     }
 
     /// `kmem_cache_sheaf_size`: objects left in a prefilled sheaf.
-    pub fn sheaf_size(&self, sheaf: NonNull<SlabSheaf>) -> usize {
+    ///
+    /// # Safety
+    /// `sheaf` came from [`Slub::prefill_sheaf`] and was not returned yet.
+    pub unsafe fn sheaf_size(&self, sheaf: NonNull<SlabSheaf>) -> usize {
         // SAFETY: a live sheaf (the caller's).
         unsafe { sheaf.as_ref() }.size.load(Relaxed)
     }

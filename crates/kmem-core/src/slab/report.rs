@@ -33,15 +33,28 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// `slab_err`: a report in the kernel's format; the object is left alone.
     #[cold]
     #[inline(never)]
-    pub fn report(&self, s: &KmemCache, slab: Option<NonNull<Page>>, msg: &str, addr: usize) {
+    pub(crate) fn report(
+        &self,
+        s: &KmemCache,
+        slab: Option<NonNull<Page>>,
+        msg: &str,
+        addr: usize,
+    ) {
         self.report_named(s.name(), slab, msg, addr);
     }
 
     /// `slab_err` with a cache name of the caller's choosing (`kmalloc` for pointers
-    /// that belong to no cache).
+    /// that belong to no cache). `slab`, if given, heads a live slab (its state is
+    /// printed).
     #[cold]
     #[inline(never)]
-    pub fn report_named(&self, name: &str, slab: Option<NonNull<Page>>, msg: &str, addr: usize) {
+    pub(crate) fn report_named(
+        &self,
+        name: &str,
+        slab: Option<NonNull<Page>>,
+        msg: &str,
+        addr: usize,
+    ) {
         let mut w = LogWriter::new(self.pages.platform());
         let _ = writeln!(
             w,

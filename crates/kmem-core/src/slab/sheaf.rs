@@ -709,10 +709,13 @@ impl<'a, P: Platform> Slub<'a, P> {
         let kept = standard && {
             let acct = self.spill_account(s);
             let mut l = barn.lock_counted(acct);
-            if size > 0 {
-                l.put_full(sheaf, acct.cap(), barn_owner(cpu)).is_ok()
-            } else {
-                l.put_empty(sheaf).is_ok()
+            // SAFETY: a sheaf no CPU holds, the caller's (see above), handed over.
+            unsafe {
+                if size > 0 {
+                    l.put_full(sheaf, acct.cap(), barn_owner(cpu)).is_ok()
+                } else {
+                    l.put_empty(sheaf).is_ok()
+                }
             }
         };
         if !kept {

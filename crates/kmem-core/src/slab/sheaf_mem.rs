@@ -67,7 +67,9 @@ impl<P: Platform> Slub<'_, P> {
     ) {
         let p = sheaf.as_ptr() as usize;
         s.stat(cpu, SlubStat::SheafFree);
-        match self.lookup(p as *const u8) {
+        // SAFETY: a sheaf is an object of a kmalloc cache, which lives as long as the
+        // allocator.
+        match unsafe { self.lookup(p as *const u8) } {
             ObjectLookup::Slab(sc, slab) => {
                 // SAFETY: the sheaf is an object of its sheaf cache, ours to give back.
                 unsafe { self.free_object(None, sc, slab, p) };

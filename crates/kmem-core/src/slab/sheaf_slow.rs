@@ -121,7 +121,8 @@ impl<P: Platform> Slub<'_, P> {
             return self.sheaf_alloc_ptr(c, s);
         }
         let full = match barn.try_lock_counted(self.spill_account(s)) {
-            Some(mut l) => l.exchange_empty(empty, barn_owner(Some(c))),
+            // SAFETY: this CPU's empty main sheaf, which leaves it in the trade.
+            Some(mut l) => unsafe { l.exchange_empty(empty, barn_owner(Some(c))) },
             None => None,
         };
         let Some(full) = full else {
@@ -273,9 +274,11 @@ impl<P: Platform> Slub<'_, P> {
         if hint >= max_full || barn.nr_empty_hint() == 0 {
             return None;
         }
-        let empty =
+        // SAFETY: this CPU's full spare (caller), which leaves it in the trade.
+        let empty = unsafe {
             barn.try_lock_counted(acct)?
-                .exchange_full(full, max_full, barn_owner(Some(c)))?;
+                .exchange_full(full, max_full, barn_owner(Some(c)))?
+        };
         // SAFETY: a sheaf off the barn's empty list is ours now, with room: `p`
         // goes in its first slot.
         unsafe { *slot(empty.as_ptr(), 0) = p };

@@ -281,7 +281,7 @@ impl<'a> Slab<'a> {
 
     /// Replaces the state `old` with `new` if it still holds `old`.
     #[inline]
-    pub fn cas_state(self, old: SlabState, new: SlabState) -> bool {
+    pub(crate) fn cas_state(self, old: SlabState, new: SlabState) -> bool {
         // AcqRel: a successful free publishes the free pointer written into the object
         // before it; a successful take of the freelist sees those writes.
         self.0.owner[0]
@@ -313,12 +313,37 @@ impl<'a> Slab<'a> {
         }
     }
 
-    /// The cache the slab belongs to.
+    /// The cache the slab belongs to. Crate-private: `self` must head a live slab,
+    /// which safe code outside the crate could not promise (any `&Page`, a slab's tail
+    /// among them, can be wrapped with [`Slab::of`]).
     #[inline(always)]
-    pub fn cache(self) -> &'a KmemCache {
+    pub(crate) fn cache(self) -> &'a KmemCache {
         // SAFETY: a slab's head page names its cache (set by `init` before the slab is
         // published), and a cache outlives its slabs.
         unsafe { &*(self.0.owner[2].load(Relaxed) as *const KmemCache) }
+    }
+
+    /// The cache of a page that reads as a slab head to a lookup of any address
+    /// ([`Slub::lookup`](super::Slub::lookup), `cache_of`, `slab_object`): `None`
+    /// while the word is 0, which it is on a slab being made before its flags say
+    /// `SLAB` is over (`allocate_slab` writes the cache first, and its constructors
+    /// run after), and on one being discarded once its words are cleared.
+    #[inline(always)]
+    pub(crate) fn cache_if_set(self) -> Option<&'a KmemCache> {
+        // SAFETY: 0, or the cache the slab belongs to (as in `cache`).
+        unsafe { (self.0.owner[2].load(Relaxed) as *const KmemCache).as_ref() }
+    }
+
+    /// [`Slab::cache_if_set`]'s address, read without making a reference.
+    #[inline]
+    pub(crate) fn cache_addr(self) -> Option<usize> {
+        Some(self.0.owner[2].load(Relaxed)).filter(|&a| a != 0)
+    }
+
+    /// Names `s` as the cache of a slab being made, before its head's flags say
+    /// `SLAB` (see [`Slab::cache_if_set`]); [`Slab::init`] writes it again.
+    pub(super) fn set_cache(self, s: &KmemCache) {
+        self.0.owner[2].store(s as *const KmemCache as usize, Relaxed);
     }
 
     /// Sets up the descriptor of a new slab of `s` with state `st`, not frozen by
@@ -355,6 +380,14 @@ impl<'a> Slab<'a> {
         for w in &self.0.owner {
             w.store(0, Relaxed);
         }
+    }
+
+    /// Sets the head's flags of a slab being made to `HEAD | SLAB`, after its cache
+    /// word ([`Slab::set_cache`]): a Release store, so a lookup that reads the flags
+    /// with Acquire and finds `SLAB` reads the cache too.
+    pub(super) fn publish(self) {
+        self.0
+            .publish_flags(crate::page::PageFlags::HEAD | crate::page::PageFlags::SLAB);
     }
 
     /// The slab got an objcg vector (`memcontrol`): from now on its frees take the

@@ -79,7 +79,8 @@ extern "C" fn fork_child() {
     let others = LOCKED.load(Ordering::Relaxed);
     fork_parent();
     if others {
-        HEAP.kmem.fork_child();
+        // SAFETY: the `pthread_atfork` child handler: the child's one thread.
+        unsafe { HEAP.kmem.fork_child() };
     }
     super::live::after_fork_child();
 }

@@ -210,7 +210,8 @@ impl Heap {
             // SAFETY: forwarded from the caller.
             return unsafe { self.kfence_realloc(p, size, gfp) };
         }
-        if let Some(old) = self.zoned_size(p) {
+        // SAFETY: forwarded from the caller.
+        if let Some(old) = unsafe { self.zoned_size(p) } {
             // A red-zoned block always moves (its tail follows the size).
             let q = self.kmalloc(size, gfp)?;
             // SAFETY: both are ours; `old.min(size)` bytes are valid in each; distinct.
@@ -228,14 +229,22 @@ impl Heap {
     }
 
     /// `ksize`: the usable size of the allocation at `p` (0 if it is not one).
-    pub fn ksize(&self, p: *const u8) -> usize {
+    ///
+    /// # Safety
+    /// `p` is null, an allocation of this heap that the caller holds (not freed, and
+    /// not being freed or resized by another thread), or no address the heap ever
+    /// handed out: a red-zoned block's size is read from its own last words, and a
+    /// freed object's cache may be gone.
+    pub unsafe fn ksize(&self, p: *const u8) -> usize {
         if crate::kfence::owns(p) {
             return crate::kfence::size_of(p).unwrap_or(0);
         }
-        if let Some(n) = self.zoned_size(p) {
+        // SAFETY: forwarded from the caller.
+        if let Some(n) = unsafe { self.zoned_size(p) } {
             return n;
         }
-        self.kmem.ksize(p)
+        // SAFETY: forwarded from the caller.
+        unsafe { self.kmem.ksize(p) }
     }
 
     /// `kfree`: frees `p` (null: nothing). A pointer that is not the start of one of
@@ -381,7 +390,8 @@ impl Heap {
     unsafe fn kfree_percpu(&self, p: *mut u8) -> bool {
         self.enable_rseq_fast_paths();
         self.percpu_fallback(
-            || match self.kmem.slub().lookup(p) {
+            // SAFETY: the caller frees its object: the cache found lives.
+            || match unsafe { self.kmem.slub().lookup(p) } {
                 // SAFETY: a checked object of `slab`, given up by the caller.
                 ObjectLookup::Slab(s, slab) => unsafe { self.rseq_free(s, slab, p) },
                 _ => None,

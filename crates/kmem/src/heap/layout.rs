@@ -503,7 +503,9 @@ impl Heap {
                     // to for its alignment: the kmalloc red zone then starts where
                     // the caller's bytes end (`malloc(20)` is a 32-byte object of
                     // which 12 are red zone), and the usable size is the request.
-                    if let Some(s) = self.kmem.slub().cache_of(p) {
+                    // SAFETY: `p` was just allocated, and kmalloc's caches live as
+                    // long as the heap.
+                    if let Some(s) = unsafe { self.kmem.slub().cache_of(p) } {
                         // SAFETY: the object just allocated, ours; `cache_of` named
                         // its slab's cache.
                         unsafe { self.kmem.slub().set_orig_size(s, p as usize, size) };
@@ -612,9 +614,14 @@ impl Heap {
                 if objcg != 0 {
                     // SAFETY: a charged mapping's objcg lives while it is charged.
                     let cg = unsafe { &*(objcg as *const kmem_core::memcontrol::ObjCgroup) };
-                    self.kmem
-                        .memcg()
-                        .memcg_uncharge_external(self.cpu().get(), cg, len);
+                    // SAFETY: `len` bytes were charged to it when the mapping was
+                    // made (`huge_alloc`), and this free, which took the mapping's
+                    // descriptor, is the one uncharge.
+                    unsafe {
+                        self.kmem
+                            .memcg()
+                            .memcg_uncharge_external(self.cpu().get(), cg, len)
+                    };
                 }
                 // SAFETY: the descriptor came from `desc_alloc` (`huge_alloc`).
                 unsafe { self.kfree(desc.as_ptr()) }
@@ -627,25 +634,36 @@ impl Heap {
 
     /// How many bytes the allocation at `p` really has (`malloc_usable_size`): its
     /// class size, its pages, or its mapping; 0 if it is not one of ours.
-    pub fn usable_size(&self, p: *const u8) -> usize {
-        self.usable_size_checked(p).unwrap_or(0)
+    ///
+    /// # Safety
+    /// As [`Heap::ksize`]: `p` is null, an allocation the caller holds, or no address
+    /// this heap handed out.
+    pub unsafe fn usable_size(&self, p: *const u8) -> usize {
+        // SAFETY: forwarded from the caller.
+        unsafe { self.usable_size_checked(p) }.unwrap_or(0)
     }
 
     /// [`Heap::usable_size`], `None` when `p` is not the start of one of this heap's
     /// allocations. Under slub_debug with red zones or tracks a block answers with the
     /// size asked for, which is 0 for `malloc(0)`: only this tells such a block from
     /// a foreign pointer.
-    pub fn usable_size_checked(&self, p: *const u8) -> Option<usize> {
+    ///
+    /// # Safety
+    /// As [`Heap::ksize`].
+    pub unsafe fn usable_size_checked(&self, p: *const u8) -> Option<usize> {
         if crate::kfence::owns(p) {
             return crate::kfence::size_of(p);
         }
-        if let Some(n) = self.zoned_size(p) {
+        // SAFETY: forwarded from the caller.
+        if let Some(n) = unsafe { self.zoned_size(p) } {
             return Some(n);
         }
         if self.kmem.pages.in_span(p) {
-            return match self.kmem.slub().lookup(p) {
+            // SAFETY: only the kind of result is used, not the cache.
+            return match unsafe { self.kmem.slub().lookup(p) } {
                 ObjectLookup::Bad(_) => None,
-                _ => Some(self.kmem.ksize(p)),
+                // SAFETY: forwarded from the caller.
+                _ => Some(unsafe { self.kmem.ksize(p) }),
             };
         }
         self.huge.size_of(p)
@@ -707,7 +725,9 @@ impl Heap {
     ) -> Option<(*mut u8, bool)> {
         // The lookup tests the span itself (`virt_to_head_page`): a pointer outside
         // it is `Bad`, as any other that is not a slab object.
-        let ObjectLookup::Slab(s, slab) = self.kmem.slub().lookup(p) else {
+        // SAFETY: `p` is the caller's allocation (this function's contract): its
+        // cache lives while it does.
+        let ObjectLookup::Slab(s, slab) = (unsafe { self.kmem.slub().lookup(p) }) else {
             return None;
         };
         let cfg = s.config();
@@ -770,7 +790,8 @@ impl Heap {
         // What to allocate if it moves.
         let mut want = new_size;
         if pa.in_span(p) {
-            match self.kmem.slub().lookup(p) {
+            // SAFETY: `p` is the caller's allocation (this function's contract).
+            match unsafe { self.kmem.slub().lookup(p) } {
                 ObjectLookup::Slab(s, _) => {
                     let have = s.config().object_size;
                     // Same class, or a shrink that keeps at least half of it: stays
@@ -787,7 +808,9 @@ impl Heap {
                 // A charged block moves (charging the new block, uncharging this), and
                 // so does a red-zoned one (its tail follows the size).
                 ObjectLookup::Large(head)
-                    if self.kmem.memcg().page_objcg(head).is_some() || self.zoned_blocks() => {}
+                    // SAFETY: `lookup` found `head`, the head of the caller's block.
+                    if unsafe { self.kmem.memcg().page_objcg(head) }.is_some()
+                        || self.zoned_blocks() => {}
                 ObjectLookup::Large(head) => {
                     // SAFETY: the head of a live block of ours.
                     let old = unsafe { head.as_ref() }.order();
@@ -830,7 +853,10 @@ impl Heap {
         };
         let q = self.alloc(new_layout);
         if !q.is_null() {
-            let old_size = self.usable_size(p).min(layout.size()).min(new_size);
+            // SAFETY: `p` is the caller's allocation (this function's contract).
+            let old_size = unsafe { self.usable_size(p) }
+                .min(layout.size())
+                .min(new_size);
             // SAFETY: both allocations are ours and hold `old_size` bytes; distinct.
             unsafe {
                 ptr::copy_nonoverlapping(p, q, old_size);

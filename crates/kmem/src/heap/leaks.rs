@@ -307,11 +307,14 @@ fn scan_from(stack_from: usize) -> LeakReport {
     let mut cands: MapVec<Candidate> = MapVec::new();
     let mut tracking = false;
     let mut out_of_memory = false;
+    // The tracked caches' addresses, which `scan_span` compares slabs' caches with.
+    let mut tracked: MapVec<usize> = MapVec::new();
     kmem.caches().for_each(|s| {
         if !s.config().flags.contains(SlabFlags::STORE_USER) {
             return;
         }
         tracking = true;
+        out_of_memory |= !tracked.push(std::ptr::from_ref(s) as usize);
         slub.for_each_tracked(s, &mut |o| {
             if o.quarantined() {
                 return;
@@ -356,7 +359,7 @@ fn scan_from(stack_from: usize) -> LeakReport {
         sc.scan_outside(start, end, &own);
     }
     // Roots inside the span: memmaps, allocated page blocks, untracked slabs.
-    scan_span(h, &mut sc);
+    scan_span(h, &mut sc, tracked.as_slice());
     // Everything reachable from there.
     while let Some(i) = sc.work.pop() {
         let c = sc.cands[i as usize];
@@ -477,8 +480,8 @@ impl Scanner<'_> {
 }
 
 /// The span's roots: each online section's memmap and its allocated blocks that are
-/// not slabs of tracked caches.
-fn scan_span(h: &super::Heap, sc: &mut Scanner<'_>) {
+/// not slabs of tracked caches (`tracked`: their addresses).
+fn scan_span(h: &super::Heap, sc: &mut Scanner<'_>, tracked: &[usize]) {
     let pa = h.page_allocator();
     let slub = h.kmem().slub();
     let (base, len) = pa.span();
@@ -517,11 +520,11 @@ fn scan_span(h: &super::Heap, sc: &mut Scanner<'_>) {
                 continue;
             }
             let addr = pa.page_address(page).as_ptr() as usize;
-            let tracked = f.contains(PageFlags::SLAB)
+            let of_tracked = f.contains(PageFlags::SLAB)
                 && slub
-                    .cache_of(addr as *const u8)
-                    .is_some_and(|s| s.config().flags.contains(SlabFlags::STORE_USER));
-            if !tracked {
+                    .cache_addr_of(addr as *const u8)
+                    .is_some_and(|c| tracked.contains(&c));
+            if !of_tracked {
                 sc.scan_inside(addr, addr + pages * PAGE_SIZE);
             }
             pfn += pages;

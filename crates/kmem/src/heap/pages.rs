@@ -80,7 +80,8 @@ impl Heap {
         // Charged pages are uncharged and freed one by one; the rest in bulk.
         for slot in pages.iter_mut() {
             if let Some(p) = *slot {
-                if self.kmem.memcg().page_objcg(p).is_some() {
+                // SAFETY: a page of this heap (the caller's), live until freed below.
+                if unsafe { self.kmem.memcg().page_objcg(p) }.is_some() {
                     // SAFETY: an order-0 page of ours, given up by the caller.
                     unsafe { self.kmem.free_pages(cpu, p, 0) };
                     *slot = None;

@@ -443,8 +443,14 @@ impl Heap {
     #[cold]
     #[inline(never)]
     pub(super) fn rseq_double_free_at_top(&self, p: *mut u8) -> bool {
-        match self.kmem.slub().lookup(p) {
-            ObjectLookup::Slab(s, slab) => self.kmem.slub().double_free(s, slab, p as usize),
+        // SAFETY: `p` is on this CPU's sheaf top: an object of a live cache (its sheaf
+        // keeps the cache from being destroyed).
+        match unsafe { self.kmem.slub().lookup(p) } {
+            // SAFETY: `lookup` found `slab` heading a slab of `s`, live while the
+            // object the caller frees is in it.
+            ObjectLookup::Slab(s, slab) => unsafe {
+                self.kmem.slub().double_free(s, slab, p as usize)
+            },
             _ => false,
         }
     }
@@ -456,7 +462,8 @@ impl Heap {
     /// As [`Heap::dealloc`].
     #[inline(always)]
     pub(super) unsafe fn rseq_free_ptr_slow(&self, p: *mut u8) -> Option<bool> {
-        match self.kmem.slub().lookup(p) {
+        // SAFETY: the caller frees its object: the cache found lives.
+        match unsafe { self.kmem.slub().lookup(p) } {
             // SAFETY: a checked object of `slab`, given up by the caller.
             ObjectLookup::Slab(s, slab) => unsafe { self.rseq_free(s, slab, p) },
             _ => None,
@@ -578,7 +585,8 @@ impl Heap {
         {
             use crate::platform::rseq::{self, Pushed};
             let cfg = s.config();
-            if cfg.off_fast_paths() || kmem_core::memcontrol::has_obj_exts(slab) {
+            // SAFETY: a live slab (caller).
+            if cfg.off_fast_paths() || unsafe { kmem_core::memcontrol::has_obj_exts(slab) } {
                 return None;
             }
             let obj = p as usize;
@@ -589,7 +597,8 @@ impl Heap {
                     // No object of the slab is out (a kept empty slab's, whose pages
                     // name no sheaf, so the inline push sent it here): the sheaf would
                     // hand it out beside the slab's own copy. As `free_object`.
-                    return Some(self.kmem.slub().double_free(s, slab, obj));
+                    // SAFETY: a live slab of `s` (caller).
+                    return Some(unsafe { self.kmem.slub().double_free(s, slab, obj) });
                 }
             }
             let area = rseq::area()?;
@@ -604,7 +613,8 @@ impl Heap {
             };
             match pushed {
                 Pushed::Done => Some(true),
-                Pushed::AtHead => Some(self.kmem.slub().double_free(s, slab, obj)),
+                // SAFETY: a live slab of `s` (caller).
+                Pushed::AtHead => Some(unsafe { self.kmem.slub().double_free(s, slab, obj) }),
                 Pushed::No => None,
             }
         }

@@ -72,7 +72,8 @@ impl Heap {
     /// The whole length of the block at `p` (a page block or huge mapping).
     fn block_len(&self, p: *const u8) -> Option<usize> {
         if self.kmem.pages.in_span(p) {
-            match self.kmem.slub().lookup(p) {
+            // SAFETY: only a large block's head is used, no cache.
+            match unsafe { self.kmem.slub().lookup(p) } {
                 // SAFETY: the head of a live block of ours.
                 ObjectLookup::Large(head) => Some(PAGE_SIZE << unsafe { head.as_ref() }.order()),
                 _ => None,
@@ -92,10 +93,14 @@ impl Heap {
     }
 
     /// The size asked for at `p`, if it is a red-zoned block (`malloc_usable_size`).
-    pub(super) fn zoned_size(&self, p: *const u8) -> Option<usize> {
+    ///
+    /// # Safety
+    /// `p` is null, an allocation the caller holds, or no address this heap handed
+    /// out (the block's last words are read).
+    pub(super) unsafe fn zoned_size(&self, p: *const u8) -> Option<usize> {
         let len = self.zoned_len(p)?;
         let end = p as usize + len;
-        // SAFETY: the last two words of a live block of ours.
+        // SAFETY: the last two words of a live block of ours (caller).
         let (magic, n) = unsafe {
             (
                 ((end - 2 * WORD) as *const usize).read_unaligned(),
@@ -115,7 +120,9 @@ impl Heap {
     #[cold]
     #[inline(never)]
     pub(super) fn zoned_free_check(&self, p: *const u8) -> bool {
-        let (Some(len), Some(size)) = (self.zoned_len(p), self.zoned_size(p)) else {
+        // SAFETY: the block being freed: its callers are the frees, whose caller
+        // holds it.
+        let (Some(len), Some(size)) = (self.zoned_len(p), unsafe { self.zoned_size(p) }) else {
             return true;
         };
         let start = p as usize + size;

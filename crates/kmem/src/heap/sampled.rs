@@ -114,9 +114,13 @@ impl Heap {
             )
         };
         let size = cache.config().size;
-        self.kmem
-            .memcg()
-            .obj_cgroup_uncharge(self.cpu().get(), cg, cache, size);
+        // SAFETY: the sample was charged one object of `cache` to `cg`, and the
+        // charge comes back once, with the one free that won the slot.
+        unsafe {
+            self.kmem
+                .memcg()
+                .obj_cgroup_uncharge(self.cpu().get(), cg, cache, size)
+        };
     }
 
     /// Frees a pool object (`kfence::owns(p)`): true if freed. A damaged canary is

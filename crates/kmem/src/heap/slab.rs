@@ -178,7 +178,8 @@ impl Heap {
     unsafe fn kmem_cache_free_percpu(&self, s: &KmemCache, p: NonNull<u8>) -> bool {
         self.enable_rseq_fast_paths();
         self.percpu_fallback(
-            || match self.kmem.slub().lookup(p.as_ptr()) {
+            // SAFETY: the caller frees its object: the cache found lives.
+            || match unsafe { self.kmem.slub().lookup(p.as_ptr()) } {
                 ObjectLookup::Slab(found, slab) if std::ptr::eq(found, s) => {
                     // SAFETY: a checked object of `slab`, given up by the caller.
                     unsafe { self.rseq_free(s, slab, p.as_ptr()) }

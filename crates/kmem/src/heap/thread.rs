@@ -363,8 +363,8 @@ pub(crate) fn restore_active_objcg(prev: usize) {
 fn put_objcg(v: usize) {
     if v != 0 {
         // SAFETY: `v` left the slot with its reference (the slot's invariant), so
-        // the objcg is alive until this put.
-        unsafe { &*(v as *const ObjCgroup) }.put();
+        // the objcg is alive until this put, which gives up that reference.
+        unsafe { (*(v as *const ObjCgroup)).put() };
     }
 }
 

@@ -261,11 +261,8 @@ fn entering_a_group_after_plain_allocations_charges() {
     let _s = setup();
     let g = kmem::MemCgroup::new("percpu-late-tenant").unwrap();
     let cache = |p: usize| {
-        heap()
-            .kmem()
-            .slub()
-            .cache_of(p as *const u8)
-            .map(|s| s.name().to_string())
+        // SAFETY: kmalloc's caches (the only ones here) live as long as the heap.
+        unsafe { heap().kmem().slub().cache_of(p as *const u8) }.map(|s| s.name().to_string())
     };
     std::thread::scope(|s| {
         s.spawn(|| {
