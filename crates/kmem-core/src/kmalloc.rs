@@ -791,8 +791,8 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         // more room.
         unsafe { ptr::copy_nonoverlapping(p, q.as_ptr(), old) };
         match slab_cache {
-            // SAFETY: `slab_object` found `slab`, a slab head.
             Some((s, slab))
+                // SAFETY: `slab_object` found `slab`, a slab head.
                 if cap >= OUTGROWN_MIN && unsafe { outgrown_to_slab(s.config(), slab) } =>
             {
                 // SAFETY: an uncharged object of `s` in `slab`, ours to give up.

@@ -141,8 +141,8 @@ fn run_with(ops: Vec<Op>, policy: Option<fn(&str) -> SlabFlags>) {
         if let Some((&a, _)) = live.range(p..).next() {
             assert!(p + span <= a, "{p:#x}+{len} overlaps {a:#x}");
         }
-        // SAFETY: the test's own live allocation (or null, or not the heap's).
         assert!(
+            // SAFETY: the test's own live allocation (or null, or not the heap's).
             unsafe { k.ksize(p as *const u8) } >= len,
             "ksize below the request"
         );

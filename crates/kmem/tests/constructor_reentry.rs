@@ -154,7 +154,7 @@ fn a_constructor_may_ask_the_size_of_its_object() {
     // A call per object of each slab made (a sheaf's refill may make several).
     let objects = cache.config().objects;
     assert!(
-        !seen.is_empty() && seen.len() % objects == 0,
+        !seen.is_empty() && seen.len().is_multiple_of(objects),
         "{} calls",
         seen.len()
     );

@@ -33,8 +33,8 @@ fn child() {
         let layout = Layout::from_size_align(size, 8).unwrap();
         let p = h.alloc(layout);
         assert!(!p.is_null());
-        // SAFETY: the test's own live allocation (or null, or not the heap's).
         assert_eq!(
+            // SAFETY: the test's own live allocation (or null, or not the heap's).
             unsafe { h.usable_size(p) },
             size,
             "usable size is the request"

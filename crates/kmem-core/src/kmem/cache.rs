@@ -165,8 +165,8 @@ impl<P: Platform> Kmem<P> {
         let slub = self.slub();
         // SAFETY: the caller frees its object of `s`: the cache found lives.
         match unsafe { slub.lookup(obj.as_ptr()) } {
-            // SAFETY: `lookup` found `slab`, a slab head.
             ObjectLookup::Slab(found, slab)
+                // SAFETY: `lookup` found `slab`, a slab head.
                 if ptr::eq(found, s) && !unsafe { has_obj_exts(slab) } =>
             {
                 // SAFETY: a valid object of `s`, given up by the caller.

@@ -813,8 +813,8 @@ mod tests {
         let [empty, spare, third] = sheaves::<3>();
         // SAFETY: test sheaves, each handed in while no list holds it.
         unsafe { l.put_empty(ptr_of(&empty)) }.unwrap();
-        // SAFETY: test sheaves, each handed in while no list holds it.
         assert_eq!(
+            // SAFETY: test sheaves, each handed in while no list holds it.
             unsafe { l.exchange_empty(ptr_of(&spare), 1) },
             Some(ptr_of(&sh[7]))
         );

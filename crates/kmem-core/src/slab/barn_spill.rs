@@ -288,8 +288,8 @@ mod tests {
             a.settle(&mut l);
         }
         assert_eq!(spill.used(), 2 * 120);
-        // SAFETY: test sheaves, each handed in while no list holds it.
         assert!(
+            // SAFETY: test sheaves, each handed in while no list holds it.
             unsafe { l.put_full(p(4), a.cap(), 1) }.is_err(),
             "240 + 120 > 300"
         );
