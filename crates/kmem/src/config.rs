@@ -663,7 +663,36 @@ mod tests {
         assert_eq!(bare.flags_for("dentry").0, DebugFlags::DEFAULT);
         assert!(!DebugConfig::parse(b"-").unwrap().any());
         assert!(DebugConfig::parse(b"FQ").is_err());
-        assert!(DebugConfig::parse(b"F,,x").is_err());
+        // As the kernel's `kmem_cache_flags`: the first block that names a cache wins
+        // (before, the last did: kmalloc-64 got P alone, no red zones).
+        let first = DebugConfig::parse(b"FZ,kmalloc-64;P,kmalloc-*").unwrap();
+        assert_eq!(
+            first.flags_for("kmalloc-64").0,
+            DebugFlags::F | DebugFlags::Z
+        );
+        assert_eq!(first.flags_for("kmalloc-32").0, DebugFlags::P);
+        assert_eq!(first.flags_for("dentry").0, 0);
+        // `*` anywhere: the prefix before it.
+        let glob = DebugConfig::parse(b"U,kmalloc-*-cg").unwrap();
+        assert!(glob.flags_for("kmalloc-64").has(DebugFlags::U));
+        assert!(!glob.flags_for("dentry").has(DebugFlags::U));
+        // Empty names are skipped, a trailing comma included; a list of none names
+        // no cache.
+        let trailing = DebugConfig::parse(b"FZ,kmalloc-64,;P").unwrap();
+        assert_eq!(
+            trailing.flags_for("kmalloc-64").0,
+            DebugFlags::F | DebugFlags::Z
+        );
+        assert_eq!(trailing.flags_for("x").0, DebugFlags::P);
+        let skipped = DebugConfig::parse(b"F,,x").unwrap();
+        assert_eq!(skipped.flags_for("x").0, DebugFlags::F);
+        assert!(!DebugConfig::parse(b"F,").unwrap().any());
+        // `-` clears what came before it in its block.
+        assert_eq!(
+            DebugConfig::parse(b"F-Z").unwrap().flags_for("a").0,
+            DebugFlags::Z
+        );
+        assert_eq!(DebugConfig::parse(b"FZP-").unwrap().flags_for("a").0, 0);
     }
 
     #[test]

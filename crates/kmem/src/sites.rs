@@ -213,6 +213,8 @@ impl<'a> LocationTable<'a> {
     /// platform's clock, as the tracks).
     pub fn add(&mut self, o: &TrackedObject, which: Calls, now_ns: u64) {
         let (t, size) = match which {
+            // A quarantined object is nobody's: not live at the site that last had it.
+            Calls::Alloc if o.quarantined() => return,
             Calls::Alloc => (&o.alloc, o.alloc.size as u64),
             Calls::Free => (&o.free, o.alloc.size as u64),
         };

@@ -188,3 +188,84 @@ fn a_process_shorter_than_the_interval_makes_no_segment() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("segment false"), "{text}");
 }
+
+/// Another user's file at the segment's path (made before the program started, for
+/// a pid it guessed) is left alone: not sized, written, mapped or removed, and the
+/// view stays off. Before, kmem took it over: that user could read the view, or
+/// shrink the file under the mapping and crash the program at its next publish.
+/// Needs root, to make a file another user owns.
+#[test]
+fn another_users_file_at_the_segment_path_is_left_alone() {
+    if std::env::var_os(CHILD).is_some() {
+        println!("pid {}", std::process::id());
+        for _ in 0..100 {
+            churn();
+        }
+        return;
+    }
+    // SAFETY: a plain system call.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: making a file of another user needs root");
+        return;
+    }
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "another_users_file_at_the_segment_path_is_left_alone",
+        "--nocapture",
+    ])
+    .env(CHILD, "1")
+    .env("KMEM_LIVE", "5");
+    // SAFETY: the hook runs in the child between fork and exec and only makes
+    // system calls on a path built on its stack (no allocation, no lock).
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            let mut path = *b"/dev/shm/kmem.\0\0\0\0\0\0\0\0\0\0\0\0";
+            let mut pid = libc::getpid() as u32;
+            let mut digits = [0u8; 10];
+            let mut n = 0;
+            loop {
+                digits[n] = b'0' + (pid % 10) as u8;
+                n += 1;
+                pid /= 10;
+                if pid == 0 {
+                    break;
+                }
+            }
+            for i in 0..n {
+                path[14 + i] = digits[n - 1 - i];
+            }
+            let fd = libc::open(
+                path.as_ptr().cast(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL,
+                0o666,
+            );
+            if fd < 0 || libc::fchown(fd, 65534, 65534) != 0 || libc::fchmod(fd, 0o666) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            libc::close(fd);
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    let path = live::segment_file(out_pid(&out));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta = std::fs::metadata(&path).expect("the other user's file is still there");
+    std::fs::remove_file(&path).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!((meta.uid(), meta.len()), (65534, 0), "taken over");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o666);
+}
+
+/// The pid of a child that printed `pid N` (see the test's child).
+fn out_pid(out: &std::process::Output) -> u32 {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .find_map(|l| l.strip_prefix("pid ")?.trim().parse().ok())
+        .expect("the child's pid")
+}

@@ -232,20 +232,24 @@ impl<P: Platform> Slub<'_, P> {
             .map(|bad| (bad, right, obj + cfg.rz_end))
     }
 
-    /// Poison of a free `obj` intact? Else the first wrong byte.
+    /// Poison of a free `obj` intact? Else the first wrong byte, the range it was
+    /// checked in and the byte expected there: `POISON_FREE` up to the last byte,
+    /// then `POISON_END` in the last (the kernel's `check_bytes_and_report` on each in
+    /// turn), so a report's damaged range stops before the end marker and its FIX
+    /// restores each part with its own byte.
     pub(super) fn check_poison(
         &self,
         cfg: &CacheConfig,
         obj: usize,
-    ) -> Option<(usize, usize, usize)> {
+    ) -> Option<(usize, usize, usize, u8)> {
         if !cfg.flags.contains(SlabFlags::POISON) {
             return None;
         }
-        let end = obj + cfg.object_size;
+        let last = obj + cfg.object_size - 1;
         if let Some(bad) = find_not(obj, cfg.object_size - 1, POISON_FREE) {
-            return Some((bad, obj, end));
+            return Some((bad, obj, last, POISON_FREE));
         }
-        find_not(end - 1, 1, POISON_END).map(|bad| (bad, obj, end))
+        find_not(last, 1, POISON_END).map(|bad| (bad, last, last + 1, POISON_END))
     }
 
     fn set_track(
@@ -377,17 +381,8 @@ impl<P: Platform> Slub<'_, P> {
                 unsafe { node.full.lock().push_head(slab.as_ptr()) };
             }
             // The object is ours now: check what it should look like while free.
-            if let Some((bad, from, to)) = self.check_poison(cfg, obj) {
-                self.report_bytes(
-                    s,
-                    slab,
-                    "Poison overwritten",
-                    obj,
-                    bad,
-                    from,
-                    to,
-                    POISON_FREE,
-                );
+            if let Some((bad, from, to, expect)) = self.check_poison(cfg, obj) {
+                self.report_bytes(s, slab, "Poison overwritten", obj, bad, from, to, expect);
                 self.quarantine_object(cfg, obj);
                 self.log_fix(s, "Marking object used (quarantined)");
                 continue;
@@ -495,18 +490,22 @@ impl<P: Platform> Slub<'_, P> {
             self.report_object(s, slab, "Object already free", obj, None);
             return false;
         }
-        let damaged = match self.check_redzones(cfg, obj, RED_ACTIVE) {
-            Some(zone) => Some(("Redzone overwritten", zone)),
-            None => self
-                .check_kmalloc_redzone(cfg, obj)
-                .map(|zone| ("kmalloc Redzone overwritten", zone)),
-        };
-        if let Some((what, (bad, from, to))) = damaged {
-            // The free happened: its track says so (and, being newer than the
-            // allocation track, marks the object as quarantined, not in use).
+        // Both zones, each reported and restored (as the kernel's `check_object`), so
+        // a later `validate` finds nothing left to report of this object.
+        let slot = self.check_redzones(cfg, obj, RED_ACTIVE);
+        let kmalloc = self.check_kmalloc_redzone(cfg, obj);
+        if slot.is_some() || kmalloc.is_some() {
+            // The free happened: its track says so; the mark keeps the object out of
+            // use and tells the walks it is nobody's.
             self.set_track(cfg, obj, Track2::Free, cpu, &frames);
             set_mark(cfg, obj, MARK_QUARANTINED);
-            self.report_bytes(s, slab, what, obj, bad, from, to, RED_ACTIVE);
+            let damaged = [
+                slot.map(|z| ("Redzone overwritten", z)),
+                kmalloc.map(|z| ("kmalloc Redzone overwritten", z)),
+            ];
+            for (what, (bad, from, to)) in damaged.into_iter().flatten() {
+                self.report_bytes(s, slab, what, obj, bad, from, to, RED_ACTIVE);
+            }
             drop(list);
             self.log_fix(s, "Object not freed (quarantined)");
             return false;
@@ -575,6 +574,14 @@ impl<P: Platform> Slub<'_, P> {
         unsafe { s.node(nid).full.lock().push_head(slab.as_ptr()) };
     }
 
+    /// Whether the free-pointer word of `obj`, an object of a debug cache on no
+    /// freelist, holds [`MARK_ALLOCATED`]: `alloc_debug` handed it out and it was
+    /// not freed or quarantined since (under its node's `list_lock`). True for a
+    /// cache without marks.
+    pub(super) fn holds_allocated_mark(&self, cfg: &CacheConfig, obj: usize) -> bool {
+        get_mark(cfg, obj) == MARK_ALLOCATED
+    }
+
     /// An object taken off the freelist and kept out of use after a report: it counts
     /// as allocated from now on, so its red zones get the allocated pattern, and later
     /// checks (validate, the exit validation) see a consistent object instead of
@@ -637,7 +644,7 @@ impl<P: Platform> Slub<'_, P> {
     /// A report about bytes that are not what they should be, with the object's
     /// trailer and dumps (`check_bytes_and_report`).
     #[allow(clippy::too_many_arguments)]
-    fn report_bytes(
+    pub(super) fn report_bytes(
         &self,
         s: &KmemCache,
         slab: NonNull<Page>,

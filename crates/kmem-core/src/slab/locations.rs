@@ -29,19 +29,21 @@ pub struct TrackedObject {
     pub object_size: usize,
     /// Where it was allocated (`size`: the bytes asked for).
     pub alloc: Track,
-    /// Where its slot was last freed (a previous life; zero if none). Newer than
-    /// `alloc` when the object was quarantined by a check instead of being handed
-    /// out or freed: see [`TrackedObject::quarantined`].
+    /// Where its slot was last freed (a previous life; zero if none).
     pub free: Track,
+    /// See [`TrackedObject::quarantined`].
+    pub quarantined: bool,
 }
 
 impl TrackedObject {
     /// Whether slub_debug took this object out of use after a failed check (at an
-    /// allocation: its free track is the last one and no allocation track followed;
-    /// at a free: the free was recorded, then refused). Such an object counts as
-    /// allocated in slabinfo but belongs to nobody.
+    /// allocation, at a free that was then refused, or a slab's never-used objects
+    /// past a damaged freelist). Such an object counts as allocated in slabinfo but
+    /// belongs to nobody: the walk tells it by the object's mark (the free-pointer
+    /// word of a debug cache's object holds the handed-out mark only while a caller
+    /// has it), not by the tracks' times, which a coarse clock can make equal.
     pub fn quarantined(&self) -> bool {
-        self.free.when_ns > self.alloc.when_ns
+        self.quarantined
     }
 }
 
@@ -97,11 +99,17 @@ impl<P: Platform> Slub<'_, P> {
             ) else {
                 return;
             };
+            // Handed out and not freed: the handed-out mark, and an allocation track
+            // at least as new as the free track (a slot never handed out has none).
+            let held = self.holds_allocated_mark(cfg, obj)
+                && alloc.when_ns != 0
+                && alloc.when_ns >= free.when_ns;
             f(&TrackedObject {
                 addr: obj,
                 object_size: cfg.object_size,
                 alloc,
                 free,
+                quarantined: !held,
             });
         }
     }
@@ -145,7 +153,9 @@ impl<P: Platform> Slub<'_, P> {
     /// `set_orig_size`, also after an in-place krealloc): the `orig_size` word, the
     /// allocation track's size, and, for a red-zoned cache, the kmalloc red zone
     /// between `size` and the object size (`RED_ACTIVE`, checked at free and by
-    /// `validate`). No effect on a cache without debug metadata.
+    /// `validate`). No effect on a cache without debug metadata. A kmalloc red zone
+    /// found overwritten first is reported and restored (as `validate` would), so an
+    /// in-place `krealloc` does not paint over the evidence of an overflow.
     ///
     /// # Safety
     /// `obj` is an allocated object of `s`, which the caller owns.
@@ -158,11 +168,15 @@ impl<P: Platform> Slub<'_, P> {
         // Under the node's `list_lock` when red-zoned: `validate` (which holds it)
         // checks the kmalloc red zone against the `orig_size` word, and must not see
         // the one changed without the other.
+        let slab = self.pages.virt_to_head_page(obj as *const u8);
         let _list = cfg.flags.contains(SlabFlags::RED_ZONE).then(|| {
-            let slab = self.pages.virt_to_head_page(obj as *const u8);
             let nid = slab.map_or(0, |p| self.pages.page_to_nid(p));
             s.node(nid).list_lock.lock()
         });
+        if let (Some((bad, from, to)), Some(slab)) = (self.check_kmalloc_redzone(cfg, obj), slab) {
+            let what = "kmalloc Redzone overwritten";
+            self.report_bytes(s, slab, what, obj, bad, from, to, RED_ACTIVE);
+        }
         self.put_orig_size(cfg, obj, size);
         if cfg.flags.contains(SlabFlags::RED_ZONE) {
             // SAFETY: the slack lies inside the object, which the caller owns.

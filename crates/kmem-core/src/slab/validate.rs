@@ -2,7 +2,7 @@
 //! locks (`list_lock`, then `full`), checking freelists, counts, red zones, poison and
 //! padding, each problem reported in the kernel's format.
 
-use super::debug::{find_not, Problem, POISON_FREE, POISON_INUSE, RED_ACTIVE, RED_INACTIVE};
+use super::debug::{find_not, Problem, POISON_INUSE, RED_ACTIVE, RED_INACTIVE};
 use crate::page::{Page, PageFlags};
 use crate::platform::Platform;
 use crate::slab::{get_freepointer, CacheConfig, KmemCache, Slab, SlabFlags, Slub};
@@ -135,14 +135,14 @@ impl<P: Platform> Slub<'_, P> {
                 }
             }
             if is_free {
-                if let Some((bad, from, _)) = self.check_poison(cfg, obj) {
+                if let Some((bad, from, _, expect)) = self.check_poison(cfg, obj) {
                     // SAFETY: inside the slot.
                     let first = unsafe { (bad as *const u8).read() };
                     report(
                         "Poison overwritten",
                         obj,
                         self,
-                        Some((bad, bad, first, POISON_FREE, from)),
+                        Some((bad, bad, first, expect, from)),
                     );
                     problems += 1;
                 }

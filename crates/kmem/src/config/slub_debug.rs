@@ -1,8 +1,11 @@
 //! `KMEM_DEBUG`'s syntax, the kernel's `slub_debug=` boot parameter: blocks of
-//! slub_debug letters, each for every cache or for a list of cache names (a name
-//! ending in `*` matches by prefix), separated by `;` — `FZ,kmalloc-64,kmalloc-1*;P`
-//! — parsed in place into fixed arrays (no allocation: kmem may be the process's
-//! malloc).
+//! slub_debug letters, each for every cache or for a list of cache names (a name with
+//! a `*` matches by the prefix before it), separated by `;` —
+//! `FZ,kmalloc-64,kmalloc-1*;P` — parsed in place into fixed arrays (no allocation:
+//! kmem may be the process's malloc). As the kernel's `kmem_cache_flags`: a cache
+//! takes the flags of the first block whose list names it, else those of the last
+//! block without a list; `-` clears the letters before it in its block (`F-Z` is
+//! `Z`), and empty names (`FZ,kmalloc-64,`) are skipped.
 //!
 //! Owns no state and takes no lock.
 
@@ -93,14 +96,15 @@ impl DebugConfig {
                 flags = DebugFlags::DEFAULT;
             }
             for &c in opts {
-                flags |= match c.to_ascii_uppercase() {
-                    b'F' => DebugFlags::F,
-                    b'Z' => DebugFlags::Z,
-                    b'P' => DebugFlags::P,
-                    b'U' => DebugFlags::U,
-                    b'T' => DebugFlags::T,
+                flags = match c.to_ascii_uppercase() {
+                    b'F' => flags | DebugFlags::F,
+                    b'Z' => flags | DebugFlags::Z,
+                    b'P' => flags | DebugFlags::P,
+                    b'U' => flags | DebugFlags::U,
+                    b'T' => flags | DebugFlags::T,
+                    // The kernel's `-`: everything before it in the block is off.
                     b'-' => 0,
-                    b'A' | b'O' => 0,
+                    b'A' | b'O' => flags,
                     _ => return Err("an unknown option letter"),
                 };
             }
@@ -109,16 +113,21 @@ impl DebugConfig {
                 ..DebugBlock::default()
             };
             let mut off = start + opts.len() + 1;
+            let mut listed = false;
             for name in parts {
-                if b.nnames == DEBUG_NAMES {
-                    return Err("more than 8 cache names in a block");
+                listed = true;
+                if !name.is_empty() {
+                    if b.nnames == DEBUG_NAMES {
+                        return Err("more than 8 cache names in a block");
+                    }
+                    b.names[b.nnames] = (off as u8, name.len() as u8);
+                    b.nnames += 1;
                 }
-                if name.is_empty() {
-                    return Err("an empty cache name");
-                }
-                b.names[b.nnames] = (off as u8, name.len() as u8);
-                b.nnames += 1;
                 off += name.len() + 1;
+            }
+            if listed && b.nnames == 0 {
+                // `F,` names no cache: a list that matches none, not every cache.
+                continue;
             }
             cfg.blocks[cfg.nblocks] = b;
             cfg.nblocks += 1;
@@ -126,27 +135,26 @@ impl DebugConfig {
         Ok(cfg)
     }
 
-    /// The debug flags for the cache called `name` (the last block that names it, or
-    /// the last block for all caches).
+    /// The debug flags for the cache called `name`: the first block whose list names
+    /// it, else the last block for all caches (as the kernel's `kmem_cache_flags`).
     pub fn flags_for(&self, name: &str) -> DebugFlags {
         let mut all = DebugFlags(0);
-        let mut named = None;
         for b in &self.blocks[..self.nblocks] {
             if b.nnames == 0 {
                 all = b.flags;
             }
             for &(off, len) in &b.names[..b.nnames] {
                 let pat = &self.text[off as usize..off as usize + len as usize];
-                let hit = match pat.split_last() {
-                    Some((b'*', prefix)) => name.as_bytes().starts_with(prefix),
-                    _ => name.as_bytes() == pat,
+                let hit = match pat.iter().position(|&c| c == b'*') {
+                    Some(star) => name.as_bytes().starts_with(&pat[..star]),
+                    None => name.as_bytes() == pat,
                 };
                 if hit {
-                    named = Some(b.flags);
+                    return b.flags;
                 }
             }
         }
-        named.unwrap_or(all)
+        all
     }
 
     /// Whether any block turns anything on.

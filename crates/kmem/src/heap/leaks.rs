@@ -376,6 +376,7 @@ fn scan_from(stack_from: usize) -> LeakReport {
             object_size: c.end - c.addr,
             alloc: c.alloc,
             free: Track::default(),
+            quarantined: false,
         };
         if c.marked {
             kept.add(&o, Calls::Alloc, now);

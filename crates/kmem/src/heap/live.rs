@@ -279,10 +279,15 @@ fn create() -> Option<*mut u8> {
             return None;
         }
         // A file left by this pid before an exec, or a stale one of a dead process
-        // with a reused pid: ours now (only the owner could open it).
-        libc::fchmod(fd, 0o600);
+        // with a reused pid, is ours to reuse only if this user owns it: one another
+        // user made (for a pid it guessed) would let that user read the view, or
+        // shrink the file under our mapping (SIGBUS at the next publish). Then the
+        // view stays off.
         let mut st: libc::stat = std::mem::zeroed();
         if libc::fstat(fd, &mut st) != 0
+            || st.st_uid != libc::geteuid()
+            || st.st_mode & libc::S_IFMT != libc::S_IFREG
+            || libc::fchmod(fd, 0o600) != 0
             || ((st.st_size as usize) < SEGMENT_BYTES
                 && libc::ftruncate(fd, SEGMENT_BYTES as libc::off_t) != 0)
         {

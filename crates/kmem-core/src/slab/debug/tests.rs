@@ -203,20 +203,25 @@ fn check_poison_finds_the_first_bad_byte_of_a_free_object() {
     let q = objects(cfg, base).find(|&o| o != p).unwrap();
     let end = q + cfg.object_size;
     assert_eq!(slub.check_poison(cfg, q), None);
-    // Past the first word, then one in it: the lower address is named.
+    // Past the first word, then one in it: the lower address is named. The range
+    // checked for 0x6b stops before the end marker.
     poke(q + 13, b'X');
-    assert_eq!(slub.check_poison(cfg, q), Some((q + 13, q, end)));
+    let free = |bad| Some((bad, q, end - 1, POISON_FREE));
+    assert_eq!(slub.check_poison(cfg, q), free(q + 13));
     poke(q + 2, b'Y');
-    assert_eq!(slub.check_poison(cfg, q), Some((q + 2, q, end)));
+    assert_eq!(slub.check_poison(cfg, q), free(q + 2));
     poke(q + 13, POISON_FREE);
     poke(q + 2, POISON_FREE);
-    // The end marker must be 0xa5, not 0x6b.
+    // The end marker must be 0xa5, not 0x6b: named with its own byte and range.
     poke(end - 1, POISON_FREE);
-    assert_eq!(slub.check_poison(cfg, q), Some((end - 1, q, end)));
+    assert_eq!(
+        slub.check_poison(cfg, q),
+        Some((end - 1, end - 1, end, POISON_END))
+    );
     poke(end - 1, POISON_END);
     // The byte before the marker is checked (it is not a whole word from the start).
     poke(end - 2, 0);
-    assert_eq!(slub.check_poison(cfg, q), Some((end - 2, q, end)));
+    assert_eq!(slub.check_poison(cfg, q), free(end - 2));
     poke(end - 2, POISON_FREE);
     assert_eq!(slub.check_poison(cfg, q), None);
     // Restored: validate finds nothing in the slab.
