@@ -31,12 +31,22 @@ pub struct TopOptions {
     /// With --sites: where the objects' slots were last freed (free_calls).
     #[arg(long)]
     pub free: bool,
-    /// Seconds between refreshes.
-    #[arg(long, default_value_t = 1.0)]
+    /// Seconds between refreshes (at least 0.1, at most a day).
+    #[arg(long, default_value_t = 1.0, value_parser = parse_delay)]
     pub delay: f64,
     /// Caches shown (largest first).
     #[arg(long, default_value_t = 30)]
     pub limit: usize,
+}
+
+/// `--delay`: a number of seconds a `Duration` can hold and a refresh makes sense at;
+/// `inf`, `nan` or `1e300` are refused with a message instead of a panic.
+fn parse_delay(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if !(0.0..=86_400.0).contains(&v) {
+        return Err(format!("{s}: seconds from 0.1 to 86400"));
+    }
+    Ok(v)
 }
 
 /// Runs `kmem top`.

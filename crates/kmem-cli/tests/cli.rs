@@ -25,6 +25,19 @@ fn unknown_suite_is_a_clear_error() {
     assert!(out.stdout.is_empty());
 }
 
+/// `kmem top --delay` out of range is a usage error (exit 2), not a panic.
+#[test]
+fn top_refuses_a_delay_it_cannot_wait() {
+    for bad in ["inf", "nan", "1e300", "-1"] {
+        let arg = format!("--delay={bad}");
+        let out = kmem(&["top", "--once", "1", &arg]).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "--delay {bad}: {err}");
+        assert!(err.contains("--delay"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
 #[test]
 fn help_lists_bench() {
     let out = kmem(&["--help"]).output().unwrap();
