@@ -69,6 +69,11 @@ pub const DRAIN_STOCK: u32 = 1 << 2;
 const AREA_FREE: u32 = 0;
 /// Area state: owned.
 const AREA_OWNED: u32 = 1;
+/// Area state: owned by a thread that does not exist in this process (a fork's
+/// child, in a mode where each thread owns an area): its state may be half-way
+/// through an update, so nothing flushes or reuses it (see
+/// [`CpuAreaPool::orphan_others`]).
+const AREA_ORPHANED: u32 = 2;
 
 /// The header of a CPU area; per-CPU data follows it in the same block.
 ///
@@ -124,6 +129,11 @@ impl CpuArea {
     /// Whether the area is owned now.
     pub fn is_owned(&self) -> bool {
         self.state.load(Ordering::Relaxed) == AREA_OWNED
+    }
+    /// Whether the area's owner was left behind by a fork (see
+    /// [`CpuAreaPool::orphan_others`]).
+    pub fn is_orphaned(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == AREA_ORPHANED
     }
     /// Takes the area's local lock (`local_lock`): while the guard lives the holder
     /// may act as the area's owner (make a [`CpuRef`]). Spins, yielding through the
@@ -480,6 +490,25 @@ impl CpuAreaPool {
         self.nr_owned.fetch_add(1, Ordering::Relaxed);
         // SAFETY: initialised just above; lives as long as the allocator.
         Some(unsafe { &*area })
+    }
+
+    /// In a fork's child: every area owned by another thread of the parent becomes
+    /// orphaned. Those threads do not exist here, and one may have been between two
+    /// stores of an update to its area (a sheaf half flushed, or handed to a barn
+    /// while the area still names it), so nothing may flush that area's state again:
+    /// `kmem_cache_destroy` passes it by, and what it holds is lost to the child, as
+    /// its owner is. (One store to each such area's header.)
+    ///
+    /// # Safety
+    /// Called in a fork's child by its one thread, before it starts others, in a mode
+    /// where each area belongs to one thread (`own` is the caller's, if it has one).
+    pub unsafe fn orphan_others(&self, own: Option<&CpuArea>) {
+        for area in self.iter() {
+            if area.is_owned() && !own.is_some_and(|o| ptr::eq(o, area)) {
+                area.state.store(AREA_ORPHANED, Ordering::Relaxed);
+                self.nr_owned.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Returns a flushed area to the free stack.

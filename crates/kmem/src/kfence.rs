@@ -468,12 +468,13 @@ pub(crate) fn check_live() -> usize {
         {
             continue;
         }
-        let bad = damaged_canary(slot);
-        m.state.store(w, Ordering::Release);
-        if let Some(bad) = bad {
+        // The report reads the page too (its dump): still claimed until it is done,
+        // or a free on another thread could take the slot and protect the page first.
+        if let Some(bad) = damaged_canary(slot) {
             report_corruption(bad, slot, &[]);
             n += 1;
         }
+        m.state.store(w, Ordering::Release);
     }
     n
 }

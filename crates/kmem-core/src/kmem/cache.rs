@@ -99,9 +99,11 @@ impl<P: Platform> Kmem<P> {
         // sheaves, counted: let it finish first.
         slub.drain_idle_sheaves(cpu);
         self.caches.wait_for_reclaims();
-        for area in self.pages.cpu_areas().iter() {
+        for area in self.pages.cpu_areas().iter().filter(|a| !a.is_orphaned()) {
             // SAFETY: nobody uses `s` meanwhile (caller), so its per-CPU state in any
-            // area is ours to flush: the owners do not touch it.
+            // area is ours to flush: the owners do not touch it. (An orphaned area's
+            // owner was left behind by a fork, maybe half-way through an update: its
+            // state is not flushed, and what it holds keeps `s` from going.)
             let c = unsafe { CpuRef::new(area) };
             if cpu.is_some_and(|own| ptr::eq(own.area(), area)) {
                 slub.flush_cpu_cache(c, s);

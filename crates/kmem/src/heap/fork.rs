@@ -18,8 +18,10 @@
 //! left write-protected: about ten copy-on-write faults in the parent of each fork,
 //! which a shell, forking once for each command it runs, paid for nothing.
 //!
-//! The child's only thread keeps its CPU area; the areas of the parent's other threads
-//! stay owned by nobody and are never used.
+//! The child's only thread keeps its CPU area; in thread mode the areas of the
+//! parent's other threads become orphaned (`CpuAreaPool::orphan_others`): owned by
+//! nobody, never used or flushed again, since their owners may have been half-way
+//! through an update.
 
 use super::{HEAP, READY};
 use crate::platform::os;
@@ -81,6 +83,13 @@ extern "C" fn fork_child() {
     if others {
         // SAFETY: the `pthread_atfork` child handler: the child's one thread.
         unsafe { HEAP.kmem.fork_child() };
+        if HEAP.mode.load(Ordering::Relaxed) == super::MODE_THREAD {
+            // SAFETY: as above, in thread mode (an area per thread).
+            unsafe {
+                let own = super::thread::thread_cpu().map(|c| c.area());
+                HEAP.kmem.pages.cpu_areas().orphan_others(own);
+            }
+        }
     }
     super::live::after_fork_child();
 }
