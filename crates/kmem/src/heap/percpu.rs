@@ -70,6 +70,19 @@ fn rseq_possible() -> bool {
     }
 }
 
+/// Whether threads may be pinned to a CPU, which per-CPU rseq mode's takes of another
+/// CPU's freelist need (see [`rseq_take`]).
+fn pin_possible() -> bool {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        crate::platform::rseq::can_pin()
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        false
+    }
+}
+
 /// Whether this machine can run the lockless per-CPU fast paths.
 fn lockless_possible() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -92,12 +105,12 @@ pub(super) fn resolve_mode(env: PerCpuMode) -> u8 {
         m => m,
     };
     if mode == MODE_CPU_RSEQ || mode == MODE_CPU {
-        if rseq_possible() {
+        if rseq_possible() && pin_possible() {
             return MODE_CPU_RSEQ;
         }
         if mode == MODE_CPU_RSEQ {
             write_stderr(
-                b"kmem: KMEM_PERCPU=cpu-rseq: no rseq registration here; using cpu-cas or cpu-lock\n",
+                b"kmem: KMEM_PERCPU=cpu-rseq: no rseq registration or CPU pinning here; using cpu-cas or cpu-lock\n",
             );
         }
         mode = MODE_CPU;
@@ -152,11 +165,16 @@ pub(super) fn fallback<R>(
 /// restartable sequence on the area's CPU, run there (the thread pinned for the
 /// moment) if it is elsewhere. If this thread may not run on that CPU, kmem assumes
 /// none of its threads does (they share one affinity: documented), so no section can
-/// commit there and a plain exchange is the take.
+/// commit there and a plain exchange is the take; so too if the CPU goes offline
+/// while the thread is pinned to it (the kernel moves the thread away: nothing runs
+/// there). A CPU the thread may run on but could not be pinned to (the mode needs
+/// pinning, checked when it is chosen: a policy set later refuses it) gets no plain
+/// exchange, which could race a section there: the thread yields until the scheduler
+/// runs it on that CPU, and takes there.
 pub(super) fn rseq_take(area_id: usize, freelist: &AtomicUsize) -> usize {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
-        use crate::platform::rseq;
+        use crate::platform::rseq::{self, OnCpu};
         let cpu = HEAP.area_cpu[area_id].load(Ordering::Acquire);
         let fl = freelist as *const AtomicUsize as *mut usize;
         if let (Some(r), true) = (rseq::area(), cpu != 0) {
@@ -167,13 +185,33 @@ pub(super) fn rseq_take(area_id: usize, freelist: &AtomicUsize) -> usize {
             if let Some(v) = take() {
                 return v;
             }
-            let pinned = rseq::on_cpu(cpu, || loop {
-                if let Some(v) = take() {
-                    break v;
+            // Pinned: the take runs there, unless the CPU left the thread's
+            // affinity meanwhile (gone offline): checked every so often.
+            let pinned = rseq::on_cpu(cpu, || {
+                let mut tries = 0u32;
+                loop {
+                    if let Some(v) = take() {
+                        return Some(v);
+                    }
+                    tries = tries.wrapping_add(1);
+                    if tries & 1023 == 0 && !rseq::allowed(cpu) {
+                        return None;
+                    }
                 }
             });
-            if let Some(v) = pinned {
-                return v;
+            match pinned {
+                OnCpu::Ran(Some(v)) => return v,
+                OnCpu::Ran(None) | OnCpu::NotAllowed => {}
+                OnCpu::Failed => loop {
+                    if let Some(v) = take() {
+                        return v;
+                    }
+                    if !rseq::allowed(cpu) {
+                        break;
+                    }
+                    // SAFETY: a plain system call.
+                    unsafe { libc::sched_yield() };
+                },
             }
         }
     }

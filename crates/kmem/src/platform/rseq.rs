@@ -530,24 +530,82 @@ pub unsafe fn take_on(rseq: RseqArea, cpu: usize, freelist: *mut usize) -> Optio
     (ok != 0).then_some(v)
 }
 
+/// What [`on_cpu`] did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum OnCpu<R> {
+    /// `f` ran pinned to the CPU; its result.
+    Ran(R),
+    /// The CPU is not in this thread's affinity (or not online): the thread may not
+    /// run there.
+    NotAllowed,
+    /// The CPU is in the thread's affinity, but the thread could not be pinned to it
+    /// (`sched_setaffinity` refused: a seccomp or LSM policy, a deadline thread) or
+    /// its affinity could not be read (a mask past 1024 CPUs).
+    Failed,
+}
+
+impl<R> OnCpu<R> {
+    /// `f`'s result if it ran.
+    pub fn ran(self) -> Option<R> {
+        match self {
+            OnCpu::Ran(r) => Some(r),
+            _ => None,
+        }
+    }
+}
+
 /// Runs `f` pinned to CPU `cpu` (`sched_setaffinity`), then restores the thread's
-/// affinity. `None` if the thread may not run there.
-pub fn on_cpu<R>(cpu: usize, f: impl FnOnce() -> R) -> Option<R> {
+/// affinity.
+pub fn on_cpu<R>(cpu: usize, f: impl FnOnce() -> R) -> OnCpu<R> {
     // SAFETY: cpu_set_t is plain data; the calls get valid pointers and sizes, and
     // only this thread's affinity (pid 0) changes, restored below.
     unsafe {
         let mut old: libc::cpu_set_t = std::mem::zeroed();
         let size = std::mem::size_of::<libc::cpu_set_t>();
-        if libc::sched_getaffinity(0, size, &mut old) != 0 || cpu >= libc::CPU_SETSIZE as usize {
-            return None;
+        if libc::sched_getaffinity(0, size, &mut old) != 0 {
+            return OnCpu::Failed;
+        }
+        if cpu >= libc::CPU_SETSIZE as usize || !libc::CPU_ISSET(cpu, &old) {
+            return OnCpu::NotAllowed;
         }
         let mut one: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut one);
         if libc::sched_setaffinity(0, size, &one) != 0 {
-            return None;
+            // EINVAL: the CPU went offline meanwhile; anything else: not pinnable.
+            let offline = std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL);
+            return if offline {
+                OnCpu::NotAllowed
+            } else {
+                OnCpu::Failed
+            };
         }
         let r = f();
         libc::sched_setaffinity(0, size, &old);
-        Some(r)
+        OnCpu::Ran(r)
+    }
+}
+
+/// Whether this thread can be pinned to a CPU of its own affinity: its affinity
+/// reads, and setting it to itself is allowed. Per-CPU rseq mode needs it (see
+/// `heap::percpu::rseq_take`).
+pub fn can_pin() -> bool {
+    // SAFETY: as in `on_cpu`; the affinity is set to what it was.
+    unsafe {
+        let mut mask: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        libc::sched_getaffinity(0, size, &mut mask) == 0
+            && libc::sched_setaffinity(0, size, &mask) == 0
+    }
+}
+
+/// Whether CPU `cpu` is in this thread's affinity now (false where it cannot tell).
+pub fn allowed(cpu: usize) -> bool {
+    // SAFETY: as in `on_cpu`; nothing is changed.
+    unsafe {
+        let mut mask: libc::cpu_set_t = std::mem::zeroed();
+        let size = std::mem::size_of::<libc::cpu_set_t>();
+        libc::sched_getaffinity(0, size, &mut mask) == 0
+            && cpu < libc::CPU_SETSIZE as usize
+            && libc::CPU_ISSET(cpu, &mask)
     }
 }
