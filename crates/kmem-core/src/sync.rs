@@ -69,7 +69,21 @@ static FORK_GEN: AtomicU32 = AtomicU32::new(2);
 /// the fork handlers take them, all on the thread that forks; a second fork waits at
 /// the first of them) and holds no reference into their data.
 pub unsafe fn release_fork_locks() {
-    FORK_GEN.fetch_add(1, Ordering::Release);
+    // Past u32::MAX the generation starts again at 2: never FREE or HELD, which would
+    // leave the fork's locks free to all or held for good. (A generation comes round
+    // again only after 2^32 - 2 forks, and by then every lock the handlers take holds
+    // a recent one: they take each at every fork.)
+    let _ = FORK_GEN.fetch_update(Ordering::Release, Ordering::Relaxed, |g| {
+        Some(next_generation(g))
+    });
+}
+
+/// The generation after `g`, skipping [`FREE`] and [`HELD`].
+const fn next_generation(g: u32) -> u32 {
+    match g.wrapping_add(1) {
+        FREE | HELD => HELD + 1,
+        n => n,
+    }
 }
 
 /// The current fork generation: it moves on at every fork whose handlers call
@@ -234,6 +248,16 @@ impl<T> Drop for SpinLockGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_fork_generation_never_becomes_free_or_held() {
+        assert_eq!(super::next_generation(2), 3);
+        assert_eq!(super::next_generation(u32::MAX - 1), u32::MAX);
+        // Before, the generation after u32::MAX was FREE (0), and the next HELD (1):
+        // the fork handlers' locks were then not held across a fork, or held for good.
+        assert_eq!(super::next_generation(u32::MAX), 2);
+        assert_eq!(super::next_generation(super::FREE), 2);
+    }
+
     extern crate std;
     use super::*;
     use std::sync::Arc;
