@@ -154,3 +154,54 @@ fn a_freed_block_leaves_no_trailer_for_the_next_owner_of_its_pages() {
         "{stdout}\n{stderr}"
     );
 }
+
+const CHILD_TRAILER: &str = "KMEM_TEST_REDZONE_TRAILER_CHILD";
+
+/// An overflow that runs over the block's trailer (the magic and size words at its
+/// end) is damage too: the block was marked red-zoned when it was made. Before, a
+/// block without its magic passed for one made without a zone, and was freed
+/// silently: a long overflow went unseen where a short one was caught.
+#[test]
+fn an_overflow_over_the_trailer_is_reported() {
+    if std::env::var_os(CHILD_TRAILER).is_some() {
+        let h = heap();
+        // A page block (2 MiB) and a huge mapping, each overflowed to its last byte.
+        for (size, len) in [(1536usize << 10, 2 << 20), (5 << 20, (5 << 20) + 4096)] {
+            let p = h.alloc(Layout::from_size_align(size, 8).unwrap());
+            assert!(!p.is_null());
+            // SAFETY: the bug under test: from the request to the block's end (the
+            // request and its 24-byte trailer rounded up to pages).
+            unsafe { p.add(size).write_bytes(b'A', len - size) };
+            // SAFETY: ours (damaged): reported and kept.
+            unsafe { h.dealloc(p) };
+        }
+        println!("trailers done");
+        return;
+    }
+    let (out, stdout, stderr) =
+        run_child("an_overflow_over_the_trailer_is_reported", CHILD_TRAILER);
+    assert!(
+        out.status.success() && stdout.contains("trailers done"),
+        "{stdout}\n{stderr}"
+    );
+    assert_eq!(
+        stderr
+            .matches("BUG kmalloc-large (Not tainted): Redzone overwritten")
+            .count(),
+        2,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr
+            .matches("the zone's trailer (its size) overwritten")
+            .count(),
+        2,
+        "{stderr}"
+    );
+    assert_eq!(
+        stderr
+            .matches("FIX kmalloc-large: Object not freed (quarantined)")
+            .count(),
+        2
+    );
+}

@@ -90,6 +90,11 @@ bitflags::bitflags! {
         /// cost of its malloc and free. A slab's head does not carry it (its tails
         /// are marked: [`PageFlags::TAIL`]). Not the kernel's.
         const COMPOUND = 1 << 8;
+        /// With `HEAD`, on an allocated block that is no slab: a mark of the block's
+        /// holder ([`Page::mark_held_block`]; `kmem` marks its red-zoned blocks), which
+        /// the page allocator never reads. Gone when the block is freed (a freed
+        /// block's flags are replaced). Not the kernel's.
+        const HOLDER_MARK = 1 << 9;
     }
 }
 
@@ -230,6 +235,24 @@ impl Page {
     #[inline]
     pub(crate) fn remove_flags(&self, f: PageFlags) {
         self.flags.fetch_and(!f.bits(), Relaxed);
+    }
+    /// Marks the allocated block this page heads for its holder
+    /// ([`PageFlags::HOLDER_MARK`]); false, and no mark, on a page that heads no
+    /// allocated block or heads a slab. Only the holder's own accounting reads it.
+    pub fn mark_held_block(&self) -> bool {
+        let f = self.flags();
+        if !f.contains(PageFlags::HEAD) || f.intersects(PageFlags::SLAB | PageFlags::TAIL) {
+            return false;
+        }
+        self.insert_flags(PageFlags::HOLDER_MARK);
+        true
+    }
+    /// Whether this page heads an allocated block its holder marked
+    /// ([`Page::mark_held_block`]).
+    #[inline]
+    pub fn held_block_marked(&self) -> bool {
+        let f = self.flags();
+        f.contains(PageFlags::HEAD | PageFlags::HOLDER_MARK) && !f.contains(PageFlags::SLAB)
     }
     /// Whether this page heads a free buddy block.
     #[inline]

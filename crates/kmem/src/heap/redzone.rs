@@ -10,9 +10,12 @@
 //! [`TRAILER`] bytes larger, the bytes from the request to the last two words hold
 //! `RED_ACTIVE` (`0xcc`), then a magic word and the size asked for (so
 //! `malloc_usable_size` answers it, and the check knows where the zone starts; a block
-//! within 24 bytes of kmalloc's 4 MiB limit has no room and no magic: unzoned). An
-//! overflow is found at `free`, reported in slub_debug's format, and the block is
-//! quarantined (not freed) as a slab object would be; then `KMEM_ON_ERROR` applies.
+//! within 24 bytes of kmalloc's 4 MiB limit has no room and no magic: unzoned). A
+//! block made with a trailer is marked so where no overflow reaches (its head page's
+//! holder mark, `PageFlags::HOLDER_MARK`, or its huge descriptor): one whose trailer
+//! an overflow ran over is damage, not an unzoned block. An overflow is found at
+//! `free`, reported in slub_debug's format, and the block is quarantined (not freed)
+//! as a slab object would be; then `KMEM_ON_ERROR` applies.
 //!
 //! Which blocks: those of the pseudo cache `kmalloc-large`, i.e. when `KMEM_DEBUG`
 //! gives Z to every cache or names `kmalloc-large`. Reallocations of such blocks always
@@ -54,6 +57,10 @@ impl Heap {
         let p = self.kmem.kmalloc(cpu, inner, gfp)?.as_ptr();
         let end = p as usize + self.block_len(p)?;
         write_trailer(p as usize, size, end);
+        if let Some(head) = self.kmem.pages.virt_to_page(p) {
+            // SAFETY: the descriptor of the block just allocated, in an online section.
+            unsafe { head.as_ref() }.mark_held_block();
+        }
         NonNull::new(p)
     }
 
@@ -65,8 +72,23 @@ impl Heap {
         let p = self.huge_alloc_raw(inner, align, zero);
         if let Some(len) = (!p.is_null()).then(|| self.huge.size_of(p)).flatten() {
             write_trailer(p as usize, size, p as usize + len);
+            self.huge.set_zoned(p);
         }
         p
+    }
+
+    /// Whether the block at `p` was made red-zoned (marked when its trailer was
+    /// written): its free checks the trailer, and finds damage where it is gone.
+    fn made_zoned(&self, p: *const u8) -> bool {
+        if self.kmem.pages.in_span(p) {
+            // SAFETY: a descriptor of an online section.
+            return self
+                .kmem
+                .pages
+                .virt_to_page(p)
+                .is_some_and(|h| unsafe { h.as_ref() }.held_block_marked());
+        }
+        self.huge.zoned(p).unwrap_or(false)
     }
 
     /// The whole length of the block at `p` (a page block or huge mapping).
@@ -120,9 +142,18 @@ impl Heap {
     #[cold]
     #[inline(never)]
     pub(super) fn zoned_free_check(&self, p: *const u8) -> bool {
+        let Some(len) = self.zoned_len(p) else {
+            return true;
+        };
         // SAFETY: the block being freed: its callers are the frees, whose caller
         // holds it.
-        let (Some(len), Some(size)) = (self.zoned_len(p), unsafe { self.zoned_size(p) }) else {
+        let Some(size) = (unsafe { self.zoned_size(p) }) else {
+            // No trailer: a block made without one (no room, an alignment, a charge),
+            // or one whose trailer an overflow ran over, which is damage.
+            if self.made_zoned(p) {
+                self.report_lost_trailer(p, len);
+                return false;
+            }
             return true;
         };
         let start = p as usize + size;
@@ -173,6 +204,33 @@ impl Heap {
         w.flush();
         self.kmem.pages.count_bad_object();
         false
+    }
+
+    /// The report for a red-zoned block whose trailer (magic and size words) was
+    /// overwritten: where its zone started is lost with it, so the trailer is named.
+    /// The block is quarantined, as for any damaged zone.
+    #[cold]
+    fn report_lost_trailer(&self, p: *const u8, len: usize) {
+        let at = p as usize + len - 2 * WORD;
+        // SAFETY: the trailer's first byte, inside the live block being freed.
+        let first = unsafe { (at as *const u8).read() };
+        let mut w = crate::platform::linux::FdWriter::new(2);
+        let _ = writeln!(
+            w,
+            "=============================================================================\n\
+             BUG kmalloc-large (Not tainted): Redzone overwritten\n\
+             -----------------------------------------------------------------------------\n"
+        );
+        let _ = writeln!(
+            w,
+            "INFO: 0x{at:016x}-0x{:016x} @offset={}. First byte 0x{first:02x}: the zone's trailer (its size) overwritten",
+            at + 2 * WORD - 1,
+            at - p as usize
+        );
+        let _ = writeln!(w, "INFO: Block 0x{:016x} ({len} bytes)", p as usize);
+        let _ = writeln!(w, "FIX kmalloc-large: Object not freed (quarantined)");
+        w.flush();
+        self.kmem.pages.count_bad_object();
     }
 }
 
