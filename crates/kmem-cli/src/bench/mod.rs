@@ -100,6 +100,10 @@ pub const CHILDREN: &[Child] = &[
     sizes::PHASE[11],
     cache::CHILD,
     slab::CHILD,
+    page::RSS[0],
+    page::RSS[1],
+    page::RSS[2],
+    page::RSS[3],
 ];
 
 /// The suites named (all when none is named), in the order named.

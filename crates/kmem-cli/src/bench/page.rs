@@ -43,40 +43,28 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     let h = heap();
     let pa = h.page_allocator();
 
-    // page_pcp and page_zone.
+    // page_pcp and page_zone, and the peers' page-aligned blocks, taking turns a
+    // repetition each (as the other suites' contestants do).
     for order in 0..=3usize {
         ctx.status(format!("page_pcp order {order}"));
-        let t = ctx.measure(pairs, |n| {
-            for _ in 0..n {
-                let p = h.alloc_pages(Gfp::KERNEL, order).expect("page");
-                // SAFETY: allocated just above with this order.
-                unsafe { h.free_pages(std::hint::black_box(p), order) };
+        let layout = Layout::from_size_align(PAGE_SIZE << order, PAGE_SIZE).unwrap();
+        let t = ctx.measure_interleaved(pairs, 2 + Peer::ALL.len(), |i, n| match i {
+            0 => {
+                for _ in 0..n {
+                    let p = h.alloc_pages(Gfp::KERNEL, order).expect("page");
+                    // SAFETY: allocated just above with this order.
+                    unsafe { h.free_pages(std::hint::black_box(p), order) };
+                }
             }
-        });
-        out.push(BenchResult::time(
-            "page_pcp",
-            "kmem",
-            order as u64,
-            "pair",
-            t,
-        ));
-        let t = ctx.measure(pairs, |n| {
-            for _ in 0..n {
-                let p = pa.alloc_pages(None, Gfp::KERNEL, order).expect("page");
-                // SAFETY: allocated just above with this order, no CPU area.
-                unsafe { pa.free_pages(None, std::hint::black_box(p), order) };
+            1 => {
+                for _ in 0..n {
+                    let p = pa.alloc_pages(None, Gfp::KERNEL, order).expect("page");
+                    // SAFETY: allocated just above with this order, no CPU area.
+                    unsafe { pa.free_pages(None, std::hint::black_box(p), order) };
+                }
             }
-        });
-        out.push(BenchResult::time(
-            "page_zone",
-            "kmem",
-            order as u64,
-            "pair",
-            t,
-        ));
-        for peer in Peer::ALL {
-            let layout = Layout::from_size_align(PAGE_SIZE << order, PAGE_SIZE).unwrap();
-            let t = ctx.measure(pairs, |n| {
+            _ => {
+                let peer = Peer::ALL[i - 2];
                 for _ in 0..n {
                     // SAFETY: non-zero size; freed with the same layout.
                     unsafe {
@@ -85,14 +73,13 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
                         peer.dealloc(std::hint::black_box(p), layout);
                     }
                 }
-            });
-            out.push(BenchResult::time(
-                "page_pcp",
-                peer.name(),
-                order as u64,
-                "pair",
-                t,
-            ));
+            }
+        });
+        let param = order as u64;
+        out.push(BenchResult::time("page_pcp", "kmem", param, "pair", t[0]));
+        out.push(BenchResult::time("page_zone", "kmem", param, "pair", t[1]));
+        for (k, peer) in Peer::ALL.iter().enumerate() {
+            out.push(BenchResult::time("page_pcp", peer.name(), param, "pair", t[2 + k]));
         }
     }
 
@@ -102,97 +89,128 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         ctx.status(format!("bulk {n}"));
         let rounds = (total_pages / n).max(1);
         let mut arr: Vec<Option<NonNull<Page>>> = vec![None; n as usize];
-        let t = ctx.measure(rounds * n, |ops| {
+        let mut ptrs = vec![std::ptr::null_mut::<u8>(); n as usize];
+        let layout = Layout::from_size_align(PAGE_SIZE, PAGE_SIZE).unwrap();
+        let t = ctx.measure_interleaved(rounds * n, 1 + Peer::ALL.len(), |i, ops| {
+            if i == 0 {
+                for _ in 0..ops / n {
+                    let got = h.alloc_pages_bulk(Gfp::KERNEL, &mut arr);
+                    assert_eq!(got, n as usize);
+                    // SAFETY: the pages were just allocated, order 0.
+                    unsafe { h.free_pages_bulk(std::hint::black_box(&mut arr)) };
+                }
+                return;
+            }
+            let peer = Peer::ALL[i - 1];
             for _ in 0..ops / n {
-                let got = h.alloc_pages_bulk(Gfp::KERNEL, &mut arr);
-                assert_eq!(got, n as usize);
-                // SAFETY: the pages were just allocated, order 0.
-                unsafe { h.free_pages_bulk(std::hint::black_box(&mut arr)) };
+                for p in ptrs.iter_mut() {
+                    // SAFETY: non-zero size.
+                    *p = unsafe { peer.alloc(layout) };
+                }
+                for &p in ptrs.iter() {
+                    // SAFETY: allocated above with this layout.
+                    unsafe { peer.dealloc(std::hint::black_box(p), layout) };
+                }
             }
         });
-        out.push(BenchResult::time("bulk", "kmem", n, "page", t));
-        for peer in Peer::ALL {
-            let layout = Layout::from_size_align(PAGE_SIZE, PAGE_SIZE).unwrap();
-            let mut ptrs = vec![std::ptr::null_mut::<u8>(); n as usize];
-            let t = ctx.measure(rounds * n, |ops| {
-                for _ in 0..ops / n {
-                    for p in ptrs.iter_mut() {
-                        // SAFETY: non-zero size.
-                        *p = unsafe { peer.alloc(layout) };
-                    }
-                    for &p in ptrs.iter() {
-                        // SAFETY: allocated above with this layout.
-                        unsafe { peer.dealloc(std::hint::black_box(p), layout) };
-                    }
-                }
-            });
-            out.push(BenchResult::time("bulk", peer.name(), n, "page", t));
+        out.push(BenchResult::time("bulk", "kmem", n, "page", t[0]));
+        for (k, peer) in Peer::ALL.iter().enumerate() {
+            out.push(BenchResult::time("bulk", peer.name(), n, "page", t[1 + k]));
         }
     }
 
     // page_threads.
     for &threads in &THREADS {
         ctx.status(format!("page_threads {threads}"));
-        let t = threaded(ctx, threads as usize, pairs, None);
-        out.push(BenchResult::time(
-            "page_threads",
-            "kmem",
-            threads,
-            "pair",
-            t,
-        ));
-        for peer in Peer::ALL {
-            let t = threaded(ctx, threads as usize, pairs, Some(peer));
-            out.push(BenchResult::time(
-                "page_threads",
-                peer.name(),
-                threads,
-                "pair",
-                t,
-            ));
+        let who: Vec<Option<Peer>> = std::iter::once(None)
+            .chain(Peer::ALL.iter().copied().map(Some))
+            .collect();
+        let t = ctx.measure_interleaved(pairs, who.len(), |i, n| {
+            threaded(threads as usize, n, who[i]);
+        });
+        for (k, w) in who.iter().enumerate() {
+            let name = w.map_or("kmem", Peer::name);
+            out.push(BenchResult::time("page_threads", name, threads, "pair", t[k]));
         }
     }
 
-    // page_rss.
-    ctx.status("page_rss".into());
-    let decay = Duration::from_millis(kmem::config::from_env().decay_ms.max(10) * 3 / 2);
-    out.extend(rss_kmem(decay));
-    ctx.tick();
-    for peer in Peer::ALL {
-        out.extend(rss_peer(peer, decay));
-        ctx.tick();
+    // page_rss: each allocator in a fresh process of its own (resident memory is the
+    // whole process's: what another allocator held or touched before would count).
+    for (c, name) in RSS.iter().zip(RSS_NAMES) {
+        out.extend(
+            super::child::run(ctx, c, &[], &format!("a fresh process ({name})"))
+                .into_iter()
+                .map(|r| BenchResult {
+                    allocator: name,
+                    ..r
+                }),
+        );
     }
     out
 }
 
-/// Order-0 alloc+free pairs on `threads` threads at once; ns per pair per thread.
-fn threaded(ctx: &Ctx, threads: usize, pairs: u64, peer: Option<Peer>) -> super::Timing {
-    ctx.measure(pairs, |n| {
-        let barrier = Barrier::new(threads);
-        std::thread::scope(|s| {
-            for _ in 0..threads {
-                s.spawn(|| {
-                    let layout = Layout::from_size_align(PAGE_SIZE, PAGE_SIZE).unwrap();
-                    barrier.wait();
-                    for _ in 0..n {
-                        match peer {
-                            None => {
-                                let h = heap();
-                                let p = h.alloc_pages(Gfp::KERNEL, 0).expect("page");
-                                // SAFETY: allocated just above.
-                                unsafe { h.free_pages(std::hint::black_box(p), 0) };
-                            }
-                            // SAFETY: non-zero size; freed with the same layout.
-                            Some(peer) => unsafe {
-                                let p = peer.alloc(layout);
-                                peer.dealloc(std::hint::black_box(p), layout);
-                            },
+/// The `page_rss` children, kmem's then the peers' (in [`RSS_NAMES`]' order).
+pub const RSS: [super::child::Child; 4] = [
+    rss_child::<0>("page-rss-kmem"),
+    rss_child::<1>("page-rss-system"),
+    rss_child::<2>("page-rss-mimalloc"),
+    rss_child::<3>("page-rss-jemalloc"),
+];
+
+/// The allocators of [`RSS`]' children.
+const RSS_NAMES: [&str; 4] = ["kmem", "system", "mimalloc", "jemalloc"];
+
+/// The `page_rss` child of allocator `I` (0: kmem, then `Peer::ALL`): its rows,
+/// labelled `kmem` (the parent names them).
+const fn rss_child<const I: usize>(what: &'static str) -> super::child::Child {
+    super::child::Child {
+        what,
+        measure: |_ctx| {
+            let decay =
+                Duration::from_millis(kmem::config::from_env().decay_ms.max(10) * 3 / 2);
+            let rows = if I == 0 {
+                rss_kmem(decay)
+            } else {
+                rss_peer(Peer::ALL[I - 1], decay)
+            };
+            rows.into_iter()
+                .map(|r| BenchResult {
+                    allocator: "kmem",
+                    ..r
+                })
+                .collect()
+        },
+        steps: |_| 1,
+    }
+}
+
+/// Order-0 alloc+free pairs, `n` on each of `threads` threads at once (one
+/// repetition: the caller times it, ns per pair per thread).
+fn threaded(threads: usize, n: u64, peer: Option<Peer>) {
+    let barrier = Barrier::new(threads);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                let layout = Layout::from_size_align(PAGE_SIZE, PAGE_SIZE).unwrap();
+                barrier.wait();
+                for _ in 0..n {
+                    match peer {
+                        None => {
+                            let h = heap();
+                            let p = h.alloc_pages(Gfp::KERNEL, 0).expect("page");
+                            // SAFETY: allocated just above.
+                            unsafe { h.free_pages(std::hint::black_box(p), 0) };
                         }
+                        // SAFETY: non-zero size; freed with the same layout.
+                        Some(peer) => unsafe {
+                            let p = peer.alloc(layout);
+                            peer.dealloc(std::hint::black_box(p), layout);
+                        },
                     }
-                });
-            }
-        });
-    })
+                }
+            });
+        }
+    });
 }
 
 const RSS_BYTES: usize = 1 << 30;
