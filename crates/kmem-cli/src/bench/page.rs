@@ -79,7 +79,13 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         out.push(BenchResult::time("page_pcp", "kmem", param, "pair", t[0]));
         out.push(BenchResult::time("page_zone", "kmem", param, "pair", t[1]));
         for (k, peer) in Peer::ALL.iter().enumerate() {
-            out.push(BenchResult::time("page_pcp", peer.name(), param, "pair", t[2 + k]));
+            out.push(BenchResult::time(
+                "page_pcp",
+                peer.name(),
+                param,
+                "pair",
+                t[2 + k],
+            ));
         }
     }
 
@@ -130,7 +136,13 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         });
         for (k, w) in who.iter().enumerate() {
             let name = w.map_or("kmem", Peer::name);
-            out.push(BenchResult::time("page_threads", name, threads, "pair", t[k]));
+            out.push(BenchResult::time(
+                "page_threads",
+                name,
+                threads,
+                "pair",
+                t[k],
+            ));
         }
     }
 
@@ -166,8 +178,7 @@ const fn rss_child<const I: usize>(what: &'static str) -> super::child::Child {
     super::child::Child {
         what,
         measure: |_ctx| {
-            let decay =
-                Duration::from_millis(kmem::config::from_env().decay_ms.max(10) * 3 / 2);
+            let decay = Duration::from_millis(kmem::config::from_env().decay_ms.max(10) * 3 / 2);
             let rows = if I == 0 {
                 rss_kmem(decay)
             } else {

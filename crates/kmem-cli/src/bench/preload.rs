@@ -186,6 +186,50 @@ fn which(prog: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Whether `lib` lies in a cargo `debug` profile directory.
+fn is_debug_build(lib: &Path) -> bool {
+    lib.parent()
+        .and_then(Path::file_name)
+        .is_some_and(|d| d == "debug")
+}
+
+/// `lib`'s path and age, for the run's log (a library older than this `kmem` may be
+/// a build of other code).
+fn describe(lib: &Path) -> String {
+    let age = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let exe = std::env::current_exe().ok();
+    let older = match (age(lib), exe.as_deref().and_then(age)) {
+        (Some(l), Some(e)) => e.duration_since(l).map(|d| d.as_secs()).unwrap_or(0),
+        _ => 0,
+    };
+    if older > 60 {
+        format!(
+            "{} (built {older} s before this kmem: rebuild it with `cargo build --release -p kmem-malloc` if the code changed)",
+            lib.display()
+        )
+    } else {
+        lib.display().to_string()
+    }
+}
+
+/// Whether a program run with `LD_PRELOAD=lib` has `lib` mapped (read from a
+/// `cat /proc/self/maps` run that way).
+fn preloads(lib: &Path) -> bool {
+    let Ok(real) = std::fs::canonicalize(lib) else {
+        return false;
+    };
+    let out = Command::new("cat")
+        .arg("/proc/self/maps")
+        .env("LD_PRELOAD", lib)
+        .stderr(Stdio::null())
+        .output();
+    out.is_ok_and(|o| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .any(|l| l.ends_with(&*real.to_string_lossy()))
+    })
+}
+
 /// Wall time of one run of `p` with `preload` (None: the system malloc).
 fn time_once(p: &Program, preload: Option<&Path>) -> Option<f64> {
     let mut c = Command::new(&p.cmd[0]);
@@ -212,7 +256,21 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         return out;
     }
     let kmem = match crate::run::find_lib() {
-        Ok(l) => Some(l),
+        // A debug build found where the release one is missing would time kmem
+        // unoptimised: named by KMEM_LIB, it is what was asked for.
+        Ok(l) if is_debug_build(&l) && std::env::var_os("KMEM_LIB").is_none() => {
+            eprintln!(
+                "kmem bench preload: {} is a debug build (no release libkmem.so found); \
+                 kmem skipped: run `cargo build --release -p kmem-malloc` first, or name \
+                 the library with KMEM_LIB",
+                l.display()
+            );
+            None
+        }
+        Ok(l) => {
+            eprintln!("kmem bench preload: kmem is {}", describe(&l));
+            Some(l)
+        }
         Err(e) => {
             eprintln!("kmem bench preload: {e}; kmem skipped");
             None
@@ -228,6 +286,19 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
             None => eprintln!("kmem bench preload: lib{name} is not installed; {name} skipped"),
         }
     }
+    // A library the dynamic loader will not preload (wrong architecture, a missing
+    // dependency) leaves the program on the system malloc with a warning on a stderr
+    // nobody reads: its column would be glibc's time under another name.
+    libs.retain(|(name, lib)| match lib {
+        Some(l) if !preloads(l) => {
+            eprintln!(
+                "kmem bench preload: {} is not loaded by LD_PRELOAD here; {name} skipped",
+                l.display()
+            );
+            false
+        }
+        _ => true,
+    });
     let reps = if ctx.quick { 1 } else { 5 };
     for p in programs(&dir) {
         ctx.status(format!("preload {}", p.name));
@@ -252,15 +323,21 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
             for k in 0..libs.len() {
                 let i = (rep + k) % libs.len();
                 if ok[i] {
-                    ns[i].extend(time_once(&p, libs[i].1.as_deref()));
+                    let t = time_once(&p, libs[i].1.as_deref());
+                    if t.is_none() {
+                        eprintln!(
+                            "kmem bench preload: a run of {} failed under {}; left out of its median",
+                            p.name, libs[i].0
+                        );
+                    }
+                    ns[i].extend(t);
                 }
             }
         }
         for ((name, _), mut ns) in libs.iter().zip(ns) {
-            ns.sort_by(|a, b| a.total_cmp(b));
-            if let Some(&m) = ns.get(ns.len() / 2) {
+            if !ns.is_empty() {
                 let t = Timing {
-                    ns: m,
+                    ns: super::timing::median(&mut ns),
                     cycles: None,
                     ops: 1,
                 };
@@ -330,5 +407,22 @@ mod tests {
         };
         assert!(time_once(&bad, None).is_none());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A file the loader cannot preload is found out before its column is filled
+    /// with the system malloc's times; a library it does preload passes; a debug
+    /// build is told apart by its directory.
+    #[test]
+    fn libraries_are_checked_before_they_are_timed() {
+        let not_a_lib = std::env::temp_dir().join(format!("kmem-not-a-lib-{}", std::process::id()));
+        std::fs::write(&not_a_lib, b"not an ELF file").unwrap();
+        assert!(!preloads(&not_a_lib));
+        let _ = std::fs::remove_file(&not_a_lib);
+        match crate::run::find_lib() {
+            Ok(lib) => assert!(preloads(&lib), "{} preloads", lib.display()),
+            Err(e) => eprintln!("{e}: the check of a real library not run"),
+        }
+        assert!(is_debug_build(Path::new("/x/target/debug/libkmem.so")));
+        assert!(!is_debug_build(Path::new("/x/target/release/libkmem.so")));
     }
 }
