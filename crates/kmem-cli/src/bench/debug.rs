@@ -14,8 +14,10 @@
 //!
 //! Benches, all on kmem only (`allocator` is `kmem`, `mode` names the mode):
 //! - `fastpath_reuse`: alloc+free of one 256-byte object in a loop (op `pair`), as in
-//!   suite `cache`; the modes are measured side by side in three interleaved passes
-//!   and each keeps its best median;
+//!   suite `cache`; in each of three passes the modes take turns a repetition each
+//!   (the fast paths' modes among themselves, the slub_debug modes, which run a
+//!   tenth as many pairs, among themselves), and each figure is the median of its
+//!   three pass medians;
 //! - `cache_then_free` (slab_test test 1 on the mode's cache of that size): 10000
 //!   allocations then 10000 frees (ops `alloc`, `free`);
 //! - `cache_alloc_free` (slab_test test 2): 10000 alloc+free pairs (op `pair`).
@@ -56,9 +58,9 @@ const SIZES: [u64; 6] = [8, 32, 128, 512, 2048, 8192];
 const FAST_SIZE: usize = 256;
 const COUNT: usize = 10_000;
 
-/// `fastpath_reuse` runs this many interleaved passes over the modes; each mode
-/// keeps its best median (the figures are a few nanoseconds apart, and a pass
-/// can land on a slow stretch of a noisy machine).
+/// `fastpath_reuse` runs this many passes over the modes (odd: each figure is the
+/// median of its passes' medians, so one pass on a slow or a lucky stretch of a noisy
+/// machine moves no mode on its own).
 const FAST_PASSES: usize = 3;
 
 fn steps(_quick: bool) -> u64 {
@@ -121,25 +123,33 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         .iter()
         .map(|&(mode, flags)| cache(mode, flags, FAST_SIZE))
         .collect();
-    let mut best: Vec<Option<super::Timing>> = vec![None; MODES.len()];
+    let mut passes: Vec<Vec<super::Timing>> = vec![Vec::new(); MODES.len()];
+    // The modes that run the same number of pairs take turns.
+    let groups: [Vec<usize>; 2] = [false, true].map(|debug| {
+        (0..MODES.len())
+            .filter(|&i| MODES[i].1.intersects(SlabFlags::DEBUG) == debug)
+            .collect()
+    });
     for pass in 0..FAST_PASSES {
-        for (i, &(mode, flags)) in MODES.iter().enumerate() {
-            ctx.status(format!("debug fastpath_reuse {mode} (pass {})", pass + 1));
-            let s = fast[i];
-            let t = ctx.measure(scaled(loops, flags), |n| {
+        for group in groups.iter().filter(|g| !g.is_empty()) {
+            let first = MODES[group[0]];
+            ctx.status(format!("debug fastpath_reuse from {} (pass {})", first.0, pass + 1));
+            let times = ctx.measure_interleaved(scaled(loops, first.1), group.len(), |k, n| {
+                let s = fast[group[k]];
                 for _ in 0..n {
                     let p = alloc(s);
                     // SAFETY: allocated just above.
                     unsafe { free(s, p) };
                 }
             });
-            if best[i].is_none_or(|b| t.ns < b.ns) {
-                best[i] = Some(t);
+            for (k, t) in times.into_iter().enumerate() {
+                passes[group[k]].push(t);
             }
         }
     }
     for (i, &(mode, _)) in MODES.iter().enumerate() {
-        let t = best[i].expect("measured");
+        passes[i].sort_by(|a, b| a.ns.total_cmp(&b.ns));
+        let t = passes[i][passes[i].len() / 2];
         let r = BenchResult::time("fastpath_reuse", "kmem", FAST_SIZE as u64, "pair", t);
         out.push(with_mode(r, mode));
     }

@@ -7,8 +7,12 @@
 //!   in one group, every charge and statistic on the shared counters with atomics),
 //!   `stock` (the same with the per-CPU stock: bytes pre-charged and statistic deltas
 //!   cached per CPU area, as the kernel's memcg_stock_pcp does since that series'
-//!   patches 2–4). The modes run side by side in interleaved passes; each keeps its
-//!   best median.
+//!   patches 2–4). The modes take turns a repetition each, in three passes; each
+//!   figure is the median of its three pass medians (the lowest, before, favoured
+//!   whichever mode had one lucky pass).
+//! - `leftover` (`bytes`, op `charged`), only if non-zero: bytes still charged to the
+//!   bench's group once every object was freed, an accounting leak (reported, not a
+//!   panic: benchmarks report).
 
 use super::{BenchResult, Ctx, Suite};
 use kmem::{heap, memcg, Gfp, MemCgroup};
@@ -62,7 +66,7 @@ fn batch4(n: u64, size: usize, cg: Option<&MemCgroup<'_>>) {
 fn run(ctx: &Ctx) -> Vec<BenchResult> {
     let loops: u64 = if ctx.quick { 200_000 } else { 2_000_000 };
     let cg = MemCgroup::new("bench").expect("memory for a group");
-    let mut best = vec![None::<super::Timing>; MODES.len() * SIZES.len()];
+    let mut passes = vec![Vec::<super::Timing>::new(); MODES.len() * SIZES.len()];
     for pass in 0..PASSES {
         for (si, &size) in SIZES.iter().enumerate() {
             ctx.status(format!("memcg kmalloc_batch4({size}) (pass {})", pass + 1));
@@ -75,10 +79,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
                 batch4(n, size as usize, group);
             });
             for (mi, t) in times.into_iter().enumerate() {
-                let slot = &mut best[si * MODES.len() + mi];
-                if slot.is_none_or(|b| t.ns < b.ns) {
-                    *slot = Some(t);
-                }
+                passes[si * MODES.len() + mi].push(t);
             }
         }
     }
@@ -86,19 +87,28 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     let mut out = Vec::new();
     for (si, &size) in SIZES.iter().enumerate() {
         for (mi, &mode) in MODES.iter().enumerate() {
-            let t = best[si * MODES.len() + mi].expect("measured");
+            let t = median_pass(&mut passes[si * MODES.len() + mi]);
             out.push(BenchResult {
                 mode: Some(mode.to_string()),
                 ..BenchResult::time("kmalloc_batch4", "kmem", size, "pair", t)
             });
         }
     }
-    assert_eq!(
-        cg.usage(),
-        0,
-        "every benchmark object was freed and uncharged"
-    );
+    let left = cg.usage();
+    if left != 0 {
+        eprintln!(
+            "kmem bench memcg: {left} bytes still charged to the bench's group after every \
+             object was freed and uncharged (an accounting leak)"
+        );
+        out.push(BenchResult::bytes("leftover", "kmem", 0, "charged", left as u64));
+    }
     out
+}
+
+/// The pass whose median is the median of the passes' (their number is odd).
+fn median_pass(passes: &mut [super::Timing]) -> super::Timing {
+    passes.sort_by(|a, b| a.ns.total_cmp(&b.ns));
+    passes[passes.len() / 2]
 }
 
 /// The series' table: run time per pair and the accounting overhead per mode.
