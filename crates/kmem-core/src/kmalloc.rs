@@ -437,8 +437,12 @@ impl KmallocCaches {
     /// [`KmallocCaches::small_fast`] for `SMALL_FAST_MAX < size <= MEDIUM_FAST_MAX`.
     #[inline(always)]
     pub fn medium_fast(&self, size: usize) -> usize {
-        debug_assert!(size > SMALL_FAST_MAX && size <= MEDIUM_FAST_MAX);
-        line_of(&self.medium_fast, size.div_ceil(MEDIUM_FAST_STEP))
+        // `(size + step - 1) / step` as a shift: past a caller's `size <=
+        // MEDIUM_FAST_MAX` the compiler sees it within the table (257 entries), where
+        // `div_ceil`'s select left a bounds check.
+        const _: () = assert!(MEDIUM_FAST_STEP.is_power_of_two());
+        let i = size.saturating_add(MEDIUM_FAST_STEP - 1) >> MEDIUM_FAST_STEP.trailing_zeros();
+        line_of(&self.medium_fast, i)
     }
 
     /// As [`KmallocCaches::small_fast`] for per-CPU rseq mode: for `size <=
@@ -792,7 +796,7 @@ impl<'a, P: Platform> Kmalloc<'a, P> {
         unsafe { ptr::copy_nonoverlapping(p, q.as_ptr(), old) };
         match slab_cache {
             Some((s, slab))
-                // SAFETY: `slab_object` found `slab`, a slab head.
+                // SAFETY: `lookup` found `slab`, a slab head.
                 if cap >= OUTGROWN_MIN && unsafe { outgrown_to_slab(s.config(), slab) } =>
             {
                 // SAFETY: an uncharged object of `s` in `slab`, ours to give up.

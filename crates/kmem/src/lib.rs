@@ -40,9 +40,10 @@
 //! let page = h.alloc_pages(Gfp::KERNEL, 0).expect("a page");
 //! let addr = h.page_address(page);
 //! let p = h.kmalloc(100, Gfp::KERNEL).expect("100 bytes");
-//! assert!(h.ksize(p.as_ptr()) >= 100); // its kmalloc class: kmalloc-128
-//! // SAFETY: our page and object, written within their sizes, then freed once.
+//! // SAFETY: our page and object, sized and written within their sizes, then freed
+//! // once.
 //! unsafe {
+//!     assert!(h.ksize(p.as_ptr()) >= 100); // its kmalloc class: kmalloc-128
 //!     addr.as_ptr().write_bytes(0xab, 4096);
 //!     h.free_pages(page, 0);
 //!     h.kfree(p.as_ptr());

@@ -10,7 +10,11 @@
 //!   (op `elem`: wall time per object).
 //!
 //! Peers run the same loops with the same sizes through GlobalAlloc, kmem and the
-//! peers taking turns in each bench (a repetition each). `kmem-cpu-slab`
+//! peers taking turns in each bench (a repetition each). `kmem` calls
+//! `kmem_cache_alloc` and `kmem_cache_free` as a Rust program does, their fast paths
+//! inlined into the loop; the peers' GlobalAlloc calls a C function each time.
+//! `kmem[called]` (mode `called`) is kmem called as the peers are, through functions
+//! that are not inlined: the like-for-like figure. `kmem-cpu-slab`
 //! is kmem in the slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`): the same loops
 //! on kmem's caches in a child process (`kmem bench-child cache`), since the design is
 //! fixed when the heap starts and this process's `kmem` runs sheaves.
@@ -43,23 +47,27 @@ pub const CHILD: Child = Child {
 const BENCHES: u64 = 4;
 
 fn steps(_quick: bool) -> u64 {
-    // kmem, kmem-cpu-slab and the peers.
-    BENCHES * (2 + Peer::ALL.len() as u64)
+    // kmem, kmem[called], kmem-cpu-slab and the peers.
+    BENCHES * (3 + Peer::ALL.len() as u64)
 }
 
-/// The allocator of one run: kmem's cache or a peer.
+/// The allocator of one run: kmem's cache (inlined, or called out of line) or a peer.
 #[derive(Clone, Copy)]
 enum Who {
     Kmem(&'static KmemCache),
+    KmemCalled(&'static KmemCache),
     Peer(Peer),
 }
 
 impl Who {
     fn name(self) -> &'static str {
         match self {
-            Who::Kmem(_) => "kmem",
+            Who::Kmem(_) | Who::KmemCalled(_) => "kmem",
             Who::Peer(p) => p.name(),
         }
+    }
+    fn mode(self) -> Option<String> {
+        matches!(self, Who::KmemCalled(_)).then(|| "called".to_string())
     }
     #[inline]
     fn alloc(self, layout: Layout) -> *mut u8 {
@@ -68,6 +76,7 @@ impl Who {
                 .kmem_cache_alloc(s, Gfp::KERNEL)
                 .expect("memory")
                 .as_ptr(),
+            Who::KmemCalled(s) => alloc_called(std::hint::black_box(s)),
             // SAFETY: non-zero size.
             Who::Peer(p) => unsafe { p.alloc(layout) },
         }
@@ -81,10 +90,31 @@ impl Who {
             Who::Kmem(s) => unsafe {
                 heap().kmem_cache_free(s, std::ptr::NonNull::new_unchecked(ptr));
             },
+            // SAFETY: an object of `s` (caller).
+            Who::KmemCalled(s) => unsafe { free_called(std::hint::black_box(s), ptr) },
             // SAFETY: forwarded from the caller.
             Who::Peer(p) => unsafe { p.dealloc(ptr, layout) },
         }
     }
+}
+
+/// `kmem_cache_alloc` out of line, for `kmem[called]`.
+#[inline(never)]
+fn alloc_called(s: &KmemCache) -> *mut u8 {
+    heap()
+        .kmem_cache_alloc(s, Gfp::KERNEL)
+        .expect("memory")
+        .as_ptr()
+}
+
+/// `kmem_cache_free` out of line, for `kmem[called]`.
+///
+/// # Safety
+/// `ptr` is an object of `s`, given up.
+#[inline(never)]
+unsafe fn free_called(s: &KmemCache, ptr: *mut u8) {
+    // SAFETY: forwarded from the caller.
+    unsafe { heap().kmem_cache_free(s, std::ptr::NonNull::new_unchecked(ptr)) };
 }
 
 fn cache(size: usize) -> &'static KmemCache {
@@ -106,6 +136,7 @@ fn cache(size: usize) -> &'static KmemCache {
 fn run(ctx: &Ctx) -> Vec<BenchResult> {
     let who: Vec<Who> = std::iter::once(Who::Kmem(cache(OBJ)))
         .chain(Peer::ALL.iter().map(|&p| Who::Peer(p)))
+        .chain([Who::KmemCalled(cache(OBJ))])
         .collect();
     let mut out = measure(ctx, &who);
     out.extend(child::cpu_slab(ctx, &CHILD));
@@ -121,7 +152,10 @@ fn measure(ctx: &Ctx, who: &[Who]) -> Vec<BenchResult> {
     let layout = Layout::from_size_align(OBJ, 8).unwrap();
     let mut record = |bench: &'static str, param: u64, op: &'static str, times: Vec<Timing>| {
         for (w, t) in who.iter().zip(times) {
-            out.push(BenchResult::time(bench, w.name(), param, op, t));
+            out.push(BenchResult {
+                mode: w.mode(),
+                ..BenchResult::time(bench, w.name(), param, op, t)
+            });
         }
     };
 
@@ -165,6 +199,7 @@ fn measure(ctx: &Ctx, who: &[Who]) -> Vec<BenchResult> {
     let t = ctx.measure_interleaved(loops, who.len(), |i, n| {
         let w64 = match who[i] {
             Who::Kmem(_) => Who::Kmem(cache(64)),
+            Who::KmemCalled(_) => Who::KmemCalled(cache(64)),
             p => p,
         };
         cross_thread(w64, l64, n)
@@ -223,7 +258,7 @@ fn report_lines(results: &[BenchResult]) -> String {
         let _ = writeln!(
             out,
             "Type:{} {} Per elem: {:.0} cycles(tsc) {:.3} ns",
-            r.allocator,
+            r.column(),
             label(r.bench),
             r.cycles.unwrap_or(0.0),
             r.ns.unwrap_or(0.0)
@@ -232,7 +267,7 @@ fn report_lines(results: &[BenchResult]) -> String {
     let ns = |b: &str, a: &str| {
         results
             .iter()
-            .find(|r| r.bench == b && r.allocator == a)
+            .find(|r| r.bench == b && r.allocator == a && r.mode.is_none())
             .and_then(|r| r.ns)
     };
     if let (Some(k), Some(s), Some(m)) = (
@@ -245,6 +280,19 @@ fn report_lines(results: &[BenchResult]) -> String {
             "\nfastpath_reuse: kmem {k:.2} ns, system {s:.2} ns ({:.2}x), mimalloc {m:.2} ns (kmem/mimalloc {:.2})",
             s / k,
             k / m
+        );
+    }
+    let called = |b: &str| {
+        results
+            .iter()
+            .find(|r| r.bench == b && r.mode.as_deref() == Some("called"))
+            .and_then(|r| r.ns)
+    };
+    if let (Some(c), Some(m)) = (called("fastpath_reuse"), ns("fastpath_reuse", "mimalloc")) {
+        let _ = writeln!(
+            out,
+            "kmem[called] (out of line, as the peers are called): fastpath_reuse {c:.2} ns (kmem[called]/mimalloc {:.2})",
+            c / m
         );
     }
     let ratios: Vec<String> = [

@@ -133,7 +133,11 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     for pass in 0..FAST_PASSES {
         for group in groups.iter().filter(|g| !g.is_empty()) {
             let first = MODES[group[0]];
-            ctx.status(format!("debug fastpath_reuse from {} (pass {})", first.0, pass + 1));
+            ctx.status(format!(
+                "debug fastpath_reuse from {} (pass {})",
+                first.0,
+                pass + 1
+            ));
             let times = ctx.measure_interleaved(scaled(loops, first.1), group.len(), |k, n| {
                 let s = fast[group[k]];
                 for _ in 0..n {

@@ -100,7 +100,13 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
             "kmem bench memcg: {left} bytes still charged to the bench's group after every \
              object was freed and uncharged (an accounting leak)"
         );
-        out.push(BenchResult::bytes("leftover", "kmem", 0, "charged", left as u64));
+        out.push(BenchResult::bytes(
+            "leftover",
+            "kmem",
+            0,
+            "charged",
+            left as u64,
+        ));
     }
     out
 }

@@ -6,6 +6,11 @@
 //! - `kmalloc_kfree` (test 2): 10000 times kmalloc(N) then kfree at once (op `pair`).
 //!
 //! Sizes 8 … 16384. Peers allocate the same sizes (alignment 8) through GlobalAlloc.
+//! `kmem` calls `Heap::kmalloc` and `kfree` as a Rust program does, their fast paths
+//! inlined into the loop (and the size class of a size fixed for the loop worked out
+//! once); the peers' GlobalAlloc calls a C function each time. `kmem[called]` (mode
+//! `called`) is kmem called as the peers are: through functions that are not inlined,
+//! with the size passed at each call — the like-for-like figure.
 //! At each size the allocators take turns, a repetition each
 //! ([`Ctx::measure_phases_interleaved`], [`Ctx::measure_interleaved`]), so that kmem and
 //! a peer are compared over the same stretch of time on a noisy machine.
@@ -38,8 +43,8 @@ pub const CHILD: Child = Child {
 };
 
 fn steps(_quick: bool) -> u64 {
-    // Two measurements per size for kmem, kmem-cpu-slab and each peer.
-    SIZES.len() as u64 * 2 * (2 + Peer::ALL.len() as u64)
+    // Two measurements per size for kmem, kmem[called], kmem-cpu-slab and each peer.
+    SIZES.len() as u64 * 2 * (3 + Peer::ALL.len() as u64)
 }
 
 /// kmem and the peers in this process, then kmem in the CPU-slab design (a child),
@@ -56,16 +61,27 @@ fn measure(ctx: &Ctx, peers: &[Peer]) -> Vec<BenchResult> {
     let h = heap();
     let rounds: u64 = if ctx.quick { 2 } else { 10 };
     let mut ptrs = vec![std::ptr::null_mut::<u8>(); COUNT];
-    // The contestants: kmem (`None`), then the peers.
+    // The contestants: kmem (`None`), then the peers, then kmem called out of line
+    // (only beside peers: the CPU-slab child has none).
+    let called = !peers.is_empty();
     let who: Vec<Option<Peer>> = std::iter::once(None)
         .chain(peers.iter().copied().map(Some))
+        .chain(called.then_some(None))
         .collect();
+    let is_called = |i: usize| called && i == who.len() - 1;
     for &size in &SIZES {
         ctx.status(format!("slab_test kmalloc({size})"));
         let n = COUNT as u64 * rounds;
         let layout = Layout::from_size_align(size as usize, 8).unwrap();
         // Test 1.
         let t1 = ctx.measure_phases_interleaved(n, who.len(), |i, _| match who[i] {
+            None if is_called(i) => then_phases(
+                rounds,
+                &mut ptrs,
+                || kmalloc_called(std::hint::black_box(size as usize)),
+                // SAFETY: each pointer comes from the kmalloc above, freed once.
+                |p| unsafe { kfree_called(p) },
+            ),
             None => then_phases(
                 rounds,
                 &mut ptrs,
@@ -90,6 +106,13 @@ fn measure(ctx: &Ctx, peers: &[Peer]) -> Vec<BenchResult> {
         });
         // Test 2.
         let t2 = ctx.measure_interleaved(n, who.len(), |i, n| match who[i] {
+            None if is_called(i) => {
+                for _ in 0..n {
+                    let p = kmalloc_called(std::hint::black_box(size as usize));
+                    // SAFETY: allocated just above.
+                    unsafe { kfree_called(std::hint::black_box(p)) };
+                }
+            }
             None => {
                 for _ in 0..n {
                     let p = h.kmalloc(size as usize, Gfp::KERNEL).expect("memory");
@@ -109,10 +132,30 @@ fn measure(ctx: &Ctx, peers: &[Peer]) -> Vec<BenchResult> {
         });
         for (k, w) in who.iter().enumerate() {
             let name = w.map_or("kmem", Peer::name);
-            out.extend(figures(name, size, t1[k], t2[k]));
+            let rows = figures(name, size, t1[k], t2[k]);
+            out.extend(rows.map(|r| BenchResult {
+                mode: is_called(k).then(|| "called".to_string()),
+                ..r
+            }));
         }
     }
     out
+}
+
+/// `Heap::kmalloc` out of line, for `kmem[called]`.
+#[inline(never)]
+fn kmalloc_called(size: usize) -> *mut u8 {
+    heap().kmalloc(size, Gfp::KERNEL).expect("memory").as_ptr()
+}
+
+/// `Heap::kfree` out of line, for `kmem[called]`.
+///
+/// # Safety
+/// As `Heap::kfree`.
+#[inline(never)]
+unsafe fn kfree_called(p: *mut u8) {
+    // SAFETY: forwarded from the caller.
+    unsafe { heap().kfree(p) };
 }
 
 /// One allocator's figures at one size: test 1 per allocation and per free, then
@@ -138,7 +181,13 @@ fn report_lines(results: &[BenchResult]) -> String {
     let cyc = |bench: &str, alloc: &str, size: u64, op: &str| {
         results
             .iter()
-            .find(|r| r.bench == bench && r.allocator == alloc && r.param == size && r.op == op)
+            .find(|r| {
+                r.bench == bench
+                    && r.allocator == alloc
+                    && r.mode.is_none()
+                    && r.param == size
+                    && r.op == op
+            })
             .map(|r| r.cycles.unwrap_or(r.ns.unwrap_or(0.0)))
             .unwrap_or(0.0)
     };

@@ -74,7 +74,9 @@ impl<P: Platform> Kmem<P> {
 
     /// `kmem_cache_destroy`: flushes every CPU's state of the cache, frees its empty
     /// slabs and the cache. A cache that still has objects is not destroyed: the
-    /// kernel's "Objects remaining" report is printed and it stays usable.
+    /// kernel's "Objects remaining" report is printed and it stays usable. In a fork's
+    /// child the parent's other threads' areas are orphaned and not flushed
+    /// (`CpuAreaPool::orphan_others`): objects they held count as remaining.
     ///
     /// # Safety
     /// No other context uses `s` while this runs (the kernel's rule), and if it

@@ -78,7 +78,7 @@ impl<P: Platform> Kmem<P> {
         cpu: impl Into<InlineArea<'c>>,
         size: usize,
     ) -> Option<NonNull<u8>> {
-        debug_assert!(size <= SMALL_FAST_MAX);
+        // A size past the table reads the zero line: `None`.
         let off = self.kmalloc.malloc_fast(size);
         // SAFETY: as in `kmalloc_fast` (the same pop, addressed differently):
         // `malloc_fast` gives the `cpu_offset` of a plain kmalloc cache on the inline

@@ -50,8 +50,13 @@ impl<P: Platform> Slub<'_, P> {
         let cfg = s.config();
         let mut c = SheafCensus::default();
         let mut visit = |obj: usize, c: &mut SheafCensus| {
-            // SAFETY: only compared with `s`, the cache being counted.
-            let ok = matches!(unsafe { self.lookup(obj as *const u8) }, ObjectLookup::Slab(found, _) if core::ptr::eq(found, s));
+            // The slab's cache by address first: only a slab of `s`, which the caller
+            // holds, is then looked up (a foreign entry may lie in the slab of a cache
+            // being destroyed).
+            let of_s = self.cache_addr_of(obj as *const u8) == Some(s as *const KmemCache as usize);
+            // SAFETY: the slab is one of `s`, whose cache lives (the caller's).
+            let ok = of_s
+                && matches!(unsafe { self.lookup(obj as *const u8) }, ObjectLookup::Slab(found, _) if core::ptr::eq(found, s));
             if !ok && c.foreign.is_none() {
                 c.foreign = Some(obj);
             }

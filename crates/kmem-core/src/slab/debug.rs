@@ -490,8 +490,9 @@ impl<P: Platform> Slub<'_, P> {
             self.report_object(s, slab, "Object already free", obj, None);
             return false;
         }
-        // Both zones, each reported and restored (as the kernel's `check_object`), so
-        // a later `validate` finds nothing left to report of this object.
+        // The slot's red zone (its first damaged side) and the kmalloc red zone, each
+        // reported and restored (as the kernel's `check_object` checks each), so a
+        // later `validate` does not report an overflow past the request again.
         let slot = self.check_redzones(cfg, obj, RED_ACTIVE);
         let kmalloc = self.check_kmalloc_redzone(cfg, obj);
         if slot.is_some() || kmalloc.is_some() {

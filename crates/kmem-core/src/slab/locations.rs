@@ -100,10 +100,11 @@ impl<P: Platform> Slub<'_, P> {
                 return;
             };
             // Handed out and not freed: the handed-out mark, and an allocation track
-            // at least as new as the free track (a slot never handed out has none).
-            let held = self.holds_allocated_mark(cfg, obj)
-                && alloc.when_ns != 0
-                && alloc.when_ns >= free.when_ns;
+            // at least as new as the free track. (A slot never handed out in a slab
+            // a damaged freelist quarantined holds an encoded link, not the mark;
+            // only the list's last, where an unhardened cache's link is 0, reads as
+            // held.)
+            let held = self.holds_allocated_mark(cfg, obj) && alloc.when_ns >= free.when_ns;
             f(&TrackedObject {
                 addr: obj,
                 object_size: cfg.object_size,

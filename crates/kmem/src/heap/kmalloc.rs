@@ -318,7 +318,8 @@ impl Heap {
         if crate::kfence::owns(p) {
             return self.kfence_free(p);
         }
-        if self.zoned_blocks() && !self.zoned_free_check(p) {
+        // SAFETY: the block the caller frees (this function's contract).
+        if self.zoned_blocks() && !unsafe { self.zoned_free_check(p) } {
             // An overwritten red zone: reported, the block kept (quarantined).
             return true;
         }
@@ -374,7 +375,8 @@ impl Heap {
         if crate::kfence::owns(p) {
             return self.kfence_free(p);
         }
-        if self.zoned_blocks() && !self.zoned_free_check(p) {
+        // SAFETY: the block the caller frees (this function's contract).
+        if self.zoned_blocks() && !unsafe { self.zoned_free_check(p) } {
             // An overwritten red zone: reported, the block kept (quarantined).
             return true;
         }

@@ -601,7 +601,8 @@ impl Heap {
         if crate::kfence::owns(p) {
             return self.kfence_free(p);
         }
-        if self.zoned_blocks() && !self.zoned_free_check(p) {
+        // SAFETY: the block the caller frees (this function's contract).
+        if self.zoned_blocks() && !unsafe { self.zoned_free_check(p) } {
             // An overwritten red zone: reported, the mapping kept (quarantined).
             return true;
         }
@@ -659,7 +660,8 @@ impl Heap {
             return Some(n);
         }
         if self.kmem.pages.in_span(p) {
-            // SAFETY: only the kind of result is used, not the cache.
+            // SAFETY: `p` is null, the caller's live allocation, or not ours (this
+            // function's contract): a slab found holds it, so its cache lives.
             return match unsafe { self.kmem.slub().lookup(p) } {
                 ObjectLookup::Bad(_) => None,
                 // SAFETY: forwarded from the caller.

@@ -287,6 +287,9 @@ fn create() -> Option<*mut u8> {
         if libc::fstat(fd, &mut st) != 0
             || st.st_uid != libc::geteuid()
             || st.st_mode & libc::S_IFMT != libc::S_IFREG
+            // Another name for one of this user's files (a hard link another user
+            // made, where `protected_hardlinks` is off) would be resized and written.
+            || st.st_nlink != 1
             || libc::fchmod(fd, 0o600) != 0
             || ((st.st_size as usize) < SEGMENT_BYTES
                 && libc::ftruncate(fd, SEGMENT_BYTES as libc::off_t) != 0)

@@ -94,7 +94,9 @@ impl Heap {
     /// The whole length of the block at `p` (a page block or huge mapping).
     fn block_len(&self, p: *const u8) -> Option<usize> {
         if self.kmem.pages.in_span(p) {
-            // SAFETY: only a large block's head is used, no cache.
+            // SAFETY: `p` is the caller's block, a slab object of the caller's, or not
+            // ours (the callers' contracts): a slab found holds a live object, so its
+            // cache lives while the lookup reads it.
             match unsafe { self.kmem.slub().lookup(p) } {
                 // SAFETY: the head of a live block of ours.
                 ObjectLookup::Large(head) => Some(PAGE_SIZE << unsafe { head.as_ref() }.order()),
@@ -139,14 +141,17 @@ impl Heap {
     /// poisoned, and a later owner of the same pages that has no trailer of its own
     /// (an alignment above a page, a block too large for one, a charged block) would
     /// otherwise be read as a red-zoned block of the old size.
+    ///
+    /// # Safety
+    /// `p` is a block of this heap that the caller frees (its zone is read, its magic
+    /// cleared).
     #[cold]
     #[inline(never)]
-    pub(super) fn zoned_free_check(&self, p: *const u8) -> bool {
+    pub(super) unsafe fn zoned_free_check(&self, p: *const u8) -> bool {
         let Some(len) = self.zoned_len(p) else {
             return true;
         };
-        // SAFETY: the block being freed: its callers are the frees, whose caller
-        // holds it.
+        // SAFETY: the block being freed (caller).
         let Some(size) = (unsafe { self.zoned_size(p) }) else {
             // No trailer: a block made without one (no room, an alignment, a charge),
             // or one whose trailer an overflow ran over, which is damage.
