@@ -98,7 +98,9 @@ pub const VARS: [Var; 14] = [
         name: c"KMEM_PERCPU",
         default: "`thread`",
         help: "`thread` (a CPU area per thread); `cpu` (a CPU area per CPU with the fastest \
-               mechanism here: `cpu-rseq` where glibc registers rseq, else `cpu-cas` where the \
+               mechanism here: `cpu-rseq` where glibc registers rseq and threads may be pinned \
+               to a CPU (a seccomp policy that refuses `sched_setaffinity` rules it out), \
+               else `cpu-cas` where the \
                CPU has `cmpxchg16b`, else `cpu-lock`); `cpu-rseq` (alloc/free fast paths in \
                restartable sequences); `cpu-cas` (lockless fast paths with a double-word CAS, \
                in the `cpu-slab` design; with sheaves it runs as `cpu-lock`); `cpu-lock` \
@@ -367,8 +369,8 @@ pub enum PerCpuMode {
     /// One CPU area per thread (owned mode; the default).
     Thread,
     /// One per CPU, shared by the threads running on it, with the fastest mechanism
-    /// available here (`CpuRseq` where glibc registers rseq, else `CpuCas` where the
-    /// CPU has `cmpxchg16b`, else `CpuLock`).
+    /// available here (`CpuRseq` where glibc registers rseq and threads may be pinned,
+    /// else `CpuCas` where the CPU has `cmpxchg16b`, else `CpuLock`).
     Cpu,
     /// Per-CPU with SLUB's lockless fast paths: a double-word CAS of `(freelist,
     /// tid)`; everything else under the CPU area's local lock.
