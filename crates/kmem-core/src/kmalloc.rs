@@ -289,8 +289,8 @@ pub const SMALL_FAST_MAX: usize = 1024;
 const _: () = assert!(SMALL_FAST_MAX == crate::slab::SMALL_OBJECT_MAX);
 /// The largest size [`KmallocCaches::medium_fast`] covers.
 pub const MEDIUM_FAST_MAX: usize = 64 << 10;
-/// The step of [`KmallocCaches::medium_fast`]'s entries.
-const MEDIUM_FAST_STEP: usize = 256;
+/// The step of [`KmallocCaches::medium_fast`]'s entries (a power of two: a shift).
+const MEDIUM_FAST_STEP: usize = 1 << 8;
 // Every plain class between the two tables' bounds is a whole number of steps.
 const _: () = {
     let mut i = 0;
@@ -437,10 +437,7 @@ impl KmallocCaches {
     /// [`KmallocCaches::small_fast`] for `SMALL_FAST_MAX < size <= MEDIUM_FAST_MAX`.
     #[inline(always)]
     pub fn medium_fast(&self, size: usize) -> usize {
-        // `(size + step - 1) / step` as a shift: past a caller's `size <=
-        // MEDIUM_FAST_MAX` the compiler sees it within the table (257 entries), where
-        // `div_ceil`'s select left a bounds check.
-        const _: () = assert!(MEDIUM_FAST_STEP.is_power_of_two());
+        // A shift, which the callers' size test bounds to the table (`div_ceil` did not).
         let i = size.saturating_add(MEDIUM_FAST_STEP - 1) >> MEDIUM_FAST_STEP.trailing_zeros();
         line_of(&self.medium_fast, i)
     }

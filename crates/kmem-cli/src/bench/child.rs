@@ -254,7 +254,11 @@ mod tests {
                 "phase-threads-mimalloc",
                 "phase-threads-jemalloc",
                 "cache",
-                "slab"
+                "slab",
+                "page-rss-kmem",
+                "page-rss-system",
+                "page-rss-mimalloc",
+                "page-rss-jemalloc",
             ]
         );
         assert!(child_main("nosuch", true)
