@@ -69,11 +69,6 @@ pub const DRAIN_STOCK: u32 = 1 << 2;
 const AREA_FREE: u32 = 0;
 /// Area state: owned.
 const AREA_OWNED: u32 = 1;
-/// Area state: owned by a thread that does not exist in this process (a fork's
-/// child, in a mode where each thread owns an area): its state may be half-way
-/// through an update, so nothing flushes or reuses it (see
-/// [`CpuAreaPool::orphan_others`]).
-const AREA_ORPHANED: u32 = 2;
 
 /// The header of a CPU area; per-CPU data follows it in the same block.
 ///
@@ -94,6 +89,8 @@ pub struct CpuArea {
     /// The area's `local_lock`, for platforms where several contexts share an area
     /// (std's per-CPU mode, a preemptible kernel): whoever holds it is the owner.
     local_lock: SpinLock<()>,
+    /// See [`CpuArea::taken_generation`]: written when the area is taken.
+    taken_gen: AtomicU32,
     /// The owner's copy of the page layer's tag-window length (`TagWindow::tagged_len`,
     /// see `PageAllocator::sheaf_tag_inline`): the inline free path's range check
     /// compares with it, a plain load from the owner's own area that the compiler
@@ -130,10 +127,13 @@ impl CpuArea {
     pub fn is_owned(&self) -> bool {
         self.state.load(Ordering::Relaxed) == AREA_OWNED
     }
-    /// Whether the area's owner was left behind by a fork (see
-    /// [`CpuAreaPool::orphan_others`]).
-    pub fn is_orphaned(&self) -> bool {
-        self.state.load(Ordering::Relaxed) == AREA_ORPHANED
+    /// The fork generation ([`crate::sync::fork_generation`]) when the area's
+    /// owner took it: in a fork's child, an area owned since before the fork belongs
+    /// to a thread the child does not have (see [`Platform::area_orphaned`]).
+    ///
+    /// [`Platform::area_orphaned`]: crate::Platform::area_orphaned
+    pub fn taken_generation(&self) -> u32 {
+        self.taken_gen.load(Ordering::Relaxed)
     }
     /// Takes the area's local lock (`local_lock`): while the guard lives the holder
     /// may act as the area's owner (make a [`CpuRef`]). Spins, yielding through the
@@ -454,6 +454,8 @@ impl CpuAreaPool {
         stack.head = area.next_free.load(Ordering::Relaxed);
         drop(stack);
         area.state.store(AREA_OWNED, Ordering::Relaxed);
+        area.taken_gen
+            .store(crate::sync::fork_generation(), Ordering::Relaxed);
         self.nr_owned.fetch_add(1, Ordering::Relaxed);
         Some(area)
     }
@@ -482,6 +484,7 @@ impl CpuAreaPool {
                 slow_paths: AtomicU32::new(0),
                 next_free: AtomicPtr::new(ptr::null_mut()),
                 local_lock: SpinLock::new(()),
+                taken_gen: AtomicU32::new(crate::sync::fork_generation()),
                 tag_limit: AtomicUsize::new(0),
             });
         }
@@ -490,25 +493,6 @@ impl CpuAreaPool {
         self.nr_owned.fetch_add(1, Ordering::Relaxed);
         // SAFETY: initialised just above; lives as long as the allocator.
         Some(unsafe { &*area })
-    }
-
-    /// In a fork's child: every area owned by another thread of the parent becomes
-    /// orphaned. Those threads do not exist here, and one may have been between two
-    /// stores of an update to its area (a sheaf half flushed, or handed to a barn
-    /// while the area still names it), so nothing may flush that area's state again:
-    /// `kmem_cache_destroy` passes it by, and what it holds is lost to the child, as
-    /// its owner is. (One store to each such area's header.)
-    ///
-    /// # Safety
-    /// Called in a fork's child by its one thread, before it starts others, in a mode
-    /// where each area belongs to one thread (`own` is the caller's, if it has one).
-    pub unsafe fn orphan_others(&self, own: Option<&CpuArea>) {
-        for area in self.iter() {
-            if area.is_owned() && !own.is_some_and(|o| ptr::eq(o, area)) {
-                area.state.store(AREA_ORPHANED, Ordering::Relaxed);
-                self.nr_owned.fetch_sub(1, Ordering::Relaxed);
-            }
-        }
     }
 
     /// Returns a flushed area to the free stack.

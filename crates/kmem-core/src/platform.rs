@@ -113,6 +113,17 @@ pub trait Platform: Sync {
     /// code has returned.
     fn callout_leave(&self, _token: usize) {}
 
+    /// Whether `area`'s owner is a thread this process does not have: a fork's child
+    /// keeps only the forking thread, and where each thread owns an area, another
+    /// thread of the parent may have been half-way through an update of its area (a
+    /// sheaf half flushed, or handed to a barn while the area still names it), so
+    /// nothing may flush that area again: `kmem_cache_destroy` passes it by, and what
+    /// it holds is lost to the child, as its owner is. The default: none (areas are
+    /// per CPU, or there is no fork).
+    fn area_orphaned(&self, _area: &crate::percpu::CpuArea) -> bool {
+        false
+    }
+
     /// Called from the allocator's periodic housekeeping (every
     /// [`HOUSEKEEPING_INTERVAL`](crate::page::HOUSEKEEPING_INTERVAL)th slab slow path of
     /// a CPU area; no locks of the core held but the area's local lock), so memory the

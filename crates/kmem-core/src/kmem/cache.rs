@@ -76,7 +76,7 @@ impl<P: Platform> Kmem<P> {
     /// slabs and the cache. A cache that still has objects is not destroyed: the
     /// kernel's "Objects remaining" report is printed and it stays usable. In a fork's
     /// child the parent's other threads' areas are orphaned and not flushed
-    /// (`CpuAreaPool::orphan_others`): objects they held count as remaining.
+    /// ([`Platform::area_orphaned`]): objects they held count as remaining.
     ///
     /// # Safety
     /// No other context uses `s` while this runs (the kernel's rule), and if it
@@ -101,7 +101,13 @@ impl<P: Platform> Kmem<P> {
         // sheaves, counted: let it finish first.
         slub.drain_idle_sheaves(cpu);
         self.caches.wait_for_reclaims();
-        for area in self.pages.cpu_areas().iter().filter(|a| !a.is_orphaned()) {
+        let platform = self.pages.platform();
+        for area in self
+            .pages
+            .cpu_areas()
+            .iter()
+            .filter(|a| !platform.area_orphaned(a))
+        {
             // SAFETY: nobody uses `s` meanwhile (caller), so its per-CPU state in any
             // area is ours to flush: the owners do not touch it. (An orphaned area's
             // owner was left behind by a fork, maybe half-way through an update: its

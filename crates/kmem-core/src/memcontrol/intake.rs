@@ -384,7 +384,10 @@ impl<'a, P: Platform> Memcg<'a, P> {
         // online section.
         let h = unsafe { self.km.pages().descriptor_in_window(base) };
         let flags = h.flags();
-        if !flags.contains(PageFlags::SLAB) || !ptr::eq(crate::slab::Slab::of(h).cache(), s) {
+        // The cache word compared as an address: a slab being discarded reads `SLAB`
+        // with the word already 0, of which no reference may be made.
+        let cache = crate::slab::Slab::of(h).cache_addr();
+        if !flags.contains(PageFlags::SLAB) || cache != Some(ptr::from_ref(s) as usize) {
             return None;
         }
         let vec = objcg_vector(h)?;

@@ -19,19 +19,43 @@
 //! which a shell, forking once for each command it runs, paid for nothing.
 //!
 //! The child's only thread keeps its CPU area; in thread mode the areas of the
-//! parent's other threads become orphaned (`CpuAreaPool::orphan_others`): owned by
-//! nobody, never used or flushed again, since their owners may have been half-way
-//! through an update.
+//! parent's other threads are orphaned ([`area_orphaned`], the platform's
+//! `Platform::area_orphaned`): owned by nobody, never used or flushed again, since
+//! their owners may have been half-way through an update. The child writes two words
+//! for it, beside [`LOCKED`] (no page of the areas': each would be a page copied).
 
 use super::{HEAP, READY};
 use crate::platform::os;
-use std::sync::atomic::{AtomicBool, Ordering};
+use kmem_core::percpu::CpuArea;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// Whether the current fork's prepare handler took the locks (written only then, so
 /// a single-threaded process's fork writes none of the heap's pages). Set with the
 /// table lock held and cleared before the locks are released, so concurrent forks
 /// see it one at a time.
 static LOCKED: AtomicBool = AtomicBool::new(false);
+
+/// The fork generation and the forking thread's area (0: none), noted by the prepare
+/// handler in thread mode, so that the child copies them with two plain loads: a
+/// call in the child handler faults in code pages the child never ran (a child that
+/// exits at once paid nine page faults more).
+static PREPARED: (AtomicU32, AtomicUsize) = (AtomicU32::new(0), AtomicUsize::new(0));
+/// In a fork's child (thread mode, a threaded parent): the fork generation it was
+/// forked in (0: this process was not such a child). An area taken in it or before,
+/// but the child's own ([`SURVIVOR`]), belongs to a thread the child does not have.
+static ORPHAN_GEN: AtomicU32 = AtomicU32::new(0);
+/// The address of the forking thread's area in the child (0: none).
+static SURVIVOR: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether `area` is owned by a thread of the parent that this fork's child does not
+/// have (see the module doc).
+pub(super) fn area_orphaned(area: &CpuArea) -> bool {
+    let born = ORPHAN_GEN.load(Ordering::Relaxed);
+    born != 0
+        && area.is_owned()
+        && (born.wrapping_sub(area.taken_generation()) as i32) >= 0
+        && area as *const CpuArea as usize != SURVIVOR.load(Ordering::Relaxed)
+}
 
 /// Registers the handlers (once, after initialisation).
 pub(super) fn register() {
@@ -60,6 +84,13 @@ extern "C" fn fork_prepare() {
     HEAP.huge.lock_for_fork();
     crate::kfence::lock_for_fork();
     HEAP.kmem.fork_prepare(&groups);
+    if HEAP.mode.load(Ordering::Relaxed) == super::MODE_THREAD {
+        let own = super::thread::thread_cpu().map_or(0, |c| c.area() as *const CpuArea as usize);
+        PREPARED
+            .0
+            .store(kmem_core::sync::fork_generation(), Ordering::Relaxed);
+        PREPARED.1.store(own, Ordering::Relaxed);
+    }
 }
 
 /// After `fork`, in the parent: release.
@@ -83,13 +114,9 @@ extern "C" fn fork_child() {
     if others {
         // SAFETY: the `pthread_atfork` child handler: the child's one thread.
         unsafe { HEAP.kmem.fork_child() };
-        if HEAP.mode.load(Ordering::Relaxed) == super::MODE_THREAD {
-            // SAFETY: as above, in thread mode (an area per thread).
-            unsafe {
-                let own = super::thread::thread_cpu().map(|c| c.area());
-                HEAP.kmem.pages.cpu_areas().orphan_others(own);
-            }
-        }
+        // Thread mode's prepare noted these (0 in the other modes: no orphans).
+        SURVIVOR.store(PREPARED.1.load(Ordering::Relaxed), Ordering::Relaxed);
+        ORPHAN_GEN.store(PREPARED.0.load(Ordering::Relaxed), Ordering::Relaxed);
     }
     super::live::after_fork_child();
 }

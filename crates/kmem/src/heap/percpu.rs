@@ -105,13 +105,16 @@ pub(super) fn resolve_mode(env: PerCpuMode) -> u8 {
         m => m,
     };
     if mode == MODE_CPU_RSEQ || mode == MODE_CPU {
-        if rseq_possible() && pin_possible() {
+        let rseq = rseq_possible();
+        if rseq && pin_possible() {
             return MODE_CPU_RSEQ;
         }
         if mode == MODE_CPU_RSEQ {
-            write_stderr(
-                b"kmem: KMEM_PERCPU=cpu-rseq: no rseq registration or CPU pinning here; using cpu-cas or cpu-lock\n",
-            );
+            write_stderr(if rseq {
+                b"kmem: KMEM_PERCPU=cpu-rseq: threads cannot be pinned to a CPU here (sched_setaffinity refused); using cpu-cas or cpu-lock\n"
+            } else {
+                b"kmem: KMEM_PERCPU=cpu-rseq: no rseq registration here; using cpu-cas or cpu-lock\n"
+            });
         }
         mode = MODE_CPU;
     }

@@ -64,6 +64,10 @@ impl Platform for HeapPlatform {
         self.os.now_ns()
     }
 
+    fn area_orphaned(&self, area: &kmem_core::percpu::CpuArea) -> bool {
+        super::fork::area_orphaned(area)
+    }
+
     fn log(&self, text: &str) {
         self.os.log(text)
     }
