@@ -375,8 +375,11 @@ fn misuse_is_refused_on_the_per_cpu_paths() {
     };
     // The CPU this thread runs on now is one it may run on.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    let ran = kmem::platform::rseq::on_cpu(kmem::platform::linux::current_cpu(), body);
-    assert_eq!(ran, kmem::platform::rseq::OnCpu::Ran(()), "pinned to the CPU it runs on");
+    assert_eq!(
+        kmem::platform::rseq::on_cpu(kmem::platform::linux::current_cpu(), body),
+        kmem::platform::rseq::OnCpu::Ran(()),
+        "pinned to the CPU it runs on"
+    );
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     body();
 }
@@ -451,8 +454,11 @@ fn a_free_into_a_kept_slab_is_refused() {
     };
     // The CPU this thread runs on now is one it may run on.
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
-    let ran = kmem::platform::rseq::on_cpu(kmem::platform::linux::current_cpu(), body);
-    assert_eq!(ran, kmem::platform::rseq::OnCpu::Ran(()), "pinned to the CPU it runs on");
+    assert_eq!(
+        kmem::platform::rseq::on_cpu(kmem::platform::linux::current_cpu(), body),
+        kmem::platform::rseq::OnCpu::Ran(()),
+        "pinned to the CPU it runs on"
+    );
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     body();
     // SAFETY: every object of the cache is freed.
