@@ -182,32 +182,18 @@ impl Heap {
             .unwrap_or(bad);
         // SAFETY: as above.
         let first = unsafe { (bad as *const u8).read() };
-        let mut w = crate::platform::linux::FdWriter::new(2);
-        let _ = writeln!(
-            w,
-            "=============================================================================\n\
-             BUG kmalloc-large (Not tainted): Redzone overwritten\n\
-             -----------------------------------------------------------------------------\n"
+        let kind = if self.kmem.pages.in_span(p) {
+            "of pages"
+        } else {
+            "mapped"
+        };
+        self.report_block(
+            format_args!(
+                "0x{bad:016x}-0x{last:016x} @offset={}. First byte 0x{first:02x} instead of 0x{RED_ACTIVE:02x}",
+                bad - p as usize
+            ),
+            format_args!("0x{:016x} size={size} ({len} bytes {kind})", p as usize),
         );
-        let _ = writeln!(
-            w,
-            "INFO: 0x{bad:016x}-0x{last:016x} @offset={}. First byte 0x{first:02x} instead of 0x{RED_ACTIVE:02x}",
-            bad - p as usize
-        );
-        let _ = writeln!(
-            w,
-            "INFO: Block 0x{:016x} size={size} ({} bytes {})",
-            p as usize,
-            len,
-            if self.kmem.pages.in_span(p) {
-                "of pages"
-            } else {
-                "mapped"
-            }
-        );
-        let _ = writeln!(w, "FIX kmalloc-large: Object not freed (quarantined)");
-        w.flush();
-        self.kmem.pages.count_bad_object();
         false
     }
 
@@ -219,6 +205,19 @@ impl Heap {
         let at = p as usize + len - 2 * WORD;
         // SAFETY: the trailer's first byte, inside the live block being freed.
         let first = unsafe { (at as *const u8).read() };
+        self.report_block(
+            format_args!(
+                "0x{at:016x}-0x{:016x} @offset={}. First byte 0x{first:02x}: the zone's trailer (its size) overwritten",
+                at + 2 * WORD - 1,
+                at - p as usize
+            ),
+            format_args!("0x{:016x} ({len} bytes)", p as usize),
+        );
+    }
+
+    /// slub_debug's report of a damaged `kmalloc-large` block (the damaged bytes, the
+    /// block), which is quarantined; counted as a bad object.
+    fn report_block(&self, bytes: std::fmt::Arguments<'_>, block: std::fmt::Arguments<'_>) {
         let mut w = crate::platform::linux::FdWriter::new(2);
         let _ = writeln!(
             w,
@@ -226,13 +225,8 @@ impl Heap {
              BUG kmalloc-large (Not tainted): Redzone overwritten\n\
              -----------------------------------------------------------------------------\n"
         );
-        let _ = writeln!(
-            w,
-            "INFO: 0x{at:016x}-0x{:016x} @offset={}. First byte 0x{first:02x}: the zone's trailer (its size) overwritten",
-            at + 2 * WORD - 1,
-            at - p as usize
-        );
-        let _ = writeln!(w, "INFO: Block 0x{:016x} ({len} bytes)", p as usize);
+        let _ = writeln!(w, "INFO: {bytes}");
+        let _ = writeln!(w, "INFO: Block {block}");
         let _ = writeln!(w, "FIX kmalloc-large: Object not freed (quarantined)");
         w.flush();
         self.kmem.pages.count_bad_object();
