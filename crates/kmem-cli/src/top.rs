@@ -43,7 +43,7 @@ pub struct TopOptions {
 /// `inf`, `nan` or `1e300` are refused with a message instead of a panic.
 fn parse_delay(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if !(0.0..=86_400.0).contains(&v) {
+    if !(0.1..=86_400.0).contains(&v) {
         return Err(format!("{s}: seconds from 0.1 to 86400"));
     }
     Ok(v)

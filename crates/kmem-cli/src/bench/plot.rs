@@ -358,7 +358,14 @@ fn color(name: &str, columns: &[String]) -> RGBColor {
     }
     let modes: Vec<&String> = columns.iter().filter(|c| c.contains('[')).collect();
     let i = modes.iter().position(|c| *c == name).unwrap_or(name.len());
-    OTHERS[i % OTHERS.len()]
+    // Not a colour a fixed column of this chart has (`kmem[called]` beside `kmem`).
+    let fixed = |c: &RGBColor| {
+        FIXED
+            .iter()
+            .any(|(n, f)| f == c && columns.iter().any(|col| col == n))
+    };
+    let free: Vec<RGBColor> = OTHERS.iter().copied().filter(|c| !fixed(c)).collect();
+    free[i % free.len()]
 }
 
 /// One panel: the chart on the left, the legend on the right.
@@ -648,6 +655,14 @@ mod tests {
         assert_eq!(p.series[1].1, [Some(0.4)]);
         let all = distinct(results.iter().map(|r| r.column()));
         assert_ne!(color(KMEM_CPU_SLAB, &all), color("jemalloc", &all));
+        // A mode column beside the plain ones takes none of their colours.
+        let cols: Vec<String> = ["kmem", "kmem[called]", "mimalloc", "jemalloc"]
+            .map(String::from)
+            .to_vec();
+        let called = color("kmem[called]", &cols);
+        for fixed in ["kmem", "mimalloc", "jemalloc"] {
+            assert_ne!(called, color(fixed, &cols), "{fixed}");
+        }
     }
 
     #[test]

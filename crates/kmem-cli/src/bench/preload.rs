@@ -193,6 +193,16 @@ fn is_debug_build(lib: &Path) -> bool {
         .is_some_and(|d| d == "debug")
 }
 
+/// The release build of a debug `lib` (`…/debug/x` → `…/release/x`), if there is one.
+fn release_beside(lib: &Path) -> Option<PathBuf> {
+    let dir = lib.parent()?;
+    if !is_debug_build(lib) {
+        return None;
+    }
+    let release = dir.parent()?.join("release").join(lib.file_name()?);
+    release.is_file().then_some(release)
+}
+
 /// `lib`'s path and age, for the run's log (a library older than this `kmem` may be
 /// a build of other code).
 fn describe(lib: &Path) -> String {
@@ -255,7 +265,13 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         );
         return out;
     }
-    let kmem = match crate::run::find_lib() {
+    // A `kmem` run from target/debug finds the debug library first: the release one
+    // beside it is the one to time, where it was built.
+    let found = crate::run::find_lib().map(|l| match release_beside(&l) {
+        Some(r) if std::env::var_os("KMEM_LIB").is_none() => r,
+        _ => l,
+    });
+    let kmem = match found {
         // A debug build found where the release one is missing would time kmem
         // unoptimised: named by KMEM_LIB, it is what was asked for.
         Ok(l) if is_debug_build(&l) && std::env::var_os("KMEM_LIB").is_none() => {
