@@ -495,6 +495,24 @@ impl CpuAreaPool {
         Some(unsafe { &*area })
     }
 
+    /// In a fork's child: `n` owned areas belong to threads the child does not have
+    /// (see [`Platform::area_orphaned`](crate::Platform::area_orphaned)). They stay
+    /// owned, never flushed or reused, but stop counting among the owners the per-CPU
+    /// page lists' budget is shared by (a pre-fork server's child would otherwise
+    /// split it with every thread of its parent: `high` can reach 0, the lists off),
+    /// from the next area taken or given back on.
+    ///
+    /// # Safety
+    /// Called once per fork, in the child, by its one thread; the `n` areas' owners
+    /// do not exist in this process.
+    pub unsafe fn forget_owners(&self, n: usize) {
+        let _ = self
+            .nr_owned
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |o| {
+                Some(o.saturating_sub(n))
+            });
+    }
+
     /// Returns a flushed area to the free stack.
     pub(crate) fn push_free(&self, area: &CpuArea) {
         area.state.store(AREA_FREE, Ordering::Relaxed);

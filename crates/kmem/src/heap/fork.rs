@@ -39,7 +39,10 @@ static LOCKED: AtomicBool = AtomicBool::new(false);
 /// handler in thread mode, so that the child copies them with two plain loads: a
 /// call in the child handler faults in code pages the child never ran (a child that
 /// exits at once paid nine page faults more).
-static PREPARED: (AtomicU32, AtomicUsize) = (AtomicU32::new(0), AtomicUsize::new(0));
+/// Also the number of areas the parent's other threads own, which the child stops
+/// counting as owners (`CpuAreaPool::forget_owners`).
+static PREPARED: (AtomicU32, AtomicUsize, AtomicUsize) =
+    (AtomicU32::new(0), AtomicUsize::new(0), AtomicUsize::new(0));
 /// In a fork's child (thread mode, a threaded parent): the fork generation it was
 /// forked in (0: this process was not such a child). An area taken in it or before,
 /// but the child's own ([`SURVIVOR`]), belongs to a thread the child does not have.
@@ -86,10 +89,13 @@ extern "C" fn fork_prepare() {
     HEAP.kmem.fork_prepare(&groups);
     if HEAP.mode.load(Ordering::Relaxed) == super::MODE_THREAD {
         let own = super::thread::thread_cpu().map_or(0, |c| c.area() as *const CpuArea as usize);
-        PREPARED
-            .0
-            .store(kmem_core::sync::fork_generation(), Ordering::Relaxed);
+        let owned = HEAP.kmem.pages.cpu_areas().nr_owned();
+        let generation = kmem_core::sync::fork_generation();
+        PREPARED.0.store(generation, Ordering::Relaxed);
         PREPARED.1.store(own, Ordering::Relaxed);
+        PREPARED
+            .2
+            .store(owned - usize::from(own != 0), Ordering::Relaxed);
     }
 }
 
@@ -117,6 +123,12 @@ extern "C" fn fork_child() {
         // Thread mode's prepare noted these (0 in the other modes: no orphans).
         SURVIVOR.store(PREPARED.1.load(Ordering::Relaxed), Ordering::Relaxed);
         ORPHAN_GEN.store(PREPARED.0.load(Ordering::Relaxed), Ordering::Relaxed);
+        let orphans = PREPARED.2.load(Ordering::Relaxed);
+        if orphans != 0 {
+            // SAFETY: the child handler, once per fork: the parent's other threads,
+            // which own these areas, do not exist here.
+            unsafe { HEAP.kmem.pages.cpu_areas().forget_owners(orphans) };
+        }
     }
     super::live::after_fork_child();
 }
