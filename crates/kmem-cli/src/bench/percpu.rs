@@ -115,16 +115,19 @@ fn run_times(ctx: &Ctx) -> Vec<BenchResult> {
 }
 
 /// Of the rows of several rounds, for each mode, bench and parameter the one with the
-/// median time (the lower middle of an even count), in the first round's order.
+/// median time (the lower middle of an even count), in the order they first appear: a
+/// row a round lacks (its child failed) comes from the rounds that have it.
 fn median_rows(rounds: Vec<Vec<BenchResult>>) -> Vec<BenchResult> {
-    let Some(first) = rounds.first() else {
-        return Vec::new();
-    };
     let same = |a: &BenchResult, b: &BenchResult| {
         a.bench == b.bench && a.param == b.param && a.op == b.op && a.mode == b.mode
     };
-    first
-        .iter()
+    let mut keys: Vec<&BenchResult> = Vec::new();
+    for r in rounds.iter().flatten() {
+        if !keys.iter().any(|k| same(k, r)) {
+            keys.push(r);
+        }
+    }
+    keys.into_iter()
         .map(|key| {
             let mut all: Vec<&BenchResult> = rounds
                 .iter()
@@ -453,6 +456,22 @@ mod tests {
             [Some(3.0), Some(1.0)]
         );
         assert!(median_rows(Vec::new()).is_empty());
+        // A mode whose first round's child failed keeps its other rounds (it was
+        // dropped: the rows were keyed on the first round alone).
+        let late = vec![
+            vec![row("a", "thread", 32, 5.0)],
+            vec![row("a", "thread", 32, 3.0), row("a", "cpu-rseq", 32, 8.0)],
+            vec![row("a", "cpu-rseq", 32, 6.0), row("a", "thread", 32, 4.0)],
+        ];
+        let m = median_rows(late);
+        let ns: Vec<_> = m.iter().map(|r| (r.mode.clone().unwrap(), r.ns)).collect();
+        assert_eq!(
+            ns,
+            [
+                ("thread".to_string(), Some(4.0)),
+                ("cpu-rseq".into(), Some(6.0))
+            ]
+        );
     }
 
     #[test]
