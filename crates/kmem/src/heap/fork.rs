@@ -21,8 +21,10 @@
 //! The child's only thread keeps its CPU area; in thread mode the areas of the
 //! parent's other threads are orphaned ([`area_orphaned`], the platform's
 //! `Platform::area_orphaned`): owned by nobody, never used or flushed again, since
-//! their owners may have been half-way through an update. The child writes two words
-//! for it, beside [`LOCKED`] (no page of the areas': each would be a page copied).
+//! their owners may have been half-way through an update, and stop counting among the
+//! owners (`CpuAreaPool::forget_owners`). The child writes two words for it beside
+//! [`LOCKED`] and the pool's count of owners, no page of the areas' (each would be a
+//! page copied).
 
 use super::{HEAP, READY};
 use crate::platform::os;
