@@ -152,8 +152,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         }
     }
     for (i, &(mode, _)) in MODES.iter().enumerate() {
-        passes[i].sort_by(|a, b| a.ns.total_cmp(&b.ns));
-        let t = passes[i][passes[i].len() / 2];
+        let t = super::timing::median_pass(&mut passes[i]);
         let r = BenchResult::time("fastpath_reuse", "kmem", FAST_SIZE as u64, "pair", t);
         out.push(with_mode(r, mode));
     }

@@ -87,7 +87,7 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
     let mut out = Vec::new();
     for (si, &size) in SIZES.iter().enumerate() {
         for (mi, &mode) in MODES.iter().enumerate() {
-            let t = median_pass(&mut passes[si * MODES.len() + mi]);
+            let t = super::timing::median_pass(&mut passes[si * MODES.len() + mi]);
             out.push(BenchResult {
                 mode: Some(mode.to_string()),
                 ..BenchResult::time("kmalloc_batch4", "kmem", size, "pair", t)
@@ -109,12 +109,6 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
         ));
     }
     out
-}
-
-/// The pass whose median is the median of the passes' (their number is odd).
-fn median_pass(passes: &mut [super::Timing]) -> super::Timing {
-    passes.sort_by(|a, b| a.ns.total_cmp(&b.ns));
-    passes[passes.len() / 2]
 }
 
 /// The series' table: run time per pair and the accounting overhead per mode.

@@ -15,6 +15,13 @@ pub struct Timing {
     pub ops: u64,
 }
 
+/// Of several passes' figures of one contestant (an odd number), the pass whose median
+/// time is the median of theirs (the lower middle of an even count).
+pub fn median_pass(passes: &mut [Timing]) -> Timing {
+    passes.sort_by(|a, b| a.ns.total_cmp(&b.ns));
+    passes[(passes.len() - 1) / 2]
+}
+
 /// Shared state of one run.
 pub struct Ctx {
     pub quick: bool,
@@ -330,6 +337,19 @@ fn tsc_at_now() -> (u64, Instant) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_median_pass_is_neither_the_best_nor_the_worst() {
+        let t = |ns| Timing {
+            ns,
+            cycles: None,
+            ops: 1,
+        };
+        let mut passes = [t(5.0), t(1.0), t(9.0)];
+        assert_eq!(median_pass(&mut passes).ns, 5.0);
+        let mut two = [t(4.0), t(2.0)];
+        assert_eq!(median_pass(&mut two).ns, 2.0);
+    }
 
     #[test]
     fn median_of_odd_and_even_counts() {
