@@ -180,13 +180,18 @@ pub trait Platform: Sync {
     }
 
     /// Per-CPU mode with restartable sequences ([`crate::slab::PerCpuAccess::Rseq`]):
-    /// takes a CPU freelist for the slab layer. `freelist` is the `freelist` word of a
-    /// `kmem_cache_cpu` in the CPU area with id `area_id`; the platform must, atomically
-    /// with respect to the restartable sequences of that area's CPU, replace it with 0
-    /// and return what it held (a sequence run on that CPU, migrating there if need
-    /// be). The default is a plain exchange, right where no sequence can run.
-    fn take_cpu_freelist(&self, _area_id: usize, freelist: &AtomicUsize) -> usize {
-        freelist.swap(0, Ordering::AcqRel)
+    /// takes a CPU freelist or a sheaf's top for the slab layer. `word` is that word
+    /// of a `kmem_cache_cpu` in the CPU area with id `area_id`; the platform must,
+    /// atomically with respect to the restartable sequences of that area's CPU,
+    /// replace it with 0 and return what it held: a sequence run on that CPU, or,
+    /// from another CPU, a *fence*: store `fence` (a value every sequence refuses and
+    /// none commits: [`crate::slab::FREELIST_FENCE`], [`crate::slab::TOP_FENCE`]),
+    /// restart every sequence that CPU is running, then exchange the word for 0 — the
+    /// value a sequence committed in between if it is not `fence`, else the value the
+    /// first store replaced. The default is a plain exchange, right where no sequence
+    /// can run.
+    fn take_cpu_freelist(&self, _area_id: usize, word: &AtomicUsize, _fence: usize) -> usize {
+        word.swap(0, Ordering::AcqRel)
     }
 }
 

@@ -98,9 +98,9 @@ pub const VARS: [Var; 14] = [
         name: c"KMEM_PERCPU",
         default: "`thread`",
         help: "`thread` (a CPU area per thread); `cpu` (a CPU area per CPU with the fastest \
-               mechanism here: `cpu-rseq` where glibc registers rseq and threads may be pinned \
-               to a CPU (a seccomp policy that refuses `sched_setaffinity` rules it out), \
-               else `cpu-cas` where the \
+               mechanism here: `cpu-rseq` where glibc registers rseq and either `membarrier`'s \
+               rseq fence (Linux 5.10) or pinning a thread to a CPU is allowed (a seccomp \
+               policy that refuses both rules it out), else `cpu-cas` where the \
                CPU has `cmpxchg16b`, else `cpu-lock`); `cpu-rseq` (alloc/free fast paths in \
                restartable sequences); `cpu-cas` (lockless fast paths with a double-word CAS, \
                in the `cpu-slab` design; with sheaves it runs as `cpu-lock`); `cpu-lock` \

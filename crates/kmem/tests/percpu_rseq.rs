@@ -378,3 +378,25 @@ fn the_global_allocator_pops_and_pushes_the_cpu_s_sheaves() {
         "{zeroed_reused} of 200 zeroed allocations got the dirtied block back"
     );
 }
+
+/// A flush from another CPU takes a CPU's sheaves with a fence (`membarrier`'s rseq
+/// restart on that CPU) while a thread there pops and pushes: nothing handed out
+/// twice, nothing changed while held, and the fences ran.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[test]
+fn another_cpu_s_sheaves_are_taken_with_a_fence() {
+    use kmem::platform::rseq;
+    let _s = setup();
+    if !runs_rseq() {
+        return;
+    }
+    assert!(rseq::can_fence(), "per-CPU rseq mode registered the fence");
+    let Some(fences) = common::takes_under_load(64, 200_000) else {
+        println!("one CPU: no other CPU to take from");
+        return;
+    };
+    if rseq::allowed(0) && rseq::allowed(1) {
+        assert!(fences > 0, "no take reached the other CPU");
+    }
+    println!("{fences} fences");
+}

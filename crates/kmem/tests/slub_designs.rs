@@ -3,10 +3,12 @@
 //! frees in random order and on other threads, kmem_cache objects, the heap's inline
 //! fast paths and their slow paths, every object's contents checked while held; and
 //! the CPU-slab design's restartable sequences in `KMEM_PERCPU=cpu-rseq` (they must pop
-//! without the lock).
+//! without the lock, and another CPU takes their freelists through the fence).
 
 use kmem::{heap, Gfp, SlabFlags};
 use std::process::Command;
+
+mod common;
 
 const CHILD: &str = "SLUB_DESIGNS_CHILD";
 
@@ -167,6 +169,17 @@ fn rseq_workload() {
     );
     println!("rseq pops {}", n as u64 - locked);
     global_alloc_round();
+    // Another CPU's freelists taken through the fence (`FREELIST_FENCE`: a pop of
+    // the last object commits 0, so the fence is 1).
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    if let Some(fences) = common::takes_under_load(64, 200_000) {
+        use kmem::platform::rseq::allowed;
+        assert!(
+            fences > 0 || !(allowed(0) && allowed(1)),
+            "no take reached the other CPU"
+        );
+        println!("{fences} fences");
+    }
 }
 
 /// `KmemAlloc` in the CPU-slab design with `KMEM_PERCPU=cpu-rseq`: its inline rseq pop

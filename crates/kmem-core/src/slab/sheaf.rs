@@ -400,7 +400,9 @@ impl<'a, P: Platform> Slub<'a, P> {
     fn take(&self, c: CpuRef<'_>, cfg: &CacheConfig, cc: &KmemCacheCpu, which: Which) -> Held {
         let (top, ptr) = cc.parts(which);
         let t = if cfg.fast == FastPath::SheafRseq {
-            self.pages.platform().take_cpu_freelist(c.area().id(), top)
+            self.pages
+                .platform()
+                .take_cpu_freelist(c.area().id(), top, TOP_FENCE)
         } else {
             top.load(Relaxed)
         };

@@ -8,7 +8,8 @@
 //! fallback, [`fallback`]: first, without the lock, the restartable sequences of
 //! `platform::rseq` (`cpu-rseq`) or the double-word-CAS path (`cpu-cas`) on the area of
 //! the CPU the thread runs on; else the locked path. In `cpu-rseq` the slab layer takes
-//! a CPU freelist through [`rseq_take`] (a sequence on that CPU). Threads own nothing,
+//! a CPU freelist or a sheaf's top through [`rseq_take`] (a sequence on that CPU, or a
+//! fence from another). Threads own nothing,
 //! so thread exit flushes nothing; [`Heap::flush_cpu_caches`] flushes every CPU's area.
 //!
 //! Locking: `table_lock` serialises making areas (fork's prepare handler takes it
@@ -70,8 +71,22 @@ fn rseq_possible() -> bool {
     }
 }
 
+/// Whether this process may restart the sections of another CPU (`membarrier`'s rseq
+/// fence, registered now), which per-CPU rseq mode's takes of another CPU's words use
+/// (see [`rseq_take`]).
+fn fence_possible() -> bool {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        crate::platform::rseq::can_fence()
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        false
+    }
+}
+
 /// Whether threads may be pinned to a CPU, which per-CPU rseq mode's takes of another
-/// CPU's freelist need (see [`rseq_take`]).
+/// CPU's words need where the fence is refused (see [`rseq_take`]).
 fn pin_possible() -> bool {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
@@ -106,12 +121,12 @@ pub(super) fn resolve_mode(env: PerCpuMode) -> u8 {
     };
     if mode == MODE_CPU_RSEQ || mode == MODE_CPU {
         let rseq = rseq_possible();
-        if rseq && pin_possible() {
+        if rseq && (fence_possible() || pin_possible()) {
             return MODE_CPU_RSEQ;
         }
         if mode == MODE_CPU_RSEQ {
             write_stderr(if rseq {
-                b"kmem: KMEM_PERCPU=cpu-rseq: threads cannot be pinned to a CPU here (sched_setaffinity refused); using cpu-cas or cpu-lock\n"
+                b"kmem: KMEM_PERCPU=cpu-rseq: no membarrier rseq fence here, and threads cannot be pinned to a CPU (sched_setaffinity refused); using cpu-cas or cpu-lock\n"
             } else {
                 b"kmem: KMEM_PERCPU=cpu-rseq: no rseq registration here; using cpu-cas or cpu-lock\n"
             });
@@ -164,64 +179,139 @@ pub(super) fn fallback<R>(
     fast.unwrap_or_else(locked)
 }
 
-/// `cpu-rseq`: the slab layer's take of a CPU freelist (`Platform::take_cpu_freelist`): a
-/// restartable sequence on the area's CPU, run there (the thread pinned for the
-/// moment) if it is elsewhere. If this thread may not run on that CPU, kmem assumes
-/// none of its threads does (they share one affinity: documented), so no section can
-/// commit there and a plain exchange is the take; so too if the CPU goes offline
-/// while the thread is pinned to it (the kernel moves the thread away: nothing runs
-/// there). A CPU the thread may run on but could not be pinned to (the mode needs
-/// pinning, checked when it is chosen: a policy set later refuses it) gets no plain
-/// exchange, which could race a section there: the thread yields until the scheduler
-/// runs it on that CPU, and takes there.
-pub(super) fn rseq_take(area_id: usize, freelist: &AtomicUsize) -> usize {
+/// `cpu-rseq`: the slab layer's take of a CPU freelist or a sheaf's top, `word`
+/// (`Platform::take_cpu_freelist`), atomic against the sections of the area's CPU.
+///
+/// On that CPU, a restartable sequence stores 0 and returns the old value. From
+/// another CPU, a *fence* (`membarrier`, [`can_fence`](crate::platform::rseq::can_fence)
+/// registered when the mode was chosen):
+/// 1. exchange the word for `fence`, a value every section refuses and none commits,
+///    so that a section starting from now on commits nothing;
+/// 2. restart whatever section that CPU is running ([`fence`](crate::platform::rseq::fence)):
+///    one that read the word before step 1 has committed by now, or starts over and
+///    refuses;
+/// 3. exchange the word for `fence` again: `fence` means no commit since step 1, and
+///    step 1's value is the take; another value is what such a section committed, a
+///    full step from the value step 1 took (a pop's object is its own, a push's is on
+///    the list), and the take so far — but a section that began after that commit
+///    may have read it, so steps 2 and 3 run again until step 3 finds `fence`;
+///    then the word becomes 0.
+///
+/// No section commits after the last step 3 (its CPU has restarted everything that
+/// read anything but `fence`), so nothing is lost or taken twice: the loom model
+/// `loom_rseq_fence.rs` checks both kinds of word (and fails a take with one restart,
+/// and 0 as a freelist's fence, which a pop of the last object commits), the test `another_cpu_s_sheaves_are_taken_with_a_fence`
+/// the real thing. Where the fence is refused, the take runs as a sequence on that
+/// CPU, the thread pinned there for the moment (even where its own affinity leaves
+/// that CPU out: a program that pins its threads, one to a CPU, still has sections
+/// running there); a CPU the process may not use (offline, outside its cpuset) runs
+/// no section of ours, and a plain exchange is the take; so too if the CPU goes
+/// offline while the thread is pinned to it (the kernel moves the thread away). A CPU
+/// the thread could not be pinned to (a policy refuses `sched_setaffinity`) gets no
+/// plain exchange, which could race a section there: the thread yields until the
+/// scheduler runs it on that CPU, and takes there, or until its affinity leaves that
+/// CPU out (then a plain exchange, right only if every thread's does).
+pub(super) fn rseq_take(area_id: usize, word: &AtomicUsize, fence: usize) -> usize {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
-        use crate::platform::rseq::{self, OnCpu};
+        use crate::platform::rseq;
         let cpu = HEAP.area_cpu[area_id].load(Ordering::Acquire);
-        let fl = freelist as *const AtomicUsize as *mut usize;
         if let (Some(r), true) = (rseq::area(), cpu != 0) {
             let cpu = cpu as usize - 1;
-            // SAFETY: `r` is this thread's registered rseq area; `fl` is the freelist
-            // word of a `kmem_cache_cpu` in CPU `cpu`'s area.
+            let fl = word as *const AtomicUsize as *mut usize;
+            // SAFETY: `r` is this thread's registered rseq area; `fl` is a freelist or
+            // top word of a `kmem_cache_cpu` in CPU `cpu`'s area.
             let take = || unsafe { rseq::take_on(r, cpu, fl) };
             if let Some(v) = take() {
                 return v;
             }
-            // Pinned: the take runs there, unless the CPU left the thread's
-            // affinity meanwhile (gone offline): checked every so often.
-            let pinned = rseq::on_cpu(cpu, || {
-                let mut tries = 0u32;
-                loop {
-                    if let Some(v) = take() {
-                        return Some(v);
-                    }
-                    tries = tries.wrapping_add(1);
-                    if tries & 1023 == 0 && !rseq::allowed(cpu) {
-                        return None;
-                    }
-                }
-            });
-            match pinned {
-                OnCpu::Ran(Some(v)) => return v,
-                OnCpu::Ran(None) | OnCpu::NotAllowed => {}
-                OnCpu::Failed => loop {
-                    if let Some(v) = take() {
-                        return v;
-                    }
-                    if !rseq::allowed(cpu) {
-                        break;
-                    }
-                    // SAFETY: a plain system call.
-                    unsafe { libc::sched_yield() };
-                },
+            if rseq::can_fence() {
+                return fenced_take(cpu, take, word, fence);
             }
+            return pinned_take(cpu, take, word);
         }
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-    let _ = area_id;
+    let _ = (area_id, fence);
     // No CPU of ours runs this area's sections: a plain exchange.
-    freelist.swap(0, Ordering::AcqRel)
+    word.swap(0, Ordering::AcqRel)
+}
+
+/// [`rseq_take`] from another CPU with the fence (steps 1 to 3, then 0 in the word);
+/// where the kernel refuses the fence meanwhile, [`pinned_take`] reads the word as it
+/// stands (with no section half way through, as its sequence runs on that CPU) and
+/// settles it the same way.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[cold]
+fn fenced_take(
+    cpu: usize,
+    take: impl Fn() -> Option<usize>,
+    word: &AtomicUsize,
+    fence: usize,
+) -> usize {
+    use crate::platform::rseq;
+    let mut taken = word.swap(fence, Ordering::AcqRel);
+    if taken == fence || taken == 0 {
+        // A word every section refuses (an empty freelist, a top the last lock
+        // holder took): it became so by a commit on that CPU, after which a section
+        // that read anything else starts over, or by a take, settled then; only the
+        // lock holder, which is us, makes it anything else. No section is half way
+        // to a commit: no fence.
+        word.store(0, Ordering::Release);
+        return 0;
+    }
+    loop {
+        if !rseq::fence(cpu) {
+            return match pinned_take(cpu, take, word) {
+                v if v == fence => taken,
+                v => v,
+            };
+        }
+        match word.swap(fence, Ordering::AcqRel) {
+            v if v == fence => break,
+            v => taken = v,
+        }
+    }
+    word.store(0, Ordering::Release);
+    taken
+}
+
+/// [`rseq_take`] without the fence: `take` (the sequence) run on CPU `cpu`, the thread
+/// pinned there, or waiting to be; a plain exchange where no thread of ours may run
+/// there.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[cold]
+fn pinned_take(cpu: usize, take: impl Fn() -> Option<usize>, word: &AtomicUsize) -> usize {
+    use crate::platform::rseq::{self, OnCpu};
+    // Pinned: the take runs there, unless the CPU left the thread's affinity
+    // meanwhile (gone offline): checked every so often.
+    let pinned = rseq::on_cpu(cpu, || {
+        let mut tries = 0u32;
+        loop {
+            if let Some(v) = take() {
+                return Some(v);
+            }
+            tries = tries.wrapping_add(1);
+            if tries & 1023 == 0 && !rseq::allowed(cpu) {
+                return None;
+            }
+        }
+    });
+    match pinned {
+        OnCpu::Ran(Some(v)) => return v,
+        OnCpu::Ran(None) | OnCpu::NotAllowed => {}
+        OnCpu::Failed => loop {
+            if let Some(v) = take() {
+                return v;
+            }
+            if !rseq::allowed(cpu) {
+                break;
+            }
+            // SAFETY: a plain system call.
+            unsafe { libc::sched_yield() };
+        },
+    }
+    word.swap(0, Ordering::AcqRel)
 }
 
 /// The thread's `struct rseq` as the rseq fast paths address it.

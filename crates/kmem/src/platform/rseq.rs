@@ -23,7 +23,9 @@
 //!   objects (the `free_*` words of the same line), so the front ends' free needs
 //!   nothing but the object's page before it;
 //! - [`take_on`]: on CPU `cpu` only, commit `freelist = 0` and return the old value
-//!   (how the slab layer's lock holder takes a CPU freelist; see the rules in kmem-core's `slab` module).
+//!   (how the slab layer's lock holder takes a CPU freelist or a sheaf's top on its
+//!   own CPU; see the rules in kmem-core's `slab` module). From another CPU it takes
+//!   with [`fence`] (`heap::percpu::rseq_take`).
 //!
 //! Each section arms `rseq->rseq_cs` with its descriptor (`__rseq_cs`, 32-byte
 //! aligned: version, flags, start, length up to and including the commit, abort), and
@@ -34,7 +36,9 @@
 //! Owns no state. Locking: none — a section is atomic against everything else on its
 //! CPU by construction; what the slab layer may do to a CPU freelist meanwhile (only
 //! commit on that CPU, or work on it while it is empty) is the callers' contract.
-//! [`on_cpu`] changes the calling thread's affinity for the length of a call.
+//! [`on_cpu`] changes the calling thread's affinity for the length of a call;
+//! [`fence`] restarts the section another CPU runs (`membarrier`), registered once
+//! ([`can_fence`]: a static that says whether the kernel allowed it).
 
 use kmem_core::slab::sheaf::SHEAF_HEADER;
 use kmem_core::slab::{
@@ -42,6 +46,7 @@ use kmem_core::slab::{
     MAIN_TOP_OFFSET, SHEAF_MAIN_OFFSET, SPARE_LIMIT_OFFSET, SPARE_OFFSET, SPARE_TOP_OFFSET,
 };
 use std::mem::offset_of;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 
 /// A critical section's start: arm `rseq->rseq_cs` (offset 8) with the descriptor at
 /// label 23 (label 20, where an abort comes back to), then label 21, the section's
@@ -535,8 +540,8 @@ pub unsafe fn take_on(rseq: RseqArea, cpu: usize, freelist: *mut usize) -> Optio
 pub enum OnCpu<R> {
     /// `f` ran pinned to the CPU; its result.
     Ran(R),
-    /// The CPU is not in this thread's affinity (or not online): the thread may not
-    /// run there.
+    /// The CPU is offline or outside the CPUs the process may use (its cpuset): the
+    /// thread may not run there.
     NotAllowed,
     /// The CPU is in the thread's affinity, but the thread could not be pinned to it
     /// (`sched_setaffinity` refused: a seccomp or LSM policy, a deadline thread) or
@@ -565,13 +570,16 @@ pub fn on_cpu<R>(cpu: usize, f: impl FnOnce() -> R) -> OnCpu<R> {
         if libc::sched_getaffinity(0, size, &mut old) != 0 {
             return OnCpu::Failed;
         }
-        if cpu >= libc::CPU_SETSIZE as usize || !libc::CPU_ISSET(cpu, &old) {
+        if cpu >= libc::CPU_SETSIZE as usize {
             return OnCpu::NotAllowed;
         }
+        // A CPU outside this thread's affinity may still be one the process may use
+        // (the program pinned its threads to CPUs of their own): the kernel decides.
         let mut one: libc::cpu_set_t = std::mem::zeroed();
         libc::CPU_SET(cpu, &mut one);
         if libc::sched_setaffinity(0, size, &one) != 0 {
-            // EINVAL: the CPU went offline meanwhile; anything else: not pinnable.
+            // EINVAL: the CPU is offline or outside the process's CPU set; anything
+            // else: not pinnable.
             let offline = std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL);
             return if offline {
                 OnCpu::NotAllowed
@@ -608,4 +616,89 @@ pub fn allowed(cpu: usize) -> bool {
             && cpu < libc::CPU_SETSIZE as usize
             && libc::CPU_ISSET(cpu, &mask)
     }
+}
+
+/// `membarrier(2)`'s expedited rseq fence, its registration, and the flag that aims it
+/// at one CPU (`linux/membarrier.h`; Linux 5.10).
+const MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 7;
+const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ: libc::c_long = 1 << 8;
+const MEMBARRIER_CMD_FLAG_CPU: libc::c_long = 1;
+
+/// Whether this process may use [`fence`]: 0 not asked yet, 1 registered, 2 refused
+/// (a kernel before 5.10, a seccomp policy).
+static FENCE: AtomicU8 = AtomicU8::new(0);
+
+/// Fences run (counted on success): how often a take reached another CPU's sequences.
+static FENCES: AtomicUsize = AtomicUsize::new(0);
+
+/// How many [`fence`]s this process has run: each is a take of a word of another
+/// CPU's area (a flush, a drain, a lock holder moved to another CPU), an interrupt on
+/// that CPU where a thread of ours runs there.
+pub fn fences() -> usize {
+    FENCES.load(Ordering::Relaxed)
+}
+
+/// Registers the process for [`fence`] the first time it is asked, and says whether
+/// it may use it (the answer is kept). Registering costs a few microseconds in a
+/// process of one thread and an RCU grace period in one of several (15 ms here), so
+/// per-CPU rseq mode asks when it is chosen, at the heap's first use.
+pub fn can_fence() -> bool {
+    match FENCE.load(Ordering::Relaxed) {
+        1 => true,
+        2 => false,
+        _ => {
+            let ok = register_fence();
+            FENCE.store(if ok { 1 } else { 2 }, Ordering::Relaxed);
+            ok
+        }
+    }
+}
+
+fn register_fence() -> bool {
+    // SAFETY: a system call without pointer arguments; it changes only the state of
+    // this process's address space.
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ,
+            0,
+            0,
+        ) == 0
+    }
+}
+
+/// Restarts the restartable sequence, if any, that a thread of this process is in on
+/// CPU `cpu` (`membarrier`'s expedited rseq command aimed at that CPU: an interrupt
+/// there, with a full barrier on both sides). When it returns, a section that was
+/// running there before the call has committed or will start over, and reads what
+/// this thread wrote before the call. True when done (a CPU offline, or running none
+/// of this process's threads, needs nothing: done too); false where the kernel
+/// refuses (a seccomp policy set after [`can_fence`] said yes). [`can_fence`] first.
+pub fn fence(cpu: usize) -> bool {
+    let Ok(cpu) = libc::c_int::try_from(cpu) else {
+        return false;
+    };
+    for _ in 0..2 {
+        // SAFETY: a system call without pointer arguments; it interrupts that CPU and
+        // changes nothing this process sees but the restart of a section.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ,
+                MEMBARRIER_CMD_FLAG_CPU,
+                cpu,
+            )
+        };
+        if r == 0 {
+            FENCES.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        // EPERM: not registered, as in a fork's child where the kernel gave the new
+        // address space no registration: register it and try once more.
+        let unregistered = std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+        if !unregistered || !register_fence() {
+            return false;
+        }
+    }
+    false
 }

@@ -126,3 +126,71 @@ pub fn configured_cpus() -> usize {
     // SAFETY: sysconf has no preconditions.
     unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) }.max(1) as usize
 }
+
+/// Per-CPU rseq mode's takes from another CPU, under load: one thread allocates and
+/// frees `size`-byte kmalloc blocks (a window of 64 held, each marked with its
+/// address while held and the mark cleared before its free: a block handed out while
+/// held, or changed, fails the test), while a second thread flushes every CPU's
+/// caches, taking the first one's freelists or sheaves from its own CPU. The two are
+/// pinned to two CPUs where they may be (else left to the scheduler). Returns the
+/// fences the takes ran, or `None` where fewer than two CPUs are online.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+pub fn takes_under_load(size: usize, pairs: usize) -> Option<usize> {
+    use kmem::platform::rseq;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    if configured_cpus() < 2 {
+        return None;
+    }
+    const MARK: u64 = 0x5ca1_ab1e_0ddb_a110;
+    let h = kmem::heap();
+    let done = AtomicBool::new(false);
+    let before = rseq::fences();
+    let on = |cpu: usize, f: &(dyn Fn() + Sync)| {
+        if rseq::on_cpu(cpu, f).ran().is_none() {
+            f();
+        }
+    };
+    std::thread::scope(|t| {
+        t.spawn(|| {
+            on(0, &|| {
+                let mut held = [0usize; 64];
+                for i in 0..pairs {
+                    let slot = &mut held[i % 64];
+                    if *slot != 0 {
+                        let p = *slot as *mut u64;
+                        // SAFETY: a block of ours, at least 8 bytes; freed once.
+                        unsafe {
+                            assert_eq!(p.read(), MARK ^ *slot as u64, "a held block changed");
+                            p.write(0);
+                            assert!(h.kfree(p.cast()));
+                        }
+                    }
+                    let p = h.kmalloc(size, kmem::Gfp::KERNEL).unwrap().as_ptr() as usize;
+                    // SAFETY: a fresh block of `size` (at least 8) bytes.
+                    unsafe {
+                        let w = p as *mut u64;
+                        assert_ne!(w.read(), MARK ^ p as u64, "a held block handed out again");
+                        w.write(MARK ^ p as u64);
+                    }
+                    *slot = p;
+                }
+                for p in held.into_iter().filter(|&p| p != 0) {
+                    // SAFETY: ours, freed once.
+                    unsafe {
+                        (p as *mut u64).write(0);
+                        assert!(h.kfree(p as *mut u8));
+                    }
+                }
+            });
+            done.store(true, Ordering::Release);
+        });
+        t.spawn(|| {
+            on(1, &|| {
+                while !done.load(Ordering::Acquire) {
+                    h.flush_cpu_caches();
+                }
+            })
+        });
+    });
+    Some(rseq::fences() - before)
+}
