@@ -180,18 +180,20 @@ pub trait Platform: Sync {
     }
 
     /// Per-CPU mode with restartable sequences ([`crate::slab::PerCpuAccess::Rseq`]):
-    /// takes a CPU freelist or a sheaf's top for the slab layer. `word` is that word
-    /// of a `kmem_cache_cpu` in the CPU area with id `area_id`; the platform must,
-    /// atomically with respect to the restartable sequences of that area's CPU,
-    /// replace it with 0 and return what it held: a sequence run on that CPU, or,
-    /// from another CPU, a *fence*: store `fence` (a value every sequence refuses and
-    /// none commits: [`crate::slab::FREELIST_FENCE`], [`crate::slab::TOP_FENCE`]),
-    /// restart every sequence that CPU is running, then exchange the word for 0 — the
-    /// value a sequence committed in between if it is not `fence`, else the value the
-    /// first store replaced. The default is a plain exchange, right where no sequence
-    /// can run.
-    fn take_cpu_freelist(&self, _area_id: usize, word: &AtomicUsize, _fence: usize) -> usize {
-        word.swap(0, Ordering::AcqRel)
+    /// takes a CPU freelist or a sheaf's top for the slab layer. `freelist` is that
+    /// word of a `kmem_cache_cpu` in the CPU area with id `area_id`; the platform
+    /// must, atomically with respect to the restartable sequences of that area's CPU,
+    /// replace it with 0 and return what it held. Every sequence refuses a 0 word (no
+    /// CPU slab; no sheaf) and none commits 0 (a freelist's last pop leaves the slab's
+    /// end token; a top is its sheaf's address plus 8 an object), which allows two
+    /// ways: a sequence run on that CPU; or, from another CPU, a *fence*: exchange the
+    /// word for 0, restart whatever sequence that CPU runs, and exchange again; a value
+    /// the second exchange finds was committed by a sequence that read the word before
+    /// the first, and is the take so far, but a sequence begun since may have read it,
+    /// so the restart and the exchange repeat until an exchange finds 0. The default is
+    /// a plain exchange, right where no sequence can run.
+    fn take_cpu_freelist(&self, _area_id: usize, freelist: &AtomicUsize) -> usize {
+        freelist.swap(0, Ordering::AcqRel)
     }
 }
 

@@ -1,17 +1,18 @@
 //! loom model of per-CPU rseq mode's take from another CPU (the `kmem` crate's
 //! `heap::percpu::rseq_take` with `platform::rseq::fence`): the word a lock holder
 //! takes, a sheaf's top or a CPU freelist, is one that restartable sequences on its
-//! CPU read, then commit with one plain store. The taker, on another CPU:
-//! 1. exchanges the word for the *fence* value, which every section refuses and none
-//!    commits ([`TOP_FENCE`], [`FREELIST_FENCE`]);
+//! CPU read, then commit with one plain store. Every section refuses a 0 word and
+//! none commits 0 (a freelist's last pop leaves the slab's end token, odd; a top is
+//! its sheaf's address plus 8 an object). The taker, on another CPU:
+//! 0. finds 0: that is the take (only the taker makes a 0 word anything else);
+//! 1. else exchanges the word for 0, which sections starting from now on refuse;
 //! 2. restarts whatever section that CPU runs (`membarrier`'s rseq command: an
 //!    interrupt there);
-//! 3. exchanges the word for the fence again: the fence means nothing was committed
-//!    since step 1, and step 1's value is the take; any other value is what a section
-//!    that read the word before step 1 committed before step 2, a whole step from
-//!    that value, and is the take so far — but a section that began after that
-//!    commit may have read it, so steps 2 and 3 run again until step 3 finds the
-//!    fence; then the word becomes 0.
+//! 3. exchanges the word for 0 again: 0 means nothing was committed since step 1,
+//!    and step 1's value is the take; any other value is what a section that read the
+//!    word before step 1 committed before step 2, a whole step from that value, and
+//!    is the take so far — but a section that began after that commit may have read
+//!    it, so steps 2 and 3 run again until step 3 finds 0.
 //!
 //! The CPU is modelled as a lock that each instruction of a section holds while it
 //! runs, and that the interrupt holds too: the interrupt falls between two
@@ -22,13 +23,11 @@
 //! Objects' slots and free pointers are loom cells, so a section's read or write that
 //! is not ordered before the taker's use of the sheaf or list is a reported race.
 //!
-//! Checked: every object exactly once, held by the section's thread or taken. Three
+//! Checked: every object exactly once, held by the section's thread or taken. Two
 //! variants that must fail show the model can tell: a take without the fence (a
-//! plain exchange from another CPU), a take that restarts the CPU once whatever
-//! step 3 finds, and a freelist fenced with 0, which a pop of the last object also
-//! commits.
+//! plain exchange from another CPU), and a take that restarts the CPU once whatever
+//! step 3 finds.
 
-use kmem_core::slab::{FREELIST_FENCE, TOP_FENCE};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::{AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
@@ -70,7 +69,7 @@ impl Cpu {
     }
 }
 
-/// A section's commit, a plain store of the word (and the taker's last store of 0).
+/// A section's commit, a plain store of the word.
 /// Modelled as an exchange whose result is dropped: loom 0.7 lets a plain store
 /// squeeze between the read and the write of another thread's exchange
 /// (tokio-rs/loom#254), which no machine does and which would fail this model's
@@ -84,40 +83,40 @@ fn commit(word: &AtomicUsize, v: usize) {
 /// How the taker takes.
 #[derive(Clone, Copy)]
 enum Take {
-    /// Steps 1–3 with this fence value.
-    Fenced(usize),
+    /// Steps 0–3.
+    Fenced,
     /// A plain exchange from another CPU (wrong: what the fence replaces).
     Plain,
     /// Steps 1–3 once, whatever step 3 finds (wrong: a section that began after a
-    /// commit over the fence may commit after step 3).
-    Once(usize),
+    /// commit over step 1's 0 may commit after step 3).
+    Once,
 }
 
 /// The taker's take of `word` from another CPU.
 fn take(cpu: &Cpu, word: &AtomicUsize, how: Take) -> usize {
     match how {
-        Take::Fenced(fence) => {
-            let mut taken = word.swap(fence, Ordering::AcqRel);
-            if taken == fence || taken == 0 {
-                commit(word, 0);
+        Take::Fenced => {
+            if word.load(Ordering::Acquire) == 0 {
+                return 0;
+            }
+            let mut taken = word.swap(0, Ordering::AcqRel);
+            if taken == 0 {
                 return 0;
             }
             loop {
                 cpu.interrupt();
-                match word.swap(fence, Ordering::AcqRel) {
-                    v if v == fence => break,
+                match word.swap(0, Ordering::AcqRel) {
+                    0 => return taken,
                     v => taken = v,
                 }
             }
-            commit(word, 0);
-            taken
         }
         Take::Plain => word.swap(0, Ordering::AcqRel),
-        Take::Once(fence) => {
-            let before = word.swap(fence, Ordering::AcqRel);
+        Take::Once => {
+            let before = word.swap(0, Ordering::AcqRel);
             cpu.interrupt();
             match word.swap(0, Ordering::AcqRel) {
-                v if v == fence => before,
+                0 => before,
                 v => v,
             }
         }
@@ -200,18 +199,15 @@ impl Sheaf {
     }
 }
 
-/// A thread on the sheaf's CPU pops one object and pushes object 3 (its own), while
-/// the taker takes the top from another CPU and then uses the sheaf: reads the
-/// objects it took and refills the slot above them. With `retake`, the taker then
-/// installs the top it took and takes it again (a second flush, and a top that may be
-/// 0 by then).
-fn sheaf_model(how: Take) {
-    sheaf_model_with(how, false);
-}
-
-fn sheaf_model_with(how: Take, retake: bool) {
+/// A thread on the sheaf's CPU pops `pops` objects and pushes object 3 (its own),
+/// while the taker takes the top from another CPU and then uses the sheaf: reads the
+/// objects it took and refills the slot above them. With `retake`, the taker first
+/// takes the top once more before: it installs back a sheaf that held objects, and
+/// leaves 0 for an empty one (a flush that frees it), which the second take then
+/// finds (step 0).
+fn sheaf_model(how: Take, pops: usize, retake: bool) {
     let mut b = loom::model::Builder::new();
-    // The two takes and their restarts with the two sections ran past ten minutes
+    // Two takes with their restarts against three sections ran past ten minutes
     // unbounded; bounded as `loom_sheaves`' rseq model.
     b.preemption_bound = retake.then_some(4);
     b.check(move || {
@@ -220,18 +216,21 @@ fn sheaf_model_with(how: Take, retake: bool) {
             let s = s.clone();
             thread::spawn(move || {
                 let mut held = vec![3];
-                held.extend(s.pop());
+                for _ in 0..pops {
+                    held.extend(s.pop());
+                }
                 if s.push(3) {
                     held.retain(|&o| o != 3);
                 }
                 held
             })
         };
-        let mut t = take(&s.cpu, &s.top, how);
         if retake {
-            s.top.store(t, Ordering::Release);
-            t = take(&s.cpu, &s.top, how);
+            let t = take(&s.cpu, &s.top, how);
+            let back = if t > SHEAF { t } else { 0 };
+            s.top.store(back, Ordering::Release);
         }
+        let t = take(&s.cpu, &s.top, how);
         let n = t.saturating_sub(SHEAF) / 8;
         let mut all: Vec<usize> = (0..n).map(|i| s.get(i)).collect();
         if n < CAP {
@@ -245,32 +244,35 @@ fn sheaf_model_with(how: Take, retake: bool) {
 
 #[test]
 fn a_sheaf_top_taken_through_the_fence_loses_and_doubles_nothing() {
-    sheaf_model(Take::Fenced(TOP_FENCE));
+    sheaf_model(Take::Fenced, 1, false);
 }
 
-/// The second take finds 0 where the first took an empty sheaf's top or nothing.
+/// The second take finds 0 where the first took an emptied sheaf.
 #[test]
 fn a_sheaf_top_taken_twice_loses_and_doubles_nothing() {
-    sheaf_model_with(Take::Fenced(TOP_FENCE), true);
+    sheaf_model(Take::Fenced, 2, true);
 }
 
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn a_sheaf_top_taken_by_a_plain_exchange_is_caught() {
-    sheaf_model(Take::Plain);
+    sheaf_model(Take::Plain, 1, false);
 }
 
-/// A pop commits over the fence before the restart; a push that begins after that
+/// A pop commits over step 1's 0 before the restart; a push that begins after that
 /// commit reads it, writes its slot, and commits after step 3: its slot write races
 /// the taker's refill, and its object is on a sheaf the taker counted without it.
 #[test]
 #[should_panic(expected = "Causality violation")]
 fn a_sheaf_top_taken_with_one_restart_is_caught() {
-    sheaf_model(Take::Once(TOP_FENCE));
+    sheaf_model(Take::Once, 1, false);
 }
 
 /// Objects on a freelist are even ids; a free pointer is a loom cell per object.
 const OBJECTS: usize = 2;
+/// The slab's end token: odd, so the pop refuses it, and in the slab, so the push
+/// takes it (`KmemCacheCpu::freelist`).
+const END: usize = 1;
 
 /// A CPU freelist (the CPU-slab design): its word and the objects' free pointers.
 struct Freelist {
@@ -284,12 +286,12 @@ fn slot(obj: usize) -> usize {
 }
 
 impl Freelist {
-    /// Object 2 alone on the list (its pop commits 0); object 4 held.
+    /// Object 2 alone on the list (its pop commits the end token); object 4 held.
     fn new() -> Self {
         Freelist {
             cpu: Cpu::new(),
             head: AtomicUsize::new(2),
-            next: [UnsafeCell::new(0), UnsafeCell::new(0)],
+            next: [UnsafeCell::new(END), UnsafeCell::new(END)],
         }
     }
 
@@ -298,7 +300,7 @@ impl Freelist {
         self.next[slot(obj)].with(|p| unsafe { *p })
     }
 
-    /// `rseq::pop`: read the head; 0 or odd (the fence) refuses; read its free
+    /// `rseq::pop`: read the head; 0 or odd (the end token) refuses; read its free
     /// pointer; commit the head to it.
     fn pop(&self) -> Option<usize> {
         loop {
@@ -318,15 +320,16 @@ impl Freelist {
         }
     }
 
-    /// `rseq::push`: read the head; 0 or one outside the slab (the fence, 1, is in
-    /// none) refuses; write the object's free pointer; commit the head to it.
+    /// `rseq::push`: read the head; 0 (no CPU slab) refuses, an object or the end
+    /// token of this slab does not; write the object's free pointer; commit the head
+    /// to it.
     fn push(&self, obj: usize) -> bool {
         loop {
             let g = self.cpu.arm();
             let Some(h) = self.cpu.step(g, || self.head.load(Ordering::Relaxed)) else {
                 continue;
             };
-            if h == 0 || h & 1 != 0 {
+            if h == 0 {
                 return false;
             }
             let write = || {
@@ -343,16 +346,12 @@ impl Freelist {
     }
 }
 
-/// A thread on the freelist's CPU pops (the list's last object) or pushes object 4,
-/// while the taker takes the list from another CPU and walks it; with `retake`, it
-/// first takes and puts back what it took, as a flush that found the list and a
-/// second one (the first pop of the last object leaves 0, which the second take
-/// finds with no fence).
-fn freelist_model(how: Take, pop: bool) {
-    freelist_model_with(how, pop, false);
-}
-
-fn freelist_model_with(how: Take, pop: bool, retake: bool) {
+/// A thread on the freelist's CPU pops (the list's last object), or pushes object 4,
+/// or both, while the taker takes the list from another CPU and walks it; with
+/// `retake`, it first takes the list once more before: it installs back a list that
+/// held objects, and leaves 0 for the end token alone (no CPU slab), which the second
+/// take then finds (step 0).
+fn freelist_model(how: Take, pop: bool, push: bool, retake: bool) {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = retake.then_some(4);
     b.check(move || {
@@ -363,19 +362,21 @@ fn freelist_model_with(how: Take, pop: bool, retake: bool) {
                 let mut held = vec![4];
                 if pop {
                     held.extend(f.pop());
-                } else if f.push(4) {
-                    held.clear();
+                }
+                if push && f.push(4) {
+                    held.retain(|&o| o != 4);
                 }
                 held
             })
         };
         if retake {
             let t = take(&f.cpu, &f.head, how);
-            f.head.store(t, Ordering::Release);
+            let back = if t == END { 0 } else { t };
+            f.head.store(back, Ordering::Release);
         }
         let mut o = take(&f.cpu, &f.head, how);
         let mut all = Vec::new();
-        while o != 0 {
+        while o != 0 && o != END {
             assert!(all.len() < OBJECTS, "a cycle");
             all.push(o);
             o = f.next_of(o);
@@ -388,20 +389,19 @@ fn freelist_model_with(how: Take, pop: bool, retake: bool) {
 
 #[test]
 fn a_cpu_freelist_taken_through_the_fence_loses_and_doubles_nothing() {
-    freelist_model(Take::Fenced(FREELIST_FENCE), true);
-    freelist_model(Take::Fenced(FREELIST_FENCE), false);
+    freelist_model(Take::Fenced, true, false, false);
+    freelist_model(Take::Fenced, false, true, false);
+    freelist_model(Take::Fenced, true, true, false);
 }
 
+/// The second take finds 0 where the first took the end token alone.
 #[test]
 fn a_cpu_freelist_taken_twice_loses_and_doubles_nothing() {
-    freelist_model_with(Take::Fenced(FREELIST_FENCE), true, true);
-    freelist_model_with(Take::Fenced(FREELIST_FENCE), false, true);
+    freelist_model(Take::Fenced, true, true, true);
 }
 
-/// 0 as a freelist's fence: a pop of the last object commits 0 too, so the taker
-/// cannot tell it from no commit, and takes the object the pop handed out.
 #[test]
 #[should_panic(expected = "each object once")]
-fn a_cpu_freelist_fenced_with_0_is_caught() {
-    freelist_model(Take::Fenced(0), true);
+fn a_cpu_freelist_taken_by_a_plain_exchange_is_caught() {
+    freelist_model(Take::Plain, true, false, false);
 }

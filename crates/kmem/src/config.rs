@@ -369,8 +369,9 @@ pub enum PerCpuMode {
     /// One CPU area per thread (owned mode; the default).
     Thread,
     /// One per CPU, shared by the threads running on it, with the fastest mechanism
-    /// available here (`CpuRseq` where glibc registers rseq and threads may be pinned,
-    /// else `CpuCas` where the CPU has `cmpxchg16b`, else `CpuLock`).
+    /// available here (`CpuRseq` where glibc registers rseq and `membarrier`'s rseq
+    /// fence or pinning a thread is allowed, else `CpuCas` where the CPU has
+    /// `cmpxchg16b`, else `CpuLock`).
     Cpu,
     /// Per-CPU with SLUB's lockless fast paths: a double-word CAS of `(freelist,
     /// tid)`; everything else under the CPU area's local lock.

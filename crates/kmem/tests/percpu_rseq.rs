@@ -1,7 +1,8 @@
 //! Per-CPU mode with restartable sequences (`KMEM_PERCPU=cpu-rseq`): one CPU area per
 //! CPU; allocations and frees on the CPU slab pop and push in an rseq critical
 //! section that commits with a plain store, everything else under the area's local
-//! lock, which takes a CPU freelist with an rseq section on that CPU. Where glibc
+//! lock, which takes a CPU freelist or sheaf top with an rseq section on that CPU, or
+//! from another CPU with a fence (`membarrier`). Where glibc
 //! registers no rseq area the heap falls back (and the tests check that).
 
 const MODE: kmem::config::PerCpuMode = kmem::config::PerCpuMode::CpuRseq;
@@ -390,7 +391,11 @@ fn another_cpu_s_sheaves_are_taken_with_a_fence() {
     if !runs_rseq() {
         return;
     }
-    assert!(rseq::can_fence(), "per-CPU rseq mode registered the fence");
+    if !rseq::can_fence() {
+        // A kernel before 5.10, or a policy that refuses `membarrier`: takes pin.
+        println!("no fence here");
+        return;
+    }
     let Some(fences) = common::takes_under_load(64, 200_000) else {
         println!("one CPU: no other CPU to take from");
         return;

@@ -113,16 +113,24 @@ fn cpu_rseq_takes_with_fences_where_threads_cannot_be_pinned() {
             println!("child done, no rseq");
             return;
         }
+        if !rseq::can_fence() {
+            // A kernel before 5.10, or a policy that refuses `membarrier`: the other
+            // test's case.
+            assert_ne!(kmem::heap().percpu_mode(), PerCpuMode::CpuRseq);
+            println!("child done, no fence");
+            return;
+        }
         assert_eq!(kmem::heap().percpu_mode(), PerCpuMode::CpuRseq);
-        assert!(rseq::can_fence());
         let fences = common::takes_under_load(64, 100_000);
         println!("child done, {fences:?} fences");
         return;
     }
     let (stdout, stderr) = run_refusing(name, &[libc::SYS_sched_setaffinity]);
-    assert!(!stderr.contains("KMEM_PERCPU=cpu-rseq"), "{stdout}{stderr}");
+    if !stdout.contains("no fence") {
+        assert!(!stderr.contains("KMEM_PERCPU=cpu-rseq"), "{stdout}{stderr}");
+    }
     assert!(
-        stdout.contains("fences") || stdout.contains("no rseq"),
+        stdout.contains("fences") || stdout.contains("no rseq") || stdout.contains("no fence"),
         "{stdout}"
     );
 }

@@ -78,15 +78,6 @@ const _: () = assert!(
 /// Offset of the CPU freelist in a [`KmemCacheCpu`] (the CPU-slab design's
 /// restartable sequences pop and push there).
 pub const FREELIST_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, freelist);
-/// What a CPU freelist holds while the platform takes it from another CPU
-/// ([`crate::Platform::take_cpu_freelist`]'s `fence`): odd, so the rseq pop refuses it
-/// as it refuses any odd head, and in no slab, so the push refuses it; and never a
-/// value a sequence commits (an object's address, or 0 after the last pop).
-pub const FREELIST_FENCE: usize = 1;
-/// What a sheaf's top holds while it is taken: 0, which both sequences read as no
-/// objects and no room, and which no sequence commits (a top is its sheaf's address
-/// plus 8 for each object).
-pub const TOP_FENCE: usize = 0;
 /// Offset of the main sheaf's top in a [`KmemCacheCpu`] (for the platform's
 /// restartable sequences).
 pub const MAIN_TOP_OFFSET: usize = core::mem::offset_of!(KmemCacheCpu, main_top);
@@ -245,11 +236,10 @@ impl<P: Platform> Slub<'_, P> {
         cc: &KmemCacheCpu,
     ) -> usize {
         if cfg.access == PerCpuAccess::Rseq {
-            let v = self.pages.platform().take_cpu_freelist(
-                c.area().id(),
-                &cc.freelist,
-                FREELIST_FENCE,
-            );
+            let v = self
+                .pages
+                .platform()
+                .take_cpu_freelist(c.area().id(), &cc.freelist);
             cc.next_tid();
             return v;
         }

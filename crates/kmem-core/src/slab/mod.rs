@@ -134,9 +134,9 @@ pub use cache_list::{CacheList, DestroyError};
 pub use census::SheafCensus;
 pub use charged_sheaf::{charged_sheaf_bytes, ChargedSheaf};
 pub use cpu::{
-    KmemCacheCpu, PerCpuAccess, FREELIST_FENCE, FREELIST_OFFSET, FREE_MASK_OFFSET,
-    FREE_START_LIMIT_OFFSET, FREE_START_MUL_OFFSET, LOCKLESS_SUPPORTED, MAIN_TOP_OFFSET,
-    SHEAF_MAIN_OFFSET, SPARE_LIMIT_OFFSET, SPARE_OFFSET, SPARE_TOP_OFFSET, TOP_FENCE,
+    KmemCacheCpu, PerCpuAccess, FREELIST_OFFSET, FREE_MASK_OFFSET, FREE_START_LIMIT_OFFSET,
+    FREE_START_MUL_OFFSET, LOCKLESS_SUPPORTED, MAIN_TOP_OFFSET, SHEAF_MAIN_OFFSET,
+    SPARE_LIMIT_OFFSET, SPARE_OFFSET, SPARE_TOP_OFFSET,
 };
 use freelist::get_freepointer_racy;
 pub(crate) use freelist::{get_freepointer, same_slab, set_freepointer};

@@ -45,7 +45,8 @@
 //! restartable sequences ([`FastPath::SheafRseq`]) the sequences also pop from the main
 //! sheaf and push onto the spare, committing by their store of the top on their CPU;
 //! the lock holder then *takes* a top first ([`crate::Platform::take_cpu_freelist`]:
-//! set to 0 by a sequence on that CPU, so no sequence is half way through), works on
+//! set to 0 by a sequence on that CPU, or from another CPU with a fence, so no
+//! sequence is half way through), works on
 //! the sheaves, and installs the new top last (Release), after the sheaf's pointer and
 //! the spare's limit. While a top is 0 no sequence touches its sheaf (the rseq push
 //! tests for the 0 itself: a 0 top is below any limit).
@@ -400,9 +401,7 @@ impl<'a, P: Platform> Slub<'a, P> {
     fn take(&self, c: CpuRef<'_>, cfg: &CacheConfig, cc: &KmemCacheCpu, which: Which) -> Held {
         let (top, ptr) = cc.parts(which);
         let t = if cfg.fast == FastPath::SheafRseq {
-            self.pages
-                .platform()
-                .take_cpu_freelist(c.area().id(), top, TOP_FENCE)
+            self.pages.platform().take_cpu_freelist(c.area().id(), top)
         } else {
             top.load(Relaxed)
         };

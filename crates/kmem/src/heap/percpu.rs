@@ -181,26 +181,27 @@ pub(super) fn fallback<R>(
 
 /// `cpu-rseq`: the slab layer's take of a CPU freelist or a sheaf's top, `word`
 /// (`Platform::take_cpu_freelist`), atomic against the sections of the area's CPU.
+/// Every section refuses a 0 word and none commits 0 (a freelist's last pop leaves
+/// the slab's end token; a top is its sheaf's address plus 8 an object), and only the
+/// lock holder, the caller, makes a 0 word anything else: a 0 word is taken as it is.
 ///
 /// On that CPU, a restartable sequence stores 0 and returns the old value. From
 /// another CPU, a *fence* (`membarrier`, [`can_fence`](crate::platform::rseq::can_fence)
 /// registered when the mode was chosen):
-/// 1. exchange the word for `fence`, a value every section refuses and none commits,
-///    so that a section starting from now on commits nothing;
+/// 1. exchange the word for 0, so that a section starting from now on commits nothing;
 /// 2. restart whatever section that CPU is running ([`fence`](crate::platform::rseq::fence)):
 ///    one that read the word before step 1 has committed by now, or starts over and
 ///    refuses;
-/// 3. exchange the word for `fence` again: `fence` means no commit since step 1, and
-///    step 1's value is the take; another value is what such a section committed, a
-///    full step from the value step 1 took (a pop's object is its own, a push's is on
-///    the list), and the take so far — but a section that began after that commit
-///    may have read it, so steps 2 and 3 run again until step 3 finds `fence`;
-///    then the word becomes 0.
+/// 3. exchange the word for 0 again: 0 means no commit since step 1, and step 1's
+///    value is the take; another value is what such a section committed, a full step
+///    from the value step 1 took (a pop's object is its own, a push's is on the list
+///    or sheaf), and the take so far — but a section that began after that commit may
+///    have read it, so steps 2 and 3 run again until step 3 finds 0.
 ///
 /// No section commits after the last step 3 (its CPU has restarted everything that
-/// read anything but `fence`), so nothing is lost or taken twice: the loom model
-/// `loom_rseq_fence.rs` checks both kinds of word (and fails a take with one restart,
-/// and 0 as a freelist's fence, which a pop of the last object commits), the test `another_cpu_s_sheaves_are_taken_with_a_fence`
+/// read anything but 0), so nothing is lost or taken twice: the loom model
+/// `loom_rseq_fence.rs` checks both kinds of word (and fails a plain exchange and a
+/// take with one restart), the test `another_cpu_s_sheaves_are_taken_with_a_fence`
 /// the real thing. Where the fence is refused, the take runs as a sequence on that
 /// CPU, the thread pinned there for the moment (even where its own affinity leaves
 /// that CPU out: a program that pins its threads, one to a CPU, still has sections
@@ -211,7 +212,11 @@ pub(super) fn fallback<R>(
 /// plain exchange, which could race a section there: the thread yields until the
 /// scheduler runs it on that CPU, and takes there, or until its affinity leaves that
 /// CPU out (then a plain exchange, right only if every thread's does).
-pub(super) fn rseq_take(area_id: usize, word: &AtomicUsize, fence: usize) -> usize {
+pub(super) fn rseq_take(area_id: usize, word: &AtomicUsize) -> usize {
+    // 0: nothing a section can change, and no write to the other CPU's line.
+    if word.load(Ordering::Acquire) == 0 {
+        return 0;
+    }
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
         use crate::platform::rseq;
@@ -226,54 +231,41 @@ pub(super) fn rseq_take(area_id: usize, word: &AtomicUsize, fence: usize) -> usi
                 return v;
             }
             if rseq::can_fence() {
-                return fenced_take(cpu, take, word, fence);
+                return fenced_take(cpu, take, word);
             }
             return pinned_take(cpu, take, word);
         }
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
-    let _ = (area_id, fence);
+    let _ = area_id;
     // No CPU of ours runs this area's sections: a plain exchange.
     word.swap(0, Ordering::AcqRel)
 }
 
-/// [`rseq_take`] from another CPU with the fence (steps 1 to 3, then 0 in the word);
-/// where the kernel refuses the fence meanwhile, [`pinned_take`] reads the word as it
-/// stands (with no section half way through, as its sequence runs on that CPU) and
-/// settles it the same way.
+/// [`rseq_take`] from another CPU with the fence (steps 1 to 3); where the kernel
+/// refuses the fence meanwhile, [`pinned_take`] reads the word as it stands (with no
+/// section half way through, as its sequence runs on that CPU) and settles it the
+/// same way.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #[cold]
-fn fenced_take(
-    cpu: usize,
-    take: impl Fn() -> Option<usize>,
-    word: &AtomicUsize,
-    fence: usize,
-) -> usize {
+fn fenced_take(cpu: usize, take: impl Fn() -> Option<usize>, word: &AtomicUsize) -> usize {
     use crate::platform::rseq;
-    let mut taken = word.swap(fence, Ordering::AcqRel);
-    if taken == fence || taken == 0 {
-        // A word every section refuses (an empty freelist, a top the last lock
-        // holder took): it became so by a commit on that CPU, after which a section
-        // that read anything else starts over, or by a take, settled then; only the
-        // lock holder, which is us, makes it anything else. No section is half way
-        // to a commit: no fence.
-        word.store(0, Ordering::Release);
+    let mut taken = word.swap(0, Ordering::AcqRel);
+    if taken == 0 {
         return 0;
     }
     loop {
         if !rseq::fence(cpu) {
             return match pinned_take(cpu, take, word) {
-                v if v == fence => taken,
+                0 => taken,
                 v => v,
             };
         }
-        match word.swap(fence, Ordering::AcqRel) {
-            v if v == fence => break,
+        match word.swap(0, Ordering::AcqRel) {
+            0 => return taken,
             v => taken = v,
         }
     }
-    word.store(0, Ordering::Release);
-    taken
 }
 
 /// [`rseq_take`] without the fence: `take` (the sequence) run on CPU `cpu`, the thread

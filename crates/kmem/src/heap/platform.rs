@@ -141,8 +141,8 @@ impl Platform for HeapPlatform {
         slab_flags(HEAP.config(), cache)
     }
 
-    fn take_cpu_freelist(&self, area_id: usize, word: &AtomicUsize, fence: usize) -> usize {
-        percpu::rseq_take(area_id, word, fence)
+    fn take_cpu_freelist(&self, area_id: usize, freelist: &AtomicUsize) -> usize {
+        percpu::rseq_take(area_id, freelist)
     }
 }
 

@@ -35,7 +35,9 @@
 //!
 //! Owns no state. Locking: none — a section is atomic against everything else on its
 //! CPU by construction; what the slab layer may do to a CPU freelist meanwhile (only
-//! commit on that CPU, or work on it while it is empty) is the callers' contract.
+//! commit on that CPU, take it with a fence, or work on it while it is 0) is the
+//! callers' contract. Every section refuses a 0 word and none commits 0, which the
+//! take relies on.
 //! [`on_cpu`] changes the calling thread's affinity for the length of a call;
 //! [`fence`] restarts the section another CPU runs (`membarrier`), registered once
 //! ([`can_fence`]: a static that says whether the kernel allowed it).
@@ -171,7 +173,8 @@ pub unsafe fn area_known() -> RseqArea {
 /// `kmem_cache_cpu` (its freelist at [`FREELIST_OFFSET`]) or, for a CPU without one
 /// yet, the zero area (`CPU_AREA_SIZE` zero bytes, never written); `cfg` is that
 /// cache's live config with `rseq` set (no other context changes a CPU's freelist
-/// except by committing on that CPU, or while it is empty).
+/// except by committing on that CPU, by exchanging it for 0 (a take with a fence), or
+/// while it is 0).
 #[inline]
 pub unsafe fn pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> usize {
     let obj: usize;
@@ -340,7 +343,7 @@ const _: () = assert!(SPARE_OFFSET == SPARE_TOP_OFFSET + 8);
 /// `CPU_AREA_SIZE` zero bytes, never written) or a CPU area in which `off` holds the
 /// `kmem_cache_cpu` of a cache with `FastPath::SheafRseq` (the `cpu_offset` of such a
 /// cache; no other context changes a CPU's sheaves except by committing on that CPU,
-/// or after taking their words). The caller marks the slab of an accounted kmalloc
+/// by exchanging a top for 0 (a take with a fence), or after taking their words). The caller marks the slab of an accounted kmalloc
 /// cache's object it hands out (`Slub::note_uncharged`), as `Heap::rseq_alloc`
 /// does; the size tables' offsets are the plain caches'.
 #[inline]
@@ -543,9 +546,9 @@ pub enum OnCpu<R> {
     /// The CPU is offline or outside the CPUs the process may use (its cpuset): the
     /// thread may not run there.
     NotAllowed,
-    /// The CPU is in the thread's affinity, but the thread could not be pinned to it
-    /// (`sched_setaffinity` refused: a seccomp or LSM policy, a deadline thread) or
-    /// its affinity could not be read (a mask past 1024 CPUs).
+    /// The thread could not be pinned to the CPU (`sched_setaffinity` refused: a
+    /// seccomp or LSM policy, a deadline thread) or its affinity could not be read (a
+    /// mask past 1024 CPUs).
     Failed,
 }
 
@@ -594,8 +597,8 @@ pub fn on_cpu<R>(cpu: usize, f: impl FnOnce() -> R) -> OnCpu<R> {
 }
 
 /// Whether this thread can be pinned to a CPU of its own affinity: its affinity
-/// reads, and setting it to itself is allowed. Per-CPU rseq mode needs it (see
-/// `heap::percpu::rseq_take`).
+/// reads, and setting it to itself is allowed. Per-CPU rseq mode needs it where the
+/// kernel refuses [`fence`] (see `heap::percpu::rseq_take`).
 pub fn can_pin() -> bool {
     // SAFETY: as in `on_cpu`; the affinity is set to what it was.
     unsafe {
@@ -693,8 +696,8 @@ pub fn fence(cpu: usize) -> bool {
             FENCES.fetch_add(1, Ordering::Relaxed);
             return true;
         }
-        // EPERM: not registered, as in a fork's child where the kernel gave the new
-        // address space no registration: register it and try once more.
+        // EPERM: not registered (a fork's child inherits the registration on the
+        // kernels seen; this covers one that does not): register and try once more.
         let unregistered = std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
         if !unregistered || !register_fence() {
             return false;

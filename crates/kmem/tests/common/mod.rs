@@ -133,7 +133,7 @@ pub fn configured_cpus() -> usize {
 /// held, or changed, fails the test), while a second thread flushes every CPU's
 /// caches, taking the first one's freelists or sheaves from its own CPU. The two are
 /// pinned to two CPUs where they may be (else left to the scheduler). Returns the
-/// fences the takes ran, or `None` where fewer than two CPUs are online.
+/// fences the takes ran, or `None` where the machine has fewer than two CPUs.
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 pub fn takes_under_load(size: usize, pairs: usize) -> Option<usize> {
     use kmem::platform::rseq;
@@ -150,8 +150,17 @@ pub fn takes_under_load(size: usize, pairs: usize) -> Option<usize> {
             f();
         }
     };
+    /// Sets `done` when dropped: on the worker's way out, a failed check's too, so
+    /// the flusher stops and the failure reaches the test.
+    struct Done<'a>(&'a AtomicBool);
+    impl Drop for Done<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Release);
+        }
+    }
     std::thread::scope(|t| {
         t.spawn(|| {
+            let _done = Done(&done);
             on(0, &|| {
                 let mut held = [0usize; 64];
                 for i in 0..pairs {
@@ -182,12 +191,17 @@ pub fn takes_under_load(size: usize, pairs: usize) -> Option<usize> {
                     }
                 }
             });
-            done.store(true, Ordering::Release);
         });
         t.spawn(|| {
             on(1, &|| {
-                while !done.load(Ordering::Acquire) {
+                // At least once after the worker is done (its sheaves hold what it
+                // freed last), so a flusher the scheduler started late takes too.
+                loop {
+                    let last = done.load(Ordering::Acquire);
                     h.flush_cpu_caches();
+                    if last {
+                        break;
+                    }
                 }
             })
         });
