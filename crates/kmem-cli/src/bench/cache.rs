@@ -14,7 +14,7 @@
 //! `kmem_cache_alloc` and `kmem_cache_free` as a Rust program does, their fast paths
 //! inlined into the loop; the peers' GlobalAlloc calls a C function each time.
 //! `kmem[called]` (mode `called`) is kmem called as the peers are, through functions
-//! that are not inlined: the like-for-like figure. `kmem-cpu-slab`
+//! that are not inlined: the like-for-like figure. `kmem[cpu-slab]`
 //! is kmem in the slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`): the same loops
 //! on kmem's caches in a child process (`kmem bench-child cache`), since the design is
 //! fixed when the heap starts and this process's `kmem` runs sheaves.
@@ -47,7 +47,7 @@ pub const CHILD: Child = Child {
 const BENCHES: u64 = 4;
 
 fn steps(_quick: bool) -> u64 {
-    // kmem, kmem[called], kmem-cpu-slab and the peers.
+    // kmem, kmem[called], kmem[cpu-slab] and the peers.
     BENCHES * (3 + Peer::ALL.len() as u64)
 }
 
@@ -267,7 +267,7 @@ fn report_lines(results: &[BenchResult]) -> String {
     let ns = |b: &str, a: &str| {
         results
             .iter()
-            .find(|r| r.bench == b && r.allocator == a && r.mode.is_none())
+            .find(|r| r.bench == b && r.column() == a)
             .and_then(|r| r.ns)
     };
     if let (Some(k), Some(s), Some(m)) = (
@@ -333,9 +333,15 @@ mod tests {
             BenchResult::time("fastpath_reuse", "kmem", 256, "pair", t(10.0)),
             BenchResult::time("fastpath_reuse", "system", 256, "pair", t(20.0)),
             BenchResult::time("fastpath_reuse", "mimalloc", 256, "pair", t(8.0)),
-            BenchResult::time("fastpath_reuse", KMEM_CPU_SLAB, 256, "pair", t(12.0)),
+            child::in_cpu_slab(BenchResult::time(
+                "fastpath_reuse",
+                "kmem",
+                256,
+                "pair",
+                t(12.0),
+            )),
             BenchResult::time("n_pattern", "kmem", 256, "elem", t(4.0)),
-            BenchResult::time("n_pattern", KMEM_CPU_SLAB, 256, "elem", t(6.0)),
+            child::in_cpu_slab(BenchResult::time("n_pattern", "kmem", 256, "elem", t(6.0))),
         ]);
         let r = report_lines(&results);
         let types: Vec<&str> = r.lines().filter(|l| l.starts_with("Type:")).collect();
@@ -344,7 +350,7 @@ mod tests {
             [
                 "Type:kmem fastpath reuse Per elem: 20 cycles(tsc) 10.000 ns",
                 "Type:kmem alloc+free N-pattern Per elem: 8 cycles(tsc) 4.000 ns",
-                "Type:kmem-cpu-slab fastpath reuse Per elem: 24 cycles(tsc) 12.000 ns",
+                "Type:kmem[cpu-slab] fastpath reuse Per elem: 24 cycles(tsc) 12.000 ns",
             ]
         );
         assert!(r.contains(
@@ -352,7 +358,7 @@ mod tests {
         ), "{r}");
         assert!(
             r.ends_with(
-                "kmem-cpu-slab/kmem (above 1: sheaves faster): fastpath_reuse 1.20  n_pattern 1.50\n"
+                "kmem[cpu-slab]/kmem (above 1: sheaves faster): fastpath_reuse 1.20  n_pattern 1.50\n"
             ),
             "{r}"
         );

@@ -12,7 +12,7 @@
 //!   suites;
 //! - [`peers`]: the allocators kmem is compared with;
 //! - [`child`]: a suite's kmem part run in a child process, in another configuration
-//!   (`percpu`'s modes and designs; `kmem-cpu-slab`, the CPU-slab design, in
+//!   (`percpu`'s modes and designs; `kmem[cpu-slab]`, the CPU-slab design, in
 //!   `workloads`, `cache` and `slab`).
 //!
 //! The suites, a module each: `page`, `slab`, `cache`, `debug`, `memcg`, `percpu` (with

@@ -10,13 +10,13 @@
 //!  ]}
 //! ```
 //!
-//! `allocator` is `kmem`, `system`, `mimalloc` or `jemalloc`, or `kmem-cpu-slab` (kmem
-//! in the slab layer's CPU-slab design, measured in a child process: `workloads`,
-//! `cache`, `slab`); `param` is the size, bulk count or thread count the bench varies;
+//! `allocator` is `kmem`, `system`, `mimalloc` or `jemalloc`; `param` is the size, bulk
+//! count or thread count the bench varies;
 //! `op` names what `ns` and `cycles` are per. A memory figure carries `bytes`, a plain
 //! count `value`; `mode` names a kmem configuration where a suite compares several
 //! (`percpu`: `thread`, `cpu-rseq`, … in sheaves, `thread/cpu-slab`, … in the CPU-slab
-//! design). Absent figures are left out, not
+//! design; `cpu-slab` in `workloads`, `cache` and `slab`, kmem in the slab layer's
+//! CPU-slab design measured in a child process; `called` in `slab` and `cache`). Absent figures are left out, not
 //! null. `tsc_source` says where `tsc_ghz` comes from (`timing::tsc_freq`: a CPUID
 //! leaf, or `calibrated` against the clock). A document of several suites is `"suite": "all"` and names each result's
 //! suite in the result.

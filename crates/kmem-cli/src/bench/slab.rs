@@ -14,7 +14,7 @@
 //! At each size the allocators take turns, a repetition each
 //! ([`Ctx::measure_phases_interleaved`], [`Ctx::measure_interleaved`]), so that kmem and
 //! a peer are compared over the same stretch of time on a noisy machine.
-//! `kmem-cpu-slab` is kmem in the slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`):
+//! `kmem[cpu-slab]` is kmem in the slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`):
 //! the same kmalloc tests in a child process (`kmem bench-child slab`), since the
 //! design is fixed when the heap starts and this process's `kmem` runs sheaves.
 
@@ -43,7 +43,7 @@ pub const CHILD: Child = Child {
 };
 
 fn steps(_quick: bool) -> u64 {
-    // Two measurements per size for kmem, kmem[called], kmem-cpu-slab and each peer.
+    // Two measurements per size for kmem, kmem[called], kmem[cpu-slab] and each peer.
     SIZES.len() as u64 * 2 * (3 + Peer::ALL.len() as u64)
 }
 
@@ -181,13 +181,7 @@ fn report_lines(results: &[BenchResult]) -> String {
     let cyc = |bench: &str, alloc: &str, size: u64, op: &str| {
         results
             .iter()
-            .find(|r| {
-                r.bench == bench
-                    && r.allocator == alloc
-                    && r.mode.is_none()
-                    && r.param == size
-                    && r.op == op
-            })
+            .find(|r| r.bench == bench && r.column() == alloc && r.param == size && r.op == op)
             .map(|r| r.cycles.unwrap_or(r.ns.unwrap_or(0.0)))
             .unwrap_or(0.0)
     };
@@ -196,7 +190,7 @@ fn report_lines(results: &[BenchResult]) -> String {
         alloc: "kmalloc",
         free: "kfree",
     };
-    let cpu_slab = results.iter().any(|r| r.allocator == KMEM_CPU_SLAB);
+    let cpu_slab = results.iter().any(child::is_cpu_slab);
     let allocs = ["kmem", KMEM_CPU_SLAB, "system", "mimalloc", "jemalloc"];
     for alloc in allocs
         .into_iter()
@@ -263,16 +257,16 @@ mod tests {
         }
         let without = report_lines(&results);
         assert!(!without.contains(KMEM_CPU_SLAB), "{without}");
-        results.extend(figures(KMEM_CPU_SLAB, 8, [t(15.0), t(5.0)], t(20.0)));
+        results.extend(figures("kmem", 8, [t(15.0), t(5.0)], t(20.0)).map(child::in_cpu_slab));
         let with = report_lines(&child::beside_kmem(results));
         let kmem = with.find("\nkmem: Single").unwrap();
-        let cpu_slab = with.find("\nkmem-cpu-slab: Single").unwrap();
+        let cpu_slab = with.find("\nkmem[cpu-slab]: Single").unwrap();
         let system = with.find("\nsystem: Single").unwrap();
         assert!(kmem < cpu_slab && cpu_slab < system, "{with}");
         assert!(with.contains("10000 times kmalloc(8) -> 15 cycles kfree -> 5 cycles\n"));
         assert!(
             with.contains(
-                "kmem-cpu-slab/kmem in cycles (above 1: sheaves faster)\n\
+                "kmem[cpu-slab]/kmem in cycles (above 1: sheaves faster)\n\
                  \x20   size  test 1 kmalloc  test 1 kfree  test 2 kmalloc/kfree\n\
                  \x20      8            1.50          0.50                  2.00\n"
             ),

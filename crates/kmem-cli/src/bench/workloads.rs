@@ -1,7 +1,7 @@
 //! Suite `workloads`: classic allocator workloads — long-lived servers whose threads
 //! come and go, producer/consumer pipelines, mixed object sizes — each allocator
 //! called through its `GlobalAlloc` (kmem's `KmemAlloc`, system, mimalloc, jemalloc) in
-//! this process, so the same code runs on all four; and `kmem-cpu-slab`, kmem in the
+//! this process, so the same code runs on all four; and `kmem[cpu-slab]`, kmem in the
 //! slab layer's CPU-slab design (`KMEM_SLUB=cpu-slab`), the same code through
 //! `KmemAlloc` in a child process (`kmem bench-child workloads`), since the design is
 //! fixed when the heap starts and this process's `kmem` runs sheaves.
@@ -39,7 +39,7 @@
 //!
 //! The report gives Larson's throughput line per allocator, then per bench kmem's
 //! time against mimalloc's and the fastest peer's (system, mimalloc, jemalloc; never
-//! `kmem-cpu-slab`) and the CPU-slab design's against kmem's.
+//! `kmem[cpu-slab]`) and the CPU-slab design's against kmem's.
 
 use super::child::{self, Child, KMEM_CPU_SLAB};
 use super::sizes;
@@ -503,7 +503,7 @@ fn rebuild(a: Alloc, size: usize, ops: u64) -> [Phase; 2] {
 }
 
 /// Larson's throughput line for each allocator, then for each bench and param kmem's
-/// ratio to mimalloc and to the fastest peer (kmem-cpu-slab is no peer), and the
+/// ratio to mimalloc and to the fastest peer (kmem[cpu-slab] is no peer), and the
 /// CPU-slab design's to kmem.
 fn report_lines(results: &[BenchResult]) -> String {
     use std::fmt::Write as _;
@@ -512,21 +512,21 @@ fn report_lines(results: &[BenchResult]) -> String {
         if let Some(ns) = r.ns {
             let _ = writeln!(
                 out,
-                "larson {} threads, {:>13}: Throughput = {:>10.0} operations per second",
+                "larson {} threads, {:>14}: Throughput = {:>10.0} operations per second",
                 r.param,
-                r.allocator,
+                r.column(),
                 1e9 / ns
             );
         }
     }
     out.push_str(
-        "\nkmem time / peer time (below 1: kmem faster); kmem-cpu-slab time / kmem time \
+        "\nkmem time / peer time (below 1: kmem faster); kmem[cpu-slab] time / kmem time \
          (above 1: sheaves faster)\n",
     );
     let ns = |b: &str, p: u64, a: &str| {
         results
             .iter()
-            .find(|r| r.bench == b && r.param == p && r.allocator == a && r.ns.is_some())
+            .find(|r| r.bench == b && r.param == p && r.column() == a && r.ns.is_some())
             .and_then(|r| r.ns)
     };
     let keys = super::record::distinct(results.iter().map(|r| (r.bench, r.param)));
@@ -569,13 +569,13 @@ fn memory_lines(results: &[BenchResult]) -> String {
     let bytes = |b: &str, param: u64, op: &str, a: &str| {
         results
             .iter()
-            .find(|r| r.bench == b && r.param == param && r.op == op && r.allocator == a)
+            .find(|r| r.bench == b && r.param == param && r.op == op && r.column() == a)
             .and_then(|r| r.bytes)
     };
     let rows = super::record::distinct(
         results
             .iter()
-            .filter(|r| r.ns.is_none() && r.bytes.is_some() && r.allocator == "kmem")
+            .filter(|r| r.ns.is_none() && r.bytes.is_some() && r.column() == "kmem")
             .map(|r| (r.bench, r.param, r.op)),
     );
     for (bench, param, op) in rows {
@@ -768,27 +768,27 @@ mod tests {
             BenchResult::time("larson", "mimalloc", 2, "op", t(40.0)),
             BenchResult::time("larson", "jemalloc", 2, "op", t(25.0)),
             // The CPU-slab design, fastest of all here: no peer of kmem's.
-            BenchResult::time("larson", KMEM_CPU_SLAB, 2, "op", t(20.0)),
+            child::in_cpu_slab(BenchResult::time("larson", "kmem", 2, "op", t(20.0))),
             BenchResult::time("random_sizes", "kmem", 65536, "op", t(30.0)),
             BenchResult::time("random_sizes", "mimalloc", 65536, "op", t(60.0)),
         ];
         let r = report_lines(&results);
         assert!(
             r.contains(
-                "larson 2 threads,          kmem: Throughput =   20000000 operations per second"
+                "larson 2 threads,           kmem: Throughput =   20000000 operations per second"
             ),
             "{r}"
         );
         assert!(
             r.contains(
-                "larson 2 threads, kmem-cpu-slab: Throughput =   50000000 operations per second"
+                "larson 2 threads, kmem[cpu-slab]: Throughput =   50000000 operations per second"
             ),
             "{r}"
         );
         assert!(
             r.contains(
                 "larson 2 threads: kmem/mimalloc 1.25  kmem/best-peer 2.00 (jemalloc)  \
-                 kmem-cpu-slab/kmem 0.40\n"
+                 kmem[cpu-slab]/kmem 0.40\n"
             ),
             "{r}"
         );

@@ -9,6 +9,8 @@
 //!   the thread's active memory cgroup;
 //! - `percpu`: per-CPU mode: the CPU table, the mode, and the rseq → CAS → lock
 //!   fallback of the alloc/free fast paths;
+//! - `rseq_take`: per-CPU rseq mode's take of a CPU's freelist or sheaf top, on its
+//!   CPU or from another with a fence;
 //! - `pages`, `kmalloc`, `slab`: the kernel's interfaces (page allocator, kmalloc
 //!   family, `kmem_cache_*`);
 //! - `layout`: allocation by [`std::alloc::Layout`] (kmalloc, page blocks or huge
@@ -49,6 +51,7 @@ mod percpu;
 mod platform;
 mod redzone;
 mod report;
+mod rseq_take;
 mod sampled;
 mod slab;
 mod thread;

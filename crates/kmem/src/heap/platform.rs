@@ -8,7 +8,7 @@
 //! Locking: none; it reads the heap's configuration, which is fixed before the core is
 //! initialised.
 
-use super::{percpu, HEAP};
+use super::HEAP;
 use crate::config::{DebugFlags, EnvConfig, Harden};
 use crate::platform::{os, LinuxPlatform};
 use kmem_core::{Platform, SlabFlags};
@@ -142,7 +142,7 @@ impl Platform for HeapPlatform {
     }
 
     fn take_cpu_freelist(&self, area_id: usize, freelist: &AtomicUsize) -> usize {
-        percpu::rseq_take(area_id, freelist)
+        super::rseq_take::rseq_take(area_id, freelist)
     }
 }
 

@@ -25,7 +25,7 @@
 //! - [`take_on`]: on CPU `cpu` only, commit `freelist = 0` and return the old value
 //!   (how the slab layer's lock holder takes a CPU freelist or a sheaf's top on its
 //!   own CPU; see the rules in kmem-core's `slab` module). From another CPU it takes
-//!   with [`fence`] (`heap::percpu::rseq_take`).
+//!   with [`fence`] (`heap::rseq_take`).
 //!
 //! Each section arms `rseq->rseq_cs` with its descriptor (`__rseq_cs`, 32-byte
 //! aligned: version, flags, start, length up to and including the commit, abort), and
@@ -598,7 +598,7 @@ pub fn on_cpu<R>(cpu: usize, f: impl FnOnce() -> R) -> OnCpu<R> {
 
 /// Whether this thread can be pinned to a CPU of its own affinity: its affinity
 /// reads, and setting it to itself is allowed. Per-CPU rseq mode needs it where the
-/// kernel refuses [`fence`] (see `heap::percpu::rseq_take`).
+/// kernel refuses [`fence`] (see `heap::rseq_take`).
 pub fn can_pin() -> bool {
     // SAFETY: as in `on_cpu`; the affinity is set to what it was.
     unsafe {
