@@ -1,5 +1,5 @@
 //! loom model of per-CPU rseq mode's take from another CPU (the `kmem` crate's
-//! `heap::percpu::rseq_take` with `platform::rseq::fence`): the word a lock holder
+//! `heap::rseq_take::rseq_take` with `platform::rseq::fence`): the word a lock holder
 //! takes, a sheaf's top or a CPU freelist, is one that restartable sequences on its
 //! CPU read, then commit with one plain store. Every section refuses a 0 word and
 //! none commits 0 (a freelist's last pop leaves the slab's end token, odd; a top is

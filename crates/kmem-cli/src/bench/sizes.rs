@@ -30,7 +30,10 @@
 //!   the first objects) (param = the second size, 128): one million 64-byte objects
 //!   allocated, written and freed in a shuffled order, then one million 128-byte
 //!   objects allocated and written; bytes: the highest resident memory, minus the
-//!   resident memory before the first phase. A program whose next phase needs objects
+//!   resident memory before the first phase (read after one block of each size was
+//!   allocated and freed on the calling thread, so every allocator's start-up is
+//!   counted alike: none on that thread; other threads' first use, in the two-thread
+//!   row, for all). A program whose next phase needs objects
 //!   of another size: 128 MiB if the second phase reuses the first one's memory, 192
 //!   if it reuses none.
 //! - `phase` with param 2 MiB (`kmem bench-child phase-blocks-NAME`): the same first
@@ -290,6 +293,19 @@ fn phase_peak(a: Alloc, row: &PhaseRow, n: usize) -> u64 {
         stop();
         free(&mut table, row.second);
     };
+    // One block of each size first, so that what the allocator sets up on its first
+    // use (kmem's heap, mimalloc's and jemalloc's arenas, glibc's heap, which this
+    // program's own allocations started already) is in `before` for every allocator
+    // alike.
+    for size in [row.first, row.second] {
+        let l = Layout::from_size_align(size, 8).expect("layout");
+        // SAFETY: a non-zero size; freed at once.
+        unsafe {
+            let p = a.alloc(l);
+            assert!(!p.is_null(), "phase: out of memory");
+            a.dealloc(p, l);
+        }
+    }
     let before = kmem::rss_bytes();
     if threads == 1 {
         let (peak, at) = (std::cell::Cell::new(before), std::cell::Cell::new(0));

@@ -42,7 +42,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// the real thing. Where the fence is refused, the take runs as a sequence on that
 /// CPU, the thread pinned there for the moment (even where its own affinity leaves
 /// that CPU out: a program that pins its threads, one to a CPU, still has sections
-/// running there); a CPU the process may not use (offline, outside its cpuset) runs
+/// running there; so a thread bound to some CPUs may run a moment on another the
+/// process may use); a CPU the process may not use (offline, outside its cpuset) runs
 /// no section of ours, and a plain exchange is the take; so too if the CPU goes
 /// offline while the thread is pinned to it (the kernel moves the thread away). A CPU
 /// the thread could not be pinned to (a policy refuses `sched_setaffinity`) gets no
@@ -136,8 +137,7 @@ fn pinned_take(cpu: usize, take: impl Fn() -> Option<usize>, word: &AtomicUsize)
             if !rseq::allowed(cpu) {
                 break;
             }
-            // SAFETY: a plain system call.
-            unsafe { libc::sched_yield() };
+            crate::platform::os::yield_cpu();
         },
     }
     word.swap(0, Ordering::AcqRel)
