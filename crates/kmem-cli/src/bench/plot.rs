@@ -17,7 +17,7 @@
 
 use super::child::KMEM_CPU_SLAB;
 use super::peers::Peer;
-use super::record::{benches, distinct, keys, BenchResult};
+use super::record::{benches, by_kind, distinct, keys, BenchResult};
 use plotters::coord::ranged1d::{Ranged, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
@@ -89,12 +89,37 @@ fn panels(suite: &str, results: &[BenchResult]) -> Vec<Panel> {
     let mut out = Vec::new();
     let mut single = Vec::new();
     for bench in benches(results) {
-        let rows: Vec<&BenchResult> = results.iter().filter(|r| r.bench == bench).collect();
+        let all: Vec<&BenchResult> = results.iter().filter(|r| r.bench == bench).collect();
+        for (kind, rows) in by_kind(&all) {
+            bench_panels(suite, bench, kind, rows, &mut out, &mut single);
+        }
+    }
+    if !single.is_empty() {
+        out.insert(0, ratios(suite, &single));
+    }
+    out
+}
+
+/// The panels of one bench's figures of one kind (`kind`: its name where the bench
+/// has several), or its place among the suite's single-row timed benches.
+fn bench_panels<'a>(
+    suite: &str,
+    bench: &'static str,
+    kind: Option<&str>,
+    rows: Vec<&'a BenchResult>,
+    out: &mut Vec<Panel>,
+    single: &mut Vec<(&'static str, Vec<&'a BenchResult>)>,
+) {
+    let name = match kind {
+        Some(k) => format!("{bench}, {k}"),
+        None => bench.to_string(),
+    };
+    {
         let keys = keys(&rows);
         let columns = distinct(rows.iter().map(|r| r.column()));
         if keys.len() == 1 && rows[0].ns.is_some() && columns.len() > 1 {
             single.push((bench, rows));
-            continue;
+            return;
         }
         let params = distinct(rows.iter().map(|r| r.param));
         if params.len() >= 3 {
@@ -103,20 +128,16 @@ fn panels(suite: &str, results: &[BenchResult]) -> Vec<Panel> {
                     rows.iter().copied().filter(|r| r.op == op).collect();
                 let several_ops = rows.iter().any(|r| r.op != op);
                 let title = if several_ops {
-                    format!("{suite}: {bench} — {op}")
+                    format!("{suite}: {name} — {op}")
                 } else {
-                    format!("{suite}: {bench}")
+                    format!("{suite}: {name}")
                 };
                 out.push(absolute(title, bench, &of_op, true));
             }
         } else {
-            out.push(absolute(format!("{suite}: {bench}"), bench, &rows, false));
+            out.push(absolute(format!("{suite}: {name}"), bench, &rows, false));
         }
     }
-    if !single.is_empty() {
-        out.insert(0, ratios(suite, &single));
-    }
-    out
 }
 
 /// The panel of a suite's single-row timed benches: time over the baseline's.
@@ -638,6 +659,28 @@ mod tests {
         assert!(p
             .title
             .contains("relative to the baseline under each bench"));
+    }
+
+    /// A bench that times its operations and reports memory (`random_sizes`) gets a
+    /// memory panel of its own, in bytes; before, the memory rows shared the time
+    /// panel and read as nanoseconds.
+    #[test]
+    fn memory_rows_of_a_timed_bench_get_a_panel_in_bytes() {
+        let results = vec![
+            BenchResult::time("random_sizes", "kmem", 65536, "op", t(8.0)),
+            BenchResult::time("random_sizes", "mimalloc", 65536, "op", t(9.0)),
+            BenchResult::bytes("random_sizes", "kmem", 65536, "peak_rss", 3 << 20),
+            BenchResult::bytes("random_sizes", "mimalloc", 65536, "peak_rss", 8 << 20),
+        ];
+        let panels = panels("workloads", &results);
+        assert_eq!(panels.len(), 2, "{panels:?}");
+        // The time rows: one figure each, on the suite's ratio panel.
+        assert_eq!(panels[0].unit, "x", "{:?}", panels[0]);
+        let memory = &panels[1];
+        assert_eq!(memory.title, "workloads: random_sizes, memory");
+        assert_eq!(memory.unit, "MiB");
+        assert_eq!(memory.y_desc, "peak_rss (MiB)");
+        assert_eq!(memory.series[0], ("kmem".to_string(), vec![Some(3.0)]));
     }
 
     #[test]

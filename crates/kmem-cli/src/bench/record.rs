@@ -125,6 +125,28 @@ pub fn keys(rows: &[&BenchResult]) -> Vec<(u64, &'static str)> {
     distinct(rows.iter().map(|r| (r.param, r.op)))
 }
 
+/// A bench's rows split into its timed figures and the others (memory, counts), each
+/// group shown on its own (a table, a chart), time first. Where a bench has one group
+/// it has no name; where it has both, the other is named `memory` (or `count`, where
+/// any of its figures is a count): `random_sizes` times its operations and reports its
+/// peak memory, whose rows a table or chart labelled as time showed as nanoseconds.
+pub fn by_kind<'a>(rows: &[&'a BenchResult]) -> Vec<KindGroup<'a>> {
+    let (timed, other): (Vec<&'a BenchResult>, Vec<&'a BenchResult>) =
+        rows.iter().copied().partition(|r| r.ns.is_some());
+    if timed.is_empty() || other.is_empty() {
+        return vec![(None, rows.to_vec())];
+    }
+    let name = if other.iter().any(|r| r.value.is_some()) {
+        "count"
+    } else {
+        "memory"
+    };
+    vec![(None, timed), (Some(name), other)]
+}
+
+/// A group of [`by_kind`]: its name (where the bench has both kinds) and rows.
+pub type KindGroup<'a> = (Option<&'static str>, Vec<&'a BenchResult>);
+
 /// Whether a bench's memory figures read best in MiB (one reaches 1 MiB).
 pub fn in_mib(rows: &[&BenchResult]) -> bool {
     rows.iter().any(|r| r.bytes.is_some_and(|b| b >= 1 << 20))

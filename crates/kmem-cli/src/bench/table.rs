@@ -2,7 +2,7 @@
 //! machine, then per suite a table per bench — a row per `(param, op)`, a column per
 //! allocator (and mode) — followed by the suite's own report lines.
 
-use super::record::{benches, distinct, in_mib, keys, BenchResult, Machine};
+use super::record::{benches, by_kind, distinct, in_mib, keys, BenchResult, Machine};
 use std::fmt::Write as _;
 
 /// The first line: the machine and how figures were taken.
@@ -23,13 +23,19 @@ pub fn table(suite: &str, results: &[BenchResult]) -> String {
     let _ = writeln!(out, "\n== suite {suite} ==");
     for bench in benches(results) {
         let rows: Vec<&BenchResult> = results.iter().filter(|r| r.bench == bench).collect();
-        bench_table(&mut out, bench, &rows);
+        for (kind, group) in by_kind(&rows) {
+            let title = match kind {
+                Some(k) => format!("{bench}, {k}"),
+                None => bench.to_string(),
+            };
+            bench_table(&mut out, &title, &group);
+        }
     }
     out
 }
 
-/// The table of one bench (`rows`: its figures, at least one).
-fn bench_table(out: &mut String, bench: &str, rows: &[&BenchResult]) {
+/// The table of one bench's figures of one kind (`rows`: at least one), under `title`.
+fn bench_table(out: &mut String, title: &str, rows: &[&BenchResult]) {
     let cols = distinct(rows.iter().map(|r| r.column()));
     // 20 characters a column, more where a label is longer (`kmem[cpu-rseq/cpu-slab]`).
     let w = cols.iter().map(String::len).fold(20, usize::max);
@@ -45,19 +51,25 @@ fn bench_table(out: &mut String, bench: &str, rows: &[&BenchResult]) {
     } else {
         "count / bytes".to_string()
     };
-    let _ = writeln!(out, "\n{bench} ({unit})");
-    let _ = write!(out, "{:>12}", "param/op");
+    let _ = writeln!(out, "\n{title} ({unit})");
+    let labels: Vec<String> = keys(rows)
+        .into_iter()
+        .map(|(param, op)| {
+            if timed && !several_ops {
+                param.to_string()
+            } else {
+                format!("{param} {op}")
+            }
+        })
+        .collect();
+    let lw = labels.iter().map(String::len).fold(12, usize::max);
+    let _ = write!(out, "{:>lw$}", "param/op");
     for c in &cols {
         let _ = write!(out, " {c:>w$}");
     }
     let _ = writeln!(out);
-    for (param, op) in keys(rows) {
-        let label = if timed && !several_ops {
-            param.to_string()
-        } else {
-            format!("{param} {op}")
-        };
-        let _ = write!(out, "{label:>12}");
+    for ((param, op), label) in keys(rows).into_iter().zip(labels) {
+        let _ = write!(out, "{label:>lw$}");
         for c in &cols {
             let cell = rows
                 .iter()
@@ -177,6 +189,9 @@ mod tests {
             BenchResult::bytes("slabinfo", "kmem", 96, "waste", 64),
             BenchResult::bytes("page_rss", "kmem", 1024, "before", 8 << 20),
             BenchResult::bytes("page_rss", "system", 1024, "peak", (1 << 30) + 12345),
+            // Time and memory in one bench: a table each, the memory one in MiB.
+            BenchResult::time("random_sizes", "kmem", 65536, "op", t),
+            BenchResult::bytes("random_sizes", "kmem", 65536, "peak_rss", 3 << 19),
         ];
         let expected = "
 == suite mix ==
@@ -195,14 +210,22 @@ python_json (ns per run)
       200000            123.46 ms
 
 slabinfo (count / bytes)
-    param/op                 kmem
+        param/op                 kmem
 96 objs_per_slab                   42
-    96 waste                 64 B
+        96 waste                 64 B
 
 page_rss (MiB)
     param/op                 kmem               system
  1024 before                  8.0                    -
    1024 peak                    -               1024.0
+
+random_sizes (ns per op)
+    param/op                 kmem
+       65536       12.2 ns 31 cyc
+
+random_sizes, memory (MiB)
+      param/op                 kmem
+65536 peak_rss                  1.5
 ";
         assert_eq!(table("mix", &results), expected);
     }
