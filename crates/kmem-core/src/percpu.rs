@@ -123,6 +123,11 @@ impl CpuArea {
     pub fn set_node(&self, nid: usize) {
         self.node.store(nid as u32, Ordering::Relaxed);
     }
+    /// The work its owner was asked to do at its next call (`DRAIN_*` bits; 0:
+    /// none).
+    pub fn drain_requested(&self) -> u32 {
+        self.drain_request.load(Ordering::Relaxed)
+    }
     /// Whether the area is owned now.
     pub fn is_owned(&self) -> bool {
         self.state.load(Ordering::Relaxed) == AREA_OWNED
@@ -529,10 +534,12 @@ impl CpuAreaPool {
         &self.free
     }
 
-    /// Asks the owner of every owned area to do `work` at its next call.
-    pub(crate) fn request_all(&self, work: u32) {
+    /// Asks the owner of every owned area to do `work` at its next call, but those of
+    /// the areas `orphaned` names (a fork's child: their owners are gone, and a write
+    /// to each would copy its page from the parent's).
+    pub(crate) fn request_all(&self, work: u32, orphaned: impl Fn(&CpuArea) -> bool) {
         for area in self.iter() {
-            if area.is_owned() {
+            if area.is_owned() && !orphaned(area) {
                 area.drain_request.fetch_or(work, Ordering::Relaxed);
             }
         }

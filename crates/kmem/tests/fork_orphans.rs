@@ -8,7 +8,8 @@
 //! The test makes the orphan deterministic: a thread of the parent holds freed objects
 //! of a cache in its sheaves and waits while the main thread forks. In the child the
 //! forking thread's area is the only owner counted, the cache cannot be destroyed (the
-//! orphan's objects stay counted), and the cache goes on handing out distinct objects.
+//! orphan's objects stay counted), and the cache goes on handing out distinct objects;
+//! a shrink asks the child's own area to drain, and writes no orphan's.
 
 use kmem::config::PerCpuMode;
 use kmem::{heap, Gfp, SlabFlags};
@@ -53,6 +54,20 @@ fn a_fork_child_leaves_the_other_threads_areas_alone() {
             // SAFETY: _exit skips the copied process's atexit handlers and stdio.
             unsafe { libc::_exit(6) };
         }
+        // A shrink asks every owner to flush at its next call: this thread's area
+        // gets the request, the orphans none (no owner would do it, and each write
+        // copied a page of the parent's).
+        heap().shrink_all();
+        let asked = heap()
+            .page_allocator()
+            .cpu_areas()
+            .iter()
+            .filter(|a| a.is_owned() && a.drain_requested() != 0)
+            .count();
+        if asked != 1 {
+            // SAFETY: as above.
+            unsafe { libc::_exit(7) };
+        }
         // SAFETY: no other thread of the child uses the cache.
         let code = match unsafe { heap().kmem_cache_destroy(cache) } {
             // The orphan's sheaf was flushed: the old behaviour.
@@ -83,6 +98,6 @@ fn a_fork_child_leaves_the_other_threads_areas_alone() {
         libc::WEXITSTATUS(status),
         0,
         "3: the orphan's area was flushed; 4: an object handed out twice; 5: another error; \
-         6: the orphans count as owners"
+         6: the orphans count as owners; 7: not this thread's area alone asked to drain"
     );
 }

@@ -379,8 +379,7 @@ impl<P: Platform> Kmem<P> {
     /// the walk was not made, and the later ones are left out too).
     fn shrink_all_walking(&self, cpu: Option<CpuRef<'_>>, walk: &CacheWalk<'_>) -> usize {
         self.pages
-            .cpu_areas()
-            .request_all(DRAIN_CACHES | crate::percpu::DRAIN_STOCK);
+            .request_all_areas(DRAIN_CACHES | crate::percpu::DRAIN_STOCK);
         let slub = self.slub();
         self.pages.with_reporting_deferred(|| {
             // Barns first: their sheaves are objects of kmalloc caches shrunk below;

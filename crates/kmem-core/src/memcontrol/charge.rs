@@ -80,7 +80,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
             if let Some(c) = cpu {
                 self.memcg_drain_stock(c);
             }
-            self.km.pages().cpu_areas().request_all(DRAIN_STOCK);
+            self.km.pages().request_all_areas(DRAIN_STOCK);
             reclaimed = true;
         }
     }
@@ -92,7 +92,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         if let Some(c) = cpu {
             self.memcg_drain_stock(c);
         }
-        self.km.pages().cpu_areas().request_all(DRAIN_STOCK);
+        self.km.pages().request_all_areas(DRAIN_STOCK);
     }
 
     /// Uncharges `nr_pages` from `memcg`: into the stock when it caches `memcg` (or

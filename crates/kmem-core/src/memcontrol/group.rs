@@ -425,7 +425,7 @@ impl<'a, P: Platform> Memcg<'a, P> {
         // SAFETY: the group's own reference on its objcg, held since
         // `mem_cgroup_create` and given up once, here (the caller removes `cg` once).
         unsafe { cg.objcg.put() };
-        self.km.pages().cpu_areas().request_all(DRAIN_STOCK);
+        self.km.pages().request_all_areas(DRAIN_STOCK);
         self.memcg_sweep(cpu);
         Ok(())
     }

@@ -313,7 +313,7 @@ impl<P: Platform> PageAllocator<P> {
         if let Some(c) = cpu {
             self.drain_local_pages(c);
         }
-        self.areas.request_all(DRAIN_PAGES);
+        self.request_all_areas(DRAIN_PAGES);
         let freed = self.shrink_caches(preferred);
         self.count_event(cpu, preferred, VmEvent::ShrinkerFreed, freed as u64);
         if let Some(p) = self.get_page_from_freelist(cpu, gfp, order, preferred, Watermark::Min) {

@@ -330,6 +330,14 @@ impl<P: Platform> PageAllocator<P> {
         &self.platform
     }
 
+    /// Asks the owner of every owned CPU area to do `work` (`DRAIN_*`) at its next
+    /// call; an orphaned area ([`Platform::area_orphaned`]: a fork's child) has no
+    /// owner to do it and is left unwritten (each write would copy a page).
+    pub(crate) fn request_all_areas(&self, work: u32) {
+        self.areas
+            .request_all(work, |a| self.platform.area_orphaned(a));
+    }
+
     /// Number of nodes.
     #[inline]
     pub fn nr_nodes(&self) -> usize {

@@ -517,7 +517,7 @@ impl<P: Platform> PageAllocator<P> {
     /// Asks every area's owner to drain its per-CPU lists at its next call, and drains
     /// the caller's own now (`drain_all_pages`).
     pub fn drain_all_pages(&self, cpu: Option<CpuRef<'_>>) {
-        self.areas.request_all(DRAIN_PAGES);
+        self.request_all_areas(DRAIN_PAGES);
         if let Some(c) = cpu {
             self.drain_local_pages(c);
         }
