@@ -121,22 +121,24 @@ fn the_pop_hands_back_the_object_freed_last() {
 #[test]
 fn a_cpu_without_an_area_reads_as_empty_to_every_sequence() {
     use kmem::platform::rseq::{self, Pushed};
-    use kmem_core::percpu::ZERO_CPU_AREA;
+    use kmem_core::percpu::{CPU_AREA_SIZE, ZERO_CPU_AREA};
     let _s = setup();
     if !runs_rseq() {
         return;
     }
     let h = heap();
     let area = rseq::area().expect("registered");
-    // A table as the heap's is before any CPU's first use.
-    let table = vec![ZERO_CPU_AREA.base(); rseq::TABLE_LEN];
-    let t = table.as_ptr().cast::<u8>();
+    // A region of CPU areas as the heap's is before any CPU's first use: zero bytes
+    // (calloc's fresh pages: untouched, nothing resident).
+    let region = vec![0u8; rseq::TABLE_LEN * CPU_AREA_SIZE];
+    let t = region.as_ptr();
     let s = h.kmem().kmalloc_cache(64, Gfp::KERNEL).unwrap();
     let cfg = s.config();
     let obj = h.kmalloc(64, Gfp::KERNEL).unwrap().as_ptr();
     let base = obj as usize & !(cfg.slab_bytes() - 1);
-    // SAFETY: `area` is this thread's registration; every entry of `table` is the zero
-    // area, whose words at any cache's offset read as its (empty) per-CPU state; `obj`
+    // SAFETY: `area` is this thread's registration; every CPU's place in `region` is
+    // zero bytes, whose words at any cache's offset read as its (empty) per-CPU
+    // state; `obj`
     // is an object of `s` that we own, and a push that says `No` leaves it ours.
     unsafe {
         assert_eq!(rseq::sheaf_pop_at(area, t, cfg.cpu_offset), 0);

@@ -57,6 +57,32 @@ impl<P: Platform> PageAllocator<P> {
         Some(area)
     }
 
+    /// Makes a CPU area in memory the caller provides (`mem`: [`CPU_AREA_SIZE`] zeroed
+    /// bytes), owned by the caller for good: a platform that places each CPU's area
+    /// where its restartable sequences compute it (`base + (cpu << shift)`, as
+    /// tcmalloc places its per-CPU slabs, one load fewer than a table of areas).
+    /// `None` when the allocator is not initialised or every area id is used.
+    ///
+    /// # Safety
+    /// `mem` is valid for [`CPU_AREA_SIZE`] bytes, zeroed, page aligned, used for
+    /// nothing else, and lives as long as the allocator; the area is never put back
+    /// ([`PageAllocator::cpu_area_put`]).
+    ///
+    /// [`CPU_AREA_SIZE`]: crate::percpu::CPU_AREA_SIZE
+    #[cold]
+    pub unsafe fn cpu_area_in(&self, mem: core::ptr::NonNull<u8>, nid: usize) -> Option<&CpuArea> {
+        if !self.is_initialized() {
+            return None;
+        }
+        let nid = if nid < self.nr_nodes() { nid } else { 0 };
+        // SAFETY: the caller's contract.
+        let area = unsafe { self.areas.register(mem, nid) }?;
+        area.set_node(nid);
+        super::memory_model::refresh_area_tag_limit(&self.window, area);
+        self.recalc_pcp_high();
+        Some(area)
+    }
+
     /// Flushes an area whose owner goes away (thread exit, CPU offline) and returns it
     /// to the pool: its per-CPU pages go back to the zones, its counter deltas are
     /// folded into the zones.

@@ -27,7 +27,7 @@ use kmem_core::slab::ObjectLookup;
 use kmem_core::sync::SpinLockGuard;
 use kmem_core::{CpuArea, CpuRef, Gfp, KmemCache, Page};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 /// Per-CPU mode requested through [`set_percpu_mode`] before initialisation
 /// (`MODE_UNSET`: take `KMEM_PERCPU`).
@@ -98,6 +98,34 @@ fn pin_possible() -> bool {
     }
 }
 
+/// Per-CPU rseq mode: the CPU areas' region, where CPU `id`'s area is at `id *
+/// CPU_AREA_SIZE` ([`Heap::area_of_cpu`] makes it there on the CPU's first use), so
+/// that the restartable sequences find their CPU's area by a shift and an add of the
+/// `cpu_id` they read (tcmalloc's `base + (cpu << shift)`), not by a load from a table
+/// of areas, one load on every pop's and push's chain. Untouched, a CPU's place reads
+/// as zeros, as the zero area does: no objects, no room. 0 in the other modes.
+static CPU_REGION: AtomicUsize = AtomicUsize::new(0);
+
+/// [`CPU_REGION`] as the sequences take it.
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#[inline(always)]
+fn cpu_region() -> *const u8 {
+    CPU_REGION.load(Ordering::Relaxed) as *const u8
+}
+
+/// Maps [`CPU_REGION`] (`MAX_CPU_IDS` areas' worth of address space, 64 MiB; pages
+/// are made as areas are written). False where the kernel refuses.
+fn map_cpu_region() -> bool {
+    let len = super::MAX_CPU_IDS * kmem_core::percpu::CPU_AREA_SIZE;
+    match crate::platform::os::map_anonymous(len) {
+        Some(base) => {
+            CPU_REGION.store(base, Ordering::Relaxed);
+            true
+        }
+        None => false,
+    }
+}
+
 /// Whether this machine can run the lockless per-CPU fast paths.
 fn lockless_possible() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -121,7 +149,7 @@ pub(super) fn resolve_mode(env: PerCpuMode) -> u8 {
     };
     if mode == MODE_CPU_RSEQ || mode == MODE_CPU {
         let rseq = rseq_possible();
-        if rseq && (fence_possible() || pin_possible()) {
+        if rseq && (fence_possible() || pin_possible()) && map_cpu_region() {
             return MODE_CPU_RSEQ;
         }
         if mode == MODE_CPU_RSEQ {
@@ -317,7 +345,19 @@ impl Heap {
             return Some(area);
         }
         let (_, node) = crate::platform::linux::getcpu();
-        let area = HEAP.kmem.pages.cpu_area_get(node)?;
+        let area = match CPU_REGION.load(Ordering::Relaxed) {
+            0 => HEAP.kmem.pages.cpu_area_get(node)?,
+            // SAFETY: CPU `id`'s place in the region (`id` is below `MAX_CPU_IDS`,
+            // the table's length): zeroed, page aligned, `CPU_AREA_SIZE` long, and
+            // made into an area once (under the table lock, its slot still empty),
+            // never put back (per-CPU areas are kept for good).
+            base => unsafe {
+                let mem = (base + id * kmem_core::percpu::CPU_AREA_SIZE) as *mut u8;
+                HEAP.kmem
+                    .pages
+                    .cpu_area_in(NonNull::new_unchecked(mem), node)?
+            },
+        };
         // Before the area is published: the rseq take looks its CPU up.
         self.area_cpu[area.id()].store(id as u32 + 1, Ordering::Release);
         slot.store(area as *const CpuArea as *mut CpuArea, Ordering::Release);
@@ -395,16 +435,14 @@ impl Heap {
     fn rseq_pop_at(&self, rseq: RseqArea, off: usize) -> Option<NonNull<u8>> {
         #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
         {
-            // SAFETY: `rseq` is this thread's registered area; the table has
-            // MAX_CPU_IDS entries, the zero area or CPU areas, each holding at `off` the
+            // SAFETY: `rseq` is this thread's registered area; the region holds
+            // MAX_CPU_IDS places, zero bytes or CPU areas, each holding at `off` the
             // `kmem_cache_cpu` of the class's cache, which runs on the restartable
             // sequences, or the zero line, zero in every area and never written (the
             // size tables `kmalloc_rseq_offset` and `malloc_rseq_offset` read give no
             // other offset): the lock holder changes a CPU's sheaves only after taking
             // their words on that CPU.
-            let obj = unsafe {
-                crate::platform::rseq::sheaf_pop_at(rseq, self.cpu_table.as_ptr().cast(), off)
-            };
+            let obj = unsafe { crate::platform::rseq::sheaf_pop_at(rseq, cpu_region(), off) };
             NonNull::new(obj as *mut u8)
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
@@ -506,14 +544,14 @@ impl Heap {
             if want.is_some_and(|s| s.config().cpu_offset != off) {
                 return Pushed::No;
             }
-            let table = self.cpu_table.as_ptr().cast();
-            // SAFETY: the table and `rseq` as in `rseq_alloc_small`, for the
+            let region = cpu_region();
+            // SAFETY: the region and `rseq` as in `rseq_alloc_small`, for the
             // `cpu_offset` the object's page names (a cache on the restartable
             // sequences, its slab without an objcg vector), or the zero line (never
             // written: no room); the sequence checks that `p` starts one of its objects
             // before it takes it (its
             // outcome, `AtHead` included, is the caller's), and the caller gives it up.
-            unsafe { rseq::sheaf_push_at(rseq, table, off, p as usize) }
+            unsafe { rseq::sheaf_push_at(rseq, region, off, p as usize) }
         }
         #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
         {
@@ -535,19 +573,19 @@ impl Heap {
                 return None;
             }
             let rseq = crate::platform::rseq::area()?;
-            // For both sequences: `rseq` is this thread's registered area; the table
-            // has MAX_CPU_IDS entries, the zero area or CPU areas holding every cache's
+            // For both sequences: `rseq` is this thread's registered area; the region
+            // holds MAX_CPU_IDS places, zero bytes or CPU areas holding every cache's
             // `kmem_cache_cpu` at its offset; the caches run with `rseq` set (so the
             // slab layer changes a CPU freelist only by committing on that CPU, or
             // while it is empty).
-            let table = self.cpu_table.as_ptr().cast();
+            let region = cpu_region();
             let obj = if cfg.fast == kmem_core::slab::FastPath::SheafRseq {
                 // SAFETY: as above, for the sheaves design: the lock holder changes a
                 // CPU's sheaves only after taking their words on that CPU.
-                unsafe { crate::platform::rseq::sheaf_pop(rseq, table, cfg) }
+                unsafe { crate::platform::rseq::sheaf_pop(rseq, region, cfg) }
             } else {
                 // SAFETY: as above.
-                unsafe { crate::platform::rseq::pop(rseq, table, cfg) }
+                unsafe { crate::platform::rseq::pop(rseq, region, cfg) }
             };
             let p = NonNull::new(obj as *mut u8)?;
             // An uncharged allocation, as the slab layer's own paths record it.
@@ -599,13 +637,13 @@ impl Heap {
             }
             let area = rseq::area()?;
             let base = obj & !(cfg.slab_bytes() - 1);
-            let table = self.cpu_table.as_ptr().cast();
+            let region = cpu_region();
             let pushed = if cfg.fast == kmem_core::slab::FastPath::SheafRseq {
                 // SAFETY: as in `rseq_alloc`; the object is the caller's to give up.
-                unsafe { rseq::sheaf_push(area, table, cfg, obj) }
+                unsafe { rseq::sheaf_push(area, region, cfg, obj) }
             } else {
                 // SAFETY: as in `rseq_alloc`; the object is the caller's to give up.
-                unsafe { rseq::push(area, table, cfg, obj, base) }
+                unsafe { rseq::push(area, region, cfg, obj, base) }
             };
             match pushed {
                 Pushed::Done => Some(true),

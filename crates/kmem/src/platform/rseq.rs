@@ -8,7 +8,10 @@
 //! per-CPU caches do, without any atomic instruction.
 //!
 //! Three sections, on the `kmem_cache_cpu` of the cache at `cpu_offset` in the CPU
-//! area of the CPU the thread is on (`table[cpu_id]`):
+//! area of the CPU the thread is on (`region + (cpu_id << 16)`: the CPU areas of
+//! per-CPU rseq mode sit in one region at a fixed stride, as tcmalloc's per-CPU slabs
+//! do, so that no load from a table of areas lengthens each section's chain of
+//! loads):
 //! - [`pop`]: `obj = freelist`; decode its free pointer (hardening key) and check it
 //!   lies in the slab; commit `freelist = next`;
 //! - [`push`]: if `freelist` is in the object's slab (the CPU slab), write the
@@ -63,17 +66,18 @@ macro_rules! rseq_arm {
 }
 
 /// In a section: `{cc}` = the CPU area of the CPU the thread runs on (`cpu_id` at
-/// offset 4, `{table}` of `{len}` entries); to label 25 (no commit) for a CPU id past
-/// the table. The entry of a CPU without an area is the zero area, not null: every
-/// sequence reads its words as an empty freelist, empty sheaves and no room, and goes
-/// to label 25 with no test of the entry here. Uses `{t}`. (No newline at the end:
+/// offset 4; its area at `{region} + (cpu_id << 16)`, room for `{len}` CPUs); to label
+/// 25 (no commit) for a CPU id past the region. The place of a CPU without an area
+/// reads as zero bytes: every sequence reads its words as an empty freelist, empty
+/// sheaves and no room, and goes to label 25 with no test of the area here. Uses `{t}`. (No newline at the end:
 /// [`rseq_this_cpu`] and [`rseq_this_cpu_at`] add the `kmem_cache_cpu`'s offset.)
 macro_rules! rseq_cpu_area {
     () => {
         "mov {t:e}, dword ptr fs:[{rseq} + 4]\n\
          cmp {t}, {len}\n\
          jae 25f\n\
-         mov {cc}, qword ptr [{table} + {t} * 8]\n"
+         shl {t}, 16\n\
+         lea {cc}, [{region} + {t}]\n"
     };
 }
 
@@ -131,7 +135,7 @@ macro_rules! rseq_push_end {
     };
 }
 
-/// Entries of the CPU table the sections index (CPU ids at or past it: no area).
+/// CPUs the region of CPU areas has room for (CPU ids at or past it: no area).
 pub const TABLE_LEN: usize = super::MAX_CPU_IDS;
 
 /// The calling thread's `struct rseq`, named by its offset from the thread pointer
@@ -168,18 +172,18 @@ pub unsafe fn area_known() -> RseqArea {
 /// link: the caller takes the locked path, which reports the latter).
 ///
 /// # Safety
-/// `rseq` is the calling thread's registered `struct rseq`; `table` has
-/// [`TABLE_LEN`] entries, each a CPU area in which `cfg.cpu_offset` holds the cache's
-/// `kmem_cache_cpu` (its freelist at [`FREELIST_OFFSET`]) or, for a CPU without one
-/// yet, the zero area (`CPU_AREA_SIZE` zero bytes, never written); `cfg` is that
+/// `rseq` is the calling thread's registered `struct rseq`; `region` holds
+/// [`TABLE_LEN`] places of `CPU_AREA_SIZE` bytes, each a CPU area in which
+/// `cfg.cpu_offset` holds the cache's `kmem_cache_cpu` (its freelist at
+/// [`FREELIST_OFFSET`]) or, for a CPU without one yet, zero bytes never written; `cfg` is that
 /// cache's live config with `rseq` set (no other context changes a CPU's freelist
 /// except by committing on that CPU, by exchanging it for 0 (a take with a fence), or
 /// while it is 0).
 #[inline]
-pub unsafe fn pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> usize {
+pub unsafe fn pop(rseq: RseqArea, region: *const u8, cfg: &CacheConfig) -> usize {
     let obj: usize;
-    // SAFETY: the caller's contract. Inside the section every load is from the CPU
-    // table, the area's `kmem_cache_cpu`, or the free pointer word of an object that
+    // SAFETY: the caller's contract. Inside the section every load is from the
+    // area's `kmem_cache_cpu`, or the free pointer word of an object that
     // is on this CPU's freelist at that instant (nothing else can change it before the
     // commit without restarting us); the commit is the last instruction before label
     // 22. Inputs are never written, so a restart finds them intact.
@@ -211,7 +215,7 @@ pub unsafe fn pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> usize 
             "26:",
             rseq_descriptor!(),
             rseq = in(reg) rseq.0,
-            table = in(reg) table,
+            region = in(reg) region,
             cfg = in(reg) cfg as *const CacheConfig,
             slab = in(reg) cfg.slab_bytes(),
             len = const TABLE_LEN,
@@ -243,7 +247,7 @@ pub use super::Pushed;
 #[inline]
 pub unsafe fn push(
     rseq: RseqArea,
-    table: *const u8,
+    region: *const u8,
     cfg: &CacheConfig,
     obj: usize,
     base: usize,
@@ -277,7 +281,7 @@ pub unsafe fn push(
             rseq_push_end!(),
             rseq_descriptor!(),
             rseq = in(reg) rseq.0,
-            table = in(reg) table,
+            region = in(reg) region,
             cfg = in(reg) cfg as *const CacheConfig,
             obj = in(reg) obj,
             base = in(reg) base,
@@ -312,9 +316,9 @@ pub unsafe fn push(
 /// As [`sheaf_pop_at`] with the cache's `cpu_offset`: `cfg` is the live config of a
 /// cache with `FastPath::SheafRseq`.
 #[inline]
-pub unsafe fn sheaf_pop(rseq: RseqArea, table: *const u8, cfg: &CacheConfig) -> usize {
+pub unsafe fn sheaf_pop(rseq: RseqArea, region: *const u8, cfg: &CacheConfig) -> usize {
     // SAFETY: forwarded; a cache's `cpu_offset` never changes.
-    unsafe { sheaf_pop_at(rseq, table, cfg.cpu_offset) }
+    unsafe { sheaf_pop_at(rseq, region, cfg.cpu_offset) }
 }
 
 // Each sheaf's pointer sits one word after its top, so the pop tests either sheaf from
@@ -338,19 +342,19 @@ const _: () = assert!(SPARE_OFFSET == SPARE_TOP_OFFSET + 8);
 /// 4.46–4.49).
 ///
 /// # Safety
-/// `rseq` is the calling thread's registered `struct rseq`; `table` has
-/// [`TABLE_LEN`] entries, each the zero area (a CPU without an area yet:
-/// `CPU_AREA_SIZE` zero bytes, never written) or a CPU area in which `off` holds the
+/// `rseq` is the calling thread's registered `struct rseq`; `region` holds
+/// [`TABLE_LEN`] places of `CPU_AREA_SIZE` bytes, each zero bytes never written (a CPU
+/// without an area yet) or a CPU area in which `off` holds the
 /// `kmem_cache_cpu` of a cache with `FastPath::SheafRseq` (the `cpu_offset` of such a
 /// cache; no other context changes a CPU's sheaves except by committing on that CPU,
 /// by exchanging a top for 0 (a take with a fence), or after taking their words). The caller marks the slab of an accounted kmalloc
 /// cache's object it hands out (`Slub::note_uncharged`), as `Heap::rseq_alloc`
 /// does; the size tables' offsets are the plain caches'.
 #[inline]
-pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usize {
+pub unsafe fn sheaf_pop_at(rseq: RseqArea, region: *const u8, off: usize) -> usize {
     let obj: usize;
-    // SAFETY: the caller's contract. Inside the section every load is from the CPU
-    // table, the area's `kmem_cache_cpu` (`cc` stays inside it: moved at most once,
+    // SAFETY: the caller's contract. Inside the section every load is from the
+    // area's `kmem_cache_cpu` (`cc` stays inside it: moved at most once,
     // from the spare's top to the main's), or the two slots below the top `t` of the
     // sheaf whose top `[cc + off_stop]` addresses (a top above the sheaf's address, one
     // word after the top, means that sheaf holds objects in the slots below it; below
@@ -381,7 +385,7 @@ pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usiz
             "sub {t}, 8",
             "mov qword ptr [{cc} + {off_stop}], {t}",
             "22:",
-            // Nothing found (both sheaves empty, or a CPU past the table): out of
+            // Nothing found (both sheaves empty, or a CPU past the region): out of
             // line, so that a pop falls through with no jump.
             ".pushsection .text.unlikely, \"ax\"",
             "25:",
@@ -390,7 +394,7 @@ pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usiz
             ".popsection",
             rseq_descriptor!(),
             rseq = in(reg) rseq.0,
-            table = in(reg) table,
+            region = in(reg) region,
             off = in(reg) off,
             len = const TABLE_LEN,
             off_stop = const SPARE_TOP_OFFSET,
@@ -415,12 +419,12 @@ pub unsafe fn sheaf_pop_at(rseq: RseqArea, table: *const u8, off: usize) -> usiz
 #[inline]
 pub unsafe fn sheaf_push(
     rseq: RseqArea,
-    table: *const u8,
+    region: *const u8,
     cfg: &CacheConfig,
     obj: usize,
 ) -> Pushed {
     // SAFETY: forwarded; a cache's `cpu_offset` never changes.
-    unsafe { sheaf_push_at(rseq, table, cfg.cpu_offset, obj) }
+    unsafe { sheaf_push_at(rseq, region, cfg.cpu_offset, obj) }
 }
 
 /// Pushes `obj` onto the spare sheaf of the `kmem_cache_cpu` at offset `off` of the
@@ -435,7 +439,7 @@ pub unsafe fn sheaf_push(
 /// As [`sheaf_pop_at`]; `obj` lies in a slab of the cache whose `cpu_offset` is `off`
 /// and the caller gives it up if it starts an object there.
 #[inline]
-pub unsafe fn sheaf_push_at(rseq: RseqArea, table: *const u8, off: usize, obj: usize) -> Pushed {
+pub unsafe fn sheaf_push_at(rseq: RseqArea, region: *const u8, off: usize, obj: usize) -> Pushed {
     // SAFETY: the caller's contract. A top that is not 0 and below the limit means a
     // spare sheaf with room whose cache's object checks are in the same line (both
     // installed before the top); the slot store is at the top, beyond the committed
@@ -466,14 +470,14 @@ pub unsafe fn sheaf_push_at(rseq: RseqArea, table: *const u8, off: usize, obj: u
             "add {n}, 8",
             "mov qword ptr [{cc} + {off_top}], {n}",
             "22:",
-            // Label 25 (a CPU past the table) is the refusal too.
+            // Label 25 (a CPU past the region) is the refusal too.
             ".pushsection .text.unlikely, \"ax\"",
             "25:",
             "jmp {no}",
             ".popsection",
             rseq_descriptor!(),
             rseq = in(reg) rseq.0,
-            table = in(reg) table,
+            region = in(reg) region,
             off = in(reg) off,
             obj = in(reg) obj,
             len = const TABLE_LEN,
@@ -705,3 +709,6 @@ pub fn fence(cpu: usize) -> bool {
     }
     false
 }
+
+// The sections find CPU `id`'s area at `region + (id << 16)` (`rseq_cpu_area`).
+const _: () = assert!(kmem_core::percpu::CPU_AREA_SIZE == 1 << 16);
