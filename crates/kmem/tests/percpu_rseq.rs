@@ -407,3 +407,37 @@ fn another_cpu_s_sheaves_are_taken_with_a_fence() {
     }
     println!("{fences} fences");
 }
+
+/// The CPU areas of per-CPU rseq mode take no pages of the page allocator (they sit in
+/// a region of their own), so the statistics count none of those pages as theirs:
+/// `active` is at least the pages allocated (before, each area's 64 KiB came off it,
+/// down to 0 on a small heap), and the areas count in `metadata` and `resident`.
+#[test]
+fn the_statistics_count_the_region_s_cpu_areas_as_metadata_only() {
+    let _s = setup();
+    if !runs_rseq() {
+        return;
+    }
+    let h = heap();
+    let held: Vec<*mut u8> = (0..1000)
+        .map(|_| h.kmalloc(64, Gfp::KERNEL).unwrap().as_ptr())
+        .collect();
+    let pages = h.page_allocator().nr_allocated_pages();
+    let areas = h.page_allocator().cpu_areas().nr_areas();
+    let c = kmem::stats::counters();
+    assert!(areas > 0);
+    assert!(
+        c.active >= pages * kmem_core::PAGE_SIZE,
+        "{c:?}, {pages} pages"
+    );
+    assert!(
+        c.metadata >= areas * kmem_core::percpu::CPU_AREA_SIZE,
+        "{c:?}"
+    );
+    assert!(c.allocated <= c.active && c.active <= c.resident, "{c:?}");
+    assert!(c.resident + c.retained <= c.mapped, "{c:?}");
+    for p in held {
+        // SAFETY: ours, freed once.
+        assert!(unsafe { h.kfree(p) });
+    }
+}

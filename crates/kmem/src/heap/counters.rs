@@ -7,16 +7,17 @@
 //! | figure      | what it counts |
 //! |-------------|----------------|
 //! | `allocated` | handed to the program: slab objects in use × object size (slabinfo's `active_objs` × `objsize`, so objects cached for reuse — in sheaves and barns, or on CPU freelists — count as in use, as in /proc/slabinfo), plus page blocks (large kmalloc, `alloc_pages`), plus live huge mappings |
-//! | `active`    | pages in use for the program: whole slabs, page blocks, live huge mappings — the page allocator's allocated pages minus the CPU areas (metadata), plus live huge bytes |
-//! | `metadata`  | kmem's own memory: the memmaps of online sections (64 bytes of `struct page` per page) and the CPU areas (64 KiB each). Slab metadata lives in the memmap (SLUB keeps it in `struct page`), huge-mapping descriptors are small kmalloc objects (counted in `allocated`) |
+//! | `active`    | pages in use for the program: whole slabs, page blocks, live huge mappings — the page allocator's allocated pages minus the CPU areas they hold (metadata), plus live huge bytes |
+//! | `metadata`  | kmem's own memory: the memmaps of online sections (64 bytes of `struct page` per page) and the CPU areas (64 KiB each; in per-CPU rseq mode made in a region of their own rather than from the page allocator). Slab metadata lives in the memmap (SLUB keeps it in `struct page`), huge-mapping descriptors are small kmalloc objects (counted in `allocated`) |
 //! | `resident`  | what kmem holds without having given it back: `active` + `metadata` + free pages not reported (buddy lists and per-CPU lists) + freed huge mappings kept for reuse. An upper bound of the RSS kmem causes (a memmap page never touched is not faulted in) |
 //! | `retained`  | free pages given back to the OS (reported, or never touched since their section came online) but still mapped for reuse: jemalloc's `retained` |
-//! | `mapped`    | address space mapped: online sections (128 MiB each) + live and cached huge mappings |
+//! | `mapped`    | address space mapped: online sections (128 MiB each) + live and cached huge mappings + per-CPU rseq mode's region of CPU areas (64 MiB) |
 //!
 //! Invariants (those [`counters`] guarantees, as one read):
 //! `allocated ≤ active ≤ resident ≤ mapped`, `metadata ≤ resident`, and
 //! `resident + retained ≤ mapped` (equal unless a section is only partly managed
-//! under `KMEM_MAX`: its unmanaged tail is mapped, neither resident nor retained).
+//! under `KMEM_MAX`: its unmanaged tail is mapped, neither resident nor retained; or
+//! in per-CPU rseq mode, whose region of CPU areas is mapped whole).
 //!
 //! Cost: none of them allocates. `active`, `resident`, `mapped`, `metadata` and
 //! `retained` read atomics only: the zones' counters plus every CPU area's per-CPU
@@ -67,8 +68,12 @@ struct Pages {
     pcp: usize,
     /// Online sections.
     sections: usize,
-    /// CPU areas ever made (never freed; they come from the buddy lists).
+    /// CPU areas ever made (never freed).
     cpu_areas: usize,
+    /// Of those, the ones made in per-CPU rseq mode's region, not from the buddy
+    /// lists (`percpu::CPU_REGION`), and the region's length.
+    region_areas: usize,
+    region_len: usize,
     /// Live huge mappings' bytes.
     huge_live: usize,
     /// Freed huge mappings kept for reuse.
@@ -78,6 +83,7 @@ struct Pages {
 fn read_pages() -> Pages {
     let h = heap();
     let pa = h.page_allocator();
+    let region = super::percpu::cpu_region_usage();
     let mut p = Pages {
         managed: 0,
         free: 0,
@@ -85,6 +91,8 @@ fn read_pages() -> Pages {
         pcp: 0,
         sections: 0,
         cpu_areas: pa.cpu_areas().nr_areas(),
+        region_areas: region.0,
+        region_len: region.1,
         huge_live: h.huge_totals().1,
         huge_cached: h.huge_cached_bytes(),
     };
@@ -115,7 +123,9 @@ impl Pages {
     }
 
     fn active(&self) -> usize {
-        (self.used() * PAGE_SIZE).saturating_sub(self.cpu_areas * CPU_AREA_SIZE) + self.huge_live
+        // The areas the zones' pages hold are metadata, not the program's.
+        let zone_areas = self.cpu_areas.saturating_sub(self.region_areas);
+        (self.used() * PAGE_SIZE).saturating_sub(zone_areas * CPU_AREA_SIZE) + self.huge_live
     }
 
     fn retained(&self) -> usize {
@@ -130,7 +140,7 @@ impl Pages {
     }
 
     fn mapped(&self) -> usize {
-        let m = self.sections * SECTION_SIZE + self.huge_live + self.huge_cached;
+        let m = self.sections * SECTION_SIZE + self.huge_live + self.huge_cached + self.region_len;
         // A racing read (a section coming online between the zone reads) must not
         // break the invariant.
         m.max(self.resident() + self.retained())

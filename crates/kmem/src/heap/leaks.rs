@@ -13,8 +13,9 @@
 //!
 //! The roots: every writable private mapping of the process (the data and bss of the
 //! executable and libraries, thread stacks and their TLS, other allocators' arenas,
-//! live huge mappings) except kmem's own span, whose memory is scanned where it may
-//! hold the program's pointers: allocated page blocks (large kmalloc, CPU areas), the
+//! live huge mappings) except kmem's own span and per-CPU rseq mode's region of CPU
+//! areas, whose memory is scanned where it may hold the program's pointers: allocated
+//! page blocks (large kmalloc, CPU areas), the region's CPU areas, the
 //! slabs of caches without tracks, and the memmaps (a slab's objcg vector is found
 //! from its page). Free pages and the slabs of tracked caches are not roots (free
 //! objects hold stale pointers; tracked objects count only once reached). Device
@@ -334,11 +335,15 @@ fn scan_from(stack_from: usize) -> LeakReport {
     // mapping like the program's, whose roots `scan_span` picks out (read whole, its
     // tracked objects would count as roots, and an object reached only from a leaked
     // one would pass for kept).
+    // And per-CPU rseq mode's region of CPU areas (64 MiB, mostly never written),
+    // whose areas are scanned one by one below.
+    let region = super::percpu::cpu_region_range();
     let own = [
         maps.range(),
         cands.range(),
         text.range(),
         (base, base + span_len),
+        region,
     ];
     let mut sc = Scanner {
         cands: cands.as_mut_slice(),
@@ -360,6 +365,14 @@ fn scan_from(stack_from: usize) -> LeakReport {
     }
     // Roots inside the span: memmaps, allocated page blocks, untracked slabs.
     scan_span(h, &mut sc, tracked.as_slice());
+    // The CPU areas made in the region (their sheaves are kmalloc objects that only
+    // an area or a barn names).
+    for area in pa.cpu_areas().iter() {
+        let a = area as *const kmem_core::CpuArea as usize;
+        if (region.0..region.1).contains(&a) {
+            sc.scan_inside(a, a + kmem_core::percpu::CPU_AREA_SIZE);
+        }
+    }
     // Everything reachable from there.
     while let Some(i) = sc.work.pop() {
         let c = sc.cands[i as usize];
@@ -429,14 +442,15 @@ impl Scanner<'_> {
         }
     }
 
-    /// `[start, end)` inside the span (always mapped): read directly.
+    /// `[start, end)` inside the span or a CPU area of the region (always mapped):
+    /// read directly.
     fn scan_inside(&mut self, start: usize, end: usize) {
         let start = start.next_multiple_of(8);
         if end <= start {
             return;
         }
         let n = (end - start) / 8;
-        // SAFETY: span memory stays mapped for the allocator's lifetime; it is read
+        // SAFETY: span and region memory stays mapped for the allocator's lifetime; it is read
         // as plain integers (any bits are valid), possibly while another thread
         // writes it (a torn or stale value only makes the scan more conservative).
         let words = unsafe { std::slice::from_raw_parts(start as *const usize, n) };

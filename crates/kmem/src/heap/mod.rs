@@ -108,8 +108,9 @@ pub struct Heap {
     mode: AtomicU8,
     /// Per-CPU mode: the area of each CPU id, made on the CPU's first use; until then
     /// the zero area ([`NO_CPU_AREA`], written into every entry at initialisation in
-    /// the per-CPU modes), never null, so that the restartable sequences read a CPU's
-    /// sheaves with no test of the entry (the zero area's are empty and have no room).
+    /// the per-CPU modes), never null (`percpu::table_area` reads it as none). The
+    /// restartable sequences of per-CPU rseq mode do not read it: they compute their
+    /// CPU's area in the region the mode's areas are made in (`percpu::CPU_REGION`).
     /// Null in thread mode, which uses no entry (and so a program that never runs in
     /// per-CPU mode pays neither a relocation nor a dirty page for the table).
     cpu_table: [AtomicPtr<CpuArea>; MAX_CPU_IDS],

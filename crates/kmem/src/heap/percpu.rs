@@ -113,12 +113,39 @@ fn cpu_region() -> *const u8 {
     CPU_REGION.load(Ordering::Relaxed) as *const u8
 }
 
+/// Areas made in [`CPU_REGION`] so far.
+static REGION_AREAS: AtomicUsize = AtomicUsize::new(0);
+
+/// The CPU areas made in [`CPU_REGION`] and the region's length (0 and 0 where it is
+/// not mapped): for the statistics, areas that no zone's pages hold.
+pub(super) fn cpu_region_usage() -> (usize, usize) {
+    match CPU_REGION.load(Ordering::Relaxed) {
+        0 => (0, 0),
+        _ => (REGION_AREAS.load(Ordering::Relaxed), cpu_region_len()),
+    }
+}
+
+/// The region's address range (`(0, 0)` where it is not mapped).
+pub(super) fn cpu_region_range() -> (usize, usize) {
+    match CPU_REGION.load(Ordering::Relaxed) {
+        0 => (0, 0),
+        base => (base, base + cpu_region_len()),
+    }
+}
+
+fn cpu_region_len() -> usize {
+    super::MAX_CPU_IDS * kmem_core::percpu::CPU_AREA_SIZE
+}
+
 /// Maps [`CPU_REGION`] (`MAX_CPU_IDS` areas' worth of address space, 64 MiB; pages
-/// are made as areas are written). False where the kernel refuses.
+/// are made as areas are written, in 4 KiB pages: a transparent huge page would make
+/// 2 MiB resident for the first CPU's area, all on that CPU's node). False where the
+/// kernel refuses.
 fn map_cpu_region() -> bool {
-    let len = super::MAX_CPU_IDS * kmem_core::percpu::CPU_AREA_SIZE;
+    let len = cpu_region_len();
     match crate::platform::os::map_anonymous(len) {
         Some(base) => {
+            crate::platform::os::no_huge_pages(base, len);
             CPU_REGION.store(base, Ordering::Relaxed);
             true
         }
@@ -149,11 +176,14 @@ pub(super) fn resolve_mode(env: PerCpuMode) -> u8 {
     };
     if mode == MODE_CPU_RSEQ || mode == MODE_CPU {
         let rseq = rseq_possible();
-        if rseq && (fence_possible() || pin_possible()) && map_cpu_region() {
+        let takes = rseq && (fence_possible() || pin_possible());
+        if takes && map_cpu_region() {
             return MODE_CPU_RSEQ;
         }
         if mode == MODE_CPU_RSEQ {
-            write_stderr(if rseq {
+            write_stderr(if takes {
+                b"kmem: KMEM_PERCPU=cpu-rseq: no room for the CPU areas' region (mmap refused); using cpu-cas or cpu-lock\n"
+            } else if rseq {
                 b"kmem: KMEM_PERCPU=cpu-rseq: no membarrier rseq fence here, and threads cannot be pinned to a CPU (sched_setaffinity refused); using cpu-cas or cpu-lock\n"
             } else {
                 b"kmem: KMEM_PERCPU=cpu-rseq: no rseq registration here; using cpu-cas or cpu-lock\n"
@@ -347,16 +377,21 @@ impl Heap {
         let (_, node) = crate::platform::linux::getcpu();
         let area = match CPU_REGION.load(Ordering::Relaxed) {
             0 => HEAP.kmem.pages.cpu_area_get(node)?,
-            // SAFETY: CPU `id`'s place in the region (`id` is below `MAX_CPU_IDS`,
-            // the table's length): zeroed, page aligned, `CPU_AREA_SIZE` long, and
-            // made into an area once (under the table lock, its slot still empty),
-            // never put back (per-CPU areas are kept for good).
-            base => unsafe {
-                let mem = (base + id * kmem_core::percpu::CPU_AREA_SIZE) as *mut u8;
-                HEAP.kmem
-                    .pages
-                    .cpu_area_in(NonNull::new_unchecked(mem), node)?
-            },
+            base => {
+                // SAFETY: CPU `id`'s place in the region (`id` is below
+                // `MAX_CPU_IDS`, the table's length): zeroed, page aligned,
+                // `CPU_AREA_SIZE` long, and made into an area once (under the table
+                // lock, its slot still empty), never put back (per-CPU areas are kept
+                // for good).
+                let area = unsafe {
+                    let mem = (base + id * kmem_core::percpu::CPU_AREA_SIZE) as *mut u8;
+                    HEAP.kmem
+                        .pages
+                        .cpu_area_in(NonNull::new_unchecked(mem), node)?
+                };
+                REGION_AREAS.fetch_add(1, Ordering::Relaxed);
+                area
+            }
         };
         // Before the area is published: the rseq take looks its CPU up.
         self.area_cpu[area.id()].store(id as u32 + 1, Ordering::Release);

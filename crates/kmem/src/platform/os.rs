@@ -84,6 +84,13 @@ pub(crate) fn map_anonymous(len: usize) -> Option<usize> {
     (raw != libc::MAP_FAILED).then_some(raw as usize)
 }
 
+/// Asks that the mapping at `addr` get no transparent huge pages (`MADV_NOHUGEPAGE`;
+/// advice: nothing happens where the kernel has none).
+pub(crate) fn no_huge_pages(addr: usize, len: usize) {
+    // SAFETY: advice on a range of the caller's mapping; no memory changes.
+    unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_NOHUGEPAGE) };
+}
+
 /// Unmaps `len` bytes at `addr`.
 ///
 /// # Safety
