@@ -12,8 +12,8 @@
  *   resident   what kmem holds without having given it back: active, metadata,
  *              free pages not yet given back, freed huge mappings kept for reuse
  *              (an upper bound of the RSS kmem causes);
- *   mapped     address space mapped: online sections (128 MiB each) and huge
- *              mappings;
+ *   mapped     address space mapped: online sections (128 MiB each), huge
+ *              mappings, and in per-CPU rseq mode the CPU areas' region (64 MiB);
  *   metadata   kmem's own memory: section memmaps and CPU areas;
  *   retained   free pages given back to the OS (or never touched) but still
  *              mapped for reuse.

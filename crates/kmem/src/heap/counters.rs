@@ -70,9 +70,9 @@ struct Pages {
     sections: usize,
     /// CPU areas ever made (never freed).
     cpu_areas: usize,
-    /// Of those, the ones made in per-CPU rseq mode's region, not from the buddy
-    /// lists (`percpu::CPU_REGION`), and the region's length.
-    region_areas: usize,
+    /// The length of per-CPU rseq mode's region of CPU areas (`percpu::CPU_REGION`;
+    /// 0: not mapped). Where it is mapped, every area is in it and none comes from
+    /// the buddy lists.
     region_len: usize,
     /// Live huge mappings' bytes.
     huge_live: usize,
@@ -83,7 +83,7 @@ struct Pages {
 fn read_pages() -> Pages {
     let h = heap();
     let pa = h.page_allocator();
-    let region = super::percpu::cpu_region_usage();
+    let region = super::percpu::cpu_region_range();
     let mut p = Pages {
         managed: 0,
         free: 0,
@@ -91,8 +91,7 @@ fn read_pages() -> Pages {
         pcp: 0,
         sections: 0,
         cpu_areas: pa.cpu_areas().nr_areas(),
-        region_areas: region.0,
-        region_len: region.1,
+        region_len: region.1 - region.0,
         huge_live: h.huge_totals().1,
         huge_cached: h.huge_cached_bytes(),
     };
@@ -124,7 +123,11 @@ impl Pages {
 
     fn active(&self) -> usize {
         // The areas the zones' pages hold are metadata, not the program's.
-        let zone_areas = self.cpu_areas.saturating_sub(self.region_areas);
+        let zone_areas = if self.region_len == 0 {
+            self.cpu_areas
+        } else {
+            0
+        };
         (self.used() * PAGE_SIZE).saturating_sub(zone_areas * CPU_AREA_SIZE) + self.huge_live
     }
 
@@ -206,8 +209,9 @@ pub fn resident() -> usize {
     read_pages().resident()
 }
 
-/// Bytes of address space mapped: online sections + huge mappings (live and cached);
-/// ≥ `resident()` + `retained()`. Lock-free.
+/// Bytes of address space mapped: online sections, huge mappings (live and cached)
+/// and per-CPU rseq mode's region of CPU areas; ≥ `resident()` + `retained()`.
+/// Lock-free.
 pub fn mapped() -> usize {
     read_pages().mapped()
 }

@@ -113,19 +113,8 @@ fn cpu_region() -> *const u8 {
     CPU_REGION.load(Ordering::Relaxed) as *const u8
 }
 
-/// Areas made in [`CPU_REGION`] so far.
-static REGION_AREAS: AtomicUsize = AtomicUsize::new(0);
-
-/// The CPU areas made in [`CPU_REGION`] and the region's length (0 and 0 where it is
-/// not mapped): for the statistics, areas that no zone's pages hold.
-pub(super) fn cpu_region_usage() -> (usize, usize) {
-    match CPU_REGION.load(Ordering::Relaxed) {
-        0 => (0, 0),
-        _ => (REGION_AREAS.load(Ordering::Relaxed), cpu_region_len()),
-    }
-}
-
-/// The region's address range (`(0, 0)` where it is not mapped).
+/// The region's address range (`(0, 0)` where it is not mapped). Where it is, every
+/// CPU area is in it (per-CPU rseq mode makes no other: threads attach none).
 pub(super) fn cpu_region_range() -> (usize, usize) {
     match CPU_REGION.load(Ordering::Relaxed) {
         0 => (0, 0),
@@ -383,14 +372,12 @@ impl Heap {
                 // `CPU_AREA_SIZE` long, and made into an area once (under the table
                 // lock, its slot still empty), never put back (per-CPU areas are kept
                 // for good).
-                let area = unsafe {
+                unsafe {
                     let mem = (base + id * kmem_core::percpu::CPU_AREA_SIZE) as *mut u8;
                     HEAP.kmem
                         .pages
                         .cpu_area_in(NonNull::new_unchecked(mem), node)?
-                };
-                REGION_AREAS.fetch_add(1, Ordering::Relaxed);
-                area
+                }
             }
         };
         // Before the area is published: the rseq take looks its CPU up.

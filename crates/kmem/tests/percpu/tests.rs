@@ -93,7 +93,7 @@ fn hackbench_gives_every_slab_back() {
     let after = settled_pages();
     // A new CPU area takes pages of the page allocator, but in per-CPU rseq mode,
     // where the areas have a region of their own.
-    let area_pages = match running_mode() {
+    let area_pages = match heap().percpu_mode() {
         PerCpuMode::CpuRseq => 0,
         _ => 1 << kmem_core::percpu::CPU_AREA_ORDER,
     };
