@@ -24,7 +24,7 @@ impl<P: Platform> PageAllocator<P> {
         if !self.is_initialized() {
             return None;
         }
-        let nid = if nid < self.nr_nodes() { nid } else { 0 };
+        let nid = self.area_node(nid);
         let area = match self.areas.pop_free() {
             Some(a) => a,
             // Every area made and owned (as many threads as MAX_CPU_AREAS): none
@@ -51,10 +51,26 @@ impl<P: Platform> PageAllocator<P> {
                 }
             }
         };
+        Some(self.hand_out(area, nid))
+    }
+
+    /// The last steps of handing `area` to a new owner on node `nid`: its node, its
+    /// copy of the tag-window length, and the per-CPU lists' budget, re-divided among
+    /// one more owner.
+    fn hand_out<'s>(&'s self, area: &'s CpuArea, nid: usize) -> &'s CpuArea {
         area.set_node(nid);
         super::memory_model::refresh_area_tag_limit(&self.window, area);
         self.recalc_pcp_high();
-        Some(area)
+        area
+    }
+
+    /// The node a new area is made for: `nid`, or node 0 for one past the nodes.
+    fn area_node(&self, nid: usize) -> usize {
+        if nid < self.nr_nodes() {
+            nid
+        } else {
+            0
+        }
     }
 
     /// Makes a CPU area in memory the caller provides (`mem`: [`CPU_AREA_SIZE`] zeroed
@@ -74,13 +90,10 @@ impl<P: Platform> PageAllocator<P> {
         if !self.is_initialized() {
             return None;
         }
-        let nid = if nid < self.nr_nodes() { nid } else { 0 };
+        let nid = self.area_node(nid);
         // SAFETY: the caller's contract.
         let area = unsafe { self.areas.register(mem, nid) }?;
-        area.set_node(nid);
-        super::memory_model::refresh_area_tag_limit(&self.window, area);
-        self.recalc_pcp_high();
-        Some(area)
+        Some(self.hand_out(area, nid))
     }
 
     /// Flushes an area whose owner goes away (thread exit, CPU offline) and returns it
