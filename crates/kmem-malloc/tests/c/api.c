@@ -102,6 +102,24 @@ int main(void) {
     r = realloc(r, 3);
     CHECK(r != NULL && memcmp(r, "012", 3) == 0);
     CHECK(realloc(r, 0) == NULL);
+    /* A buffer doubled past 1 MiB becomes a mapping that grows in place: twice, the
+       second round over the first one's cached mapping; a byte per 64 KiB checked. */
+    for (int round = 0; round < 2; round++) {
+        size_t size = 1 << 20;
+        unsigned char *g = malloc(size);
+        CHECK(g != NULL);
+        for (size_t i = 0; i < size; i += 65536) g[i] = (unsigned char)(i >> 16);
+        while (size < (32u << 20)) {
+            g = realloc(g, 2 * size);
+            CHECK(g != NULL && malloc_usable_size(g) >= 2 * size);
+            for (size_t i = 0; i < size; i += 65536) CHECK(g[i] == (unsigned char)(i >> 16));
+            size *= 2;
+            for (size_t i = size / 2; i < size; i += 65536) g[i] = (unsigned char)(i >> 16);
+        }
+        g = realloc(g, 1000);
+        CHECK(g != NULL && g[0] == 0 && malloc_usable_size(g) < 4096);
+        free(g);
+    }
     errno = 0;
     void *q = malloc(8);
     CHECK(realloc(q, SIZE_MAX) == NULL && errno == ENOMEM);

@@ -17,7 +17,12 @@
 //! that its memory can serve the larger class soon (not in per-CPU rseq mode, whose
 //! frees keep their restartable push). A page block stays while
 //! it holds the new size, grows into the buddy blocks after it when they are free
-//! and shrinks by freeing its upper halves; a huge mapping moves with `mremap`.
+//! and shrinks by freeing its upper halves. A block that `realloc` has to move to more
+//! than 1 MiB (past the slab classes) moves into a direct mapping, not a page block:
+//! a buffer that grew that far is likely to grow again, and a mapping grows without a
+//! copy, into the cached mapping right after it or with `mremap` (`Heap::realloc` of
+//! a `Vec` doubled to 8 MiB copied 4 MiB at its last step into a new mapping, as
+//! page blocks end at 4 MiB). A mapping resized to more than 1 MiB stays one.
 //! `alloc_zeroed` skips clearing page blocks whose memory is fresh from the OS (their
 //! pages were never touched or were given back: they read as zero).
 //!
@@ -742,6 +747,9 @@ impl Heap {
         if new_size <= have && new_size >= have / 2 {
             return Some((p, true));
         }
+        if new_size > KMALLOC_MAX_CACHE_SIZE {
+            return None; // past the classes: a mapping (`Heap::realloc_other`)
+        }
         let layout = Layout::from_size_align(realloc_target(have, new_size), align).ok()?;
         let q = alloc_layout(layout, false);
         let mut freed = true;
@@ -835,7 +843,7 @@ impl Heap {
                 }
                 ObjectLookup::Bad(_) => {}
             }
-        } else if align <= PAGE_SIZE && new_size > KMALLOC_MAX_SIZE && !self.zoned_blocks() {
+        } else if align <= PAGE_SIZE && new_size > KMALLOC_MAX_CACHE_SIZE && !self.zoned_blocks() {
             // SAFETY: forwarded from the caller (`p` is ours and the caller's to resize).
             let mut grown = unsafe { self.huge.remap(self, p, new_size) };
             if grown.is_some_and(|q| q.is_null()) && self.kmem.pages.max_pages() != 0 {
@@ -849,11 +857,20 @@ impl Heap {
                 return q;
             }
         }
-        // Move: allocate, copy what both hold, free.
+        // Move: allocate, copy what both hold, free. Past the slab classes the new
+        // block is a mapping, which grows from then on without a copy (see the module
+        // doc).
         let Ok(new_layout) = Layout::from_size_align(want, align) else {
             return ptr::null_mut();
         };
-        let q = self.alloc(new_layout);
+        let mut q = ptr::null_mut();
+        if want > KMALLOC_MAX_CACHE_SIZE && align <= PAGE_SIZE && !self.zoned_blocks() {
+            q = self.huge_alloc_raw(want, align, false);
+        }
+        if q.is_null() {
+            // No mapping to be had (a limit on mappings, say): the usual block.
+            q = self.alloc(new_layout);
+        }
         if !q.is_null() {
             // SAFETY: `p` is the caller's allocation (this function's contract).
             let old_size = unsafe { self.usable_size(p) }

@@ -273,3 +273,71 @@ fn a_bounded_heap_caches_no_more_than_the_floor() {
     assert_eq!(owner.live.get(), 0);
     assert_eq!(owner.reserved.get(), 0);
 }
+
+/// A mapping grown over the cached mapping right after it takes that mapping's head
+/// (the rest stays cached) and stays where it is: no `mremap`, no fresh pages, no
+/// more of the bound. Without it the growth moved the mapping and faulted its new
+/// half in.
+#[test]
+fn a_growing_mapping_takes_the_cached_tail_after_it() {
+    const M: usize = 1 << 20;
+    let list = HugeList::new();
+    let owner = Owner {
+        bound: 64 * M,
+        ..Owner::default()
+    };
+    let big = list.alloc(&owner, 40 * M, 8, false, 0, 1000);
+    assert!(!big.is_null());
+    free(&list, &owner, big, 1);
+    // 8 MiB: the head of the 40 MiB mapping; its 32 MiB tail stays cached.
+    let p = list.alloc(&owner, 8 * M, 8, false, 2, 1000);
+    assert_eq!(p, big);
+    assert_eq!(list.cached_bytes(), 32 * M);
+    // SAFETY: ours: 8 MiB, then grown in place to 16 and 40 MiB.
+    unsafe {
+        p.write(0x5a);
+        assert_eq!(list.remap(&owner, p, 16 * M), Some(p));
+        assert_eq!((list.totals(), list.cached_bytes()), ((1, 16 * M), 24 * M));
+        p.add(16 * M - 1).write(0xa5);
+        assert_eq!(list.remap(&owner, p, 40 * M), Some(p));
+        assert_eq!((list.totals(), list.cached_bytes()), ((1, 40 * M), 0));
+        assert_eq!((p.read(), p.add(16 * M - 1).read()), (0x5a, 0xa5));
+    }
+    assert_eq!(
+        owner.reserved.get(),
+        40 * M,
+        "the cached bytes held the bound"
+    );
+    free(&list, &owner, p, 3);
+    assert_eq!(list.trim(&owner), 40 * M);
+    assert_eq!((owner.live.get(), owner.reserved.get()), (0, 0));
+}
+
+/// A tail taken that way may be a second mapping of the kernel's (here: made one by
+/// advice on part of the range), which `mremap` refuses to treat as one: the growth
+/// past it answers `None`, for the caller to move the allocation (null would fail
+/// a `realloc` that a copy can serve).
+#[test]
+fn a_remap_the_kernel_refuses_leaves_the_move_to_the_caller() {
+    const M: usize = 1 << 20;
+    let (list, owner) = (HugeList::new(), Owner::default());
+    let big = list.alloc(&owner, 16 * M, 8, false, 0, 1000);
+    free(&list, &owner, big, 1);
+    let p = list.alloc(&owner, 4 * M, 8, false, 2, 1000);
+    assert_eq!(p, big);
+    // SAFETY: the cached tail, 12 MiB of ours; advice only, nothing unmapped. It
+    // splits the kernel's mapping at p + 4 MiB (MADV_DONTFORK changes its flags).
+    let r = unsafe { libc::madvise(p.add(4 * M).cast(), 12 * M, libc::MADV_DONTFORK) };
+    assert_eq!(r, 0);
+    // SAFETY: ours, 4 MiB; grown over the tail, then past it.
+    unsafe {
+        assert_eq!(list.remap(&owner, p, 8 * M), Some(p));
+        p.add(8 * M - 1).write(1);
+        assert_eq!(list.remap(&owner, p, 20 * M), None, "two mappings");
+        assert_eq!(list.size_of(p), Some(8 * M), "left as it was");
+        assert_eq!(p.add(8 * M - 1).read(), 1);
+    }
+    free(&list, &owner, p, 3);
+    assert_eq!(list.trim(&owner), 16 * M);
+    assert_eq!((owner.live.get(), owner.reserved.get()), (0, 0));
+}
