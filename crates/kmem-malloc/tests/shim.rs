@@ -74,8 +74,7 @@ fn every_function_and_edge_case() {
     // malloc_stats printed kmem's report: the program really ran on kmem.
     assert!(err.contains("slabinfo - version: 2.1"), "{err}");
     assert!(err.contains("Node 0, zone   Normal"));
-    // Per-CPU rseq mode's own malloc path (its size table, its restartable pop): the
-    // same checks, alignment included.
+    // Per-CPU rseq mode's own malloc path and restartable pop: the same checks.
     let out = run_with(&prog, &[], true, &[("KMEM_PERCPU", "cpu-rseq")]);
     let err = text(&out.stderr);
     assert!(out.status.success(), "{}\n{err}", text(&out.stdout));
@@ -119,6 +118,7 @@ fn misuse_cases(env: &[(&str, &str)], pin: bool) {
         ("garbage", "not allocated by kmem"),
         ("realloc", "not allocated by kmem"),
         ("realloc-freed", "Object already free"),
+        ("realloc-freed-big", "Object already free"),
     ];
     for (what, reason) in cases {
         let out = if pin {

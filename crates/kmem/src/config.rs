@@ -70,7 +70,7 @@ pub const VARS: [Var; 14] = [
     Var {
         name: c"KMEM_MAX",
         default: "no limit",
-        help: "bound on the heap (`512M`, `2G`, bytes): the page allocator's memory and the mappings above 4 MiB together; past it allocations return null (after the caches shrink and free pages are lent to the mappings)",
+        help: "bound on the heap (`512M`, `2G`, bytes): the page allocator's memory and the direct mappings together; past it allocations return null (after the caches shrink and free pages are lent to the mappings)",
         expected: "a size such as 512M, 2G or 65536",
         parse: |v, cfg| parse_size(v).map(|n| cfg.max_bytes = n).is_some(),
     },

@@ -1,8 +1,10 @@
 //! Huge allocations: larger than the largest buddy block (4 MiB), or aligned beyond
-//! it. Each is a direct mapping (`mmap`) with its own descriptor — a small object from
-//! kmalloc, so this metadata too comes from kmem's own pages — on a list under a spin
-//! lock; `mremap` resizes it. They are few and large, so a list is enough: a lookup
-//! walks it only for pointers outside kmem's span.
+//! it, and buffers that `realloc` moved past the slab classes (1 MiB; at most 64 of
+//! those live: `heap/layout.rs`). Each is a direct mapping (`mmap`) with its own
+//! descriptor — a small object from kmalloc, so this metadata too comes from kmem's
+//! own pages — on a list under a spin lock; a growth takes the cached mapping right
+//! after it, else `mremap` resizes it. They are few and large, so a list is enough: a
+//! lookup walks it only for pointers outside kmem's span.
 //!
 //! Freed mappings are not unmapped at once: like the buddy allocator's decay, up to
 //! [`CACHE_SLOTS`] of them (the newest stay) stay mapped, resident, for reuse by the
@@ -197,29 +199,37 @@ fn split_cached(slots: &mut [Option<Cached>; CACHE_SLOTS], c: Cached, len: usize
     c
 }
 
-/// Takes `len` bytes at `addr` out of the cache: the cached mapping that starts at
-/// `addr` and holds at least `len` bytes, its head (the rest stays cached, freed when
-/// it was). False (nothing taken) when no cached mapping starts there or it is too
+/// Takes at least `len` bytes at `addr` out of the cache: the head of the cached
+/// mapping that starts at `addr` and holds `len` bytes (the rest stays cached, freed
+/// when it was); returns the bytes taken, `len` or, under `KMEM_THP`, up to the next
+/// 2 MiB boundary, so that the rest starts on a whole huge page as [`split_cached`]
+/// keeps it. `None` (nothing taken) when no cached mapping starts there or it is too
 /// short. A growing buffer's mapping meets its own tail this way: a request served
 /// from a larger cached mapping took its head ([`split_cached`]), and `mremap` could
 /// not grow it in place over the tail; it moved it and faulted every page of the
 /// growth in fresh (a `Vec` doubled to 64 MiB over a cached mapping: 14,000 faults).
-fn take_adjacent(slots: &mut [Option<Cached>; CACHE_SLOTS], addr: usize, len: usize) -> bool {
-    let Some(slot) = slots
+fn take_adjacent(
+    slots: &mut [Option<Cached>; CACHE_SLOTS],
+    addr: usize,
+    len: usize,
+) -> Option<usize> {
+    let slot = slots
         .iter_mut()
-        .find(|s| s.is_some_and(|c| c.addr == addr && c.len >= len))
-    else {
-        return false;
-    };
+        .find(|s| s.is_some_and(|c| c.addr == addr && c.len >= len))?;
     let c = slot.take().expect("found above");
-    if c.len > len {
+    let mut take = len;
+    if os::thp() {
+        let to_boundary = (addr + len).next_multiple_of(os::HPAGE_SIZE) - addr;
+        take = to_boundary.min(c.len);
+    }
+    if c.len > take {
         *slot = Some(Cached {
-            addr: c.addr + len,
-            len: c.len - len,
+            addr: c.addr + take,
+            len: c.len - take,
             freed_ns: c.freed_ns,
         });
     }
-    true
+    Some(take)
 }
 
 fn page_round(n: usize) -> Option<usize> {
@@ -609,11 +619,14 @@ impl HugeList {
                 }
                 // Growth takes the bound's room first; a shrink gives it back after.
                 let grow = new_len.saturating_sub(desc.len);
-                if grow > 0 && take_adjacent(&mut head.1, desc.addr + desc.len, grow) {
+                let taken = (grow > 0)
+                    .then(|| take_adjacent(&mut head.1, desc.addr + desc.len, grow))
+                    .flatten();
+                if let Some(taken) = taken {
                     // The cached bytes held their room in the bound already.
                     self.note_cached(&head);
-                    desc.len = new_len;
-                    let live = self.bytes.fetch_add(grow, Ordering::Relaxed) + grow;
+                    desc.len += taken;
+                    let live = self.bytes.fetch_add(taken, Ordering::Relaxed) + taken;
                     self.peak.fetch_max(live, Ordering::Relaxed);
                     return Some(p);
                 }
@@ -621,9 +634,9 @@ impl HugeList {
                     return Some(ptr::null_mut());
                 }
                 // SAFETY: the caller owns the mapping; only the new address is used
-                // after a success. A range that grew by `take_adjacent` across two
-                // of the kernel's mappings (two `mmap`s the kernel did not merge)
-                // is refused, and the caller moves it.
+                // after a success. (A range that grew by `take_adjacent` across two
+                // of the kernel's mappings, two `mmap`s the kernel did not merge,
+                // shrinks; a growth of it is refused, and the caller moves it.)
                 let Some(q) = (unsafe { os::remap(desc.addr, desc.len, new_len) }) else {
                     owner.release(grow);
                     return None;

@@ -18,7 +18,8 @@
 //!   are given back to the OS, so RSS follows live memory.
 //! - **Caches.** Small objects come from *slab caches* (SLUB): a cache holds objects of
 //!   one size in slabs of a few pages. `malloc`-style requests go to the kmalloc caches
-//!   (8 B … 8 KiB); larger ones take whole page blocks, and above 4 MiB direct mappings.
+//!   (8 B … 1 MiB); larger ones take whole page blocks, and above 4 MiB direct
+//!   mappings (as do buffers `realloc` moves past 1 MiB).
 //!   [`KmemCache<T>`] is a cache of your own type, named in the reports.
 //! - **CPU areas.** Each cache and each page list has per-CPU state in a *CPU area*:
 //!   the allocation and free fast paths touch only that, without a lock. By default

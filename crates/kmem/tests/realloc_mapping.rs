@@ -1,9 +1,12 @@
 //! A buffer that `realloc` moves past the slab classes (1 MiB) moves into a direct
 //! mapping, which then grows without a copy: over the cached mapping right after it,
-//! or with `mremap`. One binary of its own: the mapping cache is process-wide.
+//! or with `mremap`; past 64 live mappings, into page blocks as before. One binary of
+//! its own, each test in a child process with the defaults (no `KMEM_*` variable):
+//! the mapping cache and the count of mappings are process-wide.
 
 use kmem::{heap, KmemAlloc};
 use std::alloc::{GlobalAlloc, Layout};
+use std::process::Command;
 
 #[global_allocator]
 static A: KmemAlloc = KmemAlloc;
@@ -43,8 +46,38 @@ fn double_to_32_mib(fill: u8) -> Vec<(*mut u8, usize, usize)> {
     steps
 }
 
+const CHILD: &str = "KMEM_TEST_REALLOC_MAPPING_CHILD";
+
+/// Runs test `name` again in a child process whose environment has no `KMEM_*`
+/// variable (the heap reads them before any test runs); true in that child, which
+/// then runs the test's body.
+fn in_child(name: &str) -> bool {
+    if std::env::var_os(CHILD).is_some() {
+        return true;
+    }
+    let mut c = Command::new(std::env::current_exe().unwrap());
+    c.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, "1");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("KMEM_") {
+            c.env_remove(k);
+        }
+    }
+    let out = c.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
 #[test]
 fn a_buffer_grown_past_the_classes_becomes_a_mapping_that_grows_in_place() {
+    if !in_child("a_buffer_grown_past_the_classes_becomes_a_mapping_that_grows_in_place") {
+        return;
+    }
     let h = heap();
     let span = h.page_allocator();
     // First round: past 1 MiB the buffer is a mapping, not a page block of the span.
@@ -79,5 +112,45 @@ fn a_buffer_grown_past_the_classes_becomes_a_mapping_that_grows_in_place() {
         let bytes = std::slice::from_raw_parts(t, 512 << 10);
         assert!(bytes.iter().all(|&b| b == 2));
         A.dealloc(t, layout(512 << 10));
+    }
+}
+
+/// Past 64 live huge allocations, a buffer moved past the classes takes a page block
+/// (up to 4 MiB), so that the huge list, which every free and resize of a mapping
+/// walks, stays short; its contents move all the same.
+#[test]
+fn past_64_live_mappings_moved_buffers_take_page_blocks() {
+    if !in_child("past_64_live_mappings_moved_buffers_take_page_blocks") {
+        return;
+    }
+    let (h, n) = (heap(), 80);
+    let grown: Vec<*mut u8> = (0..n)
+        .map(|i| {
+            // SAFETY: a non-zero size; the realloc gets the block and its layout.
+            unsafe {
+                let p = A.alloc(layout(M));
+                assert!(!p.is_null());
+                p.write_bytes(i as u8, M);
+                let q = A.realloc(p, layout(M), 2 * M);
+                assert!(!q.is_null());
+                assert!(std::slice::from_raw_parts(q, M)
+                    .iter()
+                    .all(|&b| b == i as u8));
+                q
+            }
+        })
+        .collect();
+    let mapped = grown
+        .iter()
+        .filter(|&&q| !h.page_allocator().in_span(q))
+        .count();
+    assert_eq!(
+        mapped, 64,
+        "the first 64 are mappings, the rest page blocks"
+    );
+    assert_eq!(h.huge_totals().0, 64);
+    for q in grown {
+        // SAFETY: each grown buffer, freed once.
+        unsafe { A.dealloc(q, layout(2 * M)) };
     }
 }

@@ -109,9 +109,12 @@ int main(void) {
         unsigned char *g = malloc(size);
         CHECK(g != NULL);
         for (size_t i = 0; i < size; i += 65536) g[i] = (unsigned char)(i >> 16);
+        unsigned char *at_2m = NULL;
         while (size < (32u << 20)) {
             g = realloc(g, 2 * size);
             CHECK(g != NULL && malloc_usable_size(g) >= 2 * size);
+            if (size == (1u << 20)) at_2m = g;
+            else if (round == 1) CHECK(g == at_2m); /* into the cached mapping's rest */
             for (size_t i = 0; i < size; i += 65536) CHECK(g[i] == (unsigned char)(i >> 16));
             size *= 2;
             for (size_t i = size / 2; i < size; i += 65536) g[i] = (unsigned char)(i >> 16);

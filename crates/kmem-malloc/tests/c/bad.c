@@ -20,5 +20,7 @@ int main(int argc, char **argv) {
     if (!strcmp(what, "realloc")) p = realloc(local, 100);
     /* A realloc of a block just freed (a use after free): its move frees it again. */
     if (!strcmp(what, "realloc-freed")) { free(p); p = realloc(p, 200); }
+    /* The same, moved past the slab classes (into a mapping). */
+    if (!strcmp(what, "realloc-freed-big")) { free(p); p = realloc(p, 3 << 20); }
     return 0;
 }

@@ -15,6 +15,7 @@
 //!   family, `kmem_cache_*`);
 //! - `layout`: allocation by [`std::alloc::Layout`] (kmalloc, page blocks or huge
 //!   mappings), the body of [`crate::KmemAlloc`];
+//! - `realloc`: `realloc` (in place, moved, or grown as a mapping);
 //! - `report`: text reports, `validate`, the `KMEM_STATS` exit report, allocation
 //!   sites as data;
 //! - `counters`: the cheap statistics (`kmem::stats::counters()` and its parts);
@@ -49,6 +50,7 @@ pub(crate) mod live;
 mod pages;
 mod percpu;
 mod platform;
+mod realloc;
 mod redzone;
 mod report;
 mod rseq_take;
