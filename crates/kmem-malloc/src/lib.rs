@@ -442,8 +442,10 @@ pub unsafe extern "C" fn pvalloc(size: size_t) -> *mut c_void {
     }
 }
 
+/// The kernel's page size (glibc's `valloc` aligns to it): 4 KiB on x86-64, up to
+/// 64 KiB on arm64.
 fn page_size() -> usize {
-    kmem::PAGE_SIZE
+    kmem::os_page_size()
 }
 
 /// `malloc_usable_size`: how many bytes at `p` may be used (0 for null or a pointer

@@ -86,6 +86,11 @@ pub(crate) struct HugeList {
     /// The cache's largest bound: [`CACHE_MAX_BYTES`], or [`CACHE_MIN_BYTES`] for a
     /// bounded heap ([`HugeList::set_bounded`]).
     limit: AtomicUsize,
+    /// The granule mappings are sized in: the kernel's page size ([`os::page_size`]),
+    /// read at the first use (0 until then). Mappings, and the parts the cache splits
+    /// them into, are whole kernel pages: a split inside one would leave the two parts
+    /// sharing it, and unmapping one would unmap the other's first bytes.
+    page: AtomicUsize,
 }
 
 /// A freed mapping kept for reuse: address, length, when it was freed (ns).
@@ -153,9 +158,10 @@ fn map_aligned(len: usize, align: usize) -> Option<usize> {
     Some(addr)
 }
 
-/// A fresh anonymous mapping of `len` bytes aligned to `align` (the slop trimmed).
+/// A fresh anonymous mapping of `len` bytes (whole kernel pages) aligned to `align`
+/// (the slop trimmed).
 fn map_trimmed(len: usize, align: usize) -> Option<usize> {
-    let extra = if align > PAGE_SIZE { align } else { 0 };
+    let extra = if align > os::page_size() { align } else { 0 };
     let map_len = len.checked_add(extra)?;
     let start = os::map_anonymous(map_len)?;
     let a = align.max(PAGE_SIZE);
@@ -232,8 +238,9 @@ fn take_adjacent(
     Some(take)
 }
 
-fn page_round(n: usize) -> Option<usize> {
-    n.checked_add(PAGE_SIZE - 1).map(|v| v & !(PAGE_SIZE - 1))
+/// `n` rounded up to whole pages of `page` bytes (a power of two).
+fn page_round(n: usize, page: usize) -> Option<usize> {
+    n.checked_add(page - 1).map(|v| v & !(page - 1))
 }
 
 impl HugeList {
@@ -246,7 +253,26 @@ impl HugeList {
             peak: AtomicUsize::new(0),
             peak_ns: AtomicU64::new(0),
             limit: AtomicUsize::new(CACHE_MAX_BYTES),
+            page: AtomicUsize::new(0),
         }
+    }
+
+    /// The granule mappings are sized in (see [`HugeList::page`]'s field).
+    fn page(&self) -> usize {
+        match self.page.load(Ordering::Relaxed) {
+            0 => {
+                let page = os::page_size();
+                self.page.store(page, Ordering::Relaxed);
+                page
+            }
+            page => page,
+        }
+    }
+
+    /// Sizes mappings in pages of `page` bytes, as on a kernel with pages that large.
+    #[cfg(test)]
+    fn set_page_size(&self, page: usize) {
+        self.page.store(page, Ordering::Relaxed);
     }
 
     /// Takes the list lock for the fork handlers, until they release every such lock
@@ -286,7 +312,7 @@ impl HugeList {
         now_ns: u64,
         decay_ns: u64,
     ) -> *mut u8 {
-        let Some(len) = page_round(size.max(1)) else {
+        let Some(len) = page_round(size.max(1), self.page()) else {
             return ptr::null_mut();
         };
         let Some(d) = owner.desc_alloc() else {
@@ -607,7 +633,7 @@ impl HugeList {
         p: *mut u8,
         new_size: usize,
     ) -> Option<*mut u8> {
-        let new_len = page_round(new_size.max(1))?;
+        let new_len = page_round(new_size.max(1), self.page())?;
         let mut head = self.head.lock();
         let mut d = head.0;
         // SAFETY: live descriptors under the lock.

@@ -41,6 +41,7 @@
 //! allocated → freed by the one free that wins the compare-exchange).
 
 use crate::platform::linux::{symbolize, FdWriter};
+use crate::platform::os;
 use kmem_core::sync::SpinLock;
 use kmem_core::PAGE_SIZE;
 use std::fmt::Write as _;
@@ -196,6 +197,16 @@ pub(crate) fn init(interval_ms: u64) -> bool {
     if interval_ms == 0 {
         return false;
     }
+    if !guard_pages_fit(os::page_size()) {
+        // Its guard pages are kmem's 4 KiB pages, which the kernel cannot protect
+        // one by one here: off (said only to whoever asked for it).
+        if os::getenv(b"KMEM_KFENCE").is_some() {
+            crate::platform::linux::write_stderr(
+                b"kmem: KFENCE needs 4 KiB kernel pages; it stays off\n",
+            );
+        }
+        return false;
+    }
     {
         // The FIFO's lock orders the calls: the pool is made and listed once.
         let mut f = FREE.lock();
@@ -227,6 +238,14 @@ pub(crate) fn init(interval_ms: u64) -> bool {
     INTERVAL_NS.store(ns, Ordering::Relaxed);
     NEXT_NS.store(now_ns().saturating_add(ns), Ordering::Relaxed);
     true
+}
+
+/// Whether KFENCE's layout (objects and guards on kmem's 4 KiB pages) can be
+/// protected page by page with kernel pages of `os_page` bytes: only when they are
+/// kmem's own size. With 64 KiB kernel pages, protecting a freed object's page would
+/// protect its neighbours with it.
+fn guard_pages_fit(os_page: usize) -> bool {
+    os_page == PAGE_SIZE
 }
 
 /// The sample interval in ns for `interval_ms` ([`ALL`] stays [`ALL`]). A number of

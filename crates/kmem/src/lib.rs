@@ -79,6 +79,9 @@
 //! lock. Stack traces (`slub_debug`'s `U`) need glibc's `backtrace` and are left empty
 //! with musl; the rseq modes and the rseq CPU-id fast path need glibc's rseq
 //! registration (2.35 or later): without it they fall back (`sched_getcpu`).
+//! Kernels with 16 or 64 KiB pages (arm64): kmem's pages stay 4 KiB; it gives memory
+//! back to the kernel in whole kernel pages (zeroing the rest), sizes its direct
+//! mappings in them, aligns `valloc` to them ([`os_page_size`]), and KFENCE stays off.
 
 #![warn(missing_docs)]
 
@@ -109,4 +112,11 @@ pub use kmem_core::slab::KmemCache as RawKmemCache;
 pub use kmem_core::{Gfp, Page, PageFlags, SlabFlags, MAX_ORDER, PAGE_SIZE};
 pub use memcg::{MemCgroup, MemcgGuard};
 pub use platform::linux::rss_bytes;
+
+/// The kernel's page size (4 KiB on x86-64; 4, 16 or 64 KiB on arm64), as opposed to
+/// kmem's own pages ([`PAGE_SIZE`], always 4 KiB): what `valloc` aligns to, and the
+/// granule in which kmem maps and gives memory back to the kernel.
+pub fn os_page_size() -> usize {
+    platform::os::page_size()
+}
 pub use stats::{stats, Stats};

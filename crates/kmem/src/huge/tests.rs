@@ -341,3 +341,47 @@ fn a_remap_the_kernel_refuses_leaves_the_move_to_the_caller() {
     assert_eq!(list.trim(&owner), 16 * M);
     assert_eq!((owner.live.get(), owner.reserved.get()), (0, 0));
 }
+
+/// On a kernel with 64 KiB pages (pretended), mappings and the parts the cache splits
+/// them into are whole kernel pages: a split inside one would leave two mappings
+/// sharing it, and unmapping one would unmap the other's first bytes.
+#[test]
+fn mappings_are_sized_in_kernel_pages() {
+    const K: usize = 1 << 10;
+    let (list, owner) = (HugeList::new(), Owner::default());
+    let page = 64 * K;
+    list.set_page_size(page);
+    // (This kernel's mappings start on its own pages only: offsets from the mapping's
+    // start are what a 64 KiB kernel's addresses would be.)
+    let whole = |list: &HugeList, start: *mut u8| {
+        let head = list.head.lock();
+        head.1
+            .iter()
+            .flatten()
+            .all(|c| (c.addr - start as usize).is_multiple_of(page) && c.len.is_multiple_of(page))
+    };
+    let a = list.alloc(&owner, 100_000, 8, false, 0, 1000);
+    assert_eq!(list.size_of(a), Some(2 * page));
+    // SAFETY: ours, 128 KiB; grown by 4 KiB, which takes a whole page more.
+    let a = unsafe { list.remap(&owner, a, 2 * page + 4 * K) }.expect("ours");
+    assert_eq!(list.size_of(a), Some(3 * page));
+    free(&list, &owner, a, 1);
+    // 10,000 bytes from the 192 KiB cached: one page, the rest cached apart.
+    let b = list.alloc(&owner, 10_000, 8, false, 2, 1000);
+    assert_eq!(
+        (list.size_of(b), list.cached_bytes()),
+        (Some(page), 2 * page)
+    );
+    assert!(whole(&list, b));
+    // Grown by a byte over the cached rest: a whole page of it.
+    // SAFETY: ours, one page.
+    assert_eq!(unsafe { list.remap(&owner, b, page + 1) }, Some(b));
+    assert_eq!(
+        (list.size_of(b), list.cached_bytes()),
+        (Some(2 * page), page)
+    );
+    assert!(whole(&list, b));
+    free(&list, &owner, b, 3);
+    assert_eq!(list.trim(&owner), 3 * page);
+    assert_eq!((owner.live.get(), owner.reserved.get()), (0, 0));
+}

@@ -122,3 +122,12 @@ fn the_charge_comes_back_with_the_one_free() {
     assert_eq!(free(p, &[], (1, 1, 0)), FreeOutcome::Freed(charge));
     assert_eq!(free(p, &[], (1, 1, 0)), FreeOutcome::Invalid);
 }
+
+/// KFENCE's guards are kmem's 4 KiB pages: it runs only where the kernel's pages are
+/// that size (16 and 64 KiB arm64 kernels would protect the neighbours of a guard).
+#[test]
+fn guards_need_kernel_pages_of_kmem_s_size() {
+    assert!(guard_pages_fit(4096));
+    assert!(!guard_pages_fit(16 << 10));
+    assert!(!guard_pages_fit(64 << 10));
+}

@@ -293,14 +293,8 @@ impl Platform for LinuxPlatform {
     }
 
     unsafe fn report_free(&self, addr: *mut u8, len: usize) {
-        // SAFETY: the allocator reports whole free pages of its own span; discarding
-        // them makes them read as zero, which the contract asks for.
-        let rc = unsafe { libc::madvise(addr.cast(), len, libc::MADV_DONTNEED) };
-        if rc != 0 {
-            // Could not discard: keep the promise by zeroing.
-            // SAFETY: as above; the range is ours and free.
-            unsafe { std::ptr::write_bytes(addr, 0, len) };
-        }
+        // SAFETY: the caller's contract: whole free pages of our own span.
+        unsafe { discard_free(addr as usize, len, super::os::page_size()) };
     }
 
     fn now_ns(&self) -> u64 {
@@ -677,6 +671,36 @@ pub fn rss_bytes() -> usize {
     resident * page
 }
 
+/// Gives the free memory `addr..addr + len` back to the kernel, after which it reads as
+/// zero (`Platform::report_free`'s promise). Only the whole kernel pages of `page`
+/// bytes inside it are discarded (`MADV_DONTNEED`): with pages larger than kmem's (16
+/// or 64 KiB on arm64), `madvise` of a 4 KiB block would discard the whole kernel page
+/// around it, its neighbours' data with it. The ends that share a kernel page with
+/// other memory are zeroed instead, and so is everything where `madvise` refuses.
+///
+/// # Safety
+/// The range is free memory of ours that nobody reads or writes meanwhile.
+unsafe fn discard_free(start: usize, len: usize, page: usize) {
+    let end = start + len;
+    let (lo, hi) = super::os::whole_pages(start, len, page);
+    let discarded = lo < hi && {
+        // SAFETY: `lo..hi` is whole kernel pages inside the caller's free range.
+        unsafe { libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED) == 0 }
+    };
+    let zero = |from: usize, to: usize| {
+        if from < to {
+            // SAFETY: part of the caller's free range.
+            unsafe { std::ptr::write_bytes(from as *mut u8, 0, to - from) };
+        }
+    };
+    if discarded {
+        zero(start, lo);
+        zero(hi, end);
+    } else {
+        zero(start, end);
+    }
+}
+
 /// Offset of glibc's per-thread `struct rseq` from the thread pointer
 /// (`__rseq_offset`), or 0 when this glibc registers none (before 2.35, or
 /// `glibc.pthread.rseq=0`). Set by [`rseq_init`]. No registration is at offset 0: the
@@ -791,6 +815,52 @@ mod tests {
         let ncpu = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) } as usize;
         assert!(cpu < ncpu.max(1));
         assert!(rss_bytes() > 0);
+    }
+
+    /// Free memory goes back in whole kernel pages: with 64 KiB pages (pretended here),
+    /// a range inside one page is zeroed and its neighbours keep their bytes; a range
+    /// across pages has the whole ones discarded (resident no more) and its ends
+    /// zeroed; outside it nothing changes.
+    #[test]
+    fn free_memory_goes_back_in_whole_kernel_pages() {
+        const K: usize = 1024;
+        let page = 64 * K;
+        let raw = crate::platform::os::map_anonymous(8 * page).expect("a mapping");
+        let base = raw.next_multiple_of(page);
+        let bytes = |from: usize, to: usize| {
+            // SAFETY: inside the mapping made above, ours.
+            unsafe { std::slice::from_raw_parts(from as *const u8, to - from) }
+        };
+        // SAFETY: the mapping's six whole pages from `base`, ours.
+        unsafe { std::ptr::write_bytes(base as *mut u8, 0xaa, 6 * page) };
+        // Inside one kernel page: zeroed, nothing discarded around it.
+        // SAFETY: part of our mapping, free for the test.
+        unsafe { discard_free(base + 4 * K, 8 * K, page) };
+        assert!(bytes(base + 4 * K, base + 12 * K).iter().all(|&b| b == 0));
+        assert!(bytes(base, base + 4 * K).iter().all(|&b| b == 0xaa));
+        assert!(bytes(base + 12 * K, base + page).iter().all(|&b| b == 0xaa));
+        // Across pages: 60 KiB into page 1 to 4 KiB into page 5.
+        let (start, end) = (base + page + 60 * K, base + 5 * page + 4 * K);
+        // SAFETY: as above.
+        unsafe { discard_free(start, end - start, page) };
+        // (Residency first: reading a discarded page maps the zero page.)
+        let mut resident = [0u8; 6 * 16];
+        // SAFETY: mincore fills one byte per 4 KiB page of the range, ours.
+        let rc =
+            unsafe { libc::mincore(base as *mut libc::c_void, 6 * page, resident.as_mut_ptr()) };
+        assert_eq!(rc, 0);
+        let pages = |p: usize| &resident[p * 16..(p + 1) * 16];
+        assert!(
+            (2..5).all(|p| pages(p).iter().all(|&r| r & 1 == 0)),
+            "discarded"
+        );
+        assert!(pages(1).iter().all(|&r| r & 1 == 1), "kept: {resident:?}");
+        assert!(pages(5).iter().all(|&r| r & 1 == 1), "kept: {resident:?}");
+        assert!(bytes(start, end).iter().all(|&b| b == 0));
+        assert!(bytes(base + page, start).iter().all(|&b| b == 0xaa));
+        assert!(bytes(end, base + 6 * page).iter().all(|&b| b == 0xaa));
+        // SAFETY: the whole mapping, ours, used no more.
+        unsafe { crate::platform::os::unmap(raw, 8 * page) };
     }
 
     /// The random pool fills whole in one go, with words that differ from one fill to

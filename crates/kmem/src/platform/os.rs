@@ -9,7 +9,7 @@
 
 use std::ffi::{c_int, c_void, CStr};
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 
 extern "C" {
     /// The C library's environment (POSIX; glibc and musl both define it).
@@ -98,6 +98,38 @@ pub(crate) fn no_huge_pages(addr: usize, len: usize) {
 pub(crate) unsafe fn unmap(addr: usize, len: usize) {
     // SAFETY: the caller's contract.
     unsafe { libc::munmap(addr as *mut c_void, len) };
+}
+
+/// The kernel's page size (`sysconf(_SC_PAGESIZE)`, read once): 4 KiB on x86-64,
+/// 4, 16 or 64 KiB on arm64. kmem's own pages stay 4 KiB ([`kmem_core::PAGE_SIZE`]);
+/// what it asks of the kernel goes by this size: memory given back is given back in
+/// whole kernel pages ([`whole_pages`]), mappings are sized in them (`huge.rs`),
+/// `valloc` aligns to them, and KFENCE, whose guard pages are kmem's, stays off where
+/// they differ. With 64 KiB pages, `madvise` of a 4 KiB block would discard the whole
+/// kernel page around it, neighbours included.
+pub(crate) fn page_size() -> usize {
+    static PAGE: AtomicUsize = AtomicUsize::new(0);
+    let known = PAGE.load(Ordering::Relaxed);
+    if known != 0 {
+        return known;
+    }
+    // SAFETY: sysconf has no preconditions.
+    let raw = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = if raw > 0 && (raw as usize).is_power_of_two() {
+        (raw as usize).max(kmem_core::PAGE_SIZE)
+    } else {
+        kmem_core::PAGE_SIZE
+    };
+    PAGE.store(page, Ordering::Relaxed);
+    page
+}
+
+/// The whole pages of `page` bytes (a power of two) inside `addr..addr + len`, as a
+/// range `lo..hi` (empty, `lo >= hi`, when the range holds none).
+pub(crate) fn whole_pages(addr: usize, len: usize, page: usize) -> (usize, usize) {
+    let lo = addr.next_multiple_of(page);
+    let hi = (addr + len) & !(page - 1);
+    (lo, hi)
 }
 
 /// The size of a transparent huge page (x86-64's and arm64's PMD with 4 KiB pages).
