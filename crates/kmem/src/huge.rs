@@ -1,10 +1,10 @@
 //! Huge allocations: larger than the largest buddy block (4 MiB), or aligned beyond
-//! it, and buffers that `realloc` moved past the slab classes (1 MiB; at most 64 of
+//! it, and buffers that `realloc` moved past the slab classes (1 MiB; at most 256 of
 //! those live: `heap/layout.rs`). Each is a direct mapping (`mmap`) with its own
 //! descriptor — a small object from kmalloc, so this metadata too comes from kmem's
-//! own pages — on a list under a spin lock; a growth takes the cached mapping right
-//! after it, else `mremap` resizes it. They are few and large, so a list is enough: a
-//! lookup walks it only for pointers outside kmem's span.
+//! own pages — on one of 256 lists by address, under a spin lock; a growth takes the
+//! cached mapping right after it, else `mremap` resizes it. They are few and large, so
+//! short lists are enough: a lookup walks one only for pointers outside kmem's span.
 //!
 //! Freed mappings are not unmapped at once: like the buddy allocator's decay, up to
 //! [`CACHE_SLOTS`] of them (the newest stay) stay mapped, resident, for reuse by the
@@ -101,7 +101,50 @@ struct Cached {
     freed_ns: u64,
 }
 
-struct HugeHead(*mut HugeDesc, [Option<Cached>; CACHE_SLOTS]);
+/// log2 of [`BUCKETS`].
+const BUCKET_BITS: u32 = 8;
+/// Lists of live descriptors, by address ([`bucket`]): a lookup walks one.
+const BUCKETS: usize = 1 << BUCKET_BITS;
+
+/// The list of `addr`'s descriptor: a multiplicative hash of its page number
+/// (mappings start on pages, and often a fixed stride apart).
+fn bucket(addr: usize) -> usize {
+    ((addr as u64 >> 12).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - BUCKET_BITS)) as usize
+}
+
+/// The live descriptors, in [`BUCKETS`] lists by address, and the cache slots.
+struct HugeHead([*mut HugeDesc; BUCKETS], [Option<Cached>; CACHE_SLOTS]);
+
+impl HugeHead {
+    /// The link (a list head or a descriptor's `next`) that points to the descriptor
+    /// of the live allocation at `addr`, if there is one.
+    fn find(&mut self, addr: usize) -> Option<*mut *mut HugeDesc> {
+        let mut link: *mut *mut HugeDesc = &mut self.0[bucket(addr)];
+        // SAFETY: the links are a list head and `next` fields of live descriptors,
+        // reached under the lock that guards `self`.
+        unsafe {
+            while !(*link).is_null() {
+                if (**link).addr == addr {
+                    return Some(link);
+                }
+                link = &mut (**link).next;
+            }
+        }
+        None
+    }
+
+    /// Lists the descriptor `d` (its `addr` set) at the head of its address's list.
+    ///
+    /// # Safety
+    /// `d` is a live descriptor on no list.
+    unsafe fn push(&mut self, d: *mut HugeDesc) {
+        // SAFETY: the caller's contract.
+        let list = &mut self.0[bucket(unsafe { (*d).addr })];
+        // SAFETY: as above.
+        unsafe { (*d).next = *list };
+        *list = d;
+    }
+}
 // SAFETY: the list is only reached under its lock; descriptors are heap objects that
 // live until removed.
 unsafe impl Send for HugeHead {}
@@ -246,7 +289,7 @@ fn page_round(n: usize, page: usize) -> Option<usize> {
 impl HugeList {
     pub(crate) const fn new() -> Self {
         Self {
-            head: SpinLock::new(HugeHead(ptr::null_mut(), [None; CACHE_SLOTS])),
+            head: SpinLock::new(HugeHead([ptr::null_mut(); BUCKETS], [None; CACHE_SLOTS])),
             count: AtomicUsize::new(0),
             bytes: AtomicUsize::new(0),
             cached: AtomicUsize::new(0),
@@ -341,19 +384,18 @@ impl HugeList {
             }
         };
         let d = d.as_ptr() as *mut HugeDesc;
-        let mut head = self.head.lock();
         // SAFETY: `d` is a fresh heap object big and aligned enough for a HugeDesc.
         unsafe {
             d.write(HugeDesc {
                 addr,
                 len,
-                next: head.0,
+                next: ptr::null_mut(),
                 objcg: 0,
                 zoned: false,
             })
         };
-        head.0 = d;
-        drop(head);
+        // SAFETY: written just above, on no list.
+        unsafe { self.head.lock().push(d) };
         self.count.fetch_add(1, Ordering::Relaxed);
         let live = self.bytes.fetch_add(len, Ordering::Relaxed) + len;
         self.peak.fetch_max(live, Ordering::Relaxed);
@@ -522,16 +564,10 @@ impl HugeList {
 
     /// `f` of the descriptor of the live huge allocation at `p`, under the list lock.
     fn with_desc<R>(&self, p: *const u8, f: impl FnOnce(&mut HugeDesc) -> R) -> Option<R> {
-        let head = self.head.lock();
-        let mut d = head.0;
-        // SAFETY: descriptors on the list are live while the lock is held.
-        while let Some(desc) = unsafe { d.as_mut() } {
-            if desc.addr == p as usize {
-                return Some(f(desc));
-            }
-            d = desc.next;
-        }
-        None
+        let mut head = self.head.lock();
+        let link = head.find(p as usize)?;
+        // SAFETY: `find` returned the link to a live descriptor, held under the lock.
+        Some(f(unsafe { &mut **link }))
     }
 
     /// Frees the huge allocation at `p`: its mapping is kept for reuse (see the
@@ -600,20 +636,14 @@ impl HugeList {
 
     fn unlink(&self, p: *mut u8) -> Option<*mut HugeDesc> {
         let mut head = self.head.lock();
-        let mut link: *mut *mut HugeDesc = &mut head.0;
-        // SAFETY: the links are the list head and `next` fields of live descriptors,
-        // all reached under the lock.
+        let link = head.find(p as usize)?;
+        // SAFETY: `find` returned the link to a live descriptor, under the lock; it
+        // now points past it.
         unsafe {
-            while !(*link).is_null() {
-                let d = *link;
-                if (*d).addr == p as usize {
-                    *link = (*d).next;
-                    return Some(d);
-                }
-                link = &mut (*d).next;
-            }
+            let d = *link;
+            *link = (*d).next;
+            Some(d)
         }
-        None
     }
 
     /// Resizes the huge allocation at `p` to `new_size` bytes. A growth first takes
@@ -635,49 +665,57 @@ impl HugeList {
     ) -> Option<*mut u8> {
         let new_len = page_round(new_size.max(1), self.page())?;
         let mut head = self.head.lock();
-        let mut d = head.0;
-        // SAFETY: live descriptors under the lock.
-        while let Some(desc) = unsafe { d.as_mut() } {
-            if desc.addr == p as usize {
-                if desc.objcg != 0 {
-                    // Charged: the caller moves it (charging the new size first).
-                    return None;
-                }
-                // Growth takes the bound's room first; a shrink gives it back after.
-                let grow = new_len.saturating_sub(desc.len);
-                let taken = (grow > 0)
-                    .then(|| take_adjacent(&mut head.1, desc.addr + desc.len, grow))
-                    .flatten();
-                if let Some(taken) = taken {
-                    // The cached bytes held their room in the bound already.
-                    self.note_cached(&head);
-                    desc.len += taken;
-                    let live = self.bytes.fetch_add(taken, Ordering::Relaxed) + taken;
-                    self.peak.fetch_max(live, Ordering::Relaxed);
-                    return Some(p);
-                }
-                if grow > 0 && !owner.reserve(grow) {
-                    return Some(ptr::null_mut());
-                }
-                // SAFETY: the caller owns the mapping; only the new address is used
-                // after a success. (A range that grew by `take_adjacent` across two
-                // of the kernel's mappings, two `mmap`s the kernel did not merge,
-                // shrinks; a growth of it is refused, and the caller moves it.)
-                let Some(q) = (unsafe { os::remap(desc.addr, desc.len, new_len) }) else {
-                    owner.release(grow);
-                    return None;
-                };
-                owner.release(desc.len.saturating_sub(new_len));
-                let live = self.bytes.fetch_add(new_len, Ordering::Relaxed) + new_len;
-                self.peak.fetch_max(live, Ordering::Relaxed);
-                self.bytes.fetch_sub(desc.len, Ordering::Relaxed);
-                desc.addr = q;
-                desc.len = new_len;
-                return Some(q as *mut u8);
-            }
-            d = desc.next;
+        let link = head.find(p as usize)?;
+        let d = {
+            // SAFETY: `find` returned the link to a live descriptor, under the lock.
+            unsafe { *link }
+        };
+        // SAFETY: as above; the lock is held until this function returns.
+        let desc = unsafe { &mut *d };
+        if desc.objcg != 0 {
+            // Charged: the caller moves it (charging the new size first).
+            return None;
         }
-        None
+        // Growth takes the bound's room first; a shrink gives it back after.
+        let grow = new_len.saturating_sub(desc.len);
+        let taken = (grow > 0)
+            .then(|| take_adjacent(&mut head.1, desc.addr + desc.len, grow))
+            .flatten();
+        if let Some(taken) = taken {
+            // The cached bytes held their room in the bound already.
+            self.note_cached(&head);
+            desc.len += taken;
+            let live = self.bytes.fetch_add(taken, Ordering::Relaxed) + taken;
+            self.peak.fetch_max(live, Ordering::Relaxed);
+            return Some(p);
+        }
+        if grow > 0 && !owner.reserve(grow) {
+            return Some(ptr::null_mut());
+        }
+        // SAFETY: the caller owns the mapping; only the new address is used after a
+        // success. (A range that grew by `take_adjacent` across two of the kernel's
+        // mappings, two `mmap`s the kernel did not merge, shrinks; a growth of it is
+        // refused, and the caller moves it.)
+        let Some(q) = (unsafe { os::remap(desc.addr, desc.len, new_len) }) else {
+            owner.release(grow);
+            return None;
+        };
+        owner.release(desc.len.saturating_sub(new_len));
+        let live = self.bytes.fetch_add(new_len, Ordering::Relaxed) + new_len;
+        self.peak.fetch_max(live, Ordering::Relaxed);
+        self.bytes.fetch_sub(desc.len, Ordering::Relaxed);
+        desc.len = new_len;
+        if q != desc.addr {
+            // Moved: listed again under its new address.
+            // SAFETY: `link` still points to `d` (nothing changed the lists); `d`
+            // leaves its list, then joins the new address's, under the lock.
+            unsafe {
+                *link = desc.next;
+                desc.addr = q;
+                head.push(d);
+            }
+        }
+        Some(q as *mut u8)
     }
 }
 

@@ -36,10 +36,11 @@ use std::ptr::{self, NonNull};
 
 /// Live huge allocations past which a realloc that moves a buffer above the slab
 /// classes gives it a page block (up to 4 MiB) rather than a mapping
-/// ([`Heap::alloc_moved`]): the huge list is walked by every free and resize of a
-/// mapping, so it stays short; a program holding hundreds of such buffers keeps the
-/// ones past this count in page blocks, as before.
-const REALLOC_MAPPINGS_MAX: usize = 64;
+/// ([`Heap::alloc_moved`]): every free and resize of a mapping takes the huge list's
+/// one lock and walks one of its 256 lists, and each mapping is one of the kernel's
+/// (`vm.max_map_count`); a program holding more such buffers keeps the rest in page
+/// blocks, as before.
+const REALLOC_MAPPINGS_MAX: usize = 256;
 
 /// The size to allocate when a kmalloc object of class `have` moves for `new_size`
 /// bytes. A small step past the class (at most a quarter: a string or buffer growing

@@ -385,3 +385,51 @@ fn mappings_are_sized_in_kernel_pages() {
     assert_eq!(list.trim(&owner), 3 * page);
     assert_eq!((owner.live.get(), owner.reserved.get()), (0, 0));
 }
+
+/// Hundreds of live mappings, found by address in the lists: each one's size, a
+/// growth that moves it (listed again under its new address: the old one is no
+/// longer one), a shrink in place, and the frees, in an order unlike the allocations'.
+#[test]
+fn many_mappings_are_found_by_address_as_they_move() {
+    let (list, owner) = (HugeList::new(), Owner::default());
+    let page = list.page();
+    let n = 600;
+    let mut ps: Vec<(*mut u8, usize)> = (0..n)
+        .map(|i| {
+            let len = (1 + i % 3) * page;
+            let p = list.alloc(&owner, len, 8, false, 0, 1000);
+            assert!(!p.is_null());
+            (p, len)
+        })
+        .collect();
+    assert_eq!(list.totals().0, n);
+    let mut moved = 0;
+    for (i, (p, len)) in ps.iter_mut().enumerate() {
+        assert_eq!(list.size_of(*p), Some(*len), "mapping {i}");
+        // SAFETY: ours: marked, grown (most move: the next mapping is in the way),
+        // shrunk, its mark kept.
+        unsafe {
+            p.write(i as u8);
+            let q = list.remap(&owner, *p, *len + 5 * page).expect("ours");
+            assert!(!q.is_null());
+            if q != *p {
+                moved += 1;
+                assert_eq!(list.size_of(*p), None, "the old address, mapping {i}");
+            }
+            let r = list.remap(&owner, q, *len).expect("ours");
+            assert_eq!((r, r.read()), (q, i as u8));
+            *p = q;
+        }
+        assert_eq!(list.size_of(*p), Some(*len));
+    }
+    assert!(moved > 0, "no growth moved");
+    for i in (0..n).rev().step_by(2).chain((0..n).step_by(2)) {
+        let (p, len) = ps[i];
+        assert_eq!(list.size_of(p), Some(len));
+        free(&list, &owner, p, 1);
+        assert_eq!(list.size_of(p), None);
+    }
+    assert_eq!(list.totals(), (0, 0));
+    list.trim(&owner);
+    assert_eq!((owner.live.get(), owner.reserved.get()), (0, 0));
+}
