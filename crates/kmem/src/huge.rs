@@ -1,10 +1,11 @@
 //! Huge allocations: larger than the largest buddy block (4 MiB), or aligned beyond
-//! it, and buffers that `realloc` moved past the slab classes (1 MiB; at most 256 of
-//! those live: `heap/layout.rs`). Each is a direct mapping (`mmap`) with its own
-//! descriptor — a small object from kmalloc, so this metadata too comes from kmem's
-//! own pages — on one of 256 lists by address, under a spin lock; a growth takes the
-//! cached mapping right after it, else `mremap` resizes it. They are few and large, so
-//! short lists are enough: a lookup walks one only for pointers outside kmem's span.
+//! it, and buffers that `realloc` moved past the slab classes (1 MiB; while fewer
+//! than 32 huge allocations are live: `heap/realloc.rs`). Each is a direct mapping
+//! (`mmap`) with its own descriptor — a small object from kmalloc, so this metadata
+//! too comes from kmem's own pages — on one of 256 lists by address, under a spin
+//! lock; a growth takes the cached mapping right after it, else `mremap` resizes it.
+//! They are few and large, so short lists are enough: a lookup walks one only for
+//! pointers outside kmem's span.
 //!
 //! Freed mappings are not unmapped at once: like the buddy allocator's decay, up to
 //! [`CACHE_SLOTS`] of them (the newest stay) stay mapped, resident, for reuse by the
@@ -666,10 +667,9 @@ impl HugeList {
         let new_len = page_round(new_size.max(1), self.page())?;
         let mut head = self.head.lock();
         let link = head.find(p as usize)?;
-        let d = {
-            // SAFETY: `find` returned the link to a live descriptor, under the lock.
-            unsafe { *link }
-        };
+        // SAFETY: `find` returned the link to a live descriptor, under the lock. (The
+        // link itself is not kept: the uses of `head` below reborrow the lists.)
+        let d = unsafe { *link };
         // SAFETY: as above; the lock is held until this function returns.
         let desc = unsafe { &mut *d };
         if desc.objcg != 0 {
@@ -707,8 +707,10 @@ impl HugeList {
         desc.len = new_len;
         if q != desc.addr {
             // Moved: listed again under its new address.
-            // SAFETY: `link` still points to `d` (nothing changed the lists); `d`
-            // leaves its list, then joins the new address's, under the lock.
+            let link = head.find(desc.addr).expect("listed above, under the lock");
+            // SAFETY: `find` returned the link to `d` (nothing changed the lists
+            // since); `d` leaves its list, then joins the new address's, under the
+            // lock.
             unsafe {
                 *link = desc.next;
                 desc.addr = q;
