@@ -1,6 +1,6 @@
 //! A buffer that `realloc` moves past the slab classes (1 MiB) moves into a direct
 //! mapping, which then grows without a copy: over the cached mapping right after it,
-//! or with `mremap`; past 32 live mappings (the cache's slots), into page blocks as
+//! or with `mremap`; past 128 live mappings (the cache's slots), into page blocks as
 //! before. One binary of
 //! its own, each test in a child process with the defaults (no `KMEM_*` variable):
 //! the mapping cache and the count of mappings are process-wide.
@@ -116,14 +116,14 @@ fn a_buffer_grown_past_the_classes_becomes_a_mapping_that_grows_in_place() {
     }
 }
 
-/// Past 32 live huge allocations (as many as the mapping cache keeps), a buffer moved
+/// Past 128 live huge allocations (as many as the mapping cache keeps), a buffer moved
 /// past the classes takes a page block (up to 4 MiB); its contents move all the same.
 #[test]
-fn past_32_live_mappings_moved_buffers_take_page_blocks() {
-    if !in_child("past_32_live_mappings_moved_buffers_take_page_blocks") {
+fn past_128_live_mappings_moved_buffers_take_page_blocks() {
+    if !in_child("past_128_live_mappings_moved_buffers_take_page_blocks") {
         return;
     }
-    let (h, n) = (heap(), 40);
+    let (h, n) = (heap(), 136);
     let grown: Vec<*mut u8> = (0..n)
         .map(|i| {
             // SAFETY: a non-zero size; the realloc gets the block and its layout.
@@ -145,10 +145,10 @@ fn past_32_live_mappings_moved_buffers_take_page_blocks() {
         .filter(|&&q| !h.page_allocator().in_span(q))
         .count();
     assert_eq!(
-        mapped, 32,
-        "the first 32 are mappings, the rest page blocks"
+        mapped, 128,
+        "the first 128 are mappings, the rest page blocks"
     );
-    assert_eq!(h.huge_totals().0, 32);
+    assert_eq!(h.huge_totals().0, 128);
     for q in grown {
         // SAFETY: each grown buffer, freed once.
         unsafe { A.dealloc(q, layout(2 * M)) };

@@ -356,8 +356,8 @@ fn mappings_are_sized_in_kernel_pages() {
     let whole = |list: &HugeList, start: *mut u8| {
         let head = list.head.lock();
         head.1
+            .as_slice()
             .iter()
-            .flatten()
             .all(|c| (c.addr - start as usize).is_multiple_of(page) && c.len.is_multiple_of(page))
     };
     let a = list.alloc(&owner, 100_000, 8, false, 0, 1000);
