@@ -104,6 +104,15 @@ struct Cached {
     freed_ns: u64,
 }
 
+impl Cached {
+    /// An empty slot's value (never read as a mapping).
+    const NONE: Cached = Cached {
+        addr: 0,
+        len: 0,
+        freed_ns: 0,
+    };
+}
+
 /// log2 of [`BUCKETS`].
 const BUCKET_BITS: u32 = 8;
 /// Lists of live descriptors, by address ([`bucket`]): a lookup walks one.
@@ -129,13 +138,8 @@ struct CacheSlots {
 
 impl CacheSlots {
     const fn new() -> Self {
-        const NONE: Cached = Cached {
-            addr: 0,
-            len: 0,
-            freed_ns: 0,
-        };
         Self {
-            slots: [NONE; CACHE_SLOTS],
+            slots: [Cached::NONE; CACHE_SLOTS],
             len: 0,
             bytes: 0,
         }
@@ -658,13 +662,13 @@ impl HugeList {
             len: desc.len,
             freed_ns: now_ns,
         });
-        let mut older = [None; CACHE_SLOTS];
+        let mut older = [Cached::NONE; CACHE_SLOTS];
+        let mut n = 0;
         let bound = self.cache_bound();
         if desc.len <= bound {
             let mut head = self.head.lock();
             // The newest mapping stays; the oldest go until it fits the slots and
             // the byte bound.
-            let mut n = 0;
             while head.1.is_full() || head.1.bytes + desc.len > bound {
                 let (oldest, _) = head
                     .1
@@ -673,14 +677,14 @@ impl HugeList {
                     .enumerate()
                     .min_by_key(|(_, c)| c.freed_ns)
                     .expect("a slot is taken");
-                older[n] = Some(head.1.remove(oldest));
+                older[n] = head.1.remove(oldest);
                 n += 1;
             }
             let pushed = head.1.push(evict.take().expect("not yet cached"));
             debug_assert!(pushed, "a slot was made free above");
             self.note_cached(&head);
         }
-        for c in older.into_iter().flatten() {
+        for &c in &older[..n] {
             // SAFETY: a cached mapping nobody uses, out of the cache.
             unsafe { unmap_cached(owner, c) };
         }

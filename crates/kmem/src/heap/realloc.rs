@@ -161,11 +161,12 @@ impl Heap {
     /// largest slab class holds: a direct mapping, which grows from then on without a
     /// copy (see the module doc), while fewer than [`REALLOC_MAPPINGS_MAX`] huge
     /// allocations are live; else the usual block (a page block up to 4 MiB), and so
-    /// when the kernel refuses the mapping (a limit on mappings, say). Not when the
-    /// heap's bound (`KMEM_MAX`) or the active memory cgroup refused it: the mapping's
-    /// attempt has trimmed the caches and lent the bound's free pages, and the group
-    /// counted its refusal, once. Not for red-zoned blocks, nor alignments above a
-    /// page. Null when memory runs out.
+    /// when the mapping fails (the kernel's limit on mappings, say) in a heap with no
+    /// bound and no active memory cgroup. Under a bound (`KMEM_MAX`) or a group, a
+    /// failed mapping is the answer, whatever refused it: the attempt has trimmed the
+    /// caches and lent the bound's free pages, and the group counted its refusal,
+    /// once. Not for red-zoned blocks, nor alignments above a page. Null when memory
+    /// runs out.
     #[inline(never)]
     fn alloc_moved(&self, layout: Layout) -> *mut u8 {
         let (size, align) = (layout.size(), layout.align());
@@ -174,8 +175,11 @@ impl Heap {
             return self.alloc(layout);
         }
         let q = self.huge_alloc_raw(size, align, false);
-        let limited = self.kmem.pages.max_pages() != 0 || active_objcg().is_some();
-        if q.is_null() && size <= KMALLOC_MAX_SIZE && !limited {
+        if q.is_null()
+            && size <= KMALLOC_MAX_SIZE
+            && self.kmem.pages.max_pages() == 0
+            && active_objcg().is_none()
+        {
             return self.alloc(layout);
         }
         q
