@@ -111,6 +111,16 @@ impl Cached {
         len: 0,
         freed_ns: 0,
     };
+
+    /// What is left of this mapping past its first `keep` bytes (fewer than its
+    /// length), freed when it was.
+    fn tail(self, keep: usize) -> Cached {
+        Cached {
+            addr: self.addr + keep,
+            len: self.len - keep,
+            freed_ns: self.freed_ns,
+        }
+    }
 }
 
 /// log2 of [`BUCKETS`].
@@ -316,12 +326,7 @@ fn split_cached(slots: &mut CacheSlots, c: Cached, len: usize) -> Cached {
     if c.len <= keep.saturating_mul(2) {
         return c;
     }
-    let tail = Cached {
-        addr: c.addr + keep,
-        len: c.len - keep,
-        freed_ns: c.freed_ns,
-    };
-    if slots.push(tail) {
+    if slots.push(c.tail(keep)) {
         return Cached { len: keep, ..c };
     }
     c
@@ -348,12 +353,7 @@ fn take_adjacent(slots: &mut CacheSlots, addr: usize, len: usize) -> Option<usiz
         take = to_boundary.min(c.len);
     }
     if c.len > take {
-        let rest = Cached {
-            addr: c.addr + take,
-            len: c.len - take,
-            freed_ns: c.freed_ns,
-        };
-        slots.replace(i, rest);
+        slots.replace(i, c.tail(take));
     } else {
         slots.remove(i);
     }
