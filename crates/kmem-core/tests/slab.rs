@@ -83,8 +83,21 @@ fn every_kmalloc_cache_aligns_and_sizes_its_objects() {
     assert!(k
         .kmalloc_cache(KMALLOC_PLAIN_SIZES[NR_KMALLOC_PLAIN - 1] + 1, Gfp::KERNEL)
         .is_none());
-    // Seed 004's figure: 128 kmalloc-32 objects in one 4 KiB page.
+    // Small objects on 32 KiB slabs in the sheaves design, except the accounted ones,
+    // which keep the kernel's one-page slabs, as every cache of the CPU-slab design
+    // (seed 004's figure there: 128 kmalloc-32 objects in one 4 KiB page).
     let k32 = k.kmalloc_cache(32, Gfp::KERNEL).unwrap();
+    assert_eq!((k32.config().objects, k32.config().order), (1024, 3));
+    let cg32 = k.kmalloc_cache(32, Gfp::KERNEL | Gfp::ACCOUNT).unwrap();
+    assert_eq!((cg32.config().objects, cg32.config().order), (128, 0));
+    let k512 = k.kmalloc_cache(512, Gfp::KERNEL).unwrap();
+    assert_eq!(
+        k512.config().order,
+        1,
+        "larger objects keep the kernel's order"
+    );
+    let old = kmem_cpu_slab(2, config(1, 0));
+    let k32 = old.kmalloc_cache(32, Gfp::KERNEL).unwrap();
     assert_eq!((k32.config().objects, k32.config().order), (128, 0));
     // SAFETY: owned; not used afterwards.
     unsafe { k.pages.cpu_area_put(area) };
@@ -583,11 +596,12 @@ fn slabinfo_and_slabtop_formats() {
     let row = text.lines().find(|l| l.starts_with("kmalloc-32 ")).unwrap();
     let cols: Vec<&str> = row.split_whitespace().collect();
     // name active num objsize objperslab pagesperslab : tunables 0 0 0 : slabdata a n 0
+    // kmalloc-32 on 32 KiB slabs (sheaves design): 1,024 objects, 8 pages a slab.
     assert_eq!(cols[1], "100", "{row}");
-    assert_eq!(cols[2], "128");
+    assert_eq!(cols[2], "1024");
     assert_eq!(cols[3], "32");
-    assert_eq!(cols[4], "128");
-    assert_eq!(cols[5], "1");
+    assert_eq!(cols[4], "1024");
+    assert_eq!(cols[5], "8");
     assert_eq!(&cols[6..10], [":", "tunables", "0", "0"]);
     assert!(row.contains(": slabdata      1      1      0"), "{row}");
     let mut top = String::new();

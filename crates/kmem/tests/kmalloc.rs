@@ -145,7 +145,7 @@ fn slabinfo_lists_the_kmalloc_caches() {
         .find(|l| l.starts_with("kmalloc-32 "))
         .expect("kmalloc-32 row");
     assert!(
-        row.contains("    32  128    1 : tunables    0    0    0 : slabdata"),
+        row.contains("    32 1024    8 : tunables    0    0    0 : slabdata"),
         "{row}"
     );
     assert!(h.slabtop(10).contains("OBJS ACTIVE  USE OBJ SIZE"));
@@ -203,7 +203,8 @@ fn stats_snapshot_serializes_and_prints_kernel_formats() {
     let p = h.kmalloc(32, Gfp::KERNEL).unwrap();
     let s = kmem::stats();
     let k32 = s.caches.iter().find(|c| c.name == "kmalloc-32").unwrap();
-    assert!(k32.active_objs >= 1 && k32.objperslab == 128);
+    // Small objects on 32 KiB slabs (the sheaves design).
+    assert!(k32.active_objs >= 1 && k32.objperslab == 1024 && k32.pagesperslab == 8);
     assert!(
         k32.stats["alloc_fastpath"] + k32.stats["alloc_slowpath"] + k32.stats["sheaf_refill"] >= 1
     );

@@ -8,6 +8,11 @@
 //! - `hashmap_churn`: insert `param` entries (`u64` -> `Vec<u8>` of 0..32 bytes) into a
 //!   HashMap, remove every other one, insert them again, drop the map.
 //! - `realloc_grow`: grow `param` buffers round-robin from 8 bytes to 16 KiB.
+//! - `record_walk`: build `param` records (each a boxed record holding boxes of 8,
+//!   16 and 40 bytes and a 20-byte name), each linked to the next one built, follow
+//!   the list ten times reading every part (as a tracing collector does over its
+//!   list of objects, or any pass over a list built by appending), drop them: how
+//!   well objects allocated together are laid out to be read together.
 //!
 //! op `run`: ns per whole run.
 
@@ -89,12 +94,13 @@ fn allocators() -> [(&'static str, Via); 4] {
     ]
 }
 
-const PATTERNS: [(&str, u64); 5] = [
+const PATTERNS: [(&str, u64); 6] = [
     ("vec_push", 1_000_000),
     ("box_tree", 65_535),
     ("string_build", 100_000),
     ("hashmap_churn", 100_000),
     ("realloc_grow", 1_000),
+    ("record_walk", 100_000),
 ];
 
 fn steps(_quick: bool) -> u64 {
@@ -116,7 +122,8 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
                     "box_tree" => box_tree(a, n),
                     "string_build" => string_build(a, n),
                     "hashmap_churn" => hashmap_churn(a, n),
-                    _ => realloc_grow(a, n),
+                    "realloc_grow" => realloc_grow(a, n),
+                    _ => record_walk(a, n),
                 }
             }
         });
@@ -224,6 +231,58 @@ fn realloc_grow(a: Via, n: u64) {
         }
     }
     black_box(bufs.len());
+}
+
+/// A record of the kind programs keep by the thousand: small boxed parts and a name,
+/// and a link to the record built after it (the list a tracing collector keeps of
+/// its objects, or any list built by appending).
+struct Record {
+    next: *const Record,
+    key: ABox<u64, Via>,
+    pair: ABox<[u64; 2], Via>,
+    body: ABox<[u64; 5], Via>,
+    name: AVec<u8, Via>,
+}
+
+/// Times `record_walk` follows the list.
+const WALKS: usize = 10;
+
+fn record_walk(a: Via, n: u64) {
+    // The records are owned by `all`; the links only read them while it lives.
+    let mut all: AVec<ABox<Record, Via>, Via> = AVec::with_capacity_in(n as usize, a);
+    for i in 0..n {
+        let mut name = AVec::with_capacity_in(20, a);
+        name.extend_from_slice(b"record-");
+        name.extend_from_slice(&i.to_le_bytes()[..4]);
+        let r = ABox::new_in(
+            Record {
+                next: std::ptr::null(),
+                key: ABox::new_in(i, a),
+                pair: ABox::new_in([i, i + 1], a),
+                body: ABox::new_in([i; 5], a),
+                name,
+            },
+            a,
+        );
+        let here: *const Record = &*r;
+        if let Some(last) = all.last_mut() {
+            last.next = here;
+        }
+        all.push(r);
+    }
+    let head: *const Record = all.first().map_or(std::ptr::null(), |r| &**r);
+    let mut total = 0u64;
+    for _ in 0..WALKS {
+        let mut p = head;
+        while !p.is_null() {
+            // SAFETY: every link points at a record `all` owns, alive and unchanged
+            // until `all` is dropped after the walks.
+            let r = unsafe { &*p };
+            total = total.wrapping_add(*r.key + r.pair[1] + r.body[4] + r.name[0] as u64);
+            p = r.next;
+        }
+        black_box(total);
+    }
 }
 
 /// kmem's ratio to mimalloc and to system for each pattern.

@@ -98,6 +98,7 @@ impl<P: Platform> Kmem<P> {
         let (capacity, bytes) = sheaf_capacity(cfg);
         cfg.sheaf_capacity = capacity;
         cfg.barn_max_full = crate::slab::barn_max_full(cfg);
+        cfg.widen_small_slabs();
         cfg.sheaf_cache = self
             .kmalloc
             .cache(bytes, crate::gfp::Gfp::KERNEL)

@@ -93,8 +93,9 @@ pub struct CacheConfig {
     pub align: usize,
     /// Slab order (`oo_order`).
     pub order: usize,
-    /// Whether objects of twice `size` get slabs of this `order` too (kmalloc-1536 to
-    /// kmalloc-8k, on 32 KiB slabs like the classes twice their size): a slab that
+    /// Whether objects of twice `size` get slabs of this `order` too (up to
+    /// kmalloc-128 and from kmalloc-1536 to kmalloc-8k in the sheaves design, on 32 KiB
+    /// slabs like the classes twice their size): a slab that
     /// `Slub::free_outgrown` empties then serves the larger class's next slab as it
     /// is, and goes to the CPU's page lists, not to the zone to merge.
     pub doubled_same_order: bool,
@@ -297,6 +298,32 @@ impl CacheConfig {
                 .union(SlabFlags::INIT_ON_ALLOC)
                 .union(SlabFlags::INIT_ON_FREE),
         )
+    }
+
+    /// Gives a cache of objects up to [`SMALL_SLAB_OBJECT_MAX`] bytes slabs of
+    /// [`SMALL_OBJECT_SLAB_ORDER`] instead of the kernel's order (why: there). For
+    /// caches on the sheaf fast paths only, after their sheaf capacity was chosen from
+    /// the kernel's slab (the sheaves, what a CPU and a barn keep, stay as they were).
+    /// The others keep the kernel's layout: slub_debug caches; the CPU-slab design,
+    /// which keeps a slab per CPU; and accounted caches (`kmalloc-cg-*`,
+    /// `SLAB_ACCOUNT`), whose slabs a memory cgroup has to itself more often the fewer
+    /// objects they hold (trusted slabs: `memcontrol`).
+    pub(crate) fn widen_small_slabs(&mut self) {
+        if self.size > SMALL_SLAB_OBJECT_MAX
+            || self.order >= SMALL_OBJECT_SLAB_ORDER
+            || self.flags.contains(SlabFlags::ACCOUNT)
+        {
+            return;
+        }
+        let order = SMALL_OBJECT_SLAB_ORDER;
+        let objects = ((PAGE_SIZE << order) / self.size).min(u16::MAX as usize);
+        self.order = order;
+        self.slab_size = PAGE_SIZE << order;
+        self.objects = objects;
+        self.objects_end = objects * self.size;
+        (self.start_mul, self.start_limit) = start_test(self.size, objects);
+        // Twice the size is widened too when it is small, else it keeps its order.
+        self.doubled_same_order = 2 * self.size <= SMALL_SLAB_OBJECT_MAX;
     }
 
     /// `calculate_sizes` + `calculate_order`: the layout for `object_size` bytes
