@@ -248,40 +248,43 @@ struct Record {
 const WALKS: usize = 10;
 
 fn record_walk(a: Via, n: u64) {
-    // The records are owned by `all`; the links only read them while it lives.
-    let mut all: AVec<ABox<Record, Via>, Via> = AVec::with_capacity_in(n as usize, a);
+    // The records as raw pointers (`ABox::into_raw`): linked, read and finally freed
+    // through them alone.
+    let mut all: AVec<*mut Record, Via> = AVec::with_capacity_in(n as usize, a);
     for i in 0..n {
         let mut name = AVec::with_capacity_in(20, a);
         name.extend_from_slice(b"record-");
         name.extend_from_slice(&i.to_le_bytes()[..4]);
-        let r = ABox::new_in(
-            Record {
-                next: std::ptr::null(),
-                key: ABox::new_in(i, a),
-                pair: ABox::new_in([i, i + 1], a),
-                body: ABox::new_in([i; 5], a),
-                name,
-            },
-            a,
-        );
-        let here: *const Record = &*r;
-        if let Some(last) = all.last_mut() {
-            last.next = here;
+        let r = Record {
+            next: std::ptr::null(),
+            key: ABox::new_in(i, a),
+            pair: ABox::new_in([i, i + 1], a),
+            body: ABox::new_in([i; 5], a),
+            name,
+        };
+        let (p, _) = ABox::into_raw_with_allocator(ABox::new_in(r, a));
+        if let Some(&last) = all.last() {
+            // SAFETY: `last` is a live record of ours, reached through no reference.
+            unsafe { (*last).next = p };
         }
-        all.push(r);
+        all.push(p);
     }
-    let head: *const Record = all.first().map_or(std::ptr::null(), |r| &**r);
+    let head: *const Record = all.first().map_or(std::ptr::null(), |&p| p);
     let mut total = 0u64;
     for _ in 0..WALKS {
         let mut p = head;
         while !p.is_null() {
-            // SAFETY: every link points at a record `all` owns, alive and unchanged
-            // until `all` is dropped after the walks.
+            // SAFETY: every link points at a live record of `all`, not written while
+            // the walks run.
             let r = unsafe { &*p };
             total = total.wrapping_add(*r.key + r.pair[1] + r.body[4] + r.name[0] as u64);
             p = r.next;
         }
         black_box(total);
+    }
+    for p in all {
+        // SAFETY: each record was made by `ABox::new_in(_, a)` and is freed once.
+        drop(unsafe { ABox::from_raw_in(p, a) });
     }
 }
 

@@ -414,7 +414,7 @@ impl ClassSet {
             .iter()
             .map(|&size| {
                 let align = (1usize << size.trailing_zeros()).min(4096);
-                let cfg = kmem_core::slab::CacheConfig::calculate(
+                let mut cfg = kmem_core::slab::CacheConfig::calculate(
                     "class",
                     size,
                     align,
@@ -423,6 +423,8 @@ impl ClassSet {
                     2,
                 )
                 .expect("a kmalloc class");
+                // As the heap's plain classes are laid out (the sheaves design).
+                cfg.widen_small_slabs();
                 let tail = (cfg.slab_bytes() - cfg.objects * cfg.size) as f64 / cfg.objects as f64;
                 (cfg.size, tail)
             })

@@ -455,8 +455,9 @@ impl<P: Platform> Slub<'_, P> {
                 }
                 let node = t.node(nid);
                 // A hint, as the count above: a list that held nothing when last
-                // published is passed over without its lock (every small cache's slabs
-                // have one order in the sheaves design: the count alone names them all).
+                // published is passed over without its lock. The count by order no
+                // longer tells the caches apart (in the sheaves design the small
+                // classes' slabs have the order of those from 2 KiB up).
                 if !node.empty.counted.load(Relaxed) {
                     return;
                 }
@@ -482,8 +483,8 @@ impl<P: Platform> Slub<'_, P> {
     /// whether any came.
     ///
     /// A program whose phases free a batch of one size and allocate a batch of
-    /// another: up to 256 B and from 2 KiB up the kmalloc classes' slabs have one
-    /// order (32 KiB), and
+    /// another: up to 256 B (but for the accounted set) and from 2 KiB up the kmalloc
+    /// classes' slabs have one order (32 KiB), and
     /// the second class's new slabs are the first one's, without the page allocator's
     /// free and merge, split and allocation, or the slab's page words set up anew
     /// (4 KiB then 8 KiB blocks: 375 instructions a pair instead of 549). Caches with a

@@ -308,10 +308,17 @@ impl CacheConfig {
     /// which keeps a slab per CPU; and accounted caches (`kmalloc-cg-*`,
     /// `SLAB_ACCOUNT`), whose slabs a memory cgroup has to itself more often the fewer
     /// objects they hold (trusted slabs: `memcontrol`).
-    pub(crate) fn widen_small_slabs(&mut self) {
+    ///
+    /// `min_partial`, the empty slabs a node keeps on its partial list, stays the
+    /// kernel's count (5 for these sizes): scaled to the bytes of five one-page slabs
+    /// (one slab), the frees and allocations of 10,000 8–128 B objects at a time ran
+    /// 6–14% slower (`slab` kmalloc_then_kfree), the emptied slabs going to the kept
+    /// list and back.
+    pub fn widen_small_slabs(&mut self) {
         if self.size > SMALL_SLAB_OBJECT_MAX
             || self.order >= SMALL_OBJECT_SLAB_ORDER
             || self.flags.contains(SlabFlags::ACCOUNT)
+            || self.off_fast_paths()
         {
             return;
         }
@@ -535,6 +542,52 @@ mod tests {
             CacheConfig::calculate("kmalloc-96", 96, 32, SlabFlags::empty(), None, 2).unwrap();
         assert_eq!(cfg.size, 96);
         assert!(cfg.slab_bytes() % 96 <= cfg.slab_bytes() / 16);
+    }
+
+    #[test]
+    fn small_objects_widen_to_32_kib_slabs_and_the_rest_keep_the_kernel_s() {
+        let widened = |size: usize, flags: SlabFlags| {
+            let mut cfg = CacheConfig::calculate("c", size, 8, flags, None, 2).unwrap();
+            let kernel = (cfg.order, cfg.objects, cfg.min_partial);
+            cfg.widen_small_slabs();
+            (kernel, cfg)
+        };
+        for size in [8usize, 16, 24, 32, 48, 64, 96, 128, 192, 256] {
+            let ((order, objects, min_partial), cfg) = widened(size, SlabFlags::empty());
+            assert!(
+                order < SMALL_OBJECT_SLAB_ORDER && objects < cfg.objects,
+                "{size}"
+            );
+            assert_eq!(cfg.order, SMALL_OBJECT_SLAB_ORDER);
+            assert_eq!(cfg.slab_bytes(), PAGE_SIZE << SMALL_OBJECT_SLAB_ORDER);
+            assert_eq!(cfg.objects, cfg.slab_bytes() / cfg.size, "{size}");
+            assert_eq!(cfg.min_partial, min_partial, "{size}: the kernel's count");
+            assert_eq!(
+                cfg.doubled_same_order,
+                2 * cfg.size <= SMALL_SLAB_OBJECT_MAX
+            );
+            // The object-start test covers the larger slab: every object's offset and
+            // none between or past the last.
+            for off in 0..cfg.slab_bytes() {
+                let start = off % cfg.size == 0 && off / cfg.size < cfg.objects;
+                assert_eq!(cfg.starts_object_in_slab(off), start, "{size} at {off}");
+                assert_eq!(cfg.is_object_start(off), start, "{size} at {off}");
+            }
+        }
+        // Larger objects, accounted and debug caches keep the kernel's layout.
+        for (size, flags) in [
+            (512, SlabFlags::empty()),
+            (1024, SlabFlags::empty()),
+            (32, SlabFlags::ACCOUNT),
+            (64, SlabFlags::RED_ZONE),
+        ] {
+            let ((order, objects, _), cfg) = widened(size, flags);
+            assert_eq!(
+                (cfg.order, cfg.objects),
+                (order, objects),
+                "{size} {flags:?}"
+            );
+        }
     }
 
     #[test]

@@ -181,8 +181,10 @@ pub const SMALL_SLAB_OBJECT_MAX: usize = 256;
 /// "Small objects on 32 KiB slabs"): ten walks over 600,000 groups of seven 32–64 B
 /// objects took 0.19–0.20 s on one-page slabs, 0.15–0.16 on 32 KiB ones (mimalloc
 /// 0.15); CPython's collector over 600,000 small lists 1.46–1.53 s against
-/// 1.32–1.37 (mimalloc 1.30–1.34). A new slab's memory is touched only as its
-/// objects are handed out (`fresh.rs`).
+/// 1.32–1.37 (mimalloc 1.30–1.34). A refill from a new slab takes its first objects
+/// without linking them and leaves the rest an unlinked fresh tail (`fresh.rs`), so
+/// the larger slab's memory is touched as its objects are handed out, not when it is
+/// made (caches with a constructor or a random freelist write every object then).
 pub const SMALL_OBJECT_SLAB_ORDER: usize = 3;
 
 /// Objects larger than this (a quarter of a `SLUB_MAX_ORDER` slab: 8 KiB) get slabs
