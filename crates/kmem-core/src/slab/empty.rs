@@ -484,10 +484,10 @@ impl<P: Platform> Slub<'_, P> {
     ///
     /// A program whose phases free a batch of one size and allocate a batch of
     /// another: up to 256 B (but for the accounted set) and from 2 KiB up the kmalloc
-    /// classes' slabs have one order (32 KiB), and
-    /// the second class's new slabs are the first one's, without the page allocator's
-    /// free and merge, split and allocation, or the slab's page words set up anew
-    /// (4 KiB then 8 KiB blocks: 375 instructions a pair instead of 549). Caches with a
+    /// classes' slabs have one order (32 KiB), and the second class's new slabs are
+    /// the first one's, without the page allocator's free and merge, split and
+    /// allocation, or the slab's page words set up anew (4 KiB then 8 KiB blocks: 375
+    /// instructions a pair instead of 549). Caches with a
     /// constructor adopt none (their objects would need it run); the slabs keep their
     /// memory either way, so no cache takes more pages for it. (A buffer grown by
     /// `realloc` frees its old class's slabs to the page allocator at once instead:

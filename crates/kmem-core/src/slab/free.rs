@@ -180,9 +180,10 @@ impl<'a, P: Platform> Slub<'a, P> {
     /// zone, where it merges with its buddy for the larger class's bigger slabs
     /// (BENCHMARKS.md, "Realloc growth frees to the slab"), unless the class twice its
     /// size has slabs of its order (`CacheConfig::doubled_same_order`: up to 128 B and
-    /// 1536 B to 8 KiB, all on 32 KiB slabs): then it goes to the CPU's page lists, whose head the
-    /// larger class's next slab takes as it is, still in the cache, with no zone lock,
-    /// merge or split (BENCHMARKS.md, "Outgrown slabs of the doubled class's order").
+    /// 1536 B to 8 KiB, all on 32 KiB slabs): then it goes to the CPU's page lists,
+    /// whose head the larger class's next slab takes as it is, still in the cache, with
+    /// no zone lock, merge or split (BENCHMARKS.md, "Outgrown slabs of the doubled
+    /// class's order").
     /// One buffer grown and freed at a time still finds room on the spare.
     /// Without the plain sheaf fast path (statistics on, restartable sequences, no
     /// CPU) the object goes straight to its slab. Caches off the fast paths

@@ -95,9 +95,9 @@ pub struct CacheConfig {
     pub order: usize,
     /// Whether objects of twice `size` get slabs of this `order` too (up to
     /// kmalloc-128 and from kmalloc-1536 to kmalloc-8k in the sheaves design, on 32 KiB
-    /// slabs like the classes twice their size): a slab that
-    /// `Slub::free_outgrown` empties then serves the larger class's next slab as it
-    /// is, and goes to the CPU's page lists, not to the zone to merge.
+    /// slabs like the classes twice their size): a slab that `Slub::free_outgrown`
+    /// empties then serves the larger class's next slab as it is, and goes to the
+    /// CPU's page lists, not to the zone to merge.
     pub doubled_same_order: bool,
     /// Node partial slabs kept even when empty (`min_partial`).
     pub min_partial: usize,
