@@ -20,6 +20,7 @@
 //! fixed when the heap starts and this process's `kmem` runs sheaves.
 
 use super::child::{self, Child, KMEM_CPU_SLAB};
+use super::handoff::Handoff;
 use super::peers::Peer;
 use super::{BenchResult, Ctx, Suite, Timing};
 use kmem::{heap, Gfp, RawKmemCache as KmemCache, SlabFlags};
@@ -218,22 +219,24 @@ fn reuse(w: Who, layout: Layout, n: u64) {
     }
 }
 
-/// One thread allocates `n` objects in batches and hands them over; another frees.
+/// One thread allocates `n` objects in batches and hands them over (through a
+/// [`Handoff`], which never sleeps); another frees.
 fn cross_thread(w: Who, layout: Layout, n: u64) {
     const BATCH: usize = 256;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<usize>>(16);
+    let q: Handoff<Vec<usize>> = Handoff::new(16, 1);
     std::thread::scope(|s| {
-        s.spawn(move || {
+        s.spawn(|| {
             let mut left = n as usize;
             while left > 0 {
                 let k = left.min(BATCH);
                 let batch: Vec<usize> = (0..k).map(|_| w.alloc(layout) as usize).collect();
                 left -= k;
-                tx.send(batch).expect("consumer alive");
+                q.push(batch);
             }
+            q.done();
         });
-        s.spawn(move || {
-            while let Ok(batch) = rx.recv() {
+        s.spawn(|| {
+            while let Some(batch) = q.pop() {
                 for p in batch {
                     // SAFETY: allocated by the producer with this layout, handed to us.
                     unsafe { w.free(p as *mut u8, layout) };

@@ -11,6 +11,8 @@
 //! - [`slab_test`]: Christoph Lameter's slab_test, shared by the `slab` and `debug`
 //!   suites;
 //! - [`peers`]: the allocators kmem is compared with;
+//! - [`handoff`]: the queue the benches hand objects between threads through, which
+//!   waits by spinning and yielding instead of sleeping;
 //! - [`child`]: a suite's kmem part run in a child process, in another configuration
 //!   (`percpu`'s modes and designs; `kmem[cpu-slab]`, the CPU-slab design, in
 //!   `workloads`, `cache` and `slab`).
@@ -25,6 +27,7 @@ pub mod cache;
 pub mod child;
 pub mod debug;
 pub mod global;
+pub mod handoff;
 pub mod memcg;
 pub mod page;
 pub mod peers;

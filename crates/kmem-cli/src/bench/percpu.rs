@@ -28,9 +28,10 @@
 //! CPU-slab design with sheaves mode by mode.
 
 use super::child::{self, Child, DESIGNS};
+use super::handoff::Handoff;
 use super::{BenchResult, Ctx, Suite, Timing};
 use kmem::{heap, Gfp, SlabFlags};
-use std::sync::{mpsc, Barrier};
+use std::sync::Barrier;
 
 pub const SUITE: Suite = Suite {
     name: "percpu",
@@ -207,10 +208,10 @@ fn times(ctx: &Ctx) -> Vec<BenchResult> {
     });
     out.push(BenchResult::time("global_pair", "kmem", 32, "pair", t));
     let t: Timing = ctx.measure(loops, |n| {
-        let (tx, rx) = mpsc::sync_channel::<Vec<usize>>(4);
+        let q: Handoff<Vec<usize>> = Handoff::new(4, 1);
         std::thread::scope(|sc| {
-            sc.spawn(move || {
-                for batch in rx {
+            sc.spawn(|| {
+                while let Some(batch) = q.pop() {
                     for p in batch {
                         // SAFETY: allocated by the other thread, handed over.
                         unsafe { heap().kfree(p as *mut u8) };
@@ -223,10 +224,10 @@ fn times(ctx: &Ctx) -> Vec<BenchResult> {
                 let batch: Vec<usize> = (0..k)
                     .map(|_| h.kmalloc(64, Gfp::KERNEL).expect("memory").as_ptr() as usize)
                     .collect();
-                tx.send(batch).unwrap();
+                q.push(batch);
                 left -= k;
             }
-            drop(tx);
+            q.done();
         });
     });
     out.push(BenchResult::time(

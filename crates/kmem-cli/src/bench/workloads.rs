@@ -42,13 +42,13 @@
 //! `kmem[cpu-slab]`) and the CPU-slab design's against kmem's.
 
 use super::child::{self, Child, KMEM_CPU_SLAB};
+use super::handoff::Handoff;
 use super::sizes;
 use super::timing::{phase, Phase, Timing};
 use super::{BenchResult, Ctx, Suite};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::ptr::NonNull;
-use std::sync::{mpsc, Mutex};
 use std::thread::JoinHandle;
 
 pub const SUITE: Suite = Suite {
@@ -372,49 +372,44 @@ fn xmalloc(a: Alloc, threads: usize, objects: u64) {
     let producers = threads / 2;
     let consumers = threads - producers;
     let pool = XMALLOC_POOL * producers;
-    // Full batches to the consumers, empty buffers back to the producers; each
-    // channel can hold the whole pool, so no send ever waits.
-    let (full_tx, full_rx) = mpsc::sync_channel::<Vec<Block>>(pool);
-    let (empty_tx, empty_rx) = mpsc::sync_channel::<Vec<Block>>(pool);
+    // Full batches to the consumers, empty buffers back to the producers; each queue
+    // can hold the whole pool, so no push ever waits. The consumers stop once every
+    // producer is done with the full queue; the empty one is never ended (its
+    // producers, the consumers, may still be pushing buffers when the producers stop
+    // taking them).
+    let full: Handoff<Vec<Block>> = Handoff::new(pool, producers);
+    let empty: Handoff<Vec<Block>> = Handoff::new(pool, consumers);
     for _ in 0..pool {
-        empty_tx
-            .send(Vec::with_capacity(XMALLOC_BATCH))
-            .expect("room for the pool");
+        empty.push(Vec::with_capacity(XMALLOC_BATCH));
     }
-    let (full_rx, empty_rx) = (Mutex::new(full_rx), Mutex::new(empty_rx));
     std::thread::scope(|s| {
         for p in 0..producers as u64 {
             let share = objects / producers as u64 + u64::from(p < objects % producers as u64);
-            let full_tx = full_tx.clone();
-            let empty_rx = &empty_rx;
+            let (full, empty) = (&full, &empty);
             s.spawn(move || {
                 let mut left = share;
                 while left > 0 {
-                    let next = empty_rx.lock().expect("queue lock").recv();
-                    let mut batch = next.expect("the pool's buffers come back");
+                    let mut batch = empty.pop().expect("the pool's buffers come back");
                     let k = left.min(XMALLOC_BATCH as u64);
                     for i in 0..k {
                         batch.push(alloc(a, XMALLOC_SIZE, i as u8));
                     }
                     left -= k;
-                    full_tx.send(batch).expect("room for the pool");
+                    full.push(batch);
                 }
+                full.done();
             });
         }
-        // The consumers stop once every producer has dropped its sender.
-        drop(full_tx);
         for _ in 0..consumers {
-            let empty_tx = empty_tx.clone();
-            let full_rx = &full_rx;
-            s.spawn(move || loop {
-                let next = full_rx.lock().expect("queue lock").recv();
-                let Ok(mut batch) = next else { break };
-                for b in batch.drain(..) {
-                    // SAFETY: allocated by a producer from `a`, handed over to us.
-                    unsafe { free(a, &b) };
+            let (full, empty) = (&full, &empty);
+            s.spawn(move || {
+                while let Some(mut batch) = full.pop() {
+                    for b in batch.drain(..) {
+                        // SAFETY: allocated by a producer from `a`, handed over to us.
+                        unsafe { free(a, &b) };
+                    }
+                    empty.push(batch);
                 }
-                // The producers may be gone: then the buffer is simply dropped.
-                let _ = empty_tx.send(batch);
             });
         }
     });
@@ -602,6 +597,7 @@ fn memory_lines(results: &[BenchResult]) -> String {
 mod tests {
     use super::*;
     use std::collections::{BTreeMap, HashSet};
+    use std::sync::Mutex;
     use std::thread::ThreadId;
 
     /// kmem with a record of every block: who allocated it, who freed it, its size.
