@@ -20,7 +20,7 @@
 //! fixed when the heap starts and this process's `kmem` runs sheaves.
 
 use super::child::{self, Child, KMEM_CPU_SLAB};
-use super::handoff::Handoff;
+use super::handoff::{spread, Handoff};
 use super::peers::Peer;
 use super::{BenchResult, Ctx, Suite, Timing};
 use kmem::{heap, Gfp, RawKmemCache as KmemCache, SlabFlags};
@@ -226,6 +226,7 @@ fn cross_thread(w: Who, layout: Layout, n: u64) {
     let q: Handoff<Vec<usize>> = Handoff::new(16, 1);
     std::thread::scope(|s| {
         s.spawn(|| {
+            spread(0);
             let mut left = n as usize;
             while left > 0 {
                 let k = left.min(BATCH);
@@ -236,6 +237,7 @@ fn cross_thread(w: Who, layout: Layout, n: u64) {
             q.done();
         });
         s.spawn(|| {
+            spread(1);
             while let Some(batch) = q.pop() {
                 for p in batch {
                     // SAFETY: allocated by the producer with this layout, handed to us.

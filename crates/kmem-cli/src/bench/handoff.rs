@@ -13,6 +13,11 @@
 //! each side the handoff costs a few cache-line transfers, and on a smaller one it
 //! still lets the other side run.
 //!
+//! The two sides of a handoff still ran at two speeds from run to run when the
+//! scheduler let them share a CPU (every batch then waits for a `sched_yield` to
+//! switch threads): [`spread`] pins each side to a CPU of its own where the process
+//! may use two.
+//!
 //! Locking: the items sit in a `Mutex<VecDeque>`, taken only to move one item, never
 //! to wait; `len` mirrors the deque's length (written under the lock) so that a
 //! waiter polls it without taking the lock.
@@ -105,6 +110,36 @@ fn wait_until(mut ready: impl FnMut() -> bool) {
     }
 }
 
+/// Pins the calling thread to the `k`-th CPU (counted round) of those it may run on,
+/// when there are at least two: the sides of a handoff, given different `k`, then run
+/// on different CPUs. Does nothing where the CPUs cannot be read or set.
+pub fn spread(k: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: a zeroed `cpu_set_t` is an empty set; both calls only read and
+        // write the set passed, of the size passed, for the calling thread (0).
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            if libc::sched_getaffinity(0, size, &mut set) != 0 {
+                return;
+            }
+            let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect();
+            if cpus.len() < 2 {
+                return;
+            }
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpus[k % cpus.len()], &mut one);
+            // A refusal (a policy that forbids it) leaves the thread where it was.
+            let _ = libc::sched_setaffinity(0, size, &one);
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = k;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,6 +176,49 @@ mod tests {
             }
             assert_eq!(next, 1000);
         });
+    }
+
+    /// The CPUs the calling thread may run on.
+    fn allowed_cpus() -> Vec<usize> {
+        // SAFETY: reads the calling thread's own affinity into a local set.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            let size = std::mem::size_of::<libc::cpu_set_t>();
+            assert_eq!(libc::sched_getaffinity(0, size, &mut set), 0);
+            (0..libc::CPU_SETSIZE as usize)
+                .filter(|&c| libc::CPU_ISSET(c, &set))
+                .collect()
+        }
+    }
+
+    #[test]
+    fn spread_pins_two_sides_to_different_cpus_where_there_are_two() {
+        let cpus_of = |k: usize| {
+            std::thread::spawn(move || {
+                spread(k);
+                allowed_cpus()
+            })
+            .join()
+            .unwrap()
+        };
+        let before = allowed_cpus();
+        let (a, b) = (cpus_of(0), cpus_of(1));
+        if before.len() >= 2 {
+            assert_eq!((a.len(), b.len()), (1, 1), "each side on one CPU");
+            assert_ne!(a, b, "the two sides on different CPUs");
+            assert!(before.contains(&a[0]) && before.contains(&b[0]));
+        } else {
+            assert_eq!(
+                (a, b),
+                (before.clone(), before.clone()),
+                "one CPU: nothing to spread"
+            );
+        }
+        assert_eq!(
+            allowed_cpus(),
+            before,
+            "the caller's own affinity is left alone"
+        );
     }
 
     #[test]

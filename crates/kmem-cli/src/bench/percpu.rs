@@ -28,7 +28,7 @@
 //! CPU-slab design with sheaves mode by mode.
 
 use super::child::{self, Child, DESIGNS};
-use super::handoff::Handoff;
+use super::handoff::{spread, Handoff};
 use super::{BenchResult, Ctx, Suite, Timing};
 use kmem::{heap, Gfp, SlabFlags};
 use std::sync::Barrier;
@@ -211,6 +211,7 @@ fn times(ctx: &Ctx) -> Vec<BenchResult> {
         let q: Handoff<Vec<usize>> = Handoff::new(4, 1);
         std::thread::scope(|sc| {
             sc.spawn(|| {
+                spread(1);
                 while let Some(batch) = q.pop() {
                     for p in batch {
                         // SAFETY: allocated by the other thread, handed over.
@@ -218,16 +219,19 @@ fn times(ctx: &Ctx) -> Vec<BenchResult> {
                     }
                 }
             });
-            let mut left = n;
-            while left > 0 {
-                let k = left.min(64);
-                let batch: Vec<usize> = (0..k)
-                    .map(|_| h.kmalloc(64, Gfp::KERNEL).expect("memory").as_ptr() as usize)
-                    .collect();
-                q.push(batch);
-                left -= k;
-            }
-            q.done();
+            sc.spawn(|| {
+                spread(0);
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(64);
+                    let batch: Vec<usize> = (0..k)
+                        .map(|_| h.kmalloc(64, Gfp::KERNEL).expect("memory").as_ptr() as usize)
+                        .collect();
+                    q.push(batch);
+                    left -= k;
+                }
+                q.done();
+            });
         });
     });
     out.push(BenchResult::time(

@@ -42,7 +42,7 @@
 //! `kmem[cpu-slab]`) and the CPU-slab design's against kmem's.
 
 use super::child::{self, Child, KMEM_CPU_SLAB};
-use super::handoff::Handoff;
+use super::handoff::{spread, Handoff};
 use super::sizes;
 use super::timing::{phase, Phase, Timing};
 use super::{BenchResult, Ctx, Suite};
@@ -387,6 +387,7 @@ fn xmalloc(a: Alloc, threads: usize, objects: u64) {
             let share = objects / producers as u64 + u64::from(p < objects % producers as u64);
             let (full, empty) = (&full, &empty);
             s.spawn(move || {
+                spread(p as usize);
                 let mut left = share;
                 while left > 0 {
                     let mut batch = empty.pop().expect("the pool's buffers come back");
@@ -400,9 +401,10 @@ fn xmalloc(a: Alloc, threads: usize, objects: u64) {
                 full.done();
             });
         }
-        for _ in 0..consumers {
+        for c in 0..consumers {
             let (full, empty) = (&full, &empty);
             s.spawn(move || {
+                spread(producers + c);
                 while let Some(mut batch) = full.pop() {
                     for b in batch.drain(..) {
                         // SAFETY: allocated by a producer from `a`, handed over to us.
