@@ -324,6 +324,7 @@ impl CacheConfig {
         }
         let order = SMALL_OBJECT_SLAB_ORDER;
         let objects = ((PAGE_SIZE << order) / self.size).min(u16::MAX as usize);
+        debug_assert!(objects <= MAX_OBJS_PER_SLAB, "{} objects", objects);
         self.order = order;
         self.slab_size = PAGE_SIZE << order;
         self.objects = objects;
@@ -407,6 +408,7 @@ impl CacheConfig {
         };
         size = size.next_multiple_of(align);
         let (order, objects) = calculate_order(size, nr_cpus)?;
+        debug_assert!(objects <= MAX_OBJS_PER_SLAB, "{size} B: {objects} objects");
         let mut cfg = CacheConfig {
             object_size,
             size,
@@ -588,6 +590,26 @@ mod tests {
                 "{size} {flags:?}"
             );
         }
+    }
+
+    #[test]
+    fn no_slab_holds_more_objects_than_the_walks_bitmaps_have_bits() {
+        // Every size from one byte to the largest object, widened or not, with the
+        // flags that change the layout: within `MAX_OBJS_PER_SLAB`, which the
+        // smallest object on a widened slab reaches exactly.
+        let mut most = 0;
+        let sizes = (1..=4096).chain((4097..=MAX_OBJECT_SIZE).step_by(4093));
+        for size in sizes {
+            for flags in [SlabFlags::empty(), SlabFlags::RED_ZONE, SlabFlags::ACCOUNT] {
+                let Some(mut cfg) = CacheConfig::calculate("c", size, 0, flags, None, 2) else {
+                    continue;
+                };
+                cfg.widen_small_slabs();
+                assert!(cfg.objects <= MAX_OBJS_PER_SLAB, "{size} {flags:?}");
+                most = most.max(cfg.objects);
+            }
+        }
+        assert_eq!(most, MAX_OBJS_PER_SLAB);
     }
 
     #[test]

@@ -13,12 +13,14 @@
 
 use super::debug::{find_not, Track, Track2, RED_ACTIVE, TRACK_SIZE};
 use crate::platform::Platform;
-use crate::slab::{get_freepointer, CacheConfig, KmemCache, Slab, SlabFlags, Slub};
+use crate::slab::{
+    get_freepointer, CacheConfig, KmemCache, Slab, SlabFlags, Slub, MAX_OBJS_PER_SLAB,
+};
 use core::ptr::{self, NonNull};
 
 /// Most objects a slab may hold for the walk to see its objects (the free bitmap on
-/// the stack has this many bits; debug slabs hold far fewer).
-const MAX_WALK_OBJECTS: usize = 4096;
+/// the stack has this many bits): every slab's ([`MAX_OBJS_PER_SLAB`]).
+const MAX_WALK_OBJECTS: usize = MAX_OBJS_PER_SLAB;
 
 /// One allocated object of a tracking cache.
 #[derive(Clone, Copy, Debug)]

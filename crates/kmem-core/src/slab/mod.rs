@@ -187,6 +187,15 @@ pub const SMALL_SLAB_OBJECT_MAX: usize = 256;
 /// made (caches with a constructor or a random freelist write every object then).
 pub const SMALL_OBJECT_SLAB_ORDER: usize = 3;
 
+const _: () = assert!(SMALL_OBJECT_SLAB_ORDER <= SLUB_MAX_ORDER);
+
+/// Most objects one slab holds: a `SLUB_MAX_ORDER` slab of the smallest object, a
+/// word (4,096 on 64-bit targets: kmalloc-8's 32 KiB slab). Larger orders serve only
+/// objects above [`SLUB_LARGE_OBJECT`]. The walks that keep a bitmap of a slab's free
+/// objects on the stack (`validate.rs`, `locations.rs`) size it by this bound, and
+/// `CacheConfig::calculate` and `widen_small_slabs` keep every cache within it.
+pub const MAX_OBJS_PER_SLAB: usize = (PAGE_SIZE << SLUB_MAX_ORDER) / core::mem::size_of::<usize>();
+
 /// Objects larger than this (a quarter of a `SLUB_MAX_ORDER` slab: 8 KiB) get slabs
 /// of higher orders, up to the largest buddy block, so that a slab holds several of
 /// them (see `layout::calculate_order`).

@@ -5,7 +5,9 @@
 use super::debug::{find_not, Problem, POISON_INUSE, RED_ACTIVE, RED_INACTIVE};
 use crate::page::{Page, PageFlags};
 use crate::platform::Platform;
-use crate::slab::{get_freepointer, CacheConfig, KmemCache, Slab, SlabFlags, Slub};
+use crate::slab::{
+    get_freepointer, CacheConfig, KmemCache, Slab, SlabFlags, Slub, MAX_OBJS_PER_SLAB,
+};
 use crate::sync::Ordering::Relaxed;
 use core::ptr::NonNull;
 
@@ -71,8 +73,8 @@ impl<P: Platform> Slub<'_, P> {
             report("Not a valid slab page", base, self, None);
             return 1;
         }
-        // Free objects: a bitmap on the stack (4096 objects at most per slab).
-        let mut free = [0u64; 64];
+        // Free objects: a bitmap on the stack (`MAX_OBJS_PER_SLAB` bits).
+        let mut free = [0u64; MAX_OBJS_PER_SLAB / 64];
         let mut count = 0usize;
         let mut p = base + st.offset() as usize;
         while p != base | 1 {
@@ -81,7 +83,7 @@ impl<P: Platform> Slub<'_, P> {
                 return problems + 1;
             }
             let idx = (p - base - cfg.red_left) / cfg.size;
-            if idx < 4096 {
+            if idx < MAX_OBJS_PER_SLAB {
                 free[idx / 64] |= 1 << (idx % 64);
             }
             count += 1;
@@ -97,7 +99,7 @@ impl<P: Platform> Slub<'_, P> {
         if !cfg.is_debug() {
             return problems;
         }
-        for idx in 0..cfg.objects.min(4096) {
+        for idx in 0..cfg.objects.min(MAX_OBJS_PER_SLAB) {
             let obj = base + idx * cfg.size + cfg.red_left;
             let is_free = free[idx / 64] & (1 << (idx % 64)) != 0;
             let zone = if is_free { RED_INACTIVE } else { RED_ACTIVE };
