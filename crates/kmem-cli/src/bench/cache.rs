@@ -220,25 +220,26 @@ fn reuse(w: Who, layout: Layout, n: u64) {
 }
 
 /// One thread allocates `n` objects in batches and hands them over (through a
-/// [`Handoff`], which never sleeps); another frees.
+/// [`Handoff`], whose waits poll instead of sleeping); another frees.
 fn cross_thread(w: Who, layout: Layout, n: u64) {
     const BATCH: usize = 256;
     let q: Handoff<Vec<usize>> = Handoff::new(16, 1);
     std::thread::scope(|s| {
         s.spawn(|| {
-            spread(0);
+            spread(0, 2);
+            let out = q.producer();
             let mut left = n as usize;
             while left > 0 {
                 let k = left.min(BATCH);
                 let batch: Vec<usize> = (0..k).map(|_| w.alloc(layout) as usize).collect();
                 left -= k;
-                q.push(batch);
+                out.push(batch);
             }
-            q.done();
         });
         s.spawn(|| {
-            spread(1);
-            while let Some(batch) = q.pop() {
+            spread(1, 2);
+            let input = q.consumer();
+            while let Some(batch) = input.pop() {
                 for p in batch {
                     // SAFETY: allocated by the producer with this layout, handed to us.
                     unsafe { w.free(p as *mut u8, layout) };

@@ -211,8 +211,9 @@ fn times(ctx: &Ctx) -> Vec<BenchResult> {
         let q: Handoff<Vec<usize>> = Handoff::new(4, 1);
         std::thread::scope(|sc| {
             sc.spawn(|| {
-                spread(1);
-                while let Some(batch) = q.pop() {
+                spread(1, 2);
+                let input = q.consumer();
+                while let Some(batch) = input.pop() {
                     for p in batch {
                         // SAFETY: allocated by the other thread, handed over.
                         unsafe { heap().kfree(p as *mut u8) };
@@ -220,17 +221,17 @@ fn times(ctx: &Ctx) -> Vec<BenchResult> {
                 }
             });
             sc.spawn(|| {
-                spread(0);
+                spread(0, 2);
+                let out = q.producer();
                 let mut left = n;
                 while left > 0 {
                     let k = left.min(64);
                     let batch: Vec<usize> = (0..k)
                         .map(|_| h.kmalloc(64, Gfp::KERNEL).expect("memory").as_ptr() as usize)
                         .collect();
-                    q.push(batch);
+                    out.push(batch);
                     left -= k;
                 }
-                q.done();
             });
         });
     });

@@ -374,43 +374,46 @@ fn xmalloc(a: Alloc, threads: usize, objects: u64) {
     let pool = XMALLOC_POOL * producers;
     // Full batches to the consumers, empty buffers back to the producers; each queue
     // can hold the whole pool, so no push ever waits. The consumers stop once every
-    // producer is done with the full queue; the empty one is never ended (its
-    // producers, the consumers, may still be pushing buffers when the producers stop
-    // taking them).
+    // producer is done with the full queue; the empty one is fed by this thread (the
+    // pool) and the consumers.
     let full: Handoff<Vec<Block>> = Handoff::new(pool, producers);
-    let empty: Handoff<Vec<Block>> = Handoff::new(pool, consumers);
-    for _ in 0..pool {
-        empty.push(Vec::with_capacity(XMALLOC_BATCH));
+    let empty: Handoff<Vec<Block>> = Handoff::new(pool, consumers + 1);
+    {
+        let fill = empty.producer();
+        for _ in 0..pool {
+            fill.push(Vec::with_capacity(XMALLOC_BATCH));
+        }
     }
     std::thread::scope(|s| {
         for p in 0..producers as u64 {
             let share = objects / producers as u64 + u64::from(p < objects % producers as u64);
             let (full, empty) = (&full, &empty);
             s.spawn(move || {
-                spread(p as usize);
+                spread(p as usize, threads);
+                let (out, back) = (full.producer(), empty.consumer());
                 let mut left = share;
                 while left > 0 {
-                    let mut batch = empty.pop().expect("the pool's buffers come back");
+                    let mut batch = back.pop().expect("the pool's buffers come back");
                     let k = left.min(XMALLOC_BATCH as u64);
                     for i in 0..k {
                         batch.push(alloc(a, XMALLOC_SIZE, i as u8));
                     }
                     left -= k;
-                    full.push(batch);
+                    out.push(batch);
                 }
-                full.done();
             });
         }
         for c in 0..consumers {
             let (full, empty) = (&full, &empty);
             s.spawn(move || {
-                spread(producers + c);
-                while let Some(mut batch) = full.pop() {
+                spread(producers + c, threads);
+                let (input, back) = (full.consumer(), empty.producer());
+                while let Some(mut batch) = input.pop() {
                     for b in batch.drain(..) {
                         // SAFETY: allocated by a producer from `a`, handed over to us.
                         unsafe { free(a, &b) };
                     }
-                    empty.push(batch);
+                    back.push(batch);
                 }
             });
         }

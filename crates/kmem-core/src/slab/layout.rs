@@ -594,9 +594,11 @@ mod tests {
 
     #[test]
     fn no_slab_holds_more_objects_than_the_walks_bitmaps_have_bits() {
-        // Every size from one byte to the largest object, widened or not, with the
-        // flags that change the layout: within `MAX_OBJS_PER_SLAB`, which the
-        // smallest object on a widened slab reaches exactly.
+        // Every size from one byte to 4 KiB, then sizes a few KiB apart up to the
+        // largest object, widened or not, plain, red-zoned (a larger slot) and
+        // accounted (not widened): within `MAX_OBJS_PER_SLAB`, which the smallest
+        // object on a widened slab reaches exactly. (Alignment and constructors only
+        // make slots larger.)
         let mut most = 0;
         let sizes = (1..=4096).chain((4097..=MAX_OBJECT_SIZE).step_by(4093));
         for size in sizes {

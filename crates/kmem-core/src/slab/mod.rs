@@ -196,6 +196,9 @@ const _: () = assert!(SMALL_OBJECT_SLAB_ORDER <= SLUB_MAX_ORDER);
 /// `CacheConfig::calculate` and `widen_small_slabs` keep every cache within it.
 pub const MAX_OBJS_PER_SLAB: usize = (PAGE_SIZE << SLUB_MAX_ORDER) / core::mem::size_of::<usize>();
 
+// The bitmaps are arrays of 64-bit words.
+const _: () = assert!(MAX_OBJS_PER_SLAB.is_multiple_of(64));
+
 /// Objects larger than this (a quarter of a `SLUB_MAX_ORDER` slab: 8 KiB) get slabs
 /// of higher orders, up to the largest buddy block, so that a slab holds several of
 /// them (see `layout::calculate_order`).
