@@ -13,6 +13,12 @@
 //!   the list ten times reading every part (as a tracing collector does over its
 //!   list of objects, or any pass over a list built by appending), drop them: how
 //!   well objects allocated together are laid out to be read together.
+//! - `scattered_walk`: allocate `param` objects of each of record_walk's sizes (the
+//!   record and its four parts), free them all in a random order, then run
+//!   record_walk on `param` records: the same question after the heap has been
+//!   through random frees, as a long-running program's has (a table dropped, a cache
+//!   evicted): whether what is built next is laid out in the order it is built or
+//!   in the order the old objects were freed.
 //!
 //! op `run`: ns per whole run.
 
@@ -94,13 +100,14 @@ fn allocators() -> [(&'static str, Via); 4] {
     ]
 }
 
-const PATTERNS: [(&str, u64); 6] = [
+const PATTERNS: [(&str, u64); 7] = [
     ("vec_push", 1_000_000),
     ("box_tree", 65_535),
     ("string_build", 100_000),
     ("hashmap_churn", 100_000),
     ("realloc_grow", 1_000),
     ("record_walk", 100_000),
+    ("scattered_walk", 100_000),
 ];
 
 fn steps(_quick: bool) -> u64 {
@@ -123,7 +130,8 @@ fn run(ctx: &Ctx) -> Vec<BenchResult> {
                     "string_build" => string_build(a, n),
                     "hashmap_churn" => hashmap_churn(a, n),
                     "realloc_grow" => realloc_grow(a, n),
-                    _ => record_walk(a, n),
+                    "record_walk" => record_walk(a, n),
+                    _ => scattered_walk(a, n),
                 }
             }
         });
@@ -286,6 +294,38 @@ fn record_walk(a: Via, n: u64) {
         // SAFETY: each record was made by `ABox::new_in(_, a)` and is freed once.
         drop(unsafe { ABox::from_raw_in(p, a) });
     }
+}
+
+/// `scattered_walk`: `n` objects of each of a record's sizes allocated and freed in a
+/// random order (xorshift, a fixed seed), then [`record_walk`] of `n` records.
+fn scattered_walk(a: Via, n: u64) {
+    let layouts = [
+        Layout::new::<Record>(),
+        Layout::new::<u64>(),
+        Layout::new::<[u64; 2]>(),
+        Layout::new::<[u64; 5]>(),
+        Layout::array::<u8>(20).expect("20 bytes"),
+    ];
+    let mut old: AVec<(NonNull<u8>, Layout), Via> =
+        AVec::with_capacity_in(n as usize * layouts.len(), a);
+    for i in 0..n as usize * layouts.len() {
+        let layout = layouts[i % layouts.len()];
+        let p = a.allocate(layout).expect("memory").cast::<u8>();
+        old.push((p, layout));
+    }
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for i in (1..old.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        old.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    for (p, layout) in old.drain(..) {
+        // SAFETY: allocated just above from `a` with this layout, freed once.
+        unsafe { a.deallocate(p, layout) };
+    }
+    drop(old);
+    record_walk(a, n);
 }
 
 /// kmem's ratio to mimalloc and to system for each pattern.
