@@ -300,7 +300,8 @@ fn record_walk(a: Via, n: u64) {
 }
 
 /// `scattered_walk`: `n` objects of each of a record's sizes allocated and freed in a
-/// random order (xorshift, a fixed seed), then [`record_walk`] of `n` records.
+/// random order (`workloads`' xorshift shuffle, a fixed seed), then [`record_walk`]
+/// of `n` records.
 fn scattered_walk(a: Via, n: u64) {
     let layouts = [
         Layout::new::<Record>(),
@@ -317,13 +318,7 @@ fn scattered_walk(a: Via, n: u64) {
         let p = a.allocate(layout).expect("memory").cast::<u8>();
         old.push((p, layout));
     }
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    for i in (1..old.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        old.swap(i, (x % (i as u64 + 1)) as usize);
-    }
+    super::workloads::Rng::new(3).shuffle(&mut old);
     for (p, layout) in old.drain(..) {
         // SAFETY: allocated just above from `a` with this layout, freed once.
         unsafe { a.deallocate(p, layout) };
